@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// benchConfig is n experiments with typical targeting: a country list, a
+// platform equality and a minimum app version.
+func benchConfig(n int) string {
+	var sb strings.Builder
+	sb.WriteString(`{"experiments":[`)
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"key":"exp-%d","variations":["control","treatment","alt"],"weights":[0.5,0.25,0.25],
+			"hashVersion":%d,"coverage":0.9,
+			"condition":{"country":{"$in":["US","CA","GB","DE","FR","BR"]},"platform":{"$eq":"ios"},"version":{"$vgte":"2.1.0"}}}`,
+			i, 1+i%2)
+	}
+	sb.WriteString(`]}`)
+	return sb.String()
+}
+
+func benchAttrs(i int) Attributes {
+	return Attributes{"id": fmt.Sprintf("user-%d", i), "country": "US", "platform": "ios", "version": "2.3.1"}
+}
+
+func benchmarkAssign(b *testing.B, n int) {
+	s := mustCompile(b, benchConfig(n))
+	attrs := make([]Attributes, 64)
+	for i := range attrs {
+		attrs[i] = benchAttrs(i)
+	}
+	dst := make([]Assignment, 0, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		dst = s.Assign(dst[:0], attrs[i%len(attrs)])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/experiment")
+}
+
+func BenchmarkAssign1(b *testing.B)   { benchmarkAssign(b, 1) }
+func BenchmarkAssign50(b *testing.B)  { benchmarkAssign(b, 50) }
+func BenchmarkAssign500(b *testing.B) { benchmarkAssign(b, 500) }
+
+func BenchmarkHash(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		Hash("checkout-v2", "user-12345678", 2)
+	}
+}

@@ -1,0 +1,674 @@
+// Package engine is Allot's pure assignment engine: it compiles experiment
+// definitions (GrowthBook's SDK experiment model plus Allot's own fields) and
+// assigns units to variations deterministically.
+//
+// The engine imports only the standard library (it is compiled into the
+// GOOS=wasip1 filter; it must never import os, net or anything that pulls
+// them in). The Wasm filter and the control plane both call Compile, so what
+// the admin API accepts is exactly what the proxies run.
+//
+// Semantics follow GrowthBook's SDK experiment model and are checked against
+// its cross-language spec suite (see conformance_test.go). Where the
+// reference silently repairs invalid input — weights that do not sum to 1,
+// coverage outside [0, 1], unknown operators, invalid regular expressions —
+// Compile rejects the definition instead and names every problem with its
+// field path. Documented deviations from the JavaScript reference:
+//
+//   - FNV-1a runs over UTF-8 bytes, not UTF-16 code units, so non-ASCII ids
+//     bucket differently (as in GrowthBook's Go and Python SDKs).
+//   - Regular expressions use Go's RE2 syntax: no lookaround, no
+//     backreferences (Compile rejects them).
+//   - Equality of a condition object with an attribute object ignores key
+//     order (JSON.stringify in the reference does not).
+//   - An experiment needs at least two variations: the reference never
+//     includes anyone in a one-variation experiment, so such a definition is
+//     a mistake and Compile rejects it.
+//   - Status "paused" (Allot's own) excludes everyone, like "draft" and
+//     "stopped"; and a stopped experiment is not served even when forced.
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Experiment is one experiment definition, in GrowthBook's JSON field names
+// plus Allot's own (status, description, owner, services, startTime,
+// endTime).
+type Experiment struct {
+	// Key names the experiment; it becomes a header-name suffix, so it must
+	// match ^[a-z0-9][a-z0-9._-]{0,62}$ and be unique in a Config.
+	Key string `json:"key"`
+	// Variations are the variation values (header values): strings, or
+	// numbers and booleans rendered canonically (1, 1.5, true). At least two.
+	Variations []json.RawMessage `json:"variations"`
+	// Weights split traffic between variations; they must sum to 1.
+	// Absent means equal weights.
+	Weights []float64 `json:"weights,omitempty"`
+	// Coverage is the fraction of units included, in [0, 1]; absent means 1.
+	Coverage *float64 `json:"coverage,omitempty"`
+	// HashAttribute is the attribute hashed to bucket a unit; default "id".
+	HashAttribute string `json:"hashAttribute,omitempty"`
+	// FallbackAttribute is hashed when HashAttribute is missing or empty.
+	FallbackAttribute string `json:"fallbackAttribute,omitempty"`
+	// HashVersion selects GrowthBook's hash: 1 (default) or 2.
+	HashVersion int `json:"hashVersion,omitempty"`
+	// Seed is hashed with the attribute value; default Key.
+	Seed string `json:"seed,omitempty"`
+	// Namespace is [id, start, end]: only units whose namespace hash falls
+	// in [start, end) are eligible (for mutually exclusive experiments).
+	Namespace json.RawMessage `json:"namespace,omitempty"`
+	// Condition is a GrowthBook targeting condition over attributes.
+	Condition json.RawMessage `json:"condition,omitempty"`
+	// Force, when set, serves that variation index to every eligible unit.
+	Force *int `json:"force,omitempty"`
+	// Filters is a list of {seed, ranges, attribute, hashVersion}: a unit is
+	// eligible only if it lands in some range of every filter. Filters
+	// replace Namespace.
+	Filters json.RawMessage `json:"filters,omitempty"`
+	// Ranges give each variation's bucket range directly, replacing
+	// Weights and Coverage.
+	Ranges [][]float64 `json:"ranges,omitempty"`
+	// Active false disables the experiment (GrowthBook's switch).
+	Active *bool `json:"active,omitempty"`
+	// Status is draft, running, paused or stopped; empty means running.
+	// Only running experiments include units.
+	Status string `json:"status,omitempty"`
+	// Description is free text for humans.
+	Description string `json:"description,omitempty"`
+	// Owner identifies who is responsible for the experiment.
+	Owner string `json:"owner,omitempty"`
+	// Services lists the services the experiment applies to.
+	Services []string `json:"services,omitempty"`
+	// StartTime is the planned start (RFC 3339); not evaluated by the engine.
+	StartTime string `json:"startTime,omitempty"`
+	// EndTime is the planned end (RFC 3339); not evaluated by the engine.
+	EndTime string `json:"endTime,omitempty"`
+}
+
+// Filter is one element of Experiment.Filters.
+type Filter struct {
+	// Attribute is hashed; default "id".
+	Attribute string `json:"attribute,omitempty"`
+	// Seed is hashed with the attribute value.
+	Seed string `json:"seed"`
+	// HashVersion is 1 or 2; default 2 (as in GrowthBook).
+	HashVersion int `json:"hashVersion,omitempty"`
+	// Ranges are [start, end) ranges; the hash must fall in one of them.
+	Ranges [][]float64 `json:"ranges"`
+}
+
+// Experiment statuses.
+const (
+	StatusDraft   = "draft"
+	StatusRunning = "running"
+	StatusPaused  = "paused"
+	StatusStopped = "stopped"
+)
+
+// Config is everything Compile needs: the experiments and the saved groups
+// their conditions may reference with $inGroup / $notInGroup.
+type Config struct {
+	Experiments []Experiment               `json:"experiments"`
+	SavedGroups map[string]json.RawMessage `json:"savedGroups,omitempty"`
+}
+
+// Attributes are a unit's attribute values, JSON-typed (string, float64,
+// bool, nil, []any, map[string]any). The filter passes strings only.
+type Attributes map[string]any
+
+// Assignment is the result of evaluating one experiment for one unit.
+type Assignment struct {
+	// Key is the experiment key.
+	Key string
+	// VariationID indexes the variations; 0 when not in the experiment.
+	VariationID int
+	// Value is the rendered variation (the header value); the first
+	// variation's when not in the experiment, as in GrowthBook.
+	Value string
+	// InExperiment reports whether the unit is included.
+	InExperiment bool
+	// HashUsed reports whether the variation came from the hash (false when
+	// forced or not included).
+	HashUsed bool
+	// HashAttribute is the attribute whose value was (or would be) hashed.
+	HashAttribute string
+	// HashValue is the value that was (or would be) hashed; empty if missing.
+	HashValue string
+}
+
+// Set is a compiled, immutable set of experiments, safe for concurrent use.
+type Set struct {
+	exps  []compiled
+	defs  []Experiment
+	keys  []string
+	refs  []string // sorted attribute names
+	slots []string // attribute names by slot index
+}
+
+// compiled is one experiment, ready to evaluate.
+type compiled struct {
+	key          string
+	values       []string
+	ranges       [][2]float64
+	hashAttr     string
+	fallbackAttr string
+	hashSlot     int
+	fallbackSlot int // -1 without a fallback attribute
+	hashVersion  int
+	seed         string
+	enabled      bool // running and not active=false
+	hasNS        bool
+	nsID         string
+	nsStart      float64
+	nsEnd        float64
+	cond         *Condition
+	hasForce     bool
+	force        int
+	filters      []compiledFilter
+}
+
+type compiledFilter struct {
+	attr        string
+	slot        int
+	seed        string
+	hashVersion int
+	ranges      [][2]float64
+}
+
+// FieldError is one validation problem at a field path such as
+// "experiments[2].weights".
+type FieldError struct {
+	Path    string
+	Message string
+}
+
+// Error implements error as "path: message".
+func (e *FieldError) Error() string { return e.Path + ": " + e.Message }
+
+// Compile validates every definition and compiles the set. It reports every
+// problem at once, each as a *FieldError joined with errors.Join, in
+// definition order.
+func Compile(cfg Config) (*Set, error) {
+	groups, errs := compileGroups(cfg.SavedGroups)
+	s := &Set{
+		exps: make([]compiled, 0, len(cfg.Experiments)),
+		defs: make([]Experiment, 0, len(cfg.Experiments)),
+		keys: make([]string, 0, len(cfg.Experiments)),
+	}
+	seen := map[string]int{}
+	slots := newSlots()
+	for i := range cfg.Experiments {
+		e := &cfg.Experiments[i]
+		p := "experiments[" + strconv.Itoa(i) + "]"
+		c, eerrs := compileExperiment(p, e, groups, slots)
+		errs = append(errs, eerrs...)
+		if j, dup := seen[e.Key]; dup && e.Key != "" {
+			errs = append(errs, &FieldError{p + ".key", fmt.Sprintf("duplicate key %q (also experiments[%d])", e.Key, j)})
+		} else {
+			seen[e.Key] = i
+		}
+		s.exps = append(s.exps, c)
+		s.defs = append(s.defs, cloneExperiment(e))
+		s.keys = append(s.keys, e.Key)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s.slots = slots.names
+	s.refs = slices.Sorted(slices.Values(slots.names))
+	return s, nil
+}
+
+// compileExperiment validates e (errors under path p) and compiles it. The
+// compiled experiment is always usable and behaves like GrowthBook's
+// reference on invalid input (equal weights for bad weights, clamped
+// coverage, out-of-range force excluded, ...); Compile discards it when
+// there are errors, the conformance test runs it.
+func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *slotTable) (compiled, []error) {
+	var errs []error
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, &FieldError{p + path, fmt.Sprintf(format, args...)})
+	}
+	c := compiled{
+		key:          e.Key,
+		hashAttr:     e.HashAttribute,
+		fallbackAttr: e.FallbackAttribute,
+		hashVersion:  e.HashVersion,
+		seed:         e.Seed,
+	}
+	if c.hashAttr == "" {
+		c.hashAttr = "id"
+	}
+	c.hashSlot, c.fallbackSlot = slots.index(c.hashAttr), -1
+	if c.fallbackAttr != "" {
+		c.fallbackSlot = slots.index(c.fallbackAttr)
+	}
+	if c.hashVersion == 0 {
+		c.hashVersion = 1
+	}
+	if c.seed == "" {
+		c.seed = e.Key
+	}
+
+	if e.Key == "" {
+		fail(".key", "is required")
+	} else if !validKey(e.Key) {
+		fail(".key", "%q must match ^[a-z0-9][a-z0-9._-]{0,62}$", e.Key)
+	}
+
+	switch e.Status {
+	case "", StatusRunning:
+		c.enabled = true
+	case StatusDraft, StatusPaused, StatusStopped:
+	default:
+		fail(".status", "unknown status %q, want draft, running, paused or stopped", e.Status)
+	}
+	if e.Active != nil && !*e.Active {
+		c.enabled = false
+	}
+
+	n := len(e.Variations)
+	if n < 2 {
+		fail(".variations", "got %d variations, want at least 2", n)
+	}
+	for j, raw := range e.Variations {
+		v, msg := renderVariation(raw)
+		if msg != "" {
+			fail(".variations["+strconv.Itoa(j)+"]", "%s", msg)
+		}
+		c.values = append(c.values, v)
+	}
+
+	if e.Weights != nil {
+		if len(e.Weights) != n {
+			fail(".weights", "got %d weights for %d variations", len(e.Weights), n)
+		}
+		sum, ok := 0.0, true
+		for j, w := range e.Weights {
+			if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+				fail(".weights["+strconv.Itoa(j)+"]", "%g is negative or not finite", w)
+				ok = false
+			}
+			sum += w
+		}
+		if ok && math.Abs(sum-1) > 1e-6 {
+			fail(".weights", "sum %.10g, want 1", sum)
+		}
+	}
+	coverage := 1.0
+	if e.Coverage != nil {
+		coverage = *e.Coverage
+		if !(coverage >= 0 && coverage <= 1) {
+			fail(".coverage", "%g is outside [0, 1]", coverage)
+		}
+	}
+	if c.hashVersion != 1 && c.hashVersion != 2 {
+		fail(".hashVersion", "unknown hash version %d, want 1 or 2", e.HashVersion)
+	}
+	if e.HashAttribute != "" && strings.TrimSpace(e.HashAttribute) != e.HashAttribute {
+		fail(".hashAttribute", "%q has surrounding spaces", e.HashAttribute)
+	}
+
+	if e.Ranges != nil {
+		if e.Weights != nil || e.Coverage != nil {
+			fail(".ranges", "ranges replace weights and coverage; set one or the other")
+		}
+		if len(e.Ranges) != n {
+			fail(".ranges", "got %d ranges for %d variations", len(e.Ranges), n)
+		}
+		c.ranges = compileRanges(p+".ranges", e.Ranges, &errs, true)
+	} else {
+		c.ranges = BucketRanges(n, coverage, e.Weights)
+	}
+
+	if len(e.Namespace) > 0 && string(e.Namespace) != "null" {
+		c.hasNS = true
+		c.nsStart, c.nsEnd = math.NaN(), math.NaN() // malformed: nobody is in
+		var ns []any
+		if err := json.Unmarshal(e.Namespace, &ns); err != nil || len(ns) != 3 {
+			fail(".namespace", "must be [id, start, end]")
+		} else {
+			id, ok1 := ns[0].(string)
+			start, ok2 := ns[1].(float64)
+			end, ok3 := ns[2].(float64)
+			switch {
+			case !ok1 || !ok2 || !ok3:
+				fail(".namespace", "must be [id (string), start (number), end (number)]")
+			case id == "":
+				fail(".namespace[0]", "namespace id is empty")
+			case !(start >= 0 && start <= end && end <= 1):
+				fail(".namespace", "range [%g, %g) must satisfy 0 <= start <= end <= 1", start, end)
+			}
+			if ok1 && ok2 && ok3 {
+				c.nsID, c.nsStart, c.nsEnd = id, start, end
+			}
+		}
+	}
+
+	cond, cerrs := compileCondition(p+".condition", e.Condition, groups, slots)
+	errs = append(errs, cerrs...)
+	c.cond = cond
+
+	if e.Force != nil {
+		c.hasForce, c.force = true, *e.Force
+		if c.force < 0 || c.force >= n {
+			fail(".force", "%d is not a variation index in [0, %d)", c.force, n)
+		}
+	}
+
+	c.filters = compileFilters(p+".filters", e.Filters, &errs)
+	for i := range c.filters {
+		c.filters[i].slot = slots.index(c.filters[i].attr)
+	}
+
+	var start, end time.Time
+	if e.StartTime != "" {
+		t, err := time.Parse(time.RFC3339, e.StartTime)
+		if err != nil {
+			fail(".startTime", "%q is not an RFC 3339 time", e.StartTime)
+		}
+		start = t
+	}
+	if e.EndTime != "" {
+		t, err := time.Parse(time.RFC3339, e.EndTime)
+		if err != nil {
+			fail(".endTime", "%q is not an RFC 3339 time", e.EndTime)
+		}
+		end = t
+	}
+	if !start.IsZero() && !end.IsZero() && end.Before(start) {
+		fail(".endTime", "is before startTime")
+	}
+	for j, svc := range e.Services {
+		if strings.TrimSpace(svc) == "" {
+			fail(".services["+strconv.Itoa(j)+"]", "is empty")
+		}
+	}
+	return c, errs
+}
+
+// compileRanges converts [start, end] pairs; malformed pairs match nothing.
+func compileRanges(p string, in [][]float64, errs *[]error, noOverlap bool) [][2]float64 {
+	out := make([][2]float64, len(in))
+	for j, r := range in {
+		rp := p + "[" + strconv.Itoa(j) + "]"
+		if len(r) != 2 {
+			*errs = append(*errs, &FieldError{rp, fmt.Sprintf("got %d numbers, want [start, end]", len(r))})
+			out[j] = [2]float64{math.NaN(), math.NaN()}
+			continue
+		}
+		if !(r[0] >= 0 && r[0] <= r[1] && r[1] <= 1) {
+			*errs = append(*errs, &FieldError{rp, fmt.Sprintf("[%g, %g] must satisfy 0 <= start <= end <= 1", r[0], r[1])})
+		}
+		out[j] = [2]float64{r[0], r[1]}
+	}
+	if noOverlap {
+		for a := range out {
+			for b := a + 1; b < len(out); b++ {
+				if out[a][0] < out[b][1] && out[b][0] < out[a][1] {
+					*errs = append(*errs, &FieldError{p + "[" + strconv.Itoa(b) + "]", fmt.Sprintf("overlaps %s[%d]", p[strings.LastIndexByte(p, '.')+1:], a)})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func compileFilters(p string, raw json.RawMessage, errs *[]error) []compiledFilter {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var fs []json.RawMessage
+	if err := json.Unmarshal(raw, &fs); err != nil {
+		*errs = append(*errs, &FieldError{p, "must be an array of {seed, ranges, attribute, hashVersion}"})
+		return []compiledFilter{{attr: "id", hashVersion: -1}} // excludes everyone
+	}
+	out := make([]compiledFilter, 0, len(fs))
+	for j, fr := range fs {
+		fp := p + "[" + strconv.Itoa(j) + "]"
+		var f Filter
+		dec := json.NewDecoder(strings.NewReader(string(fr)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			*errs = append(*errs, &FieldError{fp, "invalid filter: " + err.Error()})
+			out = append(out, compiledFilter{attr: "id", hashVersion: -1})
+			continue
+		}
+		cf := compiledFilter{attr: f.Attribute, seed: f.Seed, hashVersion: f.HashVersion}
+		if cf.attr == "" {
+			cf.attr = "id"
+		}
+		if cf.hashVersion == 0 {
+			cf.hashVersion = 2
+		}
+		if cf.hashVersion != 1 && cf.hashVersion != 2 {
+			*errs = append(*errs, &FieldError{fp + ".hashVersion", fmt.Sprintf("unknown hash version %d, want 1 or 2", f.HashVersion)})
+		}
+		if f.Seed == "" {
+			*errs = append(*errs, &FieldError{fp + ".seed", "is required"})
+		}
+		if len(f.Ranges) == 0 {
+			*errs = append(*errs, &FieldError{fp + ".ranges", "at least one range is required"})
+		}
+		cf.ranges = compileRanges(fp+".ranges", f.Ranges, errs, false)
+		out = append(out, cf)
+	}
+	return out
+}
+
+// renderVariation renders a variation as its header value; msg explains why
+// it is invalid (the lenient rendering is still returned).
+func renderVariation(raw json.RawMessage) (value, msg string) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw), "invalid JSON: " + err.Error()
+	}
+	switch x := v.(type) {
+	case string:
+		for i := 0; i < len(x); i++ {
+			if c := x[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+				return x, "contains control characters; not a valid header value"
+			}
+		}
+		return x, ""
+	case float64:
+		return formatNumber(x), ""
+	case bool:
+		return strconv.FormatBool(x), ""
+	case nil:
+		return "", "must be a string, number or boolean, got null"
+	}
+	return string(raw), "must be a string, number or boolean, got " + typeName(v)
+}
+
+// validKey reports whether k matches ^[a-z0-9][a-z0-9._-]{0,62}$.
+func validKey(k string) bool {
+	if len(k) == 0 || len(k) > 63 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// eval is GrowthBook's run(experiment) minus the SDK-only steps (URL
+// targeting, query-string and context overrides, QA mode, sticky buckets,
+// prerequisites). It fills the zero Assignment r in place.
+func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any) {
+	r.Key, r.HashAttribute = c.key, c.hashAttr
+	r.HashValue = hashValue(attr(attrs, slots, c.hashSlot, c.hashAttr))
+	if len(c.values) > 0 {
+		r.Value = c.values[0]
+	}
+	if r.HashValue == "" && c.fallbackSlot >= 0 {
+		if v := hashValue(attr(attrs, slots, c.fallbackSlot, c.fallbackAttr)); v != "" {
+			r.HashAttribute, r.HashValue = c.fallbackAttr, v
+		}
+	}
+	if len(c.values) < 2 || !c.enabled || r.HashValue == "" {
+		return
+	}
+	if len(c.filters) > 0 {
+		if c.filteredOut(attrs, slots) {
+			return
+		}
+	} else if c.hasNS {
+		if n := nsHash(r.HashValue, c.nsID); !(n >= c.nsStart && n < c.nsEnd) {
+			return
+		}
+	}
+	if c.cond != nil && !c.cond.root.eval(attrs, slots) {
+		return
+	}
+	n, ok := Hash(c.seed, r.HashValue, c.hashVersion)
+	if !ok {
+		return
+	}
+	idx := ChooseVariation(n, c.ranges)
+	if idx < 0 {
+		return
+	}
+	if c.hasForce {
+		if c.force >= 0 && c.force < len(c.values) {
+			r.VariationID, r.Value, r.InExperiment = c.force, c.values[c.force], true
+		}
+		return
+	}
+	r.HashUsed = true
+	if idx < len(c.values) {
+		r.VariationID, r.Value, r.InExperiment = idx, c.values[idx], true
+	}
+}
+
+// attr is a top-level attribute: from slots when resolved, else from attrs.
+func attr(attrs map[string]any, slots []any, slot int, name string) any {
+	if slots != nil {
+		return slots[slot]
+	}
+	return attrs[name]
+}
+
+func (c *compiled) filteredOut(attrs map[string]any, slots []any) bool {
+	for i := range c.filters {
+		f := &c.filters[i]
+		v := hashValue(attr(attrs, slots, f.slot, f.attr))
+		if v == "" {
+			return true
+		}
+		n, ok := Hash(f.seed, v, f.hashVersion)
+		if !ok || ChooseVariation(n, f.ranges) < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hashValue is the reference's attributes[name] || "" as a string: numbers
+// and booleans render canonically; false, 0, NaN, null, "" and absent
+// (JavaScript's falsy values) are missing, as are arrays and objects.
+func hashValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		if x == 0 || math.IsNaN(x) {
+			return ""
+		}
+		return formatNumber(x)
+	case bool:
+		if x {
+			return "true"
+		}
+	}
+	return ""
+}
+
+// Len is the number of compiled experiments.
+func (s *Set) Len() int { return len(s.exps) }
+
+// Keys returns the experiment keys in definition order.
+func (s *Set) Keys() []string { return slices.Clone(s.keys) }
+
+// Experiment returns a copy of the i-th definition as given to Compile.
+func (s *Set) Experiment(i int) Experiment { return cloneExperiment(&s.defs[i]) }
+
+// Variations returns the rendered variation values (header values) of the
+// i-th experiment.
+func (s *Set) Variations(i int) []string { return slices.Clone(s.exps[i].values) }
+
+// Assign evaluates every experiment for attrs, in definition order, appending
+// one Assignment per experiment to dst. Units not in an experiment get
+// VariationID 0 and InExperiment false, as in GrowthBook. Assign does not
+// allocate beyond growing dst when attributes are strings.
+func (s *Set) Assign(dst []Assignment, attrs Attributes) []Assignment {
+	m := map[string]any(attrs)
+	// Look every referenced attribute up once; experiments read them by slot.
+	var stack [32]any
+	slots := stack[:0]
+	if len(s.slots) > len(stack) {
+		slots = make([]any, 0, len(s.slots))
+	}
+	for _, name := range s.slots {
+		slots = append(slots, m[name])
+	}
+	for i := range s.exps {
+		c := &s.exps[i]
+		dst = append(dst, Assignment{})
+		c.eval(&dst[len(dst)-1], m, slots)
+	}
+	return dst
+}
+
+// Referenced returns the attribute names the compiled set reads, sorted: hash
+// and fallback attributes, filter attributes, and the top-level name of every
+// attribute path a condition reads ("a" for "a.b"). A cache of assignments
+// may be keyed by their values alone.
+func (s *Set) Referenced() []string { return slices.Clone(s.refs) }
+
+func cloneExperiment(e *Experiment) Experiment {
+	c := *e
+	if e.Variations != nil {
+		c.Variations = make([]json.RawMessage, len(e.Variations))
+		for i, v := range e.Variations {
+			c.Variations[i] = slices.Clone(v)
+		}
+	}
+	c.Weights = slices.Clone(e.Weights)
+	c.Namespace = slices.Clone(e.Namespace)
+	c.Condition = slices.Clone(e.Condition)
+	c.Filters = slices.Clone(e.Filters)
+	if e.Ranges != nil {
+		c.Ranges = make([][]float64, len(e.Ranges))
+		for i, r := range e.Ranges {
+			c.Ranges[i] = slices.Clone(r)
+		}
+	}
+	c.Services = slices.Clone(e.Services)
+	if e.Coverage != nil {
+		v := *e.Coverage
+		c.Coverage = &v
+	}
+	if e.Force != nil {
+		v := *e.Force
+		c.Force = &v
+	}
+	if e.Active != nil {
+		v := *e.Active
+		c.Active = &v
+	}
+	return c
+}

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzCompile: arbitrary JSON configs never panic; Compile either rejects
+// them or returns a Set whose Assign does not panic and returns one
+// assignment per experiment.
+func FuzzCompile(f *testing.F) {
+	f.Add([]byte(benchConfig(2)), []byte(`{"id":"u1","country":"US","platform":"ios","version":"2.3.1"}`))
+	f.Add([]byte(`{"experiments":[{"key":"a","variations":["x","y"],"namespace":["ns",0,0.5],"filters":[{"seed":"s","ranges":[[0,0.5]]}]}]}`), []byte(`{"id":7}`))
+	f.Add([]byte(`{"experiments":[{"key":"a","variations":[1,true],"ranges":[[0.5,1],[0,0.5]],"force":0,"condition":{"$not":{"t":{"$size":{"$gt":1}}}}}],"savedGroups":{"g":[1]}}`), []byte(`{"t":[1,2,3]}`))
+	f.Add([]byte(`{"experiments":[{"key":"a","variations":["x","y"],"weights":[0.5,0.6],"condition":{"a":{"$regex":"(["}}}]}`), []byte(`{}`))
+	f.Fuzz(func(t *testing.T, cfgJSON, attrsJSON []byte) {
+		var cfg Config
+		if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+			return
+		}
+		s, err := Compile(cfg)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		var attrs Attributes
+		_ = json.Unmarshal(attrsJSON, &attrs)
+		got := s.Assign(nil, attrs)
+		if len(got) != s.Len() {
+			t.Fatalf("%d assignments for %d experiments", len(got), s.Len())
+		}
+		for _, a := range got {
+			if a.InExperiment && a.Value == "" && a.VariationID < 0 {
+				t.Fatalf("bad assignment %+v", a)
+			}
+		}
+		_ = s.Referenced()
+	})
+}
+
+// FuzzCondition: arbitrary condition and attribute JSON never panic, in
+// the strict and the lenient (reference) compilation.
+func FuzzCondition(f *testing.F) {
+	f.Add([]byte(`{"$and":[{"father.age":{"$gt":65}},{"$or":[{"bday":{"$regex":"-12-25$"}},{"name":"santa"}]}]}`), []byte(`{"name":"santa","bday":"1980-12-25","father":{"age":70}}`))
+	f.Add([]byte(`{"tags":{"$elemMatch":{"$in":["a","b"]}},"v":{"$vgte":"1.0.0-beta.2"}}`), []byte(`{"tags":["d","b"],"v":"1.0.0"}`))
+	f.Add([]byte(`{"n":{"$gt":"5","$lt":10,"$exists":true},"x":[1,{"a":null}],"$nor":[{"k":{"$type":"array"}}]}`), []byte(`{"n":"8","x":[1,{"a":null}],"k":{}}`))
+	f.Add([]byte(`{"id":{"$inGroup":"g"},"s":{"$size":0},"a":{"$alli":["X"]},"r":{"$regexi":"^a"}}`), []byte(`{"id":1,"s":[],"a":["x"],"r":5}`))
+	f.Fuzz(func(t *testing.T, condJSON, attrsJSON []byte) {
+		groups := map[string]json.RawMessage{"g": json.RawMessage(`[1,"2",null]`)}
+		var attrs Attributes
+		_ = json.Unmarshal(attrsJSON, &attrs)
+		if c, err := CompileCondition(condJSON, groups); err == nil && c != nil {
+			c.Match(attrs)
+			c.Referenced()
+		}
+		g, _ := compileGroups(groups)
+		if c, _ := compileCondition("condition", condJSON, g, newSlots()); c != nil {
+			c.root.eval(map[string]any(attrs), nil)
+		}
+	})
+}

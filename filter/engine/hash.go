@@ -1,0 +1,128 @@
+package engine
+
+// The primitives below reproduce GrowthBook's reference functions
+// (hash, getBucketRanges, chooseVariation, inNamespace, getEqualWeights),
+// including how they treat invalid input, so the conformance suite can run
+// them directly. Compile rejects the invalid definitions they tolerate.
+//
+// One deliberate difference: GrowthBook's JavaScript SDK runs FNV-1a over
+// UTF-16 code units (String.charCodeAt), Allot over UTF-8 bytes (as the Go,
+// Python and most server SDKs do). Both agree on ASCII ids; for non-ASCII ids
+// (e.g. "Zoë", "用户") the buckets differ. testdata/vectors.json pins ours.
+
+const (
+	fnvOffset32 = 2166136261
+	fnvPrime32  = 16777619
+)
+
+// fnv1a continues a 32-bit FNV-1a hash h over the bytes of s, without
+// converting s to a []byte.
+func fnv1a(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= fnvPrime32
+	}
+	return h
+}
+
+// Hash is GrowthBook's hash(seed, value, version): a number in [0, 1).
+// Version 1 is fnv1a(value+seed) % 1000 / 1000; version 2 is
+// fnv1a(decimal(fnv1a(seed+value))) % 10000 / 10000. Any other version
+// returns ok == false. Hash does not allocate.
+func Hash(seed, value string, version int) (n float64, ok bool) {
+	switch version {
+	case 1:
+		h := fnv1a(fnv1a(fnvOffset32, value), seed)
+		return float64(h%1000) / 1000, true
+	case 2:
+		h := fnv1a(fnv1a(fnvOffset32, seed), value)
+		var buf [10]byte
+		i := len(buf)
+		for {
+			i--
+			buf[i] = byte('0' + h%10)
+			h /= 10
+			if h == 0 {
+				break
+			}
+		}
+		h2 := uint32(fnvOffset32)
+		for _, c := range buf[i:] {
+			h2 ^= uint32(c)
+			h2 *= fnvPrime32
+		}
+		return float64(h2%10000) / 10000, true
+	}
+	return 0, false
+}
+
+// EqualWeights is GrowthBook's getEqualWeights(n): n weights of 1/n, or none
+// when n <= 0.
+func EqualWeights(n int) []float64 {
+	if n <= 0 {
+		return []float64{}
+	}
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1 / float64(n)
+	}
+	return w
+}
+
+// BucketRanges is GrowthBook's getBucketRanges: one [start, end) range per
+// variation, start at the cumulative weight, end at start+coverage*weight.
+// Like the reference it clamps coverage to [0, 1] and falls back to equal
+// weights when weights are nil, of the wrong length, or do not sum to
+// within 0.01 of 1. The arithmetic (and its order) is the reference's, so
+// boundaries agree bit for bit.
+func BucketRanges(numVariations int, coverage float64, weights []float64) [][2]float64 {
+	if coverage < 0 {
+		coverage = 0
+	} else if coverage > 1 {
+		coverage = 1
+	}
+	if weights == nil || len(weights) != numVariations {
+		weights = EqualWeights(numVariations)
+	}
+	total := 0.0
+	for _, w := range weights {
+		total = w + total
+	}
+	if total < 0.99 || total > 1.01 {
+		weights = EqualWeights(numVariations)
+	}
+	ranges := make([][2]float64, len(weights))
+	cumulative := 0.0
+	for i, w := range weights {
+		start := cumulative
+		cumulative += w
+		ranges[i] = [2]float64{start, start + coverage*w}
+	}
+	return ranges
+}
+
+// ChooseVariation is GrowthBook's chooseVariation: the index of the first
+// range with start <= n < end, or -1.
+func ChooseVariation(n float64, ranges [][2]float64) int {
+	for i, r := range ranges {
+		if n >= r[0] && n < r[1] {
+			return i
+		}
+	}
+	return -1
+}
+
+// InNamespace is GrowthBook's inNamespace: whether hashValue's version-1
+// hash with seed "__"+id lies in [start, end).
+func InNamespace(hashValue, id string, start, end float64) bool {
+	n := nsHash(hashValue, id)
+	return n >= start && n < end
+}
+
+// nsHash is Hash("__"+id, hashValue, 1) without building "__"+id.
+func nsHash(hashValue, id string) float64 {
+	h := fnv1a(fnvOffset32, hashValue)
+	h = fnv1a(h, "__")
+	h = fnv1a(h, id)
+	return float64(h%1000) / 1000
+}
