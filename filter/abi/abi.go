@@ -1,0 +1,242 @@
+// Package abi is Allot's proxy-wasm ABI v0.2.1 layer: the host functions the
+// filter imports, the callbacks it exports, and the memory contract between
+// the two. Nothing above this package touches linear memory or wasm
+// directives.
+//
+// On GOOS=wasip1 the real host (Envoy) is reached through //go:wasmimport and
+// the callbacks are //go:wasmexport functions that dispatch to the Handler set
+// with SetHandler. On every other GOOS (the native twin) there are no exports
+// and no real host: tests drive a Handler directly with a fake Host, so
+// everything above this package is unit-tested natively.
+//
+// Spec: https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1
+//
+// This package imports only the standard library; it must never import gRPC
+// or net/http.
+package abi
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+)
+
+// Status is a proxy_status_t returned by every host function.
+type Status uint32
+
+// Host function results, as numbered by the spec.
+const (
+	StatusOK               Status = 0
+	StatusNotFound         Status = 1
+	StatusBadArgument      Status = 2
+	StatusSerializationErr Status = 3
+	StatusParseFailure     Status = 4
+	StatusEmpty            Status = 7
+	StatusCasMismatch      Status = 8
+	StatusInternalFailure  Status = 10
+	StatusUnimplemented    Status = 12
+)
+
+// Error is a host function's non-OK status as a Go error.
+type Error struct {
+	Call   string
+	Status Status
+}
+
+func (e *Error) Error() string {
+	return e.Call + ": proxy-wasm status " + strconv.Itoa(int(e.Status))
+}
+
+// ErrNotFound matches (with errors.Is) any host error with StatusNotFound.
+var ErrNotFound = &Error{Status: StatusNotFound}
+
+// Is reports whether target is a host error with the same status.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Call == "" && t.Status == e.Status
+}
+
+func statusErr(call string, s Status) error {
+	if s == StatusOK {
+		return nil
+	}
+	return &Error{Call: call, Status: s}
+}
+
+// LogLevel is a proxy_log_level_t.
+type LogLevel uint32
+
+// Log levels.
+const (
+	LogTrace    LogLevel = 0
+	LogDebug    LogLevel = 1
+	LogInfo     LogLevel = 2
+	LogWarn     LogLevel = 3
+	LogError    LogLevel = 4
+	LogCritical LogLevel = 5
+)
+
+// MapType is a proxy_map_type_t.
+type MapType uint32
+
+// Header maps.
+const (
+	RequestHeaders   MapType = 0
+	RequestTrailers  MapType = 1
+	ResponseHeaders  MapType = 2
+	ResponseTrailers MapType = 3
+)
+
+// BufferType is a proxy_buffer_type_t.
+type BufferType uint32
+
+// Buffers.
+const (
+	BufferVMConfiguration     BufferType = 6
+	BufferPluginConfiguration BufferType = 7
+)
+
+// MetricType is a proxy_metric_type_t.
+type MetricType uint32
+
+// Metric types.
+const (
+	MetricCounter   MetricType = 0
+	MetricGauge     MetricType = 1
+	MetricHistogram MetricType = 2
+)
+
+// Action is a proxy_action_t returned by stream callbacks.
+type Action uint32
+
+// Stream actions.
+const (
+	ActionContinue Action = 0
+	ActionPause    Action = 1
+)
+
+// Host is the subset of proxy-wasm host functions Allot uses. The wasip1
+// build implements it over the real imports; tests use a fake.
+type Host interface {
+	// Log writes msg to the proxy's log at level.
+	Log(level LogLevel, msg string)
+	// GetBuffer returns up to max bytes from start of a buffer.
+	GetBuffer(t BufferType, start, max int) ([]byte, error)
+	// GetHeaderMapPairs returns every header of a map, in order. The
+	// strings are valid until the callback returns.
+	GetHeaderMapPairs(t MapType) ([][2]string, error)
+	// AddHeaderMapValue appends a header (keeping existing copies).
+	AddHeaderMapValue(t MapType, key, value string) error
+	// ReplaceHeaderMapValue sets a header, replacing every existing copy.
+	ReplaceHeaderMapValue(t MapType, key, value string) error
+	// RemoveHeaderMapValue removes every copy of a header.
+	RemoveHeaderMapValue(t MapType, key string) error
+	// GetProperty reads a host property; path segments are joined with NUL
+	// as the spec requires.
+	GetProperty(path ...string) ([]byte, error)
+	// SetProperty writes a host property (e.g. filter state).
+	SetProperty(path string, value []byte) error
+	// DefineMetric defines a metric and returns its id.
+	DefineMetric(t MetricType, name string) (uint32, error)
+	// IncrementMetric adds delta to a counter or gauge.
+	IncrementMetric(id uint32, delta int64) error
+	// RecordMetric sets a gauge or records a histogram value.
+	RecordMetric(id uint32, value uint64) error
+	// SetTickPeriod asks for OnTick every ms milliseconds (0 = off).
+	SetTickPeriod(ms uint32) error
+}
+
+// Handler receives the host's callbacks. The plugin implements it; SetHandler
+// installs it.
+type Handler interface {
+	// OnContextCreate is called for every new root (parent 0) or stream context.
+	OnContextCreate(id, parent uint32)
+	// OnVMStart is called once per VM with the size of its configuration.
+	OnVMStart(rootID uint32, vmConfigSize int) bool
+	// OnConfigure is called with the plugin configuration's size; false
+	// rejects the configuration.
+	OnConfigure(rootID uint32, configSize int) bool
+	// OnRequestHeaders is called when a stream's request headers arrive.
+	OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) Action
+	// OnDone is called when the host is done with a context; true lets it go.
+	OnDone(id uint32) bool
+	// OnDelete is called when a context is gone.
+	OnDelete(id uint32)
+	// OnTick is called periodically on root contexts after SetTickPeriod.
+	OnTick(rootID uint32)
+}
+
+var handler Handler
+
+// SetHandler installs the callbacks' receiver. Call it from main's init.
+func SetHandler(h Handler) { handler = h }
+
+// ParsePairs decodes the spec's serialized header map: a little-endian u32
+// count, count × (u32 name size, u32 value size), then each name and value
+// followed by a NUL byte. The returned strings alias buf.
+func ParsePairs(buf []byte) ([][2]string, error) {
+	if len(buf) < 4 {
+		if len(buf) == 0 {
+			return nil, nil
+		}
+		return nil, errors.New("header map: short buffer")
+	}
+	n := int(binary.LittleEndian.Uint32(buf))
+	if n > (len(buf)-4)/10 { // every pair takes at least 8 size bytes + 2 NULs
+		return nil, errors.New("header map: pair count exceeds buffer")
+	}
+	sizes := buf[4 : 4+8*n]
+	pos := 4 + 8*n
+	out := make([][2]string, n)
+	for i := range n {
+		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
+		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		if ks < 0 || vs < 0 || pos+ks+vs+2 > len(buf) || buf[pos+ks] != 0 || buf[pos+ks+1+vs] != 0 {
+			return nil, errors.New("header map: malformed pair")
+		}
+		out[i][0] = bytesToString(buf[pos : pos+ks])
+		pos += ks + 1
+		out[i][1] = bytesToString(buf[pos : pos+vs])
+		pos += vs + 1
+	}
+	if pos != len(buf) {
+		return nil, errors.New("header map: trailing bytes")
+	}
+	return out, nil
+}
+
+// SerializePairs encodes pairs in the spec's header map format (the inverse
+// of ParsePairs); fake hosts use it.
+func SerializePairs(pairs [][2]string) []byte {
+	size := 4
+	for _, p := range pairs {
+		size += 8 + len(p[0]) + len(p[1]) + 2
+	}
+	buf := make([]byte, 4, size)
+	binary.LittleEndian.PutUint32(buf, uint32(len(pairs)))
+	for _, p := range pairs {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(p[0])))
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(p[1])))
+	}
+	for _, p := range pairs {
+		buf = append(append(buf, p[0]...), 0)
+		buf = append(append(buf, p[1]...), 0)
+	}
+	return buf
+}
+
+// JoinPath joins property path segments with NUL, as proxy_get_property wants.
+func JoinPath(path []string) string {
+	n := 0
+	for _, p := range path {
+		n += len(p) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, p := range path {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, p...)
+	}
+	return string(b)
+}

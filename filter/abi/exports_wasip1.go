@@ -1,0 +1,98 @@
+//go:build wasip1
+
+package abi
+
+import "unsafe"
+
+// The callbacks Envoy calls. Only those Allot needs are exported: every
+// export the host finds is a host→Go crossing it makes on every stream, so
+// response, body and trailer callbacks are deliberately absent.
+
+//go:wasmexport proxy_abi_version_0_2_1
+func abiVersion() {}
+
+// pending holds buffers handed to the host by proxy_on_memory_allocate until
+// the host call that requested them returns and takeAlloc claims them. Go's
+// collector does not move objects, so a held slice keeps its address valid.
+var pending [][]byte
+
+//go:wasmexport proxy_on_memory_allocate
+func onMemoryAllocate(size uint32) uint32 {
+	b := make([]byte, max(size, 1))
+	pending = append(pending, b)
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// takeAlloc returns the buffer the host filled at address p (n bytes) and
+// releases every other pending allocation.
+func takeAlloc(p, n uint32) []byte {
+	var out []byte
+	for _, b := range pending {
+		if uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) == p && int(n) <= len(b) {
+			out = b[:n:n]
+		}
+	}
+	clear(pending)
+	pending = pending[:0]
+	return out
+}
+
+//go:wasmexport proxy_on_context_create
+func onContextCreate(id, parent uint32) {
+	if handler != nil {
+		handler.OnContextCreate(id, parent)
+	}
+}
+
+//go:wasmexport proxy_on_vm_start
+func onVMStart(rootID, size uint32) uint32 {
+	if handler == nil {
+		return 1
+	}
+	return boolWord(handler.OnVMStart(rootID, int(size)))
+}
+
+//go:wasmexport proxy_on_configure
+func onConfigure(rootID, size uint32) uint32 {
+	if handler == nil {
+		return 0
+	}
+	return boolWord(handler.OnConfigure(rootID, int(size)))
+}
+
+//go:wasmexport proxy_on_request_headers
+func onRequestHeaders(id, numHeaders, endOfStream uint32) uint32 {
+	if handler == nil {
+		return uint32(ActionContinue)
+	}
+	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_done
+func onDone(id uint32) uint32 {
+	if handler == nil {
+		return 1
+	}
+	return boolWord(handler.OnDone(id))
+}
+
+//go:wasmexport proxy_on_delete
+func onDelete(id uint32) {
+	if handler != nil {
+		handler.OnDelete(id)
+	}
+}
+
+//go:wasmexport proxy_on_tick
+func onTick(rootID uint32) {
+	if handler != nil {
+		handler.OnTick(rootID)
+	}
+}
+
+func boolWord(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

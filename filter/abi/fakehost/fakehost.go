@@ -1,0 +1,249 @@
+// Package fakehost is a hand-written proxy-wasm host emulator for native
+// tests: it implements abi.Host over in-memory header maps, buffers,
+// properties and metrics, and drives an abi.Handler through the callback
+// sequence Envoy uses (create root, vm start, configure, then one stream per
+// request).
+package fakehost
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/allotmesh/allot/filter/abi"
+)
+
+// Host is an in-memory abi.Host. The zero value is not ready; use New.
+type Host struct {
+	mu         sync.Mutex
+	Buffers    map[abi.BufferType][]byte
+	Headers    map[abi.MapType][][2]string
+	Properties map[string][]byte // keyed by abi.JoinPath of the path
+	Logs       []Log
+	Metrics    map[string]*Metric
+	metricIDs  []string
+	TickMs     uint32
+	// Fail, when set, is called before every host call with its name; a
+	// non-nil result is returned from the call (fault injection).
+	Fail func(call string) error
+
+	nextID uint32
+}
+
+// Log is one proxy_log call.
+type Log struct {
+	Level abi.LogLevel
+	Msg   string
+}
+
+// Metric is one defined metric and its value.
+type Metric struct {
+	Type  abi.MetricType
+	Value int64
+}
+
+var _ abi.Host = (*Host)(nil)
+
+// New returns an empty host.
+func New() *Host {
+	return &Host{
+		Buffers:    map[abi.BufferType][]byte{},
+		Headers:    map[abi.MapType][][2]string{},
+		Properties: map[string][]byte{},
+		Metrics:    map[string]*Metric{},
+		nextID:     1,
+	}
+}
+
+func (h *Host) fail(call string) error {
+	if h.Fail != nil {
+		return h.Fail(call)
+	}
+	return nil
+}
+
+// Log implements abi.Host.
+func (h *Host) Log(level abi.LogLevel, msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Logs = append(h.Logs, Log{level, msg})
+}
+
+// GetBuffer implements abi.Host.
+func (h *Host) GetBuffer(t abi.BufferType, start, max int) ([]byte, error) {
+	if err := h.fail("proxy_get_buffer_bytes"); err != nil {
+		return nil, err
+	}
+	b, ok := h.Buffers[t]
+	if !ok {
+		return nil, &abi.Error{Call: "proxy_get_buffer_bytes", Status: abi.StatusNotFound}
+	}
+	if start > len(b) {
+		start = len(b)
+	}
+	end := min(start+max, len(b))
+	return append([]byte(nil), b[start:end]...), nil
+}
+
+// GetHeaderMapPairs implements abi.Host; it round-trips through the wire
+// format so the parser is exercised too.
+func (h *Host) GetHeaderMapPairs(t abi.MapType) ([][2]string, error) {
+	if err := h.fail("proxy_get_header_map_pairs"); err != nil {
+		return nil, err
+	}
+	return abi.ParsePairs(abi.SerializePairs(h.Headers[t]))
+}
+
+// AddHeaderMapValue implements abi.Host.
+func (h *Host) AddHeaderMapValue(t abi.MapType, key, value string) error {
+	if err := h.fail("proxy_add_header_map_value"); err != nil {
+		return err
+	}
+	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), value})
+	return nil
+}
+
+// ReplaceHeaderMapValue implements abi.Host.
+func (h *Host) ReplaceHeaderMapValue(t abi.MapType, key, value string) error {
+	if err := h.fail("proxy_replace_header_map_value"); err != nil {
+		return err
+	}
+	h.remove(t, key)
+	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), value})
+	return nil
+}
+
+// RemoveHeaderMapValue implements abi.Host.
+func (h *Host) RemoveHeaderMapValue(t abi.MapType, key string) error {
+	if err := h.fail("proxy_remove_header_map_value"); err != nil {
+		return err
+	}
+	h.remove(t, key)
+	return nil
+}
+
+func (h *Host) remove(t abi.MapType, key string) {
+	kept := h.Headers[t][:0]
+	for _, p := range h.Headers[t] {
+		if !strings.EqualFold(p[0], key) {
+			kept = append(kept, p)
+		}
+	}
+	h.Headers[t] = kept
+}
+
+// GetProperty implements abi.Host.
+func (h *Host) GetProperty(path ...string) ([]byte, error) {
+	if err := h.fail("proxy_get_property"); err != nil {
+		return nil, err
+	}
+	v, ok := h.Properties[abi.JoinPath(path)]
+	if !ok {
+		return nil, &abi.Error{Call: "proxy_get_property", Status: abi.StatusNotFound}
+	}
+	return v, nil
+}
+
+// SetProperty implements abi.Host.
+func (h *Host) SetProperty(path string, value []byte) error {
+	if err := h.fail("proxy_set_property"); err != nil {
+		return err
+	}
+	h.Properties[path] = append([]byte(nil), value...)
+	return nil
+}
+
+// DefineMetric implements abi.Host; defining a name twice returns its id.
+func (h *Host) DefineMetric(t abi.MetricType, name string) (uint32, error) {
+	if err := h.fail("proxy_define_metric"); err != nil {
+		return 0, err
+	}
+	for i, n := range h.metricIDs {
+		if n == name {
+			return uint32(i), nil
+		}
+	}
+	h.metricIDs = append(h.metricIDs, name)
+	h.Metrics[name] = &Metric{Type: t}
+	return uint32(len(h.metricIDs) - 1), nil
+}
+
+// IncrementMetric implements abi.Host.
+func (h *Host) IncrementMetric(id uint32, delta int64) error {
+	if err := h.fail("proxy_increment_metric"); err != nil {
+		return err
+	}
+	if int(id) >= len(h.metricIDs) {
+		return &abi.Error{Call: "proxy_increment_metric", Status: abi.StatusNotFound}
+	}
+	h.Metrics[h.metricIDs[id]].Value += delta
+	return nil
+}
+
+// RecordMetric implements abi.Host.
+func (h *Host) RecordMetric(id uint32, value uint64) error {
+	if err := h.fail("proxy_record_metric"); err != nil {
+		return err
+	}
+	if int(id) >= len(h.metricIDs) {
+		return &abi.Error{Call: "proxy_record_metric", Status: abi.StatusNotFound}
+	}
+	h.Metrics[h.metricIDs[id]].Value = int64(value)
+	return nil
+}
+
+// SetTickPeriod implements abi.Host.
+func (h *Host) SetTickPeriod(ms uint32) error {
+	h.TickMs = ms
+	return h.fail("proxy_set_tick_period_milliseconds")
+}
+
+// Counter returns a metric's value (0 if undefined).
+func (h *Host) Counter(name string) int64 {
+	if m, ok := h.Metrics[name]; ok {
+		return m.Value
+	}
+	return 0
+}
+
+// StartPlugin creates a root context, starts the VM and configures it with
+// config, as Envoy does; it returns the root id and on_configure's result.
+func (h *Host) StartPlugin(hd abi.Handler, config []byte) (uint32, bool) {
+	root := h.newID()
+	hd.OnContextCreate(root, 0)
+	if !hd.OnVMStart(root, 0) {
+		return root, false
+	}
+	return root, h.Configure(hd, root, config)
+}
+
+// Configure delivers a new plugin configuration to an existing root.
+func (h *Host) Configure(hd abi.Handler, root uint32, config []byte) bool {
+	h.Buffers[abi.BufferPluginConfiguration] = config
+	return hd.OnConfigure(root, len(config))
+}
+
+// ErrPaused is returned by Request when the handler did not continue.
+var ErrPaused = errors.New("fakehost: request headers callback paused the stream")
+
+// Request runs one stream under root: it creates the context, calls
+// on_request_headers with headers, and finishes the stream. It returns the
+// request headers as the upstream would see them.
+func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
+	id := h.newID()
+	hd.OnContextCreate(id, root)
+	h.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
+	action := hd.OnRequestHeaders(id, len(headers), true)
+	hd.OnDone(id)
+	hd.OnDelete(id)
+	out := h.Headers[abi.RequestHeaders]
+	if action != abi.ActionContinue {
+		return out, ErrPaused
+	}
+	return out, nil
+}
+
+func (h *Host) newID() uint32 {
+	h.nextID++
+	return h.nextID
+}

@@ -1,0 +1,119 @@
+//go:build wasip1
+
+package abi
+
+import "unsafe"
+
+// The host functions, imported from module "env" with the spec's names and
+// signatures. Pointers are addresses in this module's linear memory; the
+// host writes returned buffers into memory it obtains from
+// proxy_on_memory_allocate.
+
+//go:wasmimport env proxy_log
+func proxyLog(level uint32, msg unsafe.Pointer, size uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxyGetBufferBytes(t uint32, start, max uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(t uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func proxyAddHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func proxyReplaceHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func proxyRemoveHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(path unsafe.Pointer, pathSize uint32, retData *uint32, retSize *uint32) uint32
+
+//go:wasmimport env proxy_set_property
+func proxySetProperty(path unsafe.Pointer, pathSize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func proxyDefineMetric(t uint32, name unsafe.Pointer, nameSize uint32, retID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(id uint32, delta int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(id uint32, value uint64) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func proxySetTickPeriodMilliseconds(ms uint32) uint32
+
+// wasmHost is the Host over the real imports.
+type wasmHost struct{}
+
+// NewHost returns the real host. It exists only in the wasip1 build.
+func NewHost() Host { return wasmHost{} }
+
+func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s)) }
+
+func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+func (wasmHost) Log(level LogLevel, msg string) {
+	proxyLog(uint32(level), strPtr(msg), uint32(len(msg)))
+}
+
+func (wasmHost) GetBuffer(t BufferType, start, max int) ([]byte, error) {
+	var p, n uint32
+	if err := statusErr("proxy_get_buffer_bytes", Status(proxyGetBufferBytes(uint32(t), uint32(start), uint32(max), &p, &n))); err != nil {
+		return nil, err
+	}
+	return takeAlloc(p, n), nil
+}
+
+func (wasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
+	var p, n uint32
+	if err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &p, &n))); err != nil {
+		return nil, err
+	}
+	return ParsePairs(takeAlloc(p, n))
+}
+
+func (wasmHost) AddHeaderMapValue(t MapType, key, value string) error {
+	return statusErr("proxy_add_header_map_value", Status(proxyAddHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))))
+}
+
+func (wasmHost) ReplaceHeaderMapValue(t MapType, key, value string) error {
+	return statusErr("proxy_replace_header_map_value", Status(proxyReplaceHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))))
+}
+
+func (wasmHost) RemoveHeaderMapValue(t MapType, key string) error {
+	return statusErr("proxy_remove_header_map_value", Status(proxyRemoveHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)))))
+}
+
+func (wasmHost) GetProperty(path ...string) ([]byte, error) {
+	joined := JoinPath(path)
+	var p, n uint32
+	if err := statusErr("proxy_get_property", Status(proxyGetProperty(strPtr(joined), uint32(len(joined)), &p, &n))); err != nil {
+		return nil, err
+	}
+	return takeAlloc(p, n), nil
+}
+
+func (wasmHost) SetProperty(path string, value []byte) error {
+	return statusErr("proxy_set_property", Status(proxySetProperty(strPtr(path), uint32(len(path)), bytesPtr(value), uint32(len(value)))))
+}
+
+func (wasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
+	var id uint32
+	err := statusErr("proxy_define_metric", Status(proxyDefineMetric(uint32(t), strPtr(name), uint32(len(name)), &id)))
+	return id, err
+}
+
+func (wasmHost) IncrementMetric(id uint32, delta int64) error {
+	return statusErr("proxy_increment_metric", Status(proxyIncrementMetric(id, delta)))
+}
+
+func (wasmHost) RecordMetric(id uint32, value uint64) error {
+	return statusErr("proxy_record_metric", Status(proxyRecordMetric(id, value)))
+}
+
+func (wasmHost) SetTickPeriod(ms uint32) error {
+	return statusErr("proxy_set_tick_period_milliseconds", Status(proxySetTickPeriodMilliseconds(ms)))
+}

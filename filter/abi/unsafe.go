@@ -1,0 +1,12 @@
+package abi
+
+import "unsafe"
+
+// bytesToString views b as a string without copying; b must not change
+// while the string is in use.
+func bytesToString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
