@@ -1,0 +1,120 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+)
+
+// A minimal protobuf encoder for google.protobuf.Struct, for tests.
+func lenField(num int, payload []byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(num<<3|2))
+	b = binary.AppendUvarint(b, uint64(len(payload)))
+	return append(b, payload...)
+}
+
+func pbStruct(kv ...any) []byte { // key, value, key, value...
+	var b []byte
+	for i := 0; i < len(kv); i += 2 {
+		entry := append(lenField(1, []byte(kv[i].(string))), lenField(2, kv[i+1].([]byte))...)
+		b = append(b, lenField(1, entry)...)
+	}
+	return b
+}
+
+func pbNumber(f float64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{2<<3 | 1}, math.Float64bits(f))
+}
+func pbString(s string) []byte  { return lenField(3, []byte(s)) }
+func pbBool(v bool) []byte      { return map[bool][]byte{true: {4 << 3, 1}, false: {4 << 3, 0}}[v] }
+func pbNull() []byte            { return []byte{1 << 3, 0} }
+func pbObject(st []byte) []byte { return lenField(5, st) }
+func pbList(vals ...[]byte) []byte {
+	var l []byte
+	for _, v := range vals {
+		l = append(l, lenField(1, v)...)
+	}
+	return lenField(6, l)
+}
+
+var sample = pbStruct(
+	"a", pbList(pbNumber(1.5), pbString("x\"y"), pbBool(true), pbNull(), pbNumber(2)),
+	"b", pbObject(pbStruct("c", pbString("Zoë"))),
+)
+
+func TestStructToJSON(t *testing.T) {
+	got, err := structToJSON(sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v, want any
+	if err := json.Unmarshal(got, &v); err != nil {
+		t.Fatalf("invalid JSON %s: %v", got, err)
+	}
+	json.Unmarshal([]byte(`{"a":[1.5,"x\"y",true,null,2],"b":{"c":"Zoë"}}`), &want)
+	if !reflect.DeepEqual(v, want) {
+		t.Fatalf("structToJSON = %s", got)
+	}
+}
+
+func TestStructToJSONRejectsMalformed(t *testing.T) {
+	deep := pbNull()
+	for range maxDepth + 2 {
+		deep = pbList(deep)
+	}
+	for name, b := range map[string][]byte{
+		"truncated":       sample[:10],
+		"wrong field":     {0x12, 0x00},
+		"group wire type": {0x0b},
+		"bad length":      {0x0a, 0x7f},
+		"nan":             pbStruct("n", pbNumber(math.NaN())),
+		"too deep":        pbStruct("d", deep),
+	} {
+		if _, err := structToJSON(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestParseConfigForms(t *testing.T) {
+	exp := pbObject(pbStruct("key", pbString("k"), "variations", pbList(pbString("a"), pbString("b"))))
+	tests := map[string][]byte{
+		"empty":        nil,
+		"struct":       pbStruct("version", pbString("v1"), "experiments", pbList(exp)),
+		"json":         []byte(`{"version":"v1","experiments":[{"key":"k","variations":["a","b"]}]}`),
+		"json with ws": []byte("\n  {\"version\":\"v1\",\"experiments\":[{\"key\":\"k\",\"variations\":[\"a\",\"b\"]}]}"),
+		"empty object": []byte(`{}`),
+		"empty struct": pbStruct(),
+	}
+	for name, data := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := ParseConfig(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.UnitHeader != DefaultUnitHeader || c.HeaderPrefix != DefaultHeaderPrefix {
+				t.Fatalf("defaults not applied: %+v", c)
+			}
+			if c.Len() > 0 && c.Version != "v1" {
+				t.Fatalf("version = %q", c.Version)
+			}
+		})
+	}
+	if _, err := ParseConfig([]byte("garbage")); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add(sample)
+	f.Add([]byte(`{"experiments":[{"key":"k","variations":["a","b"]}]}`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err == nil && c.set == nil {
+			t.Fatal("accepted configuration without a compiled set")
+		}
+	})
+}
