@@ -1,0 +1,158 @@
+// Package store defines the control plane's durable experiment store: the
+// Experiment and Change domain types, the sentinel errors, and the Store
+// interface that every storage technology implements.
+//
+// Implementations live in packages named for the technology they wrap
+// (store/bolt, later store/etcd) and must pass the shared conformance suite in
+// store/storetest. This package imports only the standard library; it must not
+// import any implementation, transport or Envoy package.
+//
+// The store keeps a single monotonic revision: every committed write (create,
+// update or delete) increments it by exactly one, stamps the written
+// experiment with it, and records one audit Change in the same transaction.
+// Revisions make optimistic concurrency (compare-and-swap on Update and
+// Delete) and change watching possible without locks held across requests.
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Audit operations recorded in Change.Op.
+const (
+	// OpCreate records the creation of an experiment.
+	OpCreate = "create"
+	// OpUpdate records the replacement of an existing experiment.
+	OpUpdate = "update"
+	// OpDelete records the removal of an experiment.
+	OpDelete = "delete"
+)
+
+// Sentinel errors. Implementations wrap them with context; callers test them
+// with errors.Is. The admin API is the only place they become status codes.
+var (
+	// ErrNotFound reports that no experiment is stored under the key.
+	ErrNotFound = errors.New("experiment not found")
+	// ErrExists reports that Create found the key already taken.
+	ErrExists = errors.New("experiment already exists")
+	// ErrConflict reports that a compare-and-swap failed because the stored
+	// revision differs from the expected one.
+	ErrConflict = errors.New("revision conflict")
+	// ErrInvalid reports an argument the store cannot accept (empty key, a
+	// Spec that is not valid JSON, a negative expected revision).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrClosed reports a call on a store that has been closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Experiment is a stored experiment document.
+//
+// The store owns Revision, CreateRevision, the timestamps and the actor
+// fields: they are ignored on input and set on every write.
+type Experiment struct {
+	// Key is unique, [a-z0-9][a-z0-9._-]{0,62}. It is validated by the admin
+	// API; the store only requires it to be non-empty.
+	Key string `json:"key"`
+	// Owner is the owner namespace, used for authorization and list filters.
+	Owner string `json:"owner"`
+	// Spec is the experiment definition as JSON. It is opaque to the store
+	// but must be valid JSON; implementations may store it compacted.
+	Spec json.RawMessage `json:"spec"`
+	// Revision is the store revision of the last write to this key.
+	Revision int64 `json:"revision"`
+	// CreateRevision is the store revision that created the experiment.
+	CreateRevision int64 `json:"create_revision"`
+	// CreatedAt is when the experiment was created (UTC).
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the experiment was last written (UTC).
+	UpdatedAt time.Time `json:"updated_at"`
+	// CreatedBy names the actor that created the experiment.
+	CreatedBy string `json:"created_by"`
+	// UpdatedBy names the actor of the last write.
+	UpdatedBy string `json:"updated_by"`
+}
+
+// Clone returns a deep copy of e (nil for nil), so that the copy shares no
+// memory with e.
+func (e *Experiment) Clone() *Experiment {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Spec = cloneRaw(e.Spec)
+	return &c
+}
+
+// Change is one entry of the audit history.
+type Change struct {
+	// Revision is the store revision the change was committed at.
+	Revision int64 `json:"revision"`
+	// Key is the experiment the change applies to.
+	Key string `json:"key"`
+	// Op is one of OpCreate, OpUpdate, OpDelete.
+	Op string `json:"op"`
+	// Actor names who made the change.
+	Actor string `json:"actor"`
+	// Time is when the change was committed (UTC).
+	Time time.Time `json:"time"`
+	// Before is the whole stored Experiment as JSON before the change (nil
+	// for a create).
+	Before json.RawMessage `json:"before,omitempty"`
+	// After is the whole stored Experiment as JSON after the change (nil
+	// for a delete).
+	After json.RawMessage `json:"after,omitempty"`
+}
+
+// Clone returns a deep copy of c.
+func (c Change) Clone() Change {
+	c.Before = cloneRaw(c.Before)
+	c.After = cloneRaw(c.After)
+	return c
+}
+
+func cloneRaw(m json.RawMessage) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	return bytes.Clone(m)
+}
+
+// Store is the durable experiment store.
+//
+// All methods are safe for concurrent use. Every write is durable before the
+// method returns and is committed together with its audit Change, or not at
+// all. Returned values are copies: callers may modify them freely.
+type Store interface {
+	// Get returns the experiment stored under key; ErrNotFound if absent.
+	Get(ctx context.Context, key string) (*Experiment, error)
+	// List returns every experiment sorted by key and the store revision the
+	// list is consistent with.
+	List(ctx context.Context) ([]*Experiment, int64, error)
+	// Create stores a new experiment; ErrExists if the key is taken.
+	Create(ctx context.Context, e *Experiment, actor string) (*Experiment, error)
+	// Update replaces an experiment if its current Revision equals expect
+	// (compare-and-swap); ErrConflict otherwise, ErrNotFound if absent.
+	// expect == 0 means unconditional. CreateRevision, CreatedAt and
+	// CreatedBy are preserved.
+	Update(ctx context.Context, e *Experiment, expect int64, actor string) (*Experiment, error)
+	// Delete removes an experiment under the same revision rule as Update.
+	Delete(ctx context.Context, key string, expect int64, actor string) error
+	// History returns the audit changes for key (all keys if key == ""),
+	// oldest first. A key that was never written has an empty history.
+	History(ctx context.Context, key string) ([]Change, error)
+	// Revision returns the current store revision (0 for an empty new store).
+	Revision(ctx context.Context) (int64, error)
+	// Watch returns a channel that receives the store revision after each
+	// committed write, starting with the current revision. Delivery
+	// coalesces: a slow reader sees only the latest revision, and received
+	// values strictly increase. The channel is closed when ctx is done or
+	// the store is closed.
+	Watch(ctx context.Context) <-chan int64
+	// Close releases the store and closes every Watch channel. Calling it
+	// more than once is allowed; later calls return nil.
+	Close() error
+}
