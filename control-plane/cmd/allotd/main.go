@@ -1,0 +1,22 @@
+// Command allotd is the Allot control plane: the admin API for experiment
+// owners, the xDS server for Envoy proxies, and the embedded store.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/allotmesh/allot/control-plane/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := server.Main(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "allotd:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,164 @@
+// Package translate turns experiments and mesh settings into the resources
+// Envoy receives: the Allot filter configuration and the ECDS
+// TypedExtensionConfig that carries it inside a Wasm filter. It is pure: no
+// I/O, no clock (callers pass the time), no store or xDS server.
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	wasmextv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
+)
+
+// Wire names shared with the bootstraps in envoy-configs/.
+const (
+	// FilterName is the ECDS resource name the bootstraps subscribe to and
+	// the Wasm plugin's name (it prefixes the filter's stats and filter state).
+	FilterName = "allot"
+	// VMID is the Wasm VM id; proxies share a VM across configurations of
+	// the same code.
+	VMID = "allot"
+	// WasmRuntime is the Wasm runtime Envoy runs the filter in.
+	WasmRuntime = "envoy.wasm.runtime.v8"
+)
+
+// Mesh holds the mesh admin's settings that shape what each proxy receives.
+type Mesh struct {
+	// WasmPath is the filter module's path as the proxies see it.
+	WasmPath string
+	// UnitHeader is the header carrying the unit id (empty: filter default).
+	UnitHeader string
+	// HeaderPrefix prefixes assignment headers (empty: filter default).
+	HeaderPrefix string
+}
+
+// Running reports whether e assigns units at time now: status running (or
+// empty) and inside its schedule.
+func Running(e *experimentv1.Experiment, now time.Time) bool {
+	if e.GetStatus() != "" && e.GetStatus() != "running" {
+		return false
+	}
+	if st := e.GetStartTime(); st != nil && now.Before(st.AsTime()) {
+		return false
+	}
+	if et := e.GetEndTime(); et != nil && !now.Before(et.AsTime()) {
+		return false
+	}
+	return true
+}
+
+// AppliesTo reports whether e targets proxies of cluster (empty services:
+// every proxy).
+func AppliesTo(e *experimentv1.Experiment, cluster string) bool {
+	return len(e.GetServices()) == 0 || slices.Contains(e.GetServices(), cluster)
+}
+
+// FilterConfig selects the experiments running at now that apply to proxies
+// of cluster and builds their filter configuration, sorted by key, without
+// output-only metadata. Its version is a digest of the content and the
+// filter module's path, so the same definitions always give the same version.
+func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time, mesh Mesh) (*filterv1.FilterConfig, error) {
+	cfg := &filterv1.FilterConfig{UnitHeader: mesh.UnitHeader, HeaderPrefix: mesh.HeaderPrefix}
+	for _, e := range exps {
+		if !Running(e, now) || !AppliesTo(e, cluster) {
+			continue
+		}
+		cfg.Experiments = append(cfg.Experiments, Definition(e))
+	}
+	slices.SortFunc(cfg.Experiments, func(a, b *experimentv1.Experiment) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("marshal filter config: %w", err)
+	}
+	h := sha256.New()
+	h.Write(b)
+	h.Write([]byte{0})
+	h.Write([]byte(mesh.WasmPath)) // a new filter module is a new configuration too
+	cfg.Version = hex.EncodeToString(h.Sum(nil)[:8])
+	return cfg, nil
+}
+
+// Definition returns a copy of e without what the filter does not evaluate:
+// output-only metadata, schedule (applied by the control plane) and
+// descriptive fields. Changing a description therefore reconfigures no proxy.
+func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
+	d := proto.Clone(e).(*experimentv1.Experiment)
+	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
+	d.StartTime, d.EndTime = nil, nil
+	d.Description, d.Owner, d.Services = "", "", nil
+	d.Status = ""
+	return d
+}
+
+// ConfigJSON is the filter configuration's proto3 JSON form: exactly what
+// the filter's on_configure decodes.
+func ConfigJSON(cfg *filterv1.FilterConfig) ([]byte, error) {
+	return protojson.MarshalOptions{}.Marshal(cfg)
+}
+
+// ExtensionConfig wraps a filter configuration into the ECDS resource: a
+// TypedExtensionConfig named FilterName carrying an
+// envoy.extensions.filters.http.wasm.v3.Wasm whose plugin configuration is
+// cfg as a google.protobuf.Struct (readable in Envoy's /config_dump; Envoy
+// hands it to the plugin as JSON).
+func ExtensionConfig(cfg *filterv1.FilterConfig, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
+	js, err := ConfigJSON(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("filter config to json: %w", err)
+	}
+	st := &structpb.Struct{}
+	if err := protojson.Unmarshal(js, st); err != nil {
+		return nil, fmt.Errorf("filter config to struct: %w", err)
+	}
+	return WasmExtension(st, mesh)
+}
+
+// WasmExtension builds the ECDS resource around an arbitrary plugin
+// configuration (the default_config in the bootstraps has the same shape).
+func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
+	conf, err := anypb.New(configuration)
+	if err != nil {
+		return nil, fmt.Errorf("pack plugin configuration: %w", err)
+	}
+	w := &wasmv3.Wasm{Config: &wasmextv3.PluginConfig{
+		Name:   FilterName,
+		RootId: FilterName,
+		Vm: &wasmextv3.PluginConfig_VmConfig{VmConfig: &wasmextv3.VmConfig{
+			VmId:    VMID,
+			Runtime: WasmRuntime,
+			Code: &corev3.AsyncDataSource{Specifier: &corev3.AsyncDataSource_Local{
+				Local: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: mesh.WasmPath}},
+			}},
+		}},
+		Configuration: conf,
+		// A VM that crashes must not take traffic down; see
+		// envoy-configs/README.md for the trade-off.
+		FailurePolicy: wasmextv3.FailurePolicy_FAIL_OPEN,
+	}}
+	typed, err := anypb.New(w)
+	if err != nil {
+		return nil, fmt.Errorf("pack wasm filter: %w", err)
+	}
+	return &corev3.TypedExtensionConfig{Name: FilterName, TypedConfig: typed}, nil
+}

@@ -1,0 +1,170 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/allotmesh/allot/filter/plugin"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/out from the current output")
+
+type input struct {
+	Cluster     string            `json:"cluster"`
+	Now         time.Time         `json:"now"`
+	Experiments []json.RawMessage `json:"experiments"`
+}
+
+var testMesh = Mesh{WasmPath: "/etc/envoy/allot.wasm"}
+
+func load(t *testing.T, path string) (input, []*experimentv1.Experiment) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in input
+	if err := json.Unmarshal(b, &in); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var exps []*experimentv1.Experiment
+	for i, raw := range in.Experiments {
+		e := &experimentv1.Experiment{}
+		if err := protojson.Unmarshal(raw, e); err != nil {
+			t.Fatalf("%s: experiments[%d]: %v", path, i, err)
+		}
+		exps = append(exps, e)
+	}
+	return in, exps
+}
+
+// TestGolden translates testdata/in/*.json and compares the ECDS resource
+// (as indented proto JSON) with testdata/out/*.json.
+func TestGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/in/*.json")
+	if len(files) == 0 {
+		t.Fatal("no golden inputs")
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			in, exps := load(t, path)
+			cfg, err := FilterConfig(exps, in.Cluster, in.Now, testMesh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ext, err := ExtensionConfig(cfg, testMesh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(ext)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var norm bytes.Buffer // protojson's whitespace is unstable by design
+			if err := json.Indent(&norm, got, "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			norm.WriteByte('\n')
+			out := filepath.Join("testdata/out", filepath.Base(path))
+			if *update {
+				if err := os.WriteFile(out, norm.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatalf("%v (run go test ./control-plane/translate -update)", err)
+			}
+			if !bytes.Equal(norm.Bytes(), want) {
+				t.Fatalf("%s differs from the golden file; run with -update and review the diff\n got: %s", out, norm.String())
+			}
+		})
+	}
+}
+
+func TestSelection(t *testing.T) {
+	_, exps := load(t, "testdata/in/mixed.json")
+	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range cfg.Experiments {
+		keys = append(keys, e.Key)
+		if e.Revision != 0 || e.CreatedBy != "" || e.Owner != "" || e.Description != "" {
+			t.Errorf("%s: metadata leaked into the filter config", e.Key)
+		}
+	}
+	want := "alpha,in-window,this-service,zero-coverage,zeta"
+	if strings.Join(keys, ",") != want {
+		t.Fatalf("keys = %s, want %s", strings.Join(keys, ","), want)
+	}
+}
+
+func TestVersionIsContentIdentity(t *testing.T) {
+	_, exps := load(t, "testdata/in/mixed.json")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	a, _ := FilterConfig(exps, "checkout", now, testMesh)
+	// Reversed order and changed metadata give the same version.
+	rev := make([]*experimentv1.Experiment, len(exps))
+	for i, e := range exps {
+		rev[len(exps)-1-i] = e
+	}
+	rev[0].Description, rev[0].Revision = "changed", 99
+	b, _ := FilterConfig(rev, "checkout", now, testMesh)
+	if a.Version != b.Version {
+		t.Fatalf("same definitions gave versions %s and %s", a.Version, b.Version)
+	}
+	exps[0].Weights = []float64{0.4, 0.6}
+	c, _ := FilterConfig(exps, "checkout", now, testMesh)
+	if c.Version == a.Version {
+		t.Fatal("a changed definition kept its version")
+	}
+}
+
+// TestFilterDecodesContract checks the contract between the proto and the
+// filter: the JSON the control plane sends compiles in the filter's own
+// decoder with the same experiments and settings.
+func TestFilterDecodesContract(t *testing.T) {
+	_, exps := load(t, "testdata/in/mixed.json")
+	mesh := Mesh{WasmPath: "/x.wasm", UnitHeader: "x-device-id", HeaderPrefix: "x-ab-"}
+	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := ConfigJSON(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Envoy hands to on_configure: the Struct's protobuf encoding (the
+	// Any's value bytes) — and, for a StringValue configuration, plain JSON.
+	ext, err := ExtensionConfig(cfg, mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wasmv3.Wasm{}
+	if err := ext.TypedConfig.UnmarshalTo(w); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"struct wire bytes": w.Config.Configuration.Value, "json": js} {
+		t.Run(name, func(t *testing.T) {
+			got, err := plugin.ParseConfig(data)
+			if err != nil {
+				t.Fatalf("filter rejected the control plane's configuration: %v\n%s", err, js)
+			}
+			if got.Version != cfg.Version || got.UnitHeader != "x-device-id" || got.HeaderPrefix != "x-ab-" || got.Len() != len(cfg.Experiments) {
+				t.Fatalf("filter decoded %+v from %s", got, js)
+			}
+		})
+	}
+}
