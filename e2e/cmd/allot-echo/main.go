@@ -1,0 +1,42 @@
+// Command allot-echo serves the echo upstream (package e2e/echo): every
+// request is answered with a JSON description of itself. It is the demo
+// upstream behind Envoy for `make run` and in the e2e tests.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/allotmesh/allot/e2e/echo"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "allot-echo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("allot-echo", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8081", "listen address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s, err := echo.Start(*addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "allot-echo listening on %s\n", s.Addr())
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(shutdownCtx)
+}
