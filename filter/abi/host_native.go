@@ -34,8 +34,10 @@ func (nativeHost) SetProperty(string, []byte) error { return unimplemented("prox
 func (nativeHost) DefineMetric(MetricType, string) (uint32, error) {
 	return 0, unimplemented("proxy_define_metric")
 }
-func (nativeHost) IncrementMetric(uint32, int64) error { return unimplemented("proxy_increment_metric") }
-func (nativeHost) RecordMetric(uint32, uint64) error   { return unimplemented("proxy_record_metric") }
+func (nativeHost) IncrementMetric(uint32, int64) error {
+	return unimplemented("proxy_increment_metric")
+}
+func (nativeHost) RecordMetric(uint32, uint64) error { return unimplemented("proxy_record_metric") }
 func (nativeHost) SetTickPeriod(uint32) error {
 	return unimplemented("proxy_set_tick_period_milliseconds")
 }
