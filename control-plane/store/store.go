@@ -54,7 +54,7 @@ var (
 // The store owns Revision, CreateRevision, the timestamps and the actor
 // fields: they are ignored on input and set on every write.
 type Experiment struct {
-	// Key is unique, [a-z0-9][a-z0-9._-]{0,62}. It is validated by the admin
+	// Key is unique, [a-z][a-z0-9._-]{0,62}. It is validated by the admin
 	// API; the store only requires it to be non-empty.
 	Key string `json:"key"`
 	// Owner is the owner namespace, used for authorization and list filters.

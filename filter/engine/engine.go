@@ -43,7 +43,7 @@ import (
 // endTime).
 type Experiment struct {
 	// Key names the experiment; it becomes a header-name suffix, so it must
-	// match ^[a-z0-9][a-z0-9._-]{0,62}$ and be unique in a Config.
+	// match ^[a-z][a-z0-9._-]{0,62}$ and be unique in a Config.
 	Key string `json:"key"`
 	// Variations are the variation values (header values): strings, or
 	// numbers and booleans rendered canonically (1, 1.5, true). At least two.
@@ -260,7 +260,7 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	if e.Key == "" {
 		fail(".key", "is required")
 	} else if !validKey(e.Key) {
-		fail(".key", "%q must match ^[a-z0-9][a-z0-9._-]{0,62}$", e.Key)
+		fail(".key", "%q must match ^[a-z][a-z0-9._-]{0,62}$", e.Key)
 	}
 
 	switch e.Status {
@@ -488,7 +488,9 @@ func renderVariation(raw json.RawMessage) (value, msg string) {
 	return string(raw), "must be a string, number or boolean, got " + typeName(v)
 }
 
-// validKey reports whether k matches ^[a-z0-9][a-z0-9._-]{0,62}$.
+// validKey reports whether k matches ^[a-z][a-z0-9._-]{0,62}$. The key is a
+// header-name suffix and a key of the RFC 9651 dictionary header, whose keys
+// must start with a lowercase letter.
 func validKey(k string) bool {
 	if len(k) == 0 || len(k) > 63 {
 		return false
@@ -496,7 +498,7 @@ func validKey(k string) bool {
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c >= 'a' && c <= 'z', i > 0 && c >= '0' && c <= '9':
 		case i > 0 && (c == '.' || c == '_' || c == '-'):
 		default:
 			return false

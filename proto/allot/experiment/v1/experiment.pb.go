@@ -34,7 +34,8 @@ const (
 type Experiment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key names the experiment and is the suffix of its header
-	// (x-experiment-<key>): [a-z0-9][a-z0-9._-]{0,62}.
+	// (x-experiment-<key>) and a key of the x-experiments dictionary:
+	// [a-z][a-z0-9._-]{0,62}.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// variations are the values a unit can be assigned, one header value each:
 	// strings, or numbers and booleans rendered canonically.
