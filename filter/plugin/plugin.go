@@ -1,5 +1,6 @@
 // Package plugin is the Allot filter's proxy-wasm logic: contexts,
-// configuration decoding, header reads and writes, and fail-open. It holds no
+// configuration decoding, attribute extraction, header reads and writes, the
+// per-VM LRU cache of computed header sets, metrics and fail-open. It holds no
 // business rules: assignment is the engine's.
 //
 // It talks to the proxy only through abi.Host, so every behaviour is tested
@@ -11,9 +12,16 @@ import (
 	"strconv"
 	"strings"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/engine"
 )
+
+// TickMillis is how often counters accumulated in memory are flushed to
+// Envoy stats: one host call per changed counter per tick instead of one per
+// experiment per request.
+const TickMillis = 1000
 
 // Plugin implements abi.Handler. One Plugin serves one Wasm VM (one Envoy
 // worker thread), so it needs no locks.
@@ -25,17 +33,28 @@ type Plugin struct {
 	roots   map[uint32]*root
 	streams map[uint32]*root
 
+	// Per-request scratch space, reused across requests.
+	vals    []string
+	strip   []string
 	attrs   engine.Attributes
 	scratch []engine.Assignment
-	strip   []string
 }
 
-// root is one plugin instance: its configuration and counters.
+// root is one plugin instance: its configuration, cache and counters.
 type root struct {
-	cfg *Config
-	// failOpen counts requests that passed through without assignment
-	// because of an internal error.
-	failOpen int64
+	cfg    *Config
+	cache  *lru.Cache[uint64, *entry]
+	consts []string // values of node.* attributes, by attribute index
+	stats  stats
+}
+
+// entry is a computed header set for one combination of attribute values.
+type entry struct {
+	vals    []string    // the attribute values it was computed for
+	headers [][2]string // x-experiment-<key> headers, in key order
+	dict    string      // the dictionary header value ("" when in no experiment)
+	// assigned lists (experiment, variation) pairs, for the counters.
+	assigned [][2]int
 }
 
 var _ abi.Handler = (*Plugin)(nil)
@@ -63,8 +82,10 @@ func (p *Plugin) OnContextCreate(id, parent uint32) {
 func (p *Plugin) OnVMStart(uint32, int) bool { return true }
 
 // OnConfigure implements abi.Handler: it decodes and compiles the plugin
-// configuration once. A configuration it cannot accept is logged at critical
-// level and refused, so Envoy rejects it and keeps the previous one.
+// configuration once, resolves per-configuration attributes, defines the
+// metrics and starts the flush tick. A configuration it cannot accept is
+// logged at critical level and refused, so Envoy rejects it and keeps the
+// previous one.
 func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -91,7 +112,27 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 		p.host.Log(abi.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return false
 	}
+	r.flush(p.host) // counts of a previous configuration go to its own metrics
 	r.cfg = cfg
+	r.cache = nil
+	if cfg.CacheSize > 0 {
+		c, err := lru.New[uint64, *entry](cfg.CacheSize)
+		if err != nil {
+			p.host.Log(abi.LogCritical, "allot: configuration rejected: cacheSize: "+err.Error())
+			return false
+		}
+		r.cache = c
+	}
+	r.consts = make([]string, len(cfg.attrs))
+	for _, i := range cfg.consts {
+		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
+			r.consts[i] = string(v)
+		}
+	}
+	r.stats.define(p.host, cfg)
+	if err := p.host.SetTickPeriod(TickMillis); err != nil {
+		p.host.Log(abi.LogWarn, "allot: metrics tick unavailable: "+err.Error())
+	}
 	p.host.Log(abi.LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
 	return true
 }
@@ -106,35 +147,45 @@ func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r.failOpen++
+			r.stats.failOpen++
 			p.host.Log(abi.LogDebug, "allot: request passed through unassigned: panic: "+panicString(v))
 		}
 	}()
-	if err := p.assign(r.cfg); err != nil {
-		r.failOpen++
+	if err := p.assign(r); err != nil {
+		r.stats.failOpen++
 		p.host.Log(abi.LogDebug, "allot: request passed through unassigned: "+err.Error())
 	}
 	return abi.ActionContinue
 }
 
-// assign strips client-supplied assignment headers, evaluates every
-// experiment for the request's unit and adds one header per experiment the
-// request is in. Headers are added only after every assignment is computed.
-func (p *Plugin) assign(cfg *Config) error {
+// assign reads the request's attributes from one header-map read, strips
+// client-supplied assignment headers, finds or computes the header set and
+// adds it. Headers are added only after everything is computed; if adding
+// fails midway, what was added is removed again.
+func (p *Plugin) assign(r *root) error {
+	cfg := r.cfg
 	pairs, err := p.host.GetHeaderMapPairs(abi.RequestHeaders)
 	if err != nil {
 		return err
 	}
-	unit := ""
+	vals := p.values(len(cfg.attrs))
 	p.strip = p.strip[:0]
 	for _, kv := range pairs {
 		name := kv[0]
-		if hasPrefixFold(name, cfg.HeaderPrefix) {
+		if cfg.isAssignmentHeader(name) {
 			p.strip = appendOnce(p.strip, name)
 			continue
 		}
-		if unit == "" && strings.EqualFold(name, cfg.UnitHeader) {
-			unit = kv[1]
+		for _, i := range cfg.byHeader[name] {
+			if vals[i] == "" {
+				vals[i] = kv[1]
+			}
+		}
+		switch {
+		case name == "cookie" && len(cfg.cookies) > 0:
+			cfg.cookieValues(kv[1], vals)
+		case name == ":path" && (len(cfg.queries) > 0 || len(cfg.urlPath) > 0):
+			cfg.pathValues(kv[1], vals)
 		}
 	}
 	for _, name := range p.strip {
@@ -142,25 +193,144 @@ func (p *Plugin) assign(cfg *Config) error {
 			return err
 		}
 	}
-	if unit == "" {
-		return nil
+	for _, i := range cfg.props {
+		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
+			vals[i] = string(v)
+		}
 	}
-	clear(p.attrs)
-	p.attrs["id"] = unit
-	p.scratch = cfg.set.Assign(p.scratch[:0], p.attrs)
-	for i, a := range p.scratch {
-		if !a.InExperiment {
-			continue
+	for _, i := range cfg.consts {
+		vals[i] = r.consts[i]
+	}
+
+	e := p.lookup(r, vals)
+	added := 0
+	fail := func(err error) error {
+		for _, h := range e.headers[:added] {
+			p.host.RemoveHeaderMapValue(abi.RequestHeaders, h[0])
 		}
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i], a.Value); err != nil {
-			return err
+		return err
+	}
+	for _, h := range e.headers {
+		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, h[0], h[1]); err != nil {
+			return fail(err)
 		}
+		added++
+	}
+	if e.dict != "" {
+		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader, e.dict); err != nil {
+			return fail(err)
+		}
+		// The exposure record for the access log; losing it must not cost
+		// the request its assignment.
+		if err := p.host.SetProperty(ExposureProperty, []byte(e.dict)); err != nil {
+			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
+		}
+	}
+	if cfg.Version != "" {
+		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
+			return fail(err)
+		}
+	}
+	r.stats.evaluated++
+	for _, a := range e.assigned {
+		r.stats.variations[a[0]][a[1]]++
 	}
 	return nil
 }
 
-// OnDone implements abi.Handler.
-func (p *Plugin) OnDone(uint32) bool { return true }
+// values returns the scratch slice for n attribute values, cleared.
+func (p *Plugin) values(n int) []string {
+	if cap(p.vals) < n {
+		p.vals = make([]string, n)
+	}
+	p.vals = p.vals[:n]
+	clear(p.vals)
+	return p.vals
+}
+
+// lookup returns the header set for vals from the cache, computing and
+// caching it on a miss. The cache key is a hash of the values; the entry
+// keeps the values themselves so a hash collision is a miss, never a wrong
+// answer.
+func (p *Plugin) lookup(r *root, vals []string) *entry {
+	var key uint64
+	if r.cache != nil {
+		key = hashValues(vals)
+		if e, ok := r.cache.Get(key); ok && equalValues(e.vals, vals) {
+			r.stats.hits++
+			return e
+		}
+	}
+	r.stats.misses++
+	e := p.compute(r.cfg, vals)
+	if r.cache != nil {
+		r.cache.Add(key, e)
+	}
+	return e
+}
+
+// compute evaluates every experiment for one set of attribute values.
+func (p *Plugin) compute(cfg *Config, vals []string) *entry {
+	e := &entry{vals: make([]string, len(vals))}
+	clear(p.attrs)
+	for i, v := range vals {
+		e.vals[i] = strings.Clone(v) // vals alias the host's header buffer
+		if v != "" {
+			p.attrs[cfg.attrs[i].name] = e.vals[i]
+		}
+	}
+	p.scratch = cfg.set.Assign(p.scratch[:0], p.attrs)
+	var dict strings.Builder
+	for _, i := range cfg.byKey {
+		a := p.scratch[i]
+		if !a.InExperiment {
+			continue
+		}
+		e.headers = append(e.headers, [2]string{cfg.headerNames[i], a.Value})
+		e.assigned = append(e.assigned, [2]int{i, a.VariationID})
+		if dict.Len() > 0 {
+			dict.WriteString(", ")
+		}
+		dict.WriteString(cfg.dictValues[i][a.VariationID])
+	}
+	e.dict = dict.String()
+	return e
+}
+
+// hashValues is FNV-1a 64 over the values, each followed by a separator
+// that cannot occur in a header value.
+func hashValues(vals []string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range vals {
+		for i := 0; i < len(v); i++ {
+			h ^= uint64(v[i])
+			h *= 1099511628211
+		}
+		h ^= 0x100
+		h *= 1099511628211
+	}
+	return h
+}
+
+func equalValues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// OnDone implements abi.Handler. A root flushes its counters before it goes.
+func (p *Plugin) OnDone(id uint32) bool {
+	if r, ok := p.roots[id]; ok {
+		r.flush(p.host)
+	}
+	return true
+}
 
 // OnDelete implements abi.Handler.
 func (p *Plugin) OnDelete(id uint32) {
@@ -171,14 +341,18 @@ func (p *Plugin) OnDelete(id uint32) {
 	delete(p.roots, id)
 }
 
-// OnTick implements abi.Handler.
-func (p *Plugin) OnTick(uint32) {}
+// OnTick implements abi.Handler: it flushes the root's counters.
+func (p *Plugin) OnTick(rootID uint32) {
+	if r, ok := p.roots[rootID]; ok {
+		r.flush(p.host)
+	}
+}
 
 // FailOpen returns how many requests root rootID passed through unassigned
-// because of an internal error.
+// because of an internal error, since its last flush.
 func (p *Plugin) FailOpen(rootID uint32) int64 {
 	if r := p.roots[rootID]; r != nil {
-		return r.failOpen
+		return r.stats.failOpen
 	}
 	return 0
 }

@@ -48,7 +48,20 @@ type FilterConfig struct {
 	// sends running experiments only, without their output-only metadata.
 	Experiments []*v1.Experiment `protobuf:"bytes,4,rep,name=experiments,proto3" json:"experiments,omitempty"`
 	// saved_groups are the id lists $inGroup / $notInGroup conditions use.
-	SavedGroups   map[string]*structpb.ListValue `protobuf:"bytes,5,rep,name=saved_groups,json=savedGroups,proto3" json:"saved_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SavedGroups map[string]*structpb.ListValue `protobuf:"bytes,5,rep,name=saved_groups,json=savedGroups,proto3" json:"saved_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// attributes map attribute names (as experiments' conditions and
+	// hash_attribute use them) to where the filter reads them on each request.
+	// The "id" attribute defaults to unit_header.
+	Attributes []*Attribute `protobuf:"bytes,6,rep,name=attributes,proto3" json:"attributes,omitempty"`
+	// dictionary_header carries every assignment as an RFC 9651 dictionary
+	// sorted by key (key="variation", ...); default x-experiments.
+	DictionaryHeader string `protobuf:"bytes,7,opt,name=dictionary_header,json=dictionaryHeader,proto3" json:"dictionary_header,omitempty"`
+	// version_header carries the configuration version; default
+	// x-experiments-version.
+	VersionHeader string `protobuf:"bytes,8,opt,name=version_header,json=versionHeader,proto3" json:"version_header,omitempty"`
+	// cache_size bounds the per-VM LRU cache of computed header sets, in
+	// entries; 0 means the default (10000); a negative value disables the cache.
+	CacheSize     int32 `protobuf:"varint,9,opt,name=cache_size,json=cacheSize,proto3" json:"cache_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,21 +131,197 @@ func (x *FilterConfig) GetSavedGroups() map[string]*structpb.ListValue {
 	return nil
 }
 
+func (x *FilterConfig) GetAttributes() []*Attribute {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *FilterConfig) GetDictionaryHeader() string {
+	if x != nil {
+		return x.DictionaryHeader
+	}
+	return ""
+}
+
+func (x *FilterConfig) GetVersionHeader() string {
+	if x != nil {
+		return x.VersionHeader
+	}
+	return ""
+}
+
+func (x *FilterConfig) GetCacheSize() int32 {
+	if x != nil {
+		return x.CacheSize
+	}
+	return 0
+}
+
+// Attribute says where one attribute's value comes from. Values are strings;
+// an absent or empty value is missing.
+type Attribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the attribute's name in experiments (e.g. "country").
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// source is where the filter reads the value.
+	//
+	// Types that are valid to be assigned to Source:
+	//
+	//	*Attribute_Header
+	//	*Attribute_Cookie
+	//	*Attribute_Query
+	//	*Attribute_Property
+	Source        isAttribute_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attribute) Reset() {
+	*x = Attribute{}
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attribute) ProtoMessage() {}
+
+func (x *Attribute) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
+func (*Attribute) Descriptor() ([]byte, []int) {
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Attribute) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Attribute) GetSource() isAttribute_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Attribute) GetHeader() string {
+	if x != nil {
+		if x, ok := x.Source.(*Attribute_Header); ok {
+			return x.Header
+		}
+	}
+	return ""
+}
+
+func (x *Attribute) GetCookie() string {
+	if x != nil {
+		if x, ok := x.Source.(*Attribute_Cookie); ok {
+			return x.Cookie
+		}
+	}
+	return ""
+}
+
+func (x *Attribute) GetQuery() string {
+	if x != nil {
+		if x, ok := x.Source.(*Attribute_Query); ok {
+			return x.Query
+		}
+	}
+	return ""
+}
+
+func (x *Attribute) GetProperty() string {
+	if x != nil {
+		if x, ok := x.Source.(*Attribute_Property); ok {
+			return x.Property
+		}
+	}
+	return ""
+}
+
+type isAttribute_Source interface {
+	isAttribute_Source()
+}
+
+type Attribute_Header struct {
+	// header is a request header name (lowercase).
+	Header string `protobuf:"bytes,2,opt,name=header,proto3,oneof"`
+}
+
+type Attribute_Cookie struct {
+	// cookie is the name of a cookie in the Cookie header.
+	Cookie string `protobuf:"bytes,3,opt,name=cookie,proto3,oneof"`
+}
+
+type Attribute_Query struct {
+	// query is a query-string parameter of the request path.
+	Query string `protobuf:"bytes,4,opt,name=query,proto3,oneof"`
+}
+
+type Attribute_Property struct {
+	// property is an Envoy attribute path: request.path, request.url_path,
+	// request.method, request.host, request.scheme, source.address,
+	// node.id, node.cluster, node.metadata.<key>, or any other attribute
+	// Envoy's proxy_get_property resolves (read once per request).
+	Property string `protobuf:"bytes,5,opt,name=property,proto3,oneof"`
+}
+
+func (*Attribute_Header) isAttribute_Source() {}
+
+func (*Attribute_Cookie) isAttribute_Source() {}
+
+func (*Attribute_Query) isAttribute_Source() {}
+
+func (*Attribute_Property) isAttribute_Source() {}
+
 var File_allot_filter_v1_config_proto protoreflect.FileDescriptor
 
 const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xe0\x02\n" +
+	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8f\x04\n" +
 	"\fFilterConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vunit_header\x18\x02 \x01(\tR\n" +
 	"unitHeader\x12#\n" +
 	"\rheader_prefix\x18\x03 \x01(\tR\fheaderPrefix\x12A\n" +
 	"\vexperiments\x18\x04 \x03(\v2\x1f.allot.experiment.v1.ExperimentR\vexperiments\x12Q\n" +
-	"\fsaved_groups\x18\x05 \x03(\v2..allot.filter.v1.FilterConfig.SavedGroupsEntryR\vsavedGroups\x1aZ\n" +
+	"\fsaved_groups\x18\x05 \x03(\v2..allot.filter.v1.FilterConfig.SavedGroupsEntryR\vsavedGroups\x12:\n" +
+	"\n" +
+	"attributes\x18\x06 \x03(\v2\x1a.allot.filter.v1.AttributeR\n" +
+	"attributes\x12+\n" +
+	"\x11dictionary_header\x18\a \x01(\tR\x10dictionaryHeader\x12%\n" +
+	"\x0eversion_header\x18\b \x01(\tR\rversionHeader\x12\x1d\n" +
+	"\n" +
+	"cache_size\x18\t \x01(\x05R\tcacheSize\x1aZ\n" +
 	"\x10SavedGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01B;Z9github.com/allotmesh/allot/proto/allot/filter/v1;filterv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x93\x01\n" +
+	"\tAttribute\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\x06header\x18\x02 \x01(\tH\x00R\x06header\x12\x18\n" +
+	"\x06cookie\x18\x03 \x01(\tH\x00R\x06cookie\x12\x16\n" +
+	"\x05query\x18\x04 \x01(\tH\x00R\x05query\x12\x1c\n" +
+	"\bproperty\x18\x05 \x01(\tH\x00R\bpropertyB\b\n" +
+	"\x06sourceB;Z9github.com/allotmesh/allot/proto/allot/filter/v1;filterv1b\x06proto3"
 
 var (
 	file_allot_filter_v1_config_proto_rawDescOnce sync.Once
@@ -146,22 +335,24 @@ func file_allot_filter_v1_config_proto_rawDescGZIP() []byte {
 	return file_allot_filter_v1_config_proto_rawDescData
 }
 
-var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_allot_filter_v1_config_proto_goTypes = []any{
 	(*FilterConfig)(nil),       // 0: allot.filter.v1.FilterConfig
-	nil,                        // 1: allot.filter.v1.FilterConfig.SavedGroupsEntry
-	(*v1.Experiment)(nil),      // 2: allot.experiment.v1.Experiment
-	(*structpb.ListValue)(nil), // 3: google.protobuf.ListValue
+	(*Attribute)(nil),          // 1: allot.filter.v1.Attribute
+	nil,                        // 2: allot.filter.v1.FilterConfig.SavedGroupsEntry
+	(*v1.Experiment)(nil),      // 3: allot.experiment.v1.Experiment
+	(*structpb.ListValue)(nil), // 4: google.protobuf.ListValue
 }
 var file_allot_filter_v1_config_proto_depIdxs = []int32{
-	2, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
-	1, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
-	3, // 2: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
+	2, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
+	1, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
+	4, // 3: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_allot_filter_v1_config_proto_init() }
@@ -169,13 +360,19 @@ func file_allot_filter_v1_config_proto_init() {
 	if File_allot_filter_v1_config_proto != nil {
 		return
 	}
+	file_allot_filter_v1_config_proto_msgTypes[1].OneofWrappers = []any{
+		(*Attribute_Header)(nil),
+		(*Attribute_Cookie)(nil),
+		(*Attribute_Query)(nil),
+		(*Attribute_Property)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_filter_v1_config_proto_rawDesc), len(file_allot_filter_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,267 @@
+package plugin
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+)
+
+// targeted maps attributes from every kind of source and targets on them.
+const targeted = `{
+  "version": "v7",
+  "attributes": [
+    {"name": "country", "header": "x-country"},
+    {"name": "plan", "cookie": "plan"},
+    {"name": "ref", "query": "ref"},
+    {"name": "path", "property": "request.url_path"},
+    {"name": "method", "property": "request.method"},
+    {"name": "addr", "property": "source.address"},
+    {"name": "zone", "property": "node.metadata.zone"}
+  ],
+  "experiments": [
+    {"key": "by-country", "variations": ["a", "b"], "weights": [0, 1], "condition": {"country": "NL"}},
+    {"key": "by-plan", "variations": ["a", "b"], "weights": [0, 1], "condition": {"plan": "pro"}},
+    {"key": "by-ref", "variations": ["a", "b"], "weights": [0, 1], "condition": {"ref": "mail box"}},
+    {"key": "by-path", "variations": ["a", "b"], "weights": [0, 1], "condition": {"path": "/shop"}},
+    {"key": "by-method", "variations": ["a", "b"], "weights": [0, 1], "condition": {"method": "POST"}},
+    {"key": "by-addr", "variations": ["a", "b"], "weights": [0, 1], "condition": {"addr": {"$regex": "^10\\."}}},
+    {"key": "by-zone", "variations": ["a", "b"], "weights": [0, 1], "condition": {"zone": "eu-1"}},
+    {"key": "unicode", "variations": ["Zoë \"quoted\"", "plain"], "weights": [1, 0]}
+  ]
+}`
+
+func startTargeted(t *testing.T, config string) (*fakehost.Host, *Plugin, uint32) {
+	t.Helper()
+	h := fakehost.New()
+	h.Properties[abi.JoinPath([]string{"source", "address"})] = []byte("10.1.2.3:5555")
+	h.Properties[abi.JoinPath([]string{"node", "metadata", "zone"})] = []byte("eu-1")
+	p := New(h)
+	root, ok := h.StartPlugin(p, []byte(config))
+	if !ok {
+		t.Fatalf("configuration refused: %v", h.Logs)
+	}
+	return h, p, root
+}
+
+func TestAttributesFromEverySource(t *testing.T) {
+	h, p, root := startTargeted(t, targeted)
+	got, err := h.Request(p, root, [][2]string{
+		{":method", "POST"}, {":path", "/shop?x=1&ref=mail+box#top"},
+		{"x-user-id", "u1"}, {"x-country", "NL"}, {"cookie", "a=1; plan=\"pro\"; b=2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"by-country", "by-plan", "by-ref", "by-path", "by-method", "by-addr", "by-zone"} {
+		if v := values(got, "x-experiment-"+key); len(v) != 1 || v[0] != "b" {
+			t.Errorf("x-experiment-%s = %q, want [b]", key, v)
+		}
+	}
+	// Without the attributes, the conditions fail.
+	got, _ = h.Request(p, root, [][2]string{{":method", "GET"}, {":path", "/other"}, {"x-user-id", "u1"}})
+	for _, key := range []string{"by-country", "by-plan", "by-ref", "by-path", "by-method"} {
+		if v := values(got, "x-experiment-"+key); len(v) != 0 {
+			t.Errorf("x-experiment-%s = %q without its attribute", key, v)
+		}
+	}
+}
+
+func TestDictionaryAndVersionHeaders(t *testing.T) {
+	h, p, root := startTargeted(t, targeted)
+	got, _ := h.Request(p, root, [][2]string{{"x-user-id", "u1"}, {"x-country", "NL"}, {":method", "GET"}, {":path", "/"}})
+	dict := values(got, "x-experiments")
+	if len(dict) != 1 {
+		t.Fatalf("x-experiments = %q, want one header", dict)
+	}
+	parsed, err := httpsfv.UnmarshalDictionary([]string{dict[0]})
+	if err != nil {
+		t.Fatalf("x-experiments %q is not an RFC 9651 dictionary: %v", dict[0], err)
+	}
+	want := map[string]string{"by-addr": "b", "by-country": "b", "by-zone": "b", "unicode": "Zoë \"quoted\""}
+	if names := parsed.Names(); !reflect.DeepEqual(names, []string{"by-addr", "by-country", "by-zone", "unicode"}) {
+		t.Fatalf("dictionary keys %v, want sorted %v", names, want)
+	}
+	for k, w := range want {
+		m, _ := parsed.Get(k)
+		item := m.(httpsfv.Item)
+		var val string
+		switch v := item.Value.(type) {
+		case string:
+			val = v
+		case httpsfv.DisplayString:
+			val = string(v)
+		default:
+			t.Fatalf("%s: value %T", k, item.Value)
+		}
+		if val != w {
+			t.Errorf("%s = %q, want %q", k, val, w)
+		}
+		if hv := values(got, "x-experiment-"+k); len(hv) != 1 || hv[0] != w {
+			t.Errorf("x-experiment-%s = %q, want [%q]", k, hv, w)
+		}
+	}
+	if v := values(got, "x-experiments-version"); len(v) != 1 || v[0] != "v7" {
+		t.Fatalf("x-experiments-version = %q, want [v7]", v)
+	}
+	if exp := string(h.Properties[ExposureProperty]); exp != dict[0] {
+		t.Fatalf("exposure filter state = %q, want the dictionary %q", exp, dict[0])
+	}
+}
+
+func TestStripsEveryOwnedHeader(t *testing.T) {
+	h, p, root := startTargeted(t, targeted)
+	got, _ := h.Request(p, root, [][2]string{
+		{"x-user-id", "u1"},
+		{"X-Experiments", "by-country=\"a\""}, {"x-experiments", "x=\"y\""},
+		{"X-EXPERIMENTS-VERSION", "forged"}, {"x-Experiment-By-Country", "a"}, {"x-experiment-nope", "1"},
+	})
+	if v := values(got, "x-experiments-version"); len(v) != 1 || v[0] != "v7" {
+		t.Fatalf("version header = %q", v)
+	}
+	if v := values(got, "x-experiment-nope"); len(v) != 0 {
+		t.Fatalf("forged header survived: %q", v)
+	}
+	for _, kv := range got {
+		if strings.Contains(kv[1], "forged") || kv[1] == `x="y"` {
+			t.Fatalf("forged value survived: %q", got)
+		}
+	}
+}
+
+// TestCacheEquivalence sends the same mixed traffic through a cached and an
+// uncached plugin: every request's headers must be identical.
+func TestCacheEquivalence(t *testing.T) {
+	uncachedCfg := strings.Replace(targeted, `"version": "v7",`, `"version": "v7", "cacheSize": -1,`, 1)
+	hc, pc, rc := startTargeted(t, targeted)
+	hu, pu, ru := startTargeted(t, uncachedCfg)
+	for i := range 500 {
+		req := [][2]string{
+			{":method", []string{"GET", "POST"}[i%2]}, {":path", fmt.Sprintf("/shop?ref=%d", i%3)},
+			{"x-user-id", fmt.Sprintf("u%d", i%37)}, {"x-country", []string{"NL", "US", ""}[i%3]},
+			{"cookie", fmt.Sprintf("plan=%s", []string{"pro", "free"}[i%2])},
+		}
+		a, _ := hc.Request(pc, rc, req)
+		b, _ := hu.Request(pu, ru, req)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("request %d: cached %q != uncached %q", i, a, b)
+		}
+	}
+	pc.OnTick(rc)
+	pu.OnTick(ru)
+	if hits := hc.Counter(MetricCacheHits); hits == 0 || hits+hc.Counter(MetricCacheMisses) != 500 {
+		t.Fatalf("cached plugin: %d hits, %d misses", hits, hc.Counter(MetricCacheMisses))
+	}
+	if hu.Counter(MetricCacheHits) != 0 || hu.Counter(MetricCacheMisses) != 500 {
+		t.Fatalf("uncached plugin counted hits: %d", hu.Counter(MetricCacheHits))
+	}
+}
+
+func TestCacheKeyedOnReferencedAttributesOnly(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	for i := range 10 {
+		h.Request(p, root, [][2]string{{"x-user-id", "same"}, {"x-request-id", fmt.Sprint(i)}, {"x-other", fmt.Sprint(i)}})
+	}
+	p.OnTick(root)
+	if hits, misses := h.Counter(MetricCacheHits), h.Counter(MetricCacheMisses); hits != 9 || misses != 1 {
+		t.Fatalf("hits %d misses %d: unreferenced headers must not affect the cache key", hits, misses)
+	}
+}
+
+func TestNewConfigurationStartsWithEmptyCache(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	h.Request(p, root, [][2]string{{"x-user-id", "u"}})
+	h.Configure(p, root, []byte(strings.Replace(twoArm, "0.5,0.5", "0,1", 1)))
+	got, _ := h.Request(p, root, [][2]string{{"x-user-id", "u"}})
+	if v := values(got, "x-experiment-checkout"); len(v) != 1 || v[0] != "treatment" {
+		t.Fatalf("after reconfiguration got %q from a stale cache", v)
+	}
+}
+
+func TestVariationCountersMatchHeaders(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	want := map[string]int64{}
+	for i := range 300 {
+		got, _ := h.Request(p, root, [][2]string{{"x-user-id", fmt.Sprintf("user-%d", i%120)}})
+		want[values(got, "x-experiment-checkout")[0]]++
+	}
+	if h.Counter(VariationMetric("checkout", 0)) != 0 {
+		t.Fatal("counters were flushed before the tick")
+	}
+	p.OnTick(root)
+	if got := h.Counter(VariationMetric("checkout", 0)); got != want["control"] {
+		t.Errorf("control counter %d, headers %d", got, want["control"])
+	}
+	if got := h.Counter(VariationMetric("checkout", 1)); got != want["treatment"] {
+		t.Errorf("treatment counter %d, headers %d", got, want["treatment"])
+	}
+	if got := h.Counter(MetricEvaluated); got != 300 {
+		t.Errorf("evaluated = %d, want 300", got)
+	}
+	if h.TickMs != TickMillis {
+		t.Errorf("tick period %d, want %d", h.TickMs, TickMillis)
+	}
+}
+
+func TestFailOpenRemovesPartialHeaders(t *testing.T) {
+	h, p, root := startTargeted(t, targeted)
+	adds := 0
+	h.Fail = func(call string) error {
+		if call == "proxy_add_header_map_value" {
+			if adds++; adds == 2 {
+				return fmt.Errorf("injected")
+			}
+		}
+		return nil
+	}
+	got, err := h.Request(p, root, [][2]string{{"x-user-id", "u1"}, {"x-country", "NL"}, {"x-experiment-by-country", "forged"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range got {
+		if strings.HasPrefix(kv[0], "x-experiment") {
+			t.Fatalf("after a failed write the request still carries %q", kv)
+		}
+	}
+	p.OnTick(root)
+	if h.Counter(MetricFailOpen) != 1 {
+		t.Fatalf("fail_open = %d, want 1", h.Counter(MetricFailOpen))
+	}
+}
+
+func TestRejectsBadAttributes(t *testing.T) {
+	for name, cfg := range map[string]string{
+		"two sources": `{"attributes":[{"name":"a","header":"x-a","cookie":"a"}]}`,
+		"no source":   `{"attributes":[{"name":"a"}]}`,
+		"no name":     `{"attributes":[{"header":"x-a"}]}`,
+		"twice":       `{"attributes":[{"name":"a","header":"x-a"},{"name":"a","cookie":"a"}]}`,
+		"bad header":  `{"attributes":[{"name":"a","header":"X A"}]}`,
+		"dict in pfx": `{"headerPrefix":"x-ab-","dictionaryHeader":"x-ab-all"}`,
+		"bad cache":   `{"cacheSize":"big"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseConfig([]byte(cfg)); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+func TestSFString(t *testing.T) {
+	for in, want := range map[string]string{
+		"green":   `"green"`,
+		`a"b\c`:   `"a\"b\\c"`,
+		"Zoë":     `%"Zo%c3%ab"`,
+		"100%\"ü": `%"100%25%22%c3%bc"`,
+		"":        `""`,
+	} {
+		if got := sfString(in); got != want {
+			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
