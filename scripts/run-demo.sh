@@ -37,7 +37,7 @@ wait_http() { # url what
 
 bin/allot-echo -addr 127.0.0.1:8081 >"$STATE/echo.log" 2>&1 & pids+=($!)
 bin/allotd -admin-addr 127.0.0.1:8080 -xds-addr 127.0.0.1:18000 -db "$STATE/allot.db" \
-  -tokens envoy-configs/dev-tokens.json -wasm-path bin/allot.wasm >"$STATE/allotd.log" 2>&1 & pids+=($!)
+  -tokens envoy-configs/dev-tokens.json -mesh envoy-configs/mesh.json -wasm-path bin/allot.wasm >"$STATE/allotd.log" 2>&1 & pids+=($!)
 "$ENVOY_BIN" -c envoy-configs/sidecar.yaml --use-dynamic-base-id --disable-hot-restart \
   -l warning >"$STATE/envoy.log" 2>&1 & pids+=($!)
 
@@ -74,11 +74,13 @@ See the assignments the service receives:
 A forged assignment header never reaches the service:
   curl -s -H 'x-user-id: alice' -H 'x-experiment-checkout-button: forged' 127.0.0.1:10000/
 
-Ramp checkout-button to 100% green (visible within a second):
-  curl -s -X PUT 127.0.0.1:8080/v1/experiments/checkout-button -H 'Authorization: Bearer $TOKEN' \\
-    -d '{"owner":"growth","variations":["blue","green"],"weights":[0,1]}'
+Ramp checkout-button to 100% green (visible within a second; apply updates
+with the revision it just read, so a concurrent change is never overwritten):
+  sed 's/0.5, 0.5/0, 1/' examples/checkout-button.json > $STATE/ramp.json
+  ALLOT_SERVER=127.0.0.1:8080 ALLOT_TOKEN=$TOKEN bin/allotctl apply -f $STATE/ramp.json
 
 List experiments, or read Envoy's view of the filter configuration:
+  ALLOT_SERVER=127.0.0.1:8080 ALLOT_TOKEN=$TOKEN bin/allotctl list
   curl -s -H 'Authorization: Bearer $TOKEN' 127.0.0.1:8080/v1/experiments
   curl -s 127.0.0.1:9901/config_dump | grep -A3 '"experiments"'
 

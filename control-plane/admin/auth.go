@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 )
 
 // Role is what a token may do.
@@ -92,6 +93,16 @@ func ParseTokens(b []byte) (*Tokens, error) {
 		t.byDigest[d] = &p
 	}
 	return t, nil
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" value
+// (the scheme is case-insensitive), or "".
+func bearer(header string) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
 }
 
 // Authenticate returns the principal of a bearer token, or nil.

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -8,34 +9,92 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
-// MaxBodyBytes bounds a request body; larger ones get 413.
+// MaxBodyBytes bounds a request body (and a gRPC request message); larger
+// ones get 413 / RESOURCE_EXHAUSTED.
 const MaxBodyBytes = 1 << 20
 
-// HTTP serves the admin API as HTTP/JSON under /v1/.
+// HTTP serves the admin API as HTTP/JSON under /v1/:
+//
+//	POST   /v1/experiments                     CreateExperiment (body: Experiment)
+//	GET    /v1/experiments?owner=&status=&service=  ListExperiments
+//	GET    /v1/experiments/{key}               GetExperiment
+//	PUT    /v1/experiments/{key}               UpdateExperiment (body: Experiment with revision)
+//	DELETE /v1/experiments/{key}[?revision=N]  DeleteExperiment
+//	POST   /v1/experiments/{key}:start         StartExperiment (also /start; optional body {"revision"})
+//	POST   /v1/experiments/{key}:pause         PauseExperiment (also /pause)
+//	POST   /v1/experiments/{key}:stop          StopExperiment (also /stop)
+//	POST   /v1/evaluate                        EvaluateExperiments (body: EvaluateExperimentsRequest)
+//	GET    /v1/experiments/{key}/history       GetHistory of one experiment
+//	GET    /v1/history                         GetHistory of every experiment
+//
+// Bodies are the proto3 JSON form of allot.admin.v1 / allot.experiment.v1
+// messages; unknown fields are rejected. Errors are {"error": Error}.
 type HTTP struct {
-	svc    *Service
-	tokens *Tokens
-	log    *slog.Logger
-	mux    *http.ServeMux
+	svc     *Service
+	tokens  *Tokens
+	log     *slog.Logger
+	metrics *Metrics
+	mux     *http.ServeMux
 }
 
-// NewHTTP returns the HTTP/JSON transport of svc, authenticating with tokens.
-func NewHTTP(svc *Service, tokens *Tokens, log *slog.Logger) *HTTP {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Option configures a transport (HTTP or GRPC).
+type Option func(*transport)
+
+// transport is what both transports share.
+type transport struct {
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// WithLogger sets the transport's logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(t *transport) { t.log = l } }
+
+// WithMetrics records request latency in m.
+func WithMetrics(m *Metrics) Option { return func(t *transport) { t.metrics = m } }
+
+func newTransport(opts []Option) transport {
+	var t transport
+	for _, o := range opts {
+		o(&t)
 	}
-	h := &HTTP{svc: svc, tokens: tokens, log: log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("POST /v1/experiments", h.create)
-	h.mux.HandleFunc("GET /v1/experiments", h.list)
-	h.mux.HandleFunc("GET /v1/experiments/{key}", h.get)
-	h.mux.HandleFunc("PUT /v1/experiments/{key}", h.update)
-	h.mux.HandleFunc("DELETE /v1/experiments/{key}", h.delete)
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	return t
+}
+
+// httpHandler handles one authenticated request. It returns the status and
+// body of a success (a proto.Message is written as proto3 JSON, anything
+// else with encoding/json, nil writes no body) or an error.
+type httpHandler func(r *http.Request, p *Principal) (int, any, error)
+
+// NewHTTP returns the HTTP/JSON transport of svc, authenticating with tokens.
+func NewHTTP(svc *Service, tokens *Tokens, opts ...Option) *HTTP {
+	t := newTransport(opts)
+	h := &HTTP{svc: svc, tokens: tokens, log: t.log, metrics: t.metrics, mux: http.NewServeMux()}
+	h.route("POST /v1/experiments", "CreateExperiment", h.create)
+	h.route("GET /v1/experiments", "ListExperiments", h.list)
+	h.route("GET /v1/experiments/{key}", "GetExperiment", h.get)
+	h.route("PUT /v1/experiments/{key}", "UpdateExperiment", h.update)
+	h.route("DELETE /v1/experiments/{key}", "DeleteExperiment", h.delete)
+	h.route("POST /v1/experiments/{key}", "Transition", h.transition)
+	h.route("POST /v1/experiments/{key}/{action}", "Transition", h.transition)
+	h.route("POST /v1/evaluate", "EvaluateExperiments", h.evaluate)
+	h.route("GET /v1/experiments/{key}/history", "GetHistory", h.history)
+	h.route("GET /v1/history", "GetHistory", h.history)
+	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		h.writeError(w, r, errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
 	return h
 }
 
@@ -44,155 +103,258 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHT
 
 var jsonOut = protojson.MarshalOptions{EmitUnpopulated: false}
 
-// principal authenticates the request's bearer token; on failure it writes
-// 401 and returns nil.
-func (h *HTTP) principal(w http.ResponseWriter, r *http.Request) *Principal {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	p := h.tokens.Authenticate(strings.TrimSpace(token))
-	if !ok || p == nil {
-		h.log.WarnContext(r.Context(), "admin request unauthenticated", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="allot"`)
-		h.writeError(w, r, errorf(CodeUnauthenticated, "missing or invalid bearer token"))
-		return nil
-	}
-	return p
+// statusWriter remembers the status written, for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
 }
 
-// decode reads one Experiment from the body: unknown fields are rejected, a
-// body over MaxBodyBytes is 413.
-func (h *HTTP) decode(w http.ResponseWriter, r *http.Request) (*experimentv1.Experiment, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, errorf(CodeTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// route registers fn under pattern: authentication, metrics and the
+// writing of results and errors happen here, once.
+func (h *HTTP) route(pattern, method string, fn httpHandler) {
+	h.mux.HandleFunc(pattern, func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		name := method
+		if method == "Transition" {
+			name = transitionMethod(r)
 		}
-		return nil, errorf(CodeInvalid, "read request body: %v", err)
-	}
-	e := &experimentv1.Experiment{}
-	if err := protojson.Unmarshal(b, e); err != nil {
-		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment JSON", Details: []string{strings.TrimPrefix(err.Error(), "proto: ")}}
-	}
-	return e, nil
-}
-
-func (h *HTTP) create(w http.ResponseWriter, r *http.Request) {
-	p := h.principal(w, r)
-	if p == nil {
-		return
-	}
-	e, err := h.decode(w, r)
-	if err == nil {
-		e, err = h.svc.Create(r.Context(), p, e)
-	}
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	h.writeExperiment(w, http.StatusCreated, e)
-}
-
-func (h *HTTP) get(w http.ResponseWriter, r *http.Request) {
-	p := h.principal(w, r)
-	if p == nil {
-		return
-	}
-	e, err := h.svc.Get(r.Context(), p, r.PathValue("key"))
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	h.writeExperiment(w, http.StatusOK, e)
-}
-
-func (h *HTTP) list(w http.ResponseWriter, r *http.Request) {
-	p := h.principal(w, r)
-	if p == nil {
-		return
-	}
-	exps, rev, err := h.svc.List(r.Context(), p)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	items := make([]json.RawMessage, 0, len(exps))
-	for _, e := range exps {
-		b, err := jsonOut.Marshal(e)
+		defer func() { h.metrics.observe("http", name, strconv.Itoa(w.status), time.Since(start)) }()
+		p := h.tokens.Authenticate(bearer(r.Header.Get("Authorization")))
+		if p == nil {
+			h.log.WarnContext(r.Context(), "admin request unauthenticated", "transport", "http", "method", name, "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="allot"`)
+			h.writeError(w, r, errorf(CodeUnauthenticated, "missing or invalid bearer token"))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		status, body, err := fn(r, p)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
 		}
-		items = append(items, b)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"experiments": items, "revision": strconv.FormatInt(rev, 10)})
+		h.write(w, r, status, body)
+	})
 }
 
-func (h *HTTP) update(w http.ResponseWriter, r *http.Request) {
-	p := h.principal(w, r)
-	if p == nil {
-		return
+// transitionMethod names the RPC of a POST /v1/experiments/{key}:action or
+// /{key}/action request, for metrics.
+func transitionMethod(r *http.Request) string {
+	_, action := splitAction(r)
+	switch action {
+	case "start":
+		return "StartExperiment"
+	case "pause":
+		return "PauseExperiment"
+	case "stop":
+		return "StopExperiment"
 	}
-	e, err := h.decode(w, r)
-	if err == nil {
-		key := r.PathValue("key")
-		switch {
-		case e.Key == "":
-			e.Key = key
-		case e.Key != key:
-			err = &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"key: " + strconv.Quote(e.Key) + " does not match the URL's " + strconv.Quote(key)}}
+	return "Unknown"
+}
+
+// splitAction returns the key and action of a transition request.
+func splitAction(r *http.Request) (key, action string) {
+	if a := r.PathValue("action"); a != "" {
+		return r.PathValue("key"), a
+	}
+	key, action, _ = strings.Cut(r.PathValue("key"), ":")
+	return key, action
+}
+
+// decode reads a JSON body into m: unknown fields are rejected, a body over
+// MaxBodyBytes (route limits every body) is 413. An empty body leaves m unset unless
+// required.
+func decode(r *http.Request, m proto.Message, required bool) error {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errorf(CodeTooLarge, "request body exceeds %d bytes", MaxBodyBytes)
+		}
+		return errorf(CodeInvalid, "read request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		if required {
+			return &Error{Code: CodeInvalid, Message: "invalid request", Details: []string{"body: required"}}
+		}
+		return nil
+	}
+	if err := protojson.Unmarshal(b, m); err != nil {
+		return &Error{Code: CodeInvalid, Message: "invalid JSON", Details: []string{protoError(err)}}
+	}
+	return nil
+}
+
+func (h *HTTP) create(r *http.Request, p *Principal) (int, any, error) {
+	e := &experimentv1.Experiment{}
+	if err := decode(r, e, true); err != nil {
+		return 0, nil, err
+	}
+	e, err := h.svc.Create(r.Context(), p, e)
+	return http.StatusCreated, e, err
+}
+
+func (h *HTTP) get(r *http.Request, p *Principal) (int, any, error) {
+	e, err := h.svc.Get(r.Context(), p, r.PathValue("key"))
+	return http.StatusOK, e, err
+}
+
+func (h *HTTP) list(r *http.Request, p *Principal) (int, any, error) {
+	q := r.URL.Query()
+	var unknown []string
+	for k := range q {
+		if k != "owner" && k != "status" && k != "service" {
+			unknown = append(unknown, k+": unknown query parameter (want owner, status, service)")
 		}
 	}
-	if err == nil {
-		e, err = h.svc.Update(r.Context(), p, e)
+	if len(unknown) > 0 {
+		return 0, nil, &Error{Code: CodeInvalid, Message: "invalid filter", Details: unknown}
 	}
+	exps, rev, err := h.svc.List(r.Context(), p, Filter{Owner: q.Get("owner"), Status: q.Get("status"), Service: q.Get("service")})
 	if err != nil {
-		h.writeError(w, r, err)
-		return
+		return 0, nil, err
 	}
-	h.writeExperiment(w, http.StatusOK, e)
+	items, err := marshalAll(exps)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"experiments": items, "revision": strconv.FormatInt(rev, 10)}, nil
 }
 
-func (h *HTTP) delete(w http.ResponseWriter, r *http.Request) {
-	p := h.principal(w, r)
-	if p == nil {
+func (h *HTTP) update(r *http.Request, p *Principal) (int, any, error) {
+	e := &experimentv1.Experiment{}
+	if err := decode(r, e, true); err != nil {
+		return 0, nil, err
+	}
+	key := r.PathValue("key")
+	switch {
+	case e.Key == "":
+		e.Key = key
+	case e.Key != key:
+		return 0, nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"key: " + strconv.Quote(e.Key) + " does not match the URL's " + strconv.Quote(key)}}
+	}
+	e, err := h.svc.Update(r.Context(), p, e)
+	return http.StatusOK, e, err
+}
+
+func (h *HTTP) delete(r *http.Request, p *Principal) (int, any, error) {
+	rev, err := revisionParam(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, h.svc.Delete(r.Context(), p, r.PathValue("key"), rev)
+}
+
+func revisionParam(r *http.Request) (int64, error) {
+	s := r.URL.Query().Get("revision")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &Error{Code: CodeInvalid, Message: "invalid revision", Details: []string{"revision: want a non-negative integer"}}
+	}
+	return n, nil
+}
+
+func (h *HTTP) transition(r *http.Request, p *Principal) (int, any, error) {
+	key, action := splitAction(r)
+	ops := map[string]func(context.Context, *Principal, string, int64) (*experimentv1.Experiment, error){
+		"start": h.svc.Start, "pause": h.svc.Pause, "stop": h.svc.Stop,
+	}
+	op := ops[action]
+	if op == nil {
+		return 0, nil, errorf(CodeNotFound, "no route %s %s (actions: start, pause, stop)", r.Method, r.URL.Path)
+	}
+	// The optional body is {"revision": "N"} (the key may be repeated).
+	req := &adminv1.StartExperimentRequest{}
+	if err := decode(r, req, false); err != nil {
+		return 0, nil, err
+	}
+	if req.Key != "" && req.Key != key {
+		return 0, nil, &Error{Code: CodeInvalid, Message: "invalid request", Details: []string{"key: " + strconv.Quote(req.Key) + " does not match the URL's " + strconv.Quote(key)}}
+	}
+	rev := req.Revision
+	if rev == 0 {
+		var err error
+		if rev, err = revisionParam(r); err != nil {
+			return 0, nil, err
+		}
+	}
+	e, err := op(r.Context(), p, key, rev)
+	return http.StatusOK, e, err
+}
+
+func (h *HTTP) evaluate(r *http.Request, p *Principal) (int, any, error) {
+	req := &adminv1.EvaluateExperimentsRequest{}
+	if err := decode(r, req, true); err != nil {
+		return 0, nil, err
+	}
+	resp, err := h.svc.Evaluate(r.Context(), p, req.GetService(), req.GetAttributes().AsMap(), timeOf(req.GetTime()))
+	if err != nil {
+		return 0, nil, err
+	}
+	// Every field, zero or not: scripts read inExperiment: false.
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp)
+	return http.StatusOK, json.RawMessage(b), err
+}
+
+func (h *HTTP) history(r *http.Request, p *Principal) (int, any, error) {
+	changes, err := h.svc.History(r.Context(), p, r.PathValue("key"))
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := marshalAll(changes)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"changes": items}, nil
+}
+
+// marshalAll renders messages as proto3 JSON, for lists that must show as
+// [] when empty.
+func marshalAll[M proto.Message](ms []M) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, 0, len(ms))
+	for _, m := range ms {
+		b, err := jsonOut.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// write writes a success.
+func (h *HTTP) write(w http.ResponseWriter, r *http.Request, status int, body any) {
+	if body == nil {
+		w.WriteHeader(status)
 		return
 	}
-	var rev int64
-	if s := r.URL.Query().Get("revision"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			h.writeError(w, r, &Error{Code: CodeInvalid, Message: "invalid revision", Details: []string{"revision: want a non-negative integer"}})
+	if m, ok := body.(proto.Message); ok {
+		b, err := jsonOut.Marshal(m)
+		if err != nil {
+			h.writeError(w, r, err)
 			return
 		}
-		rev = n
+		body = json.RawMessage(b)
 	}
-	if err := h.svc.Delete(r.Context(), p, r.PathValue("key"), rev); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, status, body)
 }
 
-func (h *HTTP) writeExperiment(w http.ResponseWriter, status int, e *experimentv1.Experiment) {
-	b, err := jsonOut.Marshal(e)
-	if err != nil {
-		h.writeError(w, nil, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-// writeError is the HTTP transport's single exit for errors.
+// writeError is the HTTP transport's single exit for errors. Unknown
+// errors are logged and reach the client only as "internal error".
 func (h *HTTP) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := toError(err)
 	if e.Code == CodeInternal {
-		attrs := []any{"error", err.Error()}
-		if r != nil {
-			attrs = append(attrs, "method", r.Method, "path", r.URL.Path)
-		}
-		h.log.Error("admin request failed", attrs...)
+		h.log.ErrorContext(r.Context(), "admin request failed", "transport", "http", "http_method", r.Method, "path", r.URL.Path, "error", err.Error())
 	}
 	writeJSON(w, HTTPStatus(e.Code), map[string]any{"error": e})
 }
@@ -203,4 +365,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// timeOf is ts as a time.Time; zero for nil.
+func timeOf(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// protoError is a protojson error without its "proto:" prefix, which
+// protojson deliberately spells with a random space (U+0020 or U+00A0).
+func protoError(err error) string {
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), "proto:"), " \u00a0")
 }

@@ -1,37 +1,69 @@
-// Package admin is the control plane's admin API for experiment owners:
-// create, read, list, update and delete experiments, validated with the same
-// engine.Compile the filter runs, authorized per owner namespace. It is the
-// only place where errors become transport status codes.
+// Package admin is the control plane's admin API for experiment owners. Its
+// transport-agnostic Service creates, reads, lists, updates and deletes
+// experiments, moves them through their lifecycle, previews assignments and
+// reads the audit history; definitions are validated with the same
+// engine.Compile the filter runs and writes are authorized per owner
+// namespace. Two transports serve it: gRPC (allot.admin.v1.AdminService,
+// grpc.go) and HTTP/JSON (http.go), both authenticating bearer tokens
+// (auth.go). It is the only place where errors become transport status codes
+// (errors.go: HTTPStatus and toStatus).
+//
+// It reads the store through store.Store and uses the pure translate package
+// to build exactly the configuration proxies receive; it must not import
+// xds or server.
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/engine"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
 // Service implements the admin operations over a store, independent of the
-// transport.
+// transport. Every method takes the authenticated caller.
 type Service struct {
 	store store.Store
 	log   *slog.Logger
+	mesh  translate.Mesh
+	now   func() time.Time
 }
 
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
+
+// WithMesh sets the mesh settings EvaluateExperiments builds proxy
+// configurations with (the same allotd pushes).
+func WithMesh(m translate.Mesh) ServiceOption { return func(s *Service) { s.mesh = m } }
+
+// WithClock sets the clock schedules are evaluated with (default time.Now).
+func WithClock(now func() time.Time) ServiceOption { return func(s *Service) { s.now = now } }
+
 // NewService returns a Service over st; log may be nil.
-func NewService(st store.Store, log *slog.Logger) *Service {
+func NewService(st store.Store, log *slog.Logger, opts ...ServiceOption) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: st, log: log}
+	s := &Service{store: st, log: log, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Validate checks a definition with the engine's Compile and Allot's own
@@ -47,7 +79,8 @@ func Validate(e *experimentv1.Experiment) error {
 			details = append(details, strings.TrimPrefix(line, "experiments[0]."))
 		}
 	}
-	if e.GetStartTime() != nil && e.GetEndTime() != nil && !e.GetEndTime().AsTime().After(e.GetStartTime().AsTime()) {
+	if e.GetStartTime() != nil && e.GetEndTime() != nil && !e.GetEndTime().AsTime().After(e.GetStartTime().AsTime()) &&
+		!slices.ContainsFunc(details, func(d string) bool { return strings.HasPrefix(d, "endTime:") }) {
 		details = append(details, "endTime: must be after startTime")
 	}
 	if len(details) > 0 {
@@ -138,10 +171,25 @@ func (s *Service) Get(ctx context.Context, p *Principal, key string) (*experimen
 	return FromStore(se)
 }
 
-// List returns every experiment, sorted by key, and the store revision.
-func (s *Service) List(ctx context.Context, p *Principal) ([]*experimentv1.Experiment, int64, error) {
+// Filter selects experiments in List; empty fields do not filter.
+type Filter struct {
+	// Owner keeps experiments of this owner namespace.
+	Owner string
+	// Status keeps experiments with this status (empty stored status counts
+	// as running).
+	Status string
+	// Service keeps experiments that apply to proxies of this cluster.
+	Service string
+}
+
+// List returns the experiments matching f, sorted by key, and the store
+// revision.
+func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experimentv1.Experiment, int64, error) {
 	if !p.CanRead() {
 		return nil, 0, errorf(CodePermissionDenied, "reading needs a token")
+	}
+	if f.Status != "" && !validStatus(f.Status) {
+		return nil, 0, &Error{Code: CodeInvalid, Message: "invalid filter", Details: []string{"status: " + strconv.Quote(f.Status) + ", want draft, running, paused or stopped"}}
 	}
 	items, rev, err := s.store.List(ctx)
 	if err != nil {
@@ -151,17 +199,27 @@ func (s *Service) List(ctx context.Context, p *Principal) ([]*experimentv1.Exper
 	for _, se := range items {
 		e, err := FromStore(se)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("stored experiment %q: %w", se.Key, err)
+		}
+		switch {
+		case f.Owner != "" && e.Owner != f.Owner,
+			f.Status != "" && statusOf(e) != f.Status,
+			f.Service != "" && !translate.AppliesTo(e, f.Service):
+			continue
 		}
 		out = append(out, e)
 	}
 	return out, rev, nil
 }
 
-// Update replaces an experiment. A non-zero e.Revision must equal the stored
-// revision (optimistic concurrency); the owner of both the stored and the
-// new definition must be writable by p.
+// Update replaces an experiment. e.Revision must equal the stored revision
+// (optimistic concurrency: a stale one is CodeConflict and nothing
+// changes); the owner of both the stored and the new definition must be
+// writable by p, and a status change must be an allowed transition.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
+	if e.Revision <= 0 {
+		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"revision: required: send the revision you read (optimistic concurrency)"}}
+	}
 	cur, err := s.store.Get(ctx, e.Key)
 	if err != nil {
 		return nil, err
@@ -177,6 +235,13 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	}
 	if err := Validate(e); err != nil {
 		return nil, err
+	}
+	old, err := FromStore(cur)
+	if err != nil {
+		return nil, fmt.Errorf("stored experiment %q: %w", cur.Key, err)
+	}
+	if from, to := statusOf(old), statusOf(e); from != to && !allowed(from, to) {
+		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
 	}
 	b, err := spec(e)
 	if err != nil {
@@ -206,3 +271,181 @@ func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision
 	return nil
 }
 
+// transitionsHelp states the lifecycle for error messages.
+const transitionsHelp = "allowed: draft → running|stopped, running → paused|stopped, paused → running|stopped; stopped is final"
+
+// transitions lists the statuses each status may move to.
+var transitions = map[string][]string{
+	engine.StatusDraft:   {engine.StatusRunning, engine.StatusStopped},
+	engine.StatusRunning: {engine.StatusPaused, engine.StatusStopped},
+	engine.StatusPaused:  {engine.StatusRunning, engine.StatusStopped},
+	engine.StatusStopped: nil,
+}
+
+func validStatus(st string) bool {
+	_, ok := transitions[st]
+	return ok
+}
+
+func allowed(from, to string) bool { return slices.Contains(transitions[from], to) }
+
+// statusOf is e's status with the empty default spelled out.
+func statusOf(e *experimentv1.Experiment) string {
+	if e.GetStatus() == "" {
+		return engine.StatusRunning
+	}
+	return e.GetStatus()
+}
+
+// Start sets a draft or paused experiment running.
+func (s *Service) Start(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
+	return s.transition(ctx, p, "start", key, revision, engine.StatusRunning)
+}
+
+// Pause pauses a running experiment.
+func (s *Service) Pause(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
+	return s.transition(ctx, p, "pause", key, revision, engine.StatusPaused)
+}
+
+// Stop ends a draft, running or paused experiment for good.
+func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
+	return s.transition(ctx, p, "stop", key, revision, engine.StatusStopped)
+}
+
+// transition moves an experiment to status to. A non-zero revision must
+// match; an experiment already in status to is returned unchanged (no write).
+func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
+	cur, err := s.store.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if !p.CanWrite(cur.Owner) {
+		return nil, s.deny(ctx, p, op, key, cur.Owner)
+	}
+	if revision != 0 && revision != cur.Revision {
+		return nil, fmt.Errorf("%s %q at revision %d, current %d: %w", op, key, revision, cur.Revision, store.ErrConflict)
+	}
+	e, err := FromStore(cur)
+	if err != nil {
+		return nil, fmt.Errorf("stored experiment %q: %w", key, err)
+	}
+	from := statusOf(e)
+	if from == to {
+		return e, nil
+	}
+	if !allowed(from, to) {
+		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, transitionsHelp)
+	}
+	e.Status = to
+	b, err := spec(e)
+	if err != nil {
+		return nil, err
+	}
+	se, err := s.store.Update(ctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "experiment status changed", "key", key, "principal", p.Name, "from", from, "to", to, "revision", se.Revision)
+	return FromStore(se)
+}
+
+// Evaluate previews what the proxies of cluster service would assign for
+// attrs at time at (zero: now): it builds their configuration with
+// translate.FilterConfig, decodes it as the filter does and runs
+// engine.Compile and Assign.
+func (s *Service) Evaluate(ctx context.Context, p *Principal, service string, attrs map[string]any, at time.Time) (*adminv1.EvaluateExperimentsResponse, error) {
+	if !p.CanRead() {
+		return nil, errorf(CodePermissionDenied, "reading needs a token")
+	}
+	if at.IsZero() {
+		at = s.now()
+	}
+	exps, _, err := s.List(ctx, p, Filter{})
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := translate.FilterConfig(exps, service, at, s.mesh)
+	if err != nil {
+		return nil, err
+	}
+	js, err := translate.ConfigJSON(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The filter's decoding: proto3 JSON into the engine's types.
+	var raw struct {
+		Experiments []engine.Experiment        `json:"experiments"`
+		SavedGroups map[string]json.RawMessage `json:"savedGroups"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("decode filter configuration: %w", err)
+	}
+	set, err := engine.Compile(engine.Config{Experiments: raw.Experiments, SavedGroups: raw.SavedGroups})
+	if err != nil {
+		return nil, fmt.Errorf("compile filter configuration for %q: %w", service, err)
+	}
+	prefix := cfg.HeaderPrefix
+	if prefix == "" {
+		prefix = DefaultHeaderPrefix
+	}
+	out := &adminv1.EvaluateExperimentsResponse{Version: cfg.Version}
+	for _, a := range set.Assign(nil, engine.Attributes(attrs)) {
+		out.Assignments = append(out.Assignments, &adminv1.Assignment{
+			Experiment:    a.Key,
+			VariationId:   int32(a.VariationID),
+			Value:         a.Value,
+			InExperiment:  a.InExperiment,
+			HashUsed:      a.HashUsed,
+			Header:        prefix + a.Key,
+			HashAttribute: a.HashAttribute,
+			HashValue:     a.HashValue,
+		})
+	}
+	return out, nil
+}
+
+// DefaultHeaderPrefix is the filter's assignment header prefix when the mesh
+// sets none.
+const DefaultHeaderPrefix = "x-experiment-"
+
+// History returns the audit changes of key (every key if empty), oldest
+// first. A key that was never written is CodeNotFound.
+func (s *Service) History(ctx context.Context, p *Principal, key string) ([]*adminv1.Change, error) {
+	if !p.CanRead() {
+		return nil, errorf(CodePermissionDenied, "reading needs a token")
+	}
+	changes, err := s.store.History(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" && len(changes) == 0 {
+		return nil, errorf(CodeNotFound, "experiment %q has no history", key)
+	}
+	out := make([]*adminv1.Change, 0, len(changes))
+	for _, c := range changes {
+		ch := &adminv1.Change{Revision: c.Revision, Key: c.Key, Op: c.Op, Actor: c.Actor, Time: timestamppb.New(c.Time)}
+		if ch.Before, err = fromChange(c.Before); err != nil {
+			return nil, fmt.Errorf("history of %q at revision %d: %w", c.Key, c.Revision, err)
+		}
+		if ch.After, err = fromChange(c.After); err != nil {
+			return nil, fmt.Errorf("history of %q at revision %d: %w", c.Key, c.Revision, err)
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+// fromChange rebuilds the resource from a Change's Before or After (nil for
+// nil).
+func fromChange(raw json.RawMessage) (*experimentv1.Experiment, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var se store.Experiment
+	if err := json.Unmarshal(raw, &se); err != nil {
+		return nil, err
+	}
+	return FromStore(&se)
+}

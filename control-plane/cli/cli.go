@@ -33,7 +33,15 @@ type command struct {
 // commands lists the subcommands in help order. helpCmd is appended in init
 // (it reads this table).
 var commands = []command{
-	{"eval", "evaluate experiment definitions offline against attribute sets", runEval},
+	{"eval", "evaluate experiment definitions offline (or online with --server) against attribute sets", runEvalDispatch},
+	{"apply", "create or update experiments from a JSON/YAML file (idempotent)", runApply},
+	{"get", "print one experiment", runGet},
+	{"list", "list experiments (filters: --owner, --status, --service)", runList},
+	{"delete", "delete an experiment", runDelete},
+	{"start", "start a draft or paused experiment", transition("start", "Sets a draft or paused experiment running.")},
+	{"pause", "pause a running experiment", transition("pause", "Pauses a running experiment: nobody is assigned until it starts again.")},
+	{"stop", "stop an experiment for good", transition("stop", "Stops a draft, running or paused experiment for good.")},
+	{"history", "print the audit history of one or every experiment", runHistory},
 }
 
 func init() {

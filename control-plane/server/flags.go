@@ -2,14 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/translate"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Main parses allotd's command line and runs the server until ctx is done.
@@ -20,16 +24,21 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg       Config
 		tokens    string
 		wasmPath  string
+		meshFile  string
 		logLevel  slog.Level
 		logFormat string
+		tlsCert   string
+		tlsKey    string
 	)
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin API listen address (HTTP/JSON)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin listen address: HTTP/JSON and gRPC admin API, /metrics, /healthz, /readyz")
+	fs.StringVar(&cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
 	fs.StringVar(&cfg.DBPath, "db", "allot.db", "bbolt store file (created if missing)")
 	fs.StringVar(&tokens, "tokens", "", "admin API tokens file (JSON: {\"tokens\":[{\"name\",\"token\",\"role\",\"namespaces\"}]}); required")
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot filter module as the proxies see it")
-	fs.StringVar(&cfg.Mesh.UnitHeader, "unit-header", "", "request header carrying the unit id (default x-user-id)")
-	fs.StringVar(&cfg.Mesh.HeaderPrefix, "header-prefix", "", "prefix of assignment headers (default x-experiment-)")
+	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, cacheSize)")
+	fs.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only")
+	fs.StringVar(&tlsKey, "tls-key", "", "PEM private key `file` of -tls-cert")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -46,11 +55,34 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	cfg.Tokens = t
+	switch {
+	case tlsCert != "" && tlsKey != "":
+		cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+		if err != nil {
+			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	case tlsCert != "" || tlsKey != "":
+		return fmt.Errorf("-tls-cert and -tls-key go together")
+	}
 	abs, err := filepath.Abs(wasmPath)
 	if err != nil {
 		return fmt.Errorf("-wasm-path: %w", err)
 	}
-	cfg.Mesh = translate.Mesh{WasmPath: abs, UnitHeader: cfg.Mesh.UnitHeader, HeaderPrefix: cfg.Mesh.HeaderPrefix}
+	cfg.Mesh = translate.Mesh{WasmPath: abs}
+	if meshFile != "" {
+		b, err := os.ReadFile(meshFile)
+		if err != nil {
+			return fmt.Errorf("-mesh: %w", err)
+		}
+		cfg.Mesh.Filter = &filterv1.FilterConfig{}
+		if err := protojson.Unmarshal(b, cfg.Mesh.Filter); err != nil {
+			return fmt.Errorf("-mesh %s: %w", meshFile, err)
+		}
+		if err := translate.ValidateMesh(cfg.Mesh); err != nil {
+			return fmt.Errorf("-mesh %s: %w", meshFile, err)
+		}
+	}
 	opts := &slog.HandlerOptions{Level: logLevel}
 	switch logFormat {
 	case "text":

@@ -1,21 +1,29 @@
 // Package server assembles allotd: it opens the store, serves the admin API
-// and xDS on separate listeners, and keeps every connected proxy's
+// (HTTP/JSON, gRPC, /metrics and health checks on one listener, optionally
+// gRPC on a dedicated one too) and xDS on another, optionally all over TLS, and keeps every connected proxy's
 // configuration in step with the store and the experiments' schedules.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
@@ -28,8 +36,14 @@ import (
 
 // Config is allotd's configuration.
 type Config struct {
-	// AdminAddr is the admin API's listen address (HTTP/JSON).
+	// AdminAddr is the admin HTTP listen address: the HTTP/JSON admin API,
+	// /metrics, /healthz and /readyz.
 	AdminAddr string
+	// AdminGRPCAddr, when set, adds a dedicated listener for the gRPC admin
+	// API. The gRPC admin API (allot.admin.v1.AdminService and server
+	// reflection) is always served on AdminAddr too: HTTP/2 requests with a
+	// gRPC content type go to gRPC, everything else to HTTP.
+	AdminGRPCAddr string
 	// XDSAddr is the xDS listen address (gRPC: ADS and ECDS).
 	XDSAddr string
 	// DBPath is the bbolt store's file.
@@ -42,8 +56,25 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// TLS, when set, serves every listener (admin HTTP, admin gRPC, xDS)
+	// over TLS only; plaintext connections are refused.
+	TLS *tls.Config
+	// Collectors are extra Prometheus collectors exposed on /metrics
+	// beside allotd's own (Go runtime, process, admin API, experiments).
+	Collectors []prometheus.Collector
 	// Ready, if set, receives the bound addresses once serving.
-	Ready func(adminAddr, xdsAddr net.Addr)
+	Ready func(Addrs)
+}
+
+// Addrs are the addresses allotd listens on.
+type Addrs struct {
+	// Admin serves the HTTP/JSON admin API, /metrics and the health checks.
+	Admin net.Addr
+	// AdminGRPC is the dedicated gRPC admin listener; nil without
+	// Config.AdminGRPCAddr (gRPC is served on Admin then).
+	AdminGRPC net.Addr
+	// XDS serves xDS to the proxies.
+	XDS net.Addr
 }
 
 // Run serves until ctx is done, then shuts down gracefully.
@@ -65,28 +96,54 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer db.Close()
 
-	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
+	lns, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("listen admin %s: %w", cfg.AdminAddr, err)
+		return err
 	}
-	xdsLn, err := net.Listen("tcp", cfg.XDSAddr)
+	adminLn, xdsLn := lns[0], lns[1]
+	var grpcLn net.Listener
+	if len(lns) > 2 {
+		grpcLn = lns[2]
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := admin.NewMetrics(reg, db)
 	if err != nil {
-		adminLn.Close()
-		return fmt.Errorf("listen xds %s: %w", cfg.XDSAddr, err)
+		closeAll(lns)
+		return fmt.Errorf("register admin metrics: %w", err)
+	}
+	for _, c := range cfg.Collectors {
+		if err := reg.Register(c); err != nil {
+			closeAll(lns)
+			return fmt.Errorf("register collector: %w", err)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
 	xsrv := xds.New(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
-	g := grpc.NewServer(
+	var creds []grpc.ServerOption
+	if cfg.TLS != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	g := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, creds...)...)
 	xsrv.Register(g)
 
+	adminLog := log.With("component", "admin")
+	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now))
+	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
+	ag := grpc.NewServer(append(agrpc.ServerOptions(), creds...)...)
+	agrpc.Register(ag)
+	reflection.Register(ag)
+
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", admin.NewHTTP(admin.NewService(db, log.With("component", "admin")), cfg.Tokens, log.With("component", "admin")))
+	mux.Handle("/v1/", admin.NewHTTP(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics)))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := db.Revision(r.Context()); err != nil {
@@ -95,22 +152,48 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hsrv := &http.Server{
+		Handler:           grpcOrHTTP(ag, mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Protocols:         new(http.Protocols),
+		TLSConfig:         cfg.TLS,
+	}
+	hsrv.Protocols.SetHTTP1(true)
+	if cfg.TLS != nil {
+		hsrv.Protocols.SetHTTP2(true)
+	} else {
+		hsrv.Protocols.SetUnencryptedHTTP2(true) // h2c with prior knowledge, as gRPC clients speak it
+	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Add(3)
 	go func() { defer wg.Done(); errc <- g.Serve(xdsLn) }()
+	if grpcLn != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- ag.Serve(grpcLn) }()
+	}
 	go func() {
 		defer wg.Done()
-		if err := hsrv.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return hsrv.Serve(adminLn) }
+		if cfg.TLS != nil {
+			serve = func() error { return hsrv.ServeTLS(adminLn, "", "") }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
 	go func() { defer wg.Done(); syncLoop(ctx, db, xsrv, b, log) }()
-	log.Info("allotd serving", "admin_addr", adminLn.Addr().String(), "xds_addr", xdsLn.Addr().String(), "db", cfg.DBPath)
+	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
+	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "db", cfg.DBPath, "tls", cfg.TLS != nil}
+	if grpcLn != nil {
+		addrs.AdminGRPC = grpcLn.Addr()
+		attrs = append(attrs, "admin_grpc_addr", addrs.AdminGRPC.String())
+	}
+	log.Info("allotd serving", attrs...)
 	if cfg.Ready != nil {
-		cfg.Ready(adminLn.Addr(), xdsLn.Addr())
+		cfg.Ready(addrs)
 	}
 
 	var runErr error
@@ -122,16 +205,56 @@ func Run(ctx context.Context, cfg Config) error {
 	cancel()
 	shutCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	hsrv.Shutdown(shutCtx)
+	if err := hsrv.Shutdown(shutCtx); err != nil {
+		hsrv.Close() // open gRPC streams on the admin listener
+	}
 	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
+	go func() { g.GracefulStop(); ag.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-shutCtx.Done():
 		g.Stop() // xDS streams never end by themselves
+		ag.Stop()
 	}
 	wg.Wait()
 	return runErr
+}
+
+// grpcOrHTTP sends HTTP/2 requests with a gRPC content type to g and
+// everything else to h, so one listener serves both admin transports.
+func grpcOrHTTP(g *grpc.Server, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			g.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// listen opens the admin, xDS and (if configured) dedicated admin gRPC
+// listeners, in that order. TLS is added by the servers.
+func listen(cfg Config) ([]net.Listener, error) {
+	ls := []struct{ name, addr string }{{"admin", cfg.AdminAddr}, {"xds", cfg.XDSAddr}}
+	if cfg.AdminGRPCAddr != "" {
+		ls = append(ls, struct{ name, addr string }{"admin grpc", cfg.AdminGRPCAddr})
+	}
+	var lns []net.Listener
+	for _, l := range ls {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("listen %s %s: %w", l.name, l.addr, err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }
 
 // syncLoop refreshes proxies after every store write and at every schedule

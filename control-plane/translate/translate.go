@@ -39,10 +39,36 @@ const (
 type Mesh struct {
 	// WasmPath is the filter module's path as the proxies see it.
 	WasmPath string
-	// UnitHeader is the header carrying the unit id (empty: filter default).
-	UnitHeader string
-	// HeaderPrefix prefixes assignment headers (empty: filter default).
-	HeaderPrefix string
+	// Filter holds the filter settings every proxy receives (unit header,
+	// header names, attribute sources, cache size); its version, experiments
+	// and saved groups must be empty. Nil means the filter's defaults.
+	Filter *filterv1.FilterConfig
+}
+
+// ValidateMesh checks the mesh admin's filter settings.
+func ValidateMesh(m Mesh) error {
+	f := m.Filter
+	switch {
+	case f == nil:
+		return nil
+	case f.Version != "":
+		return fmt.Errorf("version: set by the control plane, must be empty")
+	case len(f.Experiments) > 0:
+		return fmt.Errorf("experiments: come from the store, must be empty")
+	}
+	seen := map[string]bool{}
+	for i, a := range f.Attributes {
+		switch {
+		case a.GetName() == "":
+			return fmt.Errorf("attributes[%d].name: required", i)
+		case seen[a.GetName()]:
+			return fmt.Errorf("attributes[%d].name: %q mapped twice", i, a.GetName())
+		case a.GetSource() == nil:
+			return fmt.Errorf("attributes[%d]: one of header, cookie, query or property is required", i)
+		}
+		seen[a.GetName()] = true
+	}
+	return nil
 }
 
 // Running reports whether e assigns units at time now: status running (or
@@ -71,7 +97,11 @@ func AppliesTo(e *experimentv1.Experiment, cluster string) bool {
 // output-only metadata. Its version is a digest of the content and the
 // filter module's path, so the same definitions always give the same version.
 func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time, mesh Mesh) (*filterv1.FilterConfig, error) {
-	cfg := &filterv1.FilterConfig{UnitHeader: mesh.UnitHeader, HeaderPrefix: mesh.HeaderPrefix}
+	cfg := &filterv1.FilterConfig{}
+	if mesh.Filter != nil {
+		cfg = proto.Clone(mesh.Filter).(*filterv1.FilterConfig)
+		cfg.Version, cfg.Experiments = "", nil
+	}
 	for _, e := range exps {
 		if !Running(e, now) || !AppliesTo(e, cluster) {
 			continue

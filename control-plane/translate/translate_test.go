@@ -15,6 +15,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/plugin"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/out from the current output")
@@ -137,7 +138,13 @@ func TestVersionIsContentIdentity(t *testing.T) {
 // decoder with the same experiments and settings.
 func TestFilterDecodesContract(t *testing.T) {
 	_, exps := load(t, "testdata/in/mixed.json")
-	mesh := Mesh{WasmPath: "/x.wasm", UnitHeader: "x-device-id", HeaderPrefix: "x-ab-"}
+	mesh := Mesh{WasmPath: "/x.wasm", Filter: &filterv1.FilterConfig{
+		UnitHeader: "x-device-id", HeaderPrefix: "x-ab-",
+		Attributes: []*filterv1.Attribute{
+			{Name: "country", Source: &filterv1.Attribute_Header{Header: "x-country"}},
+			{Name: "plan", Source: &filterv1.Attribute_Cookie{Cookie: "plan"}},
+		},
+	}}
 	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), mesh)
 	if err != nil {
 		t.Fatal(err)

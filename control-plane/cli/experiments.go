@@ -1,0 +1,551 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+)
+
+// connHelp explains the connection flags in every online command's usage.
+const connHelp = `
+The server and token come from --server/--token, then $ALLOT_SERVER and
+$ALLOT_TOKEN, then the config file (--config, default
+~/.config/allot/config.json: {"server": "http://127.0.0.1:8080", "token": "..."}).
+
+Flags:
+`
+
+// newFlagSet returns a subcommand's flag set whose -h prints usage, then
+// connHelp and the flags.
+func newFlagSet(env *Env, name, usage string, output bool) (*flag.FlagSet, *connFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage+connHelp)
+		fs.PrintDefaults()
+	}
+	return fs, addConnFlags(fs, output)
+}
+
+// ---------------------------------------------------------------- apply
+
+const applyUsage = `Usage: allotctl apply -f FILE
+
+Creates or updates the experiments in FILE (JSON or YAML: one experiment, a
+list, or {"experiments": [...]}) so that the server holds exactly these
+definitions. Apply is idempotent: an absent experiment is created, a
+different one is updated with the revision just read (a concurrent change
+fails with a conflict instead of being overwritten), an identical one is left
+alone. An empty owner keeps the stored owner (or, on create, defaults to the
+token's only namespace). Prints one line per experiment:
+created, configured or unchanged.
+`
+
+func runApply(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "apply", applyUsage, true)
+	file := fs.String("f", "", "experiment definitions `FILE` (JSON or YAML)")
+	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
+		return err
+	}
+	if *file == "" {
+		return fmt.Errorf("%w: apply needs -f FILE", ErrUsage)
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	exps, err := readExperiments(*file)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var results []applyResult
+	for _, e := range exps {
+		r, err := apply(ctx, c, e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("apply %s: %w", e.GetKey(), err))
+			continue
+		}
+		results = append(results, r)
+	}
+	if err := writeApply(env.Stdout, conn.output, results); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// applyResult is what apply did to one experiment.
+type applyResult struct {
+	Key      string `json:"key"`
+	Action   string `json:"action"`
+	Revision int64  `json:"revision,string"`
+}
+
+// apply makes the server hold e: create, update or nothing.
+func apply(ctx context.Context, c *client, e *experimentv1.Experiment) (applyResult, error) {
+	body, err := protojson.Marshal(e)
+	if err != nil {
+		return applyResult{}, err
+	}
+	cur, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(e.GetKey()), nil)
+	if isStatus(err, http.StatusNotFound) {
+		b, err := c.do(ctx, "POST", "/v1/experiments", body)
+		if err != nil {
+			return applyResult{}, err
+		}
+		created, err := decodeExperiment(b)
+		return applyResult{e.GetKey(), "created", created.GetRevision()}, err
+	}
+	if err != nil {
+		return applyResult{}, err
+	}
+	stored, err := decodeExperiment(cur)
+	if err != nil {
+		return applyResult{}, err
+	}
+	if sameDefinition(e, stored) {
+		return applyResult{e.GetKey(), "unchanged", stored.GetRevision()}, nil
+	}
+	want := proto.Clone(e).(*experimentv1.Experiment)
+	want.Revision = stored.GetRevision()
+	if body, err = protojson.Marshal(want); err != nil {
+		return applyResult{}, err
+	}
+	b, err := c.do(ctx, "PUT", "/v1/experiments/"+url.PathEscape(e.GetKey()), body)
+	if err != nil {
+		return applyResult{}, err
+	}
+	updated, err := decodeExperiment(b)
+	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, err
+}
+
+// sameDefinition reports whether the file's definition equals the stored
+// one, ignoring output-only metadata (and the owner when the file has none).
+func sameDefinition(file, stored *experimentv1.Experiment) bool {
+	a, b := definition(file), definition(stored)
+	if a.Owner == "" {
+		a.Owner = b.Owner
+	}
+	return proto.Equal(a, b)
+}
+
+func definition(e *experimentv1.Experiment) *experimentv1.Experiment {
+	d := proto.Clone(e).(*experimentv1.Experiment)
+	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
+	return d
+}
+
+func decodeExperiment(b []byte) (*experimentv1.Experiment, error) {
+	e := &experimentv1.Experiment{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, e); err != nil {
+		return nil, fmt.Errorf("decode experiment: %w", err)
+	}
+	return e, nil
+}
+
+// readExperiments reads one experiment, a list, or {"experiments": [...]}
+// as JSON or YAML; unknown fields are rejected with their path.
+func readExperiments(path string) ([]*experimentv1.Experiment, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read definitions: %w", err)
+	}
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext == ".yaml" || ext == ".yml" || !json.Valid(data) && ext != ".json" {
+		if data, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, fmt.Errorf("%s: parse YAML: %w", path, err)
+		}
+	}
+	var items []json.RawMessage
+	trimmed := bytes.TrimSpace(data)
+	switch {
+	case len(trimmed) > 0 && trimmed[0] == '[':
+		err = json.Unmarshal(trimmed, &items)
+	case len(trimmed) > 0 && trimmed[0] == '{':
+		var probe struct {
+			Experiments []json.RawMessage `json:"experiments"`
+		}
+		if err = json.Unmarshal(trimmed, &probe); err == nil && probe.Experiments != nil {
+			items = probe.Experiments
+		} else {
+			items = []json.RawMessage{trimmed}
+		}
+	default:
+		err = errors.New("want an experiment object, a list of experiments, or {\"experiments\": [...]}")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []*experimentv1.Experiment
+	var errs []error
+	for i, raw := range items {
+		e := &experimentv1.Experiment{}
+		if err := protojson.Unmarshal(raw, e); err != nil {
+			errs = append(errs, fmt.Errorf("%s: experiments[%d]: %v", path, i, protoError(err)))
+			continue
+		}
+		if e.GetKey() == "" {
+			errs = append(errs, fmt.Errorf("%s: experiments[%d].key: required", path, i))
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, errors.Join(errs...)
+}
+
+func writeApply(w io.Writer, format string, results []applyResult) error {
+	if format != "table" {
+		b, err := json.Marshal(map[string]any{"results": results})
+		if err != nil {
+			return err
+		}
+		return writeData(w, format, b)
+	}
+	for _, r := range results {
+		fmt.Fprintf(w, "experiment/%s %s (revision %d)\n", r.Key, r.Action, r.Revision)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- get, list
+
+const getUsage = `Usage: allotctl get KEY [-o table|json|yaml]
+
+Prints one experiment: a table row by default, the whole resource with -o.
+`
+
+func runGet(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "get", getUsage, true)
+	pos, ok, err := parseFlags(fs, args, 1, 1)
+	if !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	b, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(pos[0]), nil)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", pos[0], err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, b)
+	}
+	e, err := decodeExperiment(b)
+	if err != nil {
+		return err
+	}
+	return writeTable(env.Stdout, []*experimentv1.Experiment{e})
+}
+
+const listUsage = `Usage: allotctl list [--owner NS] [--status STATUS] [--service CLUSTER] [-o table|json|yaml]
+
+Lists experiments sorted by key. --service keeps those that apply to the
+proxies of that cluster (targeted at it or at every service).
+`
+
+func runList(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "list", listUsage, true)
+	owner := fs.String("owner", "", "only experiments of this owner `namespace`")
+	status := fs.String("status", "", "only experiments with this `status`: draft, running, paused, stopped")
+	service := fs.String("service", "", "only experiments that apply to this `cluster`")
+	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"owner": *owner, "status": *status, "service": *service} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	path := "/v1/experiments"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	b, err := c.do(ctx, "GET", path, nil)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, b)
+	}
+	var l struct {
+		Experiments []json.RawMessage `json:"experiments"`
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("decode list: %w", err)
+	}
+	var exps []*experimentv1.Experiment
+	for _, raw := range l.Experiments {
+		e, err := decodeExperiment(raw)
+		if err != nil {
+			return err
+		}
+		exps = append(exps, e)
+	}
+	if len(exps) == 0 {
+		fmt.Fprintln(env.Stdout, "No experiments.")
+		return nil
+	}
+	return writeTable(env.Stdout, exps)
+}
+
+// writeTable prints experiments as a table.
+func writeTable(w io.Writer, exps []*experimentv1.Experiment) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tSCHEDULE\tREVISION\tUPDATED\tBY")
+	for _, e := range exps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+			e.GetKey(), dash(e.GetOwner()), statusOf(e), dash(strings.Join(e.GetServices(), ",")),
+			variations(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
+	}
+	return tw.Flush()
+}
+
+func statusOf(e *experimentv1.Experiment) string {
+	if e.GetStatus() == "" {
+		return "running"
+	}
+	return e.GetStatus()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// variations renders "control=0.5,treatment=0.5" (values with weights when
+// set).
+func variations(e *experimentv1.Experiment) string {
+	var parts []string
+	for i, v := range e.GetVariations() {
+		b, _ := protojson.Marshal(v)
+		s := strings.Trim(string(b), `"`)
+		if i < len(e.GetWeights()) {
+			s += "=" + strconv.FormatFloat(e.GetWeights()[i], 'g', -1, 64)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ",")
+}
+
+// schedule renders "START..END" with "-" for an open side.
+func schedule(e *experimentv1.Experiment) string {
+	if e.GetStartTime() == nil && e.GetEndTime() == nil {
+		return "-"
+	}
+	side := func(ok bool, t time.Time) string {
+		if !ok {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	return side(e.GetStartTime() != nil, e.GetStartTime().AsTime()) + ".." + side(e.GetEndTime() != nil, e.GetEndTime().AsTime())
+}
+
+// ---------------------------------------------------------------- delete, start, pause, stop
+
+const deleteUsage = `Usage: allotctl delete KEY [--revision N]
+
+Deletes an experiment; with --revision only if it is still at that revision.
+`
+
+func runDelete(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "delete", deleteUsage, true)
+	rev := fs.Int64("revision", 0, "delete only at this `revision` (0: any)")
+	pos, ok, err := parseFlags(fs, args, 1, 1)
+	if !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	path := "/v1/experiments/" + url.PathEscape(pos[0])
+	if *rev != 0 {
+		path += "?revision=" + strconv.FormatInt(*rev, 10)
+	}
+	if _, err := c.do(ctx, "DELETE", path, nil); err != nil {
+		return fmt.Errorf("delete %s: %w", pos[0], err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, []byte(`{"key":`+strconv.Quote(pos[0])+`,"action":"deleted"}`))
+	}
+	fmt.Fprintf(env.Stdout, "experiment/%s deleted\n", pos[0])
+	return nil
+}
+
+// transitionUsage is the usage of start, pause and stop.
+const transitionUsage = `Usage: allotctl %s KEY [--revision N]
+
+%s
+Allowed: draft → running|stopped, running → paused|stopped,
+paused → running|stopped; stopped is final. With --revision the change
+applies only if the experiment is still at that revision.
+`
+
+// transition returns the start, pause or stop subcommand.
+func transition(action, summary string) func(context.Context, *Env, []string) error {
+	return func(ctx context.Context, env *Env, args []string) error {
+		fs, conn := newFlagSet(env, action, fmt.Sprintf(transitionUsage, action, summary), true)
+		rev := fs.Int64("revision", 0, "change only at this `revision` (0: any)")
+		pos, ok, err := parseFlags(fs, args, 1, 1)
+		if !ok {
+			return err
+		}
+		c, err := conn.client()
+		if err != nil {
+			return err
+		}
+		var body []byte
+		if *rev != 0 {
+			body = []byte(`{"revision":"` + strconv.FormatInt(*rev, 10) + `"}`)
+		}
+		b, err := c.do(ctx, "POST", "/v1/experiments/"+url.PathEscape(pos[0])+":"+action, body)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", action, pos[0], err)
+		}
+		if conn.output != "table" {
+			return writeData(env.Stdout, conn.output, b)
+		}
+		e, err := decodeExperiment(b)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), statusOf(e), e.GetRevision())
+		return nil
+	}
+}
+
+// ---------------------------------------------------------------- history
+
+const historyUsage = `Usage: allotctl history [KEY] [-o table|json|yaml]
+
+Prints the audit history, oldest first: one experiment's, or every change
+without KEY. The table lists the definition fields each change touched;
+-o json|yaml has the whole experiment before and after.
+`
+
+func runHistory(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "history", historyUsage, true)
+	pos, ok, err := parseFlags(fs, args, 0, 1)
+	if !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	path := "/v1/history"
+	if len(pos) == 1 {
+		path = "/v1/experiments/" + url.PathEscape(pos[0]) + "/history"
+	}
+	b, err := c.do(ctx, "GET", path, nil)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, b)
+	}
+	var h struct {
+		Changes []struct {
+			Revision string          `json:"revision"`
+			Key      string          `json:"key"`
+			Op       string          `json:"op"`
+			Actor    string          `json:"actor"`
+			Time     time.Time       `json:"time"`
+			Before   json.RawMessage `json:"before"`
+			After    json.RawMessage `json:"after"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("decode history: %w", err)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tTIME\tKEY\tOP\tACTOR\tCHANGED")
+	for _, ch := range h.Changes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ch.Revision, ch.Time.UTC().Format(time.RFC3339), ch.Key, ch.Op, ch.Actor, changed(ch.Before, ch.After))
+	}
+	return tw.Flush()
+}
+
+// changed lists the definition fields that differ between two experiment
+// JSON documents, ignoring output-only metadata.
+func changed(before, after json.RawMessage) string {
+	var a, b map[string]json.RawMessage
+	json.Unmarshal(before, &a)
+	json.Unmarshal(after, &b)
+	if a == nil || b == nil {
+		return "-"
+	}
+	var out []string
+	for k := range joinKeys(a, b) {
+		switch k {
+		case "revision", "createTime", "updateTime", "createdBy", "updatedBy":
+			continue
+		}
+		if !bytes.Equal(a[k], b[k]) {
+			d := k
+			if k == "status" {
+				d = fmt.Sprintf("status %s→%s", statusText(a[k]), statusText(b[k]))
+			}
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+func statusText(raw json.RawMessage) string {
+	var s string
+	json.Unmarshal(raw, &s)
+	if s == "" {
+		return "running"
+	}
+	return s
+}
+
+func joinKeys(a, b map[string]json.RawMessage) map[string]bool {
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	return keys
+}
+
+// protoError is a protojson error without its "proto:" prefix, which
+// protojson deliberately spells with a random space (U+0020 or U+00A0).
+func protoError(err error) string {
+	return strings.TrimLeft(strings.TrimPrefix(err.Error(), "proto:"), " \u00a0")
+}

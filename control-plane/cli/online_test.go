@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/store/bolt"
+	"github.com/allotmesh/allot/control-plane/translate"
+)
+
+const onlineTokens = `{"tokens": [
+  {"name": "root", "role": "admin", "token": "admin-token-0123456789"},
+  {"name": "alice", "role": "owner", "namespaces": ["team-a"], "token": "alice-token-0123456789"},
+  {"name": "dashboard", "role": "reader", "token": "reader-token-0123456789"}
+]}`
+
+// startAPI serves a real admin API over HTTP on a real bbolt store whose
+// clock is fixed, so outputs are byte-for-byte stable.
+func startAPI(t *testing.T) string {
+	t.Helper()
+	fixed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"), bolt.WithClock(func() time.Time { return fixed }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tokens, err := admin.ParseTokens([]byte(onlineTokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := admin.NewService(db, nil, admin.WithClock(func() time.Time { return fixed }), admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
+	srv := httptest.NewServer(admin.NewHTTP(svc, tokens))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestOnlineGolden runs testdata/online/<step>/args in order against one
+// real admin API (steps build on each other's state) with ALLOT_SERVER and
+// ALLOT_TOKEN (admin) set, and compares stdout, stderr and the error with
+// <step>/want.golden. $SERVER in args is the API's URL.
+// Rewrite the golden files with: go test ./control-plane/cli -update
+func TestOnlineGolden(t *testing.T) {
+	url := startAPI(t)
+	t.Setenv("ALLOT_SERVER", url)
+	t.Setenv("ALLOT_TOKEN", "admin-token-0123456789")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no user config file
+	dirs, err := filepath.Glob("testdata/online/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden steps: %v", err)
+	}
+	for _, dir := range dirs {
+		ok := t.Run(filepath.Base(dir), func(t *testing.T) {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, err := os.ReadFile(filepath.Join(abs, "args"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(abs)
+			var stdout, stderr bytes.Buffer
+			fields := strings.Fields(strings.ReplaceAll(string(args), "$SERVER", url))
+			runErr := Run(context.Background(), fields, strings.NewReader(""), &stdout, &stderr)
+			got := strings.ReplaceAll(golden(stdout.String(), stderr.String(), runErr), url, "$SERVER")
+			path := filepath.Join(abs, "want.golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s (run with -update to accept):\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
+			}
+		})
+		if !ok {
+			t.Fatalf("step %s failed; later steps depend on it", filepath.Base(dir))
+		}
+	}
+}
+
+// TestConnectionResolution: flags beat the environment, which beats the
+// config file; --config names another file; without a server the command
+// fails with a usage error.
+func TestConnectionResolution(t *testing.T) {
+	url := startAPI(t)
+	cfgDir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgDir)
+	t.Setenv("ALLOT_SERVER", "")
+	t.Setenv("ALLOT_TOKEN", "")
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := Run(context.Background(), args, strings.NewReader(""), &out, &out)
+		return out.String(), err
+	}
+
+	if _, err := run("list"); err == nil || !strings.Contains(err.Error(), "no server") {
+		t.Errorf("without a server: %v, want a no-server usage error", err)
+	}
+
+	// The default config file.
+	if err := os.MkdirAll(filepath.Join(cfgDir, "allot"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeCfg := func(path, server, token string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(`{"server": "`+server+`", "token": "`+token+`"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(filepath.Join(cfgDir, "allot", "config.json"), url, "reader-token-0123456789")
+	if out, err := run("list"); err != nil || !strings.Contains(out, "No experiments.") {
+		t.Errorf("with the default config file: %q %v", out, err)
+	}
+
+	// The environment beats the file: a wrong token from the env fails.
+	t.Setenv("ALLOT_TOKEN", "wrong-token-0123456789")
+	if _, err := run("list"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("env token: %v, want 401", err)
+	}
+	// The flag beats the environment.
+	if _, err := run("list", "--token", "reader-token-0123456789"); err != nil {
+		t.Errorf("flag token: %v", err)
+	}
+
+	// --config names another file; a missing one is an error.
+	other := filepath.Join(t.TempDir(), "other.json")
+	writeCfg(other, url, "admin-token-0123456789")
+	t.Setenv("ALLOT_TOKEN", "")
+	if _, err := run("list", "--config", other); err != nil {
+		t.Errorf("--config: %v", err)
+	}
+	if _, err := run("list", "--config", filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("--config with a missing file succeeded")
+	}
+}
