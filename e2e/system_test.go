@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/filter/plugin"
 )
 
 // adminToken is the admin token every e2e system is started with.
@@ -30,6 +32,8 @@ type system struct {
 	echoAddr  string
 	tokenFile string
 	dbPath    string
+	adminPort int
+	args      []string // extra allotd flags, kept for restarts
 }
 
 // startSystem builds and starts allotd and the echo upstream.
@@ -44,14 +48,17 @@ func startSystem(t *testing.T, allotdArgs ...string) *system {
 	}
 	s.echoAddr = harness.StartEcho(t)
 	s.xdsPort = harness.FreePort(t)
-	s.startAllotd(harness.FreePort(t), allotdArgs...)
+	s.adminPort = harness.FreePort(t)
+	s.args = allotdArgs
+	s.startAllotd()
 	return s
 }
 
-// startAllotd (re)starts allotd on the system's store and xDS port.
-func (s *system) startAllotd(adminPort int, extra ...string) {
+// startAllotd (re)starts allotd on the system's store and ports.
+func (s *system) startAllotd() {
 	s.t.Helper()
 	bin := harness.Build(s.t, "./control-plane/cmd/allotd")
+	adminPort, extra := s.adminPort, s.args
 	s.adminURL = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	args := append([]string{
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", adminPort),
@@ -68,23 +75,43 @@ func (s *system) startAllotd(adminPort int, extra ...string) {
 // proxy is one Envoy started from a bootstrap in envoy-configs/.
 type proxy struct {
 	*harness.Envoy
-	URL string // the listener, e.g. http://127.0.0.1:PORT
+	URL       string // the listener, e.g. http://127.0.0.1:PORT
+	AccessLog string // the access log file
+	sent      atomic.Int64
 }
 
 // startSidecar starts Envoy with envoy-configs/sidecar.yaml for cluster.
 func (s *system) startSidecar(node, cluster string) *proxy {
 	s.t.Helper()
-	listen, admin := harness.FreePort(s.t), harness.FreePort(s.t)
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	boot := harness.RenderBootstrap(s.t, "envoy-configs/sidecar.yaml", map[string]string{
+	return startEnvoy(s.t, "envoy-configs/sidecar.yaml", s.xdsPort, s.wasm, node, cluster, map[string]string{
+		"port_value: 8081": "port_value: " + echoPort,
+	})
+}
+
+// startEnvoy starts Envoy from a bootstrap in envoy-configs/, moving its
+// fixed ports (listener 10000, admin 9901, xDS 18000) and paths (the Wasm
+// module, the access log) to per-test values; replace moves the rest.
+func startEnvoy(t *testing.T, bootstrap string, xdsPort int, wasm, node, cluster string, replace map[string]string) *proxy {
+	t.Helper()
+	listen, admin := harness.FreePort(t), harness.FreePort(t)
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	r := map[string]string{
 		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
 		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
-		"port_value: 18000": fmt.Sprintf("port_value: %d", s.xdsPort),
-		"port_value: 8081":  fmt.Sprintf("port_value: %s", echoPort),
-		"bin/allot.wasm":    s.wasm,
+		"port_value: 18000": fmt.Sprintf("port_value: %d", xdsPort),
+		"bin/allot.wasm":    wasm,
+		"/dev/stdout":       accessLog,
+	}
+	for k, v := range replace {
+		r[k] = v
+	}
+	boot := harness.RenderBootstrap(t, bootstrap, r)
+	e := harness.StartEnvoy(t, harness.EnvoyOptions{
+		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster,
+		ExtraArgs: []string{"--file-flush-interval-msec", "100"},
 	})
-	e := harness.StartEnvoy(s.t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster})
-	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
+	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen), AccessLog: accessLog}
 }
 
 func splitHostPort(addr string) (string, string, error) {
@@ -141,5 +168,36 @@ func (s *system) mustAPI(want int, method, path string, body any, out any) {
 
 // get sends one request through a proxy with the given headers.
 func (p *proxy) get(headers map[string][]string) (harness.EchoResponse, error) {
-	return harness.GetEcho(p.URL+"/", http.Header(headers))
+	return p.getPath("/", headers)
+}
+
+// getPath sends one request for path through a proxy.
+func (p *proxy) getPath(path string, headers map[string][]string) (harness.EchoResponse, error) {
+	p.sent.Add(1)
+	return harness.GetEcho(p.URL+path, http.Header(headers))
+}
+
+// settledStats waits until Envoy's stats account for every request sent
+// through p (the filter flushes its counters on a tick) and returns them.
+func (p *proxy) settledStats(t *testing.T) map[string]int64 {
+	t.Helper()
+	var stats map[string]int64
+	harness.Eventually(t, 5*time.Second, func() error {
+		stats = p.Stats(t)
+		if got, want := stats["wasmcustom."+plugin.MetricEvaluated], p.sent.Load(); got != want {
+			return fmt.Errorf("envoy counted %d evaluated requests, %d were sent", got, want)
+		}
+		return nil
+	})
+	return stats
+}
+
+// repoPath is path (relative to the repository root) made absolute.
+func repoPath(t *testing.T, path string) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, path)
 }
