@@ -116,6 +116,15 @@ test-e2e: envoy ## End-to-end tests against real Envoy $(ENVOY_VERSION) (fail, n
 	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; \
 	exit $${PIPESTATUS[0]}
 
+.PHONY: test-reliability
+test-reliability: envoy ## Slow suite: faults, soak, hostile input, fuzzing, SIGKILL durability; rewrites docs/RELIABILITY.md.
+	@mkdir -p $(BIN)
+	rm -f $(BIN)/reliability.jsonl
+	ALLOT_RELIABILITY_OUT=$(CURDIR)/$(BIN)/reliability.jsonl \
+		$(GO) test -tags 'e2e reliability' -count=1 -timeout 30m -v -run 'Reliability' ./e2e/ 2>&1 | tee $(BIN)/reliability.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|\[(load|faults|bad_input|security|durability)\]' ; \
+	status=$${PIPESTATUS[0]}; [ $$status -eq 0 ] || exit $$status
+	$(GO) run ./e2e/cmd/allot-reliability-report -in $(BIN)/reliability.jsonl -out docs/RELIABILITY.md
+
 ## ---------------------------------------------------------------- run
 
 .PHONY: run
