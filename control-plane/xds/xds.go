@@ -3,15 +3,23 @@
 // a dedicated ECDS gRPC stream, built per proxy cluster by a Builder and
 // re-pushed whenever Refresh finds that a cluster's version changed.
 //
+// It tracks every connected proxy (what it was sent, acknowledged or
+// rejected), lets a caller wait until a change reached every proxy
+// (WaitFor), never re-sends a configuration a proxy rejected or already runs,
+// and exports Prometheus metrics (Collectors).
+//
 // It depends on go-control-plane and gRPC, never on the store or the admin
 // API: the server package wires those together.
 package xds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -31,14 +39,23 @@ type Builder func(cluster string) (version string, ext *corev3.TypedExtensionCon
 
 // Server is the xDS server. Create it with New, register it on a gRPC server
 // with Register, and call Refresh after anything a Builder reads changes.
+// It tracks every connected proxy (Proxies, Status) and can wait for a
+// change to reach them (WaitFor).
 type Server struct {
-	build Builder
-	log   *slog.Logger
-	cache cachev3.SnapshotCache
-	xds   serverv3.Server
+	build   Builder
+	log     *slog.Logger
+	now     func() time.Time
+	cache   *holdCache
+	xds     serverv3.Server
+	metrics *metrics
+
+	refreshMu sync.Mutex // serializes build+set, so an older build never overwrites a newer one
 
 	mu       sync.Mutex
-	clusters map[string]string // cluster → version of its current snapshot
+	clusters map[string]string    // cluster → version of its current snapshot
+	since    map[string]time.Time // cluster → when its current snapshot was set
+	streams  map[int64]*stream    // open xDS streams
+	changed  chan struct{}        // closed and replaced on every tracked change
 }
 
 // Option configures a Server.
@@ -58,18 +75,28 @@ func New(ctx context.Context, build Builder, opts ...Option) *Server {
 	s := &Server{
 		build:    build,
 		log:      slog.New(slog.DiscardHandler),
+		now:      time.Now,
 		clusters: map[string]string{},
+		since:    map[string]time.Time{},
+		streams:  map[int64]*stream{},
+		changed:  make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	s.cache = cachev3.NewSnapshotCache(false, clusterHash{}, cplog.LoggerFuncs{
+	s.metrics = newMetrics(s)
+	snapshots := cachev3.NewSnapshotCache(false, clusterHash{}, cplog.LoggerFuncs{
 		DebugFunc: func(f string, a ...any) { s.log.Debug(fmt.Sprintf(f, a...), "component", "xds_cache") },
 		WarnFunc:  func(f string, a ...any) { s.log.Warn(fmt.Sprintf(f, a...), "component", "xds_cache") },
 		ErrorFunc: func(f string, a ...any) { s.log.Error(fmt.Sprintf(f, a...), "component", "xds_cache") },
 	})
+	s.cache = newHoldCache(snapshots, clusterHash{})
 	s.xds = serverv3.NewServer(ctx, s.cache, serverv3.CallbackFuncs{
-		StreamRequestFunc: s.onStreamRequest,
+		StreamOpenFunc:         s.onStreamOpen,
+		StreamClosedFunc:       s.onStreamClosed,
+		StreamRequestFunc:      s.onStreamRequest,
+		StreamResponseFunc:     s.onStreamResponse,
+		StreamDeltaRequestFunc: s.onDeltaRequest,
 	})
 	return s
 }
@@ -86,10 +113,21 @@ type clusterHash struct{}
 
 func (clusterHash) ID(node *corev3.Node) string { return node.GetCluster() }
 
-// onStreamRequest makes sure a proxy's cluster has a snapshot before the
-// cache answers its request.
-func (s *Server) onStreamRequest(_ int64, req *discoveryv3.DiscoveryRequest) error {
-	cluster := req.GetNode().GetCluster()
+// onStreamRequest tracks the proxy and makes sure its cluster has a
+// snapshot before the cache answers its request.
+func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) error {
+	s.track(id, req)
+	return s.ensureCluster(req.GetNode().GetCluster())
+}
+
+// onDeltaRequest makes sure a delta-xDS proxy's cluster has a snapshot.
+// Delta streams are served but not tracked: Envoy's ADS with api_type GRPC
+// (our bootstraps) is state of the world.
+func (s *Server) onDeltaRequest(_ int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+	return s.ensureCluster(req.GetNode().GetCluster())
+}
+
+func (s *Server) ensureCluster(cluster string) error {
 	s.mu.Lock()
 	_, known := s.clusters[cluster]
 	s.mu.Unlock()
@@ -108,16 +146,27 @@ func (s *Server) Refresh(ctx context.Context) error {
 		clusters = append(clusters, c)
 	}
 	s.mu.Unlock()
-	var first error
+	slices.Sort(clusters)
+	var errs []error
 	for _, c := range clusters {
-		if err := s.refreshCluster(ctx, c); err != nil && first == nil {
-			first = err
+		if err := s.refreshCluster(ctx, c); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return first
+	return errors.Join(errs...)
 }
 
 func (s *Server) refreshCluster(ctx context.Context, cluster string) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	err := s.setCluster(ctx, cluster)
+	if err != nil {
+		s.metrics.pushErrors.Inc()
+	}
+	return err
+}
+
+func (s *Server) setCluster(ctx context.Context, cluster string) error {
 	version, ext, err := s.build(cluster)
 	if err != nil {
 		return fmt.Errorf("build snapshot for cluster %q: %w", cluster, err)
@@ -137,6 +186,8 @@ func (s *Server) refreshCluster(ctx context.Context, cluster string) error {
 		return fmt.Errorf("set snapshot for cluster %q: %w", cluster, err)
 	}
 	s.clusters[cluster] = version
+	s.since[cluster] = s.now()
+	s.notify()
 	s.log.Info("snapshot updated", "cluster", cluster, "version", version)
 	return nil
 }

@@ -1,0 +1,247 @@
+package xds
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/peer"
+)
+
+// State is where a proxy stands with the configuration it should run.
+type State string
+
+// The states of a proxy.
+const (
+	// StateApplied: the proxy acknowledged (ACK) the configuration.
+	StateApplied State = "applied"
+	// StatePending: the proxy has not answered the configuration yet.
+	StatePending State = "pending"
+	// StateRejected: the proxy refused the configuration (NACK) and keeps
+	// running its previous one.
+	StateRejected State = "rejected"
+)
+
+// API names of the xDS services a proxy may use.
+const (
+	// APIADS is the aggregated discovery service (envoy-configs/sidecar.yaml).
+	APIADS = "ads"
+	// APIECDS is the dedicated extension config discovery service.
+	APIECDS = "ecds"
+)
+
+// Rejection is a configuration version a proxy refused.
+type Rejection struct {
+	// Version is the rejected configuration version.
+	Version string `json:"version"`
+	// Error is the proxy's reason (the NACK's error_detail message).
+	Error string `json:"error"`
+	// At is when the NACK arrived.
+	At time.Time `json:"at"`
+}
+
+// ProxyStatus is one connected proxy, i.e. one xDS stream, as the server
+// sees it.
+type ProxyStatus struct {
+	// NodeID is the Envoy node id (--service-node).
+	NodeID string `json:"node_id"`
+	// Cluster is the Envoy node cluster (--service-cluster): the service.
+	Cluster string `json:"cluster"`
+	// Address is the stream's peer address.
+	Address string `json:"address"`
+	// Stream identifies the xDS stream within this server process.
+	Stream int64 `json:"stream"`
+	// API is APIADS or APIECDS.
+	API string `json:"api"`
+	// Target is the version the proxy should run: its cluster's current
+	// version (in a Rollout, possibly a later one than the waited-for target).
+	Target string `json:"target"`
+	// State is where the proxy stands with Target.
+	State State `json:"state"`
+	// Sent is the version last sent on the stream, SentAt when.
+	Sent   string    `json:"sent,omitempty"`
+	SentAt time.Time `json:"sent_at,omitzero"`
+	// Pushes counts the configurations sent on the stream.
+	Pushes int `json:"pushes"`
+	// Acked is the version the proxy last acknowledged (or reported running
+	// when it connected), AckedAt when.
+	Acked   string    `json:"acked,omitempty"`
+	AckedAt time.Time `json:"acked_at,omitzero"`
+	// Rejected is the last configuration the proxy refused on this stream.
+	Rejected *Rejection `json:"rejected,omitempty"`
+	// ConnectedAt is when the stream opened; LastSeen when the proxy last
+	// sent a request.
+	ConnectedAt time.Time `json:"connected_at"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// stream is the tracking state of one xDS stream; guarded by Server.mu.
+type stream struct {
+	id          int64
+	api         string
+	addr        string
+	connectedAt time.Time
+	lastSeen    time.Time
+	node        string
+	cluster     string
+	identified  bool // a request with the node arrived
+
+	sent      string
+	sentNonce string
+	sentAt    time.Time
+	pushes    int
+	acked     string
+	ackedAt   time.Time
+	rejected  *Rejection
+}
+
+// state is where st stands with version target.
+func (st *stream) state(target string) State {
+	switch {
+	case target != "" && st.acked == target:
+		return StateApplied
+	case target != "" && st.rejected != nil && st.rejected.Version == target:
+		return StateRejected
+	}
+	return StatePending
+}
+
+func (st *stream) status(target string) ProxyStatus {
+	p := ProxyStatus{
+		NodeID: st.node, Cluster: st.cluster, Address: st.addr, Stream: st.id, API: st.api,
+		Target: target, State: st.state(target),
+		Sent: st.sent, SentAt: st.sentAt, Pushes: st.pushes,
+		Acked: st.acked, AckedAt: st.ackedAt,
+		ConnectedAt: st.connectedAt, LastSeen: st.lastSeen,
+	}
+	if st.rejected != nil {
+		r := *st.rejected
+		p.Rejected = &r
+	}
+	return p
+}
+
+func sortProxies(ps []ProxyStatus) {
+	slices.SortFunc(ps, func(a, b ProxyStatus) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.NodeID, b.NodeID), cmp.Compare(a.Stream, b.Stream))
+	})
+}
+
+// Proxies returns every connected proxy that has identified itself, sorted
+// by cluster, node id and stream, with its state against its cluster's
+// current version.
+func (s *Server) Proxies() []ProxyStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ProxyStatus, 0, len(s.streams))
+	for _, st := range s.streams {
+		if st.identified {
+			out = append(out, st.status(s.clusters[st.cluster]))
+		}
+	}
+	sortProxies(out)
+	return out
+}
+
+// notify wakes every WaitFor; s.mu must be held.
+func (s *Server) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	st := &stream{id: id, api: APIECDS, connectedAt: s.now()}
+	st.lastSeen = st.connectedAt
+	if typeURL == resource.AnyType {
+		st.api = APIADS
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		st.addr = p.Addr.String()
+	}
+	s.mu.Lock()
+	s.streams[id] = st
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) onStreamClosed(id int64, _ *corev3.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[id]
+	if !ok {
+		return
+	}
+	delete(s.streams, id)
+	if st.identified {
+		s.log.Info("proxy disconnected", "node_id", st.node, "cluster", st.cluster, "stream", id, "acked", st.acked)
+	}
+	s.notify()
+}
+
+// track records what a request tells about its proxy: who it is, and
+// whether it acknowledges or rejects the last configuration sent.
+func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[id]
+	if !ok {
+		return
+	}
+	st.lastSeen = now
+	if !st.identified {
+		st.identified = true
+		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
+		s.log.Info("proxy connected", "node_id", st.node, "cluster", st.cluster, "stream", id, "address", st.addr, "api", st.api, "version", req.GetVersionInfo())
+	}
+	if req.GetTypeUrl() != resource.ExtensionConfigType {
+		return
+	}
+	switch {
+	case req.GetResponseNonce() == "":
+		// The first request of the stream says what the proxy runs, e.g. after
+		// a reconnect; nothing sent here yet.
+		if v := req.GetVersionInfo(); v != "" {
+			st.acked, st.ackedAt = v, now
+		}
+	case req.GetResponseNonce() != st.sentNonce:
+		// Answers an older response; the server ignores it too.
+		return
+	case req.GetErrorDetail() != nil:
+		st.rejected = &Rejection{Version: st.sent, Error: req.GetErrorDetail().GetMessage(), At: now}
+		s.metrics.nacks.Inc()
+		s.log.Warn("proxy rejected configuration", "node_id", st.node, "cluster", st.cluster, "version", st.sent,
+			"running", req.GetVersionInfo(), "error", st.rejected.Error)
+	case req.GetVersionInfo() == st.sent:
+		st.acked, st.ackedAt = st.sent, now
+		if since, ok := s.since[st.cluster]; ok && s.clusters[st.cluster] == st.sent {
+			s.metrics.ackLatency.Observe(now.Sub(since).Seconds())
+		}
+		s.log.Debug("proxy applied configuration", "node_id", st.node, "cluster", st.cluster, "version", st.sent)
+	default:
+		return
+	}
+	s.notify()
+}
+
+func (s *Server) onStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+	if resp.GetTypeUrl() != resource.ExtensionConfigType {
+		return
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.metrics.pushes.Inc()
+	st, ok := s.streams[id]
+	if !ok {
+		return
+	}
+	st.sent, st.sentNonce, st.sentAt = resp.GetVersionInfo(), resp.GetNonce(), now
+	st.pushes++
+	s.log.Debug("configuration sent", "node_id", st.node, "cluster", st.cluster, "version", st.sent, "nonce", st.sentNonce)
+	s.notify()
+}
