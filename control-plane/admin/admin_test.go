@@ -83,8 +83,9 @@ type env struct {
 	httpSrv *httptest.Server
 }
 
-// newEnv starts the admin API over st (nil: a fresh bbolt store).
-func newEnv(t *testing.T, st store.Store) *env {
+// newEnv starts the admin API over st (nil: a fresh bbolt store), with
+// extra service options.
+func newEnv(t *testing.T, st store.Store, opts ...admin.ServiceOption) *env {
 	t.Helper()
 	if st == nil {
 		db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
@@ -104,7 +105,9 @@ func newEnv(t *testing.T, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.NewService(st, log, admin.WithClock(func() time.Time { return e.now }), admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
+	svc := admin.NewService(st, log, append([]admin.ServiceOption{
+		admin.WithClock(func() time.Time { return e.now }), admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}),
+	}, opts...)...)
 
 	e.httpSrv = httptest.NewServer(admin.NewHTTP(svc, tokens, admin.WithLogger(log), admin.WithMetrics(metrics)))
 	t.Cleanup(e.httpSrv.Close)

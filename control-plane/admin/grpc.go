@@ -98,10 +98,15 @@ func (g *GRPC) CreateExperiment(ctx context.Context, req *adminv1.CreateExperime
 	if req.GetExperiment() == nil {
 		return nil, toStatus(g.log, "CreateExperiment", required("experiment"))
 	}
-	e, err := g.svc.Create(ctx, principalFrom(ctx), req.GetExperiment())
+	var e *experimentv1.Experiment
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+		e, err = g.svc.Create(ctx, principalFrom(ctx), req.GetExperiment())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(g.log, "CreateExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return e, nil
 }
 
@@ -128,45 +133,69 @@ func (g *GRPC) UpdateExperiment(ctx context.Context, req *adminv1.UpdateExperime
 	if req.GetExperiment() == nil {
 		return nil, toStatus(g.log, "UpdateExperiment", required("experiment"))
 	}
-	e, err := g.svc.Update(ctx, principalFrom(ctx), req.GetExperiment())
+	var e *experimentv1.Experiment
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+		e, err = g.svc.Update(ctx, principalFrom(ctx), req.GetExperiment())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(g.log, "UpdateExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return e, nil
 }
 
 // DeleteExperiment implements adminv1.AdminServiceServer.
 func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperimentRequest) (*adminv1.DeleteExperimentResponse, error) {
-	if err := g.svc.Delete(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision()); err != nil {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() error {
+		return g.svc.Delete(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+	})
+	if err != nil {
 		return nil, toStatus(g.log, "DeleteExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return &adminv1.DeleteExperimentResponse{}, nil
 }
 
 // StartExperiment implements adminv1.AdminServiceServer.
 func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperimentRequest) (*experimentv1.Experiment, error) {
-	e, err := g.svc.Start(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+	var e *experimentv1.Experiment
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+		e, err = g.svc.Start(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(g.log, "StartExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return e, nil
 }
 
 // PauseExperiment implements adminv1.AdminServiceServer.
 func (g *GRPC) PauseExperiment(ctx context.Context, req *adminv1.PauseExperimentRequest) (*experimentv1.Experiment, error) {
-	e, err := g.svc.Pause(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+	var e *experimentv1.Experiment
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+		e, err = g.svc.Pause(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(g.log, "PauseExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return e, nil
 }
 
 // StopExperiment implements adminv1.AdminServiceServer.
 func (g *GRPC) StopExperiment(ctx context.Context, req *adminv1.StopExperimentRequest) (*experimentv1.Experiment, error) {
-	e, err := g.svc.Stop(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+	var e *experimentv1.Experiment
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+		e, err = g.svc.Stop(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(g.log, "StopExperiment", err)
 	}
+	setRolloutHeader(ctx, ro)
 	return e, nil
 }
 
@@ -177,6 +206,15 @@ func (g *GRPC) EvaluateExperiments(ctx context.Context, req *adminv1.EvaluateExp
 		return nil, toStatus(g.log, "EvaluateExperiments", err)
 	}
 	return resp, nil
+}
+
+// GetRollout implements adminv1.AdminServiceServer.
+func (g *GRPC) GetRollout(ctx context.Context, _ *adminv1.GetRolloutRequest) (*adminv1.Rollout, error) {
+	ro, err := g.svc.Rollout(ctx, principalFrom(ctx))
+	if err != nil {
+		return nil, toStatus(g.log, "GetRollout", err)
+	}
+	return ro, nil
 }
 
 // GetHistory implements adminv1.AdminServiceServer.

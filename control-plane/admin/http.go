@@ -92,6 +92,7 @@ func NewHTTP(svc *Service, tokens *Tokens, opts ...Option) *HTTP {
 	h.route("POST /v1/evaluate", "EvaluateExperiments", h.evaluate)
 	h.route("GET /v1/experiments/{key}/history", "GetHistory", h.history)
 	h.route("GET /v1/history", "GetHistory", h.history)
+	h.route("GET /v1/rollout", "GetRollout", h.rollout)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -197,8 +198,24 @@ func (h *HTTP) create(r *http.Request, p *Principal) (int, any, error) {
 	if err := decode(r, e, true); err != nil {
 		return 0, nil, err
 	}
-	e, err := h.svc.Create(r.Context(), p, e)
-	return http.StatusCreated, e, err
+	wait, err := waitParam(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+		e, err = h.svc.Create(r.Context(), p, e)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := withRollout(e, ro)
+	return http.StatusCreated, body, err
+}
+
+func (h *HTTP) rollout(r *http.Request, p *Principal) (int, any, error) {
+	ro, err := h.svc.Rollout(r.Context(), p)
+	return http.StatusOK, ro, err
 }
 
 func (h *HTTP) get(r *http.Request, p *Principal) (int, any, error) {
@@ -240,8 +257,19 @@ func (h *HTTP) update(r *http.Request, p *Principal) (int, any, error) {
 	case e.Key != key:
 		return 0, nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"key: " + strconv.Quote(e.Key) + " does not match the URL's " + strconv.Quote(key)}}
 	}
-	e, err := h.svc.Update(r.Context(), p, e)
-	return http.StatusOK, e, err
+	wait, err := waitParam(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+		e, err = h.svc.Update(r.Context(), p, e)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := withRollout(e, ro)
+	return http.StatusOK, body, err
 }
 
 func (h *HTTP) delete(r *http.Request, p *Principal) (int, any, error) {
@@ -249,7 +277,18 @@ func (h *HTTP) delete(r *http.Request, p *Principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusNoContent, nil, h.svc.Delete(r.Context(), p, r.PathValue("key"), rev)
+	wait, err := waitParam(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	ro, err := h.svc.Await(r.Context(), wait, func() error {
+		return h.svc.Delete(r.Context(), p, r.PathValue("key"), rev)
+	})
+	if err != nil || ro == nil {
+		return http.StatusNoContent, nil, err
+	}
+	body, err := withRollout(nil, ro)
+	return http.StatusOK, body, err
 }
 
 func revisionParam(r *http.Request) (int64, error) {
@@ -288,8 +327,23 @@ func (h *HTTP) transition(r *http.Request, p *Principal) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	e, err := op(r.Context(), p, key, rev)
-	return http.StatusOK, e, err
+	wait := waitOf(req.GetWait())
+	if wait == 0 {
+		var err error
+		if wait, err = waitParam(r); err != nil {
+			return 0, nil, err
+		}
+	}
+	var e *experimentv1.Experiment
+	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+		e, err = op(r.Context(), p, key, rev)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	body, err := withRollout(e, ro)
+	return http.StatusOK, body, err
 }
 
 func (h *HTTP) evaluate(r *http.Request, p *Principal) (int, any, error) {

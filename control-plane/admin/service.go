@@ -38,10 +38,11 @@ import (
 // Service implements the admin operations over a store, independent of the
 // transport. Every method takes the authenticated caller.
 type Service struct {
-	store store.Store
-	log   *slog.Logger
-	mesh  translate.Mesh
-	now   func() time.Time
+	store    store.Store
+	log      *slog.Logger
+	mesh     translate.Mesh
+	now      func() time.Time
+	rollouts Rollouts
 }
 
 // ServiceOption configures a Service.

@@ -35,6 +35,7 @@ type command struct {
 var commands = []command{
 	{"eval", "evaluate experiment definitions offline (or online with --server) against attribute sets", runEvalDispatch},
 	{"apply", "create or update experiments from a JSON/YAML file (idempotent)", runApply},
+	{"rollout", "show which proxies run which configuration (applied, pending, rejected)", runRollout},
 	{"get", "print one experiment", runGet},
 	{"list", "list experiments (filters: --owner, --status, --service)", runList},
 	{"delete", "delete an experiment", runDelete},

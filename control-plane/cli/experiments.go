@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -63,6 +64,7 @@ created, configured or unchanged.
 func runApply(ctx context.Context, env *Env, args []string) error {
 	fs, conn := newFlagSet(env, "apply", applyUsage, true)
 	file := fs.String("f", "", "experiment definitions `FILE` (JSON or YAML)")
+	wait := waitFlag(fs)
 	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
 		return err
 	}
@@ -79,16 +81,23 @@ func runApply(ctx context.Context, env *Env, args []string) error {
 	}
 	var errs []error
 	var results []applyResult
+	var rollouts []*adminv1.Rollout
 	for _, e := range exps {
-		r, err := apply(ctx, c, e)
+		r, ro, err := apply(ctx, c, e, *wait)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("apply %s: %w", e.GetKey(), err))
 			continue
 		}
 		results = append(results, r)
+		rollouts = append(rollouts, ro)
 	}
 	if err := writeApply(env.Stdout, conn.output, results); err != nil {
 		return err
+	}
+	for i, ro := range rollouts {
+		if err := reportRollout(env.Stderr, "experiment/"+results[i].Key, ro); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -100,42 +109,51 @@ type applyResult struct {
 	Revision int64  `json:"revision,string"`
 }
 
-// apply makes the server hold e: create, update or nothing.
-func apply(ctx context.Context, c *client, e *experimentv1.Experiment) (applyResult, error) {
+// apply makes the server hold e: create, update or nothing. With wait, a
+// create or update waits for the proxies and returns how it rolled out.
+func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time.Duration) (applyResult, *adminv1.Rollout, error) {
 	body, err := protojson.Marshal(e)
 	if err != nil {
-		return applyResult{}, err
+		return applyResult{}, nil, err
 	}
 	cur, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(e.GetKey()), nil)
 	if isStatus(err, http.StatusNotFound) {
-		b, err := c.do(ctx, "POST", "/v1/experiments", body)
+		b, err := c.do(ctx, "POST", withWait("/v1/experiments", wait), body)
 		if err != nil {
-			return applyResult{}, err
+			return applyResult{}, nil, err
+		}
+		b, ro, err := unwrapWaited(b, wait)
+		if err != nil {
+			return applyResult{}, nil, err
 		}
 		created, err := decodeExperiment(b)
-		return applyResult{e.GetKey(), "created", created.GetRevision()}, err
+		return applyResult{e.GetKey(), "created", created.GetRevision()}, ro, err
 	}
 	if err != nil {
-		return applyResult{}, err
+		return applyResult{}, nil, err
 	}
 	stored, err := decodeExperiment(cur)
 	if err != nil {
-		return applyResult{}, err
+		return applyResult{}, nil, err
 	}
 	if sameDefinition(e, stored) {
-		return applyResult{e.GetKey(), "unchanged", stored.GetRevision()}, nil
+		return applyResult{e.GetKey(), "unchanged", stored.GetRevision()}, nil, nil
 	}
 	want := proto.Clone(e).(*experimentv1.Experiment)
 	want.Revision = stored.GetRevision()
 	if body, err = protojson.Marshal(want); err != nil {
-		return applyResult{}, err
+		return applyResult{}, nil, err
 	}
-	b, err := c.do(ctx, "PUT", "/v1/experiments/"+url.PathEscape(e.GetKey()), body)
+	b, err := c.do(ctx, "PUT", withWait("/v1/experiments/"+url.PathEscape(e.GetKey()), wait), body)
 	if err != nil {
-		return applyResult{}, err
+		return applyResult{}, nil, err
+	}
+	b, ro, err := unwrapWaited(b, wait)
+	if err != nil {
+		return applyResult{}, nil, err
 	}
 	updated, err := decodeExperiment(b)
-	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, err
+	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, err
 }
 
 // sameDefinition reports whether the file's definition equals the stored
@@ -378,6 +396,7 @@ Deletes an experiment; with --revision only if it is still at that revision.
 func runDelete(ctx context.Context, env *Env, args []string) error {
 	fs, conn := newFlagSet(env, "delete", deleteUsage, true)
 	rev := fs.Int64("revision", 0, "delete only at this `revision` (0: any)")
+	wait := waitFlag(fs)
 	pos, ok, err := parseFlags(fs, args, 1, 1)
 	if !ok {
 		return err
@@ -390,14 +409,22 @@ func runDelete(ctx context.Context, env *Env, args []string) error {
 	if *rev != 0 {
 		path += "?revision=" + strconv.FormatInt(*rev, 10)
 	}
-	if _, err := c.do(ctx, "DELETE", path, nil); err != nil {
+	b, err := c.do(ctx, "DELETE", withWait(path, *wait), nil)
+	if err != nil {
 		return fmt.Errorf("delete %s: %w", pos[0], err)
 	}
-	if conn.output != "table" {
-		return writeData(env.Stdout, conn.output, []byte(`{"key":`+strconv.Quote(pos[0])+`,"action":"deleted"}`))
+	_, ro, err := unwrapWaited(b, *wait)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(env.Stdout, "experiment/%s deleted\n", pos[0])
-	return nil
+	if conn.output != "table" {
+		if err := writeData(env.Stdout, conn.output, []byte(`{"key":`+strconv.Quote(pos[0])+`,"action":"deleted"}`)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(env.Stdout, "experiment/%s deleted\n", pos[0])
+	}
+	return reportRollout(env.Stderr, "experiment/"+pos[0], ro)
 }
 
 // transitionUsage is the usage of start, pause and stop.
@@ -414,6 +441,7 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 	return func(ctx context.Context, env *Env, args []string) error {
 		fs, conn := newFlagSet(env, action, fmt.Sprintf(transitionUsage, action, summary), true)
 		rev := fs.Int64("revision", 0, "change only at this `revision` (0: any)")
+		wait := waitFlag(fs)
 		pos, ok, err := parseFlags(fs, args, 1, 1)
 		if !ok {
 			return err
@@ -426,19 +454,26 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 		if *rev != 0 {
 			body = []byte(`{"revision":"` + strconv.FormatInt(*rev, 10) + `"}`)
 		}
-		b, err := c.do(ctx, "POST", "/v1/experiments/"+url.PathEscape(pos[0])+":"+action, body)
+		b, err := c.do(ctx, "POST", withWait("/v1/experiments/"+url.PathEscape(pos[0])+":"+action, *wait), body)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", action, pos[0], err)
 		}
+		b, ro, err := unwrapWaited(b, *wait)
+		if err != nil {
+			return err
+		}
 		if conn.output != "table" {
-			return writeData(env.Stdout, conn.output, b)
+			if err := writeData(env.Stdout, conn.output, b); err != nil {
+				return err
+			}
+			return reportRollout(env.Stderr, "experiment/"+pos[0], ro)
 		}
 		e, err := decodeExperiment(b)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), statusOf(e), e.GetRevision())
-		return nil
+		return reportRollout(env.Stderr, "experiment/"+e.GetKey(), ro)
 	}
 }
 

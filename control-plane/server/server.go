@@ -124,6 +124,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
 	xsrv := xds.New(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
+	for _, c := range xsrv.Collectors() {
+		if err := reg.Register(c); err != nil {
+			closeAll(lns)
+			return fmt.Errorf("register xds collector: %w", err)
+		}
+	}
 	var creds []grpc.ServerOption
 	if cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -135,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	xsrv.Register(g)
 
 	adminLog := log.With("component", "admin")
-	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now))
+	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(rollouts{xsrv}))
 	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
 	ag := grpc.NewServer(append(agrpc.ServerOptions(), creds...)...)
 	agrpc.Register(ag)

@@ -61,6 +61,7 @@ func start(t *testing.T, tlsCfg *tls.Config, grpcAddr string, extra ...prometheu
 	case a := <-ready:
 		return a
 	case err := <-done:
+		done <- nil // the cleanup waits for Run too
 		t.Fatalf("Run: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("allotd not ready after 10s")
@@ -83,9 +84,9 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 // collectors' metrics, the health checks answer, and gRPC server reflection
 // lists the admin service (what grpcurl needs).
 func TestMetricsHealthAndReflection(t *testing.T) {
-	pushes := prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_xds_pushes_total", Help: "test collector"})
-	pushes.Add(3)
-	a := start(t, nil, "127.0.0.1:0", pushes)
+	extra := prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_test_extra_total", Help: "test collector"})
+	extra.Add(3)
+	a := start(t, nil, "127.0.0.1:0", extra)
 	base := "http://" + a.Admin.String()
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := get(t, http.DefaultClient, base+path); code != 200 || body != "ok\n" {
@@ -119,7 +120,8 @@ func TestMetricsHealthAndReflection(t *testing.T) {
 	for _, want := range []string{
 		`allot_experiments{status="running"} 0`,
 		`allot_admin_request_duration_seconds_count{code="OK",method="ListExperiments",transport="grpc"} 2`,
-		`allot_xds_pushes_total 3`,
+		`allot_test_extra_total 3`,
+		`allot_xds_connected_proxies 0`,
 		`go_goroutines`,
 	} {
 		if code != 200 || !strings.Contains(metrics, want) {

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -44,7 +45,9 @@ type CreateExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// experiment is the definition; output-only fields are ignored. An empty
 	// owner defaults to the caller's namespace when it has exactly one.
-	Experiment    *v1.Experiment `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
+	Experiment *v1.Experiment `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -82,6 +85,13 @@ func (*CreateExperimentRequest) Descriptor() ([]byte, []int) {
 func (x *CreateExperimentRequest) GetExperiment() *v1.Experiment {
 	if x != nil {
 		return x.Experiment
+	}
+	return nil
+}
+
+func (x *CreateExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
 	}
 	return nil
 }
@@ -260,7 +270,9 @@ type UpdateExperimentRequest struct {
 	// experiment is the whole new definition, with the key of the experiment
 	// to replace and the revision the caller read (required). An empty owner
 	// keeps the current one.
-	Experiment    *v1.Experiment `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
+	Experiment *v1.Experiment `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +314,13 @@ func (x *UpdateExperimentRequest) GetExperiment() *v1.Experiment {
 	return nil
 }
 
+func (x *UpdateExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // DeleteExperimentRequest names the experiment to delete.
 type DeleteExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -309,7 +328,9 @@ type DeleteExperimentRequest struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// revision, when non-zero, must be the experiment's current revision
 	// (ABORTED otherwise).
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +379,13 @@ func (x *DeleteExperimentRequest) GetRevision() int64 {
 	return 0
 }
 
+func (x *DeleteExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // DeleteExperimentResponse is empty: the experiment is gone.
 type DeleteExperimentResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -402,7 +430,9 @@ type StartExperimentRequest struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// revision, when non-zero, must be the experiment's current revision
 	// (ABORTED otherwise).
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +481,13 @@ func (x *StartExperimentRequest) GetRevision() int64 {
 	return 0
 }
 
+func (x *StartExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // PauseExperimentRequest names the experiment to pause.
 type PauseExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -458,7 +495,9 @@ type PauseExperimentRequest struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// revision, when non-zero, must be the experiment's current revision
 	// (ABORTED otherwise).
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +546,13 @@ func (x *PauseExperimentRequest) GetRevision() int64 {
 	return 0
 }
 
+func (x *PauseExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // StopExperimentRequest names the experiment to stop.
 type StopExperimentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -514,7 +560,9 @@ type StopExperimentRequest struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// revision, when non-zero, must be the experiment's current revision
 	// (ABORTED otherwise).
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// wait, when set, makes the call wait for the proxies (see above).
+	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +609,13 @@ func (x *StopExperimentRequest) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *StopExperimentRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
 }
 
 // EvaluateExperimentsRequest describes one request as a proxy would see it.
@@ -991,15 +1046,284 @@ func (x *Change) GetAfter() *v1.Experiment {
 	return nil
 }
 
+// GetRolloutRequest asks for the rollout status of every connected proxy.
+type GetRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutRequest) Reset() {
+	*x = GetRolloutRequest{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutRequest) ProtoMessage() {}
+
+func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
+func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+// Rollout is the state of a configuration change across the proxies.
+type Rollout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// result is applied (every proxy waited for applied its version),
+	// rejected (some proxy rejected it), timeout (some proxy had not answered
+	// when the wait ran out) or status (a GetRollout snapshot).
+	Result string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// error says which proxies did not apply, and why.
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// targets maps each Envoy cluster to the configuration version its
+	// proxies should run.
+	Targets map[string]string `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// proxies are the connected proxies concerned, sorted by cluster and node.
+	Proxies       []*ProxyStatus `protobuf:"bytes,4,rep,name=proxies,proto3" json:"proxies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rollout) Reset() {
+	*x = Rollout{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rollout) ProtoMessage() {}
+
+func (x *Rollout) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
+func (*Rollout) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Rollout) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *Rollout) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Rollout) GetTargets() map[string]string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *Rollout) GetProxies() []*ProxyStatus {
+	if x != nil {
+		return x.Proxies
+	}
+	return nil
+}
+
+// ProxyStatus is one connected proxy's view of its configuration.
+type ProxyStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the Envoy node id.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// cluster is the Envoy node's cluster (the service).
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// address is the proxy's address as the control plane sees it.
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// state is applied, pending or rejected.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// target_version is the version the proxy's cluster should run.
+	TargetVersion string `protobuf:"bytes,5,opt,name=target_version,json=targetVersion,proto3" json:"target_version,omitempty"`
+	// sent_version is the last version sent to the proxy.
+	SentVersion string `protobuf:"bytes,6,opt,name=sent_version,json=sentVersion,proto3" json:"sent_version,omitempty"`
+	// acked_version is the last version the proxy acknowledged (applied).
+	AckedVersion string `protobuf:"bytes,7,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	// rejected_version is the last version the proxy rejected, if any.
+	RejectedVersion string `protobuf:"bytes,8,opt,name=rejected_version,json=rejectedVersion,proto3" json:"rejected_version,omitempty"`
+	// rejection_error is Envoy's reason for that rejection.
+	RejectionError string `protobuf:"bytes,9,opt,name=rejection_error,json=rejectionError,proto3" json:"rejection_error,omitempty"`
+	// pushes counts the responses sent on this stream.
+	Pushes int32 `protobuf:"varint,10,opt,name=pushes,proto3" json:"pushes,omitempty"`
+	// connect_time is when the proxy's stream opened.
+	ConnectTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=connect_time,json=connectTime,proto3" json:"connect_time,omitempty"`
+	// last_seen is when the proxy last sent a request.
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// acked_time is when the proxy acknowledged acked_version.
+	AckedTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=acked_time,json=ackedTime,proto3" json:"acked_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProxyStatus) Reset() {
+	*x = ProxyStatus{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProxyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProxyStatus) ProtoMessage() {}
+
+func (x *ProxyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProxyStatus.ProtoReflect.Descriptor instead.
+func (*ProxyStatus) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ProxyStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetTargetVersion() string {
+	if x != nil {
+		return x.TargetVersion
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetSentVersion() string {
+	if x != nil {
+		return x.SentVersion
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetAckedVersion() string {
+	if x != nil {
+		return x.AckedVersion
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetRejectedVersion() string {
+	if x != nil {
+		return x.RejectedVersion
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetRejectionError() string {
+	if x != nil {
+		return x.RejectionError
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetPushes() int32 {
+	if x != nil {
+		return x.Pushes
+	}
+	return 0
+}
+
+func (x *ProxyStatus) GetConnectTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectTime
+	}
+	return nil
+}
+
+func (x *ProxyStatus) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+func (x *ProxyStatus) GetAckedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AckedTime
+	}
+	return nil
+}
+
 var File_allot_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1aallot/admin/v1/admin.proto\x12\x0eallot.admin.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Z\n" +
+	"\x1aallot/admin/v1/admin.proto\x12\x0eallot.admin.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n" +
 	"\x17CreateExperimentRequest\x12?\n" +
 	"\n" +
 	"experiment\x18\x01 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\n" +
-	"experiment\"(\n" +
+	"experiment\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"(\n" +
 	"\x14GetExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"`\n" +
 	"\x16ListExperimentsRequest\x12\x14\n" +
@@ -1008,24 +1332,34 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\aservice\x18\x03 \x01(\tR\aservice\"x\n" +
 	"\x17ListExperimentsResponse\x12A\n" +
 	"\vexperiments\x18\x01 \x03(\v2\x1f.allot.experiment.v1.ExperimentR\vexperiments\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"Z\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x89\x01\n" +
 	"\x17UpdateExperimentRequest\x12?\n" +
 	"\n" +
 	"experiment\x18\x01 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\n" +
-	"experiment\"G\n" +
+	"experiment\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"v\n" +
 	"\x17DeleteExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x1a\n" +
-	"\x18DeleteExperimentResponse\"F\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x1a\n" +
+	"\x18DeleteExperimentResponse\"u\n" +
 	"\x16StartExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"F\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"u\n" +
 	"\x16PauseExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"E\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"t\n" +
 	"\x15StopExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x9f\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
+	"\x04wait\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x9f\x01\n" +
 	"\x1aEvaluateExperimentsRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x127\n" +
 	"\n" +
@@ -1059,7 +1393,32 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12.\n" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x127\n" +
 	"\x06before\x18\x06 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x06before\x125\n" +
-	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after2\xc4\a\n" +
+	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after\"\x13\n" +
+	"\x11GetRolloutRequest\"\xea\x01\n" +
+	"\aRollout\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\tR\x06result\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12>\n" +
+	"\atargets\x18\x03 \x03(\v2$.allot.admin.v1.Rollout.TargetsEntryR\atargets\x125\n" +
+	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x1a:\n" +
+	"\fTargetsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
+	"\vProxyStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12%\n" +
+	"\x0etarget_version\x18\x05 \x01(\tR\rtargetVersion\x12!\n" +
+	"\fsent_version\x18\x06 \x01(\tR\vsentVersion\x12#\n" +
+	"\racked_version\x18\a \x01(\tR\fackedVersion\x12)\n" +
+	"\x10rejected_version\x18\b \x01(\tR\x0frejectedVersion\x12'\n" +
+	"\x0frejection_error\x18\t \x01(\tR\x0erejectionError\x12\x16\n" +
+	"\x06pushes\x18\n" +
+	" \x01(\x05R\x06pushes\x12=\n" +
+	"\fconnect_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x127\n" +
+	"\tlast_seen\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x129\n" +
+	"\n" +
+	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime2\x8e\b\n" +
 	"\fAdminService\x12\\\n" +
 	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
 	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +
@@ -1071,7 +1430,9 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eStopExperiment\x12%.allot.admin.v1.StopExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12n\n" +
 	"\x13EvaluateExperiments\x12*.allot.admin.v1.EvaluateExperimentsRequest\x1a+.allot.admin.v1.EvaluateExperimentsResponse\x12S\n" +
 	"\n" +
-	"GetHistory\x12!.allot.admin.v1.GetHistoryRequest\x1a\".allot.admin.v1.GetHistoryResponseB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
+	"GetHistory\x12!.allot.admin.v1.GetHistoryRequest\x1a\".allot.admin.v1.GetHistoryResponse\x12H\n" +
+	"\n" +
+	"GetRollout\x12!.allot.admin.v1.GetRolloutRequest\x1a\x17.allot.admin.v1.RolloutB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_allot_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1085,7 +1446,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -1103,46 +1464,64 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*GetHistoryRequest)(nil),           // 13: allot.admin.v1.GetHistoryRequest
 	(*GetHistoryResponse)(nil),          // 14: allot.admin.v1.GetHistoryResponse
 	(*Change)(nil),                      // 15: allot.admin.v1.Change
-	(*v1.Experiment)(nil),               // 16: allot.experiment.v1.Experiment
-	(*structpb.Struct)(nil),             // 17: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 18: google.protobuf.Timestamp
+	(*GetRolloutRequest)(nil),           // 16: allot.admin.v1.GetRolloutRequest
+	(*Rollout)(nil),                     // 17: allot.admin.v1.Rollout
+	(*ProxyStatus)(nil),                 // 18: allot.admin.v1.ProxyStatus
+	nil,                                 // 19: allot.admin.v1.Rollout.TargetsEntry
+	(*v1.Experiment)(nil),               // 20: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 21: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 22: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	16, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	16, // 1: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	16, // 2: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	17, // 3: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	18, // 4: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
-	12, // 5: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
-	15, // 6: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	18, // 7: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	16, // 8: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	16, // 9: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	0,  // 10: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
-	1,  // 11: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
-	2,  // 12: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
-	4,  // 13: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
-	5,  // 14: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
-	7,  // 15: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
-	8,  // 16: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
-	9,  // 17: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
-	10, // 18: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
-	13, // 19: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	16, // 20: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	16, // 21: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 22: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	16, // 23: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 24: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	16, // 25: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	16, // 26: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	16, // 27: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 28: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 29: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	20, // [20:30] is the sub-list for method output_type
-	10, // [10:20] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	20, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	21, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	20, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	20, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	21, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	21, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	21, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	21, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	21, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	23, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
+	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
+	23, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	20, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	20, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	19, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	18, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
+	23, // 18: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	23, // 19: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	23, // 20: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	0,  // 21: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
+	1,  // 22: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
+	2,  // 23: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
+	4,  // 24: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
+	5,  // 25: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
+	7,  // 26: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
+	8,  // 27: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
+	9,  // 28: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
+	10, // 29: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
+	13, // 30: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
+	16, // 31: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
+	20, // 32: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
+	20, // 33: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
+	3,  // 34: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
+	20, // 35: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
+	6,  // 36: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
+	20, // 37: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
+	20, // 38: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
+	20, // 39: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
+	11, // 40: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
+	14, // 41: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
+	17, // 42: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -1156,7 +1535,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,7 @@ const (
 	AdminService_StopExperiment_FullMethodName      = "/allot.admin.v1.AdminService/StopExperiment"
 	AdminService_EvaluateExperiments_FullMethodName = "/allot.admin.v1.AdminService/EvaluateExperiments"
 	AdminService_GetHistory_FullMethodName          = "/allot.admin.v1.AdminService/GetHistory"
+	AdminService_GetRollout_FullMethodName          = "/allot.admin.v1.AdminService/GetRollout"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -81,6 +82,10 @@ type AdminServiceClient interface {
 	// GetHistory returns the audit history: who changed what, when, and the
 	// experiment before and after.
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
+	// GetRollout reports every connected proxy against the configuration
+	// version its cluster should run: applied, pending or rejected (with
+	// Envoy's reason).
+	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 }
 
 type adminServiceClient struct {
@@ -191,6 +196,16 @@ func (c *adminServiceClient) GetHistory(ctx context.Context, in *GetHistoryReque
 	return out, nil
 }
 
+func (c *adminServiceClient) GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, AdminService_GetRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -225,6 +240,10 @@ type AdminServiceServer interface {
 	// GetHistory returns the audit history: who changed what, when, and the
 	// experiment before and after.
 	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
+	// GetRollout reports every connected proxy against the configuration
+	// version its cluster should run: applied, pending or rejected (with
+	// Envoy's reason).
+	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -264,6 +283,9 @@ func (UnimplementedAdminServiceServer) EvaluateExperiments(context.Context, *Eva
 }
 func (UnimplementedAdminServiceServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
+}
+func (UnimplementedAdminServiceServer) GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -466,6 +488,24 @@ func _AdminService_GetHistory_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetRollout(ctx, req.(*GetRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -512,6 +552,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHistory",
 			Handler:    _AdminService_GetHistory_Handler,
+		},
+		{
+			MethodName: "GetRollout",
+			Handler:    _AdminService_GetRollout_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

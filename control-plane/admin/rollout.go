@@ -1,0 +1,133 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// Rollouts lets writes wait until the proxies apply them, and reports where
+// every proxy stands. allotd implements it over its xDS server (the admin
+// package never imports xds); without one, waiting is unavailable.
+type Rollouts interface {
+	// Mark returns the version each cluster's proxies should run now; call
+	// it before a write.
+	Mark() map[string]string
+	// Wait pushes the current configuration and waits until every
+	// connected proxy of a cluster whose version changed since mark has
+	// applied or rejected it, or ctx ends.
+	Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout
+	// Status reports every connected proxy against its cluster's current
+	// version.
+	Status() *adminv1.Rollout
+}
+
+// MaxWait caps how long a write may wait for the proxies.
+const MaxWait = 60 * time.Second
+
+// Rollout metadata keys of a gRPC write that waited.
+const (
+	RolloutMetadata       = "allot-rollout"
+	RolloutResultMetadata = "allot-rollout-result"
+)
+
+// WithRollouts lets writes wait for the proxies and serves rollout status.
+func WithRollouts(r Rollouts) ServiceOption { return func(s *Service) { s.rollouts = r } }
+
+// Await runs write and, when wait is positive, waits for the proxies whose
+// configuration it changed, returning where they stand. The write stands
+// whatever the proxies do; only its own error is returned as an error.
+func (s *Service) Await(ctx context.Context, wait time.Duration, write func() error) (*adminv1.Rollout, error) {
+	switch {
+	case wait <= 0:
+		return nil, write()
+	case wait > MaxWait:
+		return nil, &Error{Code: CodeInvalid, Message: "invalid wait", Details: []string{"wait: at most " + MaxWait.String()}}
+	case s.rollouts == nil:
+		return nil, &Error{Code: CodeFailedPrecond, Message: "this server does not track proxies; write without wait"}
+	}
+	mark := s.rollouts.Mark()
+	if err := write(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	ro := s.rollouts.Wait(ctx, mark)
+	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), "proxies", len(ro.GetProxies()))
+	return ro, nil
+}
+
+// Rollout reports every connected proxy against its cluster's current
+// version.
+func (s *Service) Rollout(_ context.Context, p *Principal) (*adminv1.Rollout, error) {
+	if !p.CanRead() {
+		return nil, errorf(CodePermissionDenied, "reading needs a token")
+	}
+	if s.rollouts == nil {
+		return &adminv1.Rollout{Result: "status"}, nil
+	}
+	return s.rollouts.Status(), nil
+}
+
+// waitParam reads an HTTP write's ?wait= (a Go duration such as 10s, or
+// seconds).
+func waitParam(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		secs, serr := strconv.ParseFloat(v, 64)
+		if serr != nil || secs < 0 {
+			return 0, &Error{Code: CodeInvalid, Message: "invalid wait", Details: []string{"wait: want a duration such as 10s"}}
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	return d, nil
+}
+
+// withRollout is an HTTP write's body: the result alone, or, when the write
+// waited, {"experiment": result, "rollout": rollout}.
+func withRollout(result proto.Message, ro *adminv1.Rollout) (any, error) {
+	if ro == nil {
+		return result, nil
+	}
+	rb, err := jsonOut.Marshal(ro)
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]json.RawMessage{"rollout": rb}
+	if result != nil {
+		b, err := jsonOut.Marshal(result)
+		if err != nil {
+			return nil, err
+		}
+		body["experiment"] = b
+	}
+	return body, nil
+}
+
+// setRolloutHeader attaches a gRPC write's rollout as response metadata.
+func setRolloutHeader(ctx context.Context, ro *adminv1.Rollout) {
+	if ro == nil {
+		return
+	}
+	b, err := protojson.Marshal(ro)
+	if err != nil {
+		return
+	}
+	grpc.SetHeader(ctx, metadata.Pairs(RolloutMetadata, string(b), RolloutResultMetadata, ro.GetResult()))
+}
+
+func waitOf(d *durationpb.Duration) time.Duration { return d.AsDuration() }

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// waitFlag registers --wait on a write subcommand.
+func waitFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("wait", 0, "wait up to `DURATION` (e.g. 30s, at most 60s) until every affected proxy applied the change")
+}
+
+// withWait adds ?wait= to a write's path.
+func withWait(path string, wait time.Duration) string {
+	if wait <= 0 {
+		return path
+	}
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return path + sep + "wait=" + wait.String()
+}
+
+// unwrapWaited splits the body of a write made with ?wait= into the
+// experiment (nil for a delete) and the rollout; other bodies are returned
+// as they are.
+func unwrapWaited(b []byte, wait time.Duration) ([]byte, *adminv1.Rollout, error) {
+	if wait <= 0 {
+		return b, nil, nil
+	}
+	var w struct {
+		Experiment json.RawMessage `json:"experiment"`
+		Rollout    json.RawMessage `json:"rollout"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, nil, fmt.Errorf("decode response: %w", err)
+	}
+	ro := &adminv1.Rollout{}
+	if err := protojson.Unmarshal(w.Rollout, ro); err != nil {
+		return nil, nil, fmt.Errorf("decode rollout: %w", err)
+	}
+	return w.Experiment, ro, nil
+}
+
+// reportRollout prints how a waited write rolled out and returns an error
+// naming the proxies that did not apply it (the write itself stands).
+func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
+	if ro == nil {
+		return nil
+	}
+	applied := 0
+	for _, p := range ro.GetProxies() {
+		if p.GetState() == "applied" {
+			applied++
+		}
+	}
+	fmt.Fprintf(w, "%s: rollout %s, applied by %d/%d proxies\n", what, ro.GetResult(), applied, len(ro.GetProxies()))
+	if ro.GetResult() == "applied" {
+		return nil
+	}
+	for _, p := range ro.GetProxies() {
+		if p.GetState() != "applied" {
+			fmt.Fprintf(w, "  %s (%s): %s %s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), p.GetRejectionError())
+		}
+	}
+	return fmt.Errorf("%s: the change is stored but not applied everywhere: %s", what, ro.GetError())
+}
+
+const rolloutUsage = `Usage: allotctl rollout [-o table|json|yaml]
+
+Shows every connected proxy against the configuration version its cluster
+should run: applied, pending, or rejected with Envoy's reason.
+`
+
+func runRollout(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "rollout", rolloutUsage, true)
+	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	b, err := c.do(ctx, "GET", "/v1/rollout", nil)
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, b)
+	}
+	ro := &adminv1.Rollout{}
+	if err := protojson.Unmarshal(b, ro); err != nil {
+		return fmt.Errorf("decode rollout: %w", err)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCLUSTER\tSTATE\tTARGET\tACKED\tREJECTION")
+	for _, p := range ro.GetProxies() {
+		rej := p.GetRejectionError()
+		if len(rej) > 60 {
+			rej = rej[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(),
+			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(rej))
+	}
+	return tw.Flush()
+}

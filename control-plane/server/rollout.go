@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allotmesh/allot/control-plane/xds"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// rollouts adapts the xDS server's rollout tracking to admin.Rollouts.
+type rollouts struct{ x *xds.Server }
+
+func (r rollouts) Mark() map[string]string { return r.x.Targets() }
+
+func (r rollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+	if err := r.x.Refresh(ctx); err != nil {
+		return &adminv1.Rollout{Result: "error", Error: err.Error()}
+	}
+	ro, err := r.x.WaitFor(ctx, r.x.Targets().Changed(mark))
+	out := rolloutProto(ro)
+	switch {
+	case err == nil:
+		out.Result = "applied"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		out.Result = "timeout"
+	case errors.Is(err, xds.ErrRejected):
+		out.Result = "rejected"
+	default:
+		out.Result = "error"
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return out
+}
+
+func (r rollouts) Status() *adminv1.Rollout {
+	out := rolloutProto(r.x.Status())
+	out.Result = "status"
+	return out
+}
+
+func rolloutProto(ro xds.Rollout) *adminv1.Rollout {
+	out := &adminv1.Rollout{Targets: map[string]string(ro.Targets)}
+	for _, p := range ro.Proxies {
+		ps := &adminv1.ProxyStatus{
+			NodeId: p.NodeID, Cluster: p.Cluster, Address: p.Address, State: string(p.State),
+			TargetVersion: p.Target, SentVersion: p.Sent, AckedVersion: p.Acked, Pushes: int32(p.Pushes),
+			ConnectTime: ts(p.ConnectedAt), LastSeen: ts(p.LastSeen), AckedTime: ts(p.AckedAt),
+		}
+		if p.Rejected != nil {
+			ps.RejectedVersion, ps.RejectionError = p.Rejected.Version, p.Rejected.Error
+		}
+		out.Proxies = append(out.Proxies, ps)
+	}
+	return out
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

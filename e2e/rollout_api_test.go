@@ -1,0 +1,160 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/filter/engine"
+)
+
+// rolloutJSON is the admin API's Rollout in proto3 JSON.
+type rolloutJSON struct {
+	Result  string `json:"result"`
+	Error   string `json:"error"`
+	Proxies []struct {
+		NodeID          string `json:"nodeId"`
+		Cluster         string `json:"cluster"`
+		State           string `json:"state"`
+		TargetVersion   string `json:"targetVersion"`
+		AckedVersion    string `json:"ackedVersion"`
+		RejectedVersion string `json:"rejectedVersion"`
+		RejectionError  string `json:"rejectionError"`
+		Pushes          int    `json:"pushes"`
+	} `json:"proxies"`
+}
+
+// waitedWrite is the body of a write made with ?wait=.
+type waitedWrite struct {
+	Experiment map[string]any `json:"experiment"`
+	Rollout    rolloutJSON    `json:"rollout"`
+}
+
+// TestRolloutThroughAdminAPI: through the real allotd admin API, a write
+// with ?wait= returns only after all three Envoys acknowledged it — reading
+// headers through each Envoy right after it returns never shows a stale
+// assignment (20 ramp steps). A fourth Envoy that rejects the configuration
+// is reported as rejected, on that proxy only, by the write and by
+// GET /v1/rollout.
+func TestRolloutThroughAdminAPI(t *testing.T) {
+	s := startSystem(t)
+	var proxies []*proxy
+	for i := range 3 {
+		proxies = append(proxies, s.startSidecar(fmt.Sprintf("api-checkout-%d", i+1), "checkout-svc"))
+	}
+	var w waitedWrite
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", checkoutRamp(0), &w)
+	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+		t.Fatalf("create with wait: %+v", w.Rollout)
+	}
+
+	units := make([]string, 2000)
+	for i := range units {
+		units[i] = fmt.Sprintf("user-%04d", i)
+	}
+	assign := func(def map[string]any) map[string]string {
+		set := compile(t, def)
+		out := make(map[string]string, len(units))
+		for _, u := range units {
+			out[u] = set.Assign(nil, engine.Attributes{"id": u})[0].Value
+		}
+		return out
+	}
+	prev := assign(checkoutRamp(0))
+	revision := w.Experiment["revision"]
+	var slowest time.Duration
+	for step := 1; step <= 20; step++ {
+		def := checkoutRamp(float64(step) / 20)
+		want := assign(def)
+		var probe []string // units this step moves
+		for _, u := range units {
+			if want[u] != prev[u] && len(probe) < 15 {
+				probe = append(probe, u)
+			}
+		}
+		def["revision"] = revision
+		start := time.Now()
+		s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait=10s", def, &w)
+		slowest = max(slowest, time.Since(start))
+		if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+			t.Fatalf("step %d: rollout %+v, want applied by 3 proxies", step, w.Rollout)
+		}
+		revision = w.Experiment["revision"]
+		for i, p := range proxies {
+			for _, u := range probe {
+				r, err := p.get(map[string][]string{"x-user-id": {u}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := r.Header("x-experiment-checkout"); len(v) != 1 || v[0] != want[u] {
+					t.Fatalf("step %d: proxy %d right after the write returned: %s got %q, want [%s]", step, i+1, u, v, want[u])
+				}
+			}
+		}
+		prev = want
+	}
+	t.Logf("20 writes with ?wait=, each acknowledged by 3 Envoys; slowest %v", slowest.Round(time.Millisecond))
+
+	// A fourth proxy of the same service that cannot apply the filter.
+	bad := s.startRejectingSidecar("api-checkout-bad", "checkout-svc")
+	def := checkoutRamp(0.5)
+	def["revision"] = revision
+	s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait=10s", def, &w)
+	if w.Rollout.Result != "rejected" {
+		t.Fatalf("write with a rejecting proxy: result %q (%s), want rejected", w.Rollout.Result, w.Rollout.Error)
+	}
+	var status rolloutJSON
+	s.mustAPI(http.StatusOK, "GET", "/v1/rollout", nil, &status)
+	states := map[string]string{}
+	for _, p := range status.Proxies {
+		states[p.NodeID] = p.State
+		if p.NodeID == "api-checkout-bad" && (p.RejectionError == "" || p.RejectedVersion != p.TargetVersion) {
+			t.Errorf("rejected proxy without its reason: %+v", p)
+		}
+		if p.NodeID == "api-checkout-bad" && p.Pushes > 3 {
+			t.Errorf("rejecting proxy was pushed %d times: a NACK loop", p.Pushes)
+		}
+	}
+	want := map[string]string{"api-checkout-1": "applied", "api-checkout-2": "applied", "api-checkout-3": "applied", "api-checkout-bad": "rejected"}
+	for node, st := range want {
+		if states[node] != st {
+			b, _ := json.MarshalIndent(status, "", "  ")
+			t.Fatalf("GET /v1/rollout: %s is %q, want %q\n%s", node, states[node], st, b)
+		}
+	}
+	// The rejecting proxy keeps serving (without assignments).
+	if _, err := bad.get(map[string][]string{"x-user-id": {"u"}}); err != nil {
+		t.Fatalf("the rejecting proxy stopped serving: %v", err)
+	}
+
+	// allotctl shows the same: the rollout table, and apply --wait fails
+	// naming the proxy that did not apply the change (which still stands).
+	ctl := harness.Build(t, "./control-plane/cmd/allotctl")
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(ctl, append(args, "--server", s.adminURL, "--token", adminToken)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("rollout")
+	if err != nil || !strings.Contains(out, "api-checkout-bad") || !strings.Contains(out, "rejected") || strings.Count(out, "applied") != 3 {
+		t.Fatalf("allotctl rollout: %v\n%s", err, out)
+	}
+	file := filepath.Join(t.TempDir(), "checkout.json")
+	b, _ := json.Marshal(checkoutRamp(0.25))
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("apply", "-f", file, "--wait", "10s")
+	if err == nil || !strings.Contains(out, "experiment/checkout configured") || !strings.Contains(out, "api-checkout-bad") {
+		t.Fatalf("allotctl apply --wait with a rejecting proxy: %v\n%s", err, out)
+	}
+}
