@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/harness"
-	"github.com/allotmesh/allot/filter/engine"
 )
 
 // rolloutJSON is the admin API's Rollout in proto3 JSON.
@@ -57,18 +56,8 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 		t.Fatalf("create with wait: %+v", w.Rollout)
 	}
 
-	units := make([]string, 2000)
-	for i := range units {
-		units[i] = fmt.Sprintf("user-%04d", i)
-	}
-	assign := func(def map[string]any) map[string]string {
-		set := compile(t, def)
-		out := make(map[string]string, len(units))
-		for _, u := range units {
-			out[u] = set.Assign(nil, engine.Attributes{"id": u})[0].Value
-		}
-		return out
-	}
+	units := userIDs(2000)
+	assign := func(def map[string]any) map[string]string { return assignments(t, def, units) }
 	prev := assign(checkoutRamp(0))
 	revision := w.Experiment["revision"]
 	var slowest time.Duration

@@ -180,18 +180,8 @@ func TestRolloutWaitsForEveryProxy(t *testing.T) {
 		cp.waitState(node, xds.StateApplied)
 	}
 
-	units := make([]string, 2000)
-	for i := range units {
-		units[i] = fmt.Sprintf("user-%04d", i)
-	}
-	assign := func(def map[string]any) map[string]string {
-		set := compile(t, def)
-		out := make(map[string]string, len(units))
-		for _, u := range units {
-			out[u] = set.Assign(nil, engine.Attributes{"id": u})[0].Value
-		}
-		return out
-	}
+	units := userIDs(2000)
+	assign := func(def map[string]any) map[string]string { return assignments(t, def, units) }
 	prev := assign(checkoutRamp(0))
 	var slowest time.Duration
 	for step := 1; step <= 20; step++ {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
@@ -200,4 +201,25 @@ func repoPath(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, path)
+}
+
+// userIDs returns n unit ids: user-0000, user-0001, ...
+func userIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("user-%04d", i)
+	}
+	return ids
+}
+
+// assignments is the engine's own assignment (the oracle) of def, a single
+// experiment, for each unit.
+func assignments(t *testing.T, def map[string]any, units []string) map[string]string {
+	t.Helper()
+	set := compile(t, def)
+	out := make(map[string]string, len(units))
+	for _, u := range units {
+		out[u] = set.Assign(nil, engine.Attributes{"id": u})[0].Value
+	}
+	return out
 }

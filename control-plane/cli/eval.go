@@ -128,20 +128,30 @@ func runEval(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
+// readDefinitions reads a definitions file as JSON: a .yaml/.yml file, or
+// one that is not valid JSON and not named .json, is converted from YAML.
+func readDefinitions(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read definitions: %w", err)
+	}
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext == ".yaml" || ext == ".yml" || !json.Valid(data) && ext != ".json" {
+		if data, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, fmt.Errorf("%s: parse YAML: %w", path, err)
+		}
+	}
+	return data, nil
+}
+
 // loadConfig reads one experiment, a list, or a whole Config, as JSON or
 // YAML. Unknown fields are rejected (a misspelt "weigths" must not be
 // silently ignored).
 func loadConfig(path string) (engine.Config, error) {
 	var cfg engine.Config
-	data, err := os.ReadFile(path)
+	data, err := readDefinitions(path)
 	if err != nil {
-		return cfg, fmt.Errorf("read definitions: %w", err)
-	}
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext == ".yaml" || ext == ".yml" || !json.Valid(data) && ext != ".json" {
-		if data, err = yaml.YAMLToJSON(data); err != nil {
-			return cfg, fmt.Errorf("%s: parse YAML: %w", path, err)
-		}
+		return cfg, err
 	}
 	trimmed := bytes.TrimSpace(data)
 	switch {

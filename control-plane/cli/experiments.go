@@ -10,8 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +18,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
 
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -122,11 +119,7 @@ func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time
 		if err != nil {
 			return applyResult{}, nil, err
 		}
-		b, ro, err := unwrapWaited(b, wait)
-		if err != nil {
-			return applyResult{}, nil, err
-		}
-		created, err := decodeExperiment(b)
+		created, ro, err := decodeWritten(b, wait)
 		return applyResult{e.GetKey(), "created", created.GetRevision()}, ro, err
 	}
 	if err != nil {
@@ -148,11 +141,7 @@ func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time
 	if err != nil {
 		return applyResult{}, nil, err
 	}
-	b, ro, err := unwrapWaited(b, wait)
-	if err != nil {
-		return applyResult{}, nil, err
-	}
-	updated, err := decodeExperiment(b)
+	updated, ro, err := decodeWritten(b, wait)
 	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, err
 }
 
@@ -183,15 +172,9 @@ func decodeExperiment(b []byte) (*experimentv1.Experiment, error) {
 // readExperiments reads one experiment, a list, or {"experiments": [...]}
 // as JSON or YAML; unknown fields are rejected with their path.
 func readExperiments(path string) ([]*experimentv1.Experiment, error) {
-	data, err := os.ReadFile(path)
+	data, err := readDefinitions(path)
 	if err != nil {
-		return nil, fmt.Errorf("read definitions: %w", err)
-	}
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext == ".yaml" || ext == ".yml" || !json.Valid(data) && ext != ".json" {
-		if data, err = yaml.YAMLToJSON(data); err != nil {
-			return nil, fmt.Errorf("%s: parse YAML: %w", path, err)
-		}
+		return nil, err
 	}
 	var items []json.RawMessage
 	trimmed := bytes.TrimSpace(data)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
 // waitFlag registers --wait on a write subcommand.
@@ -51,6 +52,17 @@ func unwrapWaited(b []byte, wait time.Duration) ([]byte, *adminv1.Rollout, error
 		return nil, nil, fmt.Errorf("decode rollout: %w", err)
 	}
 	return w.Experiment, ro, nil
+}
+
+// decodeWritten decodes the experiment a write answered with, and its
+// rollout when the write waited.
+func decodeWritten(b []byte, wait time.Duration) (*experimentv1.Experiment, *adminv1.Rollout, error) {
+	b, ro, err := unwrapWaited(b, wait)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := decodeExperiment(b)
+	return e, ro, err
 }
 
 // reportRollout prints how a waited write rolled out and returns an error

@@ -855,24 +855,7 @@ func comparePaddedVersion(v any, want string) int {
 		if i < len(s) && s[i] != '-' && s[i] != '.' {
 			continue
 		}
-		part := s[start:i]
-		b := chunk[:0]
-		if start > 0 {
-			b = append(b, '-')
-		}
-		numeric := part != ""
-		for j := 0; j < len(part); j++ {
-			if part[j] < '0' || part[j] > '9' {
-				numeric = false
-				break
-			}
-		}
-		if numeric {
-			for j := len(part); j < 5; j++ {
-				b = append(b, ' ')
-			}
-		}
-		b = append(b, part...)
+		b := appendVersionPart(chunk[:0], s[start:i], start > 0)
 		if i == len(s) && parts == 3 {
 			b = append(b, '-', '~')
 		}

@@ -376,27 +376,33 @@ func appendPaddedVersion(dst []byte, v any) []byte {
 		if i < len(s) && s[i] != '-' && s[i] != '.' {
 			continue
 		}
-		part := s[start:i]
-		if start > 0 {
-			dst = append(dst, '-')
-		}
-		numeric := part != ""
-		for j := 0; j < len(part); j++ {
-			if part[j] < '0' || part[j] > '9' {
-				numeric = false
-				break
-			}
-		}
-		if numeric {
-			for j := len(part); j < 5; j++ {
-				dst = append(dst, ' ')
-			}
-		}
-		dst = append(dst, part...)
+		dst = appendVersionPart(dst, s[start:i], start > 0)
 		start = i + 1
 	}
 	if parts == 3 {
 		dst = append(dst, '-', '~')
 	}
 	return dst
+}
+
+// appendVersionPart appends one '.'- or '-'-separated part of a version as
+// GrowthBook's paddedVersionString writes it: after a '-' unless it is the
+// first, left-padded with spaces to 5 characters when it is all digits.
+func appendVersionPart(dst []byte, part string, sep bool) []byte {
+	if sep {
+		dst = append(dst, '-')
+	}
+	numeric := part != ""
+	for j := 0; j < len(part); j++ {
+		if part[j] < '0' || part[j] > '9' {
+			numeric = false
+			break
+		}
+	}
+	if numeric {
+		for j := len(part); j < 5; j++ {
+			dst = append(dst, ' ')
+		}
+	}
+	return append(dst, part...)
 }
