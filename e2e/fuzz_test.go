@@ -16,6 +16,8 @@ var fuzzTargets = []struct{ pkg, name, what string }{
 	{"./filter/abi", "FuzzParsePairs", "the proxy-wasm header-map decoder"},
 	{"./filter/engine", "FuzzCompile", "experiment definitions (engine.Compile)"},
 	{"./filter/engine", "FuzzCondition", "targeting conditions and attributes"},
+	{"./control-plane/admin", "FuzzHTTPWrite", "the admin API's JSON writes (HTTP)"},
+	{"./control-plane/admin", "FuzzGRPCWrite", "the admin API's gRPC writes (protobuf wire bytes over a real connection)"},
 }
 
 var execsRE = regexp.MustCompile(`execs: (\d+)`)
