@@ -125,6 +125,12 @@ test-reliability: envoy ## Slow suite: faults, soak, hostile input, fuzzing, SIG
 	status=$${PIPESTATUS[0]}; [ $$status -eq 0 ] || exit $$status
 	$(GO) run ./e2e/cmd/allot-reliability-report -in $(BIN)/reliability.jsonl -out docs/RELIABILITY.md
 
+.PHONY: bench
+bench: envoy build-filter ## Benchmark Allot against the alternatives in real Envoy (pinned CPUs, ~10 min); writes bench/REPORT.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
+	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
+
 ## ---------------------------------------------------------------- run
 
 .PHONY: run

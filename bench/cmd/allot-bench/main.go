@@ -1,0 +1,83 @@
+// Command allot-bench is `make bench`: it benchmarks Allot against the
+// alternatives (no filter, header_mutation, Lua, ext_authz, a minimal Go Wasm
+// filter) in real Envoy and writes bench/REPORT.md. See bench/README.md.
+//
+// It pins itself (the load generator) to one CPU and Envoy to another, by
+// re-executing itself under taskset.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/allotmesh/allot/bench/suite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "allot-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// pinnedEnv marks the re-executed, pinned process.
+const pinnedEnv = "ALLOT_BENCH_PINNED"
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("allot-bench", flag.ContinueOnError)
+	o := suite.Options{Log: os.Stderr, Go: "go"}
+	fs.StringVar(&o.Root, "root", ".", "repository root")
+	fs.StringVar(&o.Envoy, "envoy", envOr("ENVOY_BIN", ".venv/bin/envoy"), "Envoy 1.40 binary")
+	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds (0: only the extra sections)")
+	fs.DurationVar(&o.Throughput, "throughput", 5*time.Second, "max-throughput run per variant per round")
+	fs.DurationVar(&o.Latency, "latency", 5*time.Second, "fixed-rate run per variant per round")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "warm-up per variant per round")
+	fs.Float64Var(&o.Rate, "rate", 2000, "fixed rate (requests/s) every variant must sustain")
+	fs.IntVar(&o.Conns, "conns", 8, "connections of the max-throughput run")
+	fs.IntVar(&o.RateConns, "rate-conns", 32, "connections of the fixed-rate run")
+	fs.IntVar(&o.EnvoyCPU, "envoy-cpu", 0, "CPU Envoy is pinned to")
+	fs.IntVar(&o.LoadCPU, "load-cpu", 1, "CPU the load generator (and the ext_authz service) is pinned to")
+	fs.StringVar(&o.Only, "only", "", "variant letters to run besides A (e.g. EFG; default all)")
+	fs.BoolVar(&o.SkipExtras, "skip-extras", false, "skip micro-benchmarks, load time, memory and propagation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if os.Getenv(pinnedEnv) == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		taskset := "/usr/bin/taskset"
+		if _, err := os.Stat(taskset); err != nil {
+			return fmt.Errorf("taskset (util-linux) is required: %w", err)
+		}
+		argv := append([]string{"taskset", "-c", strconv.Itoa(o.LoadCPU), self}, args...)
+		return syscall.Exec(taskset, argv, append(os.Environ(), pinnedEnv+"=1"))
+	}
+	var err error
+	if o.Root, err = filepath.Abs(o.Root); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(o.Envoy) {
+		o.Envoy = filepath.Join(o.Root, o.Envoy)
+	}
+	o.Command = "allot-bench " + strings.Join(args, " ")
+	return suite.Run(ctx, o)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,122 @@
+package suite
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// hashExpect is GrowthBook's hash v1 of id with seed "bench", split 50/50:
+// what the Lua and minimal Wasm filters must add.
+func hashExpect(id string) (string, error) {
+	n, _ := engine.Hash(benchSeed, id, 1)
+	if n < 0.5 {
+		return "control", nil
+	}
+	return "treatment", nil
+}
+
+// engineExpect returns the "bench" experiment's variation for id under the
+// n-experiment configuration, computed natively by Allot's engine.
+func engineExpect(n int) (func(id string) (string, error), error) {
+	exps, err := experiments(n)
+	if err != nil {
+		return nil, err
+	}
+	set, err := engine.Compile(engine.Config{Experiments: exps})
+	if err != nil {
+		return nil, fmt.Errorf("compile %d experiments: %w", n, err)
+	}
+	return func(id string) (string, error) {
+		attrs := engine.Attributes{"id": id, "country": "US", "platform": "ios", "version": "2.3.1"}
+		for i, a := range set.Assign(nil, attrs) {
+			if set.Keys()[i] == "bench" && a.InExperiment {
+				return a.Value, nil
+			}
+		}
+		return "", nil
+	}, nil
+}
+
+// preflight sends one request per id and compares x-seen (the route's echo
+// of x-experiment-bench) with what the variant must add.
+func preflight(listener string, ids []string, expect func(string) (string, error)) error {
+	for _, id := range ids {
+		req, err := http.NewRequest("GET", "http://"+listener+"/", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("x-user-id", id)
+		for _, h := range requestHeaders {
+			req.Header.Set(h[0], h[1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("pre-flight request: %w", err)
+		}
+		resp.Body.Close()
+		want, err := expect(id)
+		if err != nil {
+			return err
+		}
+		got := resp.Header.Get(seenHeader)
+		if got == "-" { // Envoy's formatter renders a missing header as "-"
+			got = ""
+		}
+		if resp.StatusCode != 200 || got != want {
+			return fmt.Errorf("pre-flight for x-user-id %q: status %d, %s %q, want %q", id, resp.StatusCode, benchHeader, got, want)
+		}
+	}
+	return nil
+}
+
+// hostProfile is what Allot's plugin does per request, counted natively on
+// the fake host: the calls it makes into Envoy and the headers it adds.
+type hostProfile struct {
+	Experiments  int
+	HostCalls    map[string]float64 // per request, by proxy-wasm call
+	TotalCalls   float64
+	HeadersAdded float64
+}
+
+// profileAllot runs Allot's plugin on the fake host for n experiments over
+// 200 requests with distinct ids and counts host calls per request.
+func profileAllot(n int) (hostProfile, error) {
+	host := fakehost.New()
+	counts := map[string]int{}
+	host.Fail = func(call string) error { counts[call]++; return nil }
+	p := plugin.New(host)
+	root, ok := host.StartPlugin(p, filterConfigJSON(n))
+	if !ok {
+		return hostProfile{}, fmt.Errorf("fake host: configuration with %d experiments refused: %v", n, host.Logs)
+	}
+	clear(counts)
+	const requests = 200
+	added := 0
+	for i := range requests {
+		in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", "p-" + strconv.Itoa(i)}}
+		for _, h := range requestHeaders {
+			in = append(in, h)
+		}
+		out, err := host.Request(p, root, in)
+		if err != nil {
+			return hostProfile{}, err
+		}
+		for _, h := range out[len(in):] {
+			if strings.HasPrefix(h[0], plugin.DefaultHeaderPrefix) {
+				added++
+			}
+		}
+	}
+	hp := hostProfile{Experiments: n, HostCalls: map[string]float64{}, HeadersAdded: float64(added) / requests}
+	for k, v := range counts {
+		hp.HostCalls[k] = float64(v) / requests
+		hp.TotalCalls += float64(v) / requests
+	}
+	return hp, nil
+}

@@ -1,0 +1,279 @@
+package suite
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// machine describes where the numbers were taken.
+type machine struct {
+	NProc  int    `json:"nproc"`
+	CPU    string `json:"cpu"`
+	Kernel string `json:"kernel"`
+	Envoy  string `json:"envoy"`
+	Go     string `json:"go"`
+}
+
+func describeMachine(o Options) machine {
+	m := machine{NProc: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				m.CPU = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		m.NProc, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if out, err := exec.Command(o.Envoy, "--version").Output(); err == nil {
+		m.Envoy = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), o.Envoy+"  version:"))
+	}
+	if out, err := exec.Command(o.Go, "version").Output(); err == nil {
+		m.Go = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// micro holds the engine benchmarks and the configuration costs.
+type micro struct {
+	Command       string       `json:"command"`
+	Assign        []benchLine  `json:"assign"`
+	Output        string       `json:"output"`
+	WasmBytes     int64        `json:"wasm_bytes"`
+	MinWasmBytes  int64        `json:"min_wasm_bytes"`
+	ParseJSON     benchSummary `json:"parse_json"`
+	ParseStruct   benchSummary `json:"parse_struct"`
+	ConfigBytes   int          `json:"config_json_bytes"`
+	ConfigPBBytes int          `json:"config_struct_bytes"`
+}
+
+type benchLine struct {
+	Name        string  `json:"name"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	BytesPerOp  float64 `json:"bytes_per_op"`
+	AllocsPerOp float64 `json:"allocs_per_op"`
+}
+
+type benchSummary struct {
+	NsPerOp     float64 `json:"ns_per_op"`
+	AllocsPerOp int64   `json:"allocs_per_op"`
+	BytesPerOp  int64   `json:"bytes_per_op"`
+}
+
+var benchRe = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+func runMicro(ctx context.Context, o Options, p *paths) (*micro, error) {
+	m := &micro{Command: "go test -run '^$' -bench 'Assign' -benchmem ./filter/engine"}
+	cmd := exec.CommandContext(ctx, o.Go, "test", "-run", "^$", "-bench", "Assign", "-benchmem", "./filter/engine")
+	cmd.Dir = o.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", m.Command, err, out)
+	}
+	m.Output = string(out)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		g := benchRe.FindStringSubmatch(sc.Text())
+		if g == nil {
+			continue
+		}
+		bl := benchLine{Name: g[1]}
+		f := strings.Fields(g[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			switch f[i+1] {
+			case "ns/op":
+				bl.NsPerOp = v
+			case "B/op":
+				bl.BytesPerOp = v
+			case "allocs/op":
+				bl.AllocsPerOp = v
+			}
+		}
+		m.Assign = append(m.Assign, bl)
+	}
+	if st, err := os.Stat(p.allotWasm); err == nil {
+		m.WasmBytes = st.Size()
+	}
+	if st, err := os.Stat(p.minWasm); err == nil {
+		m.MinWasmBytes = st.Size()
+	}
+
+	// on_configure's work for 1,000 experiments, natively: from the JSON
+	// and from the Struct encoding Envoy hands the plugin.
+	js := filterConfigJSON(1000)
+	st := &structpb.Struct{}
+	if err := protojson.Unmarshal(js, st); err != nil {
+		return nil, err
+	}
+	pb, err := proto.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	m.ConfigBytes, m.ConfigPBBytes = len(js), len(pb)
+	for _, c := range []struct {
+		data []byte
+		out  *benchSummary
+	}{{js, &m.ParseJSON}, {pb, &m.ParseStruct}} {
+		if _, err := plugin.ParseConfig(c.data); err != nil {
+			return nil, fmt.Errorf("ParseConfig(1,000 experiments): %w", err)
+		}
+		br := testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				plugin.ParseConfig(c.data)
+			}
+		})
+		*c.out = benchSummary{NsPerOp: float64(br.NsPerOp()), AllocsPerOp: br.AllocsPerOp(), BytesPerOp: br.AllocedBytesPerOp()}
+	}
+	return m, nil
+}
+
+// loadTime is how long Envoy takes from exec to /ready with Allot's filter
+// configured inline with 1 and with 1,000 experiments (the difference is
+// mostly on_configure of the 1,000 experiments in the main-thread and worker
+// VMs).
+type loadTime struct {
+	Ready1    []float64 `json:"ready_ms_1"`
+	Ready1000 []float64 `json:"ready_ms_1000"`
+}
+
+func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error) {
+	lt := &loadTime{}
+	boots := map[int]string{}
+	for _, n := range []int{1, 1000} {
+		f, err := allotFilter(n)(p)
+		if err != nil {
+			return nil, err
+		}
+		b, err := bootstrap(f, 0)
+		if err != nil {
+			return nil, err
+		}
+		boots[n] = filepath.Join(p.raw, fmt.Sprintf("allot-%d.json", n))
+		if err := os.WriteFile(boots[n], b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for range 3 {
+		for _, n := range []int{1, 1000} {
+			e, err := startEnvoy(ctx, o.Envoy, p.raw, fmt.Sprintf("load-%d", n), boots[n], 1, o.EnvoyCPU)
+			if err != nil {
+				return nil, err
+			}
+			ms := float64(e.ready.Microseconds()) / 1e3
+			e.stop()
+			if n == 1 {
+				lt.Ready1 = append(lt.Ready1, ms)
+			} else {
+				lt.Ready1000 = append(lt.Ready1000, ms)
+			}
+		}
+	}
+	return lt, nil
+}
+
+// memory compares Envoy's RSS at --concurrency 2 without a filter and with
+// Allot holding 1,000 experiments and a full cache in every worker VM.
+type memory struct {
+	Experiments int     `json:"experiments"`
+	CacheSize   int     `json:"cache_size_per_vm"`
+	Requests    uint64  `json:"fill_requests"`
+	FillSeconds float64 `json:"fill_seconds"`
+	BaseRSS     int64   `json:"baseline_rss"`
+	AllotRSS    int64   `json:"allot_rss"`
+	AllotIdle   int64   `json:"allot_rss_before_fill"`
+	Misses      int64   `json:"cache_misses"`
+	Errors      uint64  `json:"errors"`
+	HeadersEach float64 `json:"headers_per_request"`
+}
+
+const memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
+
+func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
+	m := &memory{Experiments: 1000, CacheSize: plugin.DefaultCacheSize, Requests: memoryFill}
+	hp, err := profileAllot(1000)
+	if err != nil {
+		return nil, err
+	}
+	m.HeadersEach = hp.HeadersAdded
+	for _, allot := range []bool{false, true} {
+		var filters []any
+		name := "mem-A"
+		if allot {
+			name = "mem-allot-1000"
+			if filters, err = allotFilter(1000)(p); err != nil {
+				return nil, err
+			}
+		}
+		b, err := bootstrap(filters, 0)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(p.raw, name+".json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return nil, err
+		}
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, path, 2, o.EnvoyCPU)
+		if err != nil {
+			return nil, err
+		}
+		idle, _ := rssBytes(e.pid())
+		req := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
+			return strconv.AppendUint(append(dst, "mem-"...), i, 10)
+		})
+		t0 := time.Now()
+		r, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, req, 0)
+		fill := time.Since(t0)
+		if err != nil {
+			e.stop()
+			return nil, fmt.Errorf("%s fill: %w", name, err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		rss, _ := rssBytes(e.pid())
+		if allot {
+			m.AllotIdle, m.AllotRSS, m.FillSeconds, m.Errors = idle, rss, fill.Seconds(), r.Errors
+			m.Misses = e.stat("wasmcustom.allot.cache_misses")
+		} else {
+			m.BaseRSS = rss
+		}
+		e.stop()
+	}
+	return m, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

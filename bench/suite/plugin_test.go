@@ -1,0 +1,70 @@
+package suite
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// BenchmarkPluginRequest runs Allot's plugin natively on the fake host, one
+// request per iteration, to split the Wasm variants' cost: the fake host's
+// calls are nearly free, so what remains is the plugin's own work (warm: a
+// cache hit; cold: engine + cache insert + allocation).
+//
+//	go test -run '^$' -bench PluginRequest -benchmem ./bench/suite
+func BenchmarkPluginRequest(b *testing.B) {
+	for _, n := range []int{1, 50} {
+		for _, cold := range []bool{false, true} {
+			name := strconv.Itoa(n) + "/warm"
+			if cold {
+				name = strconv.Itoa(n) + "/cold"
+			}
+			b.Run(name, func(b *testing.B) {
+				host := fakehost.New()
+				p := plugin.New(host)
+				root, ok := host.StartPlugin(p, filterConfigJSON(n))
+				if !ok {
+					b.Fatalf("configuration refused: %v", host.Logs)
+				}
+				in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", ""}}
+				in = append(in, requestHeaders...)
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					id := i % warmIDs
+					if cold {
+						id = i
+					}
+					in[3][1] = "user-" + strconv.Itoa(id)
+					if _, err := host.Request(p, root, in); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestProfileAllot(t *testing.T) {
+	hp, err := profileAllot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hp.HeadersAdded != 1 {
+		t.Errorf("1 experiment: %.2f headers added per request, want 1", hp.HeadersAdded)
+	}
+}
+
+func TestBootstrapsRender(t *testing.T) {
+	p := &paths{allotWasm: "/x/allot.wasm", minWasm: "/x/min.wasm", authzPort: 1}
+	for _, v := range variants() {
+		f, err := v.filters(p)
+		if err != nil {
+			t.Fatalf("%s: %v", v.ID, err)
+		}
+		if _, err := bootstrap(f, p.authzPort); err != nil {
+			t.Fatalf("%s: %v", v.ID, err)
+		}
+	}
+}

@@ -1,0 +1,377 @@
+// Package suite is `make bench`: it renders one Envoy bootstrap per variant,
+// runs Envoy pinned to one CPU against a load generator pinned to the other,
+// checks each variant's header before timing it, measures interleaved rounds
+// (A B C … A B C …), adds the engine micro-benchmarks, configuration and
+// memory measurements, and writes bench/REPORT.md with the raw data under
+// bench/raw/.
+//
+// Every process it starts is stopped before Run returns (and killed by the
+// kernel if the suite dies first); all traffic stays on 127.0.0.1.
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/allotmesh/allot/bench/load"
+)
+
+// Options configures a run. Durations are per variant per round.
+type Options struct {
+	Root       string // repository root
+	Envoy      string // Envoy binary
+	Go         string // go command
+	Rounds     int
+	Throughput time.Duration // closed-loop max-throughput run
+	Latency    time.Duration // fixed-rate run
+	Warmup     time.Duration
+	Rate       float64 // fixed rate, requests/s
+	Conns      int     // connections of the max-throughput run
+	RateConns  int     // connections of the fixed-rate run
+	EnvoyCPU   int
+	LoadCPU    int
+	Only       string    // variant letters to run (empty: all)
+	SkipExtras bool      // skip micro-benchmarks, memory and load-time sections
+	Command    string    // the command line, for the report
+	Log        io.Writer `json:"-"`
+}
+
+// run is one variant in one round.
+type run struct {
+	Variant   string  `json:"variant"`
+	Round     int     `json:"round"`
+	MaxRPS    float64 `json:"max_rps"`
+	MaxErrors uint64  `json:"max_errors"`
+	CPUPerReq float64 `json:"cpu_us_per_req"` // Envoy, max-throughput run
+	AuthzCPU  float64 `json:"authz_cpu_us_per_req,omitempty"`
+	// Fixed-rate run.
+	Rate         float64            `json:"rate"`
+	RateAchieved float64            `json:"rate_achieved"`
+	RateErrors   uint64             `json:"rate_errors"`
+	RateCPU      float64            `json:"rate_cpu_us_per_req"`
+	Quantiles    map[string]float64 `json:"latency_us"`
+	PacerLag     float64            `json:"pacer_lag_us"`
+	RSS          int64              `json:"rss_bytes"`
+	CacheHits    int64              `json:"cache_hits,omitempty"`
+	CacheMisses  int64              `json:"cache_misses,omitempty"`
+}
+
+var quantiles = []struct {
+	name string
+	q    float64
+}{{"p50", 0.50}, {"p90", 0.90}, {"p99", 0.99}, {"p99.9", 0.999}}
+
+// results is everything the report shows; it is also written to
+// bench/raw/results.json.
+type results struct {
+	Started    time.Time     `json:"started"`
+	Duration   time.Duration `json:"duration"`
+	Machine    machine       `json:"machine"`
+	Options    Options       `json:"options"`
+	Variants   []variantInfo `json:"variants"`
+	Runs       []run         `json:"runs"`
+	Profiles   []hostProfile `json:"host_profiles"`
+	Micro      *micro        `json:"micro,omitempty"`
+	Memory     *memory       `json:"memory,omitempty"`
+	LoadTime   *loadTime     `json:"load_time,omitempty"`
+	Propagate  propagation   `json:"propagation"`
+	Commands   []string      `json:"commands"`
+	LoadBefore string        `json:"loadavg_before"`
+	LoadAfter  string        `json:"loadavg_after"`
+}
+
+type variantInfo struct{ ID, Name string }
+
+// Run runs the whole suite and writes the report.
+func Run(ctx context.Context, o Options) error {
+	start := time.Now()
+	raw := filepath.Join(o.Root, "bench", "raw")
+	if err := os.MkdirAll(filepath.Join(raw, "bin"), 0o755); err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", args...) }
+
+	if err := checkTools(o); err != nil {
+		return err
+	}
+	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
+		minWasm: filepath.Join(raw, "bin", "minwasm.wasm")}
+	if _, err := os.Stat(p.allotWasm); err != nil {
+		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
+	}
+	authzBin := filepath.Join(raw, "bin", "allot-authz")
+	res := &results{Started: start, Options: o, LoadBefore: loadavg()}
+	res.Machine = describeMachine(o)
+	res.Commands = append(res.Commands, o.Command)
+	for _, b := range []struct {
+		env []string
+		out string
+		pkg string
+		cmd string
+	}{
+		{[]string{"GOOS=wasip1", "GOARCH=wasm"}, p.minWasm, "./bench/minwasm", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"},
+		{nil, authzBin, "./bench/cmd/allot-authz", "go build -o bench/raw/bin/allot-authz ./bench/cmd/allot-authz"},
+	} {
+		args := []string{"build", "-trimpath", "-o", b.out, b.pkg}
+		if len(b.env) > 0 {
+			args = []string{"build", "-buildmode=c-shared", "-trimpath", "-o", b.out, b.pkg}
+		}
+		cmd := exec.CommandContext(ctx, o.Go, args...)
+		cmd.Dir, cmd.Env = o.Root, append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w\n%s", b.cmd, err, out)
+		}
+		res.Commands = append(res.Commands, b.cmd)
+	}
+
+	// Allot's per-request host calls, counted natively.
+	for _, n := range []int{1, 50} {
+		hp, err := profileAllot(n)
+		if err != nil {
+			return err
+		}
+		res.Profiles = append(res.Profiles, hp)
+	}
+
+	// Bootstraps, once per variant.
+	var vs []variant
+	for _, v := range variants() {
+		if o.Only != "" && !strings.Contains(o.Only, v.ID) && v.ID != "A" {
+			continue
+		}
+		if v.allot > 0 {
+			exp, err := engineExpect(v.allot)
+			if err != nil {
+				return err
+			}
+			v.expect = exp
+		}
+		vs = append(vs, v)
+		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name})
+	}
+	res.Commands = append(res.Commands,
+		fmt.Sprintf("taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", o.EnvoyCPU, o.Envoy),
+		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-authz -addr 127.0.0.1:<port> -config bench/raw/authz-config.json   # variant D only", o.LoadCPU))
+	authzConfig := filepath.Join(raw, "authz-config.json")
+	if err := os.WriteFile(authzConfig, filterConfigJSON(50), 0o644); err != nil {
+		return err
+	}
+
+	seq := uint64(0)
+	for round := 1; round <= o.Rounds; round++ {
+		for _, v := range vs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			seq++
+			r, err := runVariant(ctx, o, p, v, round, seq, authzBin, authzConfig)
+			if err != nil {
+				return fmt.Errorf("round %d, variant %s: %w", round, v.ID, err)
+			}
+			logf("round %d %s: max %.0f req/s, %.1f µs CPU/req; at %.0f req/s p50 %.0f µs p99 %.0f µs (pacer lag %.0f µs); RSS %.1f MiB",
+				round, v.ID, r.MaxRPS, r.CPUPerReq, r.Rate, r.Quantiles["p50"], r.Quantiles["p99"], r.PacerLag, float64(r.RSS)/(1<<20))
+			res.Runs = append(res.Runs, r)
+		}
+	}
+
+	if !o.SkipExtras && os.Getenv("ALLOT_BENCH_ONLY_PROPAGATION") == "" {
+		logf("engine micro-benchmarks and ParseConfig")
+		m, err := runMicro(ctx, o, p)
+		if err != nil {
+			return err
+		}
+		res.Micro = m
+		res.Commands = append(res.Commands, m.Command)
+		logf("configuration load time in Envoy")
+		lt, err := measureLoadTime(ctx, o, p)
+		if err != nil {
+			return err
+		}
+		res.LoadTime = lt
+		logf("memory at --concurrency 2")
+		mem, err := measureMemory(ctx, o, p)
+		if err != nil {
+			return err
+		}
+		res.Memory = mem
+	}
+	if o.SkipExtras {
+		res.Propagate = propagation{NotMeasured: "skipped (-skip-extras)"}
+	} else {
+		res.Propagate = measurePropagation(ctx, o, p, logf)
+		res.Commands = append(res.Commands,
+			"bench/raw/bin/allotd -admin-addr 127.0.0.1:<port> -xds-addr 127.0.0.1:<port> -db bench/raw/propagation.db -tokens envoy-configs/dev-tokens.json -wasm-path bin/allot.wasm",
+			fmt.Sprintf("taskset -c %d bench/raw/bin/allot-xdsload -addr 127.0.0.1:<xds port> -clients %d -conns 50 -cluster sim", o.LoadCPU, propSimulated),
+			"curl -X POST -H 'Authorization: Bearer <admin token>' '127.0.0.1:<port>/v1/experiments?wait=30s' -d '{\"key\":\"prop-…\",…}'   # timed, 20 times")
+	}
+
+	res.LoadAfter = loadavg()
+	res.Duration = time.Since(start)
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(raw, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	report := renderReport(res)
+	path := filepath.Join(o.Root, "bench", "REPORT.md")
+	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s in %v", path, res.Duration.Round(time.Second))
+	return nil
+}
+
+func checkTools(o Options) error {
+	if _, err := os.Stat(o.Envoy); err != nil {
+		return fmt.Errorf("envoy not found at %s (%v): run `make envoy` or set ENVOY_BIN", o.Envoy, err)
+	}
+	if out, err := exec.Command(o.Envoy, "--version").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s --version: %w\n%s", o.Envoy, err, out)
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return errors.New("taskset not found (util-linux): it pins Envoy and the load generator to separate CPUs")
+	}
+	return nil
+}
+
+// ids returns the x-user-id generator: warm variants cycle through 1,000
+// ids; cold ones never repeat one (seq makes them unique per run).
+func ids(cold bool, seq uint64) func([]byte, uint64) []byte {
+	if cold {
+		return func(dst []byte, i uint64) []byte {
+			dst = append(dst, "cold-"...)
+			dst = strconv.AppendUint(dst, seq, 10)
+			dst = append(dst, '-')
+			return strconv.AppendUint(dst, i, 10)
+		}
+	}
+	return func(dst []byte, i uint64) []byte {
+		dst = append(dst, "user-"...)
+		return strconv.AppendUint(dst, i%warmIDs, 10)
+	}
+}
+
+func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, seq uint64, authzBin, authzConfig string) (r run, err error) {
+	r = run{Variant: v.ID, Round: round, Rate: o.Rate}
+	var authz *proc
+	if v.authz {
+		port, err := freePort()
+		if err != nil {
+			return r, err
+		}
+		authz, err = startProc("authz", filepath.Join(p.raw, "authz.log"), o.LoadCPU, authzBin,
+			"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", authzConfig)
+		if err != nil {
+			return r, err
+		}
+		defer authz.stop()
+		if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
+			return r, err
+		}
+		p.authzPort = port
+	}
+	filters, err := v.filters(p)
+	if err != nil {
+		return r, err
+	}
+	port := 0
+	if v.authz {
+		port = p.authzPort
+	}
+	boot, err := bootstrap(filters, port)
+	if err != nil {
+		return r, err
+	}
+	bootPath := filepath.Join(p.raw, v.ID+".json")
+	if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
+		return r, err
+	}
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, v.ID, bootPath, 1, o.EnvoyCPU)
+	if err != nil {
+		return r, err
+	}
+	defer e.stop()
+
+	// Correctness first: warm ids and, for cold variants, fresh ones.
+	var check []string
+	for i := range 8 {
+		check = append(check, "user-"+strconv.Itoa(i*97))
+		if v.cold {
+			check = append(check, fmt.Sprintf("pre-%d-%d", seq, i))
+		}
+	}
+	if err := preflight(e.listener, check, v.expect); err != nil {
+		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.tail(10))
+	}
+
+	req := load.Request("/", requestHeaders, ids(v.cold, seq))
+	base := seq << 40
+	if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Warmup, 0, req, base); err != nil {
+		return r, fmt.Errorf("warm-up: %w", err)
+	}
+	base += 1 << 32
+
+	cpu0, _ := cpuTicks(e.pid())
+	var a0 int64
+	if authz != nil {
+		a0, _ = cpuTicks(authz.pid())
+	}
+	mt, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, 0, req, base)
+	if err != nil {
+		return r, fmt.Errorf("max throughput: %w", err)
+	}
+	cpu1, _ := cpuTicks(e.pid())
+	base += 1 << 32
+	r.MaxRPS, r.MaxErrors = mt.RPS(), mt.Errors
+	r.CPUPerReq = perRequest(cpu1-cpu0, mt.Requests)
+	if authz != nil {
+		a1, _ := cpuTicks(authz.pid())
+		r.AuthzCPU = perRequest(a1-a0, mt.Requests)
+	}
+
+	time.Sleep(200 * time.Millisecond)
+	cpu0, _ = cpuTicks(e.pid())
+	fr, err := load.FixedRate(ctx, e.listener, o.RateConns, o.Rate, o.Latency, req, base)
+	if err != nil {
+		return r, fmt.Errorf("fixed rate: %w", err)
+	}
+	cpu1, _ = cpuTicks(e.pid())
+	r.RateAchieved = float64(fr.Requests) / o.Latency.Seconds()
+	r.RateErrors = fr.Intended - fr.Requests
+	r.RateCPU = perRequest(cpu1-cpu0, fr.Requests)
+	r.Quantiles = map[string]float64{}
+	for _, q := range quantiles {
+		r.Quantiles[q.name] = float64(fr.Quantile(q.q).Nanoseconds()) / 1e3
+	}
+	r.PacerLag = float64(fr.PacerLag.Nanoseconds()) / 1e3
+	r.RSS, _ = rssBytes(e.pid())
+	if v.allot > 0 {
+		time.Sleep(1100 * time.Millisecond) // counters flush once a second
+		r.CacheHits = e.stat("wasmcustom.allot.cache_hits")
+		r.CacheMisses = e.stat("wasmcustom.allot.cache_misses")
+	}
+	return r, nil
+}
+
+func perRequest(ticks int64, requests uint64) float64 {
+	if requests == 0 {
+		return 0
+	}
+	return float64(ticks) * tickSeconds * 1e6 / float64(requests)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
+}

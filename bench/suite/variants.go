@@ -1,0 +1,276 @@
+package suite
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/engine"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
+)
+
+// Wire names every variant shares.
+const (
+	// benchHeader is the header each variant adds (Allot: experiment key
+	// "bench"); the route echoes it back as x-seen for the pre-flight check.
+	benchHeader = "x-experiment-bench"
+	seenHeader  = "x-seen"
+	benchSeed   = "bench"
+	// warmIDs is how many distinct user ids every variant but H cycles
+	// through.
+	warmIDs = 1000
+)
+
+// requestHeaders are sent with every request (besides x-user-id): the
+// attributes the 50-experiment configuration targets.
+var requestHeaders = [][2]string{{"x-country", "US"}, {"x-platform", "ios"}, {"x-app-version", "2.3.1"}}
+
+// variant is one benchmarked Envoy configuration.
+type variant struct {
+	// ID is the report's letter, Name its description.
+	ID, Name string
+	// Filters are the HTTP filters before the router (JSON objects).
+	filters func(env *paths) ([]any, error)
+	// Authz starts the ext_authz service (variant D).
+	authz bool
+	// Cold sends a new user id on every request (variant H).
+	cold bool
+	// Allot is the number of experiments in Allot's configuration (0: not
+	// Allot); the expected header comes from the engine.
+	allot int
+	// Expect is the x-seen value wanted for a user id.
+	expect func(id string) (string, error)
+}
+
+// paths are the files and ports the filter configurations refer to.
+type paths struct {
+	allotWasm, minWasm string
+	authzPort          int
+	raw                string
+}
+
+func variants() []variant {
+	return []variant{
+		{ID: "A", Name: "no filter (baseline)", filters: func(*paths) ([]any, error) { return nil, nil },
+			expect: func(string) (string, error) { return "", nil }},
+		{ID: "B", Name: "native header_mutation, one constant header", filters: headerMutation,
+			expect: func(string) (string, error) { return "treatment", nil }},
+		{ID: "C", Name: "Lua: FNV-1a of x-user-id, one header", filters: lua, expect: hashExpect},
+		{ID: "D", Name: "ext_authz (gRPC) to a local Go service running Allot's engine, 50 experiments", filters: extAuthz,
+			authz: true, allot: 50},
+		{ID: "E", Name: "minimal Go Wasm filter: hash one id, add one header", filters: minWasm, expect: hashExpect},
+		{ID: "F", Name: "Allot, 1 running experiment", filters: allotFilter(1), allot: 1},
+		{ID: "G", Name: "Allot, 50 experiments, warm cache (1,000 user ids)", filters: allotFilter(50), allot: 50},
+		{ID: "H", Name: "Allot, 50 experiments, cold cache (new user id per request)", filters: allotFilter(50), allot: 50, cold: true},
+	}
+}
+
+func headerMutation(*paths) ([]any, error) {
+	return []any{map[string]any{
+		"name": "envoy.filters.http.header_mutation",
+		"typed_config": map[string]any{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+			"mutations": map[string]any{"request_mutations": []any{map[string]any{"append": map[string]any{
+				"header":        map[string]any{"key": benchHeader, "value": "treatment"},
+				"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+			}}}},
+		},
+	}}, nil
+}
+
+// luaScript is what a mesh admin might write by hand: GrowthBook's hash v1
+// (FNV-1a 32 of id..seed, modulo 1000) in LuaJIT's 32-bit bit operations.
+// x * 16777619 mod 2^32 is computed as x*403 + (x << 24) to stay exact in
+// doubles.
+const luaScript = `
+local bit = require("bit")
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  local id = headers:get("x-user-id")
+  if id == nil or id == "" then return end
+  local s = id .. "` + benchSeed + `"
+  local x = 2166136261
+  for i = 1, #s do
+    x = bit.bxor(x, s:byte(i)) % 4294967296
+    x = (x * 403 + bit.lshift(x, 24)) % 4294967296
+  end
+  if x % 1000 < 500 then
+    headers:add("` + benchHeader + `", "control")
+  else
+    headers:add("` + benchHeader + `", "treatment")
+  end
+end
+`
+
+func lua(*paths) ([]any, error) {
+	return []any{map[string]any{
+		"name": "envoy.filters.http.lua",
+		"typed_config": map[string]any{
+			"@type":               "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+			"default_source_code": map[string]any{"inline_string": luaScript},
+		},
+	}}, nil
+}
+
+func extAuthz(p *paths) ([]any, error) {
+	return []any{map[string]any{
+		"name": "envoy.filters.http.ext_authz",
+		"typed_config": map[string]any{
+			"@type":                 "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+			"transport_api_version": "V3",
+			"grpc_service": map[string]any{
+				"envoy_grpc": map[string]any{"cluster_name": "authz"},
+				"timeout":    "2s",
+			},
+		},
+	}}, nil
+}
+
+// wasmFilter renders an http_filters entry for a Wasm module with the
+// FilterConfig cfg (nil: an empty Struct), built by the control plane's own
+// translate.WasmExtension, exactly as allotd would push it over ECDS.
+func wasmFilter(wasm string, cfg *filterv1.FilterConfig) ([]any, error) {
+	if cfg == nil {
+		cfg = &filterv1.FilterConfig{}
+	}
+	ext, err := translate.ExtensionConfig(cfg, translate.Mesh{WasmPath: wasm})
+	if err != nil {
+		return nil, err
+	}
+	typed, err := protojson.Marshal(ext.GetTypedConfig())
+	if err != nil {
+		return nil, fmt.Errorf("marshal wasm filter: %w", err)
+	}
+	return []any{map[string]any{"name": ext.GetName(), "typed_config": json.RawMessage(typed)}}, nil
+}
+
+func minWasm(p *paths) ([]any, error) { return wasmFilter(p.minWasm, nil) }
+
+func allotFilter(n int) func(*paths) ([]any, error) {
+	return func(p *paths) ([]any, error) {
+		cfg, err := filterConfig(n)
+		if err != nil {
+			return nil, err
+		}
+		return wasmFilter(p.allotWasm, cfg)
+	}
+}
+
+// experimentsJSON returns n experiments with typical targeting. Experiment 0
+// is "bench": two variations 50/50, hash v1, every US/iOS/≥2.1 unit — the
+// same split the Lua and minimal Wasm filters compute. The others have three
+// variations, 90 % coverage and conditions of which about a third match the
+// benchmark's requests (country $in a list, platform $eq, version $vgte).
+func experimentsJSON(n int) string {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		if i == 0 {
+			sb.WriteString(`{"key":"bench","variations":["control","treatment"],"weights":[0.5,0.5],"hashVersion":1,
+				"condition":{"country":{"$in":["US","CA","GB"]},"platform":{"$eq":"ios"},"version":{"$vgte":"2.1.0"}}}`)
+			continue
+		}
+		countries := `["US","CA","GB","DE","FR","BR"]`
+		if i%3 == 2 {
+			countries = `["DE","FR","NL"]`
+		}
+		platform := "ios"
+		if i%2 == 1 {
+			platform = "android"
+		}
+		fmt.Fprintf(&sb, `{"key":"exp-%04d","variations":["control","treatment","alt"],"weights":[0.5,0.25,0.25],
+			"hashVersion":%d,"coverage":0.9,
+			"condition":{"country":{"$in":%s},"platform":{"$eq":%q},"version":{"$vgte":"2.%d.0"}}}`,
+			i, 1+i%2, countries, platform, i%3)
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}
+
+// filterConfigJSON is Allot's FilterConfig (proto3 JSON) with n experiments
+// and the attributes mapped from headers.
+func filterConfigJSON(n int) []byte {
+	return fmt.Appendf(nil, `{"version":"bench-%d","attributes":[
+		{"name":"country","header":"x-country"},{"name":"platform","header":"x-platform"},
+		{"name":"version","header":"x-app-version"}],"experiments":%s}`, n, experimentsJSON(n))
+}
+
+func filterConfig(n int) (*filterv1.FilterConfig, error) {
+	cfg := &filterv1.FilterConfig{}
+	if err := protojson.Unmarshal(filterConfigJSON(n), cfg); err != nil {
+		return nil, fmt.Errorf("filter config with %d experiments: %w", n, err)
+	}
+	return cfg, nil
+}
+
+// bootstrap renders Envoy's bootstrap (JSON) for a variant: one listener on
+// 127.0.0.1 (port chosen by the kernel), the variant's filters, and a route
+// with a direct_response that echoes x-experiment-bench as x-seen.
+func bootstrap(filters []any, authzPort int) ([]byte, error) {
+	filters = append(filters, map[string]any{
+		"name":         "envoy.filters.http.router",
+		"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+	})
+	local := func(port int) map[string]any {
+		return map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": port}}
+	}
+	route := map[string]any{
+		"match":           map[string]any{"prefix": "/"},
+		"direct_response": map[string]any{"status": 200, "body": map[string]any{"inline_string": "ok"}},
+		"response_headers_to_add": []any{map[string]any{
+			"header":        map[string]any{"key": seenHeader, "value": "%REQ(" + benchHeader + ")%"},
+			"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+		}},
+	}
+	hcm := map[string]any{
+		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"stat_prefix": "bench",
+		"route_config": map[string]any{"name": "bench", "virtual_hosts": []any{map[string]any{
+			"name": "bench", "domains": []any{"*"}, "routes": []any{route},
+		}}},
+		"http_filters": filters,
+	}
+	var clusters []any
+	if authzPort > 0 {
+		clusters = append(clusters, map[string]any{
+			"name": "authz", "type": "STATIC", "connect_timeout": "1s",
+			"typed_extension_protocol_options": map[string]any{
+				"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+					"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+					"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
+				},
+			},
+			"load_assignment": map[string]any{"cluster_name": "authz", "endpoints": []any{map[string]any{
+				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": local(authzPort)}}},
+			}}},
+		})
+	}
+	b := map[string]any{
+		"admin": map[string]any{"address": local(0)},
+		"static_resources": map[string]any{
+			"listeners": []any{map[string]any{
+				"name": "bench", "address": local(0),
+				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
+					"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm,
+				}}}},
+			}},
+			"clusters": clusters,
+		},
+	}
+	return json.MarshalIndent(b, "", " ")
+}
+
+// experiments decodes experimentsJSON(n) for the engine.
+func experiments(n int) ([]engine.Experiment, error) {
+	var exps []engine.Experiment
+	if err := json.Unmarshal([]byte(experimentsJSON(n)), &exps); err != nil {
+		return nil, fmt.Errorf("experiments(%d): %w", n, err)
+	}
+	return exps, nil
+}
