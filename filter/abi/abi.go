@@ -131,6 +131,9 @@ type Host interface {
 	ReplaceHeaderMapValue(t MapType, key, value string) error
 	// RemoveHeaderMapValue removes every copy of a header.
 	RemoveHeaderMapValue(t MapType, key string) error
+	// SetHeaderMapPairs replaces a whole header map with serialized pairs
+	// (see PairsEncoder): one host call for any number of changes.
+	SetHeaderMapPairs(t MapType, serialized []byte) error
 	// GetProperty reads a host property; path segments are joined with NUL
 	// as the spec requires.
 	GetProperty(path ...string) ([]byte, error)
@@ -203,6 +206,50 @@ func ParsePairs(buf []byte) ([][2]string, error) {
 		return nil, errors.New("header map: trailing bytes")
 	}
 	return out, nil
+}
+
+// PairsEncoder builds a serialized header map (the format ParsePairs reads)
+// without allocating once its buffers have grown: the request path reuses
+// one.
+type PairsEncoder struct {
+	sizes []byte // per pair: u32 name size, u32 value size
+	data  []byte // per pair: name, NUL, value, NUL
+	out   []byte
+	n     int
+}
+
+// Reset empties the encoder, keeping its buffers.
+func (e *PairsEncoder) Reset() {
+	e.sizes, e.data, e.out, e.n = e.sizes[:0], e.data[:0], e.out[:0], 0
+}
+
+// Add appends one pair.
+func (e *PairsEncoder) Add(name, value string) {
+	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(name)))
+	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(value)))
+	e.data = append(append(e.data, name...), 0)
+	e.data = append(append(e.data, value...), 0)
+	e.n++
+}
+
+// AddBytes appends one pair whose value is bytes.
+func (e *PairsEncoder) AddBytes(name string, value []byte) {
+	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(name)))
+	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(value)))
+	e.data = append(append(e.data, name...), 0)
+	e.data = append(append(e.data, value...), 0)
+	e.n++
+}
+
+// Len is the number of pairs added.
+func (e *PairsEncoder) Len() int { return e.n }
+
+// Bytes returns the serialized map; it is valid until the next Reset.
+func (e *PairsEncoder) Bytes() []byte {
+	e.out = binary.LittleEndian.AppendUint32(e.out[:0], uint32(e.n))
+	e.out = append(e.out, e.sizes...)
+	e.out = append(e.out, e.data...)
+	return e.out
 }
 
 // SerializePairs encodes pairs in the spec's header map format (the inverse

@@ -78,3 +78,32 @@ func TestErrorIs(t *testing.T) {
 		t.Fatal("StatusOK produced an error")
 	}
 }
+
+func TestPairsEncoder(t *testing.T) {
+	var e PairsEncoder
+	for round := range 3 {
+		e.Reset()
+		want := [][2]string{{":path", "/"}, {"x-a", ""}, {"x-b", "Zoë"}}
+		for _, p := range want[:2] {
+			e.Add(p[0], p[1])
+		}
+		e.AddBytes(want[2][0], []byte(want[2][1]))
+		got, err := ParsePairs(e.Bytes())
+		if err != nil || !reflect.DeepEqual(got, want) || e.Len() != 3 {
+			t.Fatalf("round %d: %q, %v", round, got, err)
+		}
+		if !reflect.DeepEqual(e.Bytes(), SerializePairs(want)) {
+			t.Fatalf("round %d: encoder and SerializePairs disagree", round)
+		}
+	}
+	dict := []byte(`checkout="treatment"`)
+	allocs := testing.AllocsPerRun(100, func() {
+		e.Reset()
+		e.Add("x-experiment-checkout", "treatment")
+		e.AddBytes("x-experiments", dict)
+		_ = e.Bytes()
+	})
+	if allocs != 0 {
+		t.Fatalf("PairsEncoder allocates %.0f times per reuse, want 0", allocs)
+	}
+}

@@ -27,6 +27,9 @@ func (nativeHost) ReplaceHeaderMapValue(MapType, string, string) error {
 func (nativeHost) RemoveHeaderMapValue(MapType, string) error {
 	return unimplemented("proxy_remove_header_map_value")
 }
+func (nativeHost) SetHeaderMapPairs(MapType, []byte) error {
+	return unimplemented("proxy_set_header_map_pairs")
+}
 func (nativeHost) GetProperty(...string) ([]byte, error) {
 	return nil, unimplemented("proxy_get_property")
 }

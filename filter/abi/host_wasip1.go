@@ -27,6 +27,9 @@ func proxyReplaceHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, va
 //go:wasmimport env proxy_remove_header_map_value
 func proxyRemoveHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32) uint32
 
+//go:wasmimport env proxy_set_header_map_pairs
+func proxySetHeaderMapPairs(t uint32, data unsafe.Pointer, size uint32) uint32
+
 //go:wasmimport env proxy_get_property
 func proxyGetProperty(path unsafe.Pointer, pathSize uint32, retData *uint32, retSize *uint32) uint32
 
@@ -85,6 +88,10 @@ func (wasmHost) ReplaceHeaderMapValue(t MapType, key, value string) error {
 
 func (wasmHost) RemoveHeaderMapValue(t MapType, key string) error {
 	return statusErr("proxy_remove_header_map_value", Status(proxyRemoveHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)))))
+}
+
+func (wasmHost) SetHeaderMapPairs(t MapType, serialized []byte) error {
+	return statusErr("proxy_set_header_map_pairs", Status(proxySetHeaderMapPairs(uint32(t), bytesPtr(serialized), uint32(len(serialized)))))
 }
 
 func (wasmHost) GetProperty(path ...string) ([]byte, error) {

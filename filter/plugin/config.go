@@ -34,6 +34,7 @@ type rawConfig struct {
 	DictionaryHeader string                     `json:"dictionaryHeader"`
 	VersionHeader    string                     `json:"versionHeader"`
 	CacheSize        int                        `json:"cacheSize"`
+	DisableExposure  bool                       `json:"disableExposureState"`
 	Experiments      []engine.Experiment        `json:"experiments"`
 	SavedGroups      map[string]json.RawMessage `json:"savedGroups"`
 	Attributes       []rawAttribute             `json:"attributes"`
@@ -78,6 +79,9 @@ type Config struct {
 	DictionaryHeader string
 	VersionHeader    string
 	CacheSize        int
+	// ExposureState is whether each request's assignments are recorded as
+	// filter state (ExposureProperty) for the access log.
+	ExposureState bool
 
 	set *engine.Set
 	// headerNames[i] is the assignment header of the set's i-th experiment;
@@ -127,6 +131,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		DictionaryHeader: or(raw.DictionaryHeader, DefaultDictionaryHeader),
 		VersionHeader:    or(raw.VersionHeader, DefaultVersionHeader),
 		CacheSize:        raw.CacheSize,
+		ExposureState:    !raw.DisableExposure,
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize

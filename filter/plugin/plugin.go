@@ -9,6 +9,7 @@
 package plugin
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 
@@ -35,6 +36,9 @@ type Plugin struct {
 
 	// Per-request scratch space, reused across requests.
 	vals    []string
+	key     []byte
+	dict    []byte
+	enc     abi.PairsEncoder
 	strip   []string
 	attrs   engine.Attributes
 	scratch []engine.Assignment
@@ -48,13 +52,15 @@ type root struct {
 	stats  stats
 }
 
-// entry is a computed header set for one combination of attribute values.
+// entry is one computed assignment, cached for one combination of
+// attribute values. It holds indices only: the header names, values and
+// dictionary members are the configuration's, so an entry costs a few bytes
+// per experiment the unit is in, not a copy of its headers.
 type entry struct {
-	vals    []string    // the attribute values it was computed for
-	headers [][2]string // x-experiment-<key> headers, in key order
-	dict    string      // the dictionary header value ("" when in no experiment)
-	// assigned lists (experiment, variation) pairs, for the counters.
-	assigned [][2]int
+	key string // the attribute values, each prefixed by its length
+	// assigned lists the experiments the unit is in, in key (dictionary)
+	// order, each as experiment index << 16 | variation index.
+	assigned []uint32
 }
 
 var _ abi.Handler = (*Plugin)(nil)
@@ -158,10 +164,10 @@ func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 	return abi.ActionContinue
 }
 
-// assign reads the request's attributes from one header-map read, strips
-// client-supplied assignment headers, finds or computes the header set and
-// adds it. Headers are added only after everything is computed; if adding
-// fails midway, what was added is removed again.
+// assign reads the request's attributes from one header-map read, finds
+// or computes its assignment, and writes every change — forged assignment
+// headers removed, the x-experiment-<key> headers, the dictionary and the
+// version added — in one host call, whatever the number of experiments.
 func (p *Plugin) assign(r *root) error {
 	cfg := r.cfg
 	pairs, err := p.host.GetHeaderMapPairs(abi.RequestHeaders)
@@ -169,11 +175,11 @@ func (p *Plugin) assign(r *root) error {
 		return err
 	}
 	vals := p.values(len(cfg.attrs))
-	p.strip = p.strip[:0]
+	forged := false
 	for _, kv := range pairs {
 		name := kv[0]
 		if cfg.isAssignmentHeader(name) {
-			p.strip = appendOnce(p.strip, name)
+			forged = true
 			continue
 		}
 		for _, i := range cfg.byHeader[name] {
@@ -188,11 +194,6 @@ func (p *Plugin) assign(r *root) error {
 			cfg.pathValues(kv[1], vals)
 		}
 	}
-	for _, name := range p.strip {
-		if err := p.host.RemoveHeaderMapValue(abi.RequestHeaders, name); err != nil {
-			return err
-		}
-	}
 	for _, i := range cfg.props {
 		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
 			vals[i] = string(v)
@@ -203,39 +204,74 @@ func (p *Plugin) assign(r *root) error {
 	}
 
 	e := p.lookup(r, vals)
-	added := 0
-	fail := func(err error) error {
-		for _, h := range e.headers[:added] {
-			p.host.RemoveHeaderMapValue(abi.RequestHeaders, h[0])
+	p.dict = p.dict[:0]
+	for j, a := range e.assigned {
+		if j > 0 {
+			p.dict = append(p.dict, ", "...)
 		}
-		return err
+		p.dict = append(p.dict, cfg.dictValues[a>>16][a&0xffff]...)
 	}
-	for _, h := range e.headers {
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, h[0], h[1]); err != nil {
-			return fail(err)
-		}
-		added++
-	}
-	if e.dict != "" {
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader, e.dict); err != nil {
-			return fail(err)
-		}
-		// The exposure record for the access log; losing it must not cost
-		// the request its assignment.
-		if err := p.host.SetProperty(ExposureProperty, []byte(e.dict)); err != nil {
-			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
-		}
+	changes := len(e.assigned)
+	if len(p.dict) > 0 {
+		changes++
 	}
 	if cfg.Version != "" {
+		changes++
+	}
+	switch {
+	case forged || changes > 1:
+		p.enc.Reset()
+		for _, kv := range pairs {
+			if !cfg.isAssignmentHeader(kv[0]) {
+				p.enc.Add(kv[0], kv[1])
+			}
+		}
+		for _, a := range e.assigned {
+			i, v := a>>16, a&0xffff
+			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
+		}
+		if len(p.dict) > 0 {
+			p.enc.AddBytes(cfg.DictionaryHeader, p.dict)
+		}
+		if cfg.Version != "" {
+			p.enc.Add(cfg.VersionHeader, cfg.Version)
+		}
+		if err := p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes()); err != nil {
+			p.removeForged(cfg, pairs)
+			return err
+		}
+	case changes == 1 && cfg.Version != "":
 		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
-			return fail(err)
+			return err
+		}
+	}
+	if len(p.dict) > 0 && cfg.ExposureState {
+		// The exposure record for the access log; losing it must not cost
+		// the request its assignment.
+		if err := p.host.SetProperty(ExposureProperty, p.dict); err != nil {
+			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
 	r.stats.evaluated++
 	for _, a := range e.assigned {
-		r.stats.variations[a[0]][a[1]]++
+		r.stats.variations[a>>16][a&0xffff]++
 	}
 	return nil
+}
+
+// removeForged removes client-supplied assignment headers one by one: the
+// fallback when the one-call write failed, so that even an unassigned
+// request never carries forged assignments.
+func (p *Plugin) removeForged(cfg *Config, pairs [][2]string) {
+	p.strip = p.strip[:0]
+	for _, kv := range pairs {
+		if cfg.isAssignmentHeader(kv[0]) {
+			p.strip = appendOnce(p.strip, kv[0])
+		}
+	}
+	for _, name := range p.strip {
+		p.host.RemoveHeaderMapValue(abi.RequestHeaders, name)
+	}
 }
 
 // values returns the scratch slice for n attribute values, cleared.
@@ -248,15 +284,20 @@ func (p *Plugin) values(n int) []string {
 	return p.vals
 }
 
-// lookup returns the header set for vals from the cache, computing and
-// caching it on a miss. The cache key is a hash of the values; the entry
-// keeps the values themselves so a hash collision is a miss, never a wrong
-// answer.
+// lookup returns the assignment for vals from the cache, computing and
+// caching it on a miss. The cache is keyed by a hash of the values; the
+// entry keeps the values themselves, so a hash collision is a miss, never a
+// wrong answer.
 func (p *Plugin) lookup(r *root, vals []string) *entry {
-	var key uint64
+	p.key = p.key[:0]
+	for _, v := range vals {
+		p.key = binary.AppendUvarint(p.key, uint64(len(v)))
+		p.key = append(p.key, v...)
+	}
+	var h uint64
 	if r.cache != nil {
-		key = hashValues(vals)
-		if e, ok := r.cache.Get(key); ok && equalValues(e.vals, vals) {
+		h = hashBytes(p.key)
+		if e, ok := r.cache.Get(h); ok && e.key == string(p.key) {
 			r.stats.hits++
 			return e
 		}
@@ -264,64 +305,43 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 	r.stats.misses++
 	e := p.compute(r.cfg, vals)
 	if r.cache != nil {
-		r.cache.Add(key, e)
+		r.cache.Add(h, e)
 	}
 	return e
 }
 
 // compute evaluates every experiment for one set of attribute values.
 func (p *Plugin) compute(cfg *Config, vals []string) *entry {
-	e := &entry{vals: make([]string, len(vals))}
 	clear(p.attrs)
 	for i, v := range vals {
-		e.vals[i] = strings.Clone(v) // vals alias the host's header buffer
 		if v != "" {
-			p.attrs[cfg.attrs[i].name] = e.vals[i]
+			p.attrs[cfg.attrs[i].name] = v
 		}
 	}
 	p.scratch = cfg.set.Assign(p.scratch[:0], p.attrs)
-	var dict strings.Builder
-	for _, i := range cfg.byKey {
-		a := p.scratch[i]
-		if !a.InExperiment {
-			continue
+	n := 0
+	for _, a := range p.scratch {
+		if a.InExperiment {
+			n++
 		}
-		e.headers = append(e.headers, [2]string{cfg.headerNames[i], a.Value})
-		e.assigned = append(e.assigned, [2]int{i, a.VariationID})
-		if dict.Len() > 0 {
-			dict.WriteString(", ")
-		}
-		dict.WriteString(cfg.dictValues[i][a.VariationID])
 	}
-	e.dict = dict.String()
+	e := &entry{key: string(p.key), assigned: make([]uint32, 0, n)}
+	for _, i := range cfg.byKey {
+		if a := p.scratch[i]; a.InExperiment {
+			e.assigned = append(e.assigned, uint32(i)<<16|uint32(a.VariationID))
+		}
+	}
 	return e
 }
 
-// hashValues is FNV-1a 64 over the values, each followed by a separator
-// that cannot occur in a header value.
-func hashValues(vals []string) uint64 {
+// hashBytes is FNV-1a 64.
+func hashBytes(b []byte) uint64 {
 	h := uint64(14695981039346656037)
-	for _, v := range vals {
-		for i := 0; i < len(v); i++ {
-			h ^= uint64(v[i])
-			h *= 1099511628211
-		}
-		h ^= 0x100
+	for _, c := range b {
+		h ^= uint64(c)
 		h *= 1099511628211
 	}
 	return h
-}
-
-func equalValues(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // OnDone implements abi.Handler. A root flushes its counters before it goes.

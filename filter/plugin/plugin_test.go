@@ -186,7 +186,7 @@ func TestFailOpen(t *testing.T) {
 		wantStrip bool
 	}{
 		{"header read fails", "proxy_get_header_map_pairs", false},
-		{"header add fails", "proxy_add_header_map_value", true},
+		{"header write fails", "proxy_set_header_map_pairs", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -208,14 +208,11 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 	}
 }
 
-func TestFailOpenRemovesPartialHeaders(t *testing.T) {
+func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
 	h, p, root := startTargeted(t, targeted)
-	adds := 0
 	h.Fail = func(call string) error {
-		if call == "proxy_add_header_map_value" {
-			if adds++; adds == 2 {
-				return fmt.Errorf("injected")
-			}
+		if call == "proxy_set_header_map_pairs" {
+			return fmt.Errorf("injected")
 		}
 		return nil
 	}
@@ -263,5 +260,42 @@ func TestSFString(t *testing.T) {
 		if got := sfString(in); got != want {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestOneHeaderWritePerRequest: however many experiments a request is in,
+// the filter changes the request headers with one host call.
+func TestOneHeaderWritePerRequest(t *testing.T) {
+	var exps []string
+	for i := range 50 {
+		exps = append(exps, fmt.Sprintf(`{"key":"e%02d","variations":["a","b"]}`, i))
+	}
+	h, p, root := start(t, `{"version":"v","experiments":[`+strings.Join(exps, ",")+`]}`)
+	adds := 0
+	h.Fail = func(call string) error {
+		if call == "proxy_add_header_map_value" || call == "proxy_remove_header_map_value" {
+			adds++
+		}
+		return nil
+	}
+	for i := range 100 {
+		got, _ := h.Request(p, root, [][2]string{{"x-user-id", fmt.Sprintf("u%d", i)}, {"x-experiment-e01", "forged"}})
+		if n := len(values(got, "x-experiments")); n != 1 {
+			t.Fatalf("request %d: %d dictionary headers", i, n)
+		}
+		if v := values(got, "x-experiment-e01"); len(v) != 1 || v[0] == "forged" {
+			t.Fatalf("request %d: x-experiment-e01 = %q", i, v)
+		}
+	}
+	if h.SetPairsCalls != 100 || adds != 0 {
+		t.Fatalf("100 requests made %d header-map writes and %d single-header calls, want 100 and 0", h.SetPairsCalls, adds)
+	}
+}
+
+func TestExposureStateCanBeDisabled(t *testing.T) {
+	h, p, root := start(t, strings.Replace(twoArm, `"version":"v1",`, `"version":"v1","disableExposureState":true,`, 1))
+	h.Request(p, root, [][2]string{{"x-user-id", "u"}})
+	if _, ok := h.Properties[ExposureProperty]; ok {
+		t.Fatal("exposure recorded although disabled")
 	}
 }

@@ -23,6 +23,8 @@ type Host struct {
 	Metrics    map[string]*Metric
 	metricIDs  []string
 	TickMs     uint32
+	// SetPairsCalls counts proxy_set_header_map_pairs calls.
+	SetPairsCalls int
 	// Fail, when set, is called before every host call with its name; a
 	// non-nil result is returned from the call (fault injection).
 	Fail func(call string) error
@@ -130,6 +132,26 @@ func (h *Host) remove(t abi.MapType, key string) {
 		}
 	}
 	h.Headers[t] = kept
+}
+
+// SetHeaderMapPairs implements abi.Host: it parses the serialized pairs (so
+// the encoder is exercised too) and replaces the map, lowercasing names as
+// Envoy does.
+func (h *Host) SetHeaderMapPairs(t abi.MapType, serialized []byte) error {
+	if err := h.fail("proxy_set_header_map_pairs"); err != nil {
+		return err
+	}
+	pairs, err := abi.ParsePairs(serialized)
+	if err != nil {
+		return &abi.Error{Call: "proxy_set_header_map_pairs", Status: abi.StatusBadArgument}
+	}
+	out := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		out[i] = [2]string{strings.ToLower(p[0]), strings.Clone(p[1])}
+	}
+	h.Headers[t] = out
+	h.SetPairsCalls++
+	return nil
 }
 
 // GetProperty implements abi.Host.

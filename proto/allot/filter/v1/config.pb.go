@@ -61,9 +61,14 @@ type FilterConfig struct {
 	VersionHeader string `protobuf:"bytes,8,opt,name=version_header,json=versionHeader,proto3" json:"version_header,omitempty"`
 	// cache_size bounds the per-VM LRU cache of computed header sets, in
 	// entries; 0 means the default (10000); a negative value disables the cache.
-	CacheSize     int32 `protobuf:"varint,9,opt,name=cache_size,json=cacheSize,proto3" json:"cache_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CacheSize int32 `protobuf:"varint,9,opt,name=cache_size,json=cacheSize,proto3" json:"cache_size,omitempty"`
+	// disable_exposure_state stops recording each request's assignments as
+	// filter state wasm.allot (%FILTER_STATE(wasm.allot:PLAIN)% in the access
+	// log): one host call per request saved, for meshes that log the
+	// x-experiments request header instead.
+	DisableExposureState bool `protobuf:"varint,10,opt,name=disable_exposure_state,json=disableExposureState,proto3" json:"disable_exposure_state,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *FilterConfig) Reset() {
@@ -157,6 +162,13 @@ func (x *FilterConfig) GetCacheSize() int32 {
 		return x.CacheSize
 	}
 	return 0
+}
+
+func (x *FilterConfig) GetDisableExposureState() bool {
+	if x != nil {
+		return x.DisableExposureState
+	}
+	return false
 }
 
 // Attribute says where one attribute's value comes from. Values are strings;
@@ -297,7 +309,7 @@ var File_allot_filter_v1_config_proto protoreflect.FileDescriptor
 
 const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8f\x04\n" +
+	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc5\x04\n" +
 	"\fFilterConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vunit_header\x18\x02 \x01(\tR\n" +
@@ -311,7 +323,9 @@ const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\x11dictionary_header\x18\a \x01(\tR\x10dictionaryHeader\x12%\n" +
 	"\x0eversion_header\x18\b \x01(\tR\rversionHeader\x12\x1d\n" +
 	"\n" +
-	"cache_size\x18\t \x01(\x05R\tcacheSize\x1aZ\n" +
+	"cache_size\x18\t \x01(\x05R\tcacheSize\x124\n" +
+	"\x16disable_exposure_state\x18\n" +
+	" \x01(\bR\x14disableExposureState\x1aZ\n" +
 	"\x10SavedGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x93\x01\n" +
