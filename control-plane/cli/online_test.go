@@ -13,6 +13,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 const onlineTokens = `{"tokens": [
@@ -144,5 +145,18 @@ func TestConnectionResolution(t *testing.T) {
 	}
 	if _, err := run("list", "--config", filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("--config with a missing file succeeded")
+	}
+}
+
+func TestRolloutByVersion(t *testing.T) {
+	ro := &adminv1.Rollout{Proxies: []*adminv1.ProxyStatus{
+		{NodeId: "a", Cluster: "svc", State: "applied", TargetVersion: "v2"},
+		{NodeId: "b", Cluster: "svc", State: "rejected", TargetVersion: "v2"},
+		{NodeId: "c", Cluster: "other", State: "pending", TargetVersion: "v9"},
+	}}
+	got := strings.Join(byVersion(ro), "\n")
+	want := "version v2 (svc): 1 applied, 0 pending, 1 rejected\nversion v9 (other): 0 applied, 1 pending, 0 rejected"
+	if got != want {
+		t.Fatalf("byVersion:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -125,5 +125,34 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(),
 			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(rej))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, line := range byVersion(ro) {
+		fmt.Fprintln(env.Stdout, line)
+	}
+	return nil
+}
+
+// byVersion summarizes a rollout per target version: "version V (cluster):
+// N applied, N pending, N rejected".
+func byVersion(ro *adminv1.Rollout) []string {
+	type key struct{ version, cluster string }
+	counts := map[key]map[string]int{}
+	var order []key
+	for _, p := range ro.GetProxies() {
+		k := key{p.GetTargetVersion(), p.GetCluster()}
+		if counts[k] == nil {
+			counts[k] = map[string]int{}
+			order = append(order, k)
+		}
+		counts[k][p.GetState()]++
+	}
+	var out []string
+	for _, k := range order {
+		c := counts[k]
+		out = append(out, fmt.Sprintf("version %s (%s): %d applied, %d pending, %d rejected",
+			dash(k.version), k.cluster, c["applied"], c["pending"], c["rejected"]))
+	}
+	return out
 }
