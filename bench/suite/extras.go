@@ -43,7 +43,7 @@ func describeMachine(o Options) machine {
 			}
 		}
 	}
-	if out, err := exec.Command("nproc").Output(); err == nil {
+	if out, err := exec.Command("nproc", "--all").Output(); err == nil { // the machine, not this pinned process
 		m.NProc, _ = strconv.Atoi(strings.TrimSpace(string(out)))
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {

@@ -18,6 +18,7 @@ package abi
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 )
 
@@ -122,8 +123,9 @@ type Host interface {
 	Log(level LogLevel, msg string)
 	// GetBuffer returns up to max bytes from start of a buffer.
 	GetBuffer(t BufferType, start, max int) ([]byte, error)
-	// GetHeaderMapPairs returns every header of a map, in order. The
-	// strings are valid until the callback returns.
+	// GetHeaderMapPairs returns every header of a map, in order. The slice
+	// and its strings are valid until the next GetHeaderMapPairs call (the
+	// real host reuses its buffers).
 	GetHeaderMapPairs(t MapType) ([][2]string, error)
 	// AddHeaderMapValue appends a header (keeping existing copies).
 	AddHeaderMapValue(t MapType, key, value string) error
@@ -177,7 +179,10 @@ func SetHandler(h Handler) { handler = h }
 // ParsePairs decodes the spec's serialized header map: a little-endian u32
 // count, count × (u32 name size, u32 value size), then each name and value
 // followed by a NUL byte. The returned strings alias buf.
-func ParsePairs(buf []byte) ([][2]string, error) {
+func ParsePairs(buf []byte) ([][2]string, error) { return ParsePairsInto(nil, buf) }
+
+// ParsePairsInto is ParsePairs appending to dst (reused when it has room).
+func ParsePairsInto(dst [][2]string, buf []byte) ([][2]string, error) {
 	if len(buf) < 4 {
 		if len(buf) == 0 {
 			return nil, nil
@@ -190,7 +195,7 @@ func ParsePairs(buf []byte) ([][2]string, error) {
 	}
 	sizes := buf[4 : 4+8*n]
 	pos := 4 + 8*n
-	out := make([][2]string, n)
+	out := slices.Grow(dst[:0], n)[:n]
 	for i := range n {
 		ks := int(binary.LittleEndian.Uint32(sizes[8*i:]))
 		vs := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))

@@ -6,7 +6,9 @@ import "unsafe"
 
 // The callbacks Envoy calls. Only those Allot needs are exported: every
 // export the host finds is a host→Go crossing it makes on every stream, so
-// response, body and trailer callbacks are deliberately absent.
+// response, body and trailer callbacks are deliberately absent, and so is
+// proxy_on_done (without it the host treats every context as done at once;
+// roots flush their counters in proxy_on_delete instead).
 
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}
@@ -16,9 +18,23 @@ func abiVersion() {}
 // collector does not move objects, so a held slice keeps its address valid.
 var pending [][]byte
 
+// reuse, when set by a host call wrapper, is a buffer the next allocation
+// may use instead of a new one (growing it if needed): the request path's
+// header read then allocates nothing once the buffer has grown.
+var reuse *[]byte
+
 //go:wasmexport proxy_on_memory_allocate
 func onMemoryAllocate(size uint32) uint32 {
-	b := make([]byte, max(size, 1))
+	var b []byte
+	if reuse != nil {
+		if cap(*reuse) < int(size) {
+			*reuse = make([]byte, size, size+size/2)
+		}
+		b = (*reuse)[:max(size, 1):cap(*reuse)]
+		reuse = nil
+	} else {
+		b = make([]byte, max(size, 1))
+	}
 	pending = append(pending, b)
 	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 }
@@ -66,14 +82,6 @@ func onRequestHeaders(id, numHeaders, endOfStream uint32) uint32 {
 		return uint32(ActionContinue)
 	}
 	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
-}
-
-//go:wasmexport proxy_on_done
-func onDone(id uint32) uint32 {
-	if handler == nil {
-		return 1
-	}
-	return boolWord(handler.OnDone(id))
 }
 
 //go:wasmexport proxy_on_delete

@@ -51,6 +51,13 @@ func proxySetTickPeriodMilliseconds(ms uint32) uint32
 // wasmHost is the Host over the real imports.
 type wasmHost struct{}
 
+// The header read reuses one buffer for the host's copy of the map and one
+// slice for the parsed pairs, so a request allocates nothing for it.
+var (
+	headerBuf   []byte
+	headerPairs [][2]string
+)
+
 // NewHost returns the real host. It exists only in the wasip1 build.
 func NewHost() Host { return wasmHost{} }
 
@@ -72,10 +79,14 @@ func (wasmHost) GetBuffer(t BufferType, start, max int) ([]byte, error) {
 
 func (wasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
 	var p, n uint32
-	if err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &p, &n))); err != nil {
+	reuse = &headerBuf
+	err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &p, &n)))
+	reuse = nil
+	if err != nil {
 		return nil, err
 	}
-	return ParsePairs(takeAlloc(p, n))
+	headerPairs, err = ParsePairsInto(headerPairs[:0], takeAlloc(p, n))
+	return headerPairs, err
 }
 
 func (wasmHost) AddHeaderMapValue(t MapType, key, value string) error {

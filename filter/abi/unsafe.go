@@ -10,3 +10,7 @@ func bytesToString(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
+
+// String views b as a string without copying, for passing a reused buffer
+// to a host call; b must not change while the string is in use.
+func String(b []byte) string { return bytesToString(b) }

@@ -19,6 +19,12 @@ import (
 	"github.com/allotmesh/allot/filter/engine"
 )
 
+// maxSingleWrites is the most header changes the filter makes with one
+// proxy_add_header_map_value each; more (or any forged header to drop) are
+// written with one proxy_set_header_map_pairs, which makes Envoy rebuild the
+// whole map — measured (make bench) to cost more than a few single adds.
+const maxSingleWrites = 4
+
 // TickMillis is how often counters accumulated in memory are flushed to
 // Envoy stats: one host call per changed counter per tick instead of one per
 // experiment per request.
@@ -219,7 +225,7 @@ func (p *Plugin) assign(r *root) error {
 		changes++
 	}
 	switch {
-	case forged || changes > 1:
+	case forged || changes > maxSingleWrites:
 		p.enc.Reset()
 		for _, kv := range pairs {
 			if !cfg.isAssignmentHeader(kv[0]) {
@@ -240,9 +246,35 @@ func (p *Plugin) assign(r *root) error {
 			p.removeForged(cfg, pairs)
 			return err
 		}
-	case changes == 1 && cfg.Version != "":
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
+	default:
+		// A few headers: one proxy_add_header_map_value each is cheaper
+		// than Envoy rebuilding the whole map.
+		add := func(name, value string) error {
+			err := p.host.AddHeaderMapValue(abi.RequestHeaders, name, value)
+			if err != nil { // take back whatever was added
+				for _, a := range e.assigned {
+					p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[a>>16])
+				}
+				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader)
+				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader)
+			}
 			return err
+		}
+		for _, a := range e.assigned {
+			i, v := a>>16, a&0xffff
+			if err := add(cfg.headerNames[i], cfg.values[i][v]); err != nil {
+				return err
+			}
+		}
+		if len(p.dict) > 0 {
+			if err := add(cfg.DictionaryHeader, abi.String(p.dict)); err != nil {
+				return err
+			}
+		}
+		if cfg.Version != "" {
+			if err := add(cfg.VersionHeader, cfg.Version); err != nil {
+				return err
+			}
 		}
 	}
 	if len(p.dict) > 0 && cfg.ExposureState {
@@ -344,19 +376,19 @@ func hashBytes(b []byte) uint64 {
 	return h
 }
 
-// OnDone implements abi.Handler. A root flushes its counters before it goes.
-func (p *Plugin) OnDone(id uint32) bool {
-	if r, ok := p.roots[id]; ok {
-		r.flush(p.host)
-	}
-	return true
-}
+// OnDone implements abi.Handler. (The wasip1 build does not export
+// proxy_on_done, to save a VM crossing per request; see OnDelete.)
+func (p *Plugin) OnDone(uint32) bool { return true }
 
-// OnDelete implements abi.Handler.
+// OnDelete implements abi.Handler. A root flushes its counters before it
+// goes.
 func (p *Plugin) OnDelete(id uint32) {
 	if _, ok := p.streams[id]; ok {
 		delete(p.streams, id)
 		return
+	}
+	if r, ok := p.roots[id]; ok {
+		r.flush(p.host)
 	}
 	delete(p.roots, id)
 }

@@ -299,3 +299,32 @@ func TestExposureStateCanBeDisabled(t *testing.T) {
 		t.Fatal("exposure recorded although disabled")
 	}
 }
+
+// TestSmallChangesUseSingleAdds: a request in one experiment gets its few
+// headers with single adds (cheaper than rebuilding Envoy's map), and a
+// failed add takes back what was added.
+func TestSmallChangesUseSingleAdds(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	got, _ := h.Request(p, root, [][2]string{{"x-user-id", "u"}})
+	if h.SetPairsCalls != 0 || len(values(got, "x-experiment-checkout")) != 1 || len(values(got, "x-experiments")) != 1 {
+		t.Fatalf("set-pairs calls %d, headers %q", h.SetPairsCalls, got)
+	}
+	adds := 0
+	h.Fail = func(call string) error {
+		if call == "proxy_add_header_map_value" {
+			if adds++; adds == 3 {
+				return fmt.Errorf("injected")
+			}
+		}
+		return nil
+	}
+	got, err := h.Request(p, root, [][2]string{{"x-user-id", "u"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range got {
+		if strings.HasPrefix(kv[0], "x-experiment") {
+			t.Fatalf("after a failed add the request still carries %q", kv)
+		}
+	}
+}
