@@ -136,17 +136,36 @@ func (s *Server) WaitFor(ctx context.Context, targets Targets) (Rollout, error) 
 		}
 	}
 	s.mu.Unlock()
+	// Each wake-up (every ACK anywhere) re-checks only the proxies still
+	// pending, without building their status: with a thousand proxies,
+	// rebuilding the whole rollout on every ACK made a write wait seconds.
+	pending := make([]int64, 0, len(ids))
+	for id := range ids {
+		pending = append(pending, id)
+	}
 	for {
 		s.mu.Lock()
-		r := s.rolloutLocked(targets, ids)
+		kept := pending[:0]
+		for _, id := range pending {
+			st, ok := s.streams[id]
+			if ok && st.state(s.clusters[st.cluster]) == StatePending {
+				kept = append(kept, id)
+			}
+		}
+		pending = kept
 		changed := s.changed
-		s.mu.Unlock()
-		if r.Count(StatePending) == 0 {
+		if len(pending) == 0 {
+			r := s.rolloutLocked(targets, ids)
+			s.mu.Unlock()
 			return r, r.Err()
 		}
+		s.mu.Unlock()
 		select {
 		case <-changed:
 		case <-ctx.Done():
+			s.mu.Lock()
+			r := s.rolloutLocked(targets, ids)
+			s.mu.Unlock()
 			return r, fmt.Errorf("wait for rollout: %w", errors.Join(ctx.Err(), r.Err()))
 		}
 	}
