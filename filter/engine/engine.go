@@ -28,6 +28,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,6 +146,9 @@ type Assignment struct {
 
 // Set is a compiled, immutable set of experiments, safe for concurrent use.
 type Set struct {
+	// conds counts the distinct conditions (by compacted JSON); experiments
+	// sharing a condition share its id, and Assign evaluates it at most once.
+	conds int
 	exps  []compiled
 	defs  []Experiment
 	keys  []string
@@ -169,6 +173,7 @@ type compiled struct {
 	nsStart      float64
 	nsEnd        float64
 	cond         *Condition
+	condID       int // index of cond among the set's distinct conditions
 	hasForce     bool
 	force        int
 	filters      []compiledFilter
@@ -203,12 +208,26 @@ func Compile(cfg Config) (*Set, error) {
 		keys: make([]string, 0, len(cfg.Experiments)),
 	}
 	seen := map[string]int{}
+	conds := map[string]int{} // compacted condition JSON → condition id
 	slots := newSlots()
 	for i := range cfg.Experiments {
 		e := &cfg.Experiments[i]
 		p := "experiments[" + strconv.Itoa(i) + "]"
 		c, eerrs := compileExperiment(p, e, groups, slots)
 		errs = append(errs, eerrs...)
+		if c.cond != nil {
+			var buf bytes.Buffer
+			key := string(e.Condition)
+			if json.Compact(&buf, e.Condition) == nil {
+				key = buf.String()
+			}
+			id, ok := conds[key]
+			if !ok {
+				id = len(conds)
+				conds[key] = id
+			}
+			c.condID = id
+		}
 		if j, dup := seen[e.Key]; dup && e.Key != "" {
 			errs = append(errs, &FieldError{p + ".key", fmt.Sprintf("duplicate key %q (also experiments[%d])", e.Key, j)})
 		} else {
@@ -221,6 +240,7 @@ func Compile(cfg Config) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	s.conds = len(conds)
 	s.slots = slots.names
 	s.refs = slices.Sorted(slices.Values(slots.names))
 	return s, nil
@@ -510,7 +530,14 @@ func validKey(k string) bool {
 // eval is GrowthBook's run(experiment) minus the SDK-only steps (URL
 // targeting, query-string and context overrides, QA mode, sticky buckets,
 // prerequisites). It fills the zero Assignment r in place.
-func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any) {
+// Condition results memoized during one Assign, by condition id.
+const (
+	condUnknown int8 = iota
+	condTrue
+	condFalse
+)
+
+func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo []int8) {
 	r.Key, r.HashAttribute = c.key, c.hashAttr
 	r.HashValue = hashValue(attr(attrs, slots, c.hashSlot, c.hashAttr))
 	if len(c.values) > 0 {
@@ -533,7 +560,7 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any) {
 			return
 		}
 	}
-	if c.cond != nil && !c.cond.root.eval(attrs, slots) {
+	if c.cond != nil && !c.matches(attrs, slots, memo) {
 		return
 	}
 	n, ok := Hash(c.seed, r.HashValue, c.hashVersion)
@@ -554,6 +581,26 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any) {
 	if idx < len(c.values) {
 		r.VariationID, r.Value, r.InExperiment = idx, c.values[idx], true
 	}
+}
+
+// matches evaluates c's condition, or reuses the result for another
+// experiment with the same condition in this Assign.
+func (c *compiled) matches(attrs map[string]any, slots []any, memo []int8) bool {
+	if c.condID >= len(memo) {
+		return c.cond.root.eval(attrs, slots)
+	}
+	switch memo[c.condID] {
+	case condTrue:
+		return true
+	case condFalse:
+		return false
+	}
+	ok := c.cond.root.eval(attrs, slots)
+	memo[c.condID] = condFalse
+	if ok {
+		memo[c.condID] = condTrue
+	}
+	return ok
 }
 
 // attr is a top-level attribute: from slots when resolved, else from attrs.
@@ -627,10 +674,12 @@ func (s *Set) Assign(dst []Assignment, attrs Attributes) []Assignment {
 	for _, name := range s.slots {
 		slots = append(slots, m[name])
 	}
+	var memoStack [128]int8
+	memo := memoStack[:min(s.conds, len(memoStack))] // more distinct conditions than that: the rest are not memoized
 	for i := range s.exps {
 		c := &s.exps[i]
 		dst = append(dst, Assignment{})
-		c.eval(&dst[len(dst)-1], m, slots)
+		c.eval(&dst[len(dst)-1], m, slots, memo)
 	}
 	return dst
 }
