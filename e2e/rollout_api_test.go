@@ -134,8 +134,22 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 		return string(out), err
 	}
 	out, err := run("rollout")
-	if err != nil || !strings.Contains(out, "api-checkout-bad") || !strings.Contains(out, "rejected") || strings.Count(out, "applied") != 3 {
+	if err != nil {
 		t.Fatalf("allotctl rollout: %v\n%s", err, out)
+	}
+	rows := map[string]string{} // node → state column
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && strings.HasPrefix(f[0], "api-checkout-") {
+			rows[f[0]] = f[2]
+		}
+	}
+	for node, st := range want {
+		if rows[node] != st {
+			t.Fatalf("allotctl rollout shows %s as %q, want %q:\n%s", node, rows[node], st, out)
+		}
+	}
+	if !strings.Contains(out, "(checkout-svc): 3 applied, 0 pending, 1 rejected") {
+		t.Fatalf("allotctl rollout has no per-version summary:\n%s", out)
 	}
 	file := filepath.Join(t.TempDir(), "checkout.json")
 	b, _ := json.Marshal(checkoutRamp(0.25))
