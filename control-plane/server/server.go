@@ -291,15 +291,31 @@ func syncLoop(ctx context.Context, st store.Store, x *xds.Server, b *builder, lo
 	}
 }
 
-// builder builds each cluster's ECDS resource from the store.
+// builder builds each cluster's ECDS resource from the store. It decodes
+// the stored experiments once per store revision: a refresh builds every
+// cluster, and the schedule timer reads them too.
 type builder struct {
 	store store.Store
 	mesh  translate.Mesh
 	now   func() time.Time
+
+	mu   sync.Mutex
+	rev  int64
+	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
 }
 
 func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
-	items, _, err := b.store.List(context.Background())
+	ctx := context.Background()
+	rev, err := b.store.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.exps != nil && rev == b.rev {
+		return b.exps, nil
+	}
+	items, rev, err := b.store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -311,6 +327,7 @@ func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
 		}
 		out = append(out, e)
 	}
+	b.rev, b.exps = rev, out
 	return out, nil
 }
 
