@@ -127,19 +127,31 @@ func (s *Server) onDeltaRequest(_ int64, req *discoveryv3.DeltaDiscoveryRequest)
 	return s.ensureCluster(req.GetNode().GetCluster())
 }
 
+// ensureCluster builds the first snapshot of a cluster not seen before.
+//
+// Builds are serialized by refreshMu, and a Refresh takes its list of
+// clusters under refreshMu too: a write's Refresh either runs before this
+// build (which then reads the store after the write) or waits for it and
+// rebuilds the new cluster. Reading the list outside refreshMu let a
+// cluster register, built from the store before a write, after that
+// write's Refresh had listed the clusters — stale until the next write.
 func (s *Server) ensureCluster(cluster string) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
 	s.mu.Lock()
 	_, known := s.clusters[cluster]
 	s.mu.Unlock()
 	if known {
 		return nil
 	}
-	return s.refreshCluster(context.Background(), cluster)
+	return s.refreshLocked(context.Background(), cluster)
 }
 
 // Refresh rebuilds the snapshot of every cluster seen so far and pushes
 // those whose version changed.
 func (s *Server) Refresh(ctx context.Context) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
 	s.mu.Lock()
 	clusters := make([]string, 0, len(s.clusters))
 	for c := range s.clusters {
@@ -149,16 +161,15 @@ func (s *Server) Refresh(ctx context.Context) error {
 	slices.Sort(clusters)
 	var errs []error
 	for _, c := range clusters {
-		if err := s.refreshCluster(ctx, c); err != nil {
+		if err := s.refreshLocked(ctx, c); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (s *Server) refreshCluster(ctx context.Context, cluster string) error {
-	s.refreshMu.Lock()
-	defer s.refreshMu.Unlock()
+// refreshLocked rebuilds one cluster; s.refreshMu must be held.
+func (s *Server) refreshLocked(ctx context.Context, cluster string) error {
 	err := s.setCluster(ctx, cluster)
 	if err != nil {
 		s.metrics.pushErrors.Inc()

@@ -566,3 +566,59 @@ func TestRefreshErrorKeepsConfiguration(t *testing.T) {
 	s.change(t, "shop", "v2")
 	c.expect("v2")
 }
+
+// TestFirstBuildRacingAWrite: a proxy of a new cluster connects, and its
+// first snapshot is built from the store as it was before a write; that
+// write's Refresh runs while the build is still in progress. The proxy must
+// end up with the written version, not stay on the stale one until the
+// next write.
+func TestFirstBuildRacingAWrite(t *testing.T) {
+	b := &versions{v: map[string]string{}}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slow := func(cluster string) (string, *corev3.TypedExtensionConfig, error) {
+		v, ext, err := b.build(cluster) // reads the "store"
+		once.Do(func() {                // the first build: hold it until the write's refresh has begun
+			close(entered)
+			<-release
+		})
+		return v, ext, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	x := xds.New(ctx, slow)
+	g := grpc.NewServer()
+	x.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(func() { cancel(); g.Stop() })
+
+	c := connect(t, ln.Addr().String(), xds.APIADS, "late-1", "late")
+	c.request("", "", "")
+	<-entered // the first build has read v0
+	b.set("late", "v1")
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- x.Refresh(context.Background()) }()
+	select { // let the write's refresh take its list of clusters (it may wait for the build)
+	case err := <-refreshed:
+		refreshed <- err
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	r := c.next()
+	if r.GetVersionInfo() == "v0" {
+		c.ack(r)
+		r = c.expect("v1")
+	}
+	if r.GetVersionInfo() != "v1" {
+		t.Fatalf("the proxy got %q, want the written v1", r.GetVersionInfo())
+	}
+	if v, _ := x.Version("late"); v != "v1" {
+		t.Fatalf("cluster version %q, want v1", v)
+	}
+}
