@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
 
 // Condition is a compiled GrowthBook targeting condition (a MongoDB-style
@@ -118,91 +120,12 @@ func (t *slotTable) index(name string) int {
 }
 
 // object is a JSON object with its members in document order.
-type object []member
-
-type member struct {
-	key string
-	val any
-}
+type object = jsonx.Object
 
 // decodeOrdered decodes JSON keeping object member order (so errors come
 // out in document order): objects become object, arrays []any, numbers
 // float64.
-func decodeOrdered(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	v, err := decodeValue(dec)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, errors.New("trailing data after JSON value")
-	}
-	return v, nil
-}
-
-func decodeValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := object{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, _ := kt.(string)
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				obj = append(obj, member{k, v})
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return arr, nil
-		}
-		return nil, errors.New("unexpected delimiter")
-	}
-	return tok, nil
-}
-
-// plain converts ordered objects to map[string]any, recursively.
-func plain(v any) any {
-	switch x := v.(type) {
-	case object:
-		m := make(map[string]any, len(x))
-		for _, kv := range x {
-			m[kv.key] = plain(kv.val)
-		}
-		return m
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = plain(e)
-		}
-		return out
-	}
-	return v
-}
+func decodeOrdered(raw []byte) (any, error) { return jsonx.ParseOrdered(raw) }
 
 // isOperatorObject is the reference's test: a non-empty object whose keys
 // all start with "$".
@@ -212,7 +135,7 @@ func isOperatorObject(v any) bool {
 		return false
 	}
 	for _, kv := range obj {
-		if !strings.HasPrefix(kv.key, "$") {
+		if !strings.HasPrefix(kv.Key, "$") {
 			return false
 		}
 	}
@@ -342,11 +265,11 @@ func (cc *condCompiler) object(path string, v any, top bool) *objCond {
 	}
 	o := &objCond{}
 	for _, kv := range obj {
-		p := path + "." + kv.key
-		switch kv.key {
+		p := path + "." + kv.Key
+		switch kv.Key {
 		case "$or", "$nor", "$and":
-			kind := map[string]clauseKind{"$or": clauseOr, "$nor": clauseNor, "$and": clauseAnd}[kv.key]
-			arr, ok := kv.val.([]any)
+			kind := map[string]clauseKind{"$or": clauseOr, "$nor": clauseNor, "$and": clauseAnd}[kv.Key]
+			arr, ok := kv.Value.([]any)
 			if !ok {
 				cc.fail(p, "must be an array of conditions")
 				// The reference reads .length of a non-array as undefined:
@@ -362,21 +285,21 @@ func (cc *condCompiler) object(path string, v any, top bool) *objCond {
 			}
 			o.clauses = append(o.clauses, c)
 		case "$not":
-			o.clauses = append(o.clauses, clause{kind: clauseNot, subs: []*objCond{cc.object(p, kv.val, top)}})
+			o.clauses = append(o.clauses, clause{kind: clauseNot, subs: []*objCond{cc.object(p, kv.Value, top)}})
 		default:
-			if strings.HasPrefix(kv.key, "$") && valueOperators[kv.key] {
-				cc.fail(p, "operator "+kv.key+" needs an attribute path before it")
+			if strings.HasPrefix(kv.Key, "$") && valueOperators[kv.Key] {
+				cc.fail(p, "operator "+kv.Key+" needs an attribute path before it")
 			}
-			if kv.key == "" {
+			if kv.Key == "" {
 				cc.fail(p, "empty attribute path")
 			}
-			parts := strings.Split(kv.key, ".")
+			parts := strings.Split(kv.Key, ".")
 			slot := -1
 			if top && cc.depth == 0 {
 				cc.refs[parts[0]] = true
 				slot = cc.slots.index(parts[0])
 			}
-			o.clauses = append(o.clauses, clause{kind: clausePath, path: parts, slot: slot, val: cc.value(p, kv.val, false)})
+			o.clauses = append(o.clauses, clause{kind: clausePath, path: parts, slot: slot, val: cc.value(p, kv.Value, false)})
 		}
 	}
 	return o
@@ -412,20 +335,20 @@ func (cc *condCompiler) value(path string, v any, insensitive bool) valueCond {
 	case nil:
 		return nullCond{}
 	case []any:
-		return jsonCond{plain(x)}
+		return jsonCond{jsonx.Plain(x)}
 	case object:
 		if !isOperatorObject(x) {
 			for _, kv := range x {
-				if strings.HasPrefix(kv.key, "$") {
-					cc.fail(path+"."+kv.key, "operators cannot be mixed with plain fields in one object")
+				if strings.HasPrefix(kv.Key, "$") {
+					cc.fail(path+"."+kv.Key, "operators cannot be mixed with plain fields in one object")
 					break
 				}
 			}
-			return jsonCond{plain(x)}
+			return jsonCond{jsonx.Plain(x)}
 		}
 		ops := make(allCond, 0, len(x))
 		for _, kv := range x {
-			ops = append(ops, cc.operator(path+"."+kv.key, kv.key, kv.val))
+			ops = append(ops, cc.operator(path+"."+kv.Key, kv.Key, kv.Value))
 		}
 		if len(ops) == 1 {
 			return ops[0]
@@ -450,7 +373,7 @@ func (cc *condCompiler) operator(path, op string, arg any) valueCond {
 		if !isPrimitive(arg) {
 			cc.fail(path, "must be a string, number, boolean or null")
 		}
-		return eqCond{want: plain(arg), ne: op == "$ne"}
+		return eqCond{want: jsonx.Plain(arg), ne: op == "$ne"}
 	case "$lt", "$lte", "$gt", "$gte":
 		switch arg.(type) {
 		case string, float64:
@@ -458,7 +381,7 @@ func (cc *condCompiler) operator(path, op string, arg any) valueCond {
 			cc.fail(path, "must be a string or a number")
 		}
 		kind := map[string]byte{"$lt": opLT, "$lte": opLTE, "$gt": opGT, "$gte": opGTE}[op]
-		return cmpCond{op: kind, want: plain(arg)}
+		return cmpCond{op: kind, want: jsonx.Plain(arg)}
 	case "$exists":
 		if _, ok := arg.(bool); !ok {
 			cc.fail(path, "must be true or false")

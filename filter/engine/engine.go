@@ -2,10 +2,12 @@
 // definitions (GrowthBook's SDK experiment model plus Allot's own fields) and
 // assigns units to variations deterministically.
 //
-// The engine imports only the standard library (it is compiled into the
-// GOOS=wasip1 filter; it must never import os, net or anything that pulls
-// them in). The Wasm filter and the control plane both call Compile, so what
-// the admin API accepts is exactly what the proxies run.
+// The engine imports only the standard library and filter/internal/jsonx.
+// It is compiled into the GOOS=wasip1 filter: it must never import os, net
+// or anything that pulls them in, nor call into fmt or encoding/json (with
+// net/url they cost the Wasm binary close to 1 MB; json.RawMessage is used
+// as a type only). The Wasm filter and the control plane both call Compile,
+// so what the admin API accepts is exactly what the proxies run.
 //
 // Semantics follow GrowthBook's SDK experiment model and are checked against
 // its cross-language spec suite (see conformance_test.go). Where the
@@ -28,15 +30,15 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
 
 // Experiment is one experiment definition, in GrowthBook's JSON field names
@@ -167,7 +169,8 @@ type compiled struct {
 	fallbackSlot int // -1 without a fallback attribute
 	hashVersion  int
 	seed         string
-	enabled      bool // running and not active=false
+	seedState    uint32 // fnv1a(offset, seed): hash version 2's prefix
+	enabled      bool   // running and not active=false
 	hasNS        bool
 	nsID         string
 	nsStart      float64
@@ -183,6 +186,7 @@ type compiledFilter struct {
 	attr        string
 	slot        int
 	seed        string
+	seedState   uint32
 	hashVersion int
 	ranges      [][2]float64
 }
@@ -216,11 +220,7 @@ func Compile(cfg Config) (*Set, error) {
 		c, eerrs := compileExperiment(p, e, groups, slots)
 		errs = append(errs, eerrs...)
 		if c.cond != nil {
-			var buf bytes.Buffer
-			key := string(e.Condition)
-			if json.Compact(&buf, e.Condition) == nil {
-				key = buf.String()
-			}
+			key := string(jsonx.Compact(nil, e.Condition))
 			id, ok := conds[key]
 			if !ok {
 				id = len(conds)
@@ -229,7 +229,7 @@ func Compile(cfg Config) (*Set, error) {
 			c.condID = id
 		}
 		if j, dup := seen[e.Key]; dup && e.Key != "" {
-			errs = append(errs, &FieldError{p + ".key", fmt.Sprintf("duplicate key %q (also experiments[%d])", e.Key, j)})
+			errs = append(errs, &FieldError{p + ".key", "duplicate key " + strconv.Quote(e.Key) + " (also experiments[" + strconv.Itoa(j) + "])"})
 		} else {
 			seen[e.Key] = i
 		}
@@ -253,8 +253,8 @@ func Compile(cfg Config) (*Set, error) {
 // there are errors, the conformance test runs it.
 func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *slotTable) (compiled, []error) {
 	var errs []error
-	fail := func(path, format string, args ...any) {
-		errs = append(errs, &FieldError{p + path, fmt.Sprintf(format, args...)})
+	fail := func(path, msg string) {
+		errs = append(errs, &FieldError{p + path, msg})
 	}
 	c := compiled{
 		key:          e.Key,
@@ -276,11 +276,12 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	if c.seed == "" {
 		c.seed = e.Key
 	}
+	c.seedState = fnv1a(fnvOffset32, c.seed)
 
 	if e.Key == "" {
 		fail(".key", "is required")
 	} else if !validKey(e.Key) {
-		fail(".key", "%q must match ^[a-z][a-z0-9._-]{0,62}$", e.Key)
+		fail(".key", strconv.Quote(e.Key)+" must match ^[a-z][a-z0-9._-]{0,62}$")
 	}
 
 	switch e.Status {
@@ -288,7 +289,7 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 		c.enabled = true
 	case StatusDraft, StatusPaused, StatusStopped:
 	default:
-		fail(".status", "unknown status %q, want draft, running, paused or stopped", e.Status)
+		fail(".status", "unknown status "+strconv.Quote(e.Status)+", want draft, running, paused or stopped")
 	}
 	if e.Active != nil && !*e.Active {
 		c.enabled = false
@@ -296,44 +297,44 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 
 	n := len(e.Variations)
 	if n < 2 {
-		fail(".variations", "got %d variations, want at least 2", n)
+		fail(".variations", "got "+strconv.Itoa(n)+" variations, want at least 2")
 	}
 	for j, raw := range e.Variations {
 		v, msg := renderVariation(raw)
 		if msg != "" {
-			fail(".variations["+strconv.Itoa(j)+"]", "%s", msg)
+			fail(".variations["+strconv.Itoa(j)+"]", msg)
 		}
 		c.values = append(c.values, v)
 	}
 
 	if e.Weights != nil {
 		if len(e.Weights) != n {
-			fail(".weights", "got %d weights for %d variations", len(e.Weights), n)
+			fail(".weights", "got "+strconv.Itoa(len(e.Weights))+" weights for "+strconv.Itoa(n)+" variations")
 		}
 		sum, ok := 0.0, true
 		for j, w := range e.Weights {
 			if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
-				fail(".weights["+strconv.Itoa(j)+"]", "%g is negative or not finite", w)
+				fail(".weights["+strconv.Itoa(j)+"]", formatG(w)+" is negative or not finite")
 				ok = false
 			}
 			sum += w
 		}
 		if ok && math.Abs(sum-1) > 1e-6 {
-			fail(".weights", "sum %.10g, want 1", sum)
+			fail(".weights", "sum "+strconv.FormatFloat(sum, 'g', 10, 64)+", want 1")
 		}
 	}
 	coverage := 1.0
 	if e.Coverage != nil {
 		coverage = *e.Coverage
 		if !(coverage >= 0 && coverage <= 1) {
-			fail(".coverage", "%g is outside [0, 1]", coverage)
+			fail(".coverage", formatG(coverage)+" is outside [0, 1]")
 		}
 	}
 	if c.hashVersion != 1 && c.hashVersion != 2 {
-		fail(".hashVersion", "unknown hash version %d, want 1 or 2", e.HashVersion)
+		fail(".hashVersion", "unknown hash version "+strconv.Itoa(e.HashVersion)+", want 1 or 2")
 	}
 	if e.HashAttribute != "" && strings.TrimSpace(e.HashAttribute) != e.HashAttribute {
-		fail(".hashAttribute", "%q has surrounding spaces", e.HashAttribute)
+		fail(".hashAttribute", strconv.Quote(e.HashAttribute)+" has surrounding spaces")
 	}
 
 	if e.Ranges != nil {
@@ -341,7 +342,7 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 			fail(".ranges", "ranges replace weights and coverage; set one or the other")
 		}
 		if len(e.Ranges) != n {
-			fail(".ranges", "got %d ranges for %d variations", len(e.Ranges), n)
+			fail(".ranges", "got "+strconv.Itoa(len(e.Ranges))+" ranges for "+strconv.Itoa(n)+" variations")
 		}
 		c.ranges = compileRanges(p+".ranges", e.Ranges, &errs, true)
 	} else {
@@ -351,8 +352,8 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	if len(e.Namespace) > 0 && string(e.Namespace) != "null" {
 		c.hasNS = true
 		c.nsStart, c.nsEnd = math.NaN(), math.NaN() // malformed: nobody is in
-		var ns []any
-		if err := json.Unmarshal(e.Namespace, &ns); err != nil || len(ns) != 3 {
+		v, err := jsonx.Parse(e.Namespace)
+		if ns, _ := v.([]any); err != nil || len(ns) != 3 {
 			fail(".namespace", "must be [id, start, end]")
 		} else {
 			id, ok1 := ns[0].(string)
@@ -364,7 +365,7 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 			case id == "":
 				fail(".namespace[0]", "namespace id is empty")
 			case !(start >= 0 && start <= end && end <= 1):
-				fail(".namespace", "range [%g, %g) must satisfy 0 <= start <= end <= 1", start, end)
+				fail(".namespace", "range ["+formatG(start)+", "+formatG(end)+") must satisfy 0 <= start <= end <= 1")
 			}
 			if ok1 && ok2 && ok3 {
 				c.nsID, c.nsStart, c.nsEnd = id, start, end
@@ -379,7 +380,7 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	if e.Force != nil {
 		c.hasForce, c.force = true, *e.Force
 		if c.force < 0 || c.force >= n {
-			fail(".force", "%d is not a variation index in [0, %d)", c.force, n)
+			fail(".force", strconv.Itoa(c.force)+" is not a variation index in [0, "+strconv.Itoa(n)+")")
 		}
 	}
 
@@ -392,14 +393,14 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	if e.StartTime != "" {
 		t, err := time.Parse(time.RFC3339, e.StartTime)
 		if err != nil {
-			fail(".startTime", "%q is not an RFC 3339 time", e.StartTime)
+			fail(".startTime", strconv.Quote(e.StartTime)+" is not an RFC 3339 time")
 		}
 		start = t
 	}
 	if e.EndTime != "" {
 		t, err := time.Parse(time.RFC3339, e.EndTime)
 		if err != nil {
-			fail(".endTime", "%q is not an RFC 3339 time", e.EndTime)
+			fail(".endTime", strconv.Quote(e.EndTime)+" is not an RFC 3339 time")
 		}
 		end = t
 	}
@@ -420,12 +421,12 @@ func compileRanges(p string, in [][]float64, errs *[]error, noOverlap bool) [][2
 	for j, r := range in {
 		rp := p + "[" + strconv.Itoa(j) + "]"
 		if len(r) != 2 {
-			*errs = append(*errs, &FieldError{rp, fmt.Sprintf("got %d numbers, want [start, end]", len(r))})
+			*errs = append(*errs, &FieldError{rp, "got " + strconv.Itoa(len(r)) + " numbers, want [start, end]"})
 			out[j] = [2]float64{math.NaN(), math.NaN()}
 			continue
 		}
 		if !(r[0] >= 0 && r[0] <= r[1] && r[1] <= 1) {
-			*errs = append(*errs, &FieldError{rp, fmt.Sprintf("[%g, %g] must satisfy 0 <= start <= end <= 1", r[0], r[1])})
+			*errs = append(*errs, &FieldError{rp, "[" + formatG(r[0]) + ", " + formatG(r[1]) + "] must satisfy 0 <= start <= end <= 1"})
 		}
 		out[j] = [2]float64{r[0], r[1]}
 	}
@@ -433,7 +434,7 @@ func compileRanges(p string, in [][]float64, errs *[]error, noOverlap bool) [][2
 		for a := range out {
 			for b := a + 1; b < len(out); b++ {
 				if out[a][0] < out[b][1] && out[b][0] < out[a][1] {
-					*errs = append(*errs, &FieldError{p + "[" + strconv.Itoa(b) + "]", fmt.Sprintf("overlaps %s[%d]", p[strings.LastIndexByte(p, '.')+1:], a)})
+					*errs = append(*errs, &FieldError{p + "[" + strconv.Itoa(b) + "]", "overlaps " + p[strings.LastIndexByte(p, '.')+1:] + "[" + strconv.Itoa(a) + "]"})
 				}
 			}
 		}
@@ -445,23 +446,22 @@ func compileFilters(p string, raw json.RawMessage, errs *[]error) []compiledFilt
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
-	var fs []json.RawMessage
-	if err := json.Unmarshal(raw, &fs); err != nil {
+	v, err := jsonx.ParseOrdered(raw)
+	fs, ok := v.([]any)
+	if err != nil || !ok && v != nil {
 		*errs = append(*errs, &FieldError{p, "must be an array of {seed, ranges, attribute, hashVersion}"})
 		return []compiledFilter{{attr: "id", hashVersion: -1}} // excludes everyone
 	}
 	out := make([]compiledFilter, 0, len(fs))
 	for j, fr := range fs {
 		fp := p + "[" + strconv.Itoa(j) + "]"
-		var f Filter
-		dec := json.NewDecoder(strings.NewReader(string(fr)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&f); err != nil {
+		f, err := decodeFilter(fr)
+		if err != nil {
 			*errs = append(*errs, &FieldError{fp, "invalid filter: " + err.Error()})
 			out = append(out, compiledFilter{attr: "id", hashVersion: -1})
 			continue
 		}
-		cf := compiledFilter{attr: f.Attribute, seed: f.Seed, hashVersion: f.HashVersion}
+		cf := compiledFilter{attr: f.Attribute, seed: f.Seed, seedState: fnv1a(fnvOffset32, f.Seed), hashVersion: f.HashVersion}
 		if cf.attr == "" {
 			cf.attr = "id"
 		}
@@ -469,7 +469,7 @@ func compileFilters(p string, raw json.RawMessage, errs *[]error) []compiledFilt
 			cf.hashVersion = 2
 		}
 		if cf.hashVersion != 1 && cf.hashVersion != 2 {
-			*errs = append(*errs, &FieldError{fp + ".hashVersion", fmt.Sprintf("unknown hash version %d, want 1 or 2", f.HashVersion)})
+			*errs = append(*errs, &FieldError{fp + ".hashVersion", "unknown hash version " + strconv.Itoa(f.HashVersion) + ", want 1 or 2"})
 		}
 		if f.Seed == "" {
 			*errs = append(*errs, &FieldError{fp + ".seed", "is required"})
@@ -483,11 +483,44 @@ func compileFilters(p string, raw json.RawMessage, errs *[]error) []compiledFilt
 	return out
 }
 
+// decodeFilter decodes one element of Experiment.Filters as encoding/json
+// decodes a Filter with unknown fields disallowed (names match
+// case-insensitively; null is the zero Filter).
+func decodeFilter(v any) (Filter, error) {
+	var f Filter
+	if v == nil {
+		return f, nil
+	}
+	obj, ok := v.(jsonx.Object)
+	if !ok {
+		return f, errors.New("want an object")
+	}
+	var d jsonx.Decoder
+	for _, m := range obj {
+		switch jsonx.FoldName(m.Key) {
+		case "ATTRIBUTE":
+			d.String("attribute", m.Value, &f.Attribute)
+		case "SEED":
+			d.String("seed", m.Value, &f.Seed)
+		case "HASHVERSION":
+			d.Int("hashVersion", m.Value, &f.HashVersion)
+		case "RANGES":
+			d.FloatMatrix("ranges", m.Value, &f.Ranges)
+		default:
+			return f, errors.New("unknown field " + strconv.Quote(m.Key))
+		}
+	}
+	if len(d.Errs) > 0 {
+		return f, d.Errs[0]
+	}
+	return f, nil
+}
+
 // renderVariation renders a variation as its header value; msg explains why
 // it is invalid (the lenient rendering is still returned).
 func renderVariation(raw json.RawMessage) (value, msg string) {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	v, err := jsonx.Parse(raw)
+	if err != nil {
 		return string(raw), "invalid JSON: " + err.Error()
 	}
 	switch x := v.(type) {
@@ -507,6 +540,10 @@ func renderVariation(raw json.RawMessage) (value, msg string) {
 	}
 	return string(raw), "must be a string, number or boolean, got " + typeName(v)
 }
+
+// formatG is fmt's %g: the shortest representation, exponent form for
+// large and small magnitudes.
+func formatG(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // validKey reports whether k matches ^[a-z][a-z0-9._-]{0,62}$. The key is a
 // header-name suffix and a key of the RFC 9651 dictionary header, whose keys
@@ -537,7 +574,7 @@ const (
 	condFalse
 )
 
-func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo []int8) {
+func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo []int8, u *unitHash) {
 	r.Key, r.HashAttribute = c.key, c.hashAttr
 	r.HashValue = hashValue(attr(attrs, slots, c.hashSlot, c.hashAttr))
 	if len(c.values) > 0 {
@@ -552,7 +589,7 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo [
 		return
 	}
 	if len(c.filters) > 0 {
-		if c.filteredOut(attrs, slots) {
+		if c.filteredOut(attrs, slots, u) {
 			return
 		}
 	} else if c.hasNS {
@@ -563,7 +600,7 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo [
 	if c.cond != nil && !c.matches(attrs, slots, memo) {
 		return
 	}
-	n, ok := Hash(c.seed, r.HashValue, c.hashVersion)
+	n, ok := u.hash(c.seed, c.seedState, r.HashValue, c.hashVersion)
 	if !ok {
 		return
 	}
@@ -611,14 +648,14 @@ func attr(attrs map[string]any, slots []any, slot int, name string) any {
 	return attrs[name]
 }
 
-func (c *compiled) filteredOut(attrs map[string]any, slots []any) bool {
+func (c *compiled) filteredOut(attrs map[string]any, slots []any, u *unitHash) bool {
 	for i := range c.filters {
 		f := &c.filters[i]
 		v := hashValue(attr(attrs, slots, f.slot, f.attr))
 		if v == "" {
 			return true
 		}
-		n, ok := Hash(f.seed, v, f.hashVersion)
+		n, ok := u.hash(f.seed, f.seedState, v, f.hashVersion)
 		if !ok || ChooseVariation(n, f.ranges) < 0 {
 			return true
 		}
@@ -676,10 +713,11 @@ func (s *Set) Assign(dst []Assignment, attrs Attributes) []Assignment {
 	}
 	var memoStack [128]int8
 	memo := memoStack[:min(s.conds, len(memoStack))] // more distinct conditions than that: the rest are not memoized
+	var u unitHash
 	for i := range s.exps {
 		c := &s.exps[i]
 		dst = append(dst, Assignment{})
-		c.eval(&dst[len(dst)-1], m, slots, memo)
+		c.eval(&dst[len(dst)-1], m, slots, memo, &u)
 	}
 	return dst
 }

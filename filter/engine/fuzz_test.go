@@ -1,8 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
 
 // FuzzCompile: arbitrary JSON configs never panic; Compile either rejects
@@ -58,6 +64,48 @@ func FuzzCondition(f *testing.F) {
 		g, _ := compileGroups(groups)
 		if c, _ := compileCondition("condition", condJSON, g, newSlots()); c != nil {
 			c.root.eval(map[string]any(attrs), nil)
+		}
+	})
+}
+
+// FuzzDecodeFilter: decodeFilter decodes a filter as encoding/json does
+// with unknown fields disallowed (except that it accepts integral number
+// literals such as 2.0 for hashVersion, and keeps the last of duplicate
+// names where encoding/json merges them).
+func FuzzDecodeFilter(f *testing.F) {
+	for _, s := range []string{`{"seed":"s","ranges":[[0,0.5],null,[null,1]],"attribute":"a","hashVersion":1}`,
+		`null`, `{}`, `[]`, `{"SEED":"x","ſeed":"y"}`, `{"atribute":"x"}`, `{"ranges":[1]}`, `{"hashVersion":1.5}`,
+		`{"hashVersion":2.0}`, `{"seed":null,"ranges":null}`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := jsonx.ParseOrdered(data)
+		if err != nil {
+			return
+		}
+		if o, ok := v.(jsonx.Object); ok {
+			seen := map[string]bool{}
+			for _, m := range o {
+				if seen[jsonx.FoldName(m.Key)] {
+					return
+				}
+				seen[jsonx.FoldName(m.Key)] = true
+			}
+		}
+		var want Filter
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		werr := dec.Decode(&want)
+		got, err := decodeFilter(v)
+		var te *json.UnmarshalTypeError
+		if werr != nil && err == nil && errors.As(werr, &te) && te.Field == "hashVersion" && strings.HasPrefix(te.Value, "number") {
+			return
+		}
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("decodeFilter(%s) error %v, encoding/json %v", data, err, werr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeFilter(%s) = %#v, encoding/json %#v", data, got, want)
 		}
 	})
 }

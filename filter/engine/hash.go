@@ -35,25 +35,54 @@ func Hash(seed, value string, version int) (n float64, ok bool) {
 		h := fnv1a(fnv1a(fnvOffset32, value), seed)
 		return float64(h%1000) / 1000, true
 	case 2:
-		h := fnv1a(fnv1a(fnvOffset32, seed), value)
-		var buf [10]byte
-		i := len(buf)
-		for {
-			i--
-			buf[i] = byte('0' + h%10)
-			h /= 10
-			if h == 0 {
-				break
-			}
-		}
-		h2 := uint32(fnvOffset32)
-		for _, c := range buf[i:] {
-			h2 ^= uint32(c)
-			h2 *= fnvPrime32
-		}
-		return float64(h2%10000) / 10000, true
+		return hashV2(fnv1a(fnv1a(fnvOffset32, seed), value)), true
 	}
 	return 0, false
+}
+
+// unitHash computes Hash for one unit's value under many seeds without
+// hashing the value again for each: version 1 hashes value+seed, so the
+// FNV state after the value is shared; version 2 hashes seed+value, so the
+// state after the seed is precomputed per experiment (seedState).
+type unitHash struct {
+	value string
+	state uint32
+	ok    bool
+}
+
+// hash is Hash(seed, value, version) given seedState = fnv1a(offset, seed).
+func (u *unitHash) hash(seed string, seedState uint32, value string, version int) (float64, bool) {
+	switch version {
+	case 1:
+		if !u.ok || u.value != value {
+			u.value, u.state, u.ok = value, fnv1a(fnvOffset32, value), true
+		}
+		return float64(fnv1a(u.state, seed)%1000) / 1000, true
+	case 2:
+		return hashV2(fnv1a(seedState, value)), true
+	}
+	return 0, false
+}
+
+// hashV2 finishes version 2 from h = fnv1a(seed+value): FNV-1a of h's
+// decimal digits, modulo 10000.
+func hashV2(h uint32) float64 {
+	var buf [10]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + h%10)
+		h /= 10
+		if h == 0 {
+			break
+		}
+	}
+	h2 := uint32(fnvOffset32)
+	for _, c := range buf[i:] {
+		h2 ^= uint32(c)
+		h2 *= fnvPrime32
+	}
+	return float64(h2%10000) / 10000
 }
 
 // EqualWeights is GrowthBook's getEqualWeights(n): n weights of 1/n, or none

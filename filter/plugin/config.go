@@ -1,11 +1,10 @@
 package plugin
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/allotmesh/allot/filter/engine"
@@ -18,6 +17,8 @@ const (
 	DefaultDictionaryHeader = "x-experiments"
 	DefaultVersionHeader    = "x-experiments-version"
 	DefaultCacheSize        = 10000
+	// DefaultCacheMaxBytes bounds a VM's cache by the size of its entries.
+	DefaultCacheMaxBytes = 4 << 20
 	// ExposureProperty is the filter state the filter writes each request's
 	// assignments to; Envoy's access log prints it with
 	// %FILTER_STATE(wasm.allot:PLAIN)%.
@@ -26,7 +27,9 @@ const (
 
 // rawConfig is allot.filter.v1.FilterConfig in its proto3 JSON form. Field
 // names follow the proto's JSON names; the control plane's contract test
-// keeps the two in step.
+// keeps the two in step. mapConfig (decode.go) fills it without
+// encoding/json; the json tags name the fields for tests, which decode it
+// with encoding/json as the reference.
 type rawConfig struct {
 	Version          string                     `json:"version"`
 	UnitHeader       string                     `json:"unitHeader"`
@@ -35,6 +38,8 @@ type rawConfig struct {
 	VersionHeader    string                     `json:"versionHeader"`
 	CacheSize        int                        `json:"cacheSize"`
 	DisableExposure  bool                       `json:"disableExposureState"`
+	Headers          string                     `json:"assignmentHeaders"`
+	CacheMaxBytes    int                        `json:"cacheMaxBytes"`
 	Experiments      []engine.Experiment        `json:"experiments"`
 	SavedGroups      map[string]json.RawMessage `json:"savedGroups"`
 	Attributes       []rawAttribute             `json:"attributes"`
@@ -79,9 +84,15 @@ type Config struct {
 	DictionaryHeader string
 	VersionHeader    string
 	CacheSize        int
+	// CacheMaxBytes bounds the cache by the estimated size of its entries
+	// (attribute values, assignments, dictionary); 0: no byte bound.
+	CacheMaxBytes int
 	// ExposureState is whether each request's assignments are recorded as
 	// filter state (ExposureProperty) for the access log.
 	ExposureState bool
+	// PerExperimentHeaders is whether each assignment is also added as its
+	// own header (HeaderPrefix + key), besides the dictionary.
+	PerExperimentHeaders bool
 
 	set *engine.Set
 	// headerNames[i] is the assignment header of the set's i-th experiment;
@@ -97,13 +108,16 @@ type Config struct {
 
 	// attrs are the referenced attributes, in the set's Referenced order;
 	// a request's values are read into a slice of the same length.
-	attrs    []attr
-	byHeader map[string][]int
-	cookies  map[string][]int
-	queries  map[string][]int
-	urlPath  []int
-	props    []int
-	consts   []int
+	attrs []attr
+	// headers are the request headers the filter reads attributes from:
+	// a short list scanned with a length check beats hashing every
+	// request header name into a map.
+	headers []headerAttr
+	cookies map[string][]int
+	queries map[string][]int
+	urlPath []int
+	props   []int
+	consts  []int
 }
 
 // ParseConfig decodes and compiles a plugin configuration: FilterConfig's
@@ -112,17 +126,9 @@ type Config struct {
 // (a google.protobuf.StringValue, which Envoy passes as its text). It reports
 // every problem at once, each naming its field.
 func ParseConfig(data []byte) (*Config, error) {
-	if js, err := structToJSON(data); err == nil {
-		data = js
-	} else if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
-		return nil, fmt.Errorf("decode filter configuration: neither a google.protobuf.Struct nor JSON: %w", err)
-	}
-	var raw rawConfig
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("decode filter configuration: %w", err)
-		}
+	raw, err := decodeConfig(data)
+	if err != nil {
+		return nil, err
 	}
 	c := &Config{
 		Version:          raw.Version,
@@ -137,17 +143,24 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.CacheSize = DefaultCacheSize
 	}
 	var errs []error
+	switch raw.Headers {
+	case "", "ASSIGNMENT_HEADERS_UNSPECIFIED", "ASSIGNMENT_HEADERS_ALL":
+		c.PerExperimentHeaders = true
+	case "ASSIGNMENT_HEADERS_DICTIONARY":
+	default:
+		errs = append(errs, errors.New("assignmentHeaders: "+strconv.Quote(raw.Headers)+" is not ASSIGNMENT_HEADERS_ALL or ASSIGNMENT_HEADERS_DICTIONARY"))
+	}
 	for _, h := range []struct{ field, value string }{
 		{"unitHeader", c.UnitHeader}, {"headerPrefix", c.HeaderPrefix},
 		{"dictionaryHeader", c.DictionaryHeader}, {"versionHeader", c.VersionHeader},
 	} {
 		if !validHeaderName(h.value) {
-			errs = append(errs, fmt.Errorf("%s: %q is not a lowercase header name", h.field, h.value))
+			errs = append(errs, errors.New(h.field+": "+strconv.Quote(h.value)+" is not a lowercase header name"))
 		}
 	}
 	for _, h := range []struct{ field, value string }{{"dictionaryHeader", c.DictionaryHeader}, {"versionHeader", c.VersionHeader}} {
 		if strings.HasPrefix(h.value, c.HeaderPrefix) {
-			errs = append(errs, fmt.Errorf("%s: %q must not start with headerPrefix %q", h.field, h.value, c.HeaderPrefix))
+			errs = append(errs, errors.New(h.field+": "+strconv.Quote(h.value)+" must not start with headerPrefix "+strconv.Quote(c.HeaderPrefix)))
 		}
 	}
 	set, err := engine.Compile(engine.Config{Experiments: raw.Experiments, SavedGroups: raw.SavedGroups})
@@ -162,6 +175,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	c.set = set
+	switch {
+	case raw.CacheMaxBytes == 0:
+		c.CacheMaxBytes = DefaultCacheMaxBytes
+	case raw.CacheMaxBytes > 0:
+		c.CacheMaxBytes = raw.CacheMaxBytes
+	}
 	n := set.Len()
 	c.headerNames, c.values, c.dictValues = make([]string, n), make([][]string, n), make([][]string, n)
 	c.keys = set.Keys()
@@ -187,7 +206,7 @@ func mapAttributes(list []rawAttribute) (map[string]attr, error) {
 	var errs []error
 	out := map[string]attr{}
 	for i, a := range list {
-		p := fmt.Sprintf("attributes[%d]", i)
+		p := "attributes[" + strconv.Itoa(i) + "]"
 		set := 0
 		for _, s := range []string{a.Header, a.Cookie, a.Query, a.Property} {
 			if s != "" {
@@ -196,20 +215,20 @@ func mapAttributes(list []rawAttribute) (map[string]attr, error) {
 		}
 		switch {
 		case a.Name == "":
-			errs = append(errs, fmt.Errorf("%s.name: required", p))
+			errs = append(errs, errors.New(p+".name: required"))
 			continue
 		case set != 1:
-			errs = append(errs, fmt.Errorf("%s: exactly one of header, cookie, query or property is required", p))
+			errs = append(errs, errors.New(p+": exactly one of header, cookie, query or property is required"))
 			continue
 		case out[a.Name].name != "":
-			errs = append(errs, fmt.Errorf("%s.name: %q mapped twice", p, a.Name))
+			errs = append(errs, errors.New(p+".name: "+strconv.Quote(a.Name)+" mapped twice"))
 			continue
 		}
 		m := attr{name: a.Name}
 		switch {
 		case a.Header != "":
 			if !validHeaderName(a.Header) && !strings.HasPrefix(a.Header, ":") {
-				errs = append(errs, fmt.Errorf("%s.header: %q is not a lowercase header name", p, a.Header))
+				errs = append(errs, errors.New(p+".header: "+strconv.Quote(a.Header)+" is not a lowercase header name"))
 			}
 			m.src, m.key = srcHeader, a.Header
 		case a.Cookie != "":
@@ -248,9 +267,26 @@ func propertyAttr(name, property string) attr {
 	return attr{name: name, src: srcProperty, path: path}
 }
 
+// headerAttr is one request header the filter reads and the attribute
+// indices its value fills.
+type headerAttr struct {
+	name string
+	idx  []int
+}
+
+// attrsOfHeader returns the attribute indices header name fills, if any.
+func (c *Config) attrsOfHeader(name string) []int {
+	for i := range c.headers {
+		if h := &c.headers[i]; len(h.name) == len(name) && h.name == name {
+			return h.idx
+		}
+	}
+	return nil
+}
+
 // plan builds the per-request extraction plan for the referenced attributes.
 func (c *Config) plan(referenced []string, mapped map[string]attr) {
-	c.byHeader, c.cookies, c.queries = map[string][]int{}, map[string][]int{}, map[string][]int{}
+	c.cookies, c.queries = map[string][]int{}, map[string][]int{}
 	for i, name := range referenced {
 		a, ok := mapped[name]
 		if !ok {
@@ -262,7 +298,12 @@ func (c *Config) plan(referenced []string, mapped map[string]attr) {
 		c.attrs = append(c.attrs, a)
 		switch a.src {
 		case srcHeader:
-			c.byHeader[a.key] = append(c.byHeader[a.key], i)
+			j := slices.IndexFunc(c.headers, func(h headerAttr) bool { return h.name == a.key })
+			if j < 0 {
+				j = len(c.headers)
+				c.headers = append(c.headers, headerAttr{name: a.key})
+			}
+			c.headers[j].idx = append(c.headers[j].idx, i)
 		case srcCookie:
 			c.cookies[a.key] = append(c.cookies[a.key], i)
 		case srcQuery:
@@ -284,7 +325,22 @@ func (c *Config) Len() int { return len(c.headerNames) }
 // filter owns (and therefore strips): the prefix, the dictionary and the
 // version header, in any casing.
 func (c *Config) isAssignmentHeader(name string) bool {
+	// Most request headers differ from all three in their first byte.
+	if name == "" {
+		return false
+	}
+	if b := lowerByte(name[0]); b != c.HeaderPrefix[0] && b != c.DictionaryHeader[0] && b != c.VersionHeader[0] {
+		return false
+	}
 	return hasPrefixFold(name, c.HeaderPrefix) || strings.EqualFold(name, c.DictionaryHeader) || strings.EqualFold(name, c.VersionHeader)
+}
+
+// lowerByte lowercases an ASCII letter and leaves any other byte alone.
+func lowerByte(b byte) byte {
+	if 'A' <= b && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
 }
 
 func or(s, def string) string {

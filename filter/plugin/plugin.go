@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/engine"
@@ -37,7 +37,11 @@ type Plugin struct {
 	// roots are the plugin instances in this VM. Envoy keeps the old root
 	// serving its in-flight streams while a new configuration starts in a
 	// new root, so each stream remembers the root it was created under.
-	roots   map[uint32]*root
+	roots map[uint32]*root
+	// slots and streams map a stream context to its root. Envoy numbers
+	// contexts consecutively, so a stream almost always finds a free slot
+	// at id % len(slots), which costs no hashing; the map takes the rest.
+	slots   [256]streamSlot
 	streams map[uint32]*root
 
 	// Per-request scratch space, reused across requests.
@@ -50,24 +54,41 @@ type Plugin struct {
 	scratch []engine.Assignment
 }
 
+// streamSlot is one entry of Plugin.slots; id 0 is free.
+type streamSlot struct {
+	id uint32
+	r  *root
+}
+
 // root is one plugin instance: its configuration, cache and counters.
 type root struct {
-	cfg    *Config
-	cache  *lru.Cache[uint64, *entry]
-	consts []string // values of node.* attributes, by attribute index
-	stats  stats
+	cfg   *Config
+	cache *simplelru.LRU[uint64, *entry]
+	// cacheBytes is the estimated size of the cache's entries.
+	cacheBytes int
+	consts     []string // values of node.* attributes, by attribute index
+	stats      stats
 }
 
 // entry is one computed assignment, cached for one combination of
-// attribute values. It holds indices only: the header names, values and
-// dictionary members are the configuration's, so an entry costs a few bytes
-// per experiment the unit is in, not a copy of its headers.
+// attribute values. Header names and values are the configuration's, so an
+// entry holds indices and the one string every request sends, the
+// dictionary.
 type entry struct {
 	key string // the attribute values, each prefixed by its length
 	// assigned lists the experiments the unit is in, in key (dictionary)
 	// order, each as experiment index << 16 | variation index.
 	assigned []uint32
+	// dict is the dictionary header's value (empty when assigned is).
+	dict string
 }
+
+// entryOverhead estimates an entry's fixed cost: the struct, its cache
+// list element and map slot.
+const entryOverhead = 160
+
+// size is the entry's estimated memory, for the cache's byte bound.
+func (e *entry) size() int { return entryOverhead + len(e.key) + 4*cap(e.assigned) + len(e.dict) }
 
 var _ abi.Handler = (*Plugin)(nil)
 
@@ -87,7 +108,20 @@ func (p *Plugin) OnContextCreate(id, parent uint32) {
 		p.roots[id] = &root{}
 		return
 	}
-	p.streams[id] = p.roots[parent]
+	r := p.roots[parent]
+	if s := &p.slots[id%uint32(len(p.slots))]; s.id == 0 {
+		s.id, s.r = id, r
+		return
+	}
+	p.streams[id] = r
+}
+
+// stream returns the root stream context id was created under.
+func (p *Plugin) stream(id uint32) *root {
+	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
+		return s.r
+	}
+	return p.streams[id]
 }
 
 // OnVMStart implements abi.Handler.
@@ -126,9 +160,9 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	}
 	r.flush(p.host) // counts of a previous configuration go to its own metrics
 	r.cfg = cfg
-	r.cache = nil
+	r.cache, r.cacheBytes = nil, 0
 	if cfg.CacheSize > 0 {
-		c, err := lru.New[uint64, *entry](cfg.CacheSize)
+		c, err := simplelru.NewLRU(cfg.CacheSize, func(_ uint64, e *entry) { r.cacheBytes -= e.size() })
 		if err != nil {
 			p.host.Log(abi.LogCritical, "allot: configuration rejected: cacheSize: "+err.Error())
 			return false
@@ -153,7 +187,7 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 // on any internal error the request passes through without assignment
 // headers and the error is counted.
 func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
-	r := p.streams[id]
+	r := p.stream(id)
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}
@@ -188,7 +222,7 @@ func (p *Plugin) assign(r *root) error {
 			forged = true
 			continue
 		}
-		for _, i := range cfg.byHeader[name] {
+		for _, i := range cfg.attrsOfHeader(name) {
 			if vals[i] == "" {
 				vals[i] = kv[1]
 			}
@@ -210,15 +244,11 @@ func (p *Plugin) assign(r *root) error {
 	}
 
 	e := p.lookup(r, vals)
-	p.dict = p.dict[:0]
-	for j, a := range e.assigned {
-		if j > 0 {
-			p.dict = append(p.dict, ", "...)
-		}
-		p.dict = append(p.dict, cfg.dictValues[a>>16][a&0xffff]...)
+	changes := 0
+	if cfg.PerExperimentHeaders {
+		changes = len(e.assigned)
 	}
-	changes := len(e.assigned)
-	if len(p.dict) > 0 {
+	if len(e.dict) > 0 {
 		changes++
 	}
 	if cfg.Version != "" {
@@ -233,11 +263,14 @@ func (p *Plugin) assign(r *root) error {
 			}
 		}
 		for _, a := range e.assigned {
+			if !cfg.PerExperimentHeaders {
+				break
+			}
 			i, v := a>>16, a&0xffff
 			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
 		}
-		if len(p.dict) > 0 {
-			p.enc.AddBytes(cfg.DictionaryHeader, p.dict)
+		if len(e.dict) > 0 {
+			p.enc.Add(cfg.DictionaryHeader, e.dict)
 		}
 		if cfg.Version != "" {
 			p.enc.Add(cfg.VersionHeader, cfg.Version)
@@ -261,13 +294,16 @@ func (p *Plugin) assign(r *root) error {
 			return err
 		}
 		for _, a := range e.assigned {
+			if !cfg.PerExperimentHeaders {
+				break
+			}
 			i, v := a>>16, a&0xffff
 			if err := add(cfg.headerNames[i], cfg.values[i][v]); err != nil {
 				return err
 			}
 		}
-		if len(p.dict) > 0 {
-			if err := add(cfg.DictionaryHeader, abi.String(p.dict)); err != nil {
+		if len(e.dict) > 0 {
+			if err := add(cfg.DictionaryHeader, e.dict); err != nil {
 				return err
 			}
 		}
@@ -277,10 +313,10 @@ func (p *Plugin) assign(r *root) error {
 			}
 		}
 	}
-	if len(p.dict) > 0 && cfg.ExposureState {
+	if len(e.dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
 		// the request its assignment.
-		if err := p.host.SetProperty(ExposureProperty, p.dict); err != nil {
+		if err := p.host.SetProperty(ExposureProperty, abi.Bytes(e.dict)); err != nil {
 			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
@@ -337,7 +373,14 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 	r.stats.misses++
 	e := p.compute(r.cfg, vals)
 	if r.cache != nil {
+		if old, ok := r.cache.Peek(h); ok { // a hash collision: replaced below
+			r.cacheBytes -= old.size()
+		}
 		r.cache.Add(h, e)
+		r.cacheBytes += e.size()
+		for max := r.cfg.CacheMaxBytes; max > 0 && r.cacheBytes > max && r.cache.Len() > 1; {
+			r.cache.RemoveOldest()
+		}
 	}
 	return e
 }
@@ -358,11 +401,17 @@ func (p *Plugin) compute(cfg *Config, vals []string) *entry {
 		}
 	}
 	e := &entry{key: string(p.key), assigned: make([]uint32, 0, n)}
+	p.dict = p.dict[:0]
 	for _, i := range cfg.byKey {
 		if a := p.scratch[i]; a.InExperiment {
+			if len(e.assigned) > 0 {
+				p.dict = append(p.dict, ", "...)
+			}
+			p.dict = append(p.dict, cfg.dictValues[i][a.VariationID]...)
 			e.assigned = append(e.assigned, uint32(i)<<16|uint32(a.VariationID))
 		}
 	}
+	e.dict = string(p.dict)
 	return e
 }
 
@@ -383,6 +432,10 @@ func (p *Plugin) OnDone(uint32) bool { return true }
 // OnDelete implements abi.Handler. A root flushes its counters before it
 // goes.
 func (p *Plugin) OnDelete(id uint32) {
+	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
+		*s = streamSlot{}
+		return
+	}
 	if _, ok := p.streams[id]; ok {
 		delete(p.streams, id)
 		return

@@ -2,17 +2,18 @@ package plugin
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
 
 // Envoy hands a google.protobuf.Struct plugin configuration to
 // on_configure as its protobuf wire encoding (the Any's value bytes), not as
-// JSON. structToJSON converts that encoding to the equivalent JSON with the
-// standard library only, so the Wasm binary links no protobuf runtime.
+// JSON. decodeStruct decodes that encoding straight to the values jsonx
+// parses JSON to, with the standard library only, so the Wasm binary links
+// no protobuf runtime and builds no intermediate JSON text.
 //
 // The messages (google/protobuf/struct.proto):
 //
@@ -26,6 +27,12 @@ import (
 const maxDepth = 64
 
 var errWire = errors.New("malformed google.protobuf.Struct encoding")
+
+// wireError is errWire with a detail.
+type wireError struct{ detail string }
+
+func (e *wireError) Error() string { return errWire.Error() + ": " + e.detail }
+func (e *wireError) Unwrap() error { return errWire }
 
 type wireReader struct{ b []byte }
 
@@ -70,30 +77,30 @@ func (r *wireReader) field() (num int, typ int, payload []byte, scalar uint64, e
 		scalar = uint64(binary.LittleEndian.Uint32(r.b))
 		r.b = r.b[4:]
 	default:
-		return 0, 0, nil, 0, fmt.Errorf("%w: wire type %d", errWire, typ)
+		return 0, 0, nil, 0, &wireError{"wire type " + strconv.Itoa(typ)}
 	}
 	return num, typ, payload, scalar, err
 }
 
-// structToJSON converts an encoded Struct to a JSON object.
-func structToJSON(b []byte) ([]byte, error) {
-	return appendStruct(nil, b, 0)
+// decodeStruct decodes an encoded Struct as a jsonx.Object, fields in wire
+// order. Strings are made valid UTF-8 as a JSON round trip would make them.
+func decodeStruct(b []byte) (jsonx.Object, error) {
+	return structObject(b, 0)
 }
 
-func appendStruct(out, b []byte, depth int) ([]byte, error) {
+func structObject(b []byte, depth int) (jsonx.Object, error) {
 	if depth > maxDepth {
-		return nil, fmt.Errorf("%w: nested deeper than %d", errWire, maxDepth)
+		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
 	}
-	out = append(out, '{')
+	obj := jsonx.Object{}
 	r := wireReader{b}
-	first := true
 	for len(r.b) > 0 {
 		num, typ, entry, _, err := r.field()
 		if err != nil {
 			return nil, err
 		}
 		if num != 1 || typ != 2 {
-			return nil, fmt.Errorf("%w: unexpected Struct field %d", errWire, num)
+			return nil, &wireError{"unexpected Struct field " + strconv.Itoa(num)}
 		}
 		var key string
 		var value []byte
@@ -110,81 +117,68 @@ func appendStruct(out, b []byte, depth int) ([]byte, error) {
 			case n == 2 && t == 2:
 				value, hasValue = p, true
 			default:
-				return nil, fmt.Errorf("%w: unexpected map entry field %d", errWire, n)
+				return nil, &wireError{"unexpected map entry field " + strconv.Itoa(n)}
 			}
 		}
-		if !first {
-			out = append(out, ',')
+		var v any
+		if hasValue {
+			if v, err = structValue(value, depth+1); err != nil {
+				return nil, err
+			}
 		}
-		first = false
-		out = strconv.AppendQuote(out, key)
-		out = append(out, ':')
-		if !hasValue {
-			out = append(out, "null"...)
-			continue
-		}
-		if out, err = appendValue(out, value, depth+1); err != nil {
-			return nil, err
-		}
+		obj = append(obj, jsonx.Member{Key: jsonx.ValidString(key), Value: v})
 	}
-	return append(out, '}'), nil
+	return obj, nil
 }
 
-func appendValue(out, b []byte, depth int) ([]byte, error) {
+func structValue(b []byte, depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, fmt.Errorf("%w: nested deeper than %d", errWire, maxDepth)
+		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
 	}
 	r := wireReader{b}
 	if len(r.b) == 0 {
-		return append(out, "null"...), nil // a Value with no kind set
+		return nil, nil // a Value with no kind set
 	}
 	num, typ, payload, scalar, err := r.field()
 	if err != nil {
 		return nil, err
 	}
 	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: Value with more than one kind", errWire)
+		return nil, &wireError{"Value with more than one kind"}
 	}
 	switch {
 	case num == 1 && typ == 0:
-		return append(out, "null"...), nil
+		return nil, nil
 	case num == 2 && typ == 1:
 		f := math.Float64frombits(scalar)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%w: number %v has no JSON form", errWire, f)
+			return nil, &wireError{"number " + strconv.FormatFloat(f, 'g', -1, 64) + " has no JSON form"}
 		}
-		return strconv.AppendFloat(out, f, 'g', -1, 64), nil
+		return f, nil
 	case num == 3 && typ == 2:
-		s, err := json.Marshal(string(payload))
-		if err != nil {
-			return nil, err
-		}
-		return append(out, s...), nil
+		return jsonx.ValidString(string(payload)), nil
 	case num == 4 && typ == 0:
-		return strconv.AppendBool(out, scalar != 0), nil
+		return scalar != 0, nil
 	case num == 5 && typ == 2:
-		return appendStruct(out, payload, depth)
+		return structObject(payload, depth)
 	case num == 6 && typ == 2:
-		out = append(out, '[')
+		list := []any{}
 		lr := wireReader{payload}
-		first := true
 		for len(lr.b) > 0 {
 			n, t, item, _, err := lr.field()
 			if err != nil {
 				return nil, err
 			}
 			if n != 1 || t != 2 {
-				return nil, fmt.Errorf("%w: unexpected ListValue field %d", errWire, n)
+				return nil, &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
 			}
-			if !first {
-				out = append(out, ',')
-			}
-			first = false
-			if out, err = appendValue(out, item, depth+1); err != nil {
+			v, err := structValue(item, depth+1)
+			if err != nil {
 				return nil, err
 			}
+			list = append(list, v)
 		}
-		return append(out, ']'), nil
+		return list, nil
 	}
-	return nil, fmt.Errorf("%w: unexpected Value field %d", errWire, num)
+	return nil, &wireError{"unexpected Value field " + strconv.Itoa(num)}
 }

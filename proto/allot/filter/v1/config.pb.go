@@ -32,6 +32,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AssignmentHeaders chooses the headers that carry each request's
+// assignments. The version header is added in every mode.
+type AssignmentHeaders int32
+
+const (
+	// ASSIGNMENT_HEADERS_UNSPECIFIED means ASSIGNMENT_HEADERS_ALL.
+	AssignmentHeaders_ASSIGNMENT_HEADERS_UNSPECIFIED AssignmentHeaders = 0
+	// ASSIGNMENT_HEADERS_ALL adds the dictionary header and one
+	// header_prefix + key header per assignment.
+	AssignmentHeaders_ASSIGNMENT_HEADERS_ALL AssignmentHeaders = 1
+	// ASSIGNMENT_HEADERS_DICTIONARY adds the dictionary header only: one
+	// header whatever the number of experiments.
+	AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY AssignmentHeaders = 2
+)
+
+// Enum value maps for AssignmentHeaders.
+var (
+	AssignmentHeaders_name = map[int32]string{
+		0: "ASSIGNMENT_HEADERS_UNSPECIFIED",
+		1: "ASSIGNMENT_HEADERS_ALL",
+		2: "ASSIGNMENT_HEADERS_DICTIONARY",
+	}
+	AssignmentHeaders_value = map[string]int32{
+		"ASSIGNMENT_HEADERS_UNSPECIFIED": 0,
+		"ASSIGNMENT_HEADERS_ALL":         1,
+		"ASSIGNMENT_HEADERS_DICTIONARY":  2,
+	}
+)
+
+func (x AssignmentHeaders) Enum() *AssignmentHeaders {
+	p := new(AssignmentHeaders)
+	*p = x
+	return p
+}
+
+func (x AssignmentHeaders) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AssignmentHeaders) Descriptor() protoreflect.EnumDescriptor {
+	return file_allot_filter_v1_config_proto_enumTypes[0].Descriptor()
+}
+
+func (AssignmentHeaders) Type() protoreflect.EnumType {
+	return &file_allot_filter_v1_config_proto_enumTypes[0]
+}
+
+func (x AssignmentHeaders) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AssignmentHeaders.Descriptor instead.
+func (AssignmentHeaders) EnumDescriptor() ([]byte, []int) {
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{0}
+}
+
 // FilterConfig is everything one proxy's filter needs to assign requests.
 type FilterConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -67,8 +123,15 @@ type FilterConfig struct {
 	// log): one host call per request saved, for meshes that log the
 	// x-experiments request header instead.
 	DisableExposureState bool `protobuf:"varint,10,opt,name=disable_exposure_state,json=disableExposureState,proto3" json:"disable_exposure_state,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// assignment_headers chooses the headers that carry the assignments.
+	AssignmentHeaders AssignmentHeaders `protobuf:"varint,11,opt,name=assignment_headers,json=assignmentHeaders,proto3,enum=allot.filter.v1.AssignmentHeaders" json:"assignment_headers,omitempty"`
+	// cache_max_bytes bounds the per-VM cache by the size of its entries (the
+	// attribute values and the assignments they map to), so that its memory
+	// does not grow with the number of experiments; 0 means the default
+	// (4 MiB); a negative value leaves only cache_size.
+	CacheMaxBytes int32 `protobuf:"varint,12,opt,name=cache_max_bytes,json=cacheMaxBytes,proto3" json:"cache_max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FilterConfig) Reset() {
@@ -169,6 +232,20 @@ func (x *FilterConfig) GetDisableExposureState() bool {
 		return x.DisableExposureState
 	}
 	return false
+}
+
+func (x *FilterConfig) GetAssignmentHeaders() AssignmentHeaders {
+	if x != nil {
+		return x.AssignmentHeaders
+	}
+	return AssignmentHeaders_ASSIGNMENT_HEADERS_UNSPECIFIED
+}
+
+func (x *FilterConfig) GetCacheMaxBytes() int32 {
+	if x != nil {
+		return x.CacheMaxBytes
+	}
+	return 0
 }
 
 // Attribute says where one attribute's value comes from. Values are strings;
@@ -309,7 +386,7 @@ var File_allot_filter_v1_config_proto protoreflect.FileDescriptor
 
 const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc5\x04\n" +
+	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc0\x05\n" +
 	"\fFilterConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vunit_header\x18\x02 \x01(\tR\n" +
@@ -325,7 +402,9 @@ const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"cache_size\x18\t \x01(\x05R\tcacheSize\x124\n" +
 	"\x16disable_exposure_state\x18\n" +
-	" \x01(\bR\x14disableExposureState\x1aZ\n" +
+	" \x01(\bR\x14disableExposureState\x12Q\n" +
+	"\x12assignment_headers\x18\v \x01(\x0e2\".allot.filter.v1.AssignmentHeadersR\x11assignmentHeaders\x12&\n" +
+	"\x0fcache_max_bytes\x18\f \x01(\x05R\rcacheMaxBytes\x1aZ\n" +
 	"\x10SavedGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x93\x01\n" +
@@ -335,7 +414,11 @@ const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\x06cookie\x18\x03 \x01(\tH\x00R\x06cookie\x12\x16\n" +
 	"\x05query\x18\x04 \x01(\tH\x00R\x05query\x12\x1c\n" +
 	"\bproperty\x18\x05 \x01(\tH\x00R\bpropertyB\b\n" +
-	"\x06sourceB;Z9github.com/allotmesh/allot/proto/allot/filter/v1;filterv1b\x06proto3"
+	"\x06source*v\n" +
+	"\x11AssignmentHeaders\x12\"\n" +
+	"\x1eASSIGNMENT_HEADERS_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16ASSIGNMENT_HEADERS_ALL\x10\x01\x12!\n" +
+	"\x1dASSIGNMENT_HEADERS_DICTIONARY\x10\x02B;Z9github.com/allotmesh/allot/proto/allot/filter/v1;filterv1b\x06proto3"
 
 var (
 	file_allot_filter_v1_config_proto_rawDescOnce sync.Once
@@ -349,24 +432,27 @@ func file_allot_filter_v1_config_proto_rawDescGZIP() []byte {
 	return file_allot_filter_v1_config_proto_rawDescData
 }
 
+var file_allot_filter_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_allot_filter_v1_config_proto_goTypes = []any{
-	(*FilterConfig)(nil),       // 0: allot.filter.v1.FilterConfig
-	(*Attribute)(nil),          // 1: allot.filter.v1.Attribute
-	nil,                        // 2: allot.filter.v1.FilterConfig.SavedGroupsEntry
-	(*v1.Experiment)(nil),      // 3: allot.experiment.v1.Experiment
-	(*structpb.ListValue)(nil), // 4: google.protobuf.ListValue
+	(AssignmentHeaders)(0),     // 0: allot.filter.v1.AssignmentHeaders
+	(*FilterConfig)(nil),       // 1: allot.filter.v1.FilterConfig
+	(*Attribute)(nil),          // 2: allot.filter.v1.Attribute
+	nil,                        // 3: allot.filter.v1.FilterConfig.SavedGroupsEntry
+	(*v1.Experiment)(nil),      // 4: allot.experiment.v1.Experiment
+	(*structpb.ListValue)(nil), // 5: google.protobuf.ListValue
 }
 var file_allot_filter_v1_config_proto_depIdxs = []int32{
-	3, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
-	2, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
-	1, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
-	4, // 3: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
+	3, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
+	2, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
+	0, // 3: allot.filter.v1.FilterConfig.assignment_headers:type_name -> allot.filter.v1.AssignmentHeaders
+	5, // 4: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_allot_filter_v1_config_proto_init() }
@@ -385,13 +471,14 @@ func file_allot_filter_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_filter_v1_config_proto_rawDesc), len(file_allot_filter_v1_config_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_allot_filter_v1_config_proto_goTypes,
 		DependencyIndexes: file_allot_filter_v1_config_proto_depIdxs,
+		EnumInfos:         file_allot_filter_v1_config_proto_enumTypes,
 		MessageInfos:      file_allot_filter_v1_config_proto_msgTypes,
 	}.Build()
 	File_allot_filter_v1_config_proto = out.File

@@ -1,0 +1,158 @@
+package jsonx
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var seeds = []string{
+	``, ` `, `null`, `true`, `false`, `0`, `-0`, `1.5`, `-1e-7`, `1E+21`, `1e400`, `-1e400`, `1e-400`, `01`, `1.`, `-`, `.5`,
+	`"a"`, `"\u00e9\ud83d\ude00"`, `"\ud800"`, `"\udc00\ud800x"`, `"\ud800\u0041"`, `"\u12"`, `"\x"`, `"a` + "\x01" + `"`,
+	"\"\xff\xfe\"", "\"\xed\xa0\x80\"", `"<>&` + "\u2028\u2029\x7f" + `"`, `"\/\b\f\n\r\t\\\""`,
+	`[]`, `[1,]`, `[1 2]`, `{}`, `{"a":1,"a":2}`, `{"a":1,}`, `{a:1}`, `{"a" 1}`, `{"b":[1,{"c":null}],"a":"x"}`,
+	`{} x`, `[1] ]`, "\t[ 1 , 2 ]\n", `nul`, `truex`,
+}
+
+// deep are at and past encoding/json's nesting limit.
+var deep = []string{
+	strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000),
+}
+
+// checkParse compares Parse, ParseOrdered, Append and Compact with
+// encoding/json on one input.
+func checkParse(t *testing.T, data []byte) {
+	t.Helper()
+	var want any
+	werr := json.Unmarshal(data, &want)
+	got, err := Parse(data)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("Parse(%q) error %v, encoding/json %v", data, err, werr)
+	}
+	ordered, oerr := ParseOrdered(data)
+	if (oerr == nil) != (werr == nil) {
+		t.Fatalf("ParseOrdered(%q) error %v, encoding/json %v", data, oerr, werr)
+	}
+	if werr != nil {
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Parse(%q) = %#v, encoding/json %#v", data, got, want)
+	}
+	if tok, err := tokenOrdered(data); err != nil || !reflect.DeepEqual(ordered, tok) {
+		t.Fatalf("ParseOrdered(%q) = %#v, json.Decoder tokens %#v, %v", data, ordered, tok, err)
+	}
+	if !reflect.DeepEqual(Plain(ordered), want) {
+		t.Fatalf("ParseOrdered(%q) = %#v, encoding/json %#v", data, ordered, want)
+	}
+	wantEnc, werr := json.Marshal(want)
+	enc, err := Append(nil, got)
+	if err != nil || werr != nil || !bytes.Equal(enc, wantEnc) {
+		t.Fatalf("Append(%#v) = %s, %v; json.Marshal %s, %v", got, enc, err, wantEnc, werr)
+	}
+	// The ordered encoding keeps members: it decodes to the same value.
+	oenc, err := Append(nil, ordered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ParseOrdered(oenc); err != nil || !reflect.DeepEqual(again, ordered) {
+		t.Fatalf("ordered round trip of %q: %s → %#v, %v", data, oenc, again, err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		t.Fatal(err)
+	}
+	if c := Compact(nil, data); !bytes.Equal(c, buf.Bytes()) {
+		t.Fatalf("Compact(%q) = %q, json.Compact %q", data, c, buf.Bytes())
+	}
+}
+
+// tokenOrdered decodes data with json.Decoder's Token API into Objects,
+// as the engine did before jsonx.
+func tokenOrdered(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var value func() (any, error)
+	value = func() (any, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		switch tok {
+		case json.Delim('{'):
+			obj := Object{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := value()
+				if err != nil {
+					return nil, err
+				}
+				obj = append(obj, Member{k.(string), v})
+			}
+			_, err := dec.Token()
+			return obj, err
+		case json.Delim('['):
+			arr := []any{}
+			for dec.More() {
+				v, err := value()
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			_, err := dec.Token()
+			return arr, err
+		}
+		return tok, nil
+	}
+	return value()
+}
+
+func TestParse(t *testing.T) {
+	for _, s := range append(seeds, deep...) {
+		checkParse(t, []byte(s))
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkParse)
+}
+
+// FuzzAppendString: AppendString is json.Marshal for every string.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "a<b>&c", "\u2028", "\xff", "\x00\x1f\x7f", "é\"\\"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := AppendString(nil, s); !bytes.Equal(got, want) {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
+		}
+		var back string
+		if err := json.Unmarshal(want, &back); err != nil || back != ValidString(s) {
+			t.Fatalf("ValidString(%q) = %q, encoding/json round trip %q", s, ValidString(s), back)
+		}
+	})
+}
+
+// FuzzAppendFloat: numbers encode as json.Marshal encodes them.
+func FuzzAppendFloat(f *testing.F) {
+	for _, v := range []float64{0, 1, -1.5, 1e21, 1e-7, 123456789e-20, 5e-324} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v float64) {
+		want, werr := json.Marshal(v)
+		got, err := Append(nil, v)
+		if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("Append(%v) = %s, %v; json.Marshal %s, %v", v, got, err, want, werr)
+		}
+	})
+}

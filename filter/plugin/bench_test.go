@@ -1,0 +1,106 @@
+package plugin
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/allotmesh/allot/filter/abi"
+)
+
+// benchHost is the cheapest possible abi.Host: it serves one fixed header
+// map and discards every write, so a benchmark measures the plugin alone.
+type benchHost struct {
+	pairs [][2]string
+}
+
+func (*benchHost) Log(abi.LogLevel, string)                           {}
+func (*benchHost) GetBuffer(abi.BufferType, int, int) ([]byte, error) { return nil, nil }
+func (h *benchHost) GetHeaderMapPairs(abi.MapType) ([][2]string, error) {
+	return h.pairs, nil
+}
+func (*benchHost) AddHeaderMapValue(abi.MapType, string, string) error     { return nil }
+func (*benchHost) ReplaceHeaderMapValue(abi.MapType, string, string) error { return nil }
+func (*benchHost) RemoveHeaderMapValue(abi.MapType, string) error          { return nil }
+func (*benchHost) SetHeaderMapPairs(abi.MapType, []byte) error             { return nil }
+func (*benchHost) GetProperty(...string) ([]byte, error)                   { return nil, abi.ErrNotFound }
+func (*benchHost) SetProperty(string, []byte) error                        { return nil }
+func (*benchHost) DefineMetric(abi.MetricType, string) (uint32, error)     { return 1, nil }
+func (*benchHost) IncrementMetric(uint32, int64) error                     { return nil }
+func (*benchHost) RecordMetric(uint32, uint64) error                       { return nil }
+func (*benchHost) SetTickPeriod(uint32) error                              { return nil }
+
+// benchConfig is n experiments targeting country, platform and version,
+// about a third of which match benchRequest: the shape of make bench's
+// variants F–H.
+func benchConfig(n int, extra string) string {
+	var sb strings.Builder
+	sb.WriteString(`{"version":"bench",` + extra + `"attributes":[{"name":"country","header":"x-country"},` +
+		`{"name":"platform","header":"x-platform"},{"name":"version","header":"x-app-version"}],"experiments":[`)
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		platform := "ios"
+		if i%2 == 1 {
+			platform = "android"
+		}
+		fmt.Fprintf(&sb, `{"key":"exp-%04d","variations":["control","treatment","alt"],"coverage":0.9,`+
+			`"condition":{"country":{"$in":["US","CA","GB"]},"platform":{"$eq":%q},"version":{"$vgte":"2.%d.0"}}}`,
+			i, platform, i%3)
+	}
+	sb.WriteString(`]}`)
+	return sb.String()
+}
+
+// benchmarkRequest runs the whole request path (context create, request
+// headers, delete) against benchHost; ids distinct user ids cycle (ids < 0:
+// a new id on every request, so every request misses the cache).
+func benchmarkRequest(b *testing.B, n, ids int, extra string) {
+	h := &benchHost{}
+	p := New(h)
+	p.OnContextCreate(1, 0)
+	if !p.OnConfigure(1, 0) { // size 0: empty configuration first
+		b.Fatal("empty configuration refused")
+	}
+	cfg, err := ParseConfig([]byte(benchConfig(n, extra)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.roots[1].cfg = cfg
+	p.roots[1].stats.define(h, cfg)
+	users := make([]string, max(ids, 1))
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+	h.pairs = [][2]string{{":authority", "bench"}, {":path", "/"}, {":method", "GET"}, {":scheme", "http"},
+		{"user-agent", "bench"}, {"x-user-id", ""}, {"x-country", "US"}, {"x-platform", "ios"}, {"x-app-version", "2.3.1"}}
+	// Warm up: every id once.
+	for i := range users {
+		h.pairs[5][1] = users[i]
+		p.OnContextCreate(2, 1)
+		p.OnRequestHeaders(2, len(h.pairs), true)
+		p.OnDelete(2)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if ids < 0 {
+			h.pairs[5][1] = "cold-" + strconv.Itoa(i)
+		} else {
+			h.pairs[5][1] = users[i%ids]
+		}
+		id := uint32(2 + i%8)
+		p.OnContextCreate(id, 1)
+		p.OnRequestHeaders(id, len(h.pairs), true)
+		p.OnDelete(id)
+	}
+}
+
+func BenchmarkRequestWarm1(b *testing.B)  { benchmarkRequest(b, 1, 1000, "") }
+func BenchmarkRequestWarm50(b *testing.B) { benchmarkRequest(b, 50, 1000, "") }
+func BenchmarkRequestWarm50Dictionary(b *testing.B) {
+	benchmarkRequest(b, 50, 1000, `"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY",`)
+}
+func BenchmarkRequestCold50(b *testing.B) { benchmarkRequest(b, 50, -1, "") }

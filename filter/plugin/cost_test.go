@@ -1,0 +1,182 @@
+package plugin
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+)
+
+// fiveArms is five experiments every unit is in, so a request changes more
+// headers than maxSingleWrites in the default mode.
+const fiveArms = `{"version":"v5",%s"experiments":[
+ {"key":"a","variations":["x","y"]},{"key":"b","variations":["x","y"]},{"key":"c","variations":["x","y"]},
+ {"key":"d","variations":["x","y"]},{"key":"e","variations":["x","y"]}]}`
+
+func TestDictionaryOnlyMode(t *testing.T) {
+	h, p, root := start(t, fmt.Sprintf(fiveArms, `"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY",`))
+	all, pAll, rootAll := start(t, fmt.Sprintf(fiveArms, ""))
+	for i := range 50 {
+		id := "u" + strconv.Itoa(i)
+		in := [][2]string{{":path", "/"}, {"x-user-id", id}}
+		want, _ := all.Request(pAll, rootAll, in)
+		got, err := h.Request(p, root, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range got {
+			if strings.HasPrefix(kv[0], DefaultHeaderPrefix) {
+				t.Fatalf("%s: dictionary-only mode added %q", id, kv)
+			}
+		}
+		if d := values(got, "x-experiments"); len(d) != 1 || d[0] != values(want, "x-experiments")[0] {
+			t.Fatalf("%s: dictionary %q, want the default mode's %q", id, d, values(want, "x-experiments"))
+		}
+		if v := values(got, "x-experiments-version"); len(v) != 1 || v[0] != "v5" {
+			t.Fatalf("%s: version %q", id, v)
+		}
+	}
+	// Two headers: two single adds, never a rebuild of the whole map.
+	if h.SetPairsCalls != 0 {
+		t.Fatalf("%d proxy_set_header_map_pairs calls for two headers", h.SetPairsCalls)
+	}
+	// Forged assignment headers of either mode are still removed.
+	got, _ := h.Request(p, root, [][2]string{{"x-user-id", "u"}, {"X-Experiment-a", "forged"}, {"x-experiments", `a="forged"`}})
+	for _, kv := range got {
+		if strings.Contains(kv[1], "forged") {
+			t.Fatalf("forged header reached the service: %q", kv)
+		}
+	}
+}
+
+func TestRejectsUnknownAssignmentHeadersMode(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"assignmentHeaders":"SOME"}`))
+	if err == nil || !strings.Contains(err.Error(), "assignmentHeaders") {
+		t.Fatalf("err = %v, want one naming assignmentHeaders", err)
+	}
+}
+
+// TestCacheByteBound: the cache holds entries up to cacheMaxBytes, evicts
+// the least recently used beyond it, and its byte count stays exact.
+func TestCacheByteBound(t *testing.T) {
+	h, p, root := start(t, fmt.Sprintf(fiveArms, `"cacheMaxBytes":4000,`))
+	r := p.roots[root]
+	for i := range 200 {
+		h.Request(p, root, [][2]string{{"x-user-id", "user-" + strconv.Itoa(i)}})
+		sum := 0
+		for _, k := range r.cache.Keys() {
+			e, _ := r.cache.Peek(k)
+			sum += e.size()
+		}
+		if sum != r.cacheBytes {
+			t.Fatalf("after %d requests: cacheBytes %d, entries sum to %d", i+1, r.cacheBytes, sum)
+		}
+		if r.cacheBytes > 4000 {
+			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cacheBytes)
+		}
+	}
+	n := r.cache.Len()
+	if n < 5 || n >= 200 {
+		t.Fatalf("%d entries cached under a 4000-byte bound", n)
+	}
+	// The most recent ids hit, the first ones were evicted.
+	hits := r.stats.hits
+	h.Request(p, root, [][2]string{{"x-user-id", "user-199"}})
+	h.Request(p, root, [][2]string{{"x-user-id", "user-0"}})
+	if r.stats.hits != hits+1 {
+		t.Fatalf("hits %d → %d, want exactly one hit (user-199) and one miss (user-0)", hits, r.stats.hits)
+	}
+}
+
+func TestCacheByteBoundDefaultAndOff(t *testing.T) {
+	for _, c := range []struct {
+		extra string
+		want  int
+	}{{"", DefaultCacheMaxBytes}, {`"cacheMaxBytes":-1,`, 0}, {`"cacheMaxBytes":123456,`, 123456}} {
+		cfg, err := ParseConfig([]byte(fmt.Sprintf(fiveArms, c.extra)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.CacheMaxBytes != c.want {
+			t.Errorf("%q: CacheMaxBytes %d, want %d", c.extra, cfg.CacheMaxBytes, c.want)
+		}
+	}
+}
+
+// TestManyOpenStreamsKeepTheirRoot opens more streams than the slot table
+// holds, under two roots, before any of them sends headers; each must be
+// evaluated under its own root and none may be left tracked.
+func TestManyOpenStreamsKeepTheirRoot(t *testing.T) {
+	h := fakehost.New()
+	p := New(h)
+	roots := map[uint32]string{}
+	for _, v := range []string{"one", "two"} {
+		root, ok := h.StartPlugin(p, []byte(`{"version":"`+v+`","experiments":[{"key":"k","variations":["`+v+`","x"],"weights":[1,0]}]}`))
+		if !ok {
+			t.Fatal(h.Logs)
+		}
+		roots[root] = v
+	}
+	rootIDs := make([]uint32, 0, 2)
+	for r := range roots {
+		rootIDs = append(rootIDs, r)
+	}
+	type stream struct{ id, root uint32 }
+	var open []stream
+	for i := range 3 * len(p.slots) {
+		// Ids with gaps, as when other filters' contexts interleave.
+		id := uint32(1000 + i*3)
+		if i%7 == 0 {
+			id = uint32(1000 + i*3 + len(p.slots)) // collides with a later slot
+		}
+		r := rootIDs[i%2]
+		p.OnContextCreate(id, r)
+		open = append(open, stream{id, r})
+	}
+	for _, s := range open {
+		h.Headers[abi.RequestHeaders] = [][2]string{{"x-user-id", "u"}}
+		p.OnRequestHeaders(s.id, 1, true)
+		if v := values(h.Headers[abi.RequestHeaders], "x-experiment-k"); len(v) != 1 || v[0] != roots[s.root] {
+			t.Fatalf("stream %d of root %d: got %q, want [%s]", s.id, s.root, v, roots[s.root])
+		}
+		p.OnDelete(s.id)
+	}
+	for i, s := range p.slots {
+		if s.id != 0 {
+			t.Fatalf("slot %d still holds stream %d", i, s.id)
+		}
+	}
+	if len(p.streams) != 0 {
+		t.Fatalf("%d streams leaked", len(p.streams))
+	}
+}
+
+// TestOwnedHeaderPrefilter: the first-byte shortcut never lets an owned
+// header through, whatever the first character of the configured names.
+func TestOwnedHeaderPrefilter(t *testing.T) {
+	for _, names := range [][3]string{
+		{"x-experiment-", "x-experiments", "x-experiments-version"},
+		{"_exp-", "9dict", "-ver"},
+		{"ab.", "zz", "q"},
+	} {
+		cfg, err := ParseConfig([]byte(`{"headerPrefix":"` + names[0] + `","dictionaryHeader":"` + names[1] + `","versionHeader":"` + names[2] + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{names[0] + "k", names[1], names[2]} {
+			for _, variant := range []string{n, strings.ToUpper(n), strings.ToUpper(n[:1]) + n[1:]} {
+				if !cfg.isAssignmentHeader(variant) {
+					t.Errorf("prefix %q: %q not recognised as owned", names[0], variant)
+				}
+			}
+		}
+		for _, n := range []string{"", ":path", "cookie", "x-user-id", names[0][:len(names[0])-1]} {
+			if cfg.isAssignmentHeader(n) && n != names[1] && n != names[2] {
+				t.Errorf("prefix %q: %q taken for owned", names[0], n)
+			}
+		}
+	}
+}
