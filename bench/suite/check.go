@@ -45,13 +45,14 @@ func engineExpect(n int) (func(id string) (string, error), error) {
 
 // preflight sends one request per id and compares x-seen (the route's echo
 // of x-experiment-bench) with what the variant must add.
-func preflight(listener string, ids []string, expect func(string) (string, error)) error {
+func preflight(listener string, ids []string, lean bool, expect func(string) (string, error)) error {
 	for _, id := range ids {
 		req, err := http.NewRequest("GET", "http://"+listener+"/", nil)
 		if err != nil {
 			return err
 		}
 		req.Header.Set("x-user-id", id)
+		req.Header.Set(preflightHeader, "1")
 		for _, h := range requestHeaders {
 			req.Header.Set(h[0], h[1])
 		}
@@ -64,21 +65,42 @@ func preflight(listener string, ids []string, expect func(string) (string, error
 		if err != nil {
 			return err
 		}
-		got := resp.Header.Get(seenHeader)
+		seen, name := seenHeader, benchHeader
+		if lean {
+			seen, name = seenDictHeader, dictHeader
+		}
+		got := resp.Header.Get(seen)
 		if got == "-" { // Envoy's formatter renders a missing header as "-"
 			got = ""
 		}
+		if lean {
+			got = dictMember(got, "bench")
+		}
 		if resp.StatusCode != 200 || got != want {
-			return fmt.Errorf("pre-flight for x-user-id %q: status %d, %s %q, want %q", id, resp.StatusCode, benchHeader, got, want)
+			return fmt.Errorf("pre-flight for x-user-id %q: status %d, %s %q, want %q", id, resp.StatusCode, name, resp.Header.Get(seen), want)
 		}
 	}
 	return nil
+}
+
+// dictMember returns the string value of member key of an RFC 9651
+// dictionary as Allot writes it (key="value", ...), or "".
+func dictMember(dict, key string) string {
+	for _, m := range strings.Split(dict, ", ") {
+		if v, ok := strings.CutPrefix(m, key+"="); ok {
+			if s, err := strconv.Unquote(v); err == nil {
+				return s
+			}
+		}
+	}
+	return ""
 }
 
 // hostProfile is what Allot's plugin does per request, counted natively on
 // the fake host: the calls it makes into Envoy and the headers it adds.
 type hostProfile struct {
 	Experiments  int
+	Lean         bool
 	HostCalls    map[string]float64 // per request, by proxy-wasm call
 	TotalCalls   float64
 	HeadersAdded float64
@@ -86,12 +108,16 @@ type hostProfile struct {
 
 // profileAllot runs Allot's plugin on the fake host for n experiments over
 // 200 requests with distinct ids and counts host calls per request.
-func profileAllot(n int) (hostProfile, error) {
+func profileAllot(n int, lean bool) (hostProfile, error) {
 	host := fakehost.New()
 	counts := map[string]int{}
 	host.Fail = func(call string) error { counts[call]++; return nil }
 	p := plugin.New(host)
-	root, ok := host.StartPlugin(p, filterConfigJSON(n))
+	cfg := filterConfigJSON(n)
+	if lean {
+		cfg = leanConfigJSON(n)
+	}
+	root, ok := host.StartPlugin(p, cfg)
 	if !ok {
 		return hostProfile{}, fmt.Errorf("fake host: configuration with %d experiments refused: %v", n, host.Logs)
 	}
@@ -107,13 +133,9 @@ func profileAllot(n int) (hostProfile, error) {
 		if err != nil {
 			return hostProfile{}, err
 		}
-		for _, h := range out[len(in):] {
-			if strings.HasPrefix(h[0], plugin.DefaultHeaderPrefix) {
-				added++
-			}
-		}
+		added += len(out) - len(in)
 	}
-	hp := hostProfile{Experiments: n, HostCalls: map[string]float64{}, HeadersAdded: float64(added) / requests}
+	hp := hostProfile{Experiments: n, Lean: lean, HostCalls: map[string]float64{}, HeadersAdded: float64(added) / requests}
 	for k, v := range counts {
 		hp.HostCalls[k] = float64(v) / requests
 		hp.TotalCalls += float64(v) / requests

@@ -202,6 +202,7 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 type memory struct {
 	Experiments int     `json:"experiments"`
 	CacheSize   int     `json:"cache_size_per_vm"`
+	CacheBytes  int     `json:"cache_max_bytes_per_vm"`
 	Requests    uint64  `json:"fill_requests"`
 	FillSeconds float64 `json:"fill_seconds"`
 	BaseRSS     int64   `json:"baseline_rss"`
@@ -215,8 +216,8 @@ type memory struct {
 const memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
 
 func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
-	m := &memory{Experiments: 1000, CacheSize: plugin.DefaultCacheSize, Requests: memoryFill}
-	hp, err := profileAllot(1000)
+	m := &memory{Experiments: 1000, CacheSize: plugin.DefaultCacheSize, CacheBytes: plugin.DefaultCacheMaxBytes, Requests: memoryFill}
+	hp, err := profileAllot(1000, false)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +254,9 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			e.stop()
 			return nil, fmt.Errorf("%s fill: %w", name, err)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		// Two of the allocator's 1 s release intervals (bootstrap's
+		// memory_allocator_manager), the same for both.
+		time.Sleep(2100 * time.Millisecond)
 		rss, _ := rssBytes(e.pid())
 		if allot {
 			m.AllotIdle, m.AllotRSS, m.FillSeconds, m.Errors = idle, rss, fill.Seconds(), r.Errors

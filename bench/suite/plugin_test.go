@@ -47,12 +47,21 @@ func BenchmarkPluginRequest(b *testing.B) {
 }
 
 func TestProfileAllot(t *testing.T) {
-	hp, err := profileAllot(1)
+	hp, err := profileAllot(1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hp.HeadersAdded != 1 {
-		t.Errorf("1 experiment: %.2f headers added per request, want 1", hp.HeadersAdded)
+	// x-experiment-bench, x-experiments and x-experiments-version.
+	if hp.HeadersAdded != 3 {
+		t.Errorf("1 experiment: %.2f headers added per request, want 3", hp.HeadersAdded)
+	}
+	lean, err := profileAllot(50, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x-experiments and x-experiments-version, in at most three host calls.
+	if lean.HeadersAdded != 2 || lean.TotalCalls > 3 {
+		t.Errorf("50 experiments, lean: %.2f headers added and %.2f host calls per request, want 2 and ≤ 3", lean.HeadersAdded, lean.TotalCalls)
 	}
 }
 

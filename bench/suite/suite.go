@@ -134,8 +134,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	// Allot's per-request host calls, counted natively.
-	for _, n := range []int{1, 50} {
-		hp, err := profileAllot(n)
+	for _, c := range []struct {
+		n    int
+		lean bool
+	}{{1, false}, {50, false}, {50, true}} {
+		hp, err := profileAllot(c.n, c.lean)
 		if err != nil {
 			return err
 		}
@@ -311,7 +314,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 			check = append(check, fmt.Sprintf("pre-%d-%d", seq, i))
 		}
 	}
-	if err := preflight(e.listener, check, v.expect); err != nil {
+	if err := preflight(e.listener, check, v.lean, v.expect); err != nil {
 		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.tail(10))
 	}
 

@@ -18,7 +18,14 @@ const (
 	// "bench"); the route echoes it back as x-seen for the pre-flight check.
 	benchHeader = "x-experiment-bench"
 	seenHeader  = "x-seen"
-	benchSeed   = "bench"
+	// dictHeader is Allot's dictionary header; the route echoes it as
+	// seenDictHeader, which the lean variants are checked by.
+	dictHeader     = "x-experiments"
+	seenDictHeader = "x-seen-dict"
+	// preflightHeader marks the pre-flight requests: only they take the
+	// route that echoes, so timed requests pay for no echo.
+	preflightHeader = "x-preflight"
+	benchSeed       = "bench"
 	// warmIDs is how many distinct user ids every variant but H cycles
 	// through.
 	warmIDs = 1000
@@ -41,6 +48,9 @@ type variant struct {
 	// Allot is the number of experiments in Allot's configuration (0: not
 	// Allot); the expected header comes from the engine.
 	allot int
+	// Lean configures Allot with the dictionary header only and no
+	// exposure filter state; the pre-flight reads the dictionary.
+	lean bool
 	// Expect is the x-seen value wanted for a user id.
 	expect func(id string) (string, error)
 }
@@ -65,6 +75,8 @@ func variants() []variant {
 		{ID: "F", Name: "Allot, 1 running experiment", filters: allotFilter(1), allot: 1},
 		{ID: "G", Name: "Allot, 50 experiments, warm cache (1,000 user ids)", filters: allotFilter(50), allot: 50},
 		{ID: "H", Name: "Allot, 50 experiments, cold cache (new user id per request)", filters: allotFilter(50), allot: 50, cold: true},
+		{ID: "I", Name: "as G, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true},
+		{ID: "J", Name: "as H, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true, cold: true},
 	}
 }
 
@@ -201,6 +213,26 @@ func filterConfigJSON(n int) []byte {
 		{"name":"version","header":"x-app-version"}],"experiments":%s}`, n, experimentsJSON(n))
 }
 
+// leanFilter is allotFilter with the two per-request costs a mesh admin can
+// switch off: one header per assignment (only the dictionary is added) and
+// the exposure filter state (the access log reads the dictionary header).
+func leanFilter(n int) func(*paths) ([]any, error) {
+	return func(p *paths) ([]any, error) {
+		cfg, err := filterConfig(n)
+		if err != nil {
+			return nil, err
+		}
+		cfg.AssignmentHeaders = filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY
+		cfg.DisableExposureState = true
+		return wasmFilter(p.allotWasm, cfg)
+	}
+}
+
+// leanConfigJSON is filterConfigJSON(n) configured as leanFilter.
+func leanConfigJSON(n int) []byte {
+	return append([]byte(`{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","disableExposureState":true,`), filterConfigJSON(n)[1:]...)
+}
+
 func filterConfig(n int) (*filterv1.FilterConfig, error) {
 	cfg := &filterv1.FilterConfig{}
 	if err := protojson.Unmarshal(filterConfigJSON(n), cfg); err != nil {
@@ -210,8 +242,10 @@ func filterConfig(n int) (*filterv1.FilterConfig, error) {
 }
 
 // bootstrap renders Envoy's bootstrap (JSON) for a variant: one listener on
-// 127.0.0.1 (port chosen by the kernel), the variant's filters, and a route
-// with a direct_response that echoes x-experiment-bench as x-seen.
+// 127.0.0.1 (port chosen by the kernel), the variant's filters, and two
+// direct_response routes: pre-flight requests (x-preflight) get
+// x-experiment-bench and x-experiments echoed as x-seen and x-seen-dict,
+// timed requests take the plain one.
 func bootstrap(filters []any, authzPort int) ([]byte, error) {
 	filters = append(filters, map[string]any{
 		"name":         "envoy.filters.http.router",
@@ -220,19 +254,26 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 	local := func(port int) map[string]any {
 		return map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": port}}
 	}
-	route := map[string]any{
-		"match":           map[string]any{"prefix": "/"},
-		"direct_response": map[string]any{"status": 200, "body": map[string]any{"inline_string": "ok"}},
+	direct := map[string]any{"status": 200, "body": map[string]any{"inline_string": "ok"}}
+	echo := map[string]any{
+		"match": map[string]any{"prefix": "/", "headers": []any{map[string]any{
+			"name": preflightHeader, "present_match": true,
+		}}},
+		"direct_response": direct,
 		"response_headers_to_add": []any{map[string]any{
 			"header":        map[string]any{"key": seenHeader, "value": "%REQ(" + benchHeader + ")%"},
 			"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+		}, map[string]any{
+			"header":        map[string]any{"key": seenDictHeader, "value": "%REQ(" + dictHeader + ")%"},
+			"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
 		}},
 	}
+	route := map[string]any{"match": map[string]any{"prefix": "/"}, "direct_response": direct}
 	hcm := map[string]any{
 		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 		"stat_prefix": "bench",
 		"route_config": map[string]any{"name": "bench", "virtual_hosts": []any{map[string]any{
-			"name": "bench", "domains": []any{"*"}, "routes": []any{route},
+			"name": "bench", "domains": []any{"*"}, "routes": []any{echo, route},
 		}}},
 		"http_filters": filters,
 	}
@@ -253,6 +294,10 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 	}
 	b := map[string]any{
 		"admin": map[string]any{"address": local(0)},
+		// As envoy-configs/ recommends: hand memory freed by the allocator
+		// (V8's compilation of a Wasm module leaves tens of MiB) back to
+		// the OS. The same for every variant.
+		"memory_allocator_manager": map[string]any{"bytes_to_release": "67108864", "memory_release_interval": "1s"},
 		"static_resources": map[string]any{
 			"listeners": []any{map[string]any{
 				"name": "bench", "address": local(0),
