@@ -156,6 +156,12 @@ type Set struct {
 	keys  []string
 	refs  []string // sorted attribute names
 	slots []string // attribute names by slot index
+	// refSlot[i] is the slot of refs[i].
+	refSlot []int
+	// condRefs are the sorted top-level names conditions read; byCond[id]
+	// is the condition with that id.
+	condRefs []string
+	byCond   []*Condition
 }
 
 // compiled is one experiment, ready to evaluate.
@@ -214,6 +220,7 @@ func Compile(cfg Config) (*Set, error) {
 	seen := map[string]int{}
 	conds := map[string]int{} // compacted condition JSON → condition id
 	slots := newSlots()
+	var condRefs []string
 	for i := range cfg.Experiments {
 		e := &cfg.Experiments[i]
 		p := "experiments[" + strconv.Itoa(i) + "]"
@@ -225,6 +232,8 @@ func Compile(cfg Config) (*Set, error) {
 			if !ok {
 				id = len(conds)
 				conds[key] = id
+				s.byCond = append(s.byCond, c.cond)
+				condRefs = append(condRefs, c.cond.refs...)
 			}
 			c.condID = id
 		}
@@ -243,6 +252,11 @@ func Compile(cfg Config) (*Set, error) {
 	s.conds = len(conds)
 	s.slots = slots.names
 	s.refs = slices.Sorted(slices.Values(slots.names))
+	for _, name := range s.refs {
+		s.refSlot = append(s.refSlot, slots.ids[name])
+	}
+	slices.Sort(condRefs)
+	s.condRefs = slices.Compact(condRefs)
 	return s, nil
 }
 
@@ -574,22 +588,28 @@ const (
 	condFalse
 )
 
-func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo []int8, u *unitHash) {
+func (c *compiled) eval(r *Assignment, in *input, memo []int8, u *unitHash) {
 	r.Key, r.HashAttribute = c.key, c.hashAttr
-	r.HashValue = hashValue(attr(attrs, slots, c.hashSlot, c.hashAttr))
+	r.HashValue = in.unit(c.hashSlot, c.hashAttr)
 	if len(c.values) > 0 {
 		r.Value = c.values[0]
 	}
 	if r.HashValue == "" && c.fallbackSlot >= 0 {
-		if v := hashValue(attr(attrs, slots, c.fallbackSlot, c.fallbackAttr)); v != "" {
+		if v := in.unit(c.fallbackSlot, c.fallbackAttr); v != "" {
 			r.HashAttribute, r.HashValue = c.fallbackAttr, v
 		}
 	}
 	if len(c.values) < 2 || !c.enabled || r.HashValue == "" {
 		return
 	}
+	// A condition already known to be false excludes the unit before any
+	// hashing: every check from here on only excludes, so their order does
+	// not change the result.
+	if c.cond != nil && c.condID < len(memo) && memo[c.condID] == condFalse {
+		return
+	}
 	if len(c.filters) > 0 {
-		if c.filteredOut(attrs, slots, u) {
+		if c.filteredOut(in, u) {
 			return
 		}
 	} else if c.hasNS {
@@ -597,7 +617,7 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo [
 			return
 		}
 	}
-	if c.cond != nil && !c.matches(attrs, slots, memo) {
+	if c.cond != nil && !c.matches(in, memo) {
 		return
 	}
 	n, ok := u.hash(c.seed, c.seedState, r.HashValue, c.hashVersion)
@@ -622,9 +642,9 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, memo [
 
 // matches evaluates c's condition, or reuses the result for another
 // experiment with the same condition in this Assign.
-func (c *compiled) matches(attrs map[string]any, slots []any, memo []int8) bool {
+func (c *compiled) matches(in *input, memo []int8) bool {
 	if c.condID >= len(memo) {
-		return c.cond.root.eval(attrs, slots)
+		return c.cond.root.eval(in.attrs, in.slots)
 	}
 	switch memo[c.condID] {
 	case condTrue:
@@ -632,7 +652,7 @@ func (c *compiled) matches(attrs map[string]any, slots []any, memo []int8) bool 
 	case condFalse:
 		return false
 	}
-	ok := c.cond.root.eval(attrs, slots)
+	ok := c.cond.root.eval(in.attrs, in.slots)
 	memo[c.condID] = condFalse
 	if ok {
 		memo[c.condID] = condTrue
@@ -640,18 +660,31 @@ func (c *compiled) matches(attrs map[string]any, slots []any, memo []int8) bool 
 	return ok
 }
 
-// attr is a top-level attribute: from slots when resolved, else from attrs.
-func attr(attrs map[string]any, slots []any, slot int, name string) any {
-	if slots != nil {
-		return slots[slot]
-	}
-	return attrs[name]
+// input is one evaluation's attributes: by slot from strs (string values,
+// "" for absent) or slots when resolved, else by name from attrs.
+// Conditions read attrs and slots only: with strs, every condition's
+// outcome must be known in advance (AssignStrings).
+type input struct {
+	attrs map[string]any
+	slots []any
+	strs  []string
 }
 
-func (c *compiled) filteredOut(attrs map[string]any, slots []any, u *unitHash) bool {
+// unit is hashValue of a top-level attribute.
+func (in *input) unit(slot int, name string) string {
+	switch {
+	case in.strs != nil:
+		return in.strs[slot]
+	case in.slots != nil:
+		return hashValue(in.slots[slot])
+	}
+	return hashValue(in.attrs[name])
+}
+
+func (c *compiled) filteredOut(in *input, u *unitHash) bool {
 	for i := range c.filters {
 		f := &c.filters[i]
-		v := hashValue(attr(attrs, slots, f.slot, f.attr))
+		v := in.unit(f.slot, f.attr)
 		if v == "" {
 			return true
 		}
@@ -713,13 +746,69 @@ func (s *Set) Assign(dst []Assignment, attrs Attributes) []Assignment {
 	}
 	var memoStack [128]int8
 	memo := memoStack[:min(s.conds, len(memoStack))] // more distinct conditions than that: the rest are not memoized
+	return s.assign(dst, &input{attrs: m, slots: slots}, memo)
+}
+
+func (s *Set) assign(dst []Assignment, in *input, memo []int8) []Assignment {
 	var u unitHash
 	for i := range s.exps {
 		c := &s.exps[i]
 		dst = append(dst, Assignment{})
-		c.eval(&dst[len(dst)-1], m, slots, memo, &u)
+		c.eval(&dst[len(dst)-1], in, memo, &u)
 	}
 	return dst
+}
+
+// Outcomes are the results of a set's distinct conditions for one
+// combination of the values of ConditionAttributes: the part of an
+// assignment that does not depend on the unit. A caller that sees few such
+// combinations (country, platform, app version, ...) computes them once per
+// combination with Outcomes and assigns each unit with AssignStrings, which
+// then only hashes.
+type Outcomes []int8
+
+// ConditionAttributes returns the sorted top-level attribute names the
+// set's conditions read: the only attributes Outcomes depend on.
+func (s *Set) ConditionAttributes() []string { return slices.Clone(s.condRefs) }
+
+// Outcomes evaluates every distinct condition of the set for attrs, reusing
+// dst's storage.
+func (s *Set) Outcomes(dst Outcomes, attrs Attributes) Outcomes {
+	m := map[string]any(attrs)
+	slots := make([]any, len(s.slots))
+	for i, name := range s.slots {
+		slots[i] = m[name]
+	}
+	dst = slices.Grow(dst[:0], len(s.byCond))
+	for _, c := range s.byCond {
+		o := condFalse
+		if c.root.eval(m, slots) {
+			o = condTrue
+		}
+		dst = append(dst, o)
+	}
+	return dst
+}
+
+// AssignStrings is Assign for attributes that are all strings: vals[i] is
+// the value of Referenced()[i], "" for absent. o must be the set's Outcomes
+// for the same values of ConditionAttributes (it panics when o is not the
+// set's). The result is Assign's for the map of the non-empty values; no
+// condition is evaluated, and nothing is allocated beyond growing dst.
+func (s *Set) AssignStrings(dst []Assignment, vals []string, o Outcomes) []Assignment {
+	if len(o) != len(s.byCond) || len(vals) != len(s.refs) {
+		panic("engine: AssignStrings: outcomes or values not of this set")
+	}
+	var stack [32]string
+	strs := stack[:0]
+	if len(s.slots) > len(stack) {
+		strs = make([]string, 0, len(s.slots))
+	}
+	strs = strs[:len(s.slots)]
+	for i, v := range vals {
+		strs[s.refSlot[i]] = v
+	}
+	return s.assign(dst, &input{strs: strs}, o)
 }
 
 // Referenced returns the attribute names the compiled set reads, sorted: hash

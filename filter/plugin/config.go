@@ -118,6 +118,9 @@ type Config struct {
 	urlPath []int
 	props   []int
 	consts  []int
+	// condAttrs are the indices of the attributes conditions read: the
+	// key of the condition-outcome cache.
+	condAttrs []int
 }
 
 // ParseConfig decodes and compiles a plugin configuration: FilterConfig's
@@ -198,6 +201,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	slices.SortFunc(c.byKey, func(a, b int) int { return strings.Compare(c.keys[a], c.keys[b]) })
 	c.plan(set.Referenced(), mapped)
+	refs := set.Referenced()
+	for _, name := range set.ConditionAttributes() {
+		c.condAttrs = append(c.condAttrs, slices.Index(refs, name))
+	}
 	return c, nil
 }
 

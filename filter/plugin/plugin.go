@@ -47,6 +47,7 @@ type Plugin struct {
 	// Per-request scratch space, reused across requests.
 	vals    []string
 	key     []byte
+	tkey    []byte
 	dict    []byte
 	enc     abi.PairsEncoder
 	strip   []string
@@ -66,8 +67,12 @@ type root struct {
 	cache *simplelru.LRU[uint64, *entry]
 	// cacheBytes is the estimated size of the cache's entries.
 	cacheBytes int
-	consts     []string // values of node.* attributes, by attribute index
-	stats      stats
+	// targeting holds the condition outcomes for each combination of the
+	// condition attributes' values seen (at most maxTargeting): a cache
+	// miss for a new unit then only hashes (engine.AssignStrings).
+	targeting map[string]engine.Outcomes
+	consts    []string // values of node.* attributes, by attribute index
+	stats     stats
 }
 
 // entry is one computed assignment, cached for one combination of
@@ -160,7 +165,7 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	}
 	r.flush(p.host) // counts of a previous configuration go to its own metrics
 	r.cfg = cfg
-	r.cache, r.cacheBytes = nil, 0
+	r.cache, r.cacheBytes, r.targeting = nil, 0, map[string]engine.Outcomes{}
 	if cfg.CacheSize > 0 {
 		c, err := simplelru.NewLRU(cfg.CacheSize, func(_ uint64, e *entry) { r.cacheBytes -= e.size() })
 		if err != nil {
@@ -371,7 +376,7 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 		}
 	}
 	r.stats.misses++
-	e := p.compute(r.cfg, vals)
+	e := p.compute(r, vals)
 	if r.cache != nil {
 		if old, ok := r.cache.Peek(h); ok { // a hash collision: replaced below
 			r.cacheBytes -= old.size()
@@ -385,15 +390,14 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 	return e
 }
 
+// maxTargeting bounds a root's condition-outcome cache; when it is full it
+// starts again empty (the outcomes are recomputed as needed).
+const maxTargeting = 1024
+
 // compute evaluates every experiment for one set of attribute values.
-func (p *Plugin) compute(cfg *Config, vals []string) *entry {
-	clear(p.attrs)
-	for i, v := range vals {
-		if v != "" {
-			p.attrs[cfg.attrs[i].name] = v
-		}
-	}
-	p.scratch = cfg.set.Assign(p.scratch[:0], p.attrs)
+func (p *Plugin) compute(r *root, vals []string) *entry {
+	cfg := r.cfg
+	p.scratch = cfg.set.AssignStrings(p.scratch[:0], vals, p.outcomes(r, vals))
 	n := 0
 	for _, a := range p.scratch {
 		if a.InExperiment {
@@ -413,6 +417,32 @@ func (p *Plugin) compute(cfg *Config, vals []string) *entry {
 	}
 	e.dict = string(p.dict)
 	return e
+}
+
+// outcomes returns the condition outcomes for vals, from the root's
+// targeting cache or computed and cached.
+func (p *Plugin) outcomes(r *root, vals []string) engine.Outcomes {
+	cfg := r.cfg
+	p.tkey = p.tkey[:0]
+	for _, i := range cfg.condAttrs {
+		p.tkey = binary.AppendUvarint(p.tkey, uint64(len(vals[i])))
+		p.tkey = append(p.tkey, vals[i]...)
+	}
+	if o, ok := r.targeting[string(p.tkey)]; ok {
+		return o
+	}
+	clear(p.attrs)
+	for _, i := range cfg.condAttrs {
+		if v := vals[i]; v != "" {
+			p.attrs[cfg.attrs[i].name] = v
+		}
+	}
+	o := cfg.set.Outcomes(nil, p.attrs)
+	if len(r.targeting) >= maxTargeting {
+		clear(r.targeting)
+	}
+	r.targeting[string(p.tkey)] = o
+	return o
 }
 
 // hashBytes is FNV-1a 64.

@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// randomSet builds a valid set of n experiments over the attributes id,
+// device, country, platform, version and plan: conditions of every common
+// shape (some on the hash attribute itself, some on attributes that are
+// never hashed), fallback attributes, namespaces, filters, coverage, forced
+// variations, inactive experiments and both hash versions.
+func randomSet(t *testing.T, r *rand.Rand, n int) *Set {
+	t.Helper()
+	conds := []string{
+		``,
+		`{"country":{"$in":["US","CA"]}}`,
+		`{"country":{"$in":["US","CA"]},"platform":"ios"}`,
+		`{"platform":{"$ne":"android"},"version":{"$vgte":"2.1.0"}}`,
+		`{"$or":[{"plan":"pro"},{"country":"DE"}]}`,
+		`{"id":{"$regex":"^u-1"}}`,
+		`{"device":{"$exists":true}}`,
+		`{"plan":{"$exists":false}}`,
+		`{"$not":{"country":"US"}}`,
+		`{"version":{"$vlt":"2.3.0"},"plan":{"$nin":["free"]}}`,
+	}
+	var exps []Experiment
+	for i := range n {
+		e := Experiment{Key: "exp-" + strconv.Itoa(i), Status: StatusRunning}
+		nv := 2 + r.IntN(3)
+		for v := range nv {
+			e.Variations = append(e.Variations, json.RawMessage(strconv.Quote("v"+strconv.Itoa(v))))
+		}
+		if c := conds[r.IntN(len(conds))]; c != "" {
+			e.Condition = json.RawMessage(c)
+		}
+		if r.IntN(3) == 0 {
+			cov := float64(r.IntN(11)) / 10
+			e.Coverage = &cov
+		}
+		e.HashVersion = 1 + r.IntN(2)
+		switch r.IntN(4) {
+		case 0:
+			e.HashAttribute = "device"
+		case 1:
+			e.HashAttribute, e.FallbackAttribute = "device", "id"
+		}
+		switch r.IntN(6) {
+		case 0:
+			e.Namespace = json.RawMessage(`["ns",0,0.5]`)
+		case 1:
+			e.Filters = json.RawMessage(`[{"seed":"f","ranges":[[0,0.6]],"attribute":"id"}]`)
+		case 2:
+			f := r.IntN(nv)
+			e.Force = &f
+		case 3:
+			off := false
+			e.Active = &off
+		}
+		exps = append(exps, e)
+	}
+	s, err := Compile(Config{Experiments: exps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestAssignStringsEqualsAssign: for string attributes, assigning in two
+// steps (Outcomes for the condition attributes, then AssignStrings) gives
+// exactly Assign's result, whatever the experiments and values.
+func TestAssignStringsEqualsAssign(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := map[string][]string{
+		"id":       {"", "u-1", "u-17", "u-2", "ünï", "user-42"},
+		"device":   {"", "d-1", "d-9"},
+		"country":  {"", "US", "CA", "DE"},
+		"platform": {"", "ios", "android"},
+		"version":  {"", "2.0.0", "2.1.0", "2.3.1"},
+		"plan":     {"", "free", "pro"},
+	}
+	for trial := range 200 {
+		s := randomSet(t, r, 1+r.IntN(40))
+		refs := s.Referenced()
+		for range 30 {
+			vals := make([]string, len(refs))
+			attrs := Attributes{}
+			for i, name := range refs {
+				vals[i] = pick[name][r.IntN(len(pick[name]))]
+				if vals[i] != "" {
+					attrs[name] = vals[i]
+				}
+			}
+			// Outcomes see only the condition attributes.
+			condAttrs := Attributes{}
+			for _, name := range s.ConditionAttributes() {
+				if v, ok := attrs[name]; ok {
+					condAttrs[name] = v
+				}
+			}
+			want := s.Assign(nil, attrs)
+			got := s.AssignStrings(nil, vals, s.Outcomes(nil, condAttrs))
+			if !reflect.DeepEqual(got, want) {
+				for i := range want {
+					if got[i] != want[i] {
+						t.Fatalf("trial %d, attrs %v, %s:\nAssignStrings %+v\nAssign        %+v\ndefinition %+v",
+							trial, attrs, want[i].Key, got[i], want[i], s.Experiment(i))
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestConditionAttributes(t *testing.T) {
+	s, err := Compile(Config{Experiments: []Experiment{
+		{Key: "a", Status: StatusRunning, Variations: []json.RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+			HashAttribute: "device", Condition: json.RawMessage(`{"country":"US","app.version":{"$exists":true}}`)},
+		{Key: "b", Status: StatusRunning, Variations: []json.RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+			Condition: json.RawMessage(`{"$or":[{"plan":"pro"},{"country":"DE"}]}`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.ConditionAttributes(), []string{"app", "country", "plan"}; !slices.Equal(got, want) {
+		t.Errorf("ConditionAttributes() = %q, want %q", got, want)
+	}
+	if got, want := s.Referenced(), []string{"app", "country", "device", "id", "plan"}; !slices.Equal(got, want) {
+		t.Errorf("Referenced() = %q, want %q", got, want)
+	}
+}
+
+func TestAssignStringsRejectsForeignOutcomes(t *testing.T) {
+	s := randomSet(t, rand.New(rand.NewPCG(3, 4)), 10)
+	defer func() {
+		if recover() == nil {
+			t.Error("AssignStrings with outcomes of another length did not panic")
+		}
+	}()
+	s.AssignStrings(nil, make([]string, len(s.Referenced())), Outcomes{condTrue})
+}
