@@ -294,7 +294,7 @@ func confRun(t *testing.T, c []json.RawMessage) {
 		t.Logf("Compile would reject: %v", err)
 	}
 	var r Assignment
-	comp.eval(&r, &input{attrs: attrs}, nil, &unitHash{})
+	comp.eval(&r, attrs, nil, nil, nil, &unitHash{})
 	var gotValue any
 	if r.VariationID < len(e.Variations) {
 		gotValue = decode[any](t, e.Variations[r.VariationID])

@@ -588,63 +588,78 @@ const (
 	condFalse
 )
 
-func (c *compiled) eval(r *Assignment, in *input, memo []int8, u *unitHash) {
-	r.Key, r.HashAttribute = c.key, c.hashAttr
-	r.HashValue = in.unit(c.hashSlot, c.hashAttr)
+func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, strs []string, memo []int8, u *unitHash) {
+	r.Key = c.key
+	r.HashAttribute, r.HashValue = c.hashInput(attrs, slots, strs)
+	r.VariationID, r.InExperiment, r.HashUsed = c.decide(r.HashValue, attrs, slots, strs, memo, u)
 	if len(c.values) > 0 {
-		r.Value = c.values[0]
+		r.Value = c.values[r.VariationID]
 	}
-	if r.HashValue == "" && c.fallbackSlot >= 0 {
-		if v := in.unit(c.fallbackSlot, c.fallbackAttr); v != "" {
-			r.HashAttribute, r.HashValue = c.fallbackAttr, v
+}
+
+// hashInput returns the attribute hashed for the unit and its value: the
+// hash attribute, or the fallback attribute when the first is missing.
+func (c *compiled) hashInput(attrs map[string]any, slots []any, strs []string) (attr, value string) {
+	attr, value = c.hashAttr, unit(attrs, slots, strs, c.hashSlot, c.hashAttr)
+	if value == "" && c.fallbackSlot >= 0 {
+		if v := unit(attrs, slots, strs, c.fallbackSlot, c.fallbackAttr); v != "" {
+			attr, value = c.fallbackAttr, v
 		}
 	}
-	if len(c.values) < 2 || !c.enabled || r.HashValue == "" {
-		return
+	return attr, value
+}
+
+// decide places the unit whose hash input is hv: the variation index and
+// whether it is in the experiment and by the hash. It returns scalars only,
+// so AssignStrings writes nothing with pointers (which, while the
+// collector marks, would each pay a write barrier).
+func (c *compiled) decide(hv string, attrs map[string]any, slots []any, strs []string, memo []int8, u *unitHash) (variation int, in, hashUsed bool) {
+	if len(c.values) < 2 || !c.enabled || hv == "" {
+		return 0, false, false
 	}
 	// A condition already known to be false excludes the unit before any
 	// hashing: every check from here on only excludes, so their order does
 	// not change the result.
 	if c.cond != nil && c.condID < len(memo) && memo[c.condID] == condFalse {
-		return
+		return 0, false, false
 	}
 	if len(c.filters) > 0 {
-		if c.filteredOut(in, u) {
-			return
+		if c.filteredOut(attrs, slots, strs, u) {
+			return 0, false, false
 		}
 	} else if c.hasNS {
-		if n := nsHash(r.HashValue, c.nsID); !(n >= c.nsStart && n < c.nsEnd) {
-			return
+		if n := nsHash(hv, c.nsID); !(n >= c.nsStart && n < c.nsEnd) {
+			return 0, false, false
 		}
 	}
-	if c.cond != nil && !c.matches(in, memo) {
-		return
+	if c.cond != nil && !c.matches(attrs, slots, memo) {
+		return 0, false, false
 	}
-	n, ok := u.hash(c.seed, c.seedState, r.HashValue, c.hashVersion)
+	n, ok := u.hash(c.seed, c.seedState, hv, c.hashVersion)
 	if !ok {
-		return
+		return 0, false, false
 	}
 	idx := ChooseVariation(n, c.ranges)
 	if idx < 0 {
-		return
+		return 0, false, false
 	}
 	if c.hasForce {
 		if c.force >= 0 && c.force < len(c.values) {
-			r.VariationID, r.Value, r.InExperiment = c.force, c.values[c.force], true
+			return c.force, true, false
 		}
-		return
+		return 0, false, false
 	}
-	r.HashUsed = true
 	if idx < len(c.values) {
-		r.VariationID, r.Value, r.InExperiment = idx, c.values[idx], true
+		return idx, true, true
 	}
+	return 0, false, true
 }
 
 // matches evaluates c's condition, or reuses the result for another
 // experiment with the same condition in this Assign.
-func (c *compiled) matches(in *input, memo []int8) bool {
+func (c *compiled) matches(attrs map[string]any, slots []any, memo []int8) bool {
 	if c.condID >= len(memo) {
-		return c.cond.root.eval(in.attrs, in.slots)
+		return c.cond.root.eval(attrs, slots)
 	}
 	switch memo[c.condID] {
 	case condTrue:
@@ -652,7 +667,7 @@ func (c *compiled) matches(in *input, memo []int8) bool {
 	case condFalse:
 		return false
 	}
-	ok := c.cond.root.eval(in.attrs, in.slots)
+	ok := c.cond.root.eval(attrs, slots)
 	memo[c.condID] = condFalse
 	if ok {
 		memo[c.condID] = condTrue
@@ -663,28 +678,25 @@ func (c *compiled) matches(in *input, memo []int8) bool {
 // input is one evaluation's attributes: by slot from strs (string values,
 // "" for absent) or slots when resolved, else by name from attrs.
 // Conditions read attrs and slots only: with strs, every condition's
-// outcome must be known in advance (AssignStrings).
-type input struct {
-	attrs map[string]any
-	slots []any
-	strs  []string
-}
+// outcome must be known in advance (AssignStrings). The three are separate
+// parameters, never one struct, so that escape analysis keeps the callers'
+// stack arrays on the stack.
 
 // unit is hashValue of a top-level attribute.
-func (in *input) unit(slot int, name string) string {
+func unit(attrs map[string]any, slots []any, strs []string, slot int, name string) string {
 	switch {
-	case in.strs != nil:
-		return in.strs[slot]
-	case in.slots != nil:
-		return hashValue(in.slots[slot])
+	case strs != nil:
+		return strs[slot]
+	case slots != nil:
+		return hashValue(slots[slot])
 	}
-	return hashValue(in.attrs[name])
+	return hashValue(attrs[name])
 }
 
-func (c *compiled) filteredOut(in *input, u *unitHash) bool {
+func (c *compiled) filteredOut(attrs map[string]any, slots []any, strs []string, u *unitHash) bool {
 	for i := range c.filters {
 		f := &c.filters[i]
-		v := in.unit(f.slot, f.attr)
+		v := unit(attrs, slots, strs, f.slot, f.attr)
 		if v == "" {
 			return true
 		}
@@ -746,15 +758,11 @@ func (s *Set) Assign(dst []Assignment, attrs Attributes) []Assignment {
 	}
 	var memoStack [128]int8
 	memo := memoStack[:min(s.conds, len(memoStack))] // more distinct conditions than that: the rest are not memoized
-	return s.assign(dst, &input{attrs: m, slots: slots}, memo)
-}
-
-func (s *Set) assign(dst []Assignment, in *input, memo []int8) []Assignment {
 	var u unitHash
 	for i := range s.exps {
 		c := &s.exps[i]
 		dst = append(dst, Assignment{})
-		c.eval(&dst[len(dst)-1], in, memo, &u)
+		c.eval(&dst[len(dst)-1], m, slots, nil, memo, &u)
 	}
 	return dst
 }
@@ -790,12 +798,15 @@ func (s *Set) Outcomes(dst Outcomes, attrs Attributes) Outcomes {
 	return dst
 }
 
-// AssignStrings is Assign for attributes that are all strings: vals[i] is
-// the value of Referenced()[i], "" for absent. o must be the set's Outcomes
-// for the same values of ConditionAttributes (it panics when o is not the
-// set's). The result is Assign's for the map of the non-empty values; no
-// condition is evaluated, and nothing is allocated beyond growing dst.
-func (s *Set) AssignStrings(dst []Assignment, vals []string, o Outcomes) []Assignment {
+// AssignStrings is Assign for attributes that are all strings, reduced to
+// what a proxy needs: it appends, per experiment in definition order, the
+// variation index the unit is in, or -1 when it is not in the experiment.
+// vals[i] is the value of Referenced()[i], "" for absent; o must be the
+// set's Outcomes for the same values of ConditionAttributes (it panics when
+// o is not the set's). The result is Assign's for the map of the non-empty
+// values; no condition is evaluated, nothing is allocated beyond growing
+// dst, and nothing with pointers is written.
+func (s *Set) AssignStrings(dst []int32, vals []string, o Outcomes) []int32 {
 	if len(o) != len(s.byCond) || len(vals) != len(s.refs) {
 		panic("engine: AssignStrings: outcomes or values not of this set")
 	}
@@ -808,7 +819,17 @@ func (s *Set) AssignStrings(dst []Assignment, vals []string, o Outcomes) []Assig
 	for i, v := range vals {
 		strs[s.refSlot[i]] = v
 	}
-	return s.assign(dst, &input{strs: strs}, o)
+	var u unitHash
+	for i := range s.exps {
+		v := int32(-1)
+		c := &s.exps[i]
+		_, hv := c.hashInput(nil, nil, strs)
+		if variation, in, _ := c.decide(hv, nil, nil, strs, o, &u); in {
+			v = int32(variation)
+		}
+		dst = append(dst, v)
+	}
+	return dst
 }
 
 // Referenced returns the attribute names the compiled set reads, sorted: hash

@@ -25,6 +25,10 @@ const (
 	ExposureProperty = "allot"
 )
 
+// maxIndex bounds the experiments of one configuration and the variations
+// of one experiment (cache entries store their indices in 16 bits).
+const maxIndex = 0xffff
+
 // rawConfig is allot.filter.v1.FilterConfig in its proto3 JSON form. Field
 // names follow the proto's JSON names; the control plane's contract test
 // keeps the two in step. mapConfig (decode.go) fills it without
@@ -185,6 +189,15 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.CacheMaxBytes = raw.CacheMaxBytes
 	}
 	n := set.Len()
+	// A cache entry stores experiment and variation indices in 16 bits.
+	if n > maxIndex {
+		return nil, errors.New("experiments: " + strconv.Itoa(n) + " for one proxy, at most " + strconv.Itoa(maxIndex))
+	}
+	for i := range n {
+		if v := len(set.Variations(i)); v > maxIndex {
+			return nil, errors.New("experiments[" + strconv.Itoa(i) + "].variations: " + strconv.Itoa(v) + ", at most " + strconv.Itoa(maxIndex))
+		}
+	}
 	c.headerNames, c.values, c.dictValues = make([]string, n), make([][]string, n), make([][]string, n)
 	c.keys = set.Keys()
 	for i, key := range c.keys {

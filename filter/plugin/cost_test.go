@@ -60,25 +60,18 @@ func TestRejectsUnknownAssignmentHeadersMode(t *testing.T) {
 }
 
 // TestCacheByteBound: the cache holds entries up to cacheMaxBytes, evicts
-// the least recently used beyond it, and its byte count stays exact.
+// beyond it (the oldest first), and its byte count stays exact.
 func TestCacheByteBound(t *testing.T) {
 	h, p, root := start(t, fmt.Sprintf(fiveArms, `"cacheMaxBytes":4000,`))
 	r := p.roots[root]
 	for i := range 200 {
 		h.Request(p, root, [][2]string{{"x-user-id", "user-" + strconv.Itoa(i)}})
-		sum := 0
-		for _, k := range r.cache.Keys() {
-			e, _ := r.cache.Peek(k)
-			sum += e.size()
-		}
-		if sum != r.cacheBytes {
-			t.Fatalf("after %d requests: cacheBytes %d, entries sum to %d", i+1, r.cacheBytes, sum)
-		}
-		if r.cacheBytes > 4000 {
-			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cacheBytes)
+		checkCache(t, r.cache)
+		if r.cache.bytes > 4000 {
+			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cache.bytes)
 		}
 	}
-	n := r.cache.Len()
+	n := r.cache.n
 	if n < 5 || n >= 200 {
 		t.Fatalf("%d entries cached under a 4000-byte bound", n)
 	}

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/engine"
 )
@@ -49,10 +47,11 @@ type Plugin struct {
 	key     []byte
 	tkey    []byte
 	dict    []byte
+	data    []byte
 	enc     abi.PairsEncoder
 	strip   []string
 	attrs   engine.Attributes
-	scratch []engine.Assignment
+	scratch []int32 // variation per experiment, -1: not in
 }
 
 // streamSlot is one entry of Plugin.slots; id 0 is free.
@@ -64,9 +63,7 @@ type streamSlot struct {
 // root is one plugin instance: its configuration, cache and counters.
 type root struct {
 	cfg   *Config
-	cache *simplelru.LRU[uint64, *entry]
-	// cacheBytes is the estimated size of the cache's entries.
-	cacheBytes int
+	cache *cache
 	// targeting holds the condition outcomes for each combination of the
 	// condition attributes' values seen (at most maxTargeting): a cache
 	// miss for a new unit then only hashes (engine.AssignStrings).
@@ -74,26 +71,6 @@ type root struct {
 	consts    []string // values of node.* attributes, by attribute index
 	stats     stats
 }
-
-// entry is one computed assignment, cached for one combination of
-// attribute values. Header names and values are the configuration's, so an
-// entry holds indices and the one string every request sends, the
-// dictionary.
-type entry struct {
-	key string // the attribute values, each prefixed by its length
-	// assigned lists the experiments the unit is in, in key (dictionary)
-	// order, each as experiment index << 16 | variation index.
-	assigned []uint32
-	// dict is the dictionary header's value (empty when assigned is).
-	dict string
-}
-
-// entryOverhead estimates an entry's fixed cost: the struct, its cache
-// list element and map slot.
-const entryOverhead = 160
-
-// size is the entry's estimated memory, for the cache's byte bound.
-func (e *entry) size() int { return entryOverhead + len(e.key) + 4*cap(e.assigned) + len(e.dict) }
 
 var _ abi.Handler = (*Plugin)(nil)
 
@@ -165,14 +142,9 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	}
 	r.flush(p.host) // counts of a previous configuration go to its own metrics
 	r.cfg = cfg
-	r.cache, r.cacheBytes, r.targeting = nil, 0, map[string]engine.Outcomes{}
+	r.cache, r.targeting = nil, map[string]engine.Outcomes{}
 	if cfg.CacheSize > 0 {
-		c, err := simplelru.NewLRU(cfg.CacheSize, func(_ uint64, e *entry) { r.cacheBytes -= e.size() })
-		if err != nil {
-			p.host.Log(abi.LogCritical, "allot: configuration rejected: cacheSize: "+err.Error())
-			return false
-		}
-		r.cache = c
+		r.cache = newCache(cfg.CacheSize, cfg.CacheMaxBytes)
 	}
 	r.consts = make([]string, len(cfg.attrs))
 	for _, i := range cfg.consts {
@@ -249,11 +221,12 @@ func (p *Plugin) assign(r *root) error {
 	}
 
 	e := p.lookup(r, vals)
+	dict := e.dict()
 	changes := 0
 	if cfg.PerExperimentHeaders {
-		changes = len(e.assigned)
+		changes = e.assignments()
 	}
-	if len(e.dict) > 0 {
+	if len(dict) > 0 {
 		changes++
 	}
 	if cfg.Version != "" {
@@ -267,15 +240,15 @@ func (p *Plugin) assign(r *root) error {
 				p.enc.Add(kv[0], kv[1])
 			}
 		}
-		for _, a := range e.assigned {
+		for j := range e.assignments() {
 			if !cfg.PerExperimentHeaders {
 				break
 			}
-			i, v := a>>16, a&0xffff
+			i, v := e.at(j)
 			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
 		}
-		if len(e.dict) > 0 {
-			p.enc.Add(cfg.DictionaryHeader, e.dict)
+		if len(dict) > 0 {
+			p.enc.Add(cfg.DictionaryHeader, dict)
 		}
 		if cfg.Version != "" {
 			p.enc.Add(cfg.VersionHeader, cfg.Version)
@@ -290,25 +263,26 @@ func (p *Plugin) assign(r *root) error {
 		add := func(name, value string) error {
 			err := p.host.AddHeaderMapValue(abi.RequestHeaders, name, value)
 			if err != nil { // take back whatever was added
-				for _, a := range e.assigned {
-					p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[a>>16])
+				for j := range e.assignments() {
+					i, _ := e.at(j)
+					p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i])
 				}
 				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader)
 				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader)
 			}
 			return err
 		}
-		for _, a := range e.assigned {
+		for j := range e.assignments() {
 			if !cfg.PerExperimentHeaders {
 				break
 			}
-			i, v := a>>16, a&0xffff
+			i, v := e.at(j)
 			if err := add(cfg.headerNames[i], cfg.values[i][v]); err != nil {
 				return err
 			}
 		}
-		if len(e.dict) > 0 {
-			if err := add(cfg.DictionaryHeader, e.dict); err != nil {
+		if len(dict) > 0 {
+			if err := add(cfg.DictionaryHeader, dict); err != nil {
 				return err
 			}
 		}
@@ -318,16 +292,17 @@ func (p *Plugin) assign(r *root) error {
 			}
 		}
 	}
-	if len(e.dict) > 0 && cfg.ExposureState {
+	if len(dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
 		// the request its assignment.
-		if err := p.host.SetProperty(ExposureProperty, abi.Bytes(e.dict)); err != nil {
+		if err := p.host.SetProperty(ExposureProperty, abi.Bytes(dict)); err != nil {
 			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
 	r.stats.evaluated++
-	for _, a := range e.assigned {
-		r.stats.variations[a>>16][a&0xffff]++
+	for j := range e.assignments() {
+		i, v := e.at(j)
+		r.stats.variations[i][v]++
 	}
 	return nil
 }
@@ -361,7 +336,7 @@ func (p *Plugin) values(n int) []string {
 // caching it on a miss. The cache is keyed by a hash of the values; the
 // entry keeps the values themselves, so a hash collision is a miss, never a
 // wrong answer.
-func (p *Plugin) lookup(r *root, vals []string) *entry {
+func (p *Plugin) lookup(r *root, vals []string) entry {
 	p.key = p.key[:0]
 	for _, v := range vals {
 		p.key = binary.AppendUvarint(p.key, uint64(len(v)))
@@ -370,7 +345,7 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 	var h uint64
 	if r.cache != nil {
 		h = hashBytes(p.key)
-		if e, ok := r.cache.Get(h); ok && e.key == string(p.key) {
+		if e, ok := r.cache.get(h, p.key); ok {
 			r.stats.hits++
 			return e
 		}
@@ -378,14 +353,7 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 	r.stats.misses++
 	e := p.compute(r, vals)
 	if r.cache != nil {
-		if old, ok := r.cache.Peek(h); ok { // a hash collision: replaced below
-			r.cacheBytes -= old.size()
-		}
-		r.cache.Add(h, e)
-		r.cacheBytes += e.size()
-		for max := r.cfg.CacheMaxBytes; max > 0 && r.cacheBytes > max && r.cache.Len() > 1; {
-			r.cache.RemoveOldest()
-		}
+		r.cache.add(h, e)
 	}
 	return e
 }
@@ -394,29 +362,25 @@ func (p *Plugin) lookup(r *root, vals []string) *entry {
 // starts again empty (the outcomes are recomputed as needed).
 const maxTargeting = 1024
 
-// compute evaluates every experiment for one set of attribute values.
-func (p *Plugin) compute(r *root, vals []string) *entry {
+// compute evaluates every experiment for one set of attribute values and
+// lays the result out as an entry: one allocation.
+func (p *Plugin) compute(r *root, vals []string) entry {
 	cfg := r.cfg
 	p.scratch = cfg.set.AssignStrings(p.scratch[:0], vals, p.outcomes(r, vals))
+	p.data, p.dict = p.data[:0], p.dict[:0]
 	n := 0
-	for _, a := range p.scratch {
-		if a.InExperiment {
+	for _, i := range cfg.byKey {
+		if v := p.scratch[i]; v >= 0 {
+			if n > 0 {
+				p.dict = append(p.dict, ", "...)
+			}
+			p.dict = append(p.dict, cfg.dictValues[i][v]...)
+			p.data = append(p.data, byte(v), byte(v>>8), byte(i), byte(i>>8))
 			n++
 		}
 	}
-	e := &entry{key: string(p.key), assigned: make([]uint32, 0, n)}
-	p.dict = p.dict[:0]
-	for _, i := range cfg.byKey {
-		if a := p.scratch[i]; a.InExperiment {
-			if len(e.assigned) > 0 {
-				p.dict = append(p.dict, ", "...)
-			}
-			p.dict = append(p.dict, cfg.dictValues[i][a.VariationID]...)
-			e.assigned = append(e.assigned, uint32(i)<<16|uint32(a.VariationID))
-		}
-	}
-	e.dict = string(p.dict)
-	return e
+	p.data = append(append(p.data, p.key...), p.dict...)
+	return entry{data: string(p.data), n: n, keyLen: len(p.key)}
 }
 
 // outcomes returns the condition outcomes for vals, from the root's
