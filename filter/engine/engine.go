@@ -152,7 +152,6 @@ type Set struct {
 	// sharing a condition share its id, and Assign evaluates it at most once.
 	conds int
 	exps  []compiled
-	defs  []Experiment
 	keys  []string
 	refs  []string // sorted attribute names
 	slots []string // attribute names by slot index
@@ -214,7 +213,6 @@ func Compile(cfg Config) (*Set, error) {
 	groups, errs := compileGroups(cfg.SavedGroups)
 	s := &Set{
 		exps: make([]compiled, 0, len(cfg.Experiments)),
-		defs: make([]Experiment, 0, len(cfg.Experiments)),
 		keys: make([]string, 0, len(cfg.Experiments)),
 	}
 	seen := map[string]int{}
@@ -243,7 +241,6 @@ func Compile(cfg Config) (*Set, error) {
 			seen[e.Key] = i
 		}
 		s.exps = append(s.exps, c)
-		s.defs = append(s.defs, cloneExperiment(e))
 		s.keys = append(s.keys, e.Key)
 	}
 	if len(errs) > 0 {
@@ -734,9 +731,6 @@ func (s *Set) Len() int { return len(s.exps) }
 // Keys returns the experiment keys in definition order.
 func (s *Set) Keys() []string { return slices.Clone(s.keys) }
 
-// Experiment returns a copy of the i-th definition as given to Compile.
-func (s *Set) Experiment(i int) Experiment { return cloneExperiment(&s.defs[i]) }
-
 // Variations returns the rendered variation values (header values) of the
 // i-th experiment.
 func (s *Set) Variations(i int) []string { return slices.Clone(s.exps[i].values) }
@@ -837,37 +831,3 @@ func (s *Set) AssignStrings(dst []int32, vals []string, o Outcomes) []int32 {
 // attribute path a condition reads ("a" for "a.b"). A cache of assignments
 // may be keyed by their values alone.
 func (s *Set) Referenced() []string { return slices.Clone(s.refs) }
-
-func cloneExperiment(e *Experiment) Experiment {
-	c := *e
-	if e.Variations != nil {
-		c.Variations = make([]json.RawMessage, len(e.Variations))
-		for i, v := range e.Variations {
-			c.Variations[i] = slices.Clone(v)
-		}
-	}
-	c.Weights = slices.Clone(e.Weights)
-	c.Namespace = slices.Clone(e.Namespace)
-	c.Condition = slices.Clone(e.Condition)
-	c.Filters = slices.Clone(e.Filters)
-	if e.Ranges != nil {
-		c.Ranges = make([][]float64, len(e.Ranges))
-		for i, r := range e.Ranges {
-			c.Ranges[i] = slices.Clone(r)
-		}
-	}
-	c.Services = slices.Clone(e.Services)
-	if e.Coverage != nil {
-		v := *e.Coverage
-		c.Coverage = &v
-	}
-	if e.Force != nil {
-		v := *e.Force
-		c.Force = &v
-	}
-	if e.Active != nil {
-		v := *e.Active
-		c.Active = &v
-	}
-	return c
-}

@@ -250,8 +250,8 @@ func TestCompileAccepts(t *testing.T) {
 	if got, want := s.Referenced(), []string{"app", "country", "deviceId", "id", "org", "tags"}; !slices.Equal(got, want) {
 		t.Errorf("Referenced() = %v, want %v", got, want)
 	}
-	if s.Experiment(0).Key != "checkout.v2" || s.Len() != 3 {
-		t.Errorf("Experiment(0) / Len wrong")
+	if s.Keys()[0] != "checkout.v2" || s.Len() != 3 {
+		t.Errorf("Keys()[0] = %q, Len() = %d; want checkout.v2, 3", s.Keys()[0], s.Len())
 	}
 }
 

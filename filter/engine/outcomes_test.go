@@ -110,8 +110,8 @@ func TestAssignStringsEqualsAssign(t *testing.T) {
 					v = int32(a.VariationID)
 				}
 				if got[i] != v {
-					t.Fatalf("trial %d, attrs %v, %s: AssignStrings %d, Assign %+v\ndefinition %+v",
-						trial, attrs, a.Key, got[i], a, s.Experiment(i))
+					t.Fatalf("trial %d, attrs %v, %s: AssignStrings %d, Assign %+v",
+						trial, attrs, a.Key, got[i], a)
 				}
 			}
 		}
