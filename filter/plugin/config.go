@@ -352,7 +352,9 @@ func (c *Config) isAssignmentHeader(name string) bool {
 	if b := lowerByte(name[0]); b != c.HeaderPrefix[0] && b != c.DictionaryHeader[0] && b != c.VersionHeader[0] {
 		return false
 	}
-	return hasPrefixFold(name, c.HeaderPrefix) || strings.EqualFold(name, c.DictionaryHeader) || strings.EqualFold(name, c.VersionHeader)
+	return hasPrefixFold(name, c.HeaderPrefix) ||
+		len(name) == len(c.DictionaryHeader) && strings.EqualFold(name, c.DictionaryHeader) ||
+		len(name) == len(c.VersionHeader) && strings.EqualFold(name, c.VersionHeader)
 }
 
 // lowerByte lowercases an ASCII letter and leaves any other byte alone.

@@ -4,6 +4,8 @@ import "strings"
 
 // cookieValues sets vals for every mapped cookie found in one Cookie header
 // value ("a=1; b=2"). The first occurrence of a name wins.
+//
+//go:noinline
 func (c *Config) cookieValues(header string, vals []string) {
 	for header != "" {
 		var pair string
@@ -31,6 +33,8 @@ func (c *Config) cookieValues(header string, vals []string) {
 // pathValues sets vals for the URL path and every mapped query parameter of
 // a :path value. Parameter names and values are percent-decoded; the first
 // occurrence of a name wins.
+//
+//go:noinline
 func (c *Config) pathValues(path string, vals []string) {
 	path, _, _ = strings.Cut(path, "#")
 	p, query, _ := strings.Cut(path, "?")

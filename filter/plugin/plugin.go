@@ -211,13 +211,8 @@ func (p *Plugin) assign(r *root) error {
 			cfg.pathValues(kv[1], vals)
 		}
 	}
-	for _, i := range cfg.props {
-		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
-			vals[i] = string(v)
-		}
-	}
-	for _, i := range cfg.consts {
-		vals[i] = r.consts[i]
+	if len(cfg.props) > 0 || len(cfg.consts) > 0 {
+		p.otherAttrs(r, vals)
 	}
 
 	e := p.lookup(r, vals)
@@ -232,65 +227,12 @@ func (p *Plugin) assign(r *root) error {
 	if cfg.Version != "" {
 		changes++
 	}
-	switch {
-	case forged || changes > maxSingleWrites:
-		p.enc.Reset()
-		for _, kv := range pairs {
-			if !cfg.isAssignmentHeader(kv[0]) {
-				p.enc.Add(kv[0], kv[1])
-			}
-		}
-		for j := range e.assignments() {
-			if !cfg.PerExperimentHeaders {
-				break
-			}
-			i, v := e.at(j)
-			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
-		}
-		if len(dict) > 0 {
-			p.enc.Add(cfg.DictionaryHeader, dict)
-		}
-		if cfg.Version != "" {
-			p.enc.Add(cfg.VersionHeader, cfg.Version)
-		}
-		if err := p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes()); err != nil {
-			p.removeForged(cfg, pairs)
+	if forged || changes > maxSingleWrites {
+		if err := p.rewrite(cfg, pairs, e, dict); err != nil {
 			return err
 		}
-	default:
-		// A few headers: one proxy_add_header_map_value each is cheaper
-		// than Envoy rebuilding the whole map.
-		add := func(name, value string) error {
-			err := p.host.AddHeaderMapValue(abi.RequestHeaders, name, value)
-			if err != nil { // take back whatever was added
-				for j := range e.assignments() {
-					i, _ := e.at(j)
-					p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i])
-				}
-				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader)
-				p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader)
-			}
-			return err
-		}
-		for j := range e.assignments() {
-			if !cfg.PerExperimentHeaders {
-				break
-			}
-			i, v := e.at(j)
-			if err := add(cfg.headerNames[i], cfg.values[i][v]); err != nil {
-				return err
-			}
-		}
-		if len(dict) > 0 {
-			if err := add(cfg.DictionaryHeader, dict); err != nil {
-				return err
-			}
-		}
-		if cfg.Version != "" {
-			if err := add(cfg.VersionHeader, cfg.Version); err != nil {
-				return err
-			}
-		}
+	} else if err := p.addAll(cfg, e, dict); err != nil {
+		return err
 	}
 	if len(dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
@@ -305,6 +247,95 @@ func (p *Plugin) assign(r *root) error {
 		r.stats.variations[i][v]++
 	}
 	return nil
+}
+
+// otherAttrs fills the attributes that do not come from request headers:
+// properties (one host call each) and node attributes (read once per
+// configuration). Kept out of assign, so the common request path stays
+// small: its compiled code is fetched afresh on every request.
+//
+//go:noinline
+func (p *Plugin) otherAttrs(r *root, vals []string) {
+	cfg := r.cfg
+	for _, i := range cfg.props {
+		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
+			vals[i] = string(v)
+		}
+	}
+	for _, i := range cfg.consts {
+		vals[i] = r.consts[i]
+	}
+}
+
+// rewrite replaces the request's headers in one host call: forged
+// assignment headers dropped, every assignment header, the dictionary and
+// the version added.
+//
+//go:noinline
+func (p *Plugin) rewrite(cfg *Config, pairs [][2]string, e entry, dict string) error {
+	p.enc.Reset()
+	for _, kv := range pairs {
+		if !cfg.isAssignmentHeader(kv[0]) {
+			p.enc.Add(kv[0], kv[1])
+		}
+	}
+	if cfg.PerExperimentHeaders {
+		for j := range e.assignments() {
+			i, v := e.at(j)
+			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
+		}
+	}
+	if len(dict) > 0 {
+		p.enc.Add(cfg.DictionaryHeader, dict)
+	}
+	if cfg.Version != "" {
+		p.enc.Add(cfg.VersionHeader, cfg.Version)
+	}
+	if err := p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes()); err != nil {
+		p.removeForged(cfg, pairs)
+		return err
+	}
+	return nil
+}
+
+// addAll adds a few headers, one proxy_add_header_map_value each: cheaper
+// than Envoy rebuilding the whole map. On a host error it takes back
+// whatever it added.
+func (p *Plugin) addAll(cfg *Config, e entry, dict string) error {
+	if cfg.PerExperimentHeaders {
+		for j := range e.assignments() {
+			i, v := e.at(j)
+			if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i], cfg.values[i][v]); err != nil {
+				p.takeBack(cfg, e)
+				return err
+			}
+		}
+	}
+	if len(dict) > 0 {
+		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader, dict); err != nil {
+			p.takeBack(cfg, e)
+			return err
+		}
+	}
+	if cfg.Version != "" {
+		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
+			p.takeBack(cfg, e)
+			return err
+		}
+	}
+	return nil
+}
+
+// takeBack removes every header addAll may have added.
+//
+//go:noinline
+func (p *Plugin) takeBack(cfg *Config, e entry) {
+	for j := range e.assignments() {
+		i, _ := e.at(j)
+		p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i])
+	}
+	p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader)
+	p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader)
 }
 
 // removeForged removes client-supplied assignment headers one by one: the
