@@ -206,6 +206,11 @@ type memory struct {
 	Requests    uint64  `json:"fill_requests"`
 	FillSeconds float64 `json:"fill_seconds"`
 	BaseRSS     int64   `json:"baseline_rss"`
+	// MinimalRSS (variant E's filter) and OneRSS (Allot with one
+	// experiment) are idle, before traffic: what the Go module costs
+	// before any configuration.
+	MinimalRSS  int64   `json:"minimal_go_rss"`
+	OneRSS      int64   `json:"allot_1_rss"`
 	AllotRSS    int64   `json:"allot_rss"`
 	AllotIdle   int64   `json:"allot_rss_before_fill"`
 	Misses      int64   `json:"cache_misses"`
@@ -222,28 +227,53 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		return nil, err
 	}
 	m.HeadersEach = hp.HeadersAdded
-	for _, allot := range []bool{false, true} {
-		var filters []any
-		name := "mem-A"
-		if allot {
-			name = "mem-allot-1000"
-			if filters, err = allotFilter(1000)(p); err != nil {
-				return nil, err
-			}
+	minimal := func(p *paths) ([]any, error) { return nil, nil }
+	for _, v := range variants() {
+		if v.ID == "E" {
+			minimal = v.filters
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		filters func(*paths) ([]any, error)
+		fill    bool
+	}{
+		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true},
+		{"mem-minimal", minimal, false},
+		{"mem-allot-1", allotFilter(1), false},
+		{"mem-allot-1000", allotFilter(1000), true},
+	} {
+		filters, err := c.filters(p)
+		if err != nil {
+			return nil, err
 		}
 		b, err := bootstrap(filters, 0)
 		if err != nil {
 			return nil, err
 		}
-		path := filepath.Join(p.raw, name+".json")
+		path := filepath.Join(p.raw, c.name+".json")
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, path, 2, o.EnvoyCPU)
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU)
 		if err != nil {
 			return nil, err
 		}
+		// Two of the allocator's 1 s release intervals (bootstrap's
+		// memory_allocator_manager) before every sample: V8 frees the
+		// module's compilation memory after /ready.
+		time.Sleep(2100 * time.Millisecond)
 		idle, _ := rssBytes(e.pid())
+		switch c.name {
+		case "mem-minimal":
+			m.MinimalRSS = idle
+		case "mem-allot-1":
+			m.OneRSS = idle
+		}
+		if !c.fill {
+			e.stop()
+			continue
+		}
 		req := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
 			return strconv.AppendUint(append(dst, "mem-"...), i, 10)
 		})
@@ -252,13 +282,11 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		fill := time.Since(t0)
 		if err != nil {
 			e.stop()
-			return nil, fmt.Errorf("%s fill: %w", name, err)
+			return nil, fmt.Errorf("%s fill: %w", c.name, err)
 		}
-		// Two of the allocator's 1 s release intervals (bootstrap's
-		// memory_allocator_manager), the same for both.
 		time.Sleep(2100 * time.Millisecond)
 		rss, _ := rssBytes(e.pid())
-		if allot {
+		if c.name == "mem-allot-1000" {
 			m.AllotIdle, m.AllotRSS, m.FillSeconds, m.Errors = idle, rss, fill.Seconds(), r.Errors
 			m.Misses = e.stat("wasmcustom.allot.cache_misses")
 		} else {

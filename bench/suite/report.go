@@ -80,7 +80,14 @@ func renderReport(res *results) string {
 
 	// Targets.
 	p("## Targets\n\n| target | numbers | result |\n|---|---|---|\n")
-	e := cpu["E"].diffM()
+	// CPU additions come from the interleaved measurement when there is
+	// one (see "Envoy CPU per request, interleaved"), else from the rounds.
+	cpuAdd := func(id string) (float64, bool) {
+		if res.Paired != nil {
+			return res.Paired.add(id)
+		}
+		return cpu[id].diffM(), len(cpu[id].vals) > 0
+	}
 	for _, t := range []struct {
 		id, what string
 		limit    float64
@@ -90,10 +97,11 @@ func renderReport(res *results) string {
 		{"H", "H adds ≤ 1.6 × E's CPU per request", 1.6},
 		{"J", "… with the lean configuration (J)", 1.6},
 	} {
-		if len(cpu["E"].vals) == 0 || len(cpu[t.id].vals) == 0 {
+		e, okE := cpuAdd("E")
+		x, ok := cpuAdd(t.id)
+		if !okE || !ok {
 			continue
 		}
-		x := cpu[t.id].diffM()
 		p("| %s | %s adds %.1f µs, E adds %.1f µs: %.2f × E (limit %.1f µs) | %s |\n",
 			t.what, t.id, x, e, x/e, t.limit*e, metMissed(x <= t.limit*e))
 	}
@@ -126,7 +134,10 @@ func renderReport(res *results) string {
 		benchHeader, dictHeader, "pre-flight", seenHeader, seenDictHeader, warmIDs)
 
 	p("## Throughput and CPU (closed loop, %d connections, %v per variant per round)\n\n", o.Conns, o.Throughput)
+	p("A fresh Envoy per variant per round. Its CPU per request swings by ±15%% between rounds on this VM; the targets use the " +
+		"interleaved measurement below.\n\n")
 	p("| variant | max req/s | × A | Envoy CPU µs/req | adds vs A (µs) | × E's addition | RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	e := cpu["E"].diffM()
 	for _, v := range res.Variants {
 		c := cpu[v.ID]
 		xe := "–"
@@ -180,6 +191,33 @@ func renderReport(res *results) string {
 			r.Quantiles["p50"], r.Quantiles["p99"], r.Quantiles["p99.9"], mib(r.RSS), cache)
 	}
 
+	if pr := res.Paired; pr != nil {
+		p("\n## Envoy CPU per request, interleaved (the CPU targets' figures)\n\n")
+		p("Every variant's Envoy runs at once, each pinned to CPU %d and idle until loaded; load goes to them in turn, "+
+			"%d requests each (closed loop, %d connections), for %d rounds. CPU is the Envoy process's run time from "+
+			"`/proc/<pid>/task/*/schedstat` over each slice, divided by its requests. A variant's addition is the median of its "+
+			"per-round differences to A's slice of the same round, so a drift in the shared VM's speed cancels out.",
+			o.EnvoyCPU, pr.Requests, o.Conns, pr.Rounds)
+		if pr.Skipped != "" {
+			p(" Not measured this way: %s.", pr.Skipped)
+		}
+		p("\n\n| variant | CPU µs/req (median) | adds vs A (µs) | middle half of the per-round additions | × E's addition |\n|---|---:|---:|---:|---:|\n")
+		e, _ := pr.add("E")
+		for _, v := range res.Variants {
+			vals, ok := pr.CPU[v.ID]
+			if !ok {
+				continue
+			}
+			x, _ := pr.add(v.ID)
+			lo, hi := pr.spread(v.ID)
+			ratio := "–"
+			if v.ID != "A" && e > 0 {
+				ratio = fmt.Sprintf("%.2f", x/e)
+			}
+			p("| %s | %.1f | %+.1f | %+.1f … %+.1f | %s |\n", v.ID, median(vals), x, lo, hi, ratio)
+		}
+	}
+
 	p("\n## Allot's work per request (counted natively on the fake host)\n\n")
 	p("Every request also costs Envoy three host→VM callbacks (`proxy_on_context_create`, `proxy_on_request_headers`, " +
 		"`proxy_on_delete`) plus `proxy_on_memory_allocate` for the header read, as for E; the minimal filter E makes 2 VM→host calls " +
@@ -222,6 +260,19 @@ func renderReport(res *results) string {
 			"cache is full): **+%.1f MiB** over A. Errors during the fill: %d.\n",
 			m.Requests, mib(m.BaseRSS), m.HeadersEach, mib(m.AllotIdle), mib(m.AllotRSS), m.Requests, m.FillSeconds, m.Misses, m.CacheSize,
 			mib(int64(m.CacheBytes)), mib(m.AllotRSS-m.BaseRSS), m.Errors)
+		if m.MinimalRSS > 0 && m.OneRSS > 0 {
+			p("\nWhere it goes (every figure sampled 2 s after the last event, once the allocator has released what V8 freed):\n\n"+
+				"| | RSS MiB | over A |\n|---|---:|---:|\n"+
+				"| A, no filter | %.1f | |\n"+
+				"| the minimal Go filter (E), 3 VMs, idle | %.1f | +%.1f |\n"+
+				"| Allot, 1 experiment, idle | %.1f | +%.1f |\n"+
+				"| Allot, 1,000 experiments, idle | %.1f | +%.1f |\n"+
+				"| Allot, 1,000 experiments, caches full | %.1f | +%.1f |\n\n"+
+				"A Go module costs every VM (the main thread's and one per worker) its runtime, its data segment and its "+
+				"instance, and costs Envoy V8's compiled code and metadata, which grow with the module (Allot's is about twice E's).\n",
+				mib(m.BaseRSS), mib(m.MinimalRSS), mib(m.MinimalRSS-m.BaseRSS), mib(m.OneRSS), mib(m.OneRSS-m.BaseRSS),
+				mib(m.AllotIdle), mib(m.AllotIdle-m.BaseRSS), mib(m.AllotRSS), mib(m.AllotRSS-m.BaseRSS))
+		}
 	}
 
 	p("\n## Propagation (write → all proxies ACKed)\n\n")

@@ -79,6 +79,7 @@ type results struct {
 	Options    Options       `json:"options"`
 	Variants   []variantInfo `json:"variants"`
 	Runs       []run         `json:"runs"`
+	Paired     *paired       `json:"paired,omitempty"`
 	Profiles   []hostProfile `json:"host_profiles"`
 	Micro      *micro        `json:"micro,omitempty"`
 	Memory     *memory       `json:"memory,omitempty"`
@@ -183,6 +184,20 @@ func Run(ctx context.Context, o Options) error {
 			logf("round %d %s: max %.0f req/s, %.1f µs CPU/req; at %.0f req/s p50 %.0f µs p99 %.0f µs (pacer lag %.0f µs); RSS %.1f MiB",
 				round, v.ID, r.MaxRPS, r.CPUPerReq, r.Rate, r.Quantiles["p50"], r.Quantiles["p99"], r.PacerLag, float64(r.RSS)/(1<<20))
 			res.Runs = append(res.Runs, r)
+		}
+	}
+
+	if o.Rounds > 0 {
+		logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", pairedRounds, pairedRequests)
+		pr, err := measurePaired(ctx, o, p, vs)
+		if err != nil {
+			return fmt.Errorf("interleaved CPU: %w", err)
+		}
+		res.Paired = pr
+		for _, v := range vs {
+			if a, ok := pr.add(v.ID); ok {
+				logf("interleaved %s: adds %.1f µs CPU per request", v.ID, a)
+			}
 		}
 	}
 
