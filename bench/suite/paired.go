@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/allotmesh/allot/bench/load"
 )
@@ -19,13 +20,24 @@ import (
 // variant's addition is the median of its per-slice differences to A's
 // slice of the same round: far steadier than whole runs on fresh Envoys,
 // whose per-request CPU swings by ±15% between rounds here.
+//
+// Each round also gives every variant a slice at the fixed rate; their
+// latencies are pooled per variant, so a hiccup of the VM (which decides a
+// p99 of a few thousand requests) lands on every variant alike.
 type paired struct {
 	Rounds   int `json:"rounds"`
 	Requests int `json:"requests_per_slice"`
 	// CPU[v] are variant v's Envoy CPU µs per request, one per round.
 	CPU map[string][]float64 `json:"cpu_us_per_req"`
-	// Skipped names variants not measured this way, and why.
-	Skipped string `json:"skipped,omitempty"`
+	// Rate and RateSlice are the fixed rate and each latency slice's length.
+	Rate      float64       `json:"rate"`
+	RateSlice time.Duration `json:"rate_slice"`
+	// Latency[v][q] is the quantile q (p50, p99, …) in µs of variant v's
+	// latencies pooled over every round; Samples[v] how many there were.
+	Latency map[string]map[string]float64 `json:"latency_us"`
+	Samples map[string]int                `json:"latency_samples"`
+	// Late counts requests the schedule asked for that did not complete.
+	Late map[string]uint64 `json:"late,omitempty"`
 }
 
 // add is variant id's CPU addition over A: the median of per-round
@@ -54,35 +66,67 @@ func (p *paired) spread(id string) (lo, hi float64) {
 }
 
 const (
-	pairedRounds   = 12
-	pairedRequests = 15000
-	pairedWarmup   = 5000
+	pairedRounds    = 10
+	pairedRequests  = 15000
+	pairedWarmup    = 5000
+	pairedRateSlice = 1500 * time.Millisecond
 )
 
-// measurePaired runs the interleaved measurement over the bootstraps the
-// rounds wrote (bench/raw/<variant>.json), pre-flight checked again.
-func measurePaired(ctx context.Context, o Options, p *paths, vs []variant) (*paired, error) {
-	res := &paired{Rounds: pairedRounds, Requests: pairedRequests, CPU: map[string][]float64{}}
+// measurePaired starts every variant's Envoy (and D's ext_authz service, on
+// the load generator's CPU as in the rounds), checks each again, and
+// measures them in turn.
+func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string) (*paired, error) {
+	res := &paired{Rounds: pairedRounds, Requests: pairedRequests, CPU: map[string][]float64{},
+		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
+		Samples: map[string]int{}, Late: map[string]uint64{}}
 	type running struct {
 		v    variant
 		e    *envoy
 		req  load.RequestFunc
 		next uint64
+		lat  []time.Duration
 	}
 	var rs []*running
+	var procs []*proc
 	defer func() {
 		for _, r := range rs {
 			r.e.stop()
 		}
-	}()
-	var skipped []string
-	for i, v := range vs {
-		if v.authz {
-			skipped = append(skipped, v.ID+" (its ext_authz service would share the load generator's CPU)")
-			continue
+		for _, pr := range procs {
+			pr.stop()
 		}
+	}()
+	for i, v := range vs {
 		name := "paired-" + v.ID
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, filepath.Join(p.raw, v.ID+".json"), 1, o.EnvoyCPU)
+		port := 0
+		if v.authz {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
+			authz, err := startProc("paired-authz", filepath.Join(p.raw, "paired-authz.log"), o.LoadCPU, authzBin,
+				"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", authzConfig)
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, authz)
+			if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
+				return nil, err
+			}
+		}
+		filters, err := v.filters(p)
+		if err != nil {
+			return nil, err
+		}
+		boot, err := bootstrap(filters, port)
+		if err != nil {
+			return nil, err
+		}
+		bootPath := filepath.Join(p.raw, name+".json")
+		if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
+			return nil, err
+		}
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +149,6 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant) (*pai
 		}
 		r.next = pairedWarmup
 	}
-	res.Skipped = strings.Join(skipped, "; ")
 	for range pairedRounds {
 		for _, r := range rs {
 			if err := ctx.Err(); err != nil {
@@ -128,7 +171,24 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant) (*pai
 				return nil, fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
 			}
 			res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
+
+			fr, err := load.FixedRate(ctx, r.e.listener, o.RateConns, o.Rate, pairedRateSlice, r.req, r.next)
+			if err != nil {
+				return nil, fmt.Errorf("paired-%s fixed rate: %w", r.v.ID, err)
+			}
+			r.next += fr.Intended
+			r.lat = append(r.lat, fr.Latencies...)
+			res.Late[r.v.ID] += fr.Intended - fr.Requests
 		}
+	}
+	for _, r := range rs {
+		slices.Sort(r.lat)
+		pooled := load.Result{Latencies: r.lat}
+		res.Latency[r.v.ID] = map[string]float64{}
+		for _, q := range quantiles {
+			res.Latency[r.v.ID][q.name] = float64(pooled.Quantile(q.q).Nanoseconds()) / 1e3
+		}
+		res.Samples[r.v.ID] = len(r.lat)
 	}
 	return res, nil
 }

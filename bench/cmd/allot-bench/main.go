@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Envoy, "envoy", envOr("ENVOY_BIN", ".venv/bin/envoy"), "Envoy 1.40 binary")
 	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds (0: only the extra sections)")
 	fs.DurationVar(&o.Throughput, "throughput", 5*time.Second, "max-throughput run per variant per round")
-	fs.DurationVar(&o.Latency, "latency", 5*time.Second, "fixed-rate run per variant per round")
+	fs.DurationVar(&o.Latency, "latency", 4*time.Second, "fixed-rate run per variant per round")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "warm-up per variant per round")
 	fs.Float64Var(&o.Rate, "rate", 2000, "fixed rate (requests/s) every variant must sustain")
 	fs.IntVar(&o.Conns, "conns", 8, "connections of the max-throughput run")
