@@ -16,9 +16,9 @@ import (
 
 // Runtime tuning for one worker VM. Wasm linear memory only grows, so the
 // heap's high-water mark is the VM's memory for good: collect earlier than
-// Go's default (GOGC 100) and hold the heap under a soft limit. The LRU
-// cache bounds live data, so an unbounded stream of distinct users keeps VM
-// memory flat.
+// Go's default (GOGC 100) and hold the heap under a soft limit. The cache
+// of assignments bounds live data, so an unbounded stream of distinct users
+// keeps VM memory flat.
 const (
 	gcPercent   = 50
 	memoryLimit = 48 << 20

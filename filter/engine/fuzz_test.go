@@ -13,7 +13,8 @@ import (
 
 // FuzzCompile: arbitrary JSON configs never panic; Compile either rejects
 // them or returns a Set whose Assign does not panic and returns one
-// assignment per experiment.
+// assignment per experiment, and whose two-step assignment (Outcomes, then
+// AssignStrings) places string attributes exactly as Assign does.
 func FuzzCompile(f *testing.F) {
 	f.Add([]byte(benchConfig(2)), []byte(`{"id":"u1","country":"US","platform":"ios","version":"2.3.1"}`))
 	f.Add([]byte(`{"experiments":[{"key":"a","variations":["x","y"],"namespace":["ns",0,0.5],"filters":[{"seed":"s","ranges":[[0,0.5]]}]}]}`), []byte(`{"id":7}`))
@@ -42,7 +43,27 @@ func FuzzCompile(f *testing.F) {
 				t.Fatalf("bad assignment %+v", a)
 			}
 		}
-		_ = s.Referenced()
+		// The filter's two steps agree with Assign on the string
+		// attributes (the only kind a proxy has).
+		refs := s.Referenced()
+		vals := make([]string, len(refs))
+		strAttrs, condAttrs := Attributes{}, Attributes{}
+		for i, name := range refs {
+			if v, ok := attrs[name].(string); ok && v != "" {
+				vals[i], strAttrs[name] = v, v
+			}
+		}
+		for _, name := range s.ConditionAttributes() {
+			if v, ok := strAttrs[name]; ok {
+				condAttrs[name] = v
+			}
+		}
+		want := s.Assign(nil, strAttrs)
+		for i, v := range s.AssignStrings(nil, vals, s.Outcomes(nil, condAttrs)) {
+			if w := want[i]; (v >= 0) != w.InExperiment || v >= 0 && int(v) != w.VariationID {
+				t.Fatalf("%s: AssignStrings %d, Assign %+v (attributes %v)", w.Key, v, w, strAttrs)
+			}
+		}
 	})
 }
 

@@ -1,6 +1,6 @@
 // Package plugin is the Allot filter's proxy-wasm logic: contexts,
 // configuration decoding, attribute extraction, header reads and writes, the
-// per-VM LRU cache of computed header sets, metrics and fail-open. It holds no
+// per-VM cache of computed assignments, metrics and fail-open. It holds no
 // business rules: assignment is the engine's.
 //
 // It talks to the proxy only through abi.Host, so every behaviour is tested

@@ -115,8 +115,8 @@ type FilterConfig struct {
 	// version_header carries the configuration version; default
 	// x-experiments-version.
 	VersionHeader string `protobuf:"bytes,8,opt,name=version_header,json=versionHeader,proto3" json:"version_header,omitempty"`
-	// cache_size bounds the per-VM LRU cache of computed header sets, in
-	// entries; 0 means the default (10000); a negative value disables the cache.
+	// cache_size bounds the per-VM cache of computed assignments, in entries;
+	// 0 means the default (10000); a negative value disables the cache.
 	CacheSize int32 `protobuf:"varint,9,opt,name=cache_size,json=cacheSize,proto3" json:"cache_size,omitempty"`
 	// disable_exposure_state stops recording each request's assignments as
 	// filter state wasm.allot (%FILTER_STATE(wasm.allot:PLAIN)% in the access
