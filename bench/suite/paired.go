@@ -100,19 +100,11 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		name := "paired-" + v.ID
 		port := 0
 		if v.authz {
-			var err error
-			if port, err = freePort(); err != nil {
-				return nil, err
-			}
-			authz, err := startProc("paired-authz", filepath.Join(p.raw, "paired-authz.log"), o.LoadCPU, authzBin,
-				"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", authzConfig)
+			authz, ap, err := startAuthz(o, p, "paired-authz", authzBin, authzConfig)
 			if err != nil {
 				return nil, err
 			}
-			procs = append(procs, authz)
-			if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
-				return nil, err
-			}
+			procs, port = append(procs, authz), ap
 		}
 		filters, err := v.filters(p)
 		if err != nil {
@@ -133,14 +125,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		r := &running{v: v, e: e}
 		rs = append(rs, r)
 		seq := uint64(1000 + i)
-		var check []string
-		for j := range 4 {
-			check = append(check, "user-"+strconv.Itoa(j*131))
-			if v.cold {
-				check = append(check, fmt.Sprintf("paired-%d-%d", seq, j))
-			}
-		}
-		if err := preflight(e.listener, check, v.lean, v.expect); err != nil {
+		if err := preflight(e.listener, checkIDs(v, 4, 131, "paired", seq), v.lean, v.expect); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		r.req = load.Request("/", requestHeaders, ids(v.cold, seq))

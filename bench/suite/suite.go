@@ -284,20 +284,10 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	r = run{Variant: v.ID, Round: round, Rate: o.Rate}
 	var authz *proc
 	if v.authz {
-		port, err := freePort()
-		if err != nil {
-			return r, err
-		}
-		authz, err = startProc("authz", filepath.Join(p.raw, "authz.log"), o.LoadCPU, authzBin,
-			"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", authzConfig)
-		if err != nil {
+		if authz, p.authzPort, err = startAuthz(o, p, "authz", authzBin, authzConfig); err != nil {
 			return r, err
 		}
 		defer authz.stop()
-		if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
-			return r, err
-		}
-		p.authzPort = port
 	}
 	filters, err := v.filters(p)
 	if err != nil {
@@ -322,14 +312,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	defer e.stop()
 
 	// Correctness first: warm ids and, for cold variants, fresh ones.
-	var check []string
-	for i := range 8 {
-		check = append(check, "user-"+strconv.Itoa(i*97))
-		if v.cold {
-			check = append(check, fmt.Sprintf("pre-%d-%d", seq, i))
-		}
-	}
-	if err := preflight(e.listener, check, v.lean, v.expect); err != nil {
+	if err := preflight(e.listener, checkIDs(v, 8, 97, "pre", seq), v.lean, v.expect); err != nil {
 		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.tail(10))
 	}
 
@@ -380,6 +363,38 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 		r.CacheMisses = e.stat("wasmcustom.allot.cache_misses")
 	}
 	return r, nil
+}
+
+// startAuthz starts variant D's ext_authz service on the load generator's
+// CPU and waits until it listens.
+func startAuthz(o Options, p *paths, name, bin, config string) (*proc, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	authz, err := startProc(name, filepath.Join(p.raw, name+".log"), o.LoadCPU, bin,
+		"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", config)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
+		authz.stop()
+		return nil, 0, err
+	}
+	return authz, port, nil
+}
+
+// checkIDs are the pre-flight's user ids: n of the warm ids (every
+// stride-th) and, for a cold variant, n fresh ones named prefix-seq-i.
+func checkIDs(v variant, n, stride int, prefix string, seq uint64) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, "user-"+strconv.Itoa(i*stride))
+		if v.cold {
+			ids = append(ids, fmt.Sprintf("%s-%d-%d", prefix, seq, i))
+		}
+	}
+	return ids
 }
 
 func perRequest(ticks int64, requests uint64) float64 {
