@@ -237,15 +237,6 @@ func (e *PairsEncoder) Add(name, value string) {
 	e.n++
 }
 
-// AddBytes appends one pair whose value is bytes.
-func (e *PairsEncoder) AddBytes(name string, value []byte) {
-	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(name)))
-	e.sizes = binary.LittleEndian.AppendUint32(e.sizes, uint32(len(value)))
-	e.data = append(append(e.data, name...), 0)
-	e.data = append(append(e.data, value...), 0)
-	e.n++
-}
-
 // Len is the number of pairs added.
 func (e *PairsEncoder) Len() int { return e.n }
 
