@@ -193,16 +193,14 @@ func ParseConfig(data []byte) (*Config, error) {
 	if n > maxIndex {
 		return nil, errors.New("experiments: " + strconv.Itoa(n) + " for one proxy, at most " + strconv.Itoa(maxIndex))
 	}
-	for i := range n {
-		if v := len(set.Variations(i)); v > maxIndex {
-			return nil, errors.New("experiments[" + strconv.Itoa(i) + "].variations: " + strconv.Itoa(v) + ", at most " + strconv.Itoa(maxIndex))
-		}
-	}
 	c.headerNames, c.values, c.dictValues = make([]string, n), make([][]string, n), make([][]string, n)
 	c.keys = set.Keys()
 	for i, key := range c.keys {
 		c.headerNames[i] = c.HeaderPrefix + key
 		c.values[i] = set.Variations(i)
+		if v := len(c.values[i]); v > maxIndex {
+			return nil, errors.New("experiments[" + strconv.Itoa(i) + "].variations: " + strconv.Itoa(v) + ", at most " + strconv.Itoa(maxIndex))
+		}
 		c.dictValues[i] = make([]string, len(c.values[i]))
 		for v, value := range c.values[i] {
 			c.dictValues[i][v] = key + "=" + sfString(value)
@@ -213,8 +211,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.byKey[i] = i
 	}
 	slices.SortFunc(c.byKey, func(a, b int) int { return strings.Compare(c.keys[a], c.keys[b]) })
-	c.plan(set.Referenced(), mapped)
 	refs := set.Referenced()
+	c.plan(refs, mapped)
 	for _, name := range set.ConditionAttributes() {
 		c.condAttrs = append(c.condAttrs, slices.Index(refs, name))
 	}
