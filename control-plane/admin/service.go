@@ -375,8 +375,8 @@ func (s *Service) Evaluate(ctx context.Context, p *Principal, service string, at
 	}
 	// The filter's decoding: proto3 JSON into the engine's types.
 	var raw struct {
-		Experiments []engine.Experiment        `json:"experiments"`
-		SavedGroups map[string]json.RawMessage `json:"savedGroups"`
+		Experiments []engine.Experiment          `json:"experiments"`
+		SavedGroups map[string]engine.RawMessage `json:"savedGroups"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()

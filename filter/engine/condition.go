@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"regexp"
@@ -28,7 +27,7 @@ type Condition struct {
 // reference tolerates: unknown operators, invalid regular expressions,
 // operands of the wrong type, unknown saved groups. Every problem is
 // reported as a *FieldError under the path "condition".
-func CompileCondition(raw json.RawMessage, savedGroups map[string]json.RawMessage) (*Condition, error) {
+func CompileCondition(raw RawMessage, savedGroups map[string]RawMessage) (*Condition, error) {
 	groups, gerrs := compileGroups(savedGroups)
 	c, errs := compileCondition("condition", raw, groups, newSlots())
 	errs = append(gerrs, errs...)
@@ -48,7 +47,7 @@ func (c *Condition) Match(attrs Attributes) bool {
 func (c *Condition) Referenced() []string { return slices.Clone(c.refs) }
 
 // compileGroups decodes saved groups; each must be a JSON array.
-func compileGroups(raw map[string]json.RawMessage) (map[string][]any, []error) {
+func compileGroups(raw map[string]RawMessage) (map[string][]any, []error) {
 	var errs []error
 	groups := make(map[string][]any, len(raw))
 	names := make([]string, 0, len(raw))
@@ -77,7 +76,7 @@ func compileGroups(raw map[string]json.RawMessage) (map[string][]any, []error) {
 //
 // Top-level attribute names get indexes in slots: Set.Assign looks each
 // attribute up once per call and conditions read it by index.
-func compileCondition(path string, raw json.RawMessage, groups map[string][]any, slots *slotTable) (*Condition, []error) {
+func compileCondition(path string, raw RawMessage, groups map[string][]any, slots *slotTable) (*Condition, []error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}

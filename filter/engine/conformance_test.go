@@ -48,7 +48,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read %s: %v", casesEnv, err)
 	}
-	var suite map[string]json.RawMessage
+	var suite map[string]RawMessage
 	if err := json.Unmarshal(data, &suite); err != nil {
 		t.Fatalf("decode %s: %v", path, err)
 	}
@@ -58,17 +58,17 @@ func TestConformance(t *testing.T) {
 
 	sections := []struct {
 		name string
-		run  func(t *testing.T, c []json.RawMessage)
+		run  func(t *testing.T, c []RawMessage)
 		// caseName names a case (most cases carry their name first).
-		caseName func(c []json.RawMessage) string
+		caseName func(c []RawMessage) string
 	}{
-		{"hash", confHash, func(c []json.RawMessage) string {
+		{"hash", confHash, func(c []RawMessage) string {
 			return fmt.Sprintf("%s|%s|v%s", str(c[0]), str(c[1]), string(c[2]))
 		}},
 		{"getBucketRange", confBucketRange, nil},
 		{"chooseVariation", confChooseVariation, nil},
 		{"inNamespace", confInNamespace, nil},
-		{"getEqualWeights", confEqualWeights, func(c []json.RawMessage) string { return "n=" + string(c[0]) }},
+		{"getEqualWeights", confEqualWeights, func(c []RawMessage) string { return "n=" + string(c[0]) }},
 		{"evalCondition", confEvalCondition, nil},
 		{"run", confRun, nil},
 	}
@@ -79,7 +79,7 @@ func TestConformance(t *testing.T) {
 			t.Errorf("section %q missing from %s", sec.name, path)
 			continue
 		}
-		var cases [][]json.RawMessage
+		var cases [][]RawMessage
 		if err := json.Unmarshal(raw, &cases); err != nil {
 			t.Errorf("decode section %q: %v", sec.name, err)
 			continue
@@ -121,7 +121,7 @@ func TestConformance(t *testing.T) {
 	t.Log("\n" + conformanceSummary)
 }
 
-func str(raw json.RawMessage) string {
+func str(raw RawMessage) string {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return string(raw)
@@ -129,7 +129,7 @@ func str(raw json.RawMessage) string {
 	return s
 }
 
-func decode[T any](t *testing.T, raw json.RawMessage) T {
+func decode[T any](t *testing.T, raw []byte) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(raw, &v); err != nil {
@@ -141,7 +141,7 @@ func decode[T any](t *testing.T, raw json.RawMessage) T {
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 
 // confHash: [seed, value, version, expected|null].
-func confHash(t *testing.T, c []json.RawMessage) {
+func confHash(t *testing.T, c []RawMessage) {
 	seed, value := decode[string](t, c[0]), decode[string](t, c[1])
 	version := decode[int](t, c[2])
 	want := decode[*float64](t, c[3])
@@ -155,8 +155,8 @@ func confHash(t *testing.T, c []json.RawMessage) {
 }
 
 // confBucketRange: [name, [numVariations, coverage, weights|null], expected].
-func confBucketRange(t *testing.T, c []json.RawMessage) {
-	args := decode[[]json.RawMessage](t, c[1])
+func confBucketRange(t *testing.T, c []RawMessage) {
+	args := decode[[]RawMessage](t, c[1])
 	n := decode[int](t, args[0])
 	coverage := decode[float64](t, args[1])
 	weights := decode[[]float64](t, args[2])
@@ -180,7 +180,7 @@ func rangesNear(got, want [][2]float64) bool {
 }
 
 // confChooseVariation: [name, n, ranges, expected].
-func confChooseVariation(t *testing.T, c []json.RawMessage) {
+func confChooseVariation(t *testing.T, c []RawMessage) {
 	n := decode[float64](t, c[1])
 	ranges := decode[[][2]float64](t, c[2])
 	want := decode[int](t, c[3])
@@ -190,9 +190,9 @@ func confChooseVariation(t *testing.T, c []json.RawMessage) {
 }
 
 // confInNamespace: [name, id, [namespace, start, end], expected].
-func confInNamespace(t *testing.T, c []json.RawMessage) {
+func confInNamespace(t *testing.T, c []RawMessage) {
 	id := decode[string](t, c[1])
-	ns := decode[[]json.RawMessage](t, c[2])
+	ns := decode[[]RawMessage](t, c[2])
 	want := decode[bool](t, c[3])
 	nsID, start, end := decode[string](t, ns[0]), decode[float64](t, ns[1]), decode[float64](t, ns[2])
 	if got := InNamespace(id, nsID, start, end); got != want {
@@ -201,7 +201,7 @@ func confInNamespace(t *testing.T, c []json.RawMessage) {
 }
 
 // confEqualWeights: [n, expected].
-func confEqualWeights(t *testing.T, c []json.RawMessage) {
+func confEqualWeights(t *testing.T, c []RawMessage) {
 	n := decode[int](t, c[0])
 	want := decode[[]float64](t, c[1])
 	got := EqualWeights(n)
@@ -215,15 +215,15 @@ func confEqualWeights(t *testing.T, c []json.RawMessage) {
 }
 
 // confEvalCondition: [name, condition, attributes, expected, savedGroups?].
-func confEvalCondition(t *testing.T, c []json.RawMessage) {
+func confEvalCondition(t *testing.T, c []RawMessage) {
 	attrs := decode[map[string]any](t, c[2])
 	want := decode[bool](t, c[3])
-	var rawGroups map[string]json.RawMessage
+	var rawGroups map[string]RawMessage
 	if len(c) > 4 {
-		rawGroups = decode[map[string]json.RawMessage](t, c[4])
+		rawGroups = decode[map[string]RawMessage](t, c[4])
 	}
 	groups, _ := compileGroups(rawGroups)
-	cond, errs := compileCondition("condition", c[1], groups, newSlots())
+	cond, errs := compileCondition("condition", RawMessage(c[1]), groups, newSlots())
 	for _, err := range errs {
 		t.Logf("Compile would reject: %v", err)
 	}
@@ -233,7 +233,7 @@ func confEvalCondition(t *testing.T, c []json.RawMessage) {
 	}
 	if len(errs) == 0 {
 		// The public, strict path agrees.
-		strict, err := CompileCondition(c[1], rawGroups)
+		strict, err := CompileCondition(RawMessage(c[1]), rawGroups)
 		if err != nil {
 			t.Fatalf("CompileCondition: %v", err)
 		}
@@ -244,7 +244,7 @@ func confEvalCondition(t *testing.T, c []json.RawMessage) {
 }
 
 // sdkOnly names the SDK-only feature a run case needs, or "".
-func sdkOnly(ctx, exp map[string]json.RawMessage) string {
+func sdkOnly(ctx, exp map[string]RawMessage) string {
 	switch {
 	case ctx["url"] != nil:
 		return "URL query-string override (SDK-only: the filter has no browser URL)"
@@ -265,9 +265,9 @@ func sdkOnly(ctx, exp map[string]json.RawMessage) string {
 }
 
 // confRun: [name, context, experiment, value, inExperiment, hashUsed].
-func confRun(t *testing.T, c []json.RawMessage) {
-	ctx := decode[map[string]json.RawMessage](t, c[1])
-	exp := decode[map[string]json.RawMessage](t, c[2])
+func confRun(t *testing.T, c []RawMessage) {
+	ctx := decode[map[string]RawMessage](t, c[1])
+	exp := decode[map[string]RawMessage](t, c[2])
 	if reason := sdkOnly(ctx, exp); reason != "" {
 		t.Skip("needs " + reason)
 	}
@@ -280,9 +280,9 @@ func confRun(t *testing.T, c []json.RawMessage) {
 	if raw := ctx["attributes"]; raw != nil {
 		attrs = decode[map[string]any](t, raw)
 	}
-	var rawGroups map[string]json.RawMessage
+	var rawGroups map[string]RawMessage
 	if raw := ctx["savedGroups"]; raw != nil {
-		rawGroups = decode[map[string]json.RawMessage](t, raw)
+		rawGroups = decode[map[string]RawMessage](t, raw)
 	}
 	e := decode[Experiment](t, c[2])
 	wantValue := decode[any](t, c[3])
@@ -312,7 +312,7 @@ func confRun(t *testing.T, c []json.RawMessage) {
 	if len(a) != 1 {
 		t.Fatalf("Assign returned %d assignments, want 1", len(a))
 	}
-	wantRendered, _ := renderVariation(c[3])
+	wantRendered, _ := renderVariation(RawMessage(c[3]))
 	if a[0].Value != wantRendered || a[0].InExperiment != wantIn || a[0].HashUsed != wantHash {
 		t.Errorf("Assign = %+v, want value %q in %v hashUsed %v", a[0], wantRendered, wantIn, wantHash)
 	}

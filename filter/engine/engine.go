@@ -3,10 +3,9 @@
 // assigns units to variations deterministically.
 //
 // The engine imports only the standard library and filter/internal/jsonx.
-// It is compiled into the GOOS=wasip1 filter: it must never import os, net
-// or anything that pulls them in, nor call into fmt or encoding/json (with
-// net/url they cost the Wasm binary close to 1 MB; json.RawMessage is used
-// as a type only). The Wasm filter and the control plane both call Compile,
+// It is compiled into the GOOS=wasip1 filter: it must never import os, net,
+// fmt, encoding/json or anything that pulls them in (see RawMessage). The
+// Wasm filter and the control plane both call Compile,
 // so what the admin API accepts is exactly what the proxies run.
 //
 // Semantics follow GrowthBook's SDK experiment model and are checked against
@@ -30,7 +29,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"slices"
@@ -50,7 +48,7 @@ type Experiment struct {
 	Key string `json:"key"`
 	// Variations are the variation values (header values): strings, or
 	// numbers and booleans rendered canonically (1, 1.5, true). At least two.
-	Variations []json.RawMessage `json:"variations"`
+	Variations []RawMessage `json:"variations"`
 	// Weights split traffic between variations; they must sum to 1.
 	// Absent means equal weights.
 	Weights []float64 `json:"weights,omitempty"`
@@ -66,15 +64,15 @@ type Experiment struct {
 	Seed string `json:"seed,omitempty"`
 	// Namespace is [id, start, end]: only units whose namespace hash falls
 	// in [start, end) are eligible (for mutually exclusive experiments).
-	Namespace json.RawMessage `json:"namespace,omitempty"`
+	Namespace RawMessage `json:"namespace,omitempty"`
 	// Condition is a GrowthBook targeting condition over attributes.
-	Condition json.RawMessage `json:"condition,omitempty"`
+	Condition RawMessage `json:"condition,omitempty"`
 	// Force, when set, serves that variation index to every eligible unit.
 	Force *int `json:"force,omitempty"`
 	// Filters is a list of {seed, ranges, attribute, hashVersion}: a unit is
 	// eligible only if it lands in some range of every filter. Filters
 	// replace Namespace.
-	Filters json.RawMessage `json:"filters,omitempty"`
+	Filters RawMessage `json:"filters,omitempty"`
 	// Ranges give each variation's bucket range directly, replacing
 	// Weights and Coverage.
 	Ranges [][]float64 `json:"ranges,omitempty"`
@@ -118,8 +116,8 @@ const (
 // Config is everything Compile needs: the experiments and the saved groups
 // their conditions may reference with $inGroup / $notInGroup.
 type Config struct {
-	Experiments []Experiment               `json:"experiments"`
-	SavedGroups map[string]json.RawMessage `json:"savedGroups,omitempty"`
+	Experiments []Experiment          `json:"experiments"`
+	SavedGroups map[string]RawMessage `json:"savedGroups,omitempty"`
 }
 
 // Attributes are a unit's attribute values, JSON-typed (string, float64,
@@ -453,7 +451,7 @@ func compileRanges(p string, in [][]float64, errs *[]error, noOverlap bool) [][2
 	return out
 }
 
-func compileFilters(p string, raw json.RawMessage, errs *[]error) []compiledFilter {
+func compileFilters(p string, raw RawMessage, errs *[]error) []compiledFilter {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -529,7 +527,7 @@ func decodeFilter(v any) (Filter, error) {
 
 // renderVariation renders a variation as its header value; msg explains why
 // it is invalid (the lenient rendering is still returned).
-func renderVariation(raw json.RawMessage) (value, msg string) {
+func renderVariation(raw RawMessage) (value, msg string) {
 	v, err := jsonx.Parse(raw)
 	if err != nil {
 		return string(raw), "invalid JSON: " + err.Error()

@@ -374,7 +374,7 @@ func TestFormatNumber(t *testing.T) {
 }
 
 func TestConditionExtras(t *testing.T) {
-	groups := map[string]json.RawMessage{"beta": json.RawMessage(`["u1","u2"]`)}
+	groups := map[string]RawMessage{"beta": RawMessage(`["u1","u2"]`)}
 	tests := []struct {
 		cond  string
 		attrs Attributes
@@ -390,7 +390,7 @@ func TestConditionExtras(t *testing.T) {
 		{`{"version":{"$vgte":"` + strings.Repeat("1.", 40) + `1"}}`, Attributes{"version": strings.Repeat("1.", 40) + "1"}, true},
 	}
 	for _, tc := range tests {
-		c, err := CompileCondition(json.RawMessage(tc.cond), groups)
+		c, err := CompileCondition(RawMessage(tc.cond), groups)
 		if err != nil {
 			t.Fatalf("CompileCondition(%s): %v", tc.cond, err)
 		}
@@ -398,7 +398,7 @@ func TestConditionExtras(t *testing.T) {
 			t.Errorf("%s on %v = %v, want %v", tc.cond, tc.attrs, got, tc.want)
 		}
 	}
-	c, _ := CompileCondition(json.RawMessage(`{"$or":[{"a.b":1},{"c":{"$elemMatch":{"d":1}}}]}`), nil)
+	c, _ := CompileCondition(RawMessage(`{"$or":[{"a.b":1},{"c":{"$elemMatch":{"d":1}}}]}`), nil)
 	if got := c.Referenced(); !slices.Equal(got, []string{"a", "c"}) {
 		t.Errorf("Referenced() = %v", got)
 	}

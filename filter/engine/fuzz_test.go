@@ -75,7 +75,7 @@ func FuzzCondition(f *testing.F) {
 	f.Add([]byte(`{"n":{"$gt":"5","$lt":10,"$exists":true},"x":[1,{"a":null}],"$nor":[{"k":{"$type":"array"}}]}`), []byte(`{"n":"8","x":[1,{"a":null}],"k":{}}`))
 	f.Add([]byte(`{"id":{"$inGroup":"g"},"s":{"$size":0},"a":{"$alli":["X"]},"r":{"$regexi":"^a"}}`), []byte(`{"id":1,"s":[],"a":["x"],"r":5}`))
 	f.Fuzz(func(t *testing.T, condJSON, attrsJSON []byte) {
-		groups := map[string]json.RawMessage{"g": json.RawMessage(`[1,"2",null]`)}
+		groups := map[string]RawMessage{"g": RawMessage(`[1,"2",null]`)}
 		var attrs Attributes
 		_ = json.Unmarshal(attrsJSON, &attrs)
 		if c, err := CompileCondition(condJSON, groups); err == nil && c != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -24,8 +23,8 @@ func TestSharedConditionsEvaluateAsAlone(t *testing.T) {
 			cond = fmt.Sprintf(`{"n":{"$lt":%d}}`, i-150)
 		}
 		exps = append(exps, Experiment{
-			Key: fmt.Sprintf("e%03d", i), Variations: []json.RawMessage{[]byte(`"a"`), []byte(`"b"`)},
-			Condition: json.RawMessage(cond),
+			Key: fmt.Sprintf("e%03d", i), Variations: []RawMessage{[]byte(`"a"`), []byte(`"b"`)},
+			Condition: RawMessage(cond),
 		})
 	}
 	set, err := Compile(Config{Experiments: exps})

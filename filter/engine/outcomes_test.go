@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -32,10 +31,10 @@ func randomSet(t *testing.T, r *rand.Rand, n int) *Set {
 		e := Experiment{Key: "exp-" + strconv.Itoa(i), Status: StatusRunning}
 		nv := 2 + r.IntN(3)
 		for v := range nv {
-			e.Variations = append(e.Variations, json.RawMessage(strconv.Quote("v"+strconv.Itoa(v))))
+			e.Variations = append(e.Variations, RawMessage(strconv.Quote("v"+strconv.Itoa(v))))
 		}
 		if c := conds[r.IntN(len(conds))]; c != "" {
-			e.Condition = json.RawMessage(c)
+			e.Condition = RawMessage(c)
 		}
 		if r.IntN(3) == 0 {
 			cov := float64(r.IntN(11)) / 10
@@ -50,9 +49,9 @@ func randomSet(t *testing.T, r *rand.Rand, n int) *Set {
 		}
 		switch r.IntN(6) {
 		case 0:
-			e.Namespace = json.RawMessage(`["ns",0,0.5]`)
+			e.Namespace = RawMessage(`["ns",0,0.5]`)
 		case 1:
-			e.Filters = json.RawMessage(`[{"seed":"f","ranges":[[0,0.6]],"attribute":"id"}]`)
+			e.Filters = RawMessage(`[{"seed":"f","ranges":[[0,0.6]],"attribute":"id"}]`)
 		case 2:
 			f := r.IntN(nv)
 			e.Force = &f
@@ -120,10 +119,10 @@ func TestAssignStringsEqualsAssign(t *testing.T) {
 
 func TestConditionAttributes(t *testing.T) {
 	s, err := Compile(Config{Experiments: []Experiment{
-		{Key: "a", Status: StatusRunning, Variations: []json.RawMessage{[]byte(`"x"`), []byte(`"y"`)},
-			HashAttribute: "device", Condition: json.RawMessage(`{"country":"US","app.version":{"$exists":true}}`)},
-		{Key: "b", Status: StatusRunning, Variations: []json.RawMessage{[]byte(`"x"`), []byte(`"y"`)},
-			Condition: json.RawMessage(`{"$or":[{"plan":"pro"},{"country":"DE"}]}`)},
+		{Key: "a", Status: StatusRunning, Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+			HashAttribute: "device", Condition: RawMessage(`{"country":"US","app.version":{"$exists":true}}`)},
+		{Key: "b", Status: StatusRunning, Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+			Condition: RawMessage(`{"$or":[{"plan":"pro"},{"country":"DE"}]}`)},
 	}})
 	if err != nil {
 		t.Fatal(err)

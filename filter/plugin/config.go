@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -35,18 +34,18 @@ const maxIndex = 0xffff
 // encoding/json; the json tags name the fields for tests, which decode it
 // with encoding/json as the reference.
 type rawConfig struct {
-	Version          string                     `json:"version"`
-	UnitHeader       string                     `json:"unitHeader"`
-	HeaderPrefix     string                     `json:"headerPrefix"`
-	DictionaryHeader string                     `json:"dictionaryHeader"`
-	VersionHeader    string                     `json:"versionHeader"`
-	CacheSize        int                        `json:"cacheSize"`
-	DisableExposure  bool                       `json:"disableExposureState"`
-	Headers          string                     `json:"assignmentHeaders"`
-	CacheMaxBytes    int                        `json:"cacheMaxBytes"`
-	Experiments      []engine.Experiment        `json:"experiments"`
-	SavedGroups      map[string]json.RawMessage `json:"savedGroups"`
-	Attributes       []rawAttribute             `json:"attributes"`
+	Version          string                       `json:"version"`
+	UnitHeader       string                       `json:"unitHeader"`
+	HeaderPrefix     string                       `json:"headerPrefix"`
+	DictionaryHeader string                       `json:"dictionaryHeader"`
+	VersionHeader    string                       `json:"versionHeader"`
+	CacheSize        int                          `json:"cacheSize"`
+	DisableExposure  bool                         `json:"disableExposureState"`
+	Headers          string                       `json:"assignmentHeaders"`
+	CacheMaxBytes    int                          `json:"cacheMaxBytes"`
+	Experiments      []engine.Experiment          `json:"experiments"`
+	SavedGroups      map[string]engine.RawMessage `json:"savedGroups"`
+	Attributes       []rawAttribute               `json:"attributes"`
 }
 
 // rawAttribute is allot.filter.v1.Attribute: a name and exactly one source.

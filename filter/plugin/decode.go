@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -141,7 +140,7 @@ func mapExperiment(d *jsonx.Decoder, p string, obj jsonx.Object, e *engine.Exper
 				d.Errs = append(d.Errs, &jsonx.TypeError{Path: p + ".variations", Want: "an array"})
 				break
 			}
-			e.Variations = make([]json.RawMessage, len(arr))
+			e.Variations = make([]engine.RawMessage, len(arr))
 			for i, x := range arr {
 				e.Variations[i] = rawJSON(d, p+".variations["+strconv.Itoa(i)+"]", x)
 			}
@@ -186,7 +185,7 @@ func mapExperiment(d *jsonx.Decoder, p string, obj jsonx.Object, e *engine.Exper
 }
 
 // mapSavedGroups maps savedGroups: group name → the group's JSON.
-func mapSavedGroups(d *jsonx.Decoder, v any) map[string]json.RawMessage {
+func mapSavedGroups(d *jsonx.Decoder, v any) map[string]engine.RawMessage {
 	if v == nil {
 		return nil
 	}
@@ -195,15 +194,15 @@ func mapSavedGroups(d *jsonx.Decoder, v any) map[string]json.RawMessage {
 		d.Errs = append(d.Errs, &jsonx.TypeError{Path: "savedGroups", Want: "an object"})
 		return nil
 	}
-	out := make(map[string]json.RawMessage, len(obj))
+	out := make(map[string]engine.RawMessage, len(obj))
 	for _, m := range obj {
 		out[m.Key] = rawJSON(d, "savedGroups."+m.Key, m.Value)
 	}
 	return out
 }
 
-// rawJSON is v's JSON text, as json.RawMessage holds it ("null" for null).
-func rawJSON(d *jsonx.Decoder, path string, v any) json.RawMessage {
+// rawJSON is v's JSON text, as engine.RawMessage holds it ("null" for null).
+func rawJSON(d *jsonx.Decoder, path string, v any) engine.RawMessage {
 	b, err := jsonx.Append(nil, v)
 	if err != nil { // parsed values always encode
 		d.Errs = append(d.Errs, &wrapped{path, err})

@@ -127,7 +127,7 @@ func integralLiteral(err error) bool {
 // canonical replaces every raw JSON value by its canonical encoding.
 func canonical(t *testing.T, rc *rawConfig) {
 	t.Helper()
-	canon := func(r json.RawMessage) json.RawMessage {
+	canon := func(r engine.RawMessage) engine.RawMessage {
 		if r == nil {
 			return nil
 		}
@@ -271,9 +271,9 @@ func TestDecodeConfigCoversEveryField(t *testing.T) {
 				out[name] = []any{[]any{0, 0.5}, []any{0.5, 1}}
 			case "[]string":
 				out[name] = []any{"a", "b"}
-			case "json.RawMessage":
+			case "engine.RawMessage":
 				out[name] = map[string]any{"k": []any{1, "v"}}
-			case "[]json.RawMessage":
+			case "[]engine.RawMessage":
 				out[name] = []any{"a", 1.5, true}
 			default:
 				t.Fatalf("%s.%s: no sample value for type %s: teach this test and decode.go the new field", typ, f.Name, f.Type)
