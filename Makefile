@@ -95,12 +95,19 @@ lint: ## gofmt check and go vet (native, wasip1 and e2e builds).
 	$(GO) vet -tags e2e ./e2e/...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
 
+# Standard packages the Wasm module must not link: fmt, os and their kin cost
+# hundreds of KB of module, and each MB costs Envoy ~16 MiB of RSS.
+FILTER_HEAVY := fmt|os|encoding/json|time|runtime/debug|net|net/.*
+
 .PHONY: check-deps
-check-deps: ## Keep gRPC, net/http and the control plane out of the Wasm filter.
+check-deps: ## Keep gRPC, net/http, the control plane and heavy std packages out of the Wasm filter.
 	@deps=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter/...); \
 	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "the filter must not import:"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: filter is free of gRPC, net/http and control-plane/"
+	mod=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter); \
+	bad=$$(echo "$$mod" | grep -xE '$(FILTER_HEAVY)' || true); \
+	if [ -n "$$bad" ]; then echo "the Wasm module must not link (each MB costs Envoy ~16 MiB RSS):"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: filter is free of gRPC, net/http, control-plane/ and $(FILTER_HEAVY)"
 
 ## ---------------------------------------------------------------- tests
 
