@@ -14,3 +14,8 @@ func bytesToString(b []byte) string {
 // Bytes returns s's bytes without a copy. The host only reads them; the
 // slice must never be written.
 func Bytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// StringView returns b's bytes as a string without a copy. The string is
+// valid only while b is not written: hand it to the host at once, never keep
+// it.
+func StringView(b []byte) string { return bytesToString(b) }

@@ -104,3 +104,50 @@ func BenchmarkRequestWarm50Dictionary(b *testing.B) {
 	benchmarkRequest(b, 50, 1000, `"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY",`)
 }
 func BenchmarkRequestCold50(b *testing.B) { benchmarkRequest(b, 50, -1, "") }
+
+// TestRequestPathAllocatesNothing: in steady state neither a cache hit nor
+// a miss allocates. On Wasm every byte of garbage between two collections
+// is VM memory for good (linear memory never shrinks).
+func TestRequestPathAllocatesNothing(t *testing.T) {
+	h := &benchHost{}
+	p := New(h)
+	p.OnContextCreate(1, 0)
+	if !p.OnConfigure(1, 0) {
+		t.Fatal("empty configuration refused")
+	}
+	cfg, err := ParseConfig([]byte(benchConfig(50, `"cacheMaxBytes":65536,`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.roots[1].cfg = cfg
+	p.roots[1].cache = newCache(cfg.CacheSize, cfg.CacheMaxBytes)
+	p.roots[1].stats.define(h, cfg)
+	ids := make([]string, 20000)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	h.pairs = [][2]string{{":path", "/"}, {"x-user-id", ""}, {"x-country", "US"}, {"x-platform", "ios"}, {"x-app-version", "2.3.1"}}
+	for _, c := range []struct {
+		name string
+		ids  int
+	}{{"hits", 100}, {"misses", len(ids)}} {
+		i := 0
+		request := func() {
+			h.pairs[1][1] = ids[i%c.ids]
+			i++
+			p.OnContextCreate(2, 1)
+			p.OnRequestHeaders(2, len(h.pairs), true)
+			p.OnDelete(2)
+		}
+		for range 200 { // warm up: buffers grown, the arena made
+			request()
+		}
+		misses := p.roots[1].stats.misses
+		if allocs := testing.AllocsPerRun(5000, request); allocs != 0 {
+			t.Errorf("%s: %v allocations per request", c.name, allocs)
+		}
+		if got := p.roots[1].stats.misses - misses; (c.name == "misses") != (got > 4000) {
+			t.Errorf("%s: %d cache misses in 5001 requests", c.name, got)
+		}
+	}
+}

@@ -1,43 +1,65 @@
 package plugin
 
-// cache is a VM's cache of computed assignments, built for Go's collector
-// on Wasm, where marking is neither concurrent nor cheap: a 4-way
-// set-associative table of slots, each entry one string with no pointers
-// inside (assignments, attribute values, dictionary). A miss allocates that
-// string and nothing else, and the collector scans one pointer per slot,
-// never the entries.
+import (
+	"encoding/binary"
+
+	"github.com/allotmesh/allot/filter/abi"
+)
+
+// cache is a VM's cache of computed assignments, built so that the request
+// path produces no garbage. Go's collector on Wasm never returns memory:
+// linear memory only grows, so every byte of garbage that piles up between
+// two collections is RSS for good. A cache of heap strings, one per miss,
+// held a worker VM's memory near 2.5 times the cache's size.
 //
-// Within a set the least recently used way is replaced. Beyond maxEntries
-// or maxBytes a clock hand evicts across the table, giving entries used
-// since it last passed a second chance.
+// Entries therefore live in one byte arena, written as a ring log: a miss
+// appends its record at the head, evicting the oldest records ahead of it;
+// the arena is allocated once, at the first miss, and never replaced. An
+// index of slots (4-way set-associative, least recently used way replaced)
+// finds an entry by the hash of its key and holds no pointers but the
+// arena's.
+//
+// Bounds: at most maxEntries entries, and the arena holds maxBytes of
+// records. With maxBytes 0 (no byte bound) the arena starts small and
+// doubles when full. Eviction under either bound is first in, first out.
 type cache struct {
 	slots      []slot
 	mask       uint64 // sets - 1
 	tick       uint32
-	n, bytes   int
+	n          int // live entries
 	maxEntries int
 	maxBytes   int // 0: no byte bound
-	hand       int
+
+	// arena is the ring log: records [slot uint32][len uint32][data]. head
+	// and tail count bytes written and dropped since the arena was made;
+	// head-tail ≤ len(arena), a record never wraps (the rest of the arena
+	// is skipped instead).
+	arena      []byte
+	head, tail uint64
 }
 
 type slot struct {
 	hash   uint64
-	data   string // entry layout, see entry
+	off    uint32 // record offset in the arena
+	size   uint32 // data bytes
 	used   uint32 // cache tick of the last use
 	keyLen uint32
 	n      uint16 // assignments
 	full   bool
-	ref    bool // used since the clock hand last passed
 }
 
-const ways = 4
-
-// entryOverhead estimates an entry's memory besides its data: its share of
-// the slot table and the string's allocation header.
-const entryOverhead = 64
+const (
+	ways = 4
+	// recordHeader precedes every entry's data in the arena.
+	recordHeader = 8
+	// skipRecord marks arena bytes that hold no entry.
+	skipRecord = ^uint32(0)
+	// minArena is the first arena without a byte bound.
+	minArena = 64 << 10
+)
 
 // newCache returns a cache of at most maxEntries entries (> 0) and, when
-// maxBytes > 0, at most maxBytes of estimated entry memory.
+// maxBytes > 0, at most maxBytes of records.
 func newCache(maxEntries, maxBytes int) *cache {
 	sets := 1
 	for sets*ways < maxEntries {
@@ -46,10 +68,11 @@ func newCache(maxEntries, maxBytes int) *cache {
 	return &cache{slots: make([]slot, sets*ways), mask: uint64(sets - 1), maxEntries: maxEntries, maxBytes: maxBytes}
 }
 
-// entry is a view of one cached assignment. data holds, in order: n
-// assignments of 4 bytes each (experiment index << 16 | variation index,
-// little endian, in dictionary order), the attribute values it was computed
-// for (the key), and the dictionary header's value.
+// entry is a view of one assignment. data holds, in order: n assignments
+// of 4 bytes each (experiment index << 16 | variation index, little
+// endian, in dictionary order), the attribute values it was computed for
+// (the key), and the dictionary header's value. An entry from get views the
+// arena: it is valid until the next add.
 type entry struct {
 	data   string
 	n      int
@@ -68,31 +91,37 @@ func (e entry) at(j int) (exp, variation int) {
 func (e entry) key() string  { return e.data[4*e.n : 4*e.n+e.keyLen] }
 func (e entry) dict() string { return e.data[4*e.n+e.keyLen:] }
 
-// size is the entry's estimated memory, for the byte bound.
-func (e entry) size() int { return entryOverhead + len(e.data) }
-
-func (s *slot) entry() entry { return entry{data: s.data, n: int(s.n), keyLen: int(s.keyLen)} }
+func (c *cache) entry(s *slot) entry {
+	d := c.arena[s.off+recordHeader:][:s.size]
+	return entry{data: abi.StringView(d), n: int(s.n), keyLen: int(s.keyLen)}
+}
 
 // get returns the entry for key (whose hash is h), marking it used.
 func (c *cache) get(h uint64, key []byte) (entry, bool) {
 	set := c.slots[(h&c.mask)*ways:][:ways]
 	for i := range set {
 		s := &set[i]
-		if s.full && s.hash == h && s.entry().key() == string(key) {
-			c.tick++
-			s.used, s.ref = c.tick, true
-			return s.entry(), true
+		if s.full && s.hash == h {
+			if e := c.entry(s); e.key() == string(key) {
+				c.tick++
+				s.used = c.tick
+				return e, true
+			}
 		}
 	}
 	return entry{}, false
 }
 
-// add caches e under hash h, replacing an entry with the same hash (a
-// collision: the key comparison in get keeps it harmless) or the set's
-// least recently used way, then evicts until the bounds hold.
+// add copies e into the cache under hash h, replacing an entry with the
+// same hash (a collision: the key comparison in get keeps it harmless) or
+// the set's least recently used way, then evicts the oldest entries until
+// the bounds hold. An entry larger than the byte bound is not cached.
 func (c *cache) add(h uint64, e entry) {
-	base := int(h&c.mask) * ways
-	set := c.slots[base:][:ways]
+	rec := recordHeader + len(e.data)
+	if c.maxBytes > 0 && rec > c.maxBytes {
+		return
+	}
+	set := c.slots[(h&c.mask)*ways:][:ways]
 	w := -1
 	for i := range set {
 		if set[i].full && set[i].hash == h {
@@ -111,38 +140,127 @@ func (c *cache) add(h uint64, e entry) {
 			}
 		}
 	}
-	c.evict(&set[w])
+	c.drop(&set[w])
+	idx := int(h&c.mask)*ways + w
+	off := c.reserve(rec)
+	r := c.arena[off : off+rec]
+	binary.LittleEndian.PutUint32(r, uint32(idx))
+	binary.LittleEndian.PutUint32(r[4:], uint32(len(e.data)))
+	copy(r[recordHeader:], e.data)
 	c.tick++
-	set[w] = slot{hash: h, data: e.data, used: c.tick, keyLen: uint32(e.keyLen), n: uint16(e.n), full: true, ref: true}
+	c.slots[idx] = slot{hash: h, off: uint32(off), size: uint32(len(e.data)), used: c.tick, keyLen: uint32(e.keyLen), n: uint16(e.n), full: true}
 	c.n++
-	c.bytes += e.size()
-	for c.n > 1 && (c.n > c.maxEntries || c.maxBytes > 0 && c.bytes > c.maxBytes) {
-		c.sweep(base + w)
+	for c.n > c.maxEntries {
+		c.pop()
 	}
 }
 
-// sweep advances the clock hand to the next entry not used since the hand
-// last passed, skipping keep, and evicts it.
-func (c *cache) sweep(keep int) {
-	for {
-		s := &c.slots[c.hand]
-		i := c.hand
-		c.hand = (c.hand + 1) % len(c.slots)
-		switch {
-		case !s.full || i == keep:
-		case s.ref:
-			s.ref = false
-		default:
-			c.evict(s)
-			return
+// reserve returns the offset of n free arena bytes at the head, evicting
+// the oldest records that occupy them.
+func (c *cache) reserve(n int) int {
+	if c.arena == nil {
+		size := c.maxBytes
+		if size == 0 {
+			size = max(minArena, 2*n)
+		}
+		c.arena = make([]byte, size)
+	}
+	if c.maxBytes == 0 && int(c.head-c.tail)+2*n > len(c.arena) {
+		c.grow(n)
+	}
+	size := uint64(len(c.arena))
+	if rest := size - c.head%size; rest < uint64(n) {
+		c.room(rest)
+		if rest >= recordHeader {
+			r := c.arena[c.head%size:]
+			binary.LittleEndian.PutUint32(r, skipRecord)
+			binary.LittleEndian.PutUint32(r[4:], uint32(rest-recordHeader))
+		}
+		c.head += rest
+	}
+	c.room(uint64(n))
+	off := int(c.head % size)
+	c.head += uint64(n)
+	return off
+}
+
+// room evicts records from the tail until n more bytes fit.
+func (c *cache) room(n uint64) {
+	for c.head+n-c.tail > uint64(len(c.arena)) {
+		c.pop()
+	}
+}
+
+// pop drops the oldest record, evicting its entry if it is still live.
+func (c *cache) pop() {
+	off, idx, n, ok := c.record(c.tail)
+	if !ok {
+		c.tail += uint64(len(c.arena)) - off
+		return
+	}
+	c.tail += recordHeader + uint64(n)
+	if idx != skipRecord {
+		if s := &c.slots[idx]; s.full && uint64(s.off) == off {
+			c.drop(s)
 		}
 	}
 }
 
-func (c *cache) evict(s *slot) {
+// grow moves the live records to the start of a new arena (no byte bound)
+// at least twice the size of those records and n, doubling it as needed.
+// Dropped records are left behind.
+func (c *cache) grow(n int) {
+	var live []uint32 // offsets of live records, oldest first
+	for at := c.tail; at < c.head; {
+		off, idx, dn, ok := c.record(at)
+		if !ok {
+			at += uint64(len(c.arena)) - off
+			continue
+		}
+		at += recordHeader + uint64(dn)
+		if idx != skipRecord && c.slots[idx].full && uint64(c.slots[idx].off) == off {
+			live = append(live, uint32(off))
+		}
+	}
+	need := 2 * n
+	for _, off := range live {
+		need += recordHeader + int(c.slots[binary.LittleEndian.Uint32(c.arena[off:])].size)
+	}
+	size := len(c.arena)
+	for 2*need > size {
+		size *= 2
+	}
+	arena, head := make([]byte, size), 0
+	for _, off := range live {
+		s := &c.slots[binary.LittleEndian.Uint32(c.arena[off:])]
+		rec := recordHeader + int(s.size)
+		copy(arena[head:], c.arena[off:int(off)+rec])
+		s.off = uint32(head)
+		head += rec
+	}
+	c.arena, c.head, c.tail = arena, uint64(head), 0
+}
+
+// record reads the record header at ring position at: its arena offset,
+// slot and data length; ok is false where the arena's end is too short for
+// a header (those bytes are skipped).
+func (c *cache) record(at uint64) (off uint64, idx, n uint32, ok bool) {
+	size := uint64(len(c.arena))
+	off = at % size
+	if size-off < recordHeader {
+		return off, 0, 0, false
+	}
+	r := c.arena[off:]
+	return off, binary.LittleEndian.Uint32(r), binary.LittleEndian.Uint32(r[4:]), true
+}
+
+// drop empties s; its record stays in the arena until the tail passes it.
+func (c *cache) drop(s *slot) {
 	if s.full {
 		c.n--
-		c.bytes -= s.entry().size()
 		*s = slot{}
 	}
 }
+
+// bytes is the arena space the live and dead records occupy.
+func (c *cache) bytes() int { return int(c.head - c.tail) }

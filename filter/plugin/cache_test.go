@@ -1,25 +1,65 @@
 package plugin
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-// checkCache recounts the cache's entries and bytes from its slots.
+// checkCache walks the ring log from tail to head and checks it against
+// the slots: every live slot's record names it and holds its data, the
+// records tile [tail, head) exactly, and the bounds hold.
 func checkCache(t *testing.T, c *cache) {
 	t.Helper()
-	n, bytes := 0, 0
+	n := 0
 	for i := range c.slots {
-		if s := &c.slots[i]; s.full {
-			n++
-			bytes += s.entry().size()
-			if set := int(s.hash&c.mask) * ways; i < set || i >= set+ways {
-				t.Fatalf("slot %d holds hash %#x of set %d", i, s.hash, set/ways)
-			}
+		s := &c.slots[i]
+		if !s.full {
+			continue
+		}
+		n++
+		if set := int(s.hash&c.mask) * ways; i < set || i >= set+ways {
+			t.Fatalf("slot %d holds hash %#x of set %d", i, s.hash, set/ways)
+		}
+		if idx := binary.LittleEndian.Uint32(c.arena[s.off:]); idx != uint32(i) {
+			t.Fatalf("slot %d's record at %d names slot %d", i, s.off, idx)
+		}
+		if size := binary.LittleEndian.Uint32(c.arena[s.off+4:]); size != s.size {
+			t.Fatalf("slot %d: record of %d bytes, slot says %d", i, size, s.size)
 		}
 	}
-	if n != c.n || bytes != c.bytes {
-		t.Fatalf("cache counts %d entries, %d bytes; slots hold %d, %d", c.n, c.bytes, n, bytes)
+	if n != c.n {
+		t.Fatalf("cache counts %d entries; slots hold %d", c.n, n)
+	}
+	if n > c.maxEntries {
+		t.Fatalf("%d entries, bound %d", n, c.maxEntries)
+	}
+	if c.arena == nil {
+		return
+	}
+	if c.maxBytes > 0 && len(c.arena) != c.maxBytes {
+		t.Fatalf("arena of %d bytes, bound %d", len(c.arena), c.maxBytes)
+	}
+	if c.head-c.tail > uint64(len(c.arena)) {
+		t.Fatalf("ring holds %d bytes in an arena of %d", c.head-c.tail, len(c.arena))
+	}
+	live := 0
+	at := c.tail
+	for at < c.head {
+		off, idx, size, ok := c.record(at)
+		if !ok {
+			at += uint64(len(c.arena)) - off
+			continue
+		}
+		if idx != skipRecord && c.slots[idx].full && uint64(c.slots[idx].off) == off {
+			live++
+		}
+		at += recordHeader + uint64(size)
+	}
+	if at != c.head || live != n {
+		t.Fatalf("ring walk ends at %d (head %d), finds %d live records of %d", at, c.head, live, n)
 	}
 }
 
@@ -84,18 +124,109 @@ func TestCacheCollision(t *testing.T) {
 	}
 }
 
-// TestCacheSecondChance: under a bound, an entry used since the clock hand
-// last passed survives the sweep that evicts unused ones.
-func TestCacheSecondChance(t *testing.T) {
-	c := newCache(64, 0)
-	hot := "hot"
-	c.add(hashBytes([]byte(hot)), testEntry(hot, "d"))
-	for i := range 500 {
-		k := "cold-" + strconv.Itoa(i)
-		c.add(hashBytes([]byte(k)), testEntry(k, "d"))
-		if _, ok := c.get(hashBytes([]byte(hot)), []byte(hot)); !ok {
-			t.Fatalf("hot entry evicted after %d cold adds", i+1)
+// TestCacheRing: under a byte bound with entries of every size, wrapping
+// the arena many times (with tails too short for a record), a found entry
+// is always the one last added for its key, a new entry is always found,
+// and the oldest go first.
+func TestCacheRing(t *testing.T) {
+	for _, bound := range []int{200, 1000, 4099} {
+		c := newCache(1000, bound)
+		rng := rand.New(rand.NewPCG(1, uint64(bound)))
+		latest := map[string]string{}
+		var order []string
+		for i := range 5000 {
+			k := "k" + strconv.Itoa(rng.IntN(400))
+			d := strings.Repeat(string(rune('a'+i%26)), rng.IntN(60))
+			h := hashBytes([]byte(k))
+			c.add(h, testEntry(k, d, i&0xffff))
+			latest[k] = d
+			order = append(order, k)
+			checkCache(t, c)
+			if e, ok := c.get(h, []byte(k)); !ok || e.dict() != d || e.key() != k {
+				t.Fatalf("bound %d, add %d: %q just added: found %v, dict %q", bound, i, k, ok, e.dict())
+			}
+			probe := "k" + strconv.Itoa(rng.IntN(400))
+			if e, ok := c.get(hashBytes([]byte(probe)), []byte(probe)); ok && e.dict() != latest[probe] {
+				t.Fatalf("bound %d: %q answers %q, last added %q", bound, probe, e.dict(), latest[probe])
+			}
+		}
+		// First in, first out: every record takes at least recordHeader
+		// bytes, so an entry last added more than bound/recordHeader adds
+		// ago has been overwritten.
+		last := map[string]int{}
+		for j, k := range order {
+			last[k] = j
+		}
+		for k, j := range last {
+			if _, ok := c.get(hashBytes([]byte(k)), []byte(k)); ok && len(order)-j > bound/recordHeader {
+				t.Errorf("bound %d: %q, last added %d adds ago, still cached", bound, k, len(order)-j)
+			}
 		}
 	}
+}
+
+// TestCacheTooBig: an entry larger than the byte bound is not cached and
+// evicts nothing.
+func TestCacheTooBig(t *testing.T) {
+	c := newCache(16, 64)
+	c.add(1, testEntry("a", "small"))
+	c.add(2, testEntry("b", strings.Repeat("x", 100)))
 	checkCache(t, c)
+	if _, ok := c.get(2, []byte("b")); ok {
+		t.Error("entry over the byte bound cached")
+	}
+	if _, ok := c.get(1, []byte("a")); !ok {
+		t.Error("small entry evicted by one that does not fit")
+	}
+}
+
+// TestCacheGrows: without a byte bound the arena grows to hold up to
+// maxEntries entries (fewer where four keys share a set), every cached one
+// current, and stays within a few times their size however often entries
+// are replaced.
+func TestCacheGrows(t *testing.T) {
+	c := newCache(500, 0)
+	d := strings.Repeat("v", 300)
+	for round := range 20 {
+		for i := range 500 {
+			k := "u" + strconv.Itoa(i)
+			c.add(hashBytes([]byte(k)), testEntry(k, d+strconv.Itoa(round)))
+		}
+		checkCache(t, c)
+	}
+	found := 0
+	for i := range 500 {
+		k := "u" + strconv.Itoa(i)
+		if e, ok := c.get(hashBytes([]byte(k)), []byte(k)); ok && e.dict() == d+"19" {
+			found++
+		}
+	}
+	liveBytes := c.n * (recordHeader + 300 + 6)
+	if found != c.n || c.n < 350 || len(c.arena) > 8*liveBytes {
+		t.Fatalf("%d of %d entries current (%d cached); arena %d bytes for %d live", found, 500, c.n, len(c.arena), liveBytes)
+	}
+}
+
+// TestCacheNoGarbage: once its arena exists, neither a miss nor a hit
+// allocates.
+func TestCacheNoGarbage(t *testing.T) {
+	c := newCache(1000, 1<<16)
+	keys := make([][]byte, 5000)
+	entries := make([]entry, len(keys))
+	for i := range keys {
+		keys[i] = []byte("user-" + strconv.Itoa(i))
+		entries[i] = testEntry(string(keys[i]), "checkout=blue", i)
+	}
+	c.add(hashBytes(keys[0]), entries[0])
+	i := 0
+	allocs := testing.AllocsPerRun(20000, func() {
+		i = (i + 1) % len(keys)
+		h := hashBytes(keys[i])
+		if _, ok := c.get(h, keys[i]); !ok {
+			c.add(h, entries[i])
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per lookup", allocs)
+	}
 }

@@ -87,8 +87,9 @@ type Config struct {
 	DictionaryHeader string
 	VersionHeader    string
 	CacheSize        int
-	// CacheMaxBytes bounds the cache by the estimated size of its entries
-	// (attribute values, assignments, dictionary); 0: no byte bound.
+	// CacheMaxBytes is the size of the cache's arena, which holds its
+	// entries (attribute values, assignments, dictionary, 8 bytes of
+	// header each); 0: no byte bound.
 	CacheMaxBytes int
 	// ExposureState is whether each request's assignments are recorded as
 	// filter state (ExposureProperty) for the access log.

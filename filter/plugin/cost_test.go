@@ -67,8 +67,8 @@ func TestCacheByteBound(t *testing.T) {
 	for i := range 200 {
 		h.Request(p, root, [][2]string{{"x-user-id", "user-" + strconv.Itoa(i)}})
 		checkCache(t, r.cache)
-		if r.cache.bytes > 4000 {
-			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cache.bytes)
+		if r.cache.bytes() > 4000 {
+			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cache.bytes())
 		}
 	}
 	n := r.cache.n

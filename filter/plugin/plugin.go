@@ -394,7 +394,8 @@ func (p *Plugin) lookup(r *root, vals []string) entry {
 const maxTargeting = 1024
 
 // compute evaluates every experiment for one set of attribute values and
-// lays the result out as an entry: one allocation.
+// lays the result out as an entry in p's scratch memory, valid until the
+// next compute: the cache copies it, nothing allocates.
 func (p *Plugin) compute(r *root, vals []string) entry {
 	cfg := r.cfg
 	p.scratch = cfg.set.AssignStrings(p.scratch[:0], vals, p.outcomes(r, vals))
@@ -411,7 +412,7 @@ func (p *Plugin) compute(r *root, vals []string) entry {
 		}
 	}
 	p.data = append(append(p.data, p.key...), p.dict...)
-	return entry{data: string(p.data), n: n, keyLen: len(p.key)}
+	return entry{data: abi.StringView(p.data), n: n, keyLen: len(p.key)}
 }
 
 // outcomes returns the condition outcomes for vals, from the root's

@@ -101,7 +101,7 @@ func (h *Host) AddHeaderMapValue(t abi.MapType, key, value string) error {
 	if err := h.fail("proxy_add_header_map_value"); err != nil {
 		return err
 	}
-	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), value})
+	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), strings.Clone(value)}) // a view of plugin memory
 	return nil
 }
 
@@ -111,7 +111,7 @@ func (h *Host) ReplaceHeaderMapValue(t abi.MapType, key, value string) error {
 		return err
 	}
 	h.remove(t, key)
-	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), value})
+	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), strings.Clone(value)}) // a view of plugin memory
 	return nil
 }
 
