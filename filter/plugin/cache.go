@@ -14,8 +14,9 @@ import (
 //
 // Entries therefore live in one byte arena, written as a ring log: a miss
 // appends its record at the head, evicting the oldest records ahead of it;
-// the arena is allocated once, at the first miss, and never replaced. An
-// index of slots (4-way set-associative, least recently used way replaced)
+// the arena is allocated once, at the first miss, and never replaced (nor is
+// the index, so a VM that serves no request, like the main thread's, pays
+// for neither). An index of slots (4-way set-associative, least recently used way replaced)
 // finds an entry by the hash of its key and holds no pointers but the
 // arena's.
 //
@@ -65,14 +66,14 @@ func newCache(maxEntries, maxBytes int) *cache {
 	for sets*ways < maxEntries {
 		sets *= 2
 	}
-	return &cache{slots: make([]slot, sets*ways), mask: uint64(sets - 1), maxEntries: maxEntries, maxBytes: maxBytes}
+	return &cache{mask: uint64(sets - 1), maxEntries: maxEntries, maxBytes: maxBytes}
 }
 
 // entry is a view of one assignment. data holds, in order: n assignments
 // of 4 bytes each (experiment index << 16 | variation index, little
-// endian, in dictionary order), the attribute values it was computed for
-// (the key), and the dictionary header's value. An entry from get views the
-// arena: it is valid until the next add.
+// endian, in dictionary order), then the attribute values it was computed
+// for (the key). An entry from get views the arena: it is valid until the
+// next add.
 type entry struct {
 	data   string
 	n      int
@@ -88,8 +89,7 @@ func (e entry) at(j int) (exp, variation int) {
 	return int(d[2]) | int(d[3])<<8, int(d[0]) | int(d[1])<<8
 }
 
-func (e entry) key() string  { return e.data[4*e.n : 4*e.n+e.keyLen] }
-func (e entry) dict() string { return e.data[4*e.n+e.keyLen:] }
+func (e entry) key() string { return e.data[4*e.n : 4*e.n+e.keyLen] }
 
 func (c *cache) entry(s *slot) entry {
 	d := c.arena[s.off+recordHeader:][:s.size]
@@ -98,6 +98,9 @@ func (c *cache) entry(s *slot) entry {
 
 // get returns the entry for key (whose hash is h), marking it used.
 func (c *cache) get(h uint64, key []byte) (entry, bool) {
+	if c.slots == nil {
+		return entry{}, false
+	}
 	set := c.slots[(h&c.mask)*ways:][:ways]
 	for i := range set {
 		s := &set[i]
@@ -120,6 +123,9 @@ func (c *cache) add(h uint64, e entry) {
 	rec := recordHeader + len(e.data)
 	if c.maxBytes > 0 && rec > c.maxBytes {
 		return
+	}
+	if c.slots == nil {
+		c.slots = make([]slot, (c.mask+1)*ways)
 	}
 	set := c.slots[(h&c.mask)*ways:][:ways]
 	w := -1

@@ -63,19 +63,24 @@ func checkCache(t *testing.T, c *cache) {
 	}
 }
 
-func testEntry(key, dict string, assigned ...int) entry {
+// testEntry lays out an entry's assignments and key, followed by a tail
+// that the plugin's entries do not have: the cache must keep it all the
+// same, and payload reads it back.
+func testEntry(key, tail string, assigned ...int) entry {
 	var data []byte
 	for _, a := range assigned {
 		data = append(data, byte(a), byte(a>>8), byte(a>>16), byte(a>>24))
 	}
-	data = append(append(data, key...), dict...)
+	data = append(append(data, key...), tail...)
 	return entry{data: string(data), n: len(assigned), keyLen: len(key)}
 }
 
+func payload(e entry) string { return e.data[4*e.n+e.keyLen:] }
+
 func TestCacheEntryLayout(t *testing.T) {
 	e := testEntry("k", `a="x", b="y"`, 3<<16|1, 70000&0xffff<<16|2)
-	if e.key() != "k" || e.dict() != `a="x", b="y"` || e.assignments() != 2 {
-		t.Fatalf("entry = key %q dict %q n %d", e.key(), e.dict(), e.assignments())
+	if e.key() != "k" || payload(e) != `a="x", b="y"` || e.assignments() != 2 {
+		t.Fatalf("entry = key %q dict %q n %d", e.key(), payload(e), e.assignments())
 	}
 	if i, v := e.at(0); i != 3 || v != 1 {
 		t.Errorf("at(0) = %d, %d; want 3, 1", i, v)
@@ -97,8 +102,8 @@ func TestCacheEntryBound(t *testing.T) {
 		if c.n > 100 {
 			t.Fatalf("after %d adds: %d entries, bound 100", i+1, c.n)
 		}
-		if e, ok := c.get(h, []byte(k)); !ok || e.dict() != "d"+k {
-			t.Fatalf("entry %q just added: found %v, dict %q", k, ok, e.dict())
+		if e, ok := c.get(h, []byte(k)); !ok || payload(e) != "d"+k {
+			t.Fatalf("entry %q just added: found %v, dict %q", k, ok, payload(e))
 		}
 	}
 	if c.n < 50 {
@@ -116,8 +121,8 @@ func TestCacheCollision(t *testing.T) {
 	}
 	c.add(42, testEntry("b", "db"))
 	checkCache(t, c)
-	if e, ok := c.get(42, []byte("b")); !ok || e.dict() != "db" {
-		t.Fatalf(`"b": found %v, dict %q`, ok, e.dict())
+	if e, ok := c.get(42, []byte("b")); !ok || payload(e) != "db" {
+		t.Fatalf(`"b": found %v, dict %q`, ok, payload(e))
 	}
 	if _, ok := c.get(42, []byte("a")); ok || c.n != 1 {
 		t.Fatalf(`"a" still found, or %d entries; want replaced`, c.n)
@@ -142,12 +147,12 @@ func TestCacheRing(t *testing.T) {
 			latest[k] = d
 			order = append(order, k)
 			checkCache(t, c)
-			if e, ok := c.get(h, []byte(k)); !ok || e.dict() != d || e.key() != k {
-				t.Fatalf("bound %d, add %d: %q just added: found %v, dict %q", bound, i, k, ok, e.dict())
+			if e, ok := c.get(h, []byte(k)); !ok || payload(e) != d || e.key() != k {
+				t.Fatalf("bound %d, add %d: %q just added: found %v, dict %q", bound, i, k, ok, payload(e))
 			}
 			probe := "k" + strconv.Itoa(rng.IntN(400))
-			if e, ok := c.get(hashBytes([]byte(probe)), []byte(probe)); ok && e.dict() != latest[probe] {
-				t.Fatalf("bound %d: %q answers %q, last added %q", bound, probe, e.dict(), latest[probe])
+			if e, ok := c.get(hashBytes([]byte(probe)), []byte(probe)); ok && payload(e) != latest[probe] {
+				t.Fatalf("bound %d: %q answers %q, last added %q", bound, probe, payload(e), latest[probe])
 			}
 		}
 		// First in, first out: every record takes at least recordHeader
@@ -197,7 +202,7 @@ func TestCacheGrows(t *testing.T) {
 	found := 0
 	for i := range 500 {
 		k := "u" + strconv.Itoa(i)
-		if e, ok := c.get(hashBytes([]byte(k)), []byte(k)); ok && e.dict() == d+"19" {
+		if e, ok := c.get(hashBytes([]byte(k)), []byte(k)); ok && payload(e) == d+"19" {
 			found++
 		}
 	}

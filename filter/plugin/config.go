@@ -17,7 +17,7 @@ const (
 	DefaultVersionHeader    = "x-experiments-version"
 	DefaultCacheSize        = 10000
 	// DefaultCacheMaxBytes bounds a VM's cache by the size of its entries.
-	DefaultCacheMaxBytes = 4 << 20
+	DefaultCacheMaxBytes = 1 << 20
 	// ExposureProperty is the filter state the filter writes each request's
 	// assignments to; Envoy's access log prints it with
 	// %FILTER_STATE(wasm.allot:PLAIN)%.
@@ -105,7 +105,7 @@ type Config struct {
 	keys        []string
 	values      [][]string
 	// dictValues[i][v] is variation v of experiment i as an RFC 9651
-	// dictionary member, key included: key="value".
+	// dictionary member, key and separator included: `, key="value"`.
 	dictValues [][]string
 	// byKey lists experiment indices sorted by key: the dictionary's order.
 	byKey []int
@@ -203,7 +203,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		c.dictValues[i] = make([]string, len(c.values[i]))
 		for v, value := range c.values[i] {
-			c.dictValues[i][v] = key + "=" + sfString(value)
+			c.dictValues[i][v] = ", " + key + "=" + sfString(value)
 		}
 	}
 	c.byKey = make([]int, n)

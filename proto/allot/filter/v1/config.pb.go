@@ -128,7 +128,8 @@ type FilterConfig struct {
 	// cache_max_bytes bounds the per-VM cache by the size of its entries (the
 	// attribute values and the assignments they map to), so that its memory
 	// does not grow with the number of experiments; 0 means the default
-	// (4 MiB); a negative value leaves only cache_size.
+	// (1 MiB, which holds the default 10,000 entries of a unit in ~15
+	// experiments); a negative value leaves only cache_size.
 	CacheMaxBytes int32 `protobuf:"varint,12,opt,name=cache_max_bytes,json=cacheMaxBytes,proto3" json:"cache_max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
