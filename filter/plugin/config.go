@@ -206,11 +206,17 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.dictValues[i][v] = ", " + key + "=" + sfString(value)
 		}
 	}
-	c.byKey = make([]int, n)
-	for i := range c.byKey {
-		c.byKey[i] = i
+	// Keys are unique (Compile checks). Sorting the keys themselves reuses
+	// the string sort the engine links; a SortFunc over indices would add
+	// another instantiation of pdqsort, about 15 KB of module.
+	index := make(map[string]int, n)
+	for i, key := range c.keys {
+		index[key] = i
 	}
-	slices.SortFunc(c.byKey, func(a, b int) int { return strings.Compare(c.keys[a], c.keys[b]) })
+	c.byKey = make([]int, 0, n)
+	for _, key := range slices.Sorted(slices.Values(c.keys)) {
+		c.byKey = append(c.byKey, index[key])
+	}
 	refs := set.Referenced()
 	c.plan(refs, mapped)
 	for _, name := range set.ConditionAttributes() {
