@@ -24,7 +24,7 @@ func (e *wrapped) Unwrap() error { return e.err }
 // configuration.
 func decodeConfig(data []byte) (rawConfig, error) {
 	var v any
-	if obj, err := decodeStruct(data); err == nil {
+	if obj, err := decodeStructLazy(data); err == nil {
 		v = obj
 	} else if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
 		return rawConfig{}, &wrapped{"decode filter configuration: neither a google.protobuf.Struct nor JSON", err}
@@ -83,18 +83,31 @@ func mapConfig(v any) (rawConfig, error) {
 	return raw, errors.Join(d.Errs...)
 }
 
-// mapList maps an array of objects with one, null elements left zero.
+// mapList maps an array of objects with one, null elements left zero. The
+// array is a []any, or a lazyList whose items are decoded one at a time.
 func mapList[T any](d *jsonx.Decoder, path string, v any, want string, one func(*jsonx.Decoder, string, jsonx.Object, *T)) []T {
 	if v == nil {
 		return nil
 	}
-	arr, ok := v.([]any)
-	if !ok {
+	arr, isArr := v.([]any)
+	lazy, isLazy := v.(lazyList)
+	n := len(arr) + len(lazy.items)
+	if !isArr && !isLazy {
 		d.Errs = append(d.Errs, &jsonx.TypeError{Path: path, Want: want})
 		return nil
 	}
-	out := make([]T, len(arr))
-	for i, e := range arr {
+	out := make([]T, n)
+	for i := range n {
+		var e any
+		if isArr {
+			e = arr[i]
+		} else {
+			var err error
+			if e, err = lazy.item(i); err != nil { // validated already: not expected
+				d.Errs = append(d.Errs, &wrapped{path + "[" + strconv.Itoa(i) + "]", err})
+				continue
+			}
+		}
 		p := path + "[" + strconv.Itoa(i) + "]"
 		switch x := e.(type) {
 		case nil:

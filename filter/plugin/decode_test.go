@@ -33,7 +33,7 @@ func oracleConfig(data []byte) (rawConfig, error) {
 
 // oracleStructJSON is the former structToJSON, keys quoted as JSON.
 func oracleStructJSON(b []byte, depth int) ([]byte, error) {
-	obj, err := structObject(b, depth) // the wire decoding is not under test here
+	obj, err := structObject(b, depth, build) // the wire decoding is not under test here
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +70,7 @@ func oracleAppend(out []byte, v any) []byte {
 }
 
 var decodeSeeds = []string{
+	`{"":1e700}`, // found by FuzzDecodeConfig: out of range under an ignored name
 	``, `{}`, `null`, `[]`, `"x"`, `{"version":"v1","cacheSize":5,"cacheMaxBytes":1e3,"disableExposureState":true}`,
 	`{"experiments":[{"key":"k","variations":["a",1,true,null,{"x":[1]}],"weights":[0.5,null],"coverage":0.5,"force":1,
 	  "active":false,"ranges":[[0,0.5],null,[null,1]],"namespace":["n",0,1],"condition":{"b":1,"a":{"$in":[1]}},
@@ -165,6 +166,10 @@ func checkDecode(t *testing.T, data []byte) {
 	}
 	if werr != nil && err == nil && integralLiteral(werr) {
 		return
+	}
+	var se *jsonx.SyntaxError
+	if werr == nil && errors.As(err, &se) && strings.HasSuffix(se.Msg, "is out of range") {
+		return // jsonx rejects 1e700 anywhere; encoding/json only where a float64 receives it
 	}
 	if (err == nil) != (werr == nil) {
 		t.Fatalf("decodeConfig(%q) error %v, encoding/json %v", data, err, werr)

@@ -82,17 +82,49 @@ func (r *wireReader) field() (num int, typ int, payload []byte, scalar uint64, e
 	return num, typ, payload, scalar, err
 }
 
+// decodeMode says how much of the encoding the decoder materializes.
+type decodeMode uint8
+
+const (
+	build decodeMode = iota // every value as jsonx values
+	check                   // nothing: the encoding is only validated
+	// lazy is build, except that a ListValue directly under the top-level
+	// Struct (experiments, attributes) is validated and kept encoded, as a
+	// lazyList: on_configure then holds one experiment's values at a time,
+	// not the whole configuration's (about 2 MiB of VM memory with 1,000
+	// experiments, which Wasm never gives back).
+	lazy
+)
+
+// lazyList is a validated ListValue whose items are still encoded Values;
+// item decodes one.
+type lazyList struct {
+	items [][]byte
+	depth int // of the items
+}
+
+func (l lazyList) item(i int) (any, error) { return structValue(l.items[i], l.depth, build) }
+
 // decodeStruct decodes an encoded Struct as a jsonx.Object, fields in wire
 // order. Strings are made valid UTF-8 as a JSON round trip would make them.
 func decodeStruct(b []byte) (jsonx.Object, error) {
-	return structObject(b, 0)
+	return structObject(b, 0, build)
 }
 
-func structObject(b []byte, depth int) (jsonx.Object, error) {
+// decodeStructLazy is decodeStruct with the top-level lists kept encoded;
+// it rejects exactly the encodings decodeStruct rejects.
+func decodeStructLazy(b []byte) (jsonx.Object, error) {
+	return structObject(b, 0, lazy)
+}
+
+func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
 	if depth > maxDepth {
 		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
 	}
-	obj := jsonx.Object{}
+	var obj jsonx.Object
+	if mode != check {
+		obj = jsonx.Object{}
+	}
 	r := wireReader{b}
 	for len(r.b) > 0 {
 		num, typ, entry, _, err := r.field()
@@ -102,7 +134,7 @@ func structObject(b []byte, depth int) (jsonx.Object, error) {
 		if num != 1 || typ != 2 {
 			return nil, &wireError{"unexpected Struct field " + strconv.Itoa(num)}
 		}
-		var key string
+		var key []byte
 		var value []byte
 		hasValue := false
 		er := wireReader{entry}
@@ -113,7 +145,7 @@ func structObject(b []byte, depth int) (jsonx.Object, error) {
 			}
 			switch {
 			case n == 1 && t == 2:
-				key = string(p)
+				key = p
 			case n == 2 && t == 2:
 				value, hasValue = p, true
 			default:
@@ -122,16 +154,49 @@ func structObject(b []byte, depth int) (jsonx.Object, error) {
 		}
 		var v any
 		if hasValue {
-			if v, err = structValue(value, depth+1); err != nil {
+			if mode == lazy && depth == 0 {
+				v, err = lazyValue(value, depth+1)
+			} else {
+				v, err = structValue(value, depth+1, mode)
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
-		obj = append(obj, jsonx.Member{Key: jsonx.ValidString(key), Value: v})
+		if mode != check {
+			obj = append(obj, jsonx.Member{Key: jsonx.ValidString(string(key)), Value: v})
+		}
 	}
 	return obj, nil
 }
 
-func structValue(b []byte, depth int) (any, error) {
+// lazyValue decodes a Value, except that a ListValue is only validated and
+// returned as a lazyList.
+func lazyValue(b []byte, depth int) (any, error) {
+	r := wireReader{b}
+	num, typ, payload, _, err := r.field()
+	if err != nil || len(r.b) != 0 || num != 6 || typ != 2 || depth > maxDepth {
+		return structValue(b, depth, build) // not a list: decoded (or rejected) as usual
+	}
+	l := lazyList{depth: depth + 1}
+	lr := wireReader{payload}
+	for len(lr.b) > 0 {
+		n, t, item, _, err := lr.field()
+		if err != nil {
+			return nil, err
+		}
+		if n != 1 || t != 2 {
+			return nil, &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
+		}
+		if _, err := structValue(item, l.depth, check); err != nil {
+			return nil, err
+		}
+		l.items = append(l.items, item)
+	}
+	return l, nil
+}
+
+func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 	if depth > maxDepth {
 		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
 	}
@@ -154,15 +219,31 @@ func structValue(b []byte, depth int) (any, error) {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, &wireError{"number " + strconv.FormatFloat(f, 'g', -1, 64) + " has no JSON form"}
 		}
+		if mode == check {
+			return nil, nil
+		}
 		return f, nil
 	case num == 3 && typ == 2:
+		if mode == check {
+			return nil, nil
+		}
 		return jsonx.ValidString(string(payload)), nil
 	case num == 4 && typ == 0:
+		if mode == check {
+			return nil, nil
+		}
 		return scalar != 0, nil
 	case num == 5 && typ == 2:
-		return structObject(payload, depth)
+		obj, err := structObject(payload, depth, mode)
+		if mode == check || err != nil {
+			return nil, err
+		}
+		return obj, nil
 	case num == 6 && typ == 2:
-		list := []any{}
+		var list []any
+		if mode != check {
+			list = []any{}
+		}
 		lr := wireReader{payload}
 		for len(lr.b) > 0 {
 			n, t, item, _, err := lr.field()
@@ -172,11 +253,16 @@ func structValue(b []byte, depth int) (any, error) {
 			if n != 1 || t != 2 {
 				return nil, &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
 			}
-			v, err := structValue(item, depth+1)
+			v, err := structValue(item, depth+1, mode)
 			if err != nil {
 				return nil, err
 			}
-			list = append(list, v)
+			if mode != check {
+				list = append(list, v)
+			}
+		}
+		if mode == check {
+			return nil, nil
 		}
 		return list, nil
 	}

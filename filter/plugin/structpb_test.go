@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -117,4 +118,51 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatal("accepted configuration without a compiled set")
 		}
 	})
+}
+
+// checkLazy: keeping the top-level lists encoded changes nothing — the
+// same encodings are rejected, and the configuration maps identically.
+func checkLazy(t *testing.T, b []byte) {
+	t.Helper()
+	eager, eerr := decodeStruct(b)
+	lazy, lerr := decodeStructLazy(b)
+	if (eerr == nil) != (lerr == nil) {
+		t.Fatalf("decodeStruct error %v, decodeStructLazy error %v", eerr, lerr)
+	}
+	if eerr != nil {
+		return
+	}
+	want, werr := mapConfig(eager)
+	got, gerr := mapConfig(lazy)
+	if fmt.Sprint(werr) != fmt.Sprint(gerr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("lazy decoding maps to\n%#v, %v\neager to\n%#v, %v", got, gerr, want, werr)
+	}
+}
+
+func TestDecodeStructLazy(t *testing.T) {
+	exp := pbObject(pbStruct("key", pbString("k"), "variations", pbList(pbString("a"), pbNumber(2)),
+		"condition", pbObject(pbStruct("country", pbObject(pbStruct("$in", pbList(pbString("US"))))))))
+	deep := pbNull()
+	for range maxDepth - 1 {
+		deep = pbList(deep)
+	}
+	for name, b := range map[string][]byte{
+		"sample":           sample,
+		"experiments":      pbStruct("experiments", pbList(exp, pbNull(), exp), "attributes", pbList()),
+		"not objects":      pbStruct("experiments", pbList(pbString("x"), pbNumber(1))),
+		"list elsewhere":   pbStruct("version", pbList(pbString("v")), "other", pbList(exp)),
+		"nan in a list":    pbStruct("experiments", pbList(pbObject(pbStruct("weights", pbList(pbNumber(math.NaN())))))),
+		"nan, unknown key": pbStruct("other", pbList(pbNumber(math.NaN()))),
+		"deep in a list":   pbStruct("experiments", deep),
+		"too deep":         pbStruct("experiments", pbList(deep)),
+		"bad list field":   pbStruct("experiments", []byte{0x32, 0x02, 0x10, 0x01}),
+	} {
+		t.Run(name, func(t *testing.T) { checkLazy(t, b) })
+	}
+}
+
+func FuzzDecodeStructLazy(f *testing.F) {
+	f.Add(sample)
+	f.Add(pbStruct("experiments", pbList(pbObject(pbStruct("key", pbString("k"))), pbNull())))
+	f.Fuzz(checkLazy)
 }
