@@ -97,7 +97,7 @@ lint: ## gofmt check and go vet (native, wasip1 and e2e builds).
 
 # Standard packages the Wasm module must not link: fmt, os and their kin cost
 # hundreds of KB of module, and each MB costs Envoy ~16 MiB of RSS.
-FILTER_HEAVY := fmt|os|encoding/json|time|runtime/debug|net|net/.*
+FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net|net/.*
 
 .PHONY: check-deps
 check-deps: ## Keep gRPC, net/http, the control plane and heavy std packages out of the Wasm filter.

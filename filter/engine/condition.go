@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -442,7 +441,7 @@ func (cc *condCompiler) operator(path, op string, arg any) valueCond {
 		if op == "$regexi" {
 			expr = "(?i)" + s
 		}
-		re, err := regexp.Compile(expr)
+		re, err := compileRegex(expr)
 		if err != nil {
 			cc.fail(path, "invalid regex: "+err.Error())
 			return falseCond{}
@@ -717,7 +716,7 @@ func (c allElemCond) match(v any) bool {
 	return true
 }
 
-type regexCond struct{ re *regexp.Regexp }
+type regexCond struct{ re *regex }
 
 func (c regexCond) match(v any) bool {
 	if s, ok := v.(string); ok {

@@ -19,8 +19,9 @@
 //
 //   - FNV-1a runs over UTF-8 bytes, not UTF-16 code units, so non-ASCII ids
 //     bucket differently (as in GrowthBook's Go and Python SDKs).
-//   - Regular expressions use Go's RE2 syntax: no lookaround, no
-//     backreferences (Compile rejects them).
+//   - Regular expressions use Go's RE2 syntax (regex.go): no lookaround,
+//     no backreferences, no Unicode classes such as \p{L} (Compile rejects
+//     them).
 //   - Equality of a condition object with an attribute object ignores key
 //     order (JSON.stringify in the reference does not).
 //   - An experiment needs at least two variations: the reference never
