@@ -21,9 +21,11 @@ import (
 // slice of the same round: far steadier than whole runs on fresh Envoys,
 // whose per-request CPU swings by ±15% between rounds here.
 //
-// Each round also gives every variant a slice at the fixed rate; their
-// latencies are pooled per variant, so a hiccup of the VM (which decides a
-// p99 of a few thousand requests) lands on every variant alike.
+// Each round also gives every variant a slice at the fixed rate. A
+// variant's added latency quantile is, like its CPU, the median of its
+// per-slice differences to A's slice of the same round: a hiccup of the VM
+// decides the p99 of the slice it lands in, and the median sets that round
+// aside. The latencies are also pooled per variant, for the tables.
 type paired struct {
 	Rounds   int `json:"rounds"`
 	Requests int `json:"requests_per_slice"`
@@ -36,6 +38,9 @@ type paired struct {
 	// latencies pooled over every round; Samples[v] how many there were.
 	Latency map[string]map[string]float64 `json:"latency_us"`
 	Samples map[string]int                `json:"latency_samples"`
+	// SliceLatency[v][i][q] is the quantile q in µs of variant v's slice in
+	// round i.
+	SliceLatency map[string][]map[string]float64 `json:"slice_latency_us"`
 	// Late counts requests the schedule asked for that did not complete.
 	Late map[string]uint64 `json:"late,omitempty"`
 }
@@ -50,6 +55,20 @@ func (p *paired) add(id string) (float64, bool) {
 	d := make([]float64, len(v))
 	for i := range v {
 		d[i] = v[i] - a[i]
+	}
+	return median(d), true
+}
+
+// latAdd is variant id's addition to latency quantile q over A: the median
+// of per-round differences.
+func (p *paired) latAdd(id, q string) (float64, bool) {
+	a, v := p.SliceLatency["A"], p.SliceLatency[id]
+	if len(a) == 0 || len(v) != len(a) {
+		return 0, false
+	}
+	d := make([]float64, len(v))
+	for i := range v {
+		d[i] = v[i][q] - a[i][q]
 	}
 	return median(d), true
 }
@@ -78,7 +97,7 @@ const (
 func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string) (*paired, error) {
 	res := &paired{Rounds: pairedRounds, Requests: pairedRequests, CPU: map[string][]float64{},
 		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
-		Samples: map[string]int{}, Late: map[string]uint64{}}
+		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
 	type running struct {
 		v    variant
 		e    *envoy
@@ -163,6 +182,13 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			}
 			r.next += fr.Intended
 			r.lat = append(r.lat, fr.Latencies...)
+			slice := load.Result{Latencies: slices.Clone(fr.Latencies)}
+			slices.Sort(slice.Latencies)
+			qs := map[string]float64{}
+			for _, q := range quantiles {
+				qs[q.name] = float64(slice.Quantile(q.q).Nanoseconds()) / 1e3
+			}
+			res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], qs)
 			res.Late[r.v.ID] += fr.Intended - fr.Requests
 		}
 	}

@@ -105,16 +105,20 @@ func renderReport(res *results) string {
 		p("| %s | %s adds %.1f µs, E adds %.1f µs: %.2f × E (limit %.1f µs) | %s |\n",
 			t.what, t.id, x, e, x/e, t.limit*e, metMissed(x <= t.limit*e))
 	}
-	// Added p99 from the pooled interleaved latencies when there are
-	// some: a p99 of one 5 s run follows the VM's hiccups.
+	// Added p99 from the interleaved slices when there are some: a p99 of
+	// one 5 s run follows the VM's hiccups.
 	if pr := res.Paired; pr != nil && pr.Latency["G"] != nil && pr.Latency["D"] != nil && pr.Latency["A"] != nil {
+		gp, okG := pr.latAdd("G", "p99")
+		dp, okD := pr.latAdd("D", "p99")
+		g50, _ := pr.latAdd("G", "p50")
+		d50, _ := pr.latAdd("D", "p50")
 		a := pr.Latency["A"]["p99"]
-		gp, dp := pr.Latency["G"]["p99"]-a, pr.Latency["D"]["p99"]-a
-		a50 := pr.Latency["A"]["p50"]
-		p("| G's added p99 at %.0f req/s ≤ 1/5 of D's | pooled over %d interleaved rounds: A %.0f µs, G %.0f µs, D %.0f µs; G adds %.0f µs, D adds %.0f µs (limit %.0f µs). "+
-			"At p99 this VM's jitter and the load generator's floor outweigh a filter's cost; at p50 G adds %.0f µs, D %.0f µs | %s |\n",
-			o.Rate, pr.Rounds, a, pr.Latency["G"]["p99"], pr.Latency["D"]["p99"], gp, dp, dp/5,
-			pr.Latency["G"]["p50"]-a50, pr.Latency["D"]["p50"]-a50, metMissed(gp <= dp/5))
+		if okG && okD {
+			p("| G's added p99 at %.0f req/s ≤ 1/5 of D's | median over %d interleaved rounds of each round's difference to A: G adds %.0f µs, D adds %.0f µs (limit %.0f µs); at p50 G adds %.0f µs, D %.0f µs. "+
+				"Pooled over the rounds instead: A %.0f µs, G %.0f µs (adds %.0f), D %.0f µs (adds %.0f); at p99 this VM's jitter and the load generator's floor outweigh a filter's cost | %s |\n",
+				o.Rate, pr.Rounds, gp, dp, dp/5, g50, d50, a, pr.Latency["G"]["p99"], pr.Latency["G"]["p99"]-a,
+				pr.Latency["D"]["p99"], pr.Latency["D"]["p99"]-a, metMissed(gp <= dp/5))
+		}
 	} else if len(qs["p99"]["G"].vals) > 0 && len(qs["p99"]["D"].vals) > 0 {
 		gp, dp := qs["p99"]["G"].diffM(), qs["p99"]["D"].diffM()
 		p("| G's added p99 at %.0f req/s ≤ 1/5 of D's | G adds %.0f µs, D adds %.0f µs (limit %.0f µs) | %s |\n",
@@ -128,7 +132,7 @@ func renderReport(res *results) string {
 		p("| RSS with Allot, 1,000 experiments, full cache ≤ A + 96 MiB | not measured: run without -skip-extras | **not measured** |\n")
 	}
 	p("\n\"Adds\" is the variant's figure minus A's: for CPU the median of per-round differences in the interleaved " +
-		"measurement (the rounds' figures when there is none), for p99 the difference of the pooled interleaved latencies.\n\n")
+		"measurement (the rounds' figures when there is none), and likewise for p99 the median of per-round differences of each interleaved slice's p99.\n\n")
 
 	// Variants.
 	p("## Variants\n\n| | variant |\n|---|---|\n")
