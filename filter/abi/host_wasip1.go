@@ -58,6 +58,12 @@ var (
 	headerPairs [][2]string
 )
 
+// retPtr, retSize and retID receive the host's out-parameters. A local
+// whose address goes to a wasmimport function escapes to the heap (two
+// allocations on every header read); a VM runs one call at a time, so
+// package variables serve every call and are read right after it.
+var retPtr, retSize, retID uint32
+
 // NewHost returns the real host. It exists only in the wasip1 build.
 func NewHost() Host { return wasmHost{} }
 
@@ -70,22 +76,20 @@ func (wasmHost) Log(level LogLevel, msg string) {
 }
 
 func (wasmHost) GetBuffer(t BufferType, start, max int) ([]byte, error) {
-	var p, n uint32
-	if err := statusErr("proxy_get_buffer_bytes", Status(proxyGetBufferBytes(uint32(t), uint32(start), uint32(max), &p, &n))); err != nil {
+	if err := statusErr("proxy_get_buffer_bytes", Status(proxyGetBufferBytes(uint32(t), uint32(start), uint32(max), &retPtr, &retSize))); err != nil {
 		return nil, err
 	}
-	return takeAlloc(p, n), nil
+	return takeAlloc(retPtr, retSize), nil
 }
 
 func (wasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
-	var p, n uint32
 	reuse = &headerBuf
-	err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &p, &n)))
+	err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &retPtr, &retSize)))
 	reuse = nil
 	if err != nil {
 		return nil, err
 	}
-	headerPairs, err = ParsePairsInto(headerPairs[:0], takeAlloc(p, n))
+	headerPairs, err = ParsePairsInto(headerPairs[:0], takeAlloc(retPtr, retSize))
 	return headerPairs, err
 }
 
@@ -107,11 +111,10 @@ func (wasmHost) SetHeaderMapPairs(t MapType, serialized []byte) error {
 
 func (wasmHost) GetProperty(path ...string) ([]byte, error) {
 	joined := JoinPath(path)
-	var p, n uint32
-	if err := statusErr("proxy_get_property", Status(proxyGetProperty(strPtr(joined), uint32(len(joined)), &p, &n))); err != nil {
+	if err := statusErr("proxy_get_property", Status(proxyGetProperty(strPtr(joined), uint32(len(joined)), &retPtr, &retSize))); err != nil {
 		return nil, err
 	}
-	return takeAlloc(p, n), nil
+	return takeAlloc(retPtr, retSize), nil
 }
 
 func (wasmHost) SetProperty(path string, value []byte) error {
@@ -119,9 +122,8 @@ func (wasmHost) SetProperty(path string, value []byte) error {
 }
 
 func (wasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
-	var id uint32
-	err := statusErr("proxy_define_metric", Status(proxyDefineMetric(uint32(t), strPtr(name), uint32(len(name)), &id)))
-	return id, err
+	err := statusErr("proxy_define_metric", Status(proxyDefineMetric(uint32(t), strPtr(name), uint32(len(name)), &retID)))
+	return retID, err
 }
 
 func (wasmHost) IncrementMetric(id uint32, delta int64) error {
