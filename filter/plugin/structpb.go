@@ -87,7 +87,7 @@ type decodeMode uint8
 
 const (
 	build decodeMode = iota // every value as jsonx values
-	check                   // nothing: the encoding is only validated
+	check                   // the encoding only validated: no allocation, no value to use
 	// lazy is build, except that a ListValue directly under the top-level
 	// Struct (experiments, attributes) is validated and kept encoded, as a
 	// lazyList: on_configure then holds one experiment's values at a time,
@@ -179,21 +179,33 @@ func lazyValue(b []byte, depth int) (any, error) {
 		return structValue(b, depth, build) // not a list: decoded (or rejected) as usual
 	}
 	l := lazyList{depth: depth + 1}
-	lr := wireReader{payload}
-	for len(lr.b) > 0 {
-		n, t, item, _, err := lr.field()
-		if err != nil {
-			return nil, err
-		}
-		if n != 1 || t != 2 {
-			return nil, &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
-		}
-		if _, err := structValue(item, l.depth, check); err != nil {
-			return nil, err
-		}
+	err = listItems(payload, func(item []byte) error {
+		_, err := structValue(item, l.depth, check)
 		l.items = append(l.items, item)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+// listItems calls each with every encoded Value of an encoded ListValue.
+func listItems(b []byte, each func(item []byte) error) error {
+	r := wireReader{b}
+	for len(r.b) > 0 {
+		n, t, item, _, err := r.field()
+		if err != nil {
+			return err
+		}
+		if n != 1 || t != 2 {
+			return &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
+		}
+		if err := each(item); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func structValue(b []byte, depth int, mode decodeMode) (any, error) {
@@ -219,7 +231,7 @@ func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, &wireError{"number " + strconv.FormatFloat(f, 'g', -1, 64) + " has no JSON form"}
 		}
-		if mode == check {
+		if mode == check { // boxing f would allocate
 			return nil, nil
 		}
 		return f, nil
@@ -229,9 +241,6 @@ func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 		}
 		return jsonx.ValidString(string(payload)), nil
 	case num == 4 && typ == 0:
-		if mode == check {
-			return nil, nil
-		}
 		return scalar != 0, nil
 	case num == 5 && typ == 2:
 		obj, err := structObject(payload, depth, mode)
@@ -244,25 +253,15 @@ func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 		if mode != check {
 			list = []any{}
 		}
-		lr := wireReader{payload}
-		for len(lr.b) > 0 {
-			n, t, item, _, err := lr.field()
-			if err != nil {
-				return nil, err
-			}
-			if n != 1 || t != 2 {
-				return nil, &wireError{"unexpected ListValue field " + strconv.Itoa(n)}
-			}
+		err := listItems(payload, func(item []byte) error {
 			v, err := structValue(item, depth+1, mode)
-			if err != nil {
-				return nil, err
-			}
 			if mode != check {
 				list = append(list, v)
 			}
-		}
-		if mode == check {
-			return nil, nil
+			return err
+		})
+		if mode == check || err != nil {
+			return nil, err
 		}
 		return list, nil
 	}
