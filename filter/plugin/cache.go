@@ -216,7 +216,8 @@ func (c *cache) pop() {
 // at least twice the size of those records and n, doubling it as needed.
 // Dropped records are left behind.
 func (c *cache) grow(n int) {
-	var live []uint32 // offsets of live records, oldest first
+	var live []uint32 // slots of the live records, oldest first
+	need := 2 * n
 	for at := c.tail; at < c.head; {
 		off, idx, dn, ok := c.record(at)
 		if !ok {
@@ -225,22 +226,19 @@ func (c *cache) grow(n int) {
 		}
 		at += recordHeader + uint64(dn)
 		if idx != skipRecord && c.slots[idx].full && uint64(c.slots[idx].off) == off {
-			live = append(live, uint32(off))
+			live = append(live, idx)
+			need += recordHeader + int(dn)
 		}
-	}
-	need := 2 * n
-	for _, off := range live {
-		need += recordHeader + int(c.slots[binary.LittleEndian.Uint32(c.arena[off:])].size)
 	}
 	size := len(c.arena)
 	for 2*need > size {
 		size *= 2
 	}
 	arena, head := make([]byte, size), 0
-	for _, off := range live {
-		s := &c.slots[binary.LittleEndian.Uint32(c.arena[off:])]
+	for _, idx := range live {
+		s := &c.slots[idx]
 		rec := recordHeader + int(s.size)
-		copy(arena[head:], c.arena[off:int(off)+rec])
+		copy(arena[head:], c.arena[s.off:int(s.off)+rec])
 		s.off = uint32(head)
 		head += rec
 	}
