@@ -202,9 +202,9 @@ func ParsePairsInto(dst [][2]string, buf []byte) ([][2]string, error) {
 		if ks < 0 || vs < 0 || pos+ks+vs+2 > len(buf) || buf[pos+ks] != 0 || buf[pos+ks+1+vs] != 0 {
 			return nil, errors.New("header map: malformed pair")
 		}
-		out[i][0] = bytesToString(buf[pos : pos+ks])
+		out[i][0] = StringView(buf[pos : pos+ks])
 		pos += ks + 1
-		out[i][1] = bytesToString(buf[pos : pos+vs])
+		out[i][1] = StringView(buf[pos : pos+vs])
 		pos += vs + 1
 	}
 	if pos != len(buf) {

@@ -2,9 +2,10 @@ package abi
 
 import "unsafe"
 
-// bytesToString views b as a string without copying; b must not change
-// while the string is in use.
-func bytesToString(b []byte) string {
+// StringView returns b's bytes as a string without a copy. The string is
+// valid only while b is not written: hand it to the host at once, never keep
+// it.
+func StringView(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
@@ -14,8 +15,3 @@ func bytesToString(b []byte) string {
 // Bytes returns s's bytes without a copy. The host only reads them; the
 // slice must never be written.
 func Bytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-// StringView returns b's bytes as a string without a copy. The string is
-// valid only while b is not written: hand it to the host at once, never keep
-// it.
-func StringView(b []byte) string { return bytesToString(b) }
