@@ -236,18 +236,66 @@ func TestFilterMemoryFlat(t *testing.T) {
 		}
 		wg.Wait()
 	}
+	// settled returns the stats once the VMs' counters have stopped
+	// moving: two reads more than a flush period (1 s) apart agree. (A
+	// worker VM may pass a few of the first requests through before its
+	// configuration arrives, so the count sent is not the count evaluated.)
+	settled := func() map[string]int64 {
+		t.Helper()
+		var stats map[string]int64
+		last, since := int64(-1), time.Now()
+		harness.Eventually(t, 15*time.Second, func() error {
+			stats = p.Stats(t)
+			got := stats["wasmcustom."+plugin.MetricEvaluated]
+			if got != last {
+				last, since = got, time.Now()
+			}
+			if time.Since(since) < 1200*time.Millisecond {
+				return fmt.Errorf("%s = %d, still moving", plugin.MetricEvaluated, got)
+			}
+			return nil
+		})
+		return stats
+	}
+	// flushed waits until the counters include the n requests sent since
+	// before (all of them evaluated: every VM is configured by then).
+	flushed := func(before map[string]int64, n int64) map[string]int64 {
+		t.Helper()
+		var stats map[string]int64
+		harness.Eventually(t, 15*time.Second, func() error {
+			stats = p.Stats(t)
+			if got := stats["wasmcustom."+plugin.MetricEvaluated] - before["wasmcustom."+plugin.MetricEvaluated]; got < n {
+				return fmt.Errorf("%s grew by %d, want %d (fail_open %d, failed requests %d)", plugin.MetricEvaluated, got, n, stats["wasmcustom."+plugin.MetricFailOpen], failures.Load())
+			}
+			return nil
+		})
+		return stats
+	}
 	start := time.Now()
 	send(10_000)
-	base := p.RSS(t)
+	base, before := p.RSS(t), settled()
+	from := next.Load() // each sender stops after taking one number too many
 	send(200_000)
-	final := p.RSS(t)
-	t.Logf("200,000 distinct users in %v: RSS %.1f MiB after 10k, %.1f MiB after 200k (+%.1f MiB)",
-		time.Since(start).Round(time.Second), mib(base), mib(final), mib(final-base))
+	final, after := p.RSS(t), flushed(before, 200_000-from)
+	allocs := after["wasmcustom."+plugin.MetricVMAllocations] - before["wasmcustom."+plugin.MetricVMAllocations]
+	t.Logf("200,000 distinct users in %v: RSS %.1f MiB after 10k, %.1f MiB after 200k (+%.1f MiB); "+
+		"Go heap allocations in the VMs during the last 190,000 requests: %d; VM memory %.1f MiB, %d collections in all",
+		time.Since(start).Round(time.Second), mib(base), mib(final), mib(final-base), allocs,
+		mib(after["wasmcustom."+plugin.MetricVMMemory]), after["wasmcustom."+plugin.MetricVMCollections])
 	if failures.Load() > 0 {
 		t.Errorf("%d requests failed", failures.Load())
 	}
 	if final-base > 64<<20 {
 		t.Errorf("RSS grew by %.1f MiB, want at most 64 MiB", mib(final-base))
+	}
+	// The request path allocates nothing (TestRequestPathAllocatesNothing
+	// checks it natively); this checks the real module in Envoy, where a
+	// host call's out-parameter once escaped to the heap on every request.
+	// The bound leaves room for the ticks' own work.
+	if _, ok := after["wasmcustom."+plugin.MetricVMAllocations]; !ok {
+		t.Errorf("no %s stat", plugin.MetricVMAllocations)
+	} else if allocs > 190 {
+		t.Errorf("%d Go heap allocations during 190,000 requests, want at most 1 per 1,000 requests", allocs)
 	}
 }
 

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"runtime"
 	_ "unsafe" // for go:linkname
 
 	"github.com/allotmesh/allot/filter/abi"
@@ -40,7 +41,21 @@ func setMemoryLimit(int64) int64
 func init() {
 	setGCPercent(gcPercent)
 	setMemoryLimit(memoryLimit)
-	abi.SetHandler(plugin.New(abi.NewHost()))
+	p := plugin.New(abi.NewHost())
+	p.ReadVMStats(readVMStats)
+	abi.SetHandler(p)
+}
+
+// memStats is readVMStats' buffer (5 KB: on the stack it would escape to
+// the heap once a tick).
+var memStats runtime.MemStats
+
+// readVMStats reads the runtime's figures once per tick. ReadMemStats
+// stops the world, which in a single-threaded VM costs only its own work.
+func readVMStats(s *plugin.VMStats) {
+	m := &memStats
+	runtime.ReadMemStats(m)
+	*s = plugin.VMStats{MemoryBytes: m.Sys, HeapBytes: m.HeapAlloc, Allocations: m.Mallocs, Collections: uint64(m.NumGC)}
 }
 
 func main() {}

@@ -52,6 +52,8 @@ type Plugin struct {
 	strip   []string
 	attrs   engine.Attributes
 	scratch []int32 // variation per experiment, -1: not in
+
+	vm vmMetrics
 }
 
 // streamSlot is one entry of Plugin.slots; id 0 is free.
@@ -153,6 +155,7 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 		}
 	}
 	r.stats.define(p.host, cfg)
+	p.vm.define(p.host)
 	if err := p.host.SetTickPeriod(TickMillis); err != nil {
 		p.host.Log(abi.LogWarn, "allot: metrics tick unavailable: "+err.Error())
 	}
@@ -479,15 +482,20 @@ func (p *Plugin) OnDelete(id uint32) {
 	}
 	if r, ok := p.roots[id]; ok {
 		r.flush(p.host)
+		delete(p.roots, id)
+		if len(p.roots) == 0 {
+			p.vm.withdraw(p.host)
+		}
 	}
-	delete(p.roots, id)
 }
 
-// OnTick implements abi.Handler: it flushes the root's counters.
+// OnTick implements abi.Handler: it flushes the root's counters and the
+// VM's figures.
 func (p *Plugin) OnTick(rootID uint32) {
 	if r, ok := p.roots[rootID]; ok {
 		r.flush(p.host)
 	}
+	p.vm.flush(p.host)
 }
 
 // FailOpen returns how many requests root rootID passed through unassigned

@@ -236,3 +236,45 @@ func TestUnconfiguredRootPassesThrough(t *testing.T) {
 		t.Fatalf("unconfigured root changed the request: %q, %v", got, err)
 	}
 }
+
+// TestVMMetrics checks the allot.vm.* stats: gauges move by the VM's
+// change since the last tick, counters by the increase, and a VM whose
+// last root goes takes its share out of the gauges, so that the stats two
+// VMs share add up.
+func TestVMMetrics(t *testing.T) {
+	h := fakehost.New()
+	vms := [2]*Plugin{New(h), New(h)}
+	figures := [2]VMStats{
+		{MemoryBytes: 10 << 20, HeapBytes: 3 << 20, Allocations: 1000, Collections: 4},
+		{MemoryBytes: 12 << 20, HeapBytes: 5 << 20, Allocations: 2000, Collections: 6},
+	}
+	roots := [2]uint32{}
+	for i, p := range vms {
+		p.ReadVMStats(func(s *VMStats) { *s = figures[i] })
+		root, ok := h.StartPlugin(p, []byte(twoArm))
+		if !ok {
+			t.Fatalf("configuration refused: %v", h.Logs)
+		}
+		roots[i] = root
+		p.OnTick(root)
+	}
+	want := func(step string, memory, heap, allocs, gcs int64) {
+		t.Helper()
+		for name, w := range map[string]int64{MetricVMMemory: memory, MetricVMHeap: heap, MetricVMAllocations: allocs, MetricVMCollections: gcs} {
+			if got := h.Counter(name); got != w {
+				t.Errorf("%s: %s = %d, want %d", step, name, got, w)
+			}
+		}
+	}
+	want("first tick", 22<<20, 8<<20, 3000, 10)
+
+	figures[0] = VMStats{MemoryBytes: 11 << 20, HeapBytes: 1 << 20, Allocations: 1500, Collections: 5}
+	vms[0].OnTick(roots[0])
+	want("second tick", 23<<20, 6<<20, 3500, 11)
+
+	vms[0].OnTick(roots[0]) // nothing changed
+	want("unchanged tick", 23<<20, 6<<20, 3500, 11)
+
+	vms[0].OnDelete(roots[0])
+	want("VM 0 gone", 12<<20, 5<<20, 3500, 11)
+}
