@@ -288,6 +288,10 @@ func renderReport(res *results) string {
 			m.Requests, mib(m.BaseRSS), m.HeadersEach, mib(m.AllotIdle), mib(m.AllotRSS), m.Requests, m.FillSeconds, m.Misses, m.CacheSize,
 			mib(int64(m.CacheBytes)), mib(m.AllotRSS-m.BaseRSS), m.Errors)
 		if m.MinimalRSS > 0 && m.OneRSS > 0 {
+			sizes := ""
+			if mc := res.Micro; mc != nil && mc.MinWasmBytes > 0 {
+				sizes = fmt.Sprintf(" (Allot's is %.1f × E's)", float64(mc.WasmBytes)/float64(mc.MinWasmBytes))
+			}
 			p("\nWhere it goes (every figure sampled 2 s after the last event, once the allocator has released what V8 freed):\n\n"+
 				"| | RSS MiB | over A |\n|---|---:|---:|\n"+
 				"| A, no filter | %.1f | |\n"+
@@ -296,9 +300,9 @@ func renderReport(res *results) string {
 				"| Allot, 1,000 experiments, idle | %.1f | +%.1f |\n"+
 				"| Allot, 1,000 experiments, caches full | %.1f | +%.1f |\n\n"+
 				"A Go module costs every VM (the main thread's and one per worker) its runtime, its data segment and its "+
-				"instance, and costs Envoy V8's compiled code and metadata, which grow with the module (Allot's is about twice E's).\n",
+				"instance, and costs Envoy V8's compiled code and metadata, which grow with the module%s.\n",
 				mib(m.BaseRSS), mib(m.MinimalRSS), mib(m.MinimalRSS-m.BaseRSS), mib(m.OneRSS), mib(m.OneRSS-m.BaseRSS),
-				mib(m.AllotIdle), mib(m.AllotIdle-m.BaseRSS), mib(m.AllotRSS), mib(m.AllotRSS-m.BaseRSS))
+				mib(m.AllotIdle), mib(m.AllotIdle-m.BaseRSS), mib(m.AllotRSS), mib(m.AllotRSS-m.BaseRSS), sizes)
 		}
 	}
 
