@@ -33,7 +33,7 @@ type vmMetrics struct {
 	ids     [4]uint32 // memory, heap, allocations, collections
 	defined bool
 	last    VMStats
-	cur     VMStats
+	cur     VMStats // read's buffer: a local passed to a func value would escape to the heap
 }
 
 // ReadVMStats makes the plugin report the VM's runtime figures, read by
