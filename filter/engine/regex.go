@@ -52,6 +52,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 )
@@ -109,6 +110,16 @@ type regex struct {
 	start    int32
 	anchored bool   // the pattern starts with \A (or ^ without (?m))
 	prefix   string // literal text every match starts with
+	// large holds MatchString's state for a program of more than
+	// smallProg instructions, so that matching does not allocate; a
+	// concurrent call that finds it taken makes its own.
+	large atomic.Pointer[matchState]
+}
+
+// matchState is MatchString's working memory for a large program.
+type matchState struct {
+	seen  []uint32
+	lists []int32
 }
 
 type inst struct {
@@ -843,18 +854,46 @@ func (re *regex) emit(i inst) int32 {
 // of all match attempts in lock step over s, keeping for each input position
 // the list of instructions waiting to consume a rune there.
 func (re *regex) MatchString(s string) bool {
+	from := 0
+	if re.prefix != "" { // most inputs fail here, before any state is set up
+		if from = strings.Index(s, re.prefix); from < 0 {
+			return false
+		}
+	}
+	if len(re.prog) > smallProg {
+		return re.matchLarge(s, from)
+	}
+	var seen [smallProg]uint32
+	var lists [4*smallProg + 1]int32
+	return re.match(s, from, seen[:], lists[:])
+}
+
+// matchLarge is MatchString for a program too large for the stack.
+//
+//go:noinline
+func (re *regex) matchLarge(s string, from int) bool {
+	n := len(re.prog)
+	st := re.large.Swap(nil)
+	if st == nil {
+		st = &matchState{seen: make([]uint32, n), lists: make([]int32, 4*n+1)}
+	} else {
+		clear(st.seen)
+	}
+	matched := re.match(s, from, st.seen, st.lists)
+	re.large.Store(st)
+	return matched
+}
+
+// match runs the program over s from byte from, which is at or before the
+// first possible match, with seen (one zero per instruction) and lists
+// (4 per instruction, plus one) as working memory.
+func (re *regex) match(s string, from int, seen []uint32, lists []int32) bool {
 	n := len(re.prog)
 	// seen[pc] is the step in which instruction pc last joined a list.
-	var seenBuf [smallProg]uint32
-	var buf [4*smallProg + 1]int32
-	seen, lists := seenBuf[:], buf[:]
-	if n > smallProg {
-		seen, lists = make([]uint32, n), make([]int32, 4*n+1)
-	}
 	cur, next, stack := lists[:0:n], lists[n:n:2*n], lists[2*n:2*n]
 	step := uint32(1)
 	matched := false
-	for pos := 0; ; {
+	for pos := from; ; {
 		if len(cur) == 0 {
 			// No thread is running: skip to where a match can start.
 			if re.anchored && pos > 0 {

@@ -321,29 +321,57 @@ func TestRegexPathological(t *testing.T) {
 	}
 }
 
-func TestRegexConcurrent(t *testing.T) {
-	re, err := compileRegex(`(?i)(mobile|tablet)\b`)
+// TestRegexLargeProgram checks a program too large for MatchString's stack
+// buffers: it keeps one working state per pattern, so matching again must
+// neither see the previous input's state nor allocate.
+func TestRegexLargeProgram(t *testing.T) {
+	p := `(?i)chrome/[0-9]{1,150}(\.[0-9]+)?`
+	re, err := compileRegex(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range 1000 {
-				s, want := "Desktop", false
-				if (i+j)%2 == 0 {
-					s, want = "iPad; Tablet OS", true
-				}
-				if re.MatchString(s) != want {
-					t.Errorf("%q: got %v", s, !want)
-					return
-				}
-			}
-		}()
+	if len(re.prog) <= smallProg {
+		t.Fatalf("%q compiles to %d instructions, want more than %d", p, len(re.prog), smallProg)
 	}
-	wg.Wait()
+	want := regexp.MustCompile(p)
+	inputs := []string{"Mozilla/5.0 Chrome/120.0.1", "chrome/", "CHROME/7", "Firefox/120", "chrome/x chrome/9", ""}
+	for round := range 3 {
+		for _, s := range inputs {
+			if got := re.MatchString(s); got != want.MatchString(s) {
+				t.Errorf("round %d, %q: got %v, want %v", round, s, got, !got)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { re.MatchString("Mozilla/5.0 Chrome/120.0.1") }); n != 0 {
+		t.Errorf("MatchString allocates %.0f times per call, want 0", n)
+	}
+}
+
+func TestRegexConcurrent(t *testing.T) {
+	for _, p := range []string{`(?i)(mobile|tablet)\b`, `(?i)(mobile|tablet)\b[0-9]{0,100}`} {
+		re, err := compileRegex(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 1000 {
+					s, want := "Desktop", false
+					if (i+j)%2 == 0 {
+						s, want = "iPad; Tablet OS", true
+					}
+					if re.MatchString(s) != want {
+						t.Errorf("%q, %q: got %v", p, s, !want)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
 }
 
 // TestRegexRandom compares compileRegex and MatchString with Go's regexp on
