@@ -2,14 +2,25 @@
 // proxy-wasm filter. For each request it reads the request headers (one host
 // call), hashes x-user-id with GrowthBook's hash v1 (FNV-1a 32 of id+seed,
 // modulo 1000) and adds x-experiment-bench: control or treatment (one host
-// call). Nothing else: no configuration, no cache, no metrics, no header
-// stripping. It is the floor for a Go filter on Envoy's Wasm host, built
-// exactly like Allot's filter and over the same ABI layer (filter/abi):
+// call). Nothing else: no cache, no metrics, no header stripping. It is the
+// floor for a Go filter on Envoy's Wasm host, built exactly like Allot's
+// filter and over the same ABI layer (filter/abi):
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o minwasm.wasm ./bench/minwasm
+//
+// Given a write script as its plugin configuration (bench/floor), it
+// instead makes, after the same read and hash, exactly the writes the script
+// lists, with the same host calls: the benchmark's floor variants replay the
+// writes Allot makes for a typical unit, so that what Envoy charges for
+// those writes is measured apart from Allot's own work.
 package main
 
-import "github.com/allotmesh/allot/filter/abi"
+import (
+	"strings"
+
+	"github.com/allotmesh/allot/bench/floor"
+	"github.com/allotmesh/allot/filter/abi"
+)
 
 // Wire names shared with the benchmark's expectations (bench/suite).
 const (
@@ -23,18 +34,77 @@ func init() { abi.SetHandler(&handler{host: abi.NewHost()}) }
 func main() {}
 
 // handler implements abi.Handler with the least possible work.
-type handler struct{ host abi.Host }
+type handler struct {
+	host abi.Host
+	// script, when configured, replaces the one header with its writes.
+	script *script
+	enc    abi.PairsEncoder
+	buf    []byte
+}
+
+// script is a floor.Script ready to replay.
+type script struct {
+	rewrite        bool
+	headers, props []write
+}
+
+// write is one header or property; subst says whether before and after
+// surround the variation.
+type write struct {
+	name          string
+	before, after string
+	subst         bool
+}
+
+func compile(sc *floor.Script) *script {
+	out := &script{rewrite: sc.Rewrite}
+	conv := func(ws []floor.Write) []write {
+		var c []write
+		for _, w := range ws {
+			x := write{name: w.Name, before: w.Value}
+			if b, a, ok := strings.Cut(w.Value, floor.Var); ok {
+				x.before, x.after, x.subst = b, a, true
+			}
+			c = append(c, x)
+		}
+		return c
+	}
+	out.headers, out.props = conv(sc.Headers), conv(sc.Props)
+	return out
+}
 
 var _ abi.Handler = (*handler)(nil)
 
 func (*handler) OnContextCreate(uint32, uint32) {}
 func (*handler) OnVMStart(uint32, int) bool     { return true }
-func (*handler) OnConfigure(uint32, int) bool   { return true }
 func (*handler) OnDone(uint32) bool             { return true }
 func (*handler) OnDelete(uint32)                {}
 func (*handler) OnTick(uint32)                  {}
 
-// OnRequestHeaders reads the unit id, hashes it and adds one header.
+// OnConfigure reads an optional write script. Variant E's configuration is
+// an empty Struct: no script.
+func (h *handler) OnConfigure(_ uint32, size int) bool {
+	if size == 0 {
+		return true
+	}
+	b, err := h.host.GetBuffer(abi.BufferPluginConfiguration, 0, size)
+	if err != nil {
+		return false
+	}
+	if !strings.HasPrefix(string(b), floor.Magic) {
+		return true
+	}
+	sc, err := floor.Parse(string(b))
+	if err != nil {
+		h.host.Log(abi.LogCritical, "minwasm: "+err.Error())
+		return false
+	}
+	h.script = compile(sc)
+	return true
+}
+
+// OnRequestHeaders reads the unit id, hashes it and adds one header, or
+// makes the script's writes.
 func (h *handler) OnRequestHeaders(uint32, int, bool) abi.Action {
 	pairs, err := h.host.GetHeaderMapPairs(abi.RequestHeaders)
 	if err != nil {
@@ -42,11 +112,47 @@ func (h *handler) OnRequestHeaders(uint32, int, bool) abi.Action {
 	}
 	for _, kv := range pairs {
 		if kv[0] == unitHeader && kv[1] != "" {
+			if h.script != nil {
+				h.replay(pairs, Variation(kv[1]))
+				break
+			}
 			h.host.AddHeaderMapValue(abi.RequestHeaders, header, Variation(kv[1]))
 			break
 		}
 	}
 	return abi.ActionContinue
+}
+
+// replay makes the script's writes, with v in place of every "$v".
+func (h *handler) replay(pairs [][2]string, v string) {
+	sc := h.script
+	if sc.rewrite {
+		h.enc.Reset()
+		for _, kv := range pairs {
+			h.enc.Add(kv[0], kv[1])
+		}
+		for _, w := range sc.headers {
+			h.enc.Add(w.name, h.value(w, v))
+		}
+		h.host.SetHeaderMapPairs(abi.RequestHeaders, h.enc.Bytes())
+	} else {
+		for _, w := range sc.headers {
+			h.host.AddHeaderMapValue(abi.RequestHeaders, w.name, h.value(w, v))
+		}
+	}
+	for _, w := range sc.props {
+		h.host.SetProperty(w.name, []byte(h.value(w, v)))
+	}
+}
+
+// value is w's value with v substituted, in h's scratch buffer (valid
+// until the next call).
+func (h *handler) value(w write, v string) string {
+	if !w.subst {
+		return w.before
+	}
+	h.buf = append(append(append(h.buf[:0], w.before...), v...), w.after...)
+	return abi.StringView(h.buf)
 }
 
 // Variation is GrowthBook's hash v1 of id with seed "bench" split 50/50:

@@ -1,9 +1,12 @@
 package suite
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/plugin"
 )
@@ -74,6 +77,41 @@ func TestBootstrapsRender(t *testing.T) {
 		}
 		if _, err := bootstrap(f, p.authzPort); err != nil {
 			t.Fatalf("%s: %v", v.ID, err)
+		}
+	}
+}
+
+// TestFloorWritesReplayAllot: a floor script replays exactly what Allot
+// writes for its unit — headers and exposure property, through the same
+// host call — and G's floor rewrites the map while I's adds two headers.
+func TestFloorWritesReplayAllot(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		cfg     []byte
+		rewrite bool
+		headers int // at least
+		props   int
+	}{
+		{"G", filterConfigJSON(50), true, 10, 1},
+		{"I", leanConfigJSON(50), false, 2, 0},
+	} {
+		sc, id, out, err := floorWrites(c.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		v, _ := hashExpect(id)
+		got, props := floor.Apply(sc, floorRequest(id), v)
+		if !slices.Equal(got, out) {
+			t.Errorf("%s: replaying the script for %s gives %q, Allot wrote %q", c.name, id, got, out)
+		}
+		if sc.Rewrite != c.rewrite || len(sc.Headers) < c.headers || len(sc.Props) != c.props {
+			t.Errorf("%s: script rewrite %v with %d headers and %d properties, want %v, ≥ %d, %d",
+				c.name, sc.Rewrite, len(sc.Headers), len(sc.Props), c.rewrite, c.headers, c.props)
+		}
+		for k, want := range props {
+			if want == "" || !strings.Contains(sc.String(), "bench=\""+floor.Var+"\"") {
+				t.Errorf("%s: property %s %q does not carry the unit's variation", c.name, k, want)
+			}
 		}
 	}
 }

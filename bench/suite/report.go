@@ -133,6 +133,7 @@ func renderReport(res *results) string {
 	}
 	p("\n\"Adds\" is the variant's figure minus A's: for CPU the median of per-round differences in the interleaved " +
 		"measurement (the rounds' figures when there is none), and likewise for p99 the median of per-round differences of each interleaved slice's p99.\n\n")
+	floors(p, res)
 
 	// Variants.
 	p("## Variants\n\n| | variant |\n|---|---|\n")
@@ -154,6 +155,9 @@ func renderReport(res *results) string {
 	p("| variant | max req/s | × A | Envoy CPU µs/req | adds vs A (µs) | × E's addition | RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	e := cpu["E"].diffM()
 	for _, v := range res.Variants {
+		if v.FloorOf != "" {
+			continue
+		}
 		c := cpu[v.ID]
 		xe := "–"
 		if e > 0 && v.ID != "A" {
@@ -175,6 +179,9 @@ func renderReport(res *results) string {
 	p("## Latency at a fixed %.0f req/s (open loop, %d connections, %v per variant per round)\n\n", o.Rate, o.RateConns, o.Latency)
 	p("| variant | p50 µs | p90 µs | p99 µs | p99.9 µs | adds p50 | adds p99 | adds p99.9 | achieved req/s | Envoy CPU µs/req |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range res.Variants {
+		if v.FloorOf != "" {
+			continue
+		}
 		ach := collect(res, func(r run) float64 { return r.RateAchieved })[v.ID]
 		p("| %s | %.0f | %.0f | %.0f | %.0f | %+.0f | %+.0f | %+.0f | %.0f | %.1f |\n", v.ID,
 			qs["p50"][v.ID].med(), qs["p90"][v.ID].med(), qs["p99"][v.ID].med(), qs["p99.9"][v.ID].med(),
@@ -327,4 +334,52 @@ func renderReport(res *results) string {
 	}
 	p("```\n")
 	return b.String()
+}
+
+// floors writes the section comparing each Allot variant with its floor
+// variant (the same writes from the minimal filter, none of Allot's work):
+// how much of the variant's cost is Envoy's charge for its writes, and
+// whether the target is reachable at all by a filter making them.
+func floors(p func(string, ...any), res *results) {
+	pr := res.Paired
+	if pr == nil {
+		return
+	}
+	e, okE := pr.add("E")
+	limits := map[string]float64{"G": 1.25, "I": 1.25, "H": 1.6, "J": 1.6}
+	var rows []string
+	var verdicts []string
+	for _, f := range res.Variants {
+		if f.FloorOf == "" {
+			continue
+		}
+		fl, okF := pr.add(f.ID)
+		x, okX := pr.add(f.FloorOf)
+		if !okE || !okF || !okX || e <= 0 {
+			continue
+		}
+		limit := limits[f.FloorOf]
+		rows = append(rows, fmt.Sprintf("| %s | %s | %+.1f µs (%.2f × E) | %+.1f µs (%.2f × E) | %+.1f µs | %.2f × E (%.1f µs) |",
+			f.FloorOf, f.ID, fl, fl/e, x, x/e, x-fl, limit, limit*e))
+		if fl > limit*e {
+			verdicts = append(verdicts, fmt.Sprintf("%s's floor alone adds %.2f × E, above its limit of %.2f × E: no Go filter that makes %s's writes "+
+				"through Envoy's Wasm host can meet that target, however little else it does", f.FloorOf, fl/e, limit, f.FloorOf))
+		} else {
+			verdicts = append(verdicts, fmt.Sprintf("%s's floor adds %.2f × E, within its limit of %.2f × E: the target leaves Allot %.1f µs for its own work, which takes %.1f µs",
+				f.FloorOf, fl/e, limit, limit*e-fl, x-fl))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("### Floors: Envoy's charge for the writes alone\n\n")
+	p("A floor variant is the minimal filter E, configured (bench/floor) to make, after E's header read and hash, exactly the " +
+		"writes the Allot variant makes for a typical unit of the warm ids (the one with the median number of assignment headers; " +
+		"derived by running Allot natively on the fake host), with the same host calls — but none of Allot's work: no " +
+		"attribute extraction, cache, engine, dictionary building or counters. It is measured in the interleaved section only.\n\n")
+	p("| Allot variant | floor | floor adds | Allot adds | Allot's own work (variant − floor) | target |\n|---|---|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		p("%s\n", r)
+	}
+	p("\n%s.\n\n", strings.Join(verdicts, "; "))
 }

@@ -90,7 +90,11 @@ type results struct {
 	LoadAfter  string        `json:"loadavg_after"`
 }
 
-type variantInfo struct{ ID, Name string }
+type variantInfo struct {
+	ID, Name string
+	// FloorOf is the variant whose writes this floor variant replays.
+	FloorOf string `json:",omitempty"`
+}
 
 // Run runs the whole suite and writes the report.
 func Run(ctx context.Context, o Options) error {
@@ -160,7 +164,7 @@ func Run(ctx context.Context, o Options) error {
 			v.expect = exp
 		}
 		vs = append(vs, v)
-		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name})
+		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf})
 	}
 	res.Commands = append(res.Commands,
 		fmt.Sprintf("taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", o.EnvoyCPU, o.Envoy),
@@ -175,6 +179,9 @@ func Run(ctx context.Context, o Options) error {
 		for _, v := range vs {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if v.floorOf != "" {
+				continue
 			}
 			seq++
 			r, err := runVariant(ctx, o, p, v, round, seq, authzBin, authzConfig)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -53,6 +54,10 @@ type variant struct {
 	lean bool
 	// Expect is the x-seen value wanted for a user id.
 	expect func(id string) (string, error)
+	// FloorOf names the Allot variant whose writes this floor variant
+	// replays (bench/floor). Floor variants are measured only in the
+	// interleaved section, which the targets use.
+	floorOf string
 }
 
 // paths are the files and ports the filter configurations refer to.
@@ -77,6 +82,10 @@ func variants() []variant {
 		{ID: "H", Name: "Allot, 50 experiments, cold cache (new user id per request)", filters: allotFilter(50), allot: 50, cold: true},
 		{ID: "I", Name: "as G, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true},
 		{ID: "J", Name: "as H, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true, cold: true},
+		{ID: "K", Name: "floor of G: E's read and hash, then the writes G makes for a typical unit, with the same host calls; none of Allot's work",
+			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "G"},
+		{ID: "L", Name: "floor of I: as K, with the writes I makes (the dictionary and version headers)",
+			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "I"},
 	}
 }
 
@@ -152,6 +161,11 @@ func wasmFilter(wasm string, cfg *filterv1.FilterConfig) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return typedFilter(ext)
+}
+
+// typedFilter renders an http_filters entry for an extension configuration.
+func typedFilter(ext *corev3.TypedExtensionConfig) ([]any, error) {
 	typed, err := protojson.Marshal(ext.GetTypedConfig())
 	if err != nil {
 		return nil, fmt.Errorf("marshal wasm filter: %w", err)
