@@ -92,7 +92,7 @@ type results struct {
 
 type variantInfo struct {
 	ID, Name string
-	// FloorOf is the variant whose writes this floor variant replays.
+	// FloorOf lists the variants whose writes this floor variant replays.
 	FloorOf string `json:",omitempty"`
 }
 

@@ -54,8 +54,8 @@ type variant struct {
 	lean bool
 	// Expect is the x-seen value wanted for a user id.
 	expect func(id string) (string, error)
-	// FloorOf names the Allot variant whose writes this floor variant
-	// replays (bench/floor). Floor variants are measured only in the
+	// FloorOf names the Allot variants whose writes this floor variant
+	// replays (bench/floor), warm and cold. Floor variants are measured only in the
 	// interleaved section, which the targets use.
 	floorOf string
 }
@@ -83,9 +83,9 @@ func variants() []variant {
 		{ID: "I", Name: "as G, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true},
 		{ID: "J", Name: "as H, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true, cold: true},
 		{ID: "K", Name: "floor of G: E's read and hash, then the writes G makes for a typical unit, with the same host calls; none of Allot's work",
-			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "G"},
+			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "GH"},
 		{ID: "L", Name: "floor of I: as K, with the writes I makes (the dictionary and version headers)",
-			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "I"},
+			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "IJ"},
 	}
 }
 
