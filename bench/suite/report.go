@@ -141,7 +141,7 @@ func renderReport(res *results) string {
 		p("| %s | %s |\n", v.ID, v.Name)
 	}
 	p("\nEvery variant adds `%s` (B a constant; C, E and F–H GrowthBook's hash v1 of `x-user-id`; D and F–H Allot's engine), "+
-		"except I and J, which carry the same assignment as the member `bench` of the dictionary header `%s`. "+
+		"except I, J and L, which carry the same assignment as the member `bench` of the dictionary header `%s` (K and L, the floors, replay G's and I's writes: see Floors above). "+
 		"Before any variant is timed, %s requests (marked `x-preflight`) check it: their route echoes both headers back as `%s` and `%s` "+
 		"(`response_headers_to_add` with `%%REQ(…)%%`, on every variant alike; timed requests take a plain route), and each value is compared with what the engine "+
 		"(or the same hash in Go) computes natively. All requests carry `x-country: US`, `x-platform: ios`, `x-app-version: 2.3.1`; "+
