@@ -161,7 +161,20 @@ type Set struct {
 	// is the condition with that id.
 	condRefs []string
 	byCond   []*Condition
+	// gate[i] is what AssignStrings checks before it reads experiment i:
+	// gateOpen (no condition), gateShut (never assigns: not running, or
+	// fewer than two variations) or the id of its condition, whose outcome
+	// decides. A request's excluded experiments then cost a 4-byte read
+	// each, not a call that reads their compiled form: in Envoy, each cache
+	// line a request touches first costs far more than the work done on it.
+	gate []int32
 }
+
+// Gate values besides condition ids.
+const (
+	gateOpen int32 = -1
+	gateShut int32 = -2
+)
 
 // compiled is one experiment, ready to evaluate.
 type compiled struct {
@@ -254,6 +267,18 @@ func Compile(cfg Config) (*Set, error) {
 	}
 	slices.Sort(condRefs)
 	s.condRefs = slices.Compact(condRefs)
+	s.gate = make([]int32, len(s.exps))
+	for i := range s.exps {
+		c := &s.exps[i]
+		switch {
+		case len(c.values) < 2 || !c.enabled:
+			s.gate[i] = gateShut
+		case c.cond != nil:
+			s.gate[i] = int32(c.condID)
+		default:
+			s.gate[i] = gateOpen
+		}
+	}
 	return s, nil
 }
 
@@ -811,7 +836,13 @@ func (s *Set) AssignStrings(dst []int32, vals []string, o Outcomes) []int32 {
 		strs[s.refSlot[i]] = v
 	}
 	var u unitHash
-	for i := range s.exps {
+	for i, g := range s.gate {
+		// Exactly decide's first exits, taken without reading the
+		// experiment.
+		if g == gateShut || g >= 0 && o[g] == condFalse {
+			dst = append(dst, -1)
+			continue
+		}
 		v := int32(-1)
 		c := &s.exps[i]
 		_, hv := c.hashInput(nil, nil, strs)
