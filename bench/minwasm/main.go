@@ -141,7 +141,7 @@ func (h *handler) replay(pairs [][2]string, v string) {
 		}
 	}
 	for _, w := range sc.props {
-		h.host.SetProperty(w.name, []byte(h.value(w, v)))
+		h.host.SetProperty(w.name, abi.Bytes(h.value(w, v)))
 	}
 }
 
