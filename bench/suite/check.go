@@ -125,10 +125,7 @@ func profileAllot(n int, lean bool) (hostProfile, error) {
 	const requests = 200
 	added := 0
 	for i := range requests {
-		in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", "p-" + strconv.Itoa(i)}}
-		for _, h := range requestHeaders {
-			in = append(in, h)
-		}
+		in := benchRequest("p-" + strconv.Itoa(i))
 		out, err := host.Request(p, root, in)
 		if err != nil {
 			return hostProfile{}, err

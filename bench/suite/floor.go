@@ -35,16 +35,17 @@ func floorWrites(cfg []byte) (sc *floor.Script, id string, out [][2]string, err 
 	units := make([]unit, warmIDs)
 	for i := range units {
 		u := "user-" + strconv.Itoa(i)
-		o, err := host.Request(p, root, floorRequest(u))
+		in := benchRequest(u)
+		o, err := host.Request(p, root, in)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		units[i] = unit{u, len(o) - len(floorRequest(u))}
+		units[i] = unit{u, len(o) - len(in)}
 	}
 	slices.SortStableFunc(units, func(a, b unit) int { return a.added - b.added })
 	id = units[len(units)/2].id
 
-	in := floorRequest(id)
+	in := benchRequest(id)
 	pairs := host.SetPairsCalls
 	clear(host.Properties)
 	out, err = host.Request(p, root, in)
@@ -84,16 +85,18 @@ func floorWrites(cfg []byte) (sc *floor.Script, id string, out [][2]string, err 
 // benchMemberVar replaces the value of the dictionary member bench (v) with
 // floor.Var.
 func benchMemberVar(dict, v string) (string, error) {
-	member := "bench=" + strconv.Quote(v)
-	if strings.Count(dict, member) != 1 || !strings.HasPrefix(dict, member) && !strings.Contains(dict, ", "+member) {
-		return "", fmt.Errorf("floor: no single member %s in %q", member, dict)
+	members := strings.Split(dict, ", ")
+	i := slices.Index(members, "bench="+strconv.Quote(v))
+	if i < 0 {
+		return "", fmt.Errorf("floor: no member bench=%q in %q", v, dict)
 	}
-	return strings.Replace(dict, member, "bench="+strconv.Quote(floor.Var), 1), nil
+	members[i] = "bench=" + strconv.Quote(floor.Var)
+	return strings.Join(members, ", "), nil
 }
 
-// floorRequest is the request the benchmark sends for id, as the filter
-// sees it.
-func floorRequest(id string) [][2]string {
+// benchRequest is the request the benchmark sends for id, as the filter
+// sees it (the native runs on the fake host use it).
+func benchRequest(id string) [][2]string {
 	in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", id}}
 	return append(in, requestHeaders...)
 }

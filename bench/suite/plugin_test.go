@@ -31,8 +31,7 @@ func BenchmarkPluginRequest(b *testing.B) {
 				if !ok {
 					b.Fatalf("configuration refused: %v", host.Logs)
 				}
-				in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", ""}}
-				in = append(in, requestHeaders...)
+				in := benchRequest("")
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
 					id := i % warmIDs
@@ -100,7 +99,7 @@ func TestFloorWritesReplayAllot(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		v, _ := hashExpect(id)
-		got, props := floor.Apply(sc, floorRequest(id), v)
+		got, props := floor.Apply(sc, benchRequest(id), v)
 		if !slices.Equal(got, out) {
 			t.Errorf("%s: replaying the script for %s gives %q, Allot wrote %q", c.name, id, got, out)
 		}
