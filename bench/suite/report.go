@@ -88,15 +88,7 @@ func renderReport(res *results) string {
 		}
 		return cpu[id].diffM(), len(cpu[id].vals) > 0
 	}
-	for _, t := range []struct {
-		id, what string
-		limit    float64
-	}{
-		{"G", "G adds ≤ 1.25 × E's CPU per request", 1.25},
-		{"I", "… with the lean configuration (I)", 1.25},
-		{"H", "H adds ≤ 1.6 × E's CPU per request", 1.6},
-		{"J", "… with the lean configuration (J)", 1.6},
-	} {
+	for _, t := range cpuTargets {
 		e, okE := cpuAdd("E")
 		x, ok := cpuAdd(t.id)
 		if !okE || !ok {
@@ -336,6 +328,20 @@ func renderReport(res *results) string {
 	return b.String()
 }
 
+// cpuTarget is one of the CPU targets: variant id adds at most
+// limit × E's addition.
+type cpuTarget struct {
+	id, what string
+	limit    float64
+}
+
+var cpuTargets = []cpuTarget{
+	{"G", "G adds ≤ 1.25 × E's CPU per request", 1.25},
+	{"I", "… with the lean configuration (I)", 1.25},
+	{"H", "H adds ≤ 1.6 × E's CPU per request", 1.6},
+	{"J", "… with the lean configuration (J)", 1.6},
+}
+
 // floors writes the section comparing each Allot variant with its floor
 // variant (the same writes from the minimal filter, none of Allot's work):
 // how much of the variant's cost is Envoy's charge for its writes, and
@@ -346,7 +352,6 @@ func floors(p func(string, ...any), res *results) {
 		return
 	}
 	e, okE := pr.add("E")
-	limits := map[string]float64{"G": 1.25, "I": 1.25, "H": 1.6, "J": 1.6}
 	var rows []string
 	var verdicts []string
 	for _, f := range res.Variants {
@@ -357,7 +362,11 @@ func floors(p func(string, ...any), res *results) {
 			if !okE || !okF || !okX || e <= 0 {
 				continue
 			}
-			limit := limits[id]
+			i := slices.IndexFunc(cpuTargets, func(t cpuTarget) bool { return t.id == id })
+			if i < 0 {
+				continue
+			}
+			limit := cpuTargets[i].limit
 			rows = append(rows, fmt.Sprintf("| %s | %s | %+.1f µs (%.2f × E) | %+.1f µs (%.2f × E) | %+.1f µs | %.2f × E (%.1f µs) |",
 				id, f.ID, fl, fl/e, x, x/e, x-fl, limit, limit*e))
 			if fl > limit*e {
