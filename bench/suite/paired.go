@@ -3,6 +3,8 @@ package suite
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,38 +50,102 @@ type paired struct {
 // add is variant id's CPU addition over A: the median of per-round
 // differences.
 func (p *paired) add(id string) (float64, bool) {
+	d, ok := p.diffs(id)
+	if !ok {
+		return 0, false
+	}
+	return median(d), true
+}
+
+// diffs are variant id's per-round CPU differences to A.
+func (p *paired) diffs(id string) ([]float64, bool) {
 	a, v := p.CPU["A"], p.CPU[id]
 	if len(a) == 0 || len(v) != len(a) {
-		return 0, false
+		return nil, false
 	}
 	d := make([]float64, len(v))
 	for i := range v {
 		d[i] = v[i] - a[i]
 	}
-	return median(d), true
+	return d, true
+}
+
+// ciResamples is how many bootstrap resamples ratioCI draws.
+const ciResamples = 10000
+
+// ratioCI is the 95% bootstrap interval of add(x) / add(y) (see
+// bootstrapRatio). Without an interleaved measurement (p nil) there is none.
+func (p *paired) ratioCI(x, y string) (lo, hi float64, ok bool) {
+	if p == nil {
+		return 0, 0, false
+	}
+	dx, okX := p.diffs(x)
+	dy, okY := p.diffs(y)
+	if !okX || !okY {
+		return 0, 0, false
+	}
+	lo, hi = bootstrapRatio(dx, dy)
+	return lo, hi, true
+}
+
+// bootstrapRatio is the 95% bootstrap interval of median(dx) / median(dy),
+// where dx[i] and dy[i] were measured in the same round (each against the
+// A of its round): the rounds are resampled with replacement, the same
+// rounds for both, and the ratio of the medians taken each time. A
+// resample in which y adds nothing gives an unbounded ratio. The
+// generator's seed is fixed, so a report rendered again from the same
+// results is identical.
+func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := len(dx)
+	rx, ry := make([]float64, n), make([]float64, n)
+	ratios := make([]float64, ciResamples)
+	for k := range ratios {
+		for i := range n {
+			j := rng.IntN(n)
+			rx[i], ry[i] = dx[j], dy[j]
+		}
+		mx, my := median(rx), median(ry)
+		switch {
+		case my > 0:
+			ratios[k] = mx / my
+		case mx >= 0:
+			ratios[k] = math.Inf(1)
+		default:
+			ratios[k] = math.Inf(-1)
+		}
+	}
+	slices.Sort(ratios)
+	return ratios[ciResamples*25/1000], ratios[ciResamples*975/1000-1]
 }
 
 // latAdd is variant id's addition to latency quantile q over A: the median
 // of per-round differences.
 func (p *paired) latAdd(id, q string) (float64, bool) {
+	d, ok := p.latDiffs(id, q)
+	if !ok {
+		return 0, false
+	}
+	return median(d), true
+}
+
+// latDiffs are variant id's per-round differences of latency quantile q to
+// A's.
+func (p *paired) latDiffs(id, q string) ([]float64, bool) {
 	a, v := p.SliceLatency["A"], p.SliceLatency[id]
 	if len(a) == 0 || len(v) != len(a) {
-		return 0, false
+		return nil, false
 	}
 	d := make([]float64, len(v))
 	for i := range v {
 		d[i] = v[i][q] - a[i][q]
 	}
-	return median(d), true
+	return d, true
 }
 
 // spread is the interquartile range of variant id's per-round additions.
 func (p *paired) spread(id string) (lo, hi float64) {
-	a, v := p.CPU["A"], p.CPU[id]
-	d := make([]float64, len(v))
-	for i := range v {
-		d[i] = v[i] - a[i]
-	}
+	d, _ := p.diffs(id)
 	slices.Sort(d)
 	return d[len(d)/4], d[(3*len(d))/4]
 }

@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +39,28 @@ func collect(res *results, f func(run) float64) map[string]stat {
 		out[r.Variant] = s
 	}
 	return out
+}
+
+// ratioVerdict is a ratio target's result: met or missed by the median
+// ratio pt, marked undecided when the run's 95% interval [lo, hi] includes
+// the limit.
+func ratioVerdict(pt, lo, hi, limit float64) string {
+	v := metMissed(pt <= limit)
+	if lo <= limit && limit < hi {
+		v += " (undecided: the 95% interval includes the limit)"
+	}
+	return v
+}
+
+// ratioRange formats a ratio interval.
+func ratioRange(lo, hi float64) string {
+	f := func(x float64) string {
+		if math.IsInf(x, 0) {
+			return "unbounded"
+		}
+		return fmt.Sprintf("%.2f", x)
+	}
+	return f(lo) + "–" + f(hi) + " ×"
 }
 
 func metMissed(ok bool) string {
@@ -94,8 +117,13 @@ func renderReport(res *results) string {
 		if !okE || !ok {
 			continue
 		}
-		p("| %s | %s adds %.1f µs, E adds %.1f µs: %.2f × E (limit %.1f µs) | %s |\n",
-			t.what, t.id, x, e, x/e, t.limit*e, metMissed(x <= t.limit*e))
+		verdict, interval := metMissed(x <= t.limit*e), ""
+		if lo, hi, ok := res.Paired.ratioCI(t.id, "E"); ok {
+			interval = ", 95% interval " + ratioRange(lo, hi)
+			verdict = ratioVerdict(x/e, lo, hi, t.limit)
+		}
+		p("| %s | %s adds %.1f µs, E adds %.1f µs: %.2f × E%s (limit %.1f µs) | %s |\n",
+			t.what, t.id, x, e, x/e, interval, t.limit*e, verdict)
 	}
 	// Added p99 from the interleaved slices when there are some: a p99 of
 	// one 5 s run follows the VM's hiccups.
@@ -106,10 +134,13 @@ func renderReport(res *results) string {
 		d50, _ := pr.latAdd("D", "p50")
 		a := pr.Latency["A"]["p99"]
 		if okG && okD {
-			p("| G's added p99 at %.0f req/s ≤ 1/5 of D's | median over %d interleaved rounds of each round's difference to A: G adds %.0f µs, D adds %.0f µs (limit %.0f µs); at p50 G adds %.0f µs, D %.0f µs. "+
+			gd, _ := pr.latDiffs("G", "p99")
+			dd, _ := pr.latDiffs("D", "p99")
+			lo, hi := bootstrapRatio(gd, dd)
+			p("| G's added p99 at %.0f req/s ≤ 1/5 of D's | median over %d interleaved rounds of each round's difference to A: G adds %.0f µs, D adds %.0f µs (limit %.0f µs): %.3f × D's, 95%% interval %s; at p50 G adds %.0f µs, D %.0f µs. "+
 				"Pooled over the rounds instead: A %.0f µs, G %.0f µs (adds %.0f), D %.0f µs (adds %.0f); at p99 this VM's jitter and the load generator's floor outweigh a filter's cost | %s |\n",
-				o.Rate, pr.Rounds, gp, dp, dp/5, g50, d50, a, pr.Latency["G"]["p99"], pr.Latency["G"]["p99"]-a,
-				pr.Latency["D"]["p99"], pr.Latency["D"]["p99"]-a, metMissed(gp <= dp/5))
+				o.Rate, pr.Rounds, gp, dp, dp/5, gp/dp, ratioRange(lo, hi), g50, d50, a, pr.Latency["G"]["p99"], pr.Latency["G"]["p99"]-a,
+				pr.Latency["D"]["p99"], pr.Latency["D"]["p99"]-a, ratioVerdict(gp/dp, lo, hi, 0.2))
 		}
 	} else if len(qs["p99"]["G"].vals) > 0 && len(qs["p99"]["D"].vals) > 0 {
 		gp, dp := qs["p99"]["G"].diffM(), qs["p99"]["D"].diffM()
@@ -123,8 +154,10 @@ func renderReport(res *results) string {
 	} else {
 		p("| RSS with Allot, 1,000 experiments, full cache ≤ A + 96 MiB | not measured: run without -skip-extras | **not measured** |\n")
 	}
-	p("\n\"Adds\" is the variant's figure minus A's: for CPU the median of per-round differences in the interleaved " +
-		"measurement (the rounds' figures when there is none), and likewise for p99 the median of per-round differences of each interleaved slice's p99.\n\n")
+	p("\n\"Adds\" is the variant's figure minus A's: for CPU the median of per-round differences in the interleaved "+
+		"measurement (the rounds' figures when there is none), and likewise for p99 the median of per-round differences of each interleaved slice's p99. "+
+		"The 95%% interval of a ratio (to E's addition, or to D's p99) is a bootstrap over the interleaved rounds (%d resamples of the rounds, the same rounds for both variants); "+
+		"a result is marked undecided when that interval includes the limit: the run cannot tell it from noise, and only another run can.\n\n", ciResamples)
 	floors(p, res)
 
 	// Variants.
@@ -214,7 +247,7 @@ func renderReport(res *results) string {
 			"a variant's addition is the median of its per-round differences to A's slice of the same round, so a drift in the "+
 			"shared VM's speed cancels out.",
 			o.EnvoyCPU, pr.Rounds, pr.Requests, o.Conns, pr.RateSlice, pr.Rate, o.RateConns)
-		p("\n\n| variant | CPU µs/req (median) | adds vs A (µs) | middle half of the per-round additions | × E's addition |\n|---|---:|---:|---:|---:|\n")
+		p("\n\n| variant | CPU µs/req (median) | adds vs A (µs) | middle half of the per-round additions | × E's addition | its 95%% interval |\n|---|---:|---:|---:|---:|---:|\n")
 		e, _ := pr.add("E")
 		for _, v := range res.Variants {
 			vals, ok := pr.CPU[v.ID]
@@ -223,11 +256,14 @@ func renderReport(res *results) string {
 			}
 			x, _ := pr.add(v.ID)
 			lo, hi := pr.spread(v.ID)
-			ratio := "–"
+			ratio, interval := "–", "–"
 			if v.ID != "A" && e > 0 {
 				ratio = fmt.Sprintf("%.2f", x/e)
+				if rlo, rhi, ok := pr.ratioCI(v.ID, "E"); ok && v.ID != "E" {
+					interval = ratioRange(rlo, rhi)
+				}
 			}
-			p("| %s | %.1f | %+.1f | %+.1f … %+.1f | %s |\n", v.ID, median(vals), x, lo, hi, ratio)
+			p("| %s | %.1f | %+.1f | %+.1f … %+.1f | %s | %s |\n", v.ID, median(vals), x, lo, hi, ratio, interval)
 		}
 		if a := pr.Latency["A"]; a != nil {
 			p("\nLatency at %.0f req/s, every round's slice pooled per variant (measured from each request's intended send "+
@@ -367,12 +403,17 @@ func floors(p func(string, ...any), res *results) {
 				continue
 			}
 			limit := cpuTargets[i].limit
-			rows = append(rows, fmt.Sprintf("| %s | %s | %+.1f µs (%.2f × E) | %+.1f µs (%.2f × E) | %+.1f µs | %.2f × E (%.1f µs) |",
-				id, f.ID, fl, fl/e, x, x/e, x-fl, limit, limit*e))
-			if fl > limit*e {
-				verdicts = append(verdicts, fmt.Sprintf("%s's floor alone adds %.2f × E, above %s's limit of %.2f × E: no Go filter that makes these writes "+
-					"through Envoy's Wasm host can meet that target, however little else it does", id, fl/e, id, limit))
-			} else {
+			lo, hi, _ := pr.ratioCI(f.ID, "E")
+			rows = append(rows, fmt.Sprintf("| %s | %s | %+.1f µs (%.2f × E; %s) | %+.1f µs (%.2f × E) | %+.1f µs | %.2f × E (%.1f µs) |",
+				id, f.ID, fl, fl/e, ratioRange(lo, hi), x, x/e, x-fl, limit, limit*e))
+			switch {
+			case lo > limit:
+				verdicts = append(verdicts, fmt.Sprintf("%s's floor alone adds %.2f × E (95%% interval %s), above %s's limit of %.2f × E: no Go filter that makes these writes "+
+					"through Envoy's Wasm host can meet that target, however little else it does", id, fl/e, ratioRange(lo, hi), id, limit))
+			case fl > limit*e:
+				verdicts = append(verdicts, fmt.Sprintf("%s's floor alone adds %.2f × E, above %s's limit of %.2f × E, though this run's 95%% interval (%s) "+
+					"includes the limit: it cannot rule out a floor within it", id, fl/e, id, limit, ratioRange(lo, hi)))
+			default:
 				verdicts = append(verdicts, fmt.Sprintf("%s's floor adds %.2f × E, within its limit of %.2f × E: the target leaves Allot %.1f µs for its own work, which takes %.1f µs",
 					id, fl/e, limit, limit*e-fl, x-fl))
 			}
@@ -387,7 +428,7 @@ func floors(p func(string, ...any), res *results) {
 		"derived by running Allot natively on the fake host), with the same host calls (a cold unit's writes have the same shape, so K " +
 		"is the floor of G and H, L of I and J) — but none of Allot's work: no " +
 		"attribute extraction, cache, engine, dictionary building or counters. It is measured in the interleaved section only.\n\n")
-	p("| Allot variant | floor | floor adds | Allot adds | Allot's own work (variant − floor) | target |\n|---|---|---:|---:|---:|---:|\n")
+	p("| Allot variant | floor | floor adds (× E; 95%% interval) | Allot adds | Allot's own work (variant − floor) | target |\n|---|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		p("%s\n", r)
 	}
