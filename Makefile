@@ -133,10 +133,19 @@ test-reliability: envoy ## Slow suite: faults, soak, hostile input, fuzzing, SIG
 	$(GO) run ./e2e/cmd/allot-reliability-report -in $(BIN)/reliability.jsonl -out docs/RELIABILITY.md
 
 .PHONY: bench
-bench: envoy build-filter ## Benchmark Allot against the alternatives in real Envoy (pinned CPUs, ~10 min); writes bench/REPORT.md.
+bench: envoy build-filter ## Benchmark Allot against the alternatives in real Envoy (pinned CPUs, ~14 min); writes bench/REPORT.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
+
+# BASE is the git revision bench-compare measures the working tree against.
+BASE ?= HEAD
+
+.PHONY: bench-compare
+bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~6 min); writes bench/raw/COMPARE.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
+	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY))
 
 ## ---------------------------------------------------------------- run
 

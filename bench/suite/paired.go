@@ -58,14 +58,17 @@ func (p *paired) add(id string) (float64, bool) {
 }
 
 // diffs are variant id's per-round CPU differences to A.
-func (p *paired) diffs(id string) ([]float64, bool) {
-	a, v := p.CPU["A"], p.CPU[id]
-	if len(a) == 0 || len(v) != len(a) {
+func (p *paired) diffs(id string) ([]float64, bool) { return p.between(id, "A") }
+
+// between are the per-round CPU differences of variant x to variant y.
+func (p *paired) between(x, y string) ([]float64, bool) {
+	vx, vy := p.CPU[x], p.CPU[y]
+	if len(vx) == 0 || len(vx) != len(vy) {
 		return nil, false
 	}
-	d := make([]float64, len(v))
-	for i := range v {
-		d[i] = v[i] - a[i]
+	d := make([]float64, len(vx))
+	for i := range vx {
+		d[i] = vx[i] - vy[i]
 	}
 	return d, true
 }
@@ -90,33 +93,52 @@ func (p *paired) ratioCI(x, y string) (lo, hi float64, ok bool) {
 
 // bootstrapRatio is the 95% bootstrap interval of median(dx) / median(dy),
 // where dx[i] and dy[i] were measured in the same round (each against the
-// A of its round): the rounds are resampled with replacement, the same
-// rounds for both, and the ratio of the medians taken each time. A
-// resample in which y adds nothing gives an unbounded ratio. The
-// generator's seed is fixed, so a report rendered again from the same
-// results is identical.
+// A of its round): the rounds are resampled together. A resample in which
+// y adds nothing gives an unbounded ratio.
 func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	n := len(dx)
-	rx, ry := make([]float64, n), make([]float64, n)
-	ratios := make([]float64, ciResamples)
-	for k := range ratios {
-		for i := range n {
-			j := rng.IntN(n)
+	rx, ry := make([]float64, len(dx)), make([]float64, len(dy))
+	return resample(len(dx), func(idx []int) float64 {
+		for i, j := range idx {
 			rx[i], ry[i] = dx[j], dy[j]
 		}
 		mx, my := median(rx), median(ry)
 		switch {
 		case my > 0:
-			ratios[k] = mx / my
+			return mx / my
 		case mx >= 0:
-			ratios[k] = math.Inf(1)
-		default:
-			ratios[k] = math.Inf(-1)
+			return math.Inf(1)
 		}
+		return math.Inf(-1)
+	})
+}
+
+// bootstrapMedian is the 95% bootstrap interval of median(d).
+func bootstrapMedian(d []float64) (lo, hi float64) {
+	r := make([]float64, len(d))
+	return resample(len(d), func(idx []int) float64 {
+		for i, j := range idx {
+			r[i] = d[j]
+		}
+		return median(r)
+	})
+}
+
+// resample is the 95% percentile interval of stat over ciResamples
+// resamples with replacement of n rounds (stat gets the rounds' indices).
+// The generator's seed is fixed, so a report rendered again from the same
+// results is identical.
+func resample(n int, stat func(idx []int) float64) (lo, hi float64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	idx := make([]int, n)
+	vals := make([]float64, ciResamples)
+	for k := range vals {
+		for i := range idx {
+			idx[i] = rng.IntN(n)
+		}
+		vals[k] = stat(idx)
 	}
-	slices.Sort(ratios)
-	return ratios[ciResamples*25/1000], ratios[ciResamples*975/1000-1]
+	slices.Sort(vals)
+	return vals[ciResamples*25/1000], vals[ciResamples*975/1000-1]
 }
 
 // latAdd is variant id's addition to latency quantile q over A: the median
@@ -157,11 +179,22 @@ const (
 	pairedRateSlice = 1500 * time.Millisecond
 )
 
+// pairedPlan shapes an interleaved measurement.
+type pairedPlan struct {
+	rounds int
+	// alternate takes the variants in reverse order every other round, so
+	// that neither of two neighbours always goes first.
+	alternate bool
+	// latency follows each closed-loop slice with a slice at the fixed
+	// rate.
+	latency bool
+}
+
 // measurePaired starts every variant's Envoy (and D's ext_authz service, on
 // the load generator's CPU as in the rounds), checks each again, and
-// measures them in turn.
-func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string) (*paired, error) {
-	res := &paired{Rounds: pairedRounds, Requests: pairedRequests, CPU: map[string][]float64{},
+// measures them in turn as plan says.
+func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string, plan pairedPlan) (*paired, error) {
+	res := &paired{Rounds: plan.rounds, Requests: pairedRequests, CPU: map[string][]float64{},
 		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
 		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
 	type running struct {
@@ -219,8 +252,13 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		}
 		r.next = pairedWarmup
 	}
-	for range pairedRounds {
-		for _, r := range rs {
+	for round := range plan.rounds {
+		order := rs
+		if plan.alternate && round%2 == 1 {
+			order = slices.Clone(rs)
+			slices.Reverse(order)
+		}
+		for _, r := range order {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -241,6 +279,9 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 				return nil, fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
 			}
 			res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
+			if !plan.latency {
+				continue
+			}
 
 			fr, err := load.FixedRate(ctx, r.e.listener, o.RateConns, o.Rate, pairedRateSlice, r.req, r.next)
 			if err != nil {
@@ -259,6 +300,9 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		}
 	}
 	for _, r := range rs {
+		if !plan.latency {
+			break
+		}
 		slices.Sort(r.lat)
 		pooled := load.Result{Latencies: r.lat}
 		res.Latency[r.v.ID] = map[string]float64{}

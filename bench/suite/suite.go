@@ -39,10 +39,13 @@ type Options struct {
 	RateConns  int     // connections of the fixed-rate run
 	EnvoyCPU   int
 	LoadCPU    int
-	Only       string    // variant letters to run (empty: all)
-	SkipExtras bool      // skip micro-benchmarks, memory and load-time sections
-	Command    string    // the command line, for the report
-	Log        io.Writer `json:"-"`
+	Only       string // variant letters to run (empty: all)
+	SkipExtras bool   // skip micro-benchmarks, memory and load-time sections
+	// Base, when set, makes the run a comparison instead (compare.go): the
+	// filter built from this git revision against bin/allot.wasm.
+	Base    string
+	Command string    // the command line, for the report
+	Log     io.Writer `json:"-"`
 }
 
 // run is one variant in one round.
@@ -113,6 +116,9 @@ func Run(ctx context.Context, o Options) error {
 	if _, err := os.Stat(p.allotWasm); err != nil {
 		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
 	}
+	if o.Base != "" {
+		return runCompare(ctx, o, p, logf)
+	}
 	authzBin := filepath.Join(raw, "bin", "allot-authz")
 	res := &results{Started: start, Options: o, LoadBefore: loadavg()}
 	res.Machine = describeMachine(o)
@@ -156,12 +162,9 @@ func Run(ctx context.Context, o Options) error {
 		if o.Only != "" && !strings.Contains(o.Only, v.ID) && v.ID != "A" {
 			continue
 		}
-		if v.allot > 0 {
-			exp, err := engineExpect(v.allot)
-			if err != nil {
-				return err
-			}
-			v.expect = exp
+		v, err := withExpect(v)
+		if err != nil {
+			return err
 		}
 		vs = append(vs, v)
 		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf})
@@ -196,7 +199,7 @@ func Run(ctx context.Context, o Options) error {
 
 	if o.Rounds > 0 {
 		logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", pairedRounds, pairedRequests)
-		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig)
+		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig, pairedPlan{rounds: pairedRounds, latency: true})
 		if err != nil {
 			return fmt.Errorf("interleaved CPU: %w", err)
 		}
@@ -255,6 +258,19 @@ func Run(ctx context.Context, o Options) error {
 	}
 	logf("wrote %s in %v", path, res.Duration.Round(time.Second))
 	return nil
+}
+
+// withExpect gives an Allot variant the pre-flight's expectation: the
+// engine's assignment of each id.
+func withExpect(v variant) (variant, error) {
+	if v.allot > 0 {
+		exp, err := engineExpect(v.allot)
+		if err != nil {
+			return v, err
+		}
+		v.expect = exp
+	}
+	return v, nil
 }
 
 func checkTools(o Options) error {

@@ -63,6 +63,7 @@ type variant struct {
 // paths are the files and ports the filter configurations refer to.
 type paths struct {
 	allotWasm, minWasm string
+	baseWasm           string // a comparison's base build (compare.go)
 	authzPort          int
 	raw                string
 }

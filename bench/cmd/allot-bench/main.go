@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.LoadCPU, "load-cpu", 1, "CPU the load generator (and the ext_authz service) is pinned to")
 	fs.StringVar(&o.Only, "only", "", "variant letters to run besides A (e.g. EFG; default all)")
 	fs.BoolVar(&o.SkipExtras, "skip-extras", false, "skip micro-benchmarks, load time, memory and propagation")
+	fs.StringVar(&o.Base, "base", "", "instead of the report, compare bin/allot.wasm with the filter built from this git revision, "+
+		"side by side (-only picks the Allot variants, default GHIJ); writes bench/raw/COMPARE.md")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
