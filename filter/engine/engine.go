@@ -165,8 +165,9 @@ type Set struct {
 	// gateOpen (no condition), gateShut (never assigns: not running, or
 	// fewer than two variations) or the id of its condition, whose outcome
 	// decides. A request's excluded experiments then cost a 4-byte read
-	// each, not a call that reads their compiled form (a cold request in
-	// Envoy about 3 µs less with 50 experiments: bench/README.md).
+	// each, not a call that reads their compiled form (natively a cold
+	// request with 50 experiments 12% faster; in Envoy below what
+	// bench-compare resolves: bench/README.md).
 	gate []int32
 }
 
