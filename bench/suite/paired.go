@@ -73,7 +73,7 @@ func (p *paired) between(x, y string) ([]float64, bool) {
 	return d, true
 }
 
-// ciResamples is how many bootstrap resamples ratioCI draws.
+// ciResamples is how many times resample draws the rounds.
 const ciResamples = 10000
 
 // ratioCI is the 95% bootstrap interval of add(x) / add(y) (see
