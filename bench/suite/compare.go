@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,12 +268,16 @@ func renderCompare(c *comparison) string {
 		y, _ := pr.add(id + baseSuffix)
 		lo, hi := bootstrapMedian(d)
 		med := median(d)
+		share := ""
+		if y > 0 {
+			share = fmt.Sprintf(" (%.0f%% of the base's addition)", 100*math.Abs(med)/y)
+		}
 		result := "no difference this run resolves"
 		switch {
 		case hi < 0:
-			result = fmt.Sprintf("**faster** by %.1f µs (%.0f%% of the base's addition)", -med, -100*med/y)
+			result = fmt.Sprintf("**faster** by %.1f µs%s", -med, share)
 		case lo > 0:
-			result = fmt.Sprintf("**slower** by %.1f µs (%.0f%% of the base's addition)", med, 100*med/y)
+			result = fmt.Sprintf("**slower** by %.1f µs%s", med, share)
 		}
 		p("| %s: %s | %+.1f | %+.1f | %+.1f | %+.1f … %+.1f | %s |\n", id, v.Name, x, y, med, lo, hi, result)
 	}
