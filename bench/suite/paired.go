@@ -31,6 +31,8 @@ import (
 type paired struct {
 	Rounds   int `json:"rounds"`
 	Requests int `json:"requests_per_slice"`
+	// Alternate: every other round took the variants in reverse order.
+	Alternate bool `json:"alternate,omitempty"`
 	// CPU[v] are variant v's Envoy CPU µs per request, one per round.
 	CPU map[string][]float64 `json:"cpu_us_per_req"`
 	// Rate and RateSlice are the fixed rate and each latency slice's length.
@@ -194,7 +196,7 @@ type pairedPlan struct {
 // the load generator's CPU as in the rounds), checks each again, and
 // measures them in turn as plan says.
 func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string, plan pairedPlan) (*paired, error) {
-	res := &paired{Rounds: plan.rounds, Requests: pairedRequests, CPU: map[string][]float64{},
+	res := &paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{},
 		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
 		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
 	type running struct {

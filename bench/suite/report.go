@@ -240,13 +240,17 @@ func renderReport(res *results) string {
 
 	if pr := res.Paired; pr != nil {
 		p("\n## Interleaved: Envoy CPU per request and latency (the targets' figures)\n\n")
+		order := ""
+		if pr.Alternate {
+			order = " (every other round in reverse order, so that no variant always follows the same one)"
+		}
 		p("Every variant's Envoy runs at once, each pinned to CPU %d and idle until loaded (D's ext_authz service runs "+
-			"throughout on the load generator's CPU, as in the rounds); load goes to them in turn for %d rounds. In each round "+
+			"throughout on the load generator's CPU, as in the rounds); load goes to them in turn for %d rounds%s. In each round "+
 			"every variant gets %d requests closed loop (%d connections), then %v at %.0f req/s (%d connections). CPU is the "+
 			"Envoy process's run time from `/proc/<pid>/task/*/schedstat` over the closed-loop slice, divided by its requests; "+
 			"a variant's addition is the median of its per-round differences to A's slice of the same round, so a drift in the "+
 			"shared VM's speed cancels out.",
-			o.EnvoyCPU, pr.Rounds, pr.Requests, o.Conns, pr.RateSlice, pr.Rate, o.RateConns)
+			o.EnvoyCPU, pr.Rounds, order, pr.Requests, o.Conns, pr.RateSlice, pr.Rate, o.RateConns)
 		p("\n\n| variant | CPU µs/req (median) | adds vs A (µs) | middle half of the per-round additions | × E's addition | its 95%% interval |\n|---|---:|---:|---:|---:|---:|\n")
 		e, _ := pr.add("E")
 		for _, v := range res.Variants {

@@ -199,7 +199,7 @@ func Run(ctx context.Context, o Options) error {
 
 	if o.Rounds > 0 {
 		logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", pairedRounds, pairedRequests)
-		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig, pairedPlan{rounds: pairedRounds, latency: true})
+		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig, pairedPlan{rounds: pairedRounds, alternate: true, latency: true})
 		if err != nil {
 			return fmt.Errorf("interleaved CPU: %w", err)
 		}
