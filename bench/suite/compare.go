@@ -94,6 +94,10 @@ func compareVariants(only string) ([]variant, error) {
 // variant on both builds and writes the comparison.
 func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...any)) error {
 	start := time.Now()
+	vs, err := compareVariants(o.Only)
+	if err != nil {
+		return err
+	}
 	c := &comparison{Started: start, Machine: describeMachine(o), Base: o.Base, Commands: []string{o.Command}}
 	p.baseWasm = filepath.Join(p.raw, "bin", "allot-base.wasm")
 	rev, cmds, err := buildBase(ctx, o, p.raw, o.Base, p.baseWasm)
@@ -108,10 +112,6 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 		if c.Modules[i], err = describeModule(path); err != nil {
 			return err
 		}
-	}
-	vs, err := compareVariants(o.Only)
-	if err != nil {
-		return err
 	}
 	for i := range vs {
 		if vs[i], err = withExpect(vs[i]); err != nil {
