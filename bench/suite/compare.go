@@ -169,10 +169,8 @@ func buildBase(ctx context.Context, o Options, raw, rev, out string) (string, []
 	if err := errors.Join(xerr, archive.Wait()); err != nil {
 		return "", nil, fmt.Errorf("compare: git archive %s: %w", hash, err)
 	}
-	build := exec.CommandContext(ctx, o.Go, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./filter")
-	build.Dir, build.Env = src, append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := build.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("compare: build the filter of %s: %w\n%s", rev, err, b)
+	if err := goBuild(ctx, o.Go, src, out, "./filter", true); err != nil {
+		return "", nil, fmt.Errorf("compare: build the filter of %s: %w", rev, err)
 	}
 	return hash, []string{
 		"git archive --format=tar " + hash + " | tar -x -C bench/raw/base-src",

@@ -124,22 +124,15 @@ func Run(ctx context.Context, o Options) error {
 	res.Machine = describeMachine(o)
 	res.Commands = append(res.Commands, o.Command)
 	for _, b := range []struct {
-		env []string
-		out string
-		pkg string
-		cmd string
+		wasm     bool
+		out, pkg string
+		cmd      string
 	}{
-		{[]string{"GOOS=wasip1", "GOARCH=wasm"}, p.minWasm, "./bench/minwasm", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"},
-		{nil, authzBin, "./bench/cmd/allot-authz", "go build -o bench/raw/bin/allot-authz ./bench/cmd/allot-authz"},
+		{true, p.minWasm, "./bench/minwasm", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"},
+		{false, authzBin, "./bench/cmd/allot-authz", "go build -trimpath -o bench/raw/bin/allot-authz ./bench/cmd/allot-authz"},
 	} {
-		args := []string{"build", "-trimpath", "-o", b.out, b.pkg}
-		if len(b.env) > 0 {
-			args = []string{"build", "-buildmode=c-shared", "-trimpath", "-o", b.out, b.pkg}
-		}
-		cmd := exec.CommandContext(ctx, o.Go, args...)
-		cmd.Dir, cmd.Env = o.Root, append(os.Environ(), b.env...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w\n%s", b.cmd, err, out)
+		if err := goBuild(ctx, o.Go, o.Root, b.out, b.pkg, b.wasm); err != nil {
+			return fmt.Errorf("%s: %w", b.cmd, err)
 		}
 		res.Commands = append(res.Commands, b.cmd)
 	}
@@ -257,6 +250,23 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	logf("wrote %s in %v", path, res.Duration.Round(time.Second))
+	return nil
+}
+
+// goBuild builds package pkg of the module in dir into out; with wasm, as
+// a proxy-wasm module (wasip1, c-shared), the way `make build-filter` does.
+func goBuild(ctx context.Context, goCmd, dir, out, pkg string, wasm bool) error {
+	args := []string{"build", "-trimpath", "-o", out, pkg}
+	var env []string
+	if wasm {
+		args = []string{"build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg}
+		env = []string{"GOOS=wasip1", "GOARCH=wasm"}
+	}
+	cmd := exec.CommandContext(ctx, goCmd, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w\n%s", err, b)
+	}
 	return nil
 }
 
