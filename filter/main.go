@@ -20,9 +20,27 @@ import (
 // Go's default (GOGC 100) and hold the heap under a soft limit. The cache
 // of assignments bounds live data, so an unbounded stream of distinct users
 // keeps VM memory flat.
+//
+// And the runtime must never start a collection on the request path. Go's
+// collector marks concurrently, in a background worker goroutine, but a VM
+// that only runs while the host calls into it never schedules that worker:
+// a cycle started by an allocation in a request callback stays in its mark
+// phase, with a write barrier on every pointer write, until later
+// allocations have done its marking for it — forever, on a request path
+// that allocates nothing. (The cache's arena, allocated at the first miss,
+// started one in every worker VM; until then 50 experiments' request cost
+// in the VM was 2 to 4 times what it is now, most of it in the barrier.)
+// So automatic collection is off (GOGC=off) except while a configuration
+// is decoded, and the VM collects where no request waits: a full
+// collection, run to completion, after every proxy_on_configure, and on a
+// tick once the heap has grown by gcPercent since the last one. The memory
+// limit stays as the backstop.
 const (
 	gcPercent   = 50
 	memoryLimit = 48 << 20
+	// minBudget is the growth below which a tick never collects: Go's
+	// minimum heap goal (4 MiB at GOGC 100) scaled like gcPercent.
+	minBudget = 4 << 20 * gcPercent / 100
 )
 
 // setGCPercent and setMemoryLimit are the runtime's implementations of
@@ -39,11 +57,61 @@ func setGCPercent(int32) int32
 func setMemoryLimit(int64) int64
 
 func init() {
-	setGCPercent(gcPercent)
+	setGCPercent(-1)
 	setMemoryLimit(memoryLimit)
 	p := plugin.New(abi.NewHost())
 	p.ReadVMStats(readVMStats)
-	abi.SetHandler(p)
+	abi.SetHandler(&vm{Plugin: p})
+}
+
+// vm is the plugin with the VM's collections placed off the request path.
+type vm struct {
+	*plugin.Plugin
+	gc collector
+}
+
+// OnConfigure implements abi.Handler: decoding a configuration allocates
+// freely, so the runtime may collect meanwhile (each such cycle finishes,
+// its marking done by the allocations that follow); its garbage is then
+// collected before the first request.
+func (v *vm) OnConfigure(rootID uint32, size int) bool {
+	setGCPercent(gcPercent)
+	ok := v.Plugin.OnConfigure(rootID, size)
+	v.gc.collect()
+	setGCPercent(-1)
+	return ok
+}
+
+// OnTick implements abi.Handler.
+func (v *vm) OnTick(rootID uint32) {
+	v.Plugin.OnTick(rootID)
+	v.gc.tick()
+}
+
+// collector decides when a tick collects.
+type collector struct {
+	stats runtime.MemStats
+	// since is the total allocated at the last collection, budget the
+	// growth after which the next tick collects.
+	since, budget uint64
+}
+
+// collect runs a full collection to completion: runtime.GC blocks this
+// callback while the scheduler runs the mark worker, which is the only way
+// a VM's mark phase ends without allocation.
+func (c *collector) collect() {
+	runtime.GC()
+	runtime.ReadMemStats(&c.stats)
+	c.since = c.stats.TotalAlloc
+	c.budget = max(minBudget, c.stats.HeapAlloc*gcPercent/100)
+}
+
+// tick collects once the heap has grown by the budget.
+func (c *collector) tick() {
+	runtime.ReadMemStats(&c.stats)
+	if c.stats.TotalAlloc-c.since >= c.budget {
+		c.collect()
+	}
 }
 
 // memStats is readVMStats' buffer (5 KB: on the stack it would escape to
