@@ -138,14 +138,21 @@ bench: envoy build-filter ## Benchmark Allot against the alternatives in real En
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
 
-# BASE is the git revision bench-compare measures the working tree against.
+# BASE is the git revision bench-compare measures the working tree against
+# (bench-vm: only when given).
 BASE ?= HEAD
 
 .PHONY: bench-compare
-bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~6 min); writes bench/raw/COMPARE.md.
+bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min); writes bench/raw/COMPARE.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY))
+
+.PHONY: bench-vm
+bench-vm: build-filter ## Time the filter's own work per request in Node's V8, without Envoy (~1 min; BASE=<rev> adds that revision's filter beside it); writes bench/raw/VM.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
+	$(BIN)/allot-bench -vm $(if $(filter command line environment,$(origin BASE)),-base '$(BASE)') $(if $(ONLY),-only $(ONLY))
 
 ## ---------------------------------------------------------------- run
 

@@ -125,20 +125,25 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 		return fmt.Errorf("compare: %w", err)
 	}
 	c.Duration = time.Since(start)
-	b, err := json.MarshalIndent(c, "", "  ")
+	return writeOutputs(o, p.raw, "compare.json", c, "COMPARE.md", renderCompare(c), c.Duration, logf)
+}
+
+// writeOutputs writes a side run's raw data (as JSON) and its report under
+// raw, and prints the report.
+func writeOutputs(o Options, raw, dataName string, data any, reportName, report string, took time.Duration, logf func(string, ...any)) error {
+	b, err := json.MarshalIndent(data, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(p.raw, "compare.json"), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(raw, dataName), b, 0o644); err != nil {
 		return err
 	}
-	report := renderCompare(c)
-	path := filepath.Join(p.raw, "COMPARE.md")
+	path := filepath.Join(raw, reportName)
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprint(o.Log, report)
-	logf("wrote %s in %v", path, c.Duration.Round(time.Second))
+	logf("wrote %s in %v", path, took.Round(time.Second))
 	return nil
 }
 

@@ -43,7 +43,10 @@ type Options struct {
 	SkipExtras bool   // skip micro-benchmarks, memory and load-time sections
 	// Base, when set, makes the run a comparison instead (compare.go): the
 	// filter built from this git revision against bin/allot.wasm.
-	Base    string
+	Base string
+	// VM, when set, makes the run the VM benchmark instead (vm.go): the
+	// modules in Node's V8 without Envoy, with Base beside this tree's.
+	VM      bool
 	Command string    // the command line, for the report
 	Log     io.Writer `json:"-"`
 }
@@ -108,13 +111,16 @@ func Run(ctx context.Context, o Options) error {
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", args...) }
 
-	if err := checkTools(o); err != nil {
-		return err
-	}
 	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
 		minWasm: filepath.Join(raw, "bin", "minwasm.wasm")}
 	if _, err := os.Stat(p.allotWasm); err != nil {
 		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
+	}
+	if o.VM {
+		return runVM(ctx, o, p, logf)
+	}
+	if err := checkTools(o); err != nil {
+		return err
 	}
 	if o.Base != "" {
 		return runCompare(ctx, o, p, logf)

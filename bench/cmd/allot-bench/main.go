@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.SkipExtras, "skip-extras", false, "skip micro-benchmarks, load time, memory and propagation")
 	fs.StringVar(&o.Base, "base", "", "instead of the report, compare bin/allot.wasm with the filter built from this git revision, "+
 		"side by side (-only picks the Allot variants, default GHIJ); writes bench/raw/COMPARE.md")
+	fs.BoolVar(&o.VM, "vm", false, "instead of the report, time the modules' own work per request in Node's V8 without Envoy "+
+		"(with -base, beside that revision's filter; -only picks among F–J); writes bench/raw/VM.md")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
