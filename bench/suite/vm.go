@@ -22,6 +22,12 @@ import (
 const (
 	vmRounds   = 5
 	vmRequests = 100000
+	// In the evicting mode the host writes vmEvictKiB of memory between
+	// requests, as Envoy's own work does, so the module's data comes from
+	// memory rather than the CPU's caches: 2 MiB empties this CPU's L2.
+	// Each request then costs the host about 0.2 ms, hence fewer requests.
+	vmEvictKiB      = 2048
+	vmEvictRequests = 5000
 )
 
 // vmRun is one variant on one module in one round.
@@ -29,6 +35,7 @@ type vmRun struct {
 	Variant string             `json:"variant"`
 	Module  int                `json:"module"` // 0 this tree's, 1 the base's
 	Round   int                `json:"round"`
+	Evict   int                `json:"evict_kib,omitempty"` // the evicting mode
 	NS      float64            `json:"ns_per_request"`
 	Calls   map[string]float64 `json:"host_calls_per_request"`
 }
@@ -103,7 +110,19 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 	}
 	host := filepath.Join(o.Root, "bench", "vm", "host.mjs")
 	r.Commands = append(r.Commands, fmt.Sprintf("taskset -c %d node bench/vm/host.mjs <module> <bench/raw/vm-*.json> <warm|cold> %d", o.EnvoyCPU, vmRequests))
-	logf("VM benchmark: %d variants × %d modules, %d rounds of %d requests in Node %s", len(vs), len(modules), vmRounds, vmRequests, r.Node)
+	logf("VM benchmark: %d variants × %d modules, caches warm and evicted, %d rounds in Node %s", len(vs), len(modules), vmRounds, r.Node)
+	for _, evict := range []int{0, vmEvictKiB} {
+		if err := runVMRounds(ctx, o, r, node, host, p.minWasm, modules, vs, evict); err != nil {
+			return err
+		}
+	}
+	r.Duration = time.Since(start)
+	return writeOutputs(o, p.raw, "vm.json", r, "VM.md", renderVM(r), r.Duration, logf)
+}
+
+// runVMRounds runs every variant on every module for vmRounds rounds, the
+// order reversed every other round.
+func runVMRounds(ctx context.Context, o Options, r *vmResults, node, host, minWasm string, modules []string, vs []vmVariant, evict int) error {
 	for round := range vmRounds {
 		order := slices.Clone(vs)
 		if round%2 == 1 {
@@ -116,9 +135,9 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 				}
 				wasm := m
 				if v.allot == 0 {
-					wasm = p.minWasm
+					wasm = minWasm
 				}
-				run, err := runHost(ctx, o, node, host, wasm, v)
+				run, err := runHost(ctx, o, node, host, wasm, v, evict)
 				if err != nil {
 					return fmt.Errorf("variant %s, round %d: %w", v.ID, round+1, err)
 				}
@@ -127,8 +146,7 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 			}
 		}
 	}
-	r.Duration = time.Since(start)
-	return writeOutputs(o, p.raw, "vm.json", r, "VM.md", renderVM(r), r.Duration, logf)
+	return nil
 }
 
 // vmVariants returns E and the Allot variants F–J (only those in only, when
@@ -168,12 +186,15 @@ func vmVariants(raw, only string) ([]vmVariant, error) {
 
 // runHost runs one slice under Node, pinned where Envoy would be, and checks
 // the probe request's writes against the engine's assignment.
-func runHost(ctx context.Context, o Options, node, host, wasm string, v vmVariant) (vmRun, error) {
-	mode := "warm"
+func runHost(ctx context.Context, o Options, node, host, wasm string, v vmVariant, evict int) (vmRun, error) {
+	mode, n := "warm", vmRequests
 	if v.cold {
 		mode = "cold"
 	}
-	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(o.EnvoyCPU), node, "--no-warnings", host, wasm, v.config, mode, strconv.Itoa(vmRequests))
+	if evict > 0 {
+		n = vmEvictRequests
+	}
+	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(o.EnvoyCPU), node, "--no-warnings", host, wasm, v.config, mode, strconv.Itoa(n), strconv.Itoa(evict))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -191,7 +212,7 @@ func runHost(ctx context.Context, o Options, node, host, wasm string, v vmVarian
 	if err := checkProbe(v.variant, res.Probe); err != nil {
 		return vmRun{}, fmt.Errorf("%s: %w", filepath.Base(wasm), err)
 	}
-	return vmRun{Variant: v.ID, NS: res.NS, Calls: res.Calls}, nil
+	return vmRun{Variant: v.ID, Evict: evict, NS: res.NS, Calls: res.Calls}, nil
 }
 
 // checkProbe compares the probe request's writes (x-user-id "user-0") with
@@ -242,14 +263,31 @@ func renderVM(r *vmResults) string {
 	p("\nEach module runs in Node's V8 under a proxy-wasm host in JavaScript (bench/vm/host.mjs) whose side of every call "+
 		"costs next to nothing, pinned to one CPU: the figures are the module's own work per request (the callbacks "+
 		"`proxy_on_context_create`, `proxy_on_request_headers` and `proxy_on_delete`, a tick every 20,000 requests), which "+
-		"in Envoy adds to Envoy's charge for the same callbacks and writes. Each slice is %d requests after 20,000 "+
-		"to warm up; %d rounds, every other in reverse order; a probe request's header is checked against the engine first. "+
-		"Medians over the rounds; a difference is the median of per-round differences, with a 95%% bootstrap interval.\n\n",
-		vmRequests, vmRounds)
+		"in Envoy adds to Envoy's charge for the same callbacks and writes. %d rounds, every other in reverse order; a probe "+
+		"request's header is checked against the engine first. Medians over the rounds; a difference is the median of "+
+		"per-round differences, with a 95%% bootstrap interval.\n",
+		vmRounds)
+	for _, evict := range []int{0, vmEvictKiB} {
+		if evict == 0 {
+			p("\n## Caches warm\n\nEach slice is %d requests after 20,000 to warm up, timed as a whole: the module's data "+
+				"stays in the CPU's caches between requests, as it does not in Envoy.\n\n", vmRequests)
+		} else {
+			p("\n## Caches evicted\n\nBefore each request the host writes to every cache line of %d KiB, as Envoy's own work on "+
+				"a request does, and only the callbacks are timed: the module's data comes from memory. Each slice is %d "+
+				"requests after 2,000 to warm up.\n\n", evict, vmEvictRequests)
+		}
+		renderVMTable(p, r, evict)
+	}
+	p("\n## Commands\n\n```sh\n%s\n```\n", strings.Join(r.Commands, "\n"))
+	return b.String()
+}
+
+// renderVMTable writes the table of one mode (evict KiB between requests).
+func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 	ns := func(id string, mod int) []float64 {
 		var out []float64
 		for _, run := range r.Runs {
-			if run.Variant == id && (run.Module == mod || id == "E") {
+			if run.Variant == id && run.Evict == evict && (run.Module == mod || id == "E") {
 				out = append(out, run.NS)
 			}
 		}
@@ -279,7 +317,7 @@ func renderVM(r *vmResults) string {
 			row += us(median(diff(this, e))) + " |"
 		}
 		if r.Base == "" {
-			row += " " + callsText(r.Runs, v.ID) + " |"
+			row += " " + callsText(r.Runs, v.ID, evict) + " |"
 		} else if v.ID == "E" {
 			row += " | | | |"
 		} else {
@@ -297,14 +335,12 @@ func renderVM(r *vmResults) string {
 		}
 		p("%s\n", row)
 	}
-	p("\n## Commands\n\n```sh\n%s\n```\n", strings.Join(r.Commands, "\n"))
-	return b.String()
 }
 
 // callsText lists a variant's host calls per request (this tree's module).
-func callsText(runs []vmRun, id string) string {
+func callsText(runs []vmRun, id string, evict int) string {
 	for _, run := range runs {
-		if run.Variant == id && run.Module == 0 {
+		if run.Variant == id && run.Module == 0 && run.Evict == evict {
 			names := make([]string, 0, len(run.Calls))
 			for name := range run.Calls {
 				names = append(names, name)

@@ -57,28 +57,42 @@ func TestCheckProbe(t *testing.T) {
 }
 
 func TestVMReport(t *testing.T) {
-	runs := func(id string, mod int, ns ...float64) []vmRun {
+	runs := func(id string, mod, evict int, ns ...float64) []vmRun {
 		var out []vmRun
 		for i, v := range ns {
-			out = append(out, vmRun{Variant: id, Module: mod, Round: i + 1, NS: v,
+			out = append(out, vmRun{Variant: id, Module: mod, Evict: evict, Round: i + 1, NS: v,
 				Calls: map[string]float64{"proxy_get_header_map_pairs": 1}})
 		}
 		return out
 	}
 	r := &vmResults{Tree: "def-dirty", Node: "v20", Modules: []module{{Bytes: 10, SHA256: "aaaa"}},
 		Variants: []variantInfo{{ID: "E", Name: "e"}, {ID: "G", Name: "g"}}}
-	r.Runs = append(runs("E", 0, 1000, 1100, 900), runs("G", 0, 5000, 5200, 4800)...)
-	contains(t, "report", renderVM(r),
+	for _, rs := range [][]vmRun{runs("E", 0, 0, 1000, 1100, 900), runs("G", 0, 0, 5000, 5200, 4800),
+		runs("E", 0, vmEvictKiB, 3000, 3000, 3000), runs("G", 0, vmEvictKiB, 9000, 9500, 8500)} {
+		r.Runs = append(r.Runs, rs...)
+	}
+	out := renderVM(r)
+	warm, evicted, ok := strings.Cut(out, "## Caches evicted")
+	if !ok {
+		t.Fatalf("no evicted section:\n%s", out)
+	}
+	contains(t, "warm section", warm,
 		"| E: e | 1.00 | – | proxy_get_header_map_pairs 1.00 |",
 		"| G: g | 5.00 | 4.00 | proxy_get_header_map_pairs 1.00 |")
+	contains(t, "evicted section", evicted,
+		"| E: e | 3.00 | – |",
+		"| G: g | 9.00 | 6.00 |")
 	r.Base, r.BaseRev = "HEAD", "abc"
 	r.Modules = append(r.Modules, module{Bytes: 11, SHA256: "bbbb"})
-	r.Runs = append(r.Runs, runs("G", 1, 9000, 9100, 8900)...)
-	contains(t, "comparison", renderVM(r),
+	r.Runs = append(r.Runs, runs("G", 1, 0, 9000, 9100, 8900)...)
+	r.Runs = append(r.Runs, runs("G", 1, vmEvictKiB, 9000, 9500, 8500)...)
+	warm, evicted, _ = strings.Cut(renderVM(r), "## Caches evicted")
+	contains(t, "comparison", warm,
 		"this tree against HEAD",
 		"| G: g | 5.00 | 4.00 | 9.00 | -4.00 | ",
 		"| **faster** |",
 		"base HEAD (abc)")
+	contains(t, "comparison, evicted", evicted, "| G: g | 9.00 | 6.00 | 9.00 | 0.00 | ", "no difference this run resolves")
 }
 
 // The JavaScript host runs a real module: the minimal filter E, built as
@@ -100,7 +114,7 @@ func TestHostRunsModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := runHost(context.Background(), Options{EnvoyCPU: 0}, node, filepath.Join(root, "bench", "vm", "host.mjs"), wasm, vs[0])
+	run, err := runHost(context.Background(), Options{EnvoyCPU: 0}, node, filepath.Join(root, "bench", "vm", "host.mjs"), wasm, vs[0], 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,12 @@
 // it can be made (header maps serialized once up front, writes counted, not
 // stored), so what is timed is the module.
 //
-// Usage: node host.mjs <module.wasm> <plugin-config.json or -> <warm|cold> <requests>
+// Usage: node host.mjs <module.wasm> <plugin-config.json or -> <warm|cold> <requests> [evict KiB]
+//
+// With evict, the host writes to every cache line of a buffer that size
+// before each request, as Envoy's own work on a request does, so that the
+// module finds its data in memory rather than in the CPU's caches; only the
+// callbacks are timed then.
 //
 // It prints one JSON object: ns per request, host calls per request by name,
 // and the writes of a probe request (x-user-id "user-0") for the caller to
@@ -15,13 +20,14 @@
 import { readFileSync } from 'node:fs';
 import { WASI } from 'node:wasi';
 
-const [modulePath, configPath, mode, requestsArg] = process.argv.slice(2);
+const [modulePath, configPath, mode, requestsArg, evictArg] = process.argv.slice(2);
 if (!modulePath || !['warm', 'cold'].includes(mode)) {
   console.error('usage: node host.mjs <module.wasm> <config.json|-> <warm|cold> <requests>');
   process.exit(2);
 }
 const requests = Number(requestsArg || 100000);
-const warmup = 20000; // requests before timing: V8 tiers up, caches fill
+const evict = new Uint8Array(Number(evictArg || 0) * 1024);
+const warmup = evict.length ? 2000 : 20000; // requests before timing: V8 tiers up, caches fill
 const tickEvery = 20000; // proxy_on_tick every this many requests (about 1 s of Envoy traffic)
 const config = configPath && configPath !== '-' ? readFileSync(configPath) : new Uint8Array(0);
 
@@ -132,7 +138,11 @@ const coldMap = serialize([...base, ['x-user-id', 'cold-000000000']]);
 const coldDigits = coldMap.length - 10; // the id's 9 digits, then its NUL
 let coldSeq = 0;
 
+let inside = 0n; // time in the callbacks, when evicting
+let evicted = 0;
 function request(i) {
+  for (let k = 0; k < evict.length; k += 64) evicted += evict[k]++;
+  const began = evict.length ? process.hrtime.bigint() : 0n;
   if (mode === 'cold') {
     let n = coldSeq++;
     for (let j = 8; j >= 0; j--) { coldMap[coldDigits + j] = 48 + (n % 10); n = Math.floor(n / 10); }
@@ -144,6 +154,7 @@ function request(i) {
   x.proxy_on_context_create(id, root);
   x.proxy_on_request_headers(id, base.length + 1, 1);
   x.proxy_on_delete(id);
+  if (evict.length) inside += process.hrtime.bigint() - began;
   if (i % tickEvery === tickEvery - 1) x.proxy_on_tick(root);
 }
 
@@ -157,8 +168,9 @@ probe = null;
 
 for (let i = 0; i < warmup; i++) request(i);
 for (const k of Object.keys(calls)) delete calls[k];
+inside = 0n;
 const t0 = process.hrtime.bigint();
 for (let i = 0; i < requests; i++) request(warmup + i);
-const ns = Number(process.hrtime.bigint() - t0) / requests;
+const ns = Number(evict.length ? inside : process.hrtime.bigint() - t0) / requests;
 for (const k of Object.keys(calls)) calls[k] /= requests;
 console.log(JSON.stringify({ ns, calls, probe: written }));
