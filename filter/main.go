@@ -28,8 +28,9 @@ import (
 // phase, with a write barrier on every pointer write, until later
 // allocations have done its marking for it — forever, on a request path
 // that allocates nothing. (The cache's arena, allocated at the first miss,
-// started one in every worker VM; until then 50 experiments' request cost
-// in the VM was 2 to 4 times what it is now, most of it in the barrier.)
+// started one in every worker VM: a request with 50 experiments cost the
+// module 1.5 to 3.2 times as much in V8, by make bench-vm, most of it in
+// the barrier.)
 // So automatic collection is off (GOGC=off) except while a configuration
 // is decoded, and the VM collects where no request waits: a full
 // collection, run to completion, after every proxy_on_configure, and on a
