@@ -72,9 +72,9 @@ type vm struct {
 }
 
 // OnConfigure implements abi.Handler: decoding a configuration allocates
-// freely, so the runtime may collect meanwhile (each such cycle finishes,
-// its marking done by the allocations that follow); its garbage is then
-// collected before the first request.
+// freely, so the runtime may start collections meanwhile; the full
+// collection that follows finishes any still marking and frees the
+// decoding's garbage before the first request.
 func (v *vm) OnConfigure(rootID uint32, size int) bool {
 	setGCPercent(gcPercent)
 	ok := v.Plugin.OnConfigure(rootID, size)
@@ -107,7 +107,9 @@ func (c *collector) collect() {
 	c.budget = max(minBudget, c.stats.HeapAlloc*gcPercent/100)
 }
 
-// tick collects once the heap has grown by the budget.
+// tick collects once the heap has grown by the budget. A cycle the memory
+// limit started finishes here too: reaching the limit takes far more
+// growth than the budget.
 func (c *collector) tick() {
 	runtime.ReadMemStats(&c.stats)
 	if c.stats.TotalAlloc-c.since >= c.budget {
