@@ -109,7 +109,9 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 		r.Variants = append(r.Variants, variantInfo{ID: v.ID, Name: v.Name})
 	}
 	host := filepath.Join(o.Root, "bench", "vm", "host.mjs")
-	r.Commands = append(r.Commands, fmt.Sprintf("taskset -c %d node bench/vm/host.mjs <module> <bench/raw/vm-*.json> <warm|cold> %d", o.EnvoyCPU, vmRequests))
+	for _, c := range [][2]int{{vmRequests, 0}, {vmEvictRequests, vmEvictKiB}} {
+		r.Commands = append(r.Commands, fmt.Sprintf("taskset -c %d node bench/vm/host.mjs <module> <bench/raw/vm-*.json> <warm|cold> %d %d", o.EnvoyCPU, c[0], c[1]))
+	}
 	logf("VM benchmark: %d variants × %d modules, caches warm and evicted, %d rounds in Node %s", len(vs), len(modules), vmRounds, r.Node)
 	for _, evict := range []int{0, vmEvictKiB} {
 		if err := runVMRounds(ctx, o, r, node, host, p.minWasm, modules, vs, evict); err != nil {
