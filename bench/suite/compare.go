@@ -105,9 +105,7 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 		return err
 	}
 	c.BaseRev, c.Commands = rev, append(c.Commands, cmds...)
-	if out, err := exec.Command("git", "-C", o.Root, "describe", "--always", "--dirty").Output(); err == nil {
-		c.Tree = strings.TrimSpace(string(out))
-	}
+	c.Tree = describeTree(o.Root)
 	for i, path := range []string{p.allotWasm, p.baseWasm} {
 		if c.Modules[i], err = describeModule(path); err != nil {
 			return err
@@ -225,6 +223,16 @@ func writeFile(path string, r io.Reader, perm os.FileMode) error {
 	}
 	_, err = io.Copy(f, r)
 	return errors.Join(err, f.Close())
+}
+
+// describeTree is `git describe` of the working tree at root ("" outside
+// git): the revision a report's build came from, "-dirty" when edited.
+func describeTree(root string) string {
+	out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func describeModule(path string) (module, error) {

@@ -301,10 +301,10 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			res.Late[r.v.ID] += fr.Intended - fr.Requests
 		}
 	}
+	if !plan.latency {
+		return res, nil
+	}
 	for _, r := range rs {
-		if !plan.latency {
-			break
-		}
 		slices.Sort(r.lat)
 		pooled := load.Result{Latencies: r.lat}
 		res.Latency[r.v.ID] = map[string]float64{}

@@ -74,10 +74,8 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 	if err != nil {
 		return fmt.Errorf("node --version: %w", err)
 	}
-	r := &vmResults{Started: start, Machine: describeMachine(o), Node: strings.TrimSpace(string(version)), Commands: []string{o.Command}}
-	if out, err := exec.Command("git", "-C", o.Root, "describe", "--always", "--dirty").Output(); err == nil {
-		r.Tree = strings.TrimSpace(string(out))
-	}
+	r := &vmResults{Started: start, Machine: describeMachine(o), Node: strings.TrimSpace(string(version)),
+		Tree: describeTree(o.Root), Commands: []string{o.Command}}
 	cmd := "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"
 	if err := goBuild(ctx, o.Go, o.Root, p.minWasm, "./bench/minwasm", true); err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
