@@ -50,6 +50,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 	for i := range 3 {
 		proxies = append(proxies, s.startSidecar(fmt.Sprintf("api-checkout-%d", i+1), "checkout-svc"))
 	}
+	s.waitConnected("api-checkout-1", "api-checkout-2", "api-checkout-3")
 	var w waitedWrite
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", checkoutRamp(0), &w)
 	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
@@ -95,6 +96,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 
 	// A fourth proxy of the same service that cannot apply the filter.
 	bad := s.startRejectingSidecar("api-checkout-bad", "checkout-svc")
+	s.waitConnected("api-checkout-bad")
 	def := checkoutRamp(0.5)
 	def["revision"] = revision
 	s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait=10s", def, &w)
@@ -160,4 +162,28 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 	if err == nil || !strings.Contains(out, "experiment/checkout configured") || !strings.Contains(out, "api-checkout-bad") {
 		t.Fatalf("allotctl apply --wait with a rejecting proxy: %v\n%s", err, out)
 	}
+}
+
+// waitConnected polls GET /v1/rollout until allotd lists every node. An
+// Envoy is ready before its ECDS stream reaches allotd (it serves its
+// default configuration meanwhile), and a write waits only for the proxies
+// connected when it is made.
+func (s *system) waitConnected(nodes ...string) {
+	s.t.Helper()
+	harness.Eventually(s.t, 15*time.Second, func() error {
+		var status rolloutJSON
+		if code := s.api("GET", "/v1/rollout", nil, &status); code != http.StatusOK {
+			return fmt.Errorf("GET /v1/rollout: status %d", code)
+		}
+		listed := map[string]bool{}
+		for _, p := range status.Proxies {
+			listed[p.NodeID] = true
+		}
+		for _, n := range nodes {
+			if !listed[n] {
+				return fmt.Errorf("allotd does not list %s yet", n)
+			}
+		}
+		return nil
+	})
 }
