@@ -283,11 +283,11 @@ func renderCompare(c *comparison) string {
 		if y > 0 {
 			share = fmt.Sprintf(" (%.0f%% of the base's addition)", 100*math.Abs(med)/y)
 		}
-		result := "no difference this run resolves"
-		switch {
-		case hi < 0:
+		result := unresolved
+		switch dir := direction(lo, hi); dir {
+		case "faster":
 			result = fmt.Sprintf("**faster** by %.1f µs%s", -med, share)
-		case lo > 0:
+		case "slower":
 			result = fmt.Sprintf("**slower** by %.1f µs%s", med, share)
 		}
 		p("| %s: %s | %+.1f | %+.1f | %+.1f | %+.1f … %+.1f | %s |\n", id, v.Name, x, y, med, lo, hi, result)

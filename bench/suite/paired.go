@@ -63,16 +63,34 @@ func (p *paired) add(id string) (float64, bool) {
 func (p *paired) diffs(id string) ([]float64, bool) { return p.between(id, "A") }
 
 // between are the per-round CPU differences of variant x to variant y.
-func (p *paired) between(x, y string) ([]float64, bool) {
-	vx, vy := p.CPU[x], p.CPU[y]
-	if len(vx) == 0 || len(vx) != len(vy) {
+func (p *paired) between(x, y string) ([]float64, bool) { return roundDiffs(p.CPU[x], p.CPU[y]) }
+
+// roundDiffs are x[i] − y[i] for two figures measured in the same rounds
+// (ok false unless both have every round).
+func roundDiffs(x, y []float64) ([]float64, bool) {
+	if len(x) == 0 || len(x) != len(y) {
 		return nil, false
 	}
-	d := make([]float64, len(vx))
-	for i := range vx {
-		d[i] = vx[i] - vy[i]
+	d := make([]float64, len(x))
+	for i := range x {
+		d[i] = x[i] - y[i]
 	}
 	return d, true
+}
+
+// unresolved is the verdict on a difference whose 95% interval includes 0.
+const unresolved = "no difference this run resolves"
+
+// direction is which way a difference's 95% interval [lo, hi] lies from 0:
+// "faster" wholly below, "slower" wholly above, "" when it includes 0.
+func direction(lo, hi float64) string {
+	switch {
+	case hi < 0:
+		return "faster"
+	case lo > 0:
+		return "slower"
+	}
+	return ""
 }
 
 // ciResamples is how many times resample draws the rounds.

@@ -294,11 +294,7 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 		return out
 	}
 	diff := func(x, y []float64) []float64 {
-		n := min(len(x), len(y))
-		d := make([]float64, n)
-		for i := range n {
-			d[i] = x[i] - y[i]
-		}
+		d, _ := roundDiffs(x, y) // every variant runs in every round
 		return d
 	}
 	us := func(v float64) string { return strconv.FormatFloat(v/1000, 'f', 2, 64) }
@@ -324,12 +320,9 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 			base := ns(v.ID, 1)
 			d := diff(this, base)
 			lo, hi := bootstrapMedian(d)
-			verdict := "no difference this run resolves"
-			switch {
-			case hi < 0:
-				verdict = "**faster**"
-			case lo > 0:
-				verdict = "**slower**"
+			verdict := unresolved
+			if dir := direction(lo, hi); dir != "" {
+				verdict = "**" + dir + "**"
 			}
 			row += fmt.Sprintf(" %s | %s | %s … %s | %s |", us(median(base)), us(median(d)), us(lo), us(hi), verdict)
 		}
