@@ -152,7 +152,7 @@ bench-compare: envoy build-filter ## Compare the working tree's filter with BASE
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY))
 
 .PHONY: bench-vm
-bench-vm: build-filter ## Time the filter's own work per request in Node's V8, without Envoy (~1 min; BASE=<rev> adds that revision's filter beside it); writes bench/raw/VM.md.
+bench-vm: build-filter ## Time the filter's own work per request in Node's V8, without Envoy (~1.5 min; BASE=<rev> adds that revision's filter beside it); writes bench/raw/VM.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -vm $(if $(filter command line environment,$(origin BASE)),-base '$(BASE)') $(if $(ONLY),-only $(ONLY))
