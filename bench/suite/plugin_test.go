@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,5 +113,77 @@ func TestFloorWritesReplayAllot(t *testing.T) {
 				t.Errorf("%s: property %s %q does not carry the unit's variation", c.name, k, want)
 			}
 		}
+	}
+}
+
+// TestNativeWritesMirrorFloor: the native variant makes K's writes — every
+// header of G's floor script with the same value (the unit's variation a
+// constant) and its exposure property as a string filter state — with
+// Envoy's own filters, and is measured in the interleaved section only.
+func TestNativeWritesMirrorFloor(t *testing.T) {
+	var m variant
+	for _, v := range variants() {
+		if v.ID == "M" {
+			m = v
+		}
+	}
+	if m.nativeOf != "K" || !m.interleavedOnly() {
+		t.Fatalf("variant M: nativeOf %q, interleaved only %v; want K, true", m.nativeOf, m.interleavedOnly())
+	}
+	sc, _, _, err := floorWrites(filterConfigJSON(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.filters(&paths{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		Name        string `json:"name"`
+		TypedConfig struct {
+			Mutations struct {
+				Request []struct {
+					Append struct {
+						Header struct{ Key, Value string } `json:"header"`
+					} `json:"append"`
+				} `json:"request_mutations"`
+			} `json:"mutations"`
+			States []struct {
+				Key     string `json:"object_key"`
+				Factory string `json:"factory_key"`
+				Format  struct {
+					Text struct {
+						Inline string `json:"inline_string"`
+					} `json:"text_format_source"`
+				} `json:"format_string"`
+			} `json:"on_request_headers"`
+		} `json:"typed_config"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "envoy.filters.http.header_mutation" || got[1].Name != "envoy.filters.http.set_filter_state" {
+		t.Fatalf("native filters: %s", raw)
+	}
+	subst := func(s string) string { return strings.Replace(s, floor.Var, nativeVariation, 1) }
+	var headers [][2]string
+	for _, m := range got[0].TypedConfig.Mutations.Request {
+		headers = append(headers, [2]string{m.Append.Header.Key, m.Append.Header.Value})
+	}
+	var want [][2]string
+	for _, h := range sc.Headers {
+		want = append(want, [2]string{h.Name, subst(h.Value)})
+	}
+	if len(want) < 10 || !slices.Equal(headers, want) {
+		t.Errorf("native headers %q, want the floor script's %q", headers, want)
+	}
+	states := got[1].TypedConfig.States
+	if len(sc.Props) != 1 || len(states) != 1 || states[0].Key != sc.Props[0].Name || states[0].Factory != "envoy.string" ||
+		states[0].Format.Text.Inline != subst(sc.Props[0].Value) || !strings.Contains(states[0].Format.Text.Inline, `bench="`+nativeVariation+`"`) {
+		t.Errorf("native filter state %+v, want the floor script's property %+v", states, sc.Props)
 	}
 }

@@ -165,8 +165,9 @@ func renderReport(res *results) string {
 	for _, v := range res.Variants {
 		p("| %s | %s |\n", v.ID, v.Name)
 	}
-	p("\nEvery variant adds `%s` (B a constant; C, E and F–H GrowthBook's hash v1 of `x-user-id`; D and F–H Allot's engine), "+
-		"except I, J and L, which carry the same assignment as the member `bench` of the dictionary header `%s` (K and L, the floors, replay G's and I's writes: see Floors above). "+
+	p("\nEvery variant adds `%s` (B and M a constant; C, E and F–H GrowthBook's hash v1 of `x-user-id`; D and F–H Allot's engine), "+
+		"except I, J and L, which carry the same assignment as the member `bench` of the dictionary header `%s` (K and L, the floors, replay G's and I's writes, "+
+		"and M makes K's natively: see Floors above). "+
 		"Before any variant is timed, %s requests (marked `x-preflight`) check it: their route echoes both headers back as `%s` and `%s` "+
 		"(`response_headers_to_add` with `%%REQ(…)%%`, on every variant alike; timed requests take a plain route), and each value is compared with what the engine "+
 		"(or the same hash in Go) computes natively. All requests carry `x-country: US`, `x-platform: ios`, `x-app-version: 2.3.1`; "+
@@ -180,7 +181,7 @@ func renderReport(res *results) string {
 	p("| variant | max req/s | × A | Envoy CPU µs/req | adds vs A (µs) | × E's addition | RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	e := cpu["E"].diffM()
 	for _, v := range res.Variants {
-		if v.FloorOf != "" {
+		if v.interleavedOnly() {
 			continue
 		}
 		c := cpu[v.ID]
@@ -204,7 +205,7 @@ func renderReport(res *results) string {
 	p("## Latency at a fixed %.0f req/s (open loop, %d connections, %v per variant per round)\n\n", o.Rate, o.RateConns, o.Latency)
 	p("| variant | p50 µs | p90 µs | p99 µs | p99.9 µs | adds p50 | adds p99 | adds p99.9 | achieved req/s | Envoy CPU µs/req |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range res.Variants {
-		if v.FloorOf != "" {
+		if v.interleavedOnly() {
 			continue
 		}
 		ach := collect(res, func(r run) float64 { return r.RateAchieved })[v.ID]
@@ -437,4 +438,43 @@ func floors(p func(string, ...any), res *results) {
 		p("%s\n", r)
 	}
 	p("\n%s.\n\n", strings.Join(verdicts, "; "))
+	native(p, res)
+}
+
+// native writes the paragraph comparing a floor with its native
+// counterpart: the same writes made by Envoy's own filters, so that what
+// Envoy charges for the writes themselves is told apart from what making
+// them from a Wasm VM costs.
+func native(p func(string, ...any), res *results) {
+	pr := res.Paired
+	for _, n := range res.Variants {
+		if n.NativeOf == "" {
+			continue
+		}
+		m, okM := pr.diffs(n.ID)
+		e, okE := pr.diffs("E")
+		k, okK := pr.diffs(n.NativeOf)
+		if !okM || !okE || !okK || median(e) <= 0 {
+			continue
+		}
+		wasm := make([]float64, len(k)) // per round: the writes made from Wasm beyond E's one header
+		excess := make([]float64, len(k))
+		for i := range k {
+			wasm[i] = k[i] - e[i]
+			excess[i] = wasm[i] - m[i]
+		}
+		mlo, mhi := bootstrapMedian(m)
+		wlo, whi := bootstrapMedian(wasm)
+		xlo, xhi := bootstrapMedian(excess)
+		p("**Native counterpart.** %s makes %s's writes with Envoy's own filters instead of from a Wasm VM (`header_mutation` adds "+
+			"the same headers, `set_filter_state` stores the exposure value): it adds %+.1f µs over A (%.2f × E; 95%% interval %+.1f … %+.1f µs). "+
+			"Made from the Wasm VM, the same writes cost %+.1f µs beyond E's one header (%s − E per round; 95%% interval %+.1f … %+.1f µs). ",
+			n.ID, n.NativeOf, median(m), median(m)/median(e), mlo, mhi, median(wasm), n.NativeOf, wlo, whi)
+		if xlo > 0 {
+			p("Making them from Wasm costs %+.1f µs more than Envoy charges for the writes themselves (95%% interval %+.1f … %+.1f µs): "+
+				"it is the proxy-wasm host, not Envoy's header map, that makes %s's writes expensive.\n\n", median(excess), xlo, xhi, n.NativeOf)
+		} else {
+			p("This run does not resolve a difference between the two (%+.1f µs, 95%% interval %+.1f … %+.1f µs).\n\n", median(excess), xlo, xhi)
+		}
+	}
 }

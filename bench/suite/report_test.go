@@ -48,6 +48,27 @@ func TestFloorsSection(t *testing.T) {
 		t.Errorf("a floor whose interval includes the limit is called out of reach:\n%s", out)
 	}
 
+	// The native counterpart: decided when every round's writes cost more
+	// from Wasm (K − E) than natively (M), undecided otherwise.
+	res.Variants = append(res.Variants, variantInfo{ID: "M", NativeOf: "K"})
+	res.Paired.CPU = map[string][]float64{"A": steady(20), "E": steady(30), "G": steady(60), "H": steady(70),
+		"K": steady(50), "M": {22, 23, 22, 23, 22, 23, 22, 23, 22, 23}}
+	b.Reset()
+	floors(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, res)
+	contains(t, "floors section", b.String(),
+		"M makes K's writes with Envoy's own filters instead of from a Wasm VM",
+		"it adds +2.5 µs over A (0.25 × E; 95% interval +2.0 … +3.0 µs)",
+		"the same writes cost +20.0 µs beyond E's one header (K − E per round; 95% interval +20.0 … +20.0 µs)",
+		"Making them from Wasm costs +17.5 µs more than Envoy charges for the writes themselves (95% interval +17.0 … +18.0 µs)",
+	)
+	res.Paired.CPU["M"] = []float64{35, 55, 35, 55, 35, 55, 35, 55, 35, 55}
+	b.Reset()
+	floors(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, res)
+	contains(t, "floors section", b.String(), "This run does not resolve a difference between the two")
+	if strings.Contains(b.String(), "Making them from Wasm costs") {
+		t.Errorf("an unresolved difference is called:\n%s", b.String())
+	}
+
 	// No paired measurement, no section.
 	b.Reset()
 	res.Paired = nil

@@ -100,7 +100,14 @@ type variantInfo struct {
 	ID, Name string
 	// FloorOf lists the variants whose writes this floor variant replays.
 	FloorOf string `json:",omitempty"`
+	// NativeOf names the floor variant whose writes this one makes with
+	// Envoy's native filters.
+	NativeOf string `json:",omitempty"`
 }
+
+// interleavedOnly says whether the variant was measured in the interleaved
+// section only (see variant.interleavedOnly).
+func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" }
 
 // Run runs the whole suite and writes the report.
 func Run(ctx context.Context, o Options) error {
@@ -166,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		vs = append(vs, v)
-		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf})
+		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf, v.nativeOf})
 	}
 	res.Commands = append(res.Commands,
 		fmt.Sprintf("taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", o.EnvoyCPU, o.Envoy),
@@ -182,7 +189,7 @@ func Run(ctx context.Context, o Options) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if v.floorOf != "" {
+			if v.interleavedOnly() {
 				continue
 			}
 			seq++

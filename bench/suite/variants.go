@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/engine"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
@@ -58,7 +59,15 @@ type variant struct {
 	// replays (bench/floor), warm and cold. Floor variants are measured only in the
 	// interleaved section, which the targets use.
 	floorOf string
+	// NativeOf names the floor variant whose writes this variant makes
+	// with Envoy's native filters instead of from a Wasm VM; measured in
+	// the interleaved section only, like the floors.
+	nativeOf string
 }
+
+// interleavedOnly says whether v is measured in the interleaved section
+// only (the floors and their native counterpart), not in the rounds.
+func (v variant) interleavedOnly() bool { return v.floorOf != "" || v.nativeOf != "" }
 
 // paths are the files and ports the filter configurations refer to.
 type paths struct {
@@ -87,6 +96,76 @@ func variants() []variant {
 			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "GH"},
 		{ID: "L", Name: "floor of I: as K, with the writes I makes (the dictionary and version headers)",
 			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "IJ"},
+		{ID: "M", Name: "K's writes made natively: header_mutation adds the same headers (constant values), set_filter_state stores the exposure value; no Wasm",
+			filters: nativeFilters(func() []byte { return filterConfigJSON(50) }), expect: nativeExpect, nativeOf: "K"},
+	}
+}
+
+// nativeVariation is the variation the native variant M writes wherever
+// the floor script has floor.Var: a constant, since Envoy's native filters
+// cannot hash.
+const nativeVariation = "treatment"
+
+func nativeExpect(string) (string, error) { return nativeVariation, nil }
+
+// nativeFilters renders, for the writes Allot makes under cfg for a typical
+// unit (floorWrites), the native filters that make the same writes:
+// header_mutation adding the headers and set_filter_state storing each
+// property as a string, with nativeVariation for the unit's variation.
+func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
+	return func(*paths) ([]any, error) {
+		sc, _, _, err := floorWrites(cfg())
+		if err != nil {
+			return nil, err
+		}
+		value := func(w floor.Write) (string, error) {
+			v := strings.Replace(w.Value, floor.Var, nativeVariation, 1)
+			// Both filters read their values as substitution format
+			// strings; Allot's values carry no command.
+			if strings.Contains(v, "%") {
+				return "", fmt.Errorf("native writes: value of %s has a %%: %q", w.Name, v)
+			}
+			return v, nil
+		}
+		var muts, states []any
+		for _, h := range sc.Headers {
+			v, err := value(h)
+			if err != nil {
+				return nil, err
+			}
+			muts = append(muts, map[string]any{"append": map[string]any{
+				"header":        map[string]any{"key": h.Name, "value": v},
+				"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+			}})
+		}
+		for _, pr := range sc.Props {
+			v, err := value(pr)
+			if err != nil {
+				return nil, err
+			}
+			states = append(states, map[string]any{
+				"object_key":    pr.Name,
+				"factory_key":   "envoy.string",
+				"format_string": map[string]any{"text_format_source": map[string]any{"inline_string": v}},
+			})
+		}
+		filters := []any{map[string]any{
+			"name": "envoy.filters.http.header_mutation",
+			"typed_config": map[string]any{
+				"@type":     "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+				"mutations": map[string]any{"request_mutations": muts},
+			},
+		}}
+		if len(states) > 0 {
+			filters = append(filters, map[string]any{
+				"name": "envoy.filters.http.set_filter_state",
+				"typed_config": map[string]any{
+					"@type":              "type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config",
+					"on_request_headers": states,
+				},
+			})
+		}
+		return filters, nil
 	}
 }
 
