@@ -247,7 +247,7 @@ func renderReport(res *results) string {
 		}
 		p("Every variant's Envoy runs at once, each pinned to CPU %d and idle until loaded (D's ext_authz service runs "+
 			"throughout on the load generator's CPU, as in the rounds); load goes to them in turn for %d rounds%s. In each round "+
-			"every variant gets %d requests closed loop (%d connections), then %v at %.0f req/s (%d connections). CPU is the "+
+			"every variant gets %d requests closed loop (%d connections), then %v at %.0f req/s (%d connections; not the floors and their native counterpart, which are there for their CPU). CPU is the "+
 			"Envoy process's run time from `/proc/<pid>/task/*/schedstat` over the closed-loop slice, divided by its requests; "+
 			"a variant's addition is the median of its per-round differences to A's slice of the same round, so a drift in the "+
 			"shared VM's speed cancels out.",
@@ -452,16 +452,13 @@ func native(p func(string, ...any), res *results) {
 			continue
 		}
 		m, okM := pr.diffs(n.ID)
-		e, okE := pr.diffs("E")
-		k, okK := pr.diffs(n.NativeOf)
-		if !okM || !okE || !okK || median(e) <= 0 {
+		e, okE := pr.add("E")
+		// Per round: the writes made from Wasm beyond E's one header, and
+		// how much more that is than M's native writes.
+		wasm, okW := pr.between(n.NativeOf, "E")
+		excess, okX := roundDiffs(wasm, m)
+		if !okM || !okE || !okW || !okX || e <= 0 {
 			continue
-		}
-		wasm := make([]float64, len(k)) // per round: the writes made from Wasm beyond E's one header
-		excess := make([]float64, len(k))
-		for i := range k {
-			wasm[i] = k[i] - e[i]
-			excess[i] = wasm[i] - m[i]
 		}
 		mlo, mhi := bootstrapMedian(m)
 		wlo, whi := bootstrapMedian(wasm)
@@ -469,7 +466,7 @@ func native(p func(string, ...any), res *results) {
 		p("**Native counterpart.** %s makes %s's writes with Envoy's own filters instead of from a Wasm VM (`header_mutation` adds "+
 			"the same headers, `set_filter_state` stores the exposure value): it adds %+.1f µs over A (%.2f × E; 95%% interval %+.1f … %+.1f µs). "+
 			"Made from the Wasm VM, the same writes cost %+.1f µs beyond E's one header (%s − E per round; 95%% interval %+.1f … %+.1f µs). ",
-			n.ID, n.NativeOf, median(m), median(m)/median(e), mlo, mhi, median(wasm), n.NativeOf, wlo, whi)
+			n.ID, n.NativeOf, median(m), median(m)/e, mlo, mhi, median(wasm), n.NativeOf, wlo, whi)
 		if xlo > 0 {
 			p("Making them from Wasm costs %+.1f µs more than Envoy charges for the writes themselves (95%% interval %+.1f … %+.1f µs): "+
 				"it is the proxy-wasm host, not Envoy's header map, that makes %s's writes expensive.\n\n", median(excess), xlo, xhi, n.NativeOf)
