@@ -59,7 +59,7 @@ type variant struct {
 	// replays (bench/floor), warm and cold. Floor variants are measured only in the
 	// interleaved section, which the targets use.
 	floorOf string
-	// NativeOf names the floor variant whose writes this variant makes
+	// nativeOf names the floor variant whose writes this variant makes
 	// with Envoy's native filters instead of from a Wasm VM; measured in
 	// the interleaved section only, like the floors.
 	nativeOf string
@@ -133,10 +133,7 @@ func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
 			if err != nil {
 				return nil, err
 			}
-			muts = append(muts, map[string]any{"append": map[string]any{
-				"header":        map[string]any{"key": h.Name, "value": v},
-				"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-			}})
+			muts = append(muts, setHeader(h.Name, v))
 		}
 		for _, pr := range sc.Props {
 			v, err := value(pr)
@@ -149,13 +146,7 @@ func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
 				"format_string": map[string]any{"text_format_source": map[string]any{"inline_string": v}},
 			})
 		}
-		filters := []any{map[string]any{
-			"name": "envoy.filters.http.header_mutation",
-			"typed_config": map[string]any{
-				"@type":     "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
-				"mutations": map[string]any{"request_mutations": muts},
-			},
-		}}
+		filters := []any{headerMutationFilter(muts)}
 		if len(states) > 0 {
 			filters = append(filters, map[string]any{
 				"name": "envoy.filters.http.set_filter_state",
@@ -170,16 +161,27 @@ func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
 }
 
 func headerMutation(*paths) ([]any, error) {
-	return []any{map[string]any{
+	return []any{headerMutationFilter([]any{setHeader(benchHeader, "treatment")})}, nil
+}
+
+// headerMutationFilter is a header_mutation filter making the request
+// mutations muts.
+func headerMutationFilter(muts []any) map[string]any {
+	return map[string]any{
 		"name": "envoy.filters.http.header_mutation",
 		"typed_config": map[string]any{
-			"@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
-			"mutations": map[string]any{"request_mutations": []any{map[string]any{"append": map[string]any{
-				"header":        map[string]any{"key": benchHeader, "value": "treatment"},
-				"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-			}}}},
+			"@type":     "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+			"mutations": map[string]any{"request_mutations": muts},
 		},
-	}}, nil
+	}
+}
+
+// setHeader is a header_mutation mutation that sets header key to value.
+func setHeader(key, value string) map[string]any {
+	return map[string]any{"append": map[string]any{
+		"header":        map[string]any{"key": key, "value": value},
+		"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+	}}
 }
 
 // luaScript is what a mesh admin might write by hand: GrowthBook's hash v1
