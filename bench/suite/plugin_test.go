@@ -2,6 +2,7 @@ package suite
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,8 +84,14 @@ func TestBootstrapsRender(t *testing.T) {
 
 // TestFloorWritesReplayAllot: a floor script replays exactly what Allot
 // writes for its unit — headers and exposure property, through the same
-// host call — and G's floor rewrites the map while I's adds two headers.
+// host calls: G's floor and I's add their headers one call each, and a unit
+// in 60 experiments gets them in one rewrite of the map.
 func TestFloorWritesReplayAllot(t *testing.T) {
+	exps := []string{`{"key":"bench","variations":["control","treatment"],"weights":[0.5,0.5],"hashVersion":1}`}
+	for i := 1; i < 60; i++ {
+		exps = append(exps, fmt.Sprintf(`{"key":"e%02d","variations":["a","b"]}`, i))
+	}
+	sixty := []byte(`{"version":"sixty","experiments":[` + strings.Join(exps, ",") + `]}`)
 	for _, c := range []struct {
 		name    string
 		cfg     []byte
@@ -92,8 +99,9 @@ func TestFloorWritesReplayAllot(t *testing.T) {
 		headers int // at least
 		props   int
 	}{
-		{"G", filterConfigJSON(50), true, 10, 1},
+		{"G", filterConfigJSON(50), false, 10, 1},
 		{"I", leanConfigJSON(50), false, 2, 0},
+		{"60 experiments", sixty, true, 62, 1},
 	} {
 		sc, id, out, err := floorWrites(c.cfg)
 		if err != nil {

@@ -10,8 +10,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 )
 
-// fiveArms is five experiments every unit is in, so a request changes more
-// headers than maxSingleWrites in the default mode.
+// fiveArms is five experiments every unit is in.
 const fiveArms = `{"version":"v5",%s"experiments":[
  {"key":"a","variations":["x","y"]},{"key":"b","variations":["x","y"]},{"key":"c","variations":["x","y"]},
  {"key":"d","variations":["x","y"]},{"key":"e","variations":["x","y"]}]}`

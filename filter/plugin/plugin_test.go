@@ -186,7 +186,10 @@ func TestFailOpen(t *testing.T) {
 		wantStrip bool
 	}{
 		{"header read fails", "proxy_get_header_map_pairs", false},
-		{"header write fails", "proxy_set_header_map_pairs", true},
+		{"header write fails", "proxy_add_header_map_value", true},
+		// The host refusing to remove the forged header: nothing is
+		// added beside it.
+		{"forged header removal fails", "proxy_remove_header_map_value", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -203,6 +206,8 @@ func TestFailOpen(t *testing.T) {
 			}
 			if v := values(got, "x-experiment-checkout"); tt.wantStrip && len(v) != 0 {
 				t.Fatalf("spoofed header survived a failed evaluation: %q", v)
+			} else if !tt.wantStrip && (len(v) != 1 || v[0] != "forged") {
+				t.Fatalf("a failed evaluation added assignment headers: %q", v)
 			}
 			if p.FailOpen(root) != 1 {
 				t.Fatalf("FailOpen = %d, want 1", p.FailOpen(root))

@@ -208,27 +208,55 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 	}
 }
 
+// TestFailedWriteStillRemovesForgedHeaders: whether the changes are made
+// one call each (a few) or in one rebuild of the map (many), a failed
+// write leaves the request with neither forged nor partial assignments.
 func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
-	h, p, root := startTargeted(t, targeted)
-	h.Fail = func(call string) error {
-		if call == "proxy_set_header_map_pairs" {
-			return fmt.Errorf("injected")
-		}
-		return nil
+	for _, c := range []struct {
+		name, failCall string
+		start          func(t *testing.T) (*fakehost.Host, *Plugin, uint32)
+	}{
+		{"single calls", "proxy_add_header_map_value", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
+			return startTargeted(t, targeted)
+		}},
+		{"rebuild", "proxy_set_header_map_pairs", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
+			return start(t, experimentsEveryUnitIsIn(maxSingleWrites))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, p, root := c.start(t)
+			h.Fail = func(call string) error {
+				if call == c.failCall {
+					return fmt.Errorf("injected")
+				}
+				return nil
+			}
+			got, err := h.Request(p, root, [][2]string{{"x-user-id", "u1"}, {"x-country", "NL"}, {"x-experiment-by-country", "forged"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kv := range got {
+				if strings.HasPrefix(kv[0], "x-experiment") {
+					t.Fatalf("after a failed write the request still carries %q", kv)
+				}
+			}
+			p.OnTick(root)
+			if h.Counter(MetricFailOpen) != 1 {
+				t.Fatalf("fail_open = %d, want 1", h.Counter(MetricFailOpen))
+			}
+		})
 	}
-	got, err := h.Request(p, root, [][2]string{{"x-user-id", "u1"}, {"x-country", "NL"}, {"x-experiment-by-country", "forged"}})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// experimentsEveryUnitIsIn is a configuration of n two-variation
+// experiments without conditions, e00, e01, …: every unit is in all of
+// them.
+func experimentsEveryUnitIsIn(n int) string {
+	var exps []string
+	for i := range n {
+		exps = append(exps, fmt.Sprintf(`{"key":"e%02d","variations":["a","b"]}`, i))
 	}
-	for _, kv := range got {
-		if strings.HasPrefix(kv[0], "x-experiment") {
-			t.Fatalf("after a failed write the request still carries %q", kv)
-		}
-	}
-	p.OnTick(root)
-	if h.Counter(MetricFailOpen) != 1 {
-		t.Fatalf("fail_open = %d, want 1", h.Counter(MetricFailOpen))
-	}
+	return `{"version":"v","experiments":[` + strings.Join(exps, ",") + `]}`
 }
 
 func TestRejectsBadAttributes(t *testing.T) {
@@ -263,14 +291,10 @@ func TestSFString(t *testing.T) {
 	}
 }
 
-// TestOneHeaderWritePerRequest: however many experiments a request is in,
-// the filter changes the request headers with one host call.
-func TestOneHeaderWritePerRequest(t *testing.T) {
-	var exps []string
-	for i := range 50 {
-		exps = append(exps, fmt.Sprintf(`{"key":"e%02d","variations":["a","b"]}`, i))
-	}
-	h, p, root := start(t, `{"version":"v","experiments":[`+strings.Join(exps, ",")+`]}`)
+// TestManyChangesRebuildOnce: a request with more changes than
+// maxSingleWrites (here 50 experiments) gets them all in one host call.
+func TestManyChangesRebuildOnce(t *testing.T) {
+	h, p, root := start(t, experimentsEveryUnitIsIn(50))
 	adds := 0
 	h.Fail = func(call string) error {
 		if call == "proxy_add_header_map_value" || call == "proxy_remove_header_map_value" {
@@ -289,6 +313,39 @@ func TestOneHeaderWritePerRequest(t *testing.T) {
 	}
 	if h.SetPairsCalls != 100 || adds != 0 {
 		t.Fatalf("100 requests made %d header-map writes and %d single-header calls, want 100 and 0", h.SetPairsCalls, adds)
+	}
+}
+
+// TestFewChangesUseSingleCalls: up to maxSingleWrites changes — forged
+// headers removed, once per name, and headers added — are made one host
+// call each, never by rebuilding the map; one change more rebuilds it.
+func TestFewChangesUseSingleCalls(t *testing.T) {
+	// n experiments, the dictionary and the version: n+2 headers added.
+	n := maxSingleWrites - 2 - 1
+	h, p, root := start(t, experimentsEveryUnitIsIn(n))
+	calls := map[string]int{}
+	h.Fail = func(call string) error { calls[call]++; return nil }
+	in := [][2]string{{"x-user-id", "u"}, {"x-experiment-e01", "forged"}, {"X-Experiment-E01", "again"}}
+	got, _ := h.Request(p, root, in)
+	if calls["proxy_set_header_map_pairs"] != 0 || calls["proxy_remove_header_map_value"] != 1 || calls["proxy_add_header_map_value"] != n+2 {
+		t.Fatalf("%d changes made with %v, want one removal and %d adds", maxSingleWrites, calls, n+2)
+	}
+	if v := values(got, "x-experiment-e01"); len(v) != 1 || v[0] == "forged" || v[0] == "again" {
+		t.Fatalf("x-experiment-e01 = %q", v)
+	}
+	if len(values(got, "x-experiments")) != 1 || len(values(got, "x-experiments-version")) != 1 {
+		t.Fatalf("headers %q", got)
+	}
+	// A second forged name is one change too many.
+	clear(calls)
+	got, _ = h.Request(p, root, append(in, [2]string{"x-experiments", `e01="forged"`}))
+	if calls["proxy_set_header_map_pairs"] != 1 || calls["proxy_remove_header_map_value"] != 0 || calls["proxy_add_header_map_value"] != 0 {
+		t.Fatalf("%d changes made with %v, want one rebuild", maxSingleWrites+1, calls)
+	}
+	for _, kv := range got {
+		if strings.Contains(kv[1], "forged") || kv[1] == "again" {
+			t.Fatalf("forged header survived the rebuild: %q", kv)
+		}
 	}
 }
 
