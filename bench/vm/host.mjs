@@ -22,7 +22,7 @@ import { WASI } from 'node:wasi';
 
 const [modulePath, configPath, mode, requestsArg, evictArg] = process.argv.slice(2);
 if (!modulePath || !['warm', 'cold'].includes(mode)) {
-  console.error('usage: node host.mjs <module.wasm> <config.json|-> <warm|cold> <requests>');
+  console.error('usage: node host.mjs <module.wasm> <config.json|-> <warm|cold> <requests> [evict KiB]');
   process.exit(2);
 }
 const requests = Number(requestsArg || 100000);
