@@ -142,14 +142,14 @@ bench: envoy build-filter ## Benchmark Allot against the alternatives in real En
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
 
 # BASE is the git revision bench-compare measures the working tree against
-# (bench-vm: only when given).
+# (bench-vm: only when given); ROUNDS, when given, its rounds (default 20).
 BASE ?= HEAD
 
 .PHONY: bench-compare
 bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min); writes bench/raw/COMPARE.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
-	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY))
+	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))
 
 .PHONY: bench-vm
 bench-vm: build-filter ## Time the filter's own work per request in Node's V8, without Envoy (~1.5 min; BASE=<rev> adds that revision's filter beside it); writes bench/raw/VM.md.

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -117,9 +118,10 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 		}
 		c.Variants = append(c.Variants, variantInfo{ID: vs[i].ID, Name: vs[i].Name})
 	}
+	rounds := cmp.Or(o.PairedRounds, compareRounds)
 	logf("comparing this tree (%s) with %s (%s): %d rounds of %d requests per variant, every Envoy up at once",
-		c.Tree, o.Base, rev, compareRounds, pairedRequests)
-	if c.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: compareRounds, alternate: true}); err != nil {
+		c.Tree, o.Base, rev, rounds, pairedRequests)
+	if c.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
 	c.Duration = time.Since(start)

@@ -10,6 +10,7 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,9 @@ type Options struct {
 	LoadCPU    int
 	Only       string // variant letters to run (empty: all)
 	SkipExtras bool   // skip micro-benchmarks, memory and load-time sections
+	// PairedRounds is the rounds of the interleaved CPU measurement: the
+	// targets' figures, or a comparison's (0: pairedRounds, compareRounds).
+	PairedRounds int
 	// Base, when set, makes the run a comparison instead (compare.go): the
 	// filter built from this git revision against bin/allot.wasm.
 	Base string
@@ -204,8 +208,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	if o.Rounds > 0 {
-		logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", pairedRounds, pairedRequests)
-		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig, pairedPlan{rounds: pairedRounds, alternate: true, latency: true})
+		rounds := cmp.Or(o.PairedRounds, pairedRounds)
+		logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
+		pr, err := measurePaired(ctx, o, p, vs, authzBin, authzConfig, pairedPlan{rounds: rounds, alternate: true, latency: true})
 		if err != nil {
 			return fmt.Errorf("interleaved CPU: %w", err)
 		}

@@ -34,11 +34,41 @@ func main() {
 const pinnedEnv = "ALLOT_BENCH_PINNED"
 
 func run(ctx context.Context, args []string) error {
+	o, err := parse(args)
+	if err != nil {
+		return err
+	}
+	if os.Getenv(pinnedEnv) == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		taskset := "/usr/bin/taskset"
+		if _, err := os.Stat(taskset); err != nil {
+			return fmt.Errorf("taskset (util-linux) is required: %w", err)
+		}
+		argv := append([]string{"taskset", "-c", strconv.Itoa(o.LoadCPU), self}, args...)
+		return syscall.Exec(taskset, argv, append(os.Environ(), pinnedEnv+"=1"))
+	}
+	if o.Root, err = filepath.Abs(o.Root); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(o.Envoy) {
+		o.Envoy = filepath.Join(o.Root, o.Envoy)
+	}
+	o.Command = "allot-bench " + strings.Join(args, " ")
+	return suite.Run(ctx, o)
+}
+
+// parse reads the command line into the suite's options and refuses what
+// no run could honour.
+func parse(args []string) (suite.Options, error) {
 	fs := flag.NewFlagSet("allot-bench", flag.ContinueOnError)
 	o := suite.Options{Log: os.Stderr, Go: "go"}
 	fs.StringVar(&o.Root, "root", ".", "repository root")
 	fs.StringVar(&o.Envoy, "envoy", envOr("ENVOY_BIN", ".venv/bin/envoy"), "Envoy 1.40 binary")
 	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds (0: only the extra sections)")
+	fs.IntVar(&o.PairedRounds, "paired-rounds", 0, "rounds of the interleaved CPU measurement, every Envoy up at once (0: 10, or 20 with -base; -vm keeps its own)")
 	fs.DurationVar(&o.Throughput, "throughput", 5*time.Second, "max-throughput run per variant per round")
 	fs.DurationVar(&o.Latency, "latency", 4*time.Second, "fixed-rate run per variant per round")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "warm-up per variant per round")
@@ -54,29 +84,12 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.VM, "vm", false, "instead of the report, time the modules' own work per request in Node's V8 without Envoy "+
 		"(with -base, beside that revision's filter; -only picks among F–J); writes bench/raw/VM.md")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
-	if os.Getenv(pinnedEnv) == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		taskset := "/usr/bin/taskset"
-		if _, err := os.Stat(taskset); err != nil {
-			return fmt.Errorf("taskset (util-linux) is required: %w", err)
-		}
-		argv := append([]string{"taskset", "-c", strconv.Itoa(o.LoadCPU), self}, args...)
-		return syscall.Exec(taskset, argv, append(os.Environ(), pinnedEnv+"=1"))
+	if o.PairedRounds != 0 && o.PairedRounds < 3 {
+		return o, fmt.Errorf("-paired-rounds %d: the report's medians need at least 3 rounds", o.PairedRounds)
 	}
-	var err error
-	if o.Root, err = filepath.Abs(o.Root); err != nil {
-		return err
-	}
-	if !filepath.IsAbs(o.Envoy) {
-		o.Envoy = filepath.Join(o.Root, o.Envoy)
-	}
-	o.Command = "allot-bench " + strings.Join(args, " ")
-	return suite.Run(ctx, o)
+	return o, nil
 }
 
 func envOr(key, def string) string {
