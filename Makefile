@@ -146,7 +146,7 @@ bench: envoy build-filter ## Benchmark Allot against the alternatives in real En
 BASE ?= HEAD
 
 .PHONY: bench-compare
-bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min); writes bench/raw/COMPARE.md.
+bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min at the default 20 rounds; ROUNDS=N sets them); writes bench/raw/COMPARE.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))
