@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
@@ -221,7 +222,7 @@ type memory struct {
 const memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
 
 func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
-	m := &memory{Experiments: 1000, CacheSize: plugin.DefaultCacheSize, CacheBytes: plugin.DefaultCacheMaxBytes, Requests: memoryFill}
+	m := &memory{Experiments: 1000, CacheSize: config.DefaultCacheSize, CacheBytes: config.DefaultCacheMaxBytes, Requests: memoryFill}
 	hp, err := profileAllot(1000, false)
 	if err != nil {
 		return nil, err

@@ -277,10 +277,10 @@ const transitionsHelp = "allowed: draft → running|stopped, running → paused|
 
 // transitions lists the statuses each status may move to.
 var transitions = map[string][]string{
-	engine.StatusDraft:   {engine.StatusRunning, engine.StatusStopped},
-	engine.StatusRunning: {engine.StatusPaused, engine.StatusStopped},
-	engine.StatusPaused:  {engine.StatusRunning, engine.StatusStopped},
-	engine.StatusStopped: nil,
+	translate.StatusDraft:   {translate.StatusRunning, translate.StatusStopped},
+	translate.StatusRunning: {translate.StatusPaused, translate.StatusStopped},
+	translate.StatusPaused:  {translate.StatusRunning, translate.StatusStopped},
+	translate.StatusStopped: nil,
 }
 
 func validStatus(st string) bool {
@@ -293,24 +293,24 @@ func allowed(from, to string) bool { return slices.Contains(transitions[from], t
 // statusOf is e's status with the empty default spelled out.
 func statusOf(e *experimentv1.Experiment) string {
 	if e.GetStatus() == "" {
-		return engine.StatusRunning
+		return translate.StatusRunning
 	}
 	return e.GetStatus()
 }
 
 // Start sets a draft or paused experiment running.
 func (s *Service) Start(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "start", key, revision, engine.StatusRunning)
+	return s.transition(ctx, p, "start", key, revision, translate.StatusRunning)
 }
 
 // Pause pauses a running experiment.
 func (s *Service) Pause(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "pause", key, revision, engine.StatusPaused)
+	return s.transition(ctx, p, "pause", key, revision, translate.StatusPaused)
 }
 
 // Stop ends a draft, running or paused experiment for good.
 func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "stop", key, revision, engine.StatusStopped)
+	return s.transition(ctx, p, "stop", key, revision, translate.StatusStopped)
 }
 
 // transition moves an experiment to status to. A non-zero revision must

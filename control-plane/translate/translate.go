@@ -71,10 +71,26 @@ func ValidateMesh(m Mesh) error {
 	return nil
 }
 
+// Experiment statuses: only running experiments reach the proxies.
+const (
+	StatusDraft   = "draft"
+	StatusRunning = "running"
+	StatusPaused  = "paused"
+	StatusStopped = "stopped"
+)
+
+// Status is e's status with the empty default spelled out (running).
+func Status(e *experimentv1.Experiment) string {
+	if e.GetStatus() == "" {
+		return StatusRunning
+	}
+	return e.GetStatus()
+}
+
 // Running reports whether e assigns units at time now: status running (or
 // empty) and inside its schedule.
 func Running(e *experimentv1.Experiment, now time.Time) bool {
-	if e.GetStatus() != "" && e.GetStatus() != "running" {
+	if Status(e) != StatusRunning {
 		return false
 	}
 	if st := e.GetStartTime(); st != nil && now.Before(st.AsTime()) {

@@ -287,6 +287,15 @@ func confRun(t *testing.T, c []RawMessage) {
 	e := decode[Experiment](t, c[2])
 	wantValue := decode[any](t, c[3])
 	wantIn, wantHash := decode[bool](t, c[4]), decode[bool](t, c[5])
+	if notSent(exp) {
+		// The control plane never sends such an experiment to a proxy
+		// (translate.FilterConfig selects running ones), so no unit is in
+		// it: the reference must agree.
+		if wantIn || wantHash || !reflect.DeepEqual(wantValue, decode[any](t, e.Variations[0])) {
+			t.Errorf("the reference assigns %v (in %v, hashUsed %v) in an experiment Allot never sends", wantValue, wantIn, wantHash)
+		}
+		return
+	}
 
 	groups, _ := compileGroups(rawGroups)
 	comp, errs := compileExperiment("experiment", &e, groups, newSlots())
@@ -319,4 +328,19 @@ func confRun(t *testing.T, c []RawMessage) {
 	if !slices.Contains(set.Referenced(), a[0].HashAttribute) {
 		t.Errorf("Referenced() = %v lacks hash attribute %q", set.Referenced(), a[0].HashAttribute)
 	}
+}
+
+// notSent reports whether GrowthBook's switches turn the experiment off:
+// active false, or status draft or stopped. Allot's equivalent is the
+// control plane's status, which decides whether a proxy receives the
+// experiment at all; the engine has no such switch.
+func notSent(exp map[string]RawMessage) bool {
+	if raw := exp["active"]; raw != nil && string(raw) == "false" {
+		return true
+	}
+	switch str(exp["status"]) {
+	case "draft", "stopped":
+		return true
+	}
+	return false
 }

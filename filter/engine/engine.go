@@ -1,5 +1,5 @@
 // Package engine is Allot's pure assignment engine: it compiles experiment
-// definitions (GrowthBook's SDK experiment model plus Allot's own fields) and
+// definitions (GrowthBook's SDK experiment model) and
 // assigns units to variations deterministically.
 //
 // The engine imports only the standard library and filter/internal/jsonx.
@@ -27,8 +27,9 @@
 //   - An experiment needs at least two variations: the reference never
 //     includes anyone in a one-variation experiment, so such a definition is
 //     a mistake and Compile rejects it.
-//   - Status "paused" (Allot's own) excludes everyone, like "draft" and
-//     "stopped"; and a stopped experiment is not served even when forced.
+//   - The engine has no status or "active" switch: the control plane sends a
+//     proxy running experiments only, so a draft, paused or stopped
+//     experiment assigns nobody, even when forced.
 package engine
 
 import (
@@ -41,9 +42,10 @@ import (
 	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
 
-// Experiment is one experiment definition, in GrowthBook's JSON field names
-// plus Allot's own (status, description, owner, services, startTime,
-// endTime).
+// Experiment is one experiment definition as a proxy evaluates it:
+// GrowthBook's experiment model, in its JSON field names. What only the
+// control plane acts on (status, schedule, owner, services, description) is
+// not part of it: the control plane sends running experiments only.
 type Experiment struct {
 	// Key names the experiment; it becomes a header-name suffix, so it must
 	// match ^[a-z][a-z0-9._-]{0,62}$ and be unique in a Config.
@@ -78,21 +80,6 @@ type Experiment struct {
 	// Ranges give each variation's bucket range directly, replacing
 	// Weights and Coverage.
 	Ranges [][]float64 `json:"ranges,omitempty"`
-	// Active false disables the experiment (GrowthBook's switch).
-	Active *bool `json:"active,omitempty"`
-	// Status is draft, running, paused or stopped; empty means running.
-	// Only running experiments include units.
-	Status string `json:"status,omitempty"`
-	// Description is free text for humans.
-	Description string `json:"description,omitempty"`
-	// Owner identifies who is responsible for the experiment.
-	Owner string `json:"owner,omitempty"`
-	// Services lists the services the experiment applies to.
-	Services []string `json:"services,omitempty"`
-	// StartTime is the planned start (RFC 3339); not evaluated by the engine.
-	StartTime string `json:"startTime,omitempty"`
-	// EndTime is the planned end (RFC 3339); not evaluated by the engine.
-	EndTime string `json:"endTime,omitempty"`
 }
 
 // Filter is one element of Experiment.Filters.
@@ -106,14 +93,6 @@ type Filter struct {
 	// Ranges are [start, end) ranges; the hash must fall in one of them.
 	Ranges [][]float64 `json:"ranges"`
 }
-
-// Experiment statuses.
-const (
-	StatusDraft   = "draft"
-	StatusRunning = "running"
-	StatusPaused  = "paused"
-	StatusStopped = "stopped"
-)
 
 // Config is everything Compile needs: the experiments and the saved groups
 // their conditions may reference with $inGroup / $notInGroup.
@@ -162,8 +141,8 @@ type Set struct {
 	condRefs []string
 	byCond   []*Condition
 	// gate[i] is what AssignStrings checks before it reads experiment i:
-	// gateOpen (no condition), gateShut (never assigns: not running, or
-	// fewer than two variations) or the id of its condition, whose outcome
+	// gateOpen (no condition), gateShut (never assigns: fewer than two
+	// variations) or the id of its condition, whose outcome
 	// decides. A request's excluded experiments then cost a 4-byte read
 	// each, not a call that reads their compiled form (natively a cold
 	// request with 50 experiments 12% faster; in Envoy below what
@@ -189,7 +168,6 @@ type compiled struct {
 	hashVersion  int
 	seed         string
 	seedState    uint32 // fnv1a(offset, seed): hash version 2's prefix
-	enabled      bool   // running and not active=false
 	hasNS        bool
 	nsID         string
 	nsStart      float64
@@ -272,7 +250,7 @@ func Compile(cfg Config) (*Set, error) {
 	for i := range s.exps {
 		c := &s.exps[i]
 		switch {
-		case len(c.values) < 2 || !c.enabled:
+		case len(c.values) < 2:
 			s.gate[i] = gateShut
 		case c.cond != nil:
 			s.gate[i] = int32(c.condID)
@@ -319,17 +297,6 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 		fail(".key", "is required")
 	} else if !validKey(e.Key) {
 		fail(".key", strconv.Quote(e.Key)+" must match ^[a-z][a-z0-9._-]{0,62}$")
-	}
-
-	switch e.Status {
-	case "", StatusRunning:
-		c.enabled = true
-	case StatusDraft, StatusPaused, StatusStopped:
-	default:
-		fail(".status", "unknown status "+strconv.Quote(e.Status)+", want draft, running, paused or stopped")
-	}
-	if e.Active != nil && !*e.Active {
-		c.enabled = false
 	}
 
 	n := len(e.Variations)
@@ -426,26 +393,6 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 		c.filters[i].slot = slots.index(c.filters[i].attr)
 	}
 
-	var start, end instant
-	var hasStart, hasEnd bool
-	if e.StartTime != "" {
-		if start, hasStart = parseRFC3339(e.StartTime); !hasStart {
-			fail(".startTime", strconv.Quote(e.StartTime)+" is not an RFC 3339 time")
-		}
-	}
-	if e.EndTime != "" {
-		if end, hasEnd = parseRFC3339(e.EndTime); !hasEnd {
-			fail(".endTime", strconv.Quote(e.EndTime)+" is not an RFC 3339 time")
-		}
-	}
-	if hasStart && hasEnd && end.before(start) {
-		fail(".endTime", "is before startTime")
-	}
-	for j, svc := range e.Services {
-		if strings.TrimSpace(svc) == "" {
-			fail(".services["+strconv.Itoa(j)+"]", "is empty")
-		}
-	}
 	return c, errs
 }
 
@@ -634,7 +581,7 @@ func (c *compiled) hashInput(attrs map[string]any, slots []any, strs []string) (
 // so AssignStrings writes nothing with pointers (which, while the
 // collector marks, would each pay a write barrier).
 func (c *compiled) decide(hv string, attrs map[string]any, slots []any, strs []string, memo []int8, u *unitHash) (variation int, in, hashUsed bool) {
-	if len(c.values) < 2 || !c.enabled || hv == "" {
+	if len(c.values) < 2 || hv == "" {
 		return 0, false, false
 	}
 	// A condition already known to be false excludes the unit before any

@@ -170,8 +170,6 @@ func TestValidation(t *testing.T) {
 			[]string{"experiments[0].variations[1]:"}},
 		{"control char variation", `{"experiments":[{"key":"a","variations":["x","a\nb"]}]}`,
 			[]string{"experiments[0].variations[1]: contains control characters"}},
-		{"status", `{"experiments":[{"key":"a","variations":["x","y"],"status":"live"}]}`,
-			[]string{"experiments[0].status: unknown status"}},
 		{"namespace shape", `{"experiments":[{"key":"a","variations":["x","y"],"namespace":["ns",0.5]}]}`,
 			[]string{"experiments[0].namespace:"}},
 		{"namespace range", `{"experiments":[{"key":"a","variations":["x","y"],"namespace":["ns",0.6,0.5]}]}`,
@@ -196,10 +194,8 @@ func TestValidation(t *testing.T) {
 			[]string{"experiments[0].filters[0].hashVersion:", "experiments[0].filters[0].ranges[0]:"}},
 		{"filter unknown field", `{"experiments":[{"key":"a","variations":["x","y"],"filters":[{"seed":"s","ranges":[[0,1]],"atribute":"x"}]}]}`,
 			[]string{"experiments[0].filters[0]: invalid filter"}},
-		{"times", `{"experiments":[{"key":"a","variations":["x","y"],"startTime":"2026-02-01T00:00:00Z","endTime":"2026-01-01T00:00:00Z"},{"key":"b","variations":["x","y"],"startTime":"yesterday"}]}`,
-			[]string{"experiments[0].endTime: is before startTime", "experiments[1].startTime:"}},
-		{"all at once", `{"experiments":[{"key":"A","variations":["x"],"weights":[0.5],"coverage":2,"hashVersion":9,"status":"x","force":4}]}`,
-			[]string{"experiments[0].key:", "experiments[0].variations:", "experiments[0].weights:", "experiments[0].coverage:", "experiments[0].hashVersion:", "experiments[0].status:", "experiments[0].force:"}},
+		{"all at once", `{"experiments":[{"key":"A","variations":["x"],"weights":[0.5],"coverage":2,"hashVersion":9,"force":4}]}`,
+			[]string{"experiments[0].key:", "experiments[0].variations:", "experiments[0].weights:", "experiments[0].coverage:", "experiments[0].hashVersion:", "experiments[0].force:"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,9 +230,9 @@ func TestValidation(t *testing.T) {
 
 func TestCompileAccepts(t *testing.T) {
 	s := mustCompile(t, `{"experiments":[
-		{"key":"checkout.v2","variations":["control",2,1.5,true],"weights":[0.1,0.2,0.3,0.4],"status":"running",
+		{"key":"checkout.v2","variations":["control",2,1.5,true],"weights":[0.1,0.2,0.3,0.4],
 		 "condition":{"$and":[{"country":{"$in":["US","CA"]}},{"app.version":{"$vgte":"1.2.0"}}],"tags":{"$elemMatch":{"k":"v"}}},
-		 "fallbackAttribute":"deviceId","startTime":"2026-01-01T00:00:00Z","services":["cart"]},
+		 "fallbackAttribute":"deviceId"},
 		{"key":"b","variations":["x","y"],"filters":[{"seed":"s","attribute":"org","ranges":[[0,0.5]]}],"namespace":null},
 		{"key":"c","variations":["x","y"],"condition":{"id":{"$notInGroup":"staff"}}}
 	],"savedGroups":{"staff":["1","2"]}}`)
@@ -258,10 +254,6 @@ func TestCompileAccepts(t *testing.T) {
 func TestAssignSemantics(t *testing.T) {
 	s := mustCompile(t, `{"experiments":[
 		{"key":"run","variations":["a","b"]},
-		{"key":"draft","variations":["a","b"],"status":"draft"},
-		{"key":"paused","variations":["a","b"],"status":"paused"},
-		{"key":"stopped","variations":["a","b"],"status":"stopped","force":1},
-		{"key":"inactive","variations":["a","b"],"active":false},
 		{"key":"fallback","variations":["a","b"],"hashAttribute":"userId","fallbackAttribute":"deviceId"},
 		{"key":"forced","variations":["a","b"],"force":1},
 		{"key":"cond","variations":["a","b"],"condition":{"country":"US"}}
@@ -276,8 +268,7 @@ func TestAssignSemantics(t *testing.T) {
 		want  map[string]want
 	}{
 		{"with id", Attributes{"id": "u1", "deviceId": "d1", "country": "US"}, map[string]want{
-			"run": {true, true, "id", "u1"}, "draft": {false, false, "id", "u1"}, "paused": {false, false, "id", "u1"},
-			"stopped": {false, false, "id", "u1"}, "inactive": {false, false, "id", "u1"},
+			"run":      {true, true, "id", "u1"},
 			"fallback": {true, true, "deviceId", "d1"}, "forced": {true, false, "id", "u1"}, "cond": {true, true, "id", "u1"},
 		}},
 		{"no ids", Attributes{"id": "", "country": "US"}, map[string]want{

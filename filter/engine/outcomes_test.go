@@ -28,7 +28,7 @@ func randomSet(t *testing.T, r *rand.Rand, n int) *Set {
 	}
 	var exps []Experiment
 	for i := range n {
-		e := Experiment{Key: "exp-" + strconv.Itoa(i), Status: StatusRunning}
+		e := Experiment{Key: "exp-" + strconv.Itoa(i)}
 		nv := 2 + r.IntN(3)
 		for v := range nv {
 			e.Variations = append(e.Variations, RawMessage(strconv.Quote("v"+strconv.Itoa(v))))
@@ -56,8 +56,8 @@ func randomSet(t *testing.T, r *rand.Rand, n int) *Set {
 			f := r.IntN(nv)
 			e.Force = &f
 		case 3:
-			off := false
-			e.Active = &off
+			zero := 0.0
+			e.Coverage = &zero // never assigns
 		}
 		exps = append(exps, e)
 	}
@@ -119,9 +119,9 @@ func TestAssignStringsEqualsAssign(t *testing.T) {
 
 func TestConditionAttributes(t *testing.T) {
 	s, err := Compile(Config{Experiments: []Experiment{
-		{Key: "a", Status: StatusRunning, Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+		{Key: "a", Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
 			HashAttribute: "device", Condition: RawMessage(`{"country":"US","app.version":{"$exists":true}}`)},
-		{Key: "b", Status: StatusRunning, Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
+		{Key: "b", Variations: []RawMessage{[]byte(`"x"`), []byte(`"y"`)},
 			Condition: RawMessage(`{"$or":[{"plan":"pro"},{"country":"DE"}]}`)},
 	}})
 	if err != nil {

@@ -6,56 +6,18 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
 )
 
-// Defaults for the FilterConfig fields a mesh admin may leave unset.
-const (
-	DefaultUnitHeader       = "x-user-id"
-	DefaultHeaderPrefix     = "x-experiment-"
-	DefaultDictionaryHeader = "x-experiments"
-	DefaultVersionHeader    = "x-experiments-version"
-	DefaultCacheSize        = 10000
-	// DefaultCacheMaxBytes bounds a VM's cache by the size of its entries.
-	DefaultCacheMaxBytes = 1 << 20
-	// ExposureProperty is the filter state the filter writes each request's
-	// assignments to; Envoy's access log prints it with
-	// %FILTER_STATE(wasm.allot:PLAIN)%.
-	ExposureProperty = "allot"
-)
+// ExposureProperty is the filter state the filter writes each request's
+// assignments to; Envoy's access log prints it with
+// %FILTER_STATE(wasm.allot:PLAIN)%.
+const ExposureProperty = "allot"
 
 // maxIndex bounds the experiments of one configuration and the variations
 // of one experiment (cache entries store their indices in 16 bits).
 const maxIndex = 0xffff
-
-// rawConfig is allot.filter.v1.FilterConfig in its proto3 JSON form. Field
-// names follow the proto's JSON names; the control plane's contract test
-// keeps the two in step. mapConfig (decode.go) fills it without
-// encoding/json; the json tags name the fields for tests, which decode it
-// with encoding/json as the reference.
-type rawConfig struct {
-	Version          string                       `json:"version"`
-	UnitHeader       string                       `json:"unitHeader"`
-	HeaderPrefix     string                       `json:"headerPrefix"`
-	DictionaryHeader string                       `json:"dictionaryHeader"`
-	VersionHeader    string                       `json:"versionHeader"`
-	CacheSize        int                          `json:"cacheSize"`
-	DisableExposure  bool                         `json:"disableExposureState"`
-	Headers          string                       `json:"assignmentHeaders"`
-	CacheMaxBytes    int                          `json:"cacheMaxBytes"`
-	Experiments      []engine.Experiment          `json:"experiments"`
-	SavedGroups      map[string]engine.RawMessage `json:"savedGroups"`
-	Attributes       []rawAttribute               `json:"attributes"`
-}
-
-// rawAttribute is allot.filter.v1.Attribute: a name and exactly one source.
-type rawAttribute struct {
-	Name     string `json:"name"`
-	Header   string `json:"header"`
-	Cookie   string `json:"cookie"`
-	Query    string `json:"query"`
-	Property string `json:"property"`
-}
 
 // source says where an attribute's value is read on each request.
 type source uint8
@@ -127,66 +89,26 @@ type Config struct {
 	condAttrs []int
 }
 
-// ParseConfig decodes and compiles a plugin configuration: FilterConfig's
-// proto3 JSON form either wrapped in a google.protobuf.Struct (what the
-// control plane sends; Envoy passes its protobuf encoding) or as plain JSON
-// (a google.protobuf.StringValue, which Envoy passes as its text). It reports
+// ParseConfig decodes and compiles a plugin configuration with
+// config.Parse (the one decoder of FilterConfig, which the control plane
+// validates with too) and lays out what the request path needs. It reports
 // every problem at once, each naming its field.
 func ParseConfig(data []byte) (*Config, error) {
-	raw, err := decodeConfig(data)
+	f, set, err := config.Parse(data)
 	if err != nil {
 		return nil, err
 	}
 	c := &Config{
-		Version:          raw.Version,
-		UnitHeader:       or(raw.UnitHeader, DefaultUnitHeader),
-		HeaderPrefix:     or(raw.HeaderPrefix, DefaultHeaderPrefix),
-		DictionaryHeader: or(raw.DictionaryHeader, DefaultDictionaryHeader),
-		VersionHeader:    or(raw.VersionHeader, DefaultVersionHeader),
-		CacheSize:        raw.CacheSize,
-		ExposureState:    !raw.DisableExposure,
-	}
-	if c.CacheSize == 0 {
-		c.CacheSize = DefaultCacheSize
-	}
-	var errs []error
-	switch raw.Headers {
-	case "", "ASSIGNMENT_HEADERS_UNSPECIFIED", "ASSIGNMENT_HEADERS_ALL":
-		c.PerExperimentHeaders = true
-	case "ASSIGNMENT_HEADERS_DICTIONARY":
-	default:
-		errs = append(errs, errors.New("assignmentHeaders: "+strconv.Quote(raw.Headers)+" is not ASSIGNMENT_HEADERS_ALL or ASSIGNMENT_HEADERS_DICTIONARY"))
-	}
-	for _, h := range []struct{ field, value string }{
-		{"unitHeader", c.UnitHeader}, {"headerPrefix", c.HeaderPrefix},
-		{"dictionaryHeader", c.DictionaryHeader}, {"versionHeader", c.VersionHeader},
-	} {
-		if !validHeaderName(h.value) {
-			errs = append(errs, errors.New(h.field+": "+strconv.Quote(h.value)+" is not a lowercase header name"))
-		}
-	}
-	for _, h := range []struct{ field, value string }{{"dictionaryHeader", c.DictionaryHeader}, {"versionHeader", c.VersionHeader}} {
-		if strings.HasPrefix(h.value, c.HeaderPrefix) {
-			errs = append(errs, errors.New(h.field+": "+strconv.Quote(h.value)+" must not start with headerPrefix "+strconv.Quote(c.HeaderPrefix)))
-		}
-	}
-	set, err := engine.Compile(engine.Config{Experiments: raw.Experiments, SavedGroups: raw.SavedGroups})
-	if err != nil {
-		errs = append(errs, err)
-	}
-	mapped, err := mapAttributes(raw.Attributes)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	c.set = set
-	switch {
-	case raw.CacheMaxBytes == 0:
-		c.CacheMaxBytes = DefaultCacheMaxBytes
-	case raw.CacheMaxBytes > 0:
-		c.CacheMaxBytes = raw.CacheMaxBytes
+		Version:              f.Version,
+		UnitHeader:           f.UnitHeader,
+		HeaderPrefix:         f.HeaderPrefix,
+		DictionaryHeader:     f.DictionaryHeader,
+		VersionHeader:        f.VersionHeader,
+		CacheSize:            f.CacheSize,
+		CacheMaxBytes:        max(f.CacheMaxBytes, 0),
+		ExposureState:        !f.DisableExposureState,
+		PerExperimentHeaders: f.AssignmentHeaders != config.AssignmentHeadersDictionary,
+		set:                  set,
 	}
 	n := set.Len()
 	// A cache entry stores experiment and variation indices in 16 bits.
@@ -218,42 +140,20 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.byKey = append(c.byKey, index[key])
 	}
 	refs := set.Referenced()
-	c.plan(refs, mapped)
+	c.plan(refs, mapAttributes(f.Attributes))
 	for _, name := range set.ConditionAttributes() {
 		c.condAttrs = append(c.condAttrs, slices.Index(refs, name))
 	}
 	return c, nil
 }
 
-// mapAttributes validates the attribute sources and indexes them by name.
-func mapAttributes(list []rawAttribute) (map[string]attr, error) {
-	var errs []error
-	out := map[string]attr{}
-	for i, a := range list {
-		p := "attributes[" + strconv.Itoa(i) + "]"
-		set := 0
-		for _, s := range []string{a.Header, a.Cookie, a.Query, a.Property} {
-			if s != "" {
-				set++
-			}
-		}
-		switch {
-		case a.Name == "":
-			errs = append(errs, errors.New(p+".name: required"))
-			continue
-		case set != 1:
-			errs = append(errs, errors.New(p+": exactly one of header, cookie, query or property is required"))
-			continue
-		case out[a.Name].name != "":
-			errs = append(errs, errors.New(p+".name: "+strconv.Quote(a.Name)+" mapped twice"))
-			continue
-		}
+// mapAttributes indexes the (checked) attribute sources by name.
+func mapAttributes(list []config.Attribute) map[string]attr {
+	out := make(map[string]attr, len(list))
+	for _, a := range list {
 		m := attr{name: a.Name}
 		switch {
 		case a.Header != "":
-			if !validHeaderName(a.Header) && !strings.HasPrefix(a.Header, ":") {
-				errs = append(errs, errors.New(p+".header: "+strconv.Quote(a.Header)+" is not a lowercase header name"))
-			}
 			m.src, m.key = srcHeader, a.Header
 		case a.Cookie != "":
 			m.src, m.key = srcCookie, a.Cookie
@@ -264,7 +164,7 @@ func mapAttributes(list []rawAttribute) (map[string]attr, error) {
 		}
 		out[a.Name] = m
 	}
-	return out, errors.Join(errs...)
+	return out
 }
 
 // propertyAttr maps an Envoy attribute path to the cheapest source: request
@@ -367,28 +267,4 @@ func lowerByte(b byte) byte {
 		return b + 'a' - 'A'
 	}
 	return b
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-// validHeaderName reports whether s is a non-empty lowercase HTTP token, as
-// Envoy stores header names.
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"github.com/allotmesh/allot/filter/config"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestDictionaryOnlyMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, kv := range got {
-			if strings.HasPrefix(kv[0], DefaultHeaderPrefix) {
+			if strings.HasPrefix(kv[0], config.DefaultHeaderPrefix) {
 				t.Fatalf("%s: dictionary-only mode added %q", id, kv)
 			}
 		}
@@ -87,7 +88,7 @@ func TestCacheByteBoundDefaultAndOff(t *testing.T) {
 	for _, c := range []struct {
 		extra string
 		want  int
-	}{{"", DefaultCacheMaxBytes}, {`"cacheMaxBytes":-1,`, 0}, {`"cacheMaxBytes":123456,`, 123456}} {
+	}{{"", config.DefaultCacheMaxBytes}, {`"cacheMaxBytes":-1,`, 0}, {`"cacheMaxBytes":123456,`, 123456}} {
 		cfg, err := ParseConfig([]byte(fmt.Sprintf(fiveArms, c.extra)))
 		if err != nil {
 			t.Fatal(err)

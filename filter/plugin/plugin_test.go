@@ -1,9 +1,9 @@
 package plugin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/filter/config"
 	"strings"
 	"testing"
 
@@ -37,13 +37,9 @@ func values(headers [][2]string, name string) []string {
 }
 
 // expected computes the engine's own assignment for id.
-func expected(t *testing.T, config, id string) map[string]string {
+func expected(t *testing.T, cfg, id string) map[string]string {
 	t.Helper()
-	var raw rawConfig
-	if err := json.Unmarshal([]byte(config), &raw); err != nil {
-		t.Fatal(err)
-	}
-	set, err := engine.Compile(engine.Config{Experiments: raw.Experiments})
+	_, set, err := config.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package plugin
+package config
 
 import (
 	"encoding/binary"

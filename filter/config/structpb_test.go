@@ -1,4 +1,4 @@
-package plugin
+package config
 
 import (
 	"encoding/binary"
@@ -91,19 +91,19 @@ func TestParseConfigForms(t *testing.T) {
 	}
 	for name, data := range tests {
 		t.Run(name, func(t *testing.T) {
-			c, err := ParseConfig(data)
+			c, _, err := Parse(data)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c.UnitHeader != DefaultUnitHeader || c.HeaderPrefix != DefaultHeaderPrefix {
 				t.Fatalf("defaults not applied: %+v", c)
 			}
-			if c.Len() > 0 && c.Version != "v1" {
+			if len(c.Experiments) > 0 && c.Version != "v1" {
 				t.Fatalf("version = %q", c.Version)
 			}
 		})
 	}
-	if _, err := ParseConfig([]byte("garbage")); err == nil {
+	if _, _, err := Parse([]byte("garbage")); err == nil {
 		t.Fatal("garbage accepted")
 	}
 }
@@ -113,8 +113,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"experiments":[{"key":"k","variations":["a","b"]}]}`))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := ParseConfig(b)
-		if err == nil && c.set == nil {
+		c, set, err := Parse(b)
+		if err == nil && (c == nil || set == nil) {
 			t.Fatal("accepted configuration without a compiled set")
 		}
 	})

@@ -1,4 +1,4 @@
-package plugin
+package config
 
 import (
 	"bytes"
@@ -19,31 +19,31 @@ type wrapped struct {
 func (e *wrapped) Error() string { return e.msg + ": " + e.err.Error() }
 func (e *wrapped) Unwrap() error { return e.err }
 
-// decodeConfig decodes FilterConfig from either form ParseConfig accepts:
+// decode decodes FilterConfig from either form ParseConfig accepts:
 // the Struct's protobuf encoding, or JSON text. Empty input is the empty
 // configuration.
-func decodeConfig(data []byte) (rawConfig, error) {
+func decode(data []byte) (Filter, error) {
 	var v any
 	if obj, err := decodeStructLazy(data); err == nil {
 		v = obj
 	} else if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
-		return rawConfig{}, &wrapped{"decode filter configuration: neither a google.protobuf.Struct nor JSON", err}
+		return Filter{}, &wrapped{"decode filter configuration: neither a google.protobuf.Struct nor JSON", err}
 	} else if len(t) > 0 {
 		if v, err = jsonx.ParseOrdered(data); err != nil {
-			return rawConfig{}, &wrapped{"decode filter configuration", err}
+			return Filter{}, &wrapped{"decode filter configuration", err}
 		}
 	}
 	return mapConfig(v)
 }
 
 // mapConfig maps a parsed FilterConfig (objects as jsonx.Object) onto
-// rawConfig the way encoding/json decodes into it: names match
+// Filter the way encoding/json decodes into it: names match
 // case-insensitively when no name matches exactly, unknown names are
 // ignored, null leaves a field unset, and a later duplicate wins. A value of
 // the wrong type is an error naming its field, such as
 // "experiments[3].weights: want an array of numbers".
-func mapConfig(v any) (rawConfig, error) {
-	var raw rawConfig
+func mapConfig(v any) (Filter, error) {
+	var raw Filter
 	if v == nil {
 		return raw, nil
 	}
@@ -67,9 +67,9 @@ func mapConfig(v any) (rawConfig, error) {
 		case "CACHESIZE":
 			d.Int("cacheSize", m.Value, &raw.CacheSize)
 		case "DISABLEEXPOSURESTATE":
-			d.Bool("disableExposureState", m.Value, &raw.DisableExposure)
+			d.Bool("disableExposureState", m.Value, &raw.DisableExposureState)
 		case "ASSIGNMENTHEADERS":
-			d.String("assignmentHeaders", m.Value, &raw.Headers)
+			d.String("assignmentHeaders", m.Value, &raw.AssignmentHeaders)
 		case "CACHEMAXBYTES":
 			d.Int("cacheMaxBytes", m.Value, &raw.CacheMaxBytes)
 		case "EXPERIMENTS":
@@ -120,7 +120,7 @@ func mapList[T any](d *jsonx.Decoder, path string, v any, want string, one func(
 	return out
 }
 
-func mapAttribute(d *jsonx.Decoder, p string, obj jsonx.Object, a *rawAttribute) {
+func mapAttribute(d *jsonx.Decoder, p string, obj jsonx.Object, a *Attribute) {
 	for _, m := range obj {
 		switch jsonx.FoldName(m.Key) {
 		case "NAME":
@@ -179,20 +179,6 @@ func mapExperiment(d *jsonx.Decoder, p string, obj jsonx.Object, e *engine.Exper
 			e.Filters = rawJSON(d, p+".filters", m.Value)
 		case "RANGES":
 			d.FloatMatrix(p+".ranges", m.Value, &e.Ranges)
-		case "ACTIVE":
-			d.BoolPtr(p+".active", m.Value, &e.Active)
-		case "STATUS":
-			d.String(p+".status", m.Value, &e.Status)
-		case "DESCRIPTION":
-			d.String(p+".description", m.Value, &e.Description)
-		case "OWNER":
-			d.String(p+".owner", m.Value, &e.Owner)
-		case "SERVICES":
-			d.Strings(p+".services", m.Value, &e.Services)
-		case "STARTTIME":
-			d.String(p+".startTime", m.Value, &e.StartTime)
-		case "ENDTIME":
-			d.String(p+".endTime", m.Value, &e.EndTime)
 		}
 	}
 }

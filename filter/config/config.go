@@ -1,0 +1,196 @@
+// Package config is the one decoder of the filter's wire contract,
+// allot.filter.v1.FilterConfig (proto/allot/filter/v1/config.proto), and the
+// checks of its settings. Everything that reads a filter configuration or an
+// experiment definition — the filter's on_configure, the admin API's
+// validation and preview, allotctl eval, allotd's start-up check of its mesh
+// settings — calls Parse (or Decode and Check), then the engine compiles the
+// experiments: what the control plane accepts is exactly what a proxy runs.
+//
+// It decodes both forms Envoy may hand the filter: the protobuf encoding of
+// a google.protobuf.Struct holding the proto3 JSON form, and JSON text. It
+// imports only the standard library, the engine and filter/internal/jsonx:
+// it is linked into the Wasm module, so it must never import gRPC, net/http,
+// the protobuf runtime, fmt, os, encoding/json, regexp or time.
+package config
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/allotmesh/allot/filter/engine"
+)
+
+// Defaults for the settings a mesh admin may leave unset.
+const (
+	DefaultUnitHeader       = "x-user-id"
+	DefaultHeaderPrefix     = "x-experiment-"
+	DefaultDictionaryHeader = "x-experiments"
+	DefaultVersionHeader    = "x-experiments-version"
+	DefaultCacheSize        = 10000
+	// DefaultCacheMaxBytes bounds a VM's cache by the size of its entries.
+	DefaultCacheMaxBytes = 1 << 20
+)
+
+// The values of the AssignmentHeaders enum, by name.
+const (
+	AssignmentHeadersUnspecified = "ASSIGNMENT_HEADERS_UNSPECIFIED"
+	AssignmentHeadersAll         = "ASSIGNMENT_HEADERS_ALL"
+	AssignmentHeadersDictionary  = "ASSIGNMENT_HEADERS_DICTIONARY"
+)
+
+// Filter is allot.filter.v1.FilterConfig as decoded: every field of the
+// contract a proxy acts on, with proto3 defaults (zero values) for what the
+// input left unset. Defaults fills the settings' defaults.
+type Filter struct {
+	Version              string
+	UnitHeader           string
+	HeaderPrefix         string
+	DictionaryHeader     string
+	VersionHeader        string
+	CacheSize            int
+	DisableExposureState bool
+	// AssignmentHeaders is the enum value's name ("" when unset).
+	AssignmentHeaders string
+	CacheMaxBytes     int
+	Experiments       []engine.Experiment
+	SavedGroups       map[string]engine.RawMessage
+	Attributes        []Attribute
+}
+
+// Attribute is allot.filter.v1.Attribute: a name and exactly one source.
+type Attribute struct {
+	Name     string
+	Header   string
+	Cookie   string
+	Query    string
+	Property string
+}
+
+// Decode decodes a FilterConfig from either form Envoy hands the filter:
+// the protobuf encoding of a google.protobuf.Struct, or JSON text. Empty
+// input is the empty configuration. It reports every problem with its
+// field path.
+func Decode(data []byte) (*Filter, error) {
+	f, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Parse decodes a configuration, fills the defaults, checks the settings
+// and compiles the experiments: the whole of what a proxy does with a
+// configuration before its first request. It reports every problem at
+// once.
+func Parse(data []byte) (*Filter, *engine.Set, error) {
+	f, err := Decode(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.Defaults()
+	errs := []error{f.Check()}
+	set, err := engine.Compile(engine.Config{Experiments: f.Experiments, SavedGroups: f.SavedGroups})
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return f, set, nil
+}
+
+// Defaults fills the unset settings with their defaults.
+func (f *Filter) Defaults() {
+	f.UnitHeader = or(f.UnitHeader, DefaultUnitHeader)
+	f.HeaderPrefix = or(f.HeaderPrefix, DefaultHeaderPrefix)
+	f.DictionaryHeader = or(f.DictionaryHeader, DefaultDictionaryHeader)
+	f.VersionHeader = or(f.VersionHeader, DefaultVersionHeader)
+	if f.CacheSize == 0 {
+		f.CacheSize = DefaultCacheSize
+	}
+	if f.CacheMaxBytes == 0 {
+		f.CacheMaxBytes = DefaultCacheMaxBytes
+	}
+	if f.AssignmentHeaders == "" || f.AssignmentHeaders == AssignmentHeadersUnspecified {
+		f.AssignmentHeaders = AssignmentHeadersAll
+	}
+}
+
+// Check validates the settings (not the experiments: engine.Compile does),
+// each problem an *engine.FieldError naming its field. Unset header names
+// are valid: their defaults apply.
+func (f *Filter) Check() error {
+	var errs []error
+	fail := func(path, msg string) { errs = append(errs, &engine.FieldError{Path: path, Message: msg}) }
+	switch f.AssignmentHeaders {
+	case "", AssignmentHeadersUnspecified, AssignmentHeadersAll, AssignmentHeadersDictionary:
+	default:
+		fail("assignmentHeaders", strconv.Quote(f.AssignmentHeaders)+" is not "+AssignmentHeadersAll+" or "+AssignmentHeadersDictionary)
+	}
+	prefix := or(f.HeaderPrefix, DefaultHeaderPrefix)
+	for _, h := range []struct{ field, value string }{
+		{"unitHeader", f.UnitHeader}, {"headerPrefix", f.HeaderPrefix},
+		{"dictionaryHeader", f.DictionaryHeader}, {"versionHeader", f.VersionHeader},
+	} {
+		if h.value != "" && !ValidHeaderName(h.value) {
+			fail(h.field, strconv.Quote(h.value)+" is not a lowercase header name")
+		}
+	}
+	for _, h := range []struct{ field, value, def string }{
+		{"dictionaryHeader", f.DictionaryHeader, DefaultDictionaryHeader},
+		{"versionHeader", f.VersionHeader, DefaultVersionHeader},
+	} {
+		if v := or(h.value, h.def); strings.HasPrefix(v, prefix) {
+			fail(h.field, strconv.Quote(v)+" must not start with headerPrefix "+strconv.Quote(prefix))
+		}
+	}
+	seen := map[string]bool{}
+	for i, a := range f.Attributes {
+		p := "attributes[" + strconv.Itoa(i) + "]"
+		set := 0
+		for _, s := range []string{a.Header, a.Cookie, a.Query, a.Property} {
+			if s != "" {
+				set++
+			}
+		}
+		switch {
+		case a.Name == "":
+			fail(p+".name", "is required")
+			continue
+		case set != 1:
+			fail(p, "exactly one of header, cookie, query or property is required")
+			continue
+		case seen[a.Name]:
+			fail(p+".name", strconv.Quote(a.Name)+" mapped twice")
+			continue
+		}
+		seen[a.Name] = true
+		if a.Header != "" && !ValidHeaderName(a.Header) && !strings.HasPrefix(a.Header, ":") {
+			fail(p+".header", strconv.Quote(a.Header)+" is not a lowercase header name")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidHeaderName reports whether s is a non-empty lowercase HTTP token, as
+// Envoy stores header names.
+func ValidHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
