@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/filter/internal/jsonx"
+	"github.com/allotmesh/allot/filter/internal/regex"
 )
 
 // Condition is a compiled GrowthBook targeting condition (a MongoDB-style
@@ -441,7 +442,7 @@ func (cc *condCompiler) operator(path, op string, arg any) valueCond {
 		if op == "$regexi" {
 			expr = "(?i)" + s
 		}
-		re, err := compileRegex(expr)
+		re, err := regex.Compile(expr)
 		if err != nil {
 			cc.fail(path, "invalid regex: "+err.Error())
 			return falseCond{}
@@ -716,7 +717,7 @@ func (c allElemCond) match(v any) bool {
 	return true
 }
 
-type regexCond struct{ re *regex }
+type regexCond struct{ re *regex.Regexp }
 
 func (c regexCond) match(v any) bool {
 	if s, ok := v.(string); ok {

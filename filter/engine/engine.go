@@ -2,7 +2,8 @@
 // definitions (GrowthBook's SDK experiment model plus Allot's own fields) and
 // assigns units to variations deterministically.
 //
-// The engine imports only the standard library and filter/internal/jsonx.
+// The engine imports only the standard library, filter/internal/jsonx and
+// filter/internal/regex.
 // It is compiled into the GOOS=wasip1 filter: it must never import os, net,
 // fmt, encoding/json, regexp, time or anything that pulls them in. Every
 // megabyte of Wasm module costs Envoy about 16 MiB of RSS, so make
@@ -19,7 +20,7 @@
 //
 //   - FNV-1a runs over UTF-8 bytes, not UTF-16 code units, so non-ASCII ids
 //     bucket differently (as in GrowthBook's Go and Python SDKs).
-//   - Regular expressions use Go's RE2 syntax (regex.go): no lookaround,
+//   - Regular expressions use Go's RE2 syntax (filter/internal/regex): no lookaround,
 //     no backreferences, no Unicode classes such as \p{L} (Compile rejects
 //     them).
 //   - Equality of a condition object with an attribute object ignores key
