@@ -82,6 +82,10 @@ check-generate: generate ## Fail when the committed generated code differs from 
 		git status --porcelain -- proto; git --no-pager diff --stat -- proto; \
 		echo "generated code drifted from proto/: run 'make generate' and commit"; exit 1; fi
 
+.PHONY: vectors
+vectors: ## Regenerate filter/engine/testdata from the Node reference script.
+	node filter/engine/testdata/vectors.mjs
+
 ## ---------------------------------------------------------------- checks
 
 .PHONY: fmt

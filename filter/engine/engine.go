@@ -18,11 +18,9 @@
 // Compile rejects the definition instead and names every problem with its
 // field path. Documented deviations from the JavaScript reference:
 //
-//   - FNV-1a runs over UTF-8 bytes, not UTF-16 code units, so non-ASCII ids
-//     bucket differently (as in GrowthBook's Go and Python SDKs).
-//   - Regular expressions use Go's RE2 syntax (filter/internal/regex): no lookaround,
-//     no backreferences, no Unicode classes such as \p{L} (Compile rejects
-//     them).
+//   - Regular expressions use Go's RE2 syntax (filter/internal/regex): no
+//     lookaround, no backreferences, no Unicode classes such as \p{L}
+//     (Compile rejects them).
 //   - Equality of a condition object with an attribute object ignores key
 //     order (JSON.stringify in the reference does not).
 //   - An experiment needs at least two variations: the reference never

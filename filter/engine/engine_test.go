@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -22,77 +21,6 @@ func mustCompile(t testing.TB, cfgJSON string) *Set {
 		t.Fatalf("Compile: %v", err)
 	}
 	return s
-}
-
-// TestVectors checks testdata/vectors.json, generated independently of this
-// code. Note: GrowthBook's JavaScript SDK hashes UTF-16 code units
-// (charCodeAt) while Allot hashes UTF-8 bytes, so for non-ASCII ids ("Zoë",
-// "用户", emoji) the JS SDK computes the vectors' jsUTF16 values, not ours;
-// the test asserts that difference is real, so nobody "fixes" it by accident.
-func TestVectors(t *testing.T) {
-	data, err := os.ReadFile("testdata/vectors.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Hash []struct {
-			Seed    string  `json:"seed"`
-			Value   string  `json:"value"`
-			Version int     `json:"version"`
-			Want    float64 `json:"want"`
-			JSUTF16 float64 `json:"jsUTF16"`
-		} `json:"hash"`
-		Assign []struct {
-			Experiment   Experiment `json:"experiment"`
-			ID           string     `json:"id"`
-			Hash         float64    `json:"hash"`
-			Boundary     bool       `json:"boundary"`
-			VariationID  int        `json:"variationId"`
-			InExperiment bool       `json:"inExperiment"`
-		} `json:"assign"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	nonASCIIDiffer := 0
-	for _, v := range doc.Hash {
-		name := fmt.Sprintf("hash/%s/%.20s/v%d", v.Seed, v.Value, v.Version)
-		t.Run(name, func(t *testing.T) {
-			got, ok := Hash(v.Seed, v.Value, v.Version)
-			if !ok || got != v.Want { // exact: same integer arithmetic
-				t.Errorf("Hash(%q, %q, %d) = %v, want %v", v.Seed, v.Value, v.Version, got, v.Want)
-			}
-		})
-		if v.Want != v.JSUTF16 {
-			nonASCIIDiffer++
-		}
-	}
-	if nonASCIIDiffer == 0 {
-		t.Error("no vector shows the UTF-8 / UTF-16 difference")
-	}
-	boundaries := 0
-	for _, v := range doc.Assign {
-		t.Run(fmt.Sprintf("assign/%s/%.20s", v.Experiment.Key, v.ID), func(t *testing.T) {
-			s, err := Compile(Config{Experiments: []Experiment{v.Experiment}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ver := max(v.Experiment.HashVersion, 1)
-			if h, _ := Hash(v.Experiment.Key, v.ID, ver); h != v.Hash {
-				t.Errorf("hash %v, want %v", h, v.Hash)
-			}
-			a := s.Assign(nil, Attributes{"id": v.ID})[0]
-			if a.VariationID != v.VariationID || a.InExperiment != v.InExperiment {
-				t.Errorf("Assign = variation %d in %v, want %d %v", a.VariationID, a.InExperiment, v.VariationID, v.InExperiment)
-			}
-		})
-		if v.Boundary {
-			boundaries++
-		}
-	}
-	if boundaries < 3 {
-		t.Errorf("only %d boundary vectors", boundaries)
-	}
 }
 
 // TestBoundaryArithmetic pins the float64 subtlety the vectors rely on.

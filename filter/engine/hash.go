@@ -1,25 +1,48 @@
 package engine
 
+import "unicode/utf8"
+
 // The primitives below reproduce GrowthBook's reference functions
 // (hash, getBucketRanges, chooseVariation, inNamespace, getEqualWeights),
 // including how they treat invalid input, so the conformance suite can run
 // them directly. Compile rejects the invalid definitions they tolerate.
 //
-// One deliberate difference: GrowthBook's JavaScript SDK runs FNV-1a over
-// UTF-16 code units (String.charCodeAt), Allot over UTF-8 bytes (as the Go,
-// Python and most server SDKs do). Both agree on ASCII ids; for non-ASCII ids
-// (e.g. "Zoë", "用户") the buckets differ. testdata/vectors.json pins ours.
+// Strings hash as JavaScript sees them: FNV-1a runs over UTF-16 code units
+// (String.charCodeAt), so non-ASCII ids ("Zoë", "用户", "😀") bucket exactly
+// as in GrowthBook's JavaScript SDK and its Go SDK v0.7.0.
 
 const (
 	fnvOffset32 = 2166136261
 	fnvPrime32  = 16777619
 )
 
-// fnv1a continues a 32-bit FNV-1a hash h over the bytes of s, without
-// converting s to a []byte.
+// fnv1a continues a 32-bit FNV-1a hash h over the UTF-16 code units of s
+// (what JavaScript's charCodeAt returns), without converting s. An ASCII
+// byte is its own code unit; other runes are one code unit in the Basic
+// Multilingual Plane and a surrogate pair above it. Invalid UTF-8 hashes as
+// U+FFFD one byte at a time (utf8.DecodeRuneInString's reading): that is the
+// string JavaScript would receive, since jsonx (ValidString, decoding) and
+// encoding/json turn each invalid byte into U+FFFD before a value leaves Go.
+// Hashing in pieces (the seed's state, then the value) is hashing the
+// concatenation of the pieces' code units, as JavaScript's seed + value is.
 func fnv1a(h uint32, s string) uint32 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			h ^= uint32(c)
+			h *= fnvPrime32
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		if r >= 0x10000 {
+			r -= 0x10000
+			h ^= 0xD800 + uint32(r)>>10
+			h *= fnvPrime32
+			r = 0xDC00 + r&0x3FF
+		}
+		h ^= uint32(r)
 		h *= fnvPrime32
 	}
 	return h

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"testing"
+)
+
+// vectorDoc is testdata/vectors.json, written by testdata/vectors.mjs (make
+// vectors) with JavaScript's own semantics — never by this code.
+type vectorDoc struct {
+	Hash []struct {
+		Seed    string  `json:"seed"`
+		Value   string  `json:"value"`
+		Version int     `json:"version"`
+		Want    float64 `json:"want"`
+	} `json:"hash"`
+	Namespace []struct {
+		Value     string  `json:"value"`
+		Namespace [3]any  `json:"namespace"`
+		N         float64 `json:"n"`
+		Want      bool    `json:"want"`
+	} `json:"namespace"`
+	Ranges []struct {
+		N            int          `json:"n"`
+		Coverage     float64      `json:"coverage"`
+		Weights      []float64    `json:"weights"`
+		Want         [][2]float64 `json:"want"`
+		FusedDiffers bool         `json:"fusedDiffers"`
+	} `json:"ranges"`
+	Assign []struct {
+		Experiment   Experiment `json:"experiment"`
+		ID           string     `json:"id"`
+		Hash         *float64   `json:"hash"`
+		Boundary     bool       `json:"boundary"`
+		FusedDiffers bool       `json:"fusedDiffers"`
+		VariationID  int        `json:"variationId"`
+		InExperiment bool       `json:"inExperiment"`
+	} `json:"assign"`
+}
+
+func loadVectors(t *testing.T) *vectorDoc {
+	t.Helper()
+	data, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc vectorDoc
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return &doc
+}
+
+// TestVectorsHash checks Hash, and the per-unit path Assign takes, against
+// FNV-1a over UTF-16 code units as JavaScript computes it.
+func TestVectorsHash(t *testing.T) {
+	doc := loadVectors(t)
+	if len(doc.Hash) < 100 {
+		t.Fatalf("only %d hash vectors", len(doc.Hash))
+	}
+	for _, v := range doc.Hash {
+		got, ok := Hash(v.Seed, v.Value, v.Version)
+		if !ok || got != v.Want { // exact: the same integer arithmetic
+			t.Errorf("Hash(%q, %q, %d) = %v, want %v", v.Seed, v.Value, v.Version, got, v.Want)
+		}
+		var u unitHash
+		if got, _ := u.hash(v.Seed, fnv1a(fnvOffset32, v.Seed), v.Value, v.Version); got != v.Want {
+			t.Errorf("unitHash(%q, %q, %d) = %v, want %v", v.Seed, v.Value, v.Version, got, v.Want)
+		}
+	}
+}
+
+// TestHashInvalidUTF8 pins the documented reading of invalid UTF-8: each
+// invalid byte is U+FFFD, as jsonx.ValidString makes it.
+func TestHashInvalidUTF8(t *testing.T) {
+	for bad, valid := range map[string]string{
+		"\xff":         "\uFFFD",
+		"a\xffb":       "a\uFFFDb",
+		"\xe4\xb8":     "\uFFFD\uFFFD",       // a truncated 3-byte sequence: two bytes, two U+FFFD
+		"\xed\xa0\x80": "\uFFFD\uFFFD\uFFFD", // an encoded surrogate is invalid UTF-8
+	} {
+		if got, want := fnv1a(fnvOffset32, bad), fnv1a(fnvOffset32, valid); got != want {
+			t.Errorf("fnv1a(%q) = %#x, want fnv1a(%q) = %#x", bad, got, valid, want)
+		}
+	}
+}
+
+func TestVectorsNamespace(t *testing.T) {
+	for _, v := range loadVectors(t).Namespace {
+		id, start, end := v.Namespace[0].(string), v.Namespace[1].(float64), v.Namespace[2].(float64)
+		if got := nsHash(v.Value, id); got != v.N {
+			t.Errorf("nsHash(%q, %q) = %v, want %v", v.Value, id, got, v.N)
+		}
+		if got := InNamespace(v.Value, id, start, end); got != v.Want {
+			t.Errorf("InNamespace(%q, %v) = %v, want %v", v.Value, v.Namespace, got, v.Want)
+		}
+	}
+}
+
+// TestVectorsRanges checks BucketRanges bit for bit, including ranges whose
+// end a fused multiply-add (start + coverage*w in one rounding) would move.
+func TestVectorsRanges(t *testing.T) {
+	fused := 0
+	for _, v := range loadVectors(t).Ranges {
+		got := BucketRanges(v.N, v.Coverage, v.Weights)
+		if !rangesEqual(got, v.Want) {
+			t.Errorf("BucketRanges(%d, %v, %v) = %v, want %v", v.N, v.Coverage, v.Weights, got, v.Want)
+		}
+		if fusedRangesDiffer(v.Coverage, v.Weights) != v.FusedDiffers {
+			t.Errorf("BucketRanges(%d, %v, %v): fused ends differ = %v, the generator says %v",
+				v.N, v.Coverage, v.Weights, !v.FusedDiffers, v.FusedDiffers)
+		}
+		if v.FusedDiffers {
+			fused++
+		}
+	}
+	if fused < 10 {
+		t.Errorf("only %d ranges where fusing the multiply-add changes an end", fused)
+	}
+}
+
+func rangesEqual(a, b [][2]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i][0]) != math.Float64bits(b[i][0]) || math.Float64bits(a[i][1]) != math.Float64bits(b[i][1]) {
+			return false
+		}
+	}
+	return true
+}
+
+// fusedRangesDiffer reports whether some range end start + coverage*w
+// differs from math.FMA(coverage, w, start): what a fusing compiler would
+// compute.
+func fusedRangesDiffer(coverage float64, weights []float64) bool {
+	cumulative := 0.0
+	for _, w := range weights {
+		if math.FMA(coverage, w, cumulative) != cumulative+float64(coverage*w) {
+			return true
+		}
+		cumulative += w
+	}
+	return false
+}
+
+// TestVectorsAssign runs whole experiments: namespaces, filters, seeds and
+// non-ASCII ids, ids whose hash lands exactly on a range boundary, and ones
+// landing on an end that a fused multiply-add would move.
+func TestVectorsAssign(t *testing.T) {
+	boundaries, fused := 0, 0
+	for _, v := range loadVectors(t).Assign {
+		e := v.Experiment
+		s, err := Compile(Config{Experiments: []Experiment{e}})
+		if err != nil {
+			t.Errorf("%s: %v", e.Key, err)
+			continue
+		}
+		if v.Hash != nil {
+			seed := e.Seed
+			if seed == "" {
+				seed = e.Key
+			}
+			if h, _ := Hash(seed, v.ID, max(e.HashVersion, 1)); h != *v.Hash {
+				t.Errorf("%s/%q: hash %v, want %v", e.Key, v.ID, h, *v.Hash)
+			}
+		}
+		a := s.Assign(nil, Attributes{"id": v.ID})[0]
+		if a.VariationID != v.VariationID || a.InExperiment != v.InExperiment {
+			t.Errorf("%s/%q: Assign = variation %d in %v, want %d %v", e.Key, v.ID, a.VariationID, a.InExperiment, v.VariationID, v.InExperiment)
+		}
+		if v.Boundary {
+			boundaries++
+		}
+		if v.FusedDiffers {
+			fused++
+			cov := 1.0
+			if e.Coverage != nil {
+				cov = *e.Coverage
+			}
+			if ChooseVariation(*v.Hash, fusedRanges(cov, e.Weights)) == ChooseVariation(*v.Hash, BucketRanges(len(e.Weights), cov, e.Weights)) {
+				t.Errorf("%s/%q: fused ranges would choose the same variation; the vector guards nothing", e.Key, v.ID)
+			}
+		}
+	}
+	if boundaries < 3 || fused < 8 {
+		t.Errorf("only %d boundary and %d fused-boundary vectors", boundaries, fused)
+	}
+}
+
+func fusedRanges(coverage float64, weights []float64) [][2]float64 {
+	var r [][2]float64
+	cumulative := 0.0
+	for _, w := range weights {
+		r = append(r, [2]float64{cumulative, math.FMA(coverage, w, cumulative)})
+		cumulative += w
+	}
+	return r
+}
