@@ -126,7 +126,12 @@ func EqualWeights(n int) []float64 {
 // Like the reference it clamps coverage to [0, 1] and falls back to equal
 // weights when weights are nil, of the wrong length, or do not sum to
 // within 0.01 of 1. The arithmetic (and its order) is the reference's, so
-// boundaries agree bit for bit.
+// boundaries agree bit for bit: in particular the end rounds coverage*w
+// before adding it to start. The Go spec lets a compiler fuse x*y + z into
+// one FMA (Go does on arm64, and on amd64 with GOAMD64=v3), which moves some
+// ends by one ulp; the explicit float64 conversion forbids that, so native,
+// Wasm and control-plane builds agree. This is the engine's only
+// floating-point multiply-add.
 func BucketRanges(numVariations int, coverage float64, weights []float64) [][2]float64 {
 	if coverage < 0 {
 		coverage = 0
@@ -148,7 +153,7 @@ func BucketRanges(numVariations int, coverage float64, weights []float64) [][2]f
 	for i, w := range weights {
 		start := cumulative
 		cumulative += w
-		ranges[i] = [2]float64{start, start + coverage*w}
+		ranges[i] = [2]float64{start, start + float64(coverage*w)}
 	}
 	return ranges
 }
