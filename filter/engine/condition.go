@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/allotmesh/allot/filter/internal/jsonx"
 	"github.com/allotmesh/allot/filter/internal/regex"
@@ -560,16 +561,19 @@ func cmpFloat(op byte, x, y float64) bool {
 	return x >= y
 }
 
+// cmpString is JavaScript's x < y (or <=, >, >=) on strings: by UTF-16
+// code units.
 func cmpString(op byte, x, y string) bool {
+	d := compareUTF16(x, y)
 	switch op {
 	case opLT:
-		return x < y
+		return d < 0
 	case opLTE:
-		return x <= y
+		return d <= 0
 	case opGT:
-		return x > y
+		return d > 0
 	}
-	return x >= y
+	return d >= 0
 }
 
 type existsCond bool // expected ? actual != null : actual == null
@@ -758,8 +762,7 @@ func (c versionCond) match(v any) bool {
 func comparePaddedVersion(v any, want string) int {
 	s, ok := v.(string)
 	if !ok || s == "" || s[0] == 'v' || len(s) > 48 {
-		var buf [64]byte
-		return strings.Compare(string(appendPaddedVersion(buf[:0], v)), want)
+		return comparePaddedVersionSlow(v, want)
 	}
 	if i := strings.IndexByte(s, '+'); i >= 0 {
 		s = s[:i]
@@ -781,16 +784,33 @@ func comparePaddedVersion(v any, want string) int {
 		if i == len(s) && parts == 3 {
 			b = append(b, '-', '~')
 		}
-		if d := compareChunk(b, want, &w); d != 0 {
+		if d := compareChunk(b, want, &w); d == chunkNonASCII {
+			return comparePaddedVersionSlow(v, want)
+		} else if d != 0 {
 			return d
 		}
 		start = i + 1
 	}
 	if w < len(want) {
+		if want[w]&0xC0 == 0x80 {
+			return comparePaddedVersionSlow(v, want) // invalid UTF-8 may decode differently
+		}
 		return -1
 	}
 	return 0
 }
+
+// comparePaddedVersionSlow builds paddedVersionString(v) and compares it
+// with want by UTF-16 code units, as JavaScript's < does.
+func comparePaddedVersionSlow(v any, want string) int {
+	var buf [64]byte
+	return compareUTF16(string(appendPaddedVersion(buf[:0], v)), want)
+}
+
+// chunkNonASCII is compareChunk's answer when the first difference involves
+// a non-ASCII byte: byte order is not UTF-16 order there, so the caller
+// compares the whole strings.
+const chunkNonASCII = 2
 
 // compareChunk compares b with want[*w:] over len(b) bytes and advances *w.
 func compareChunk(b []byte, want string, w *int) int {
@@ -798,6 +818,9 @@ func compareChunk(b []byte, want string, w *int) int {
 	n := min(len(b), len(rest))
 	for i := 0; i < n; i++ {
 		if b[i] != rest[i] {
+			if b[i] >= utf8.RuneSelf || rest[i] >= utf8.RuneSelf {
+				return chunkNonASCII
+			}
 			if b[i] < rest[i] {
 				return -1
 			}
@@ -805,6 +828,9 @@ func compareChunk(b []byte, want string, w *int) int {
 		}
 	}
 	if len(rest) < len(b) {
+		if b[len(rest)]&0xC0 == 0x80 {
+			return chunkNonASCII // invalid UTF-8 may decode differently
+		}
 		return 1 // want is a proper prefix
 	}
 	*w += len(b)

@@ -355,10 +355,11 @@ func TestConcurrentAssign(t *testing.T) {
 func TestComparePaddedVersion(t *testing.T) {
 	versions := []string{"", "0", "1", "1.2", "1.2.3", "v1.2.3", "1.2.3-rc.1", "1.2.3+build", "10.0.0", "9.9.9",
 		"1.0.0-alpha", "1.0.0-alpha.10", "1-2-3", "1.2.3.4", "a.b.c", "123456.1.1", "1..2", "1.2.3-", "-1.2",
-		"1.0.0-0.0.0", "99999.99999.99999", "1.2.3-5-foo"}
+		"1.0.0-0.0.0", "99999.99999.99999", "1.2.3-5-foo", "1.0.0-é", "1.0.0-😀", "1.0.0-ｚ", "1.0.0-\ue000",
+		"1.0.0-\xe4\xb8", "1.0.0-\xe4\xb8\xad", "1.0.0-\xe4", "1.0.0-\xe4.\xb8", "\xe4\xb8.1"}
 	for _, a := range versions {
 		for _, b := range versions {
-			want := strings.Compare(string(appendPaddedVersion(nil, a)), string(appendPaddedVersion(nil, b)))
+			want := oracleCompareUTF16(string(appendPaddedVersion(nil, a)), string(appendPaddedVersion(nil, b)))
 			if got := comparePaddedVersion(a, string(appendPaddedVersion(nil, b))); got != want {
 				t.Errorf("compare(%q, %q) = %d, want %d", a, b, got, want)
 			}

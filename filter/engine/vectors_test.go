@@ -200,3 +200,74 @@ func fusedRanges(coverage float64, weights []float64) [][2]float64 {
 	}
 	return r
 }
+
+// TestVectorsOrder checks string ordering ($lt, $lte, $gt, $gte) by UTF-16
+// code units: "😀" < "ｚ" in JavaScript, though not by bytes.
+func TestVectorsOrder(t *testing.T) {
+	var doc struct {
+		Order []struct {
+			A, B             string
+			LT, LTE, GT, GTE bool
+		} `json:"order"`
+	}
+	readVectors(t, &doc)
+	for _, v := range doc.Order {
+		want := map[string]bool{"$lt": v.LT, "$lte": v.LTE, "$gt": v.GT, "$gte": v.GTE}
+		for op, w := range want {
+			kind := map[string]byte{"$lt": opLT, "$lte": opLTE, "$gt": opGT, "$gte": opGTE}[op]
+			if got := cmpString(kind, v.A, v.B); got != w {
+				t.Errorf("cmpString(%q %s %q) = %v, want %v", v.A, op, v.B, got, w)
+			}
+			if got := compare(kind, []any{v.A}, v.B); got != w { // ToPrimitive, then strings
+				t.Errorf("compare([%q] %s %q) = %v, want %v", v.A, op, v.B, got, w)
+			}
+			c, err := CompileCondition(RawMessage(`{"x":{"`+op+`":`+jsonString(v.B)+`}}`), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Match(Attributes{"x": v.A}); got != w {
+				t.Errorf("{x: {%s: %q}} on x=%q = %v, want %v", op, v.B, v.A, got, w)
+			}
+		}
+	}
+}
+
+// TestVectorsVersions checks $veq…$vlte, whose padded version strings also
+// compare by UTF-16 code units.
+func TestVectorsVersions(t *testing.T) {
+	var doc struct {
+		Versions []struct {
+			A, B                 string
+			LT, LTE, GT, GTE, EQ bool
+		} `json:"versions"`
+	}
+	readVectors(t, &doc)
+	for _, v := range doc.Versions {
+		want := map[string]bool{"$vlt": v.LT, "$vlte": v.LTE, "$vgt": v.GT, "$vgte": v.GTE, "$veq": v.EQ, "$vne": !v.EQ}
+		for op, w := range want {
+			c, err := CompileCondition(RawMessage(`{"x":{"`+op+`":`+jsonString(v.B)+`}}`), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Match(Attributes{"x": v.A}); got != w {
+				t.Errorf("{x: {%s: %q}} on x=%q = %v, want %v", op, v.B, v.A, got, w)
+			}
+		}
+	}
+}
+
+func readVectors(t *testing.T, doc any) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, doc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -199,7 +199,8 @@ const randString = (pool, r, max) => {
 for (let i = 0; i < 120; i++) {
   const a = randString(orderPool, orderRand, 4);
   // Half the pairs share a prefix, so the first difference is not at 0.
-  const b = i % 2 ? a.slice(0, Math.floor(a.length / 2)) + randString(orderPool, orderRand, 3) : randString(orderPool, orderRand, 4);
+  const cps = [...a];
+  const b = i % 2 ? cps.slice(0, Math.floor(cps.length / 2)).join("") + randString(orderPool, orderRand, 3) : randString(orderPool, orderRand, 4);
   orderPairs.push([a, b]);
 }
 const orderVectors = orderPairs.map(([a, b]) => ({ a, b, lt: a < b, lte: a <= b, gt: a > b, gte: a >= b }));
@@ -384,5 +385,12 @@ const doc = {
   ranges: rangeVectors,
   assign: assignVectors,
 };
+// Go strings cannot hold a lone surrogate (Go decodes one to U+FFFD), so
+// every string must be well formed.
+const checkWellFormed = (v) => {
+  if (typeof v === "string" && !v.isWellFormed()) throw new Error(`lone surrogate in ${JSON.stringify(v)}`);
+  if (v && typeof v === "object") Object.values(v).forEach(checkWellFormed);
+};
+checkWellFormed(doc);
 const out = new URL("./vectors.json", import.meta.url);
 writeFileSync(out, JSON.stringify(doc, null, 1) + "\n");
