@@ -325,7 +325,7 @@ func (cc *condCompiler) value(path string, v any, insensitive bool) valueCond {
 	switch x := v.(type) {
 	case string:
 		if insensitive {
-			return strFoldCond(strings.ToLower(x))
+			return strFoldCond(lowerString(x))
 		}
 		return strCond(x)
 	case float64:
@@ -489,7 +489,7 @@ func (c strCond) match(v any) bool {
 
 type strFoldCond string // String(value).toLowerCase() === condition.toLowerCase()
 
-func (c strFoldCond) match(v any) bool { return strings.ToLower(jsString(v)) == string(c) }
+func (c strFoldCond) match(v any) bool { return lowerEquals(jsString(v), string(c)) }
 
 type numCond float64 // value * 1 === condition
 
@@ -582,7 +582,8 @@ func (c existsCond) match(v any) bool { return (v != nil) == bool(c) }
 
 // inCond is isIn(actual, expected) (negated for $nin): strict equality
 // against the listed primitives; an array attribute matches when any of its
-// elements does. With fold, strings compare lower-cased.
+// elements does. With fold, strings compare lower-cased as JavaScript's
+// toLowerCase does.
 type inCond struct {
 	strs      []string
 	strSet    map[string]struct{} // strs, when the list is long
@@ -599,7 +600,7 @@ func newInCond(arr []any, fold, neg bool) *inCond {
 		switch x := e.(type) {
 		case string:
 			if fold {
-				x = strings.ToLower(x)
+				x = lowerString(x)
 			}
 			c.strs = append(c.strs, x)
 		case float64:
@@ -626,8 +627,21 @@ func newInCond(arr []any, fold, neg bool) *inCond {
 func (c *inCond) has(v any) bool {
 	switch x := v.(type) {
 	case string:
-		if c.fold {
-			x = strings.ToLower(x)
+		if c.fold && !lowerEquals(x, x) {
+			// Lower-case into a stack buffer: neither the map index
+			// nor the comparisons below copy string(l).
+			var buf [64]byte
+			l := appendLower(buf[:0], x)
+			if c.strSet != nil {
+				_, ok := c.strSet[string(l)]
+				return ok
+			}
+			for _, s := range c.strs {
+				if s == string(l) {
+					return true
+				}
+			}
+			return false
 		}
 		if c.strSet != nil {
 			_, ok := c.strSet[x]

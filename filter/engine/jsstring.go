@@ -1,10 +1,14 @@
 package engine
 
-import "unicode/utf8"
+import (
+	"unicode"
+	"unicode/utf8"
+)
 
 // This file holds JavaScript's string semantics over Go's UTF-8 strings:
 // JavaScript strings are sequences of UTF-16 code units, so ordering (and
-// hashing, in hash.go) works on code units, not bytes or code points.
+// hashing, in hash.go) works on code units, not bytes or code points; and
+// toLowerCase is Unicode's full case mapping, not Go's simple one.
 // Invalid UTF-8 reads as U+FFFD one byte at a time throughout, the string
 // jsonx.ValidString would hand JavaScript.
 
@@ -80,4 +84,125 @@ func utf16Key(r rune) rune {
 		return r + 0x110000
 	}
 	return r
+}
+
+// Lower-casing: String.prototype.toLowerCase is Unicode's full lowercase
+// mapping with the language-independent special cases. Beyond the simple
+// mapping (unicode.ToLower) that is exactly two: İ (U+0130) becomes "i̇"
+// (i + U+0307), and Σ (U+03A3) becomes final ς (U+03C2) when a cased letter
+// precedes it and none follows it, skipping case-ignorable characters
+// (Final_Sigma). Go's unicode tables (Unicode 15.0 in Go 1.26) decide the
+// rest; testdata/vectors.json holds Node's answer for every code point.
+
+// lowerString is s.toLowerCase(), for values compiled once.
+func lowerString(s string) string {
+	if lowerEquals(s, s) {
+		return s
+	}
+	return string(appendLower(nil, s))
+}
+
+// appendLower appends s.toLowerCase() to dst.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		dst = appendLowerRune(dst, s, i, size, r)
+		i += size
+	}
+	return dst
+}
+
+// lowerEquals reports whether s.toLowerCase() === lower without building
+// the lower-cased string; lowerEquals(s, s) reports whether lower-casing
+// leaves s unchanged. It does not allocate.
+func lowerEquals(s, lower string) bool {
+	j := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if j >= len(lower) || lower[j] != c {
+				return false
+			}
+			i++
+			j++
+			continue
+		}
+		var buf [utf8.UTFMax * 2]byte
+		r, size := utf8.DecodeRuneInString(s[i:])
+		b := appendLowerRune(buf[:0], s, i, size, r)
+		if len(lower)-j < len(b) || lower[j:j+len(b)] != string(b) {
+			return false
+		}
+		i += size
+		j += len(b)
+	}
+	return j == len(lower)
+}
+
+// appendLowerRune appends the lower case of r, which is s[i:i+size].
+func appendLowerRune(dst []byte, s string, i, size int, r rune) []byte {
+	switch r {
+	case 0x130: // İ: SpecialCasing's one unconditional lowercase entry
+		return append(dst, "i\u0307"...)
+	case 0x3A3: // Σ
+		if finalSigma(s, i, i+size) {
+			return append(dst, "\u03C2"...)
+		}
+	}
+	return utf8.AppendRune(dst, unicode.ToLower(r))
+}
+
+// finalSigma is Unicode's Final_Sigma condition for the Σ at s[i:end]: a
+// cased letter before it and none after it, skipping case-ignorable
+// characters on both sides.
+func finalSigma(s string, i, end int) bool {
+	before := false
+	for j := i; j > 0; {
+		r, w := utf8.DecodeLastRuneInString(s[:j])
+		j -= w
+		if !caseIgnorable(r) {
+			before = cased(r)
+			break
+		}
+	}
+	if !before {
+		return false
+	}
+	for j := end; j < len(s); {
+		r, w := utf8.DecodeRuneInString(s[j:])
+		j += w
+		if !caseIgnorable(r) {
+			return !cased(r)
+		}
+	}
+	return true
+}
+
+// cased is Unicode's Cased property: Lowercase, Uppercase or Lt.
+func cased(r rune) bool {
+	return unicode.In(r, unicode.Lu, unicode.Ll, unicode.Lt, unicode.Other_Lowercase, unicode.Other_Uppercase)
+}
+
+// caseIgnorable is Unicode's Case_Ignorable property: Mn, Me, Cf, Lm, Sk,
+// and the Word_Break classes MidLetter, MidNumLet and Single_Quote, which Go's
+// unicode package does not have (listed here from WordBreakProperty.txt).
+func caseIgnorable(r rune) bool {
+	switch r {
+	case '\'', '.', ':', 0xB7, 0x387, 0x55F, 0x5F4, 0x2018, 0x2019, 0x2024, 0x2027,
+		0xFE13, 0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A:
+		return true
+	}
+	return unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf, unicode.Lm, unicode.Sk)
 }

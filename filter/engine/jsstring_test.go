@@ -49,3 +49,45 @@ func TestCompareUTF16NoAlloc(t *testing.T) {
 		t.Errorf("compareUTF16 allocates %v times", n)
 	}
 }
+
+// TestFoldNoAlloc: $ini, $nini and $alli lower-case attribute values
+// without allocating (the map-indexed list included), unless a value that
+// lower-casing changes exceeds 64 bytes.
+func TestFoldNoAlloc(t *testing.T) {
+	short := newInCond([]any{"ας", "i̇stanbul"}, true, false)
+	long := newInCond([]any{"a", "b", "c", "d", "e", "f", "g", "h", "i", "ας", "i̇stanbul"}, true, false)
+	fold := strFoldCond(lowerString("ΟΔΥΣΣΕΥΣ"))
+	n := testing.AllocsPerRun(100, func() {
+		for _, c := range []*inCond{short, long} {
+			if !c.has("ΑΣ") || !c.has("İSTANBUL") || !c.has("ας") || c.has("J") {
+				t.Fatal("wrong $ini answer")
+			}
+		}
+		if !fold.match("ΟΔΥΣΣΕΥΣ") || !fold.match("οδυσσευς") || fold.match("ΟΔΥΣΣΕΥ") {
+			t.Fatal("wrong $alli answer")
+		}
+	})
+	if n != 0 {
+		t.Errorf("folding allocates %v times", n)
+	}
+}
+
+// TestLowerEqualsAppendLower: lowerEquals agrees with appendLower on
+// random strings with the special cases and invalid UTF-8.
+func TestLowerEqualsAppendLower(t *testing.T) {
+	pieces := []string{"Σ", "σ", "Α", "a", "A", ".", "'", " ", "\u0301", "İ", "😀", "𐐀", "\xff", "\xe4\xb8", "ǅ"}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		s := ""
+		for range r.IntN(6) {
+			s += pieces[r.IntN(len(pieces))]
+		}
+		l := string(appendLower(nil, s))
+		if !lowerEquals(s, l) || lowerEquals(s, l+"x") || (len(l) > 0 && lowerEquals(s, l[:len(l)-1])) {
+			t.Fatalf("lowerEquals(%q, %q) disagrees with appendLower", s, l)
+		}
+		if lowerString(s) != l {
+			t.Fatalf("lowerString(%q) = %q, want %q", s, lowerString(s), l)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"testing"
+	"unicode"
 )
 
 // vectorDoc is testdata/vectors.json, written by testdata/vectors.mjs (make
@@ -270,4 +271,124 @@ func readVectors(t *testing.T, doc any) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestVectorsLower checks lower-casing ($ini, $nini, $alli) against Node's
+// toLowerCase for every code point, Final_Sigma's Cased and Case_Ignorable
+// properties for every code point, and whole strings. A disagreement fails
+// unless Go's Unicode tables (unicode.Version) do not assign the code point
+// at all: that is a Unicode-version gap, logged, not an engine bug.
+func TestVectorsLower(t *testing.T) {
+	var doc struct {
+		Lower struct {
+			CodePoints    [][2]any                   `json:"codePoints"`
+			Cased         [][2]rune                  `json:"cased"`
+			CaseIgnorable [][2]rune                  `json:"caseIgnorable"`
+			Strings       []struct{ S, Want string } `json:"strings"`
+			Ini           []struct {
+				List  []any
+				Value any
+				Want  bool
+			} `json:"ini"`
+		} `json:"lower"`
+	}
+	readVectors(t, &doc)
+	lv := doc.Lower
+	if len(lv.CodePoints) < 1000 || len(lv.Strings) < 100 || len(lv.Ini) < 10 {
+		t.Fatalf("too few lower vectors: %d code points, %d strings, %d $ini", len(lv.CodePoints), len(lv.Strings), len(lv.Ini))
+	}
+	var gaps []rune
+	mismatch := func(r rune, format string, args ...any) {
+		t.Helper()
+		if !assigned(r) || unicode.Version == "15.0.0" && changedSince15[r] != "" {
+			gaps = append(gaps, r)
+			return
+		}
+		t.Errorf(format, args...)
+	}
+
+	want := make(map[rune]string, len(lv.CodePoints))
+	for _, e := range lv.CodePoints {
+		want[rune(e[0].(float64))] = e[1].(string)
+	}
+	isCased, isIgnorable := rangeSet(lv.Cased), rangeSet(lv.CaseIgnorable)
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r >= 0xD800 && r <= 0xDFFF {
+			continue
+		}
+		w, listed := want[r]
+		if listed || unicode.ToLower(r) != r || r == 0x130 || r == 0x3A3 {
+			s := string(r)
+			if !listed {
+				w = s
+			}
+			if got := lowerString(s); got != w || !lowerEquals(s, w) {
+				mismatch(r, "lower(%U %q) = %q, Node %q", r, s, got, w)
+			}
+		}
+		if c := isCased(r); cased(r) != c {
+			mismatch(r, "cased(%U) = %v, Node %v", r, !c, c)
+		}
+		if c := isIgnorable(r); caseIgnorable(r) != c {
+			mismatch(r, "caseIgnorable(%U) = %v, Node %v", r, !c, c)
+		}
+	}
+	if len(gaps) > 0 {
+		t.Logf("%d disagreements on code points Go's Unicode %s does not assign or that later versions changed (changedSince15): a Unicode-version gap, e.g. %U",
+			len(gaps), unicode.Version, gaps[:min(len(gaps), 8)])
+	}
+
+	for _, v := range lv.Strings {
+		if got := lowerString(v.S); got != v.Want {
+			t.Errorf("lower(%q) = %q, want %q", v.S, got, v.Want)
+		}
+		if !lowerEquals(v.S, v.Want) {
+			t.Errorf("lowerEquals(%q, %q) = false", v.S, v.Want)
+		}
+		c, err := CompileCondition(RawMessage(`{"x":{"$alli":[`+jsonString(v.S)+`]}}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Match(Attributes{"x": []any{v.Want}}) {
+			t.Errorf("{x: {$alli: [%q]}} on x=[%q] = false", v.S, v.Want)
+		}
+	}
+	for _, v := range lv.Ini {
+		list, _ := json.Marshal(v.List)
+		for op, w := range map[string]bool{"$ini": v.Want, "$nini": !v.Want} {
+			c, err := CompileCondition(RawMessage(`{"x":{"`+op+`":`+string(list)+`}}`), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Match(Attributes{"x": v.Value}); got != w {
+				t.Errorf("{x: {%s: %s}} on x=%q = %v, want %v", op, list, v.Value, got, w)
+			}
+		}
+	}
+}
+
+// changedSince15 lists the code points Go's Unicode 15.0 assigns whose
+// case properties later versions changed, so Node (ICU with Unicode 16+)
+// disagrees with Go about them.
+var changedSince15 = map[rune]string{
+	0x0295:  "Unicode 16.0: ʕ (LATIN LETTER PHARYNGEAL VOICED FRICATIVE) Ll → Lo, no longer Cased",
+	0x1171E: "Unicode 16.0: AHOM CONSONANT SIGN MEDIAL RA Mn → Mc, no longer Case_Ignorable",
+}
+
+// rangeSet returns membership in sorted, disjoint [lo, hi] ranges for
+// ascending queries.
+func rangeSet(ranges [][2]rune) func(rune) bool {
+	i := 0
+	return func(r rune) bool {
+		for i < len(ranges) && ranges[i][1] < r {
+			i++
+		}
+		return i < len(ranges) && ranges[i][0] <= r
+	}
+}
+
+// assigned reports whether Go's Unicode tables give r a category.
+func assigned(r rune) bool {
+	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z,
+		unicode.Cc, unicode.Cf, unicode.Co) // unicode.C also covers unassigned code points
 }
