@@ -20,7 +20,14 @@
 //
 //   - Regular expressions use Go's RE2 syntax (filter/internal/regex): no
 //     lookaround, no backreferences, no Unicode classes such as \p{L}
-//     (Compile rejects them).
+//     (Compile rejects them). Patterns match code points, where JavaScript
+//     without the u flag matches UTF-16 code units (`.` takes a whole
+//     emoji), and (?i) folds by unicode.SimpleFold orbits, not by
+//     JavaScript's Canonicalize.
+//   - Lower-casing ($ini, $nini, $alli) uses Go's Unicode tables, 15.0 in
+//     Go 1.26, older than Node 20's (17.0): the 55 upper-case letters
+//     assigned since do not lower-case, and U+0295 and U+1171E keep their
+//     15.0 properties (TestVectorsLower lists the gap).
 //   - Equality of a condition object with an attribute object ignores key
 //     order (JSON.stringify in the reference does not).
 //   - An experiment needs at least two variations: the reference never
