@@ -26,16 +26,21 @@ const (
 // Hashing in pieces (the seed's state, then the value) is hashing the
 // concatenation of the pieces' code units, as JavaScript's seed + value is.
 func fnv1a(h uint32, s string) uint32 {
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			h ^= uint32(c)
-			h *= fnvPrime32
-			i++
-			continue
+		if c >= utf8.RuneSelf {
+			return fnv1aUTF16(h, s[i:])
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
+		h ^= uint32(c)
+		h *= fnvPrime32
+	}
+	return h
+}
+
+// fnv1aUTF16 is fnv1a from the first non-ASCII byte on: the ASCII loop
+// above stays as tight as a byte loop.
+func fnv1aUTF16(h uint32, s string) uint32 {
+	for _, r := range s { // invalid UTF-8 ranges as U+FFFD per byte
 		if r >= 0x10000 {
 			r -= 0x10000
 			h ^= 0xD800 + uint32(r)>>10
