@@ -82,6 +82,10 @@ check-generate: generate ## Fail when the committed generated code differs from 
 		git status --porcelain -- proto; git --no-pager diff --stat -- proto; \
 		echo "generated code drifted from proto/: run 'make generate' and commit"; exit 1; fi
 
+.PHONY: vectors
+vectors: ## Regenerate filter/engine/testdata from the Node reference script.
+	node filter/engine/testdata/vectors.mjs
+
 ## ---------------------------------------------------------------- checks
 
 .PHONY: fmt
@@ -112,11 +116,23 @@ check-deps: ## Keep gRPC, net/http, the control plane and heavy std packages out
 ## ---------------------------------------------------------------- tests
 
 .PHONY: test
-test: lint check-deps check-generate test-unit test-e2e ## Everything CI runs.
+test: lint check-deps check-generate test-unit test-engine-builds test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (native), including the GrowthBook conformance suite when ALLOT_GROWTHBOOK_CASES is set.
 	$(GO) test -race -count=1 ./...
+
+# The engine must decide the same in every build. GOAMD64=v3 lets the
+# compiler fuse x*y+z into one FMA (as arm64 always may); the Wasm build runs
+# under Node's WASI through scripts/go_wasip1_wasm_exec. Both fail, never
+# skip, when they cannot run: a CPU without v3 refuses the binary, a missing
+# node fails the exec.
+ENGINE_PKGS := ./filter/engine/ ./filter/internal/regex/
+
+.PHONY: test-engine-builds
+test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multiply-adds) and as wasip1 Wasm under Node.
+	GOAMD64=v3 $(GO) test -count=1 $(ENGINE_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/scripts/go_wasip1_wasm_exec $(ENGINE_PKGS)
 
 .PHONY: test-e2e
 test-e2e: envoy ## End-to-end tests against real Envoy $(ENVOY_VERSION) (fail, never skip, without it).

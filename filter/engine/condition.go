@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/allotmesh/allot/filter/internal/jsonx"
+	"github.com/allotmesh/allot/filter/internal/regex"
 )
 
 // Condition is a compiled GrowthBook targeting condition (a MongoDB-style
@@ -323,7 +325,7 @@ func (cc *condCompiler) value(path string, v any, insensitive bool) valueCond {
 	switch x := v.(type) {
 	case string:
 		if insensitive {
-			return strFoldCond(strings.ToLower(x))
+			return strFoldCond(lowerString(x))
 		}
 		return strCond(x)
 	case float64:
@@ -441,7 +443,7 @@ func (cc *condCompiler) operator(path, op string, arg any) valueCond {
 		if op == "$regexi" {
 			expr = "(?i)" + s
 		}
-		re, err := compileRegex(expr)
+		re, err := regex.Compile(expr)
 		if err != nil {
 			cc.fail(path, "invalid regex: "+err.Error())
 			return falseCond{}
@@ -487,7 +489,7 @@ func (c strCond) match(v any) bool {
 
 type strFoldCond string // String(value).toLowerCase() === condition.toLowerCase()
 
-func (c strFoldCond) match(v any) bool { return strings.ToLower(jsString(v)) == string(c) }
+func (c strFoldCond) match(v any) bool { return lowerEquals(jsString(v), string(c)) }
 
 type numCond float64 // value * 1 === condition
 
@@ -559,16 +561,19 @@ func cmpFloat(op byte, x, y float64) bool {
 	return x >= y
 }
 
+// cmpString is JavaScript's x < y (or <=, >, >=) on strings: by UTF-16
+// code units.
 func cmpString(op byte, x, y string) bool {
+	d := compareUTF16(x, y)
 	switch op {
 	case opLT:
-		return x < y
+		return d < 0
 	case opLTE:
-		return x <= y
+		return d <= 0
 	case opGT:
-		return x > y
+		return d > 0
 	}
-	return x >= y
+	return d >= 0
 }
 
 type existsCond bool // expected ? actual != null : actual == null
@@ -577,7 +582,8 @@ func (c existsCond) match(v any) bool { return (v != nil) == bool(c) }
 
 // inCond is isIn(actual, expected) (negated for $nin): strict equality
 // against the listed primitives; an array attribute matches when any of its
-// elements does. With fold, strings compare lower-cased.
+// elements does. With fold, strings compare lower-cased as JavaScript's
+// toLowerCase does.
 type inCond struct {
 	strs      []string
 	strSet    map[string]struct{} // strs, when the list is long
@@ -594,7 +600,7 @@ func newInCond(arr []any, fold, neg bool) *inCond {
 		switch x := e.(type) {
 		case string:
 			if fold {
-				x = strings.ToLower(x)
+				x = lowerString(x)
 			}
 			c.strs = append(c.strs, x)
 		case float64:
@@ -621,8 +627,21 @@ func newInCond(arr []any, fold, neg bool) *inCond {
 func (c *inCond) has(v any) bool {
 	switch x := v.(type) {
 	case string:
-		if c.fold {
-			x = strings.ToLower(x)
+		if c.fold && !lowerEquals(x, x) {
+			// Lower-case into a stack buffer: neither the map index
+			// nor the comparisons below copy string(l).
+			var buf [64]byte
+			l := appendLower(buf[:0], x)
+			if c.strSet != nil {
+				_, ok := c.strSet[string(l)]
+				return ok
+			}
+			for _, s := range c.strs {
+				if s == string(l) {
+					return true
+				}
+			}
+			return false
 		}
 		if c.strSet != nil {
 			_, ok := c.strSet[x]
@@ -716,7 +735,7 @@ func (c allElemCond) match(v any) bool {
 	return true
 }
 
-type regexCond struct{ re *regex }
+type regexCond struct{ re *regex.Regexp }
 
 func (c regexCond) match(v any) bool {
 	if s, ok := v.(string); ok {
@@ -757,8 +776,7 @@ func (c versionCond) match(v any) bool {
 func comparePaddedVersion(v any, want string) int {
 	s, ok := v.(string)
 	if !ok || s == "" || s[0] == 'v' || len(s) > 48 {
-		var buf [64]byte
-		return strings.Compare(string(appendPaddedVersion(buf[:0], v)), want)
+		return comparePaddedVersionSlow(v, want)
 	}
 	if i := strings.IndexByte(s, '+'); i >= 0 {
 		s = s[:i]
@@ -780,16 +798,33 @@ func comparePaddedVersion(v any, want string) int {
 		if i == len(s) && parts == 3 {
 			b = append(b, '-', '~')
 		}
-		if d := compareChunk(b, want, &w); d != 0 {
+		if d := compareChunk(b, want, &w); d == chunkNonASCII {
+			return comparePaddedVersionSlow(v, want)
+		} else if d != 0 {
 			return d
 		}
 		start = i + 1
 	}
 	if w < len(want) {
+		if want[w]&0xC0 == 0x80 {
+			return comparePaddedVersionSlow(v, want) // invalid UTF-8 may decode differently
+		}
 		return -1
 	}
 	return 0
 }
+
+// comparePaddedVersionSlow builds paddedVersionString(v) and compares it
+// with want by UTF-16 code units, as JavaScript's < does.
+func comparePaddedVersionSlow(v any, want string) int {
+	var buf [64]byte
+	return compareUTF16(string(appendPaddedVersion(buf[:0], v)), want)
+}
+
+// chunkNonASCII is compareChunk's answer when the first difference involves
+// a non-ASCII byte: byte order is not UTF-16 order there, so the caller
+// compares the whole strings.
+const chunkNonASCII = 2
 
 // compareChunk compares b with want[*w:] over len(b) bytes and advances *w.
 func compareChunk(b []byte, want string, w *int) int {
@@ -797,6 +832,9 @@ func compareChunk(b []byte, want string, w *int) int {
 	n := min(len(b), len(rest))
 	for i := 0; i < n; i++ {
 		if b[i] != rest[i] {
+			if b[i] >= utf8.RuneSelf || rest[i] >= utf8.RuneSelf {
+				return chunkNonASCII
+			}
 			if b[i] < rest[i] {
 				return -1
 			}
@@ -804,6 +842,9 @@ func compareChunk(b []byte, want string, w *int) int {
 		}
 	}
 	if len(rest) < len(b) {
+		if b[len(rest)]&0xC0 == 0x80 {
+			return chunkNonASCII // invalid UTF-8 may decode differently
+		}
 		return 1 // want is a proper prefix
 	}
 	*w += len(b)

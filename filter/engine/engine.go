@@ -2,7 +2,8 @@
 // definitions (GrowthBook's SDK experiment model) and
 // assigns units to variations deterministically.
 //
-// The engine imports only the standard library and filter/internal/jsonx.
+// The engine imports only the standard library, filter/internal/jsonx and
+// filter/internal/regex.
 // It is compiled into the GOOS=wasip1 filter: it must never import os, net,
 // fmt, encoding/json, regexp, time or anything that pulls them in. Every
 // megabyte of Wasm module costs Envoy about 16 MiB of RSS, so make
@@ -17,11 +18,16 @@
 // Compile rejects the definition instead and names every problem with its
 // field path. Documented deviations from the JavaScript reference:
 //
-//   - FNV-1a runs over UTF-8 bytes, not UTF-16 code units, so non-ASCII ids
-//     bucket differently (as in GrowthBook's Go and Python SDKs).
-//   - Regular expressions use Go's RE2 syntax (regex.go): no lookaround,
-//     no backreferences, no Unicode classes such as \p{L} (Compile rejects
-//     them).
+//   - Regular expressions use Go's RE2 syntax (filter/internal/regex): no
+//     lookaround, no backreferences, no Unicode classes such as \p{L}
+//     (Compile rejects them). Patterns match code points, where JavaScript
+//     without the u flag matches UTF-16 code units (`.` takes a whole
+//     emoji), and (?i) folds by unicode.SimpleFold orbits, not by
+//     JavaScript's Canonicalize.
+//   - Lower-casing ($ini, $nini, $alli) uses Go's Unicode tables, 15.0 in
+//     Go 1.26, older than Node 20's (17.0): the 55 upper-case letters
+//     assigned since do not lower-case, and U+0295 and U+1171E keep their
+//     15.0 properties (TestVectorsLower lists the gap).
 //   - Equality of a condition object with an attribute object ignores key
 //     order (JSON.stringify in the reference does not).
 //   - An experiment needs at least two variations: the reference never

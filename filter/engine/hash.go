@@ -1,25 +1,53 @@
 package engine
 
+import "unicode/utf8"
+
 // The primitives below reproduce GrowthBook's reference functions
 // (hash, getBucketRanges, chooseVariation, inNamespace, getEqualWeights),
 // including how they treat invalid input, so the conformance suite can run
 // them directly. Compile rejects the invalid definitions they tolerate.
 //
-// One deliberate difference: GrowthBook's JavaScript SDK runs FNV-1a over
-// UTF-16 code units (String.charCodeAt), Allot over UTF-8 bytes (as the Go,
-// Python and most server SDKs do). Both agree on ASCII ids; for non-ASCII ids
-// (e.g. "Zoë", "用户") the buckets differ. testdata/vectors.json pins ours.
+// Strings hash as JavaScript sees them: FNV-1a runs over UTF-16 code units
+// (String.charCodeAt), so non-ASCII ids ("Zoë", "用户", "😀") bucket exactly
+// as in GrowthBook's JavaScript SDK and its Go SDK v0.7.0.
 
 const (
 	fnvOffset32 = 2166136261
 	fnvPrime32  = 16777619
 )
 
-// fnv1a continues a 32-bit FNV-1a hash h over the bytes of s, without
-// converting s to a []byte.
+// fnv1a continues a 32-bit FNV-1a hash h over the UTF-16 code units of s
+// (what JavaScript's charCodeAt returns), without converting s. An ASCII
+// byte is its own code unit; other runes are one code unit in the Basic
+// Multilingual Plane and a surrogate pair above it. Invalid UTF-8 hashes as
+// U+FFFD one byte at a time (utf8.DecodeRuneInString's reading): that is the
+// string JavaScript would receive, since jsonx (ValidString, decoding) and
+// encoding/json turn each invalid byte into U+FFFD before a value leaves Go.
+// Hashing in pieces (the seed's state, then the value) is hashing the
+// concatenation of the pieces' code units, as JavaScript's seed + value is.
 func fnv1a(h uint32, s string) uint32 {
 	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			return fnv1aUTF16(h, s[i:])
+		}
+		h ^= uint32(c)
+		h *= fnvPrime32
+	}
+	return h
+}
+
+// fnv1aUTF16 is fnv1a from the first non-ASCII byte on: the ASCII loop
+// above stays as tight as a byte loop.
+func fnv1aUTF16(h uint32, s string) uint32 {
+	for _, r := range s { // invalid UTF-8 ranges as U+FFFD per byte
+		if r >= 0x10000 {
+			r -= 0x10000
+			h ^= 0xD800 + uint32(r)>>10
+			h *= fnvPrime32
+			r = 0xDC00 + r&0x3FF
+		}
+		h ^= uint32(r)
 		h *= fnvPrime32
 	}
 	return h
@@ -103,7 +131,12 @@ func EqualWeights(n int) []float64 {
 // Like the reference it clamps coverage to [0, 1] and falls back to equal
 // weights when weights are nil, of the wrong length, or do not sum to
 // within 0.01 of 1. The arithmetic (and its order) is the reference's, so
-// boundaries agree bit for bit.
+// boundaries agree bit for bit: in particular the end rounds coverage*w
+// before adding it to start. The Go spec lets a compiler fuse x*y + z into
+// one FMA (Go does on arm64, and on amd64 with GOAMD64=v3), which moves some
+// ends by one ulp; the explicit float64 conversion forbids that, so native,
+// Wasm and control-plane builds agree. This is the engine's only
+// floating-point multiply-add.
 func BucketRanges(numVariations int, coverage float64, weights []float64) [][2]float64 {
 	if coverage < 0 {
 		coverage = 0
@@ -125,7 +158,7 @@ func BucketRanges(numVariations int, coverage float64, weights []float64) [][2]f
 	for i, w := range weights {
 		start := cumulative
 		cumulative += w
-		ranges[i] = [2]float64{start, start + coverage*w}
+		ranges[i] = [2]float64{start, start + float64(coverage*w)}
 	}
 	return ranges
 }

@@ -225,22 +225,13 @@ func toPrimitive(v any) any {
 }
 
 // compare evaluates JavaScript's a < b (or a <= b, a > b, a >= b, chosen by
-// op). Strings compare lexicographically, everything else numerically; NaN
+// op). Strings compare by UTF-16 code units, everything else numerically; NaN
 // compares false.
 func compare(op byte, a, b any) bool {
 	a, b = toPrimitive(a), toPrimitive(b)
 	if as, ok := a.(string); ok {
 		if bs, ok := b.(string); ok {
-			switch op {
-			case opLT:
-				return as < bs
-			case opLTE:
-				return as <= bs
-			case opGT:
-				return as > bs
-			default:
-				return as >= bs
-			}
+			return cmpString(op, as, bs)
 		}
 	}
 	x, y := jsNumber(a), jsNumber(b)

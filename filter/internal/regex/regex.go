@@ -1,15 +1,16 @@
-package engine
-
-// This file is the regular-expression matcher behind the $regex and $regexi
-// condition operators. It replaces the standard regexp package, which with
-// regexp/syntax and the tables they pull in made up about 545 KB of the Wasm
-// module — and every megabyte of module costs Envoy about 16 MiB of RSS.
+// Package regex is the regular-expression matcher behind the engine's $regex
+// and $regexi condition operators. It imports only the standard library and
+// never regexp, fmt or os: it is linked into the Wasm filter. It replaces the
+// standard regexp package, which with regexp/syntax and the tables they pull
+// in made up about 545 KB of the Wasm module — and every megabyte of module
+// costs Envoy about 16 MiB of RSS.
 //
-// For every pattern compileRegex accepts, the result is that of Go's regexp
+// For every pattern Compile accepts, the result is that of Go's regexp
 // (RE2 syntax, Perl flags: `^` and `$` match only at the ends of the text and
 // `.` does not match "\n" unless (?m) or (?s) say otherwise). A pattern Go
 // rejects is rejected, and so is syntax this file does not implement; none
-// is ever matched differently. Matching is an unanchored search that only
+// is ever matched differently. The API is what the engine needs: Compile and
+// (*Regexp).MatchString. Matching is an unanchored search that only
 // reports whether there is a match. Supported:
 //
 //   - literals (UTF-8), `.`, `^ $ \A \z \b \B`, alternation `|`;
@@ -26,7 +27,7 @@ package engine
 //     `\x{10FFFF}`, escaped punctuation, literal text `\Q...\E`;
 //   - case folding under (?i) over unicode.SimpleFold orbits, as in RE2.
 //
-// Not supported, though Go's regexp accepts them (compileRegex rejects them):
+// Not supported, though Go's regexp accepts them (Compile rejects them):
 //
 //   - Unicode classes `\pL`, `\p{Greek}`, `\PL`, `\P{Greek}`, also inside
 //     `[...]`: they would link unicode's category and script tables;
@@ -47,6 +48,8 @@ package engine
 // each match keeps its state on the stack (or, for programs over 128
 // instructions, in a few slices), so MatchString is safe for concurrent use.
 // Invalid UTF-8 in the input reads as U+FFFD one byte at a time, as in Go.
+
+package regex
 
 import (
 	"errors"
@@ -103,8 +106,8 @@ const (
 	opRepeat
 )
 
-// regex is a compiled regular expression: a program for the Pike VM.
-type regex struct {
+// Regexp is a compiled regular expression: a program for the Pike VM.
+type Regexp struct {
 	prog     []inst
 	runes    []rune // class ranges, indexed by inst
 	start    int32
@@ -126,13 +129,13 @@ type inst struct {
 	op  uint16 // 16 bits: no padding, so Go needs no generated equality function
 	arg uint16 // opAssert: the assertion
 	out int32  // the next instruction
-	alt int32  // opSplit: the other next instruction; opClass: start of its ranges in regex.runes
-	end int32  // opClass: end of its ranges in regex.runes
+	alt int32  // opSplit: the other next instruction; opClass: start of its ranges in Regexp.runes
+	end int32  // opClass: end of its ranges in Regexp.runes
 }
 
-// compileRegex compiles pattern. Errors are plain messages such as
+// Compile compiles pattern. Errors are plain messages such as
 // `missing closing ): "(ab"`.
-func compileRegex(pattern string) (*regex, error) {
+func Compile(pattern string) (*Regexp, error) {
 	if !utf8.ValidString(pattern) {
 		return nil, syntaxError("invalid UTF-8", pattern)
 	}
@@ -144,7 +147,7 @@ func compileRegex(pattern string) (*regex, error) {
 	if p.t != "" {
 		return nil, syntaxError("unexpected )", pattern)
 	}
-	re := &regex{prog: []inst{{op: opMatch}}}
+	re := &Regexp{prog: []inst{{op: opMatch}}}
 	re.start = re.compile(root, 0)
 	subs := []*node{root}
 	if root.op == opConcat {
@@ -183,7 +186,7 @@ type node struct {
 	height   int
 	size     int
 	copies   int   // RE2's product of the counts of nested {n,m} repetitions
-	off      int32 // opClass: the start of runes in regex.runes once compiled, else -1
+	off      int32 // opClass: the start of runes in Regexp.runes once compiled, else -1
 }
 
 type parser struct {
@@ -792,7 +795,7 @@ func (s runeSet) negate() runeSet {
 // Compiling.
 
 // compile emits n followed by the instruction next and returns n's entry.
-func (re *regex) compile(n *node, next int32) int32 {
+func (re *Regexp) compile(n *node, next int32) int32 {
 	switch n.op {
 	case opClass, opAny, opAnyNotNL, opAssert:
 		if n.op == opClass && n.off < 0 {
@@ -843,7 +846,7 @@ func (re *regex) compile(n *node, next int32) int32 {
 // one copy of its append keeps the Wasm module smaller.
 //
 //go:noinline
-func (re *regex) emit(i inst) int32 {
+func (re *Regexp) emit(i inst) int32 {
 	re.prog = append(re.prog, i)
 	return int32(len(re.prog) - 1)
 }
@@ -853,7 +856,7 @@ func (re *regex) emit(i inst) int32 {
 // MatchString reports whether s contains a match of re. It runs the threads
 // of all match attempts in lock step over s, keeping for each input position
 // the list of instructions waiting to consume a rune there.
-func (re *regex) MatchString(s string) bool {
+func (re *Regexp) MatchString(s string) bool {
 	from := 0
 	if re.prefix != "" { // most inputs fail here, before any state is set up
 		if from = strings.Index(s, re.prefix); from < 0 {
@@ -871,7 +874,7 @@ func (re *regex) MatchString(s string) bool {
 // matchLarge is MatchString for a program too large for the stack.
 //
 //go:noinline
-func (re *regex) matchLarge(s string, from int) bool {
+func (re *Regexp) matchLarge(s string, from int) bool {
 	n := len(re.prog)
 	st := re.large.Swap(nil)
 	if st == nil {
@@ -887,7 +890,7 @@ func (re *regex) matchLarge(s string, from int) bool {
 // match runs the program over s from byte from, which is at or before the
 // first possible match, with seen (one zero per instruction) and lists
 // (4 per instruction, plus one) as working memory.
-func (re *regex) match(s string, from int, seen []uint32, lists []int32) bool {
+func (re *Regexp) match(s string, from int, seen []uint32, lists []int32) bool {
 	n := len(re.prog)
 	// seen[pc] is the step in which instruction pc last joined a list.
 	cur, next, stack := lists[:0:n], lists[n:n:2*n], lists[2*n:2*n]
@@ -937,7 +940,7 @@ func (re *regex) match(s string, from int, seen []uint32, lists []int32) bool {
 
 // add appends to list the instructions waiting for a rune that pc leads to
 // at pos without consuming input, and reports whether it leads to a match.
-func (re *regex) add(list, stack []int32, seen []uint32, step uint32, pc int32, s string, pos int) ([]int32, []int32, bool) {
+func (re *Regexp) add(list, stack []int32, seen []uint32, step uint32, pc int32, s string, pos int) ([]int32, []int32, bool) {
 	stack = append(stack[:0], pc)
 	for len(stack) > 0 {
 		pc, stack = stack[len(stack)-1], stack[:len(stack)-1]
@@ -962,7 +965,7 @@ func (re *regex) add(list, stack []int32, seen []uint32, step uint32, pc int32, 
 }
 
 // accepts reports whether the instruction in, waiting for a rune, takes r.
-func (re *regex) accepts(in *inst, r rune) bool {
+func (re *Regexp) accepts(in *inst, r rune) bool {
 	if in.op != opClass {
 		return in.op == opAny || r != '\n'
 	}

@@ -1,4 +1,4 @@
-package engine
+package regex
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"unicode"
 )
 
-// regexMatchCases are patterns compileRegex accepts, each with inputs and
+// regexMatchCases are patterns Compile accepts, each with inputs and
 // whether the pattern matches somewhere in them. Every case is also checked
 // against Go's regexp.
 var regexMatchCases = []struct {
@@ -123,7 +123,7 @@ var regexMatchCases = []struct {
 	{"prefix with fold tail", `ab(?i)c`, []string{"abC"}, []string{"aBc"}},
 }
 
-// regexRejectCases are patterns compileRegex rejects, with part of the
+// regexRejectCases are patterns Compile rejects, with part of the
 // error. goAccepts marks the ones Go's regexp accepts (deliberately
 // unsupported here).
 var regexRejectCases = []struct {
@@ -201,9 +201,9 @@ var regexRejectCases = []struct {
 func TestRegexMatch(t *testing.T) {
 	for _, tc := range regexMatchCases {
 		t.Run(tc.name, func(t *testing.T) {
-			re, err := compileRegex(tc.pattern)
+			re, err := Compile(tc.pattern)
 			if err != nil {
-				t.Fatalf("compileRegex(%q): %v", tc.pattern, err)
+				t.Fatalf("Compile(%q): %v", tc.pattern, err)
 			}
 			goRE := regexp.MustCompile(tc.pattern)
 			for _, s := range tc.match {
@@ -229,12 +229,12 @@ func TestRegexMatch(t *testing.T) {
 func TestRegexReject(t *testing.T) {
 	for _, tc := range regexRejectCases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := compileRegex(tc.pattern)
+			_, err := Compile(tc.pattern)
 			if err == nil {
-				t.Fatalf("compileRegex(%q) accepted", tc.pattern)
+				t.Fatalf("Compile(%q) accepted", tc.pattern)
 			}
 			if !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("compileRegex(%q): %v, want %q", tc.pattern, err, tc.err)
+				t.Errorf("Compile(%q): %v, want %q", tc.pattern, err, tc.err)
 			}
 			if _, goErr := regexp.Compile(tc.pattern); (goErr == nil) != tc.goAccepts {
 				t.Errorf("bad case: Go's regexp.Compile(%q) = %v", tc.pattern, goErr)
@@ -244,7 +244,7 @@ func TestRegexReject(t *testing.T) {
 }
 
 // TestRegexLimits runs patterns built to reach RE2's limits on size, parse
-// tree height and class runes: what compileRegex accepts, Go must accept
+// tree height and class runes: what Compile accepts, Go must accept
 // and match alike.
 func TestRegexLimits(t *testing.T) {
 	type limitCase struct{ name, pattern string }
@@ -280,7 +280,7 @@ func TestRegexLimits(t *testing.T) {
 	inputs := []string{"", "a", strings.Repeat("ab", 600), strings.Repeat(".", 1200) + "yz"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			re, err := compileRegex(tc.pattern)
+			re, err := Compile(tc.pattern)
 			goRE, goErr := regexp.Compile(tc.pattern)
 			t.Logf("ours accepts %v, Go accepts %v", err == nil, goErr == nil)
 			if err != nil {
@@ -311,7 +311,7 @@ func TestRegexFoldRange(t *testing.T) {
 func TestRegexPathological(t *testing.T) {
 	s := strings.Repeat("a", 10000) + "b"
 	for _, p := range []string{`(a*)*$`, `(a*)*c`, `(a|aa)+c`, `(?:a+a+)+c`, `^(a?){50}a{50}$`} {
-		re, err := compileRegex(p)
+		re, err := Compile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +326,7 @@ func TestRegexPathological(t *testing.T) {
 // neither see the previous input's state nor allocate.
 func TestRegexLargeProgram(t *testing.T) {
 	p := `(?i)chrome/[0-9]{1,150}(\.[0-9]+)?`
-	re, err := compileRegex(p)
+	re, err := Compile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestRegexLargeProgram(t *testing.T) {
 
 func TestRegexConcurrent(t *testing.T) {
 	for _, p := range []string{`(?i)(mobile|tablet)\b`, `(?i)(mobile|tablet)\b[0-9]{0,100}`} {
-		re, err := compileRegex(p)
+		re, err := Compile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +374,7 @@ func TestRegexConcurrent(t *testing.T) {
 	}
 }
 
-// TestRegexRandom compares compileRegex and MatchString with Go's regexp on
+// TestRegexRandom compares Compile and MatchString with Go's regexp on
 // patterns built at random from tokens that exercise the parser's corners.
 func TestRegexRandom(t *testing.T) {
 	tokens := []string{"a", "b", "A", "k", "K", "\u212a", "ſ", "s", "é", "\n", ".", "^", "$", `\A`, `\z`,
@@ -403,10 +403,10 @@ func TestRegexRandom(t *testing.T) {
 			pb.WriteString(tokens[rng.IntN(len(tokens))])
 		}
 		pattern := pb.String()
-		re, err := compileRegex(pattern)
+		re, err := Compile(pattern)
 		goRE, goErr := regexp.Compile(pattern)
 		if (err == nil) != (goErr == nil) && !strings.Contains(fmt.Sprint(err), `\p{...}`) {
-			t.Fatalf("compileRegex(%q): %v; Go: %v", pattern, err, goErr)
+			t.Fatalf("Compile(%q): %v; Go: %v", pattern, err, goErr)
 		}
 		if err != nil {
 			continue
@@ -425,9 +425,9 @@ func TestRegexRandom(t *testing.T) {
 	t.Logf("%d of %d patterns accepted", accepted, n)
 }
 
-// FuzzRegex compares compileRegex and MatchString with Go's regexp: what
-// compileRegex accepts Go accepts and matches alike; what Go rejects
-// compileRegex rejects.
+// FuzzRegex compares Compile and MatchString with Go's regexp: what
+// Compile accepts Go accepts and matches alike; what Go rejects
+// Compile rejects.
 func FuzzRegex(f *testing.F) {
 	// The regexes of GrowthBook's spec suite (cases.json).
 	for _, p := range []string{`(Mobile|Tablet)`, `(mobile|tablet)`, `-12-25$`, `/???***[)`, `^hello`, `^ping`,
@@ -445,16 +445,16 @@ func FuzzRegex(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, pattern, s string) {
-		re, err := compileRegex(pattern)
+		re, err := Compile(pattern)
 		goRE, goErr := regexp.Compile(pattern)
 		switch {
 		case err != nil && goErr == nil:
 			if !strings.Contains(err.Error(), `\p{...}`) && !strings.Contains(err.Error(), "too large") &&
 				!strings.Contains(err.Error(), "too deeply") {
-				t.Fatalf("compileRegex(%q): %v; Go accepts it", pattern, err)
+				t.Fatalf("Compile(%q): %v; Go accepts it", pattern, err)
 			}
 		case err == nil && goErr != nil:
-			t.Fatalf("compileRegex(%q) accepted; Go: %v", pattern, goErr)
+			t.Fatalf("Compile(%q) accepted; Go: %v", pattern, goErr)
 		case err == nil:
 			if got, want := re.MatchString(s), goRE.MatchString(s); got != want {
 				t.Fatalf("%q on %q: got %v, Go %v", pattern, s, got, want)
