@@ -60,8 +60,35 @@ func Parse(data []byte) (any, error) { return parse(data, false) }
 // ParseOrdered is Parse with objects decoded as Object.
 func ParseOrdered(data []byte) (any, error) { return parse(data, true) }
 
+// Number is a JSON number as ParseStrict returns it: its literal, which
+// holds more than a float64 (1.0000000000000000001 is not an integer).
+type Number string
+
+// ParseStrict decodes one JSON value as protojson's tokenizer reads it:
+// objects become Object, numbers Number, and a string with invalid UTF-8 or
+// an unpaired surrogate escape is a syntax error (Parse would repair both).
+// Containers may nest maxDepth deep.
+func ParseStrict(data []byte, maxDepth int) (any, error) {
+	p := parser{data: data, ordered: true, strict: true, limit: maxDepth}
+	return p.top()
+}
+
+// ValidNumber reports whether s is exactly one JSON number literal.
+func ValidNumber(s string) bool {
+	if s == "" || s[0] != '-' && !isDigit(s[0]) {
+		return false
+	}
+	p := parser{data: []byte(s), strict: true}
+	_, err := p.number()
+	return err == nil && p.i == len(s)
+}
+
 func parse(data []byte, ordered bool) (any, error) {
-	p := parser{data: data, ordered: ordered}
+	p := parser{data: data, ordered: ordered, limit: maxDepth}
+	return p.top()
+}
+
+func (p *parser) top() (any, error) {
 	v, err := p.value(0)
 	if err != nil {
 		return nil, err
@@ -77,6 +104,8 @@ type parser struct {
 	data    []byte
 	i       int
 	ordered bool
+	strict  bool // ParseStrict
+	limit   int  // of nesting
 }
 
 // SyntaxError is a malformed JSON input.
@@ -154,7 +183,7 @@ func (p *parser) literal(lit string) error {
 }
 
 func (p *parser) object(depth int) (any, error) {
-	if depth > maxDepth {
+	if depth > p.limit {
 		return nil, &SyntaxError{"exceeded max depth", p.i + 1}
 	}
 	p.i++ // {
@@ -213,7 +242,7 @@ func (p *parser) object(depth int) (any, error) {
 }
 
 func (p *parser) array(depth int) (any, error) {
-	if depth > maxDepth {
+	if depth > p.limit {
 		return nil, &SyntaxError{"exceeded max depth", p.i + 1}
 	}
 	p.i++ // [
@@ -280,6 +309,9 @@ func (p *parser) number() (any, error) {
 		}
 	}
 	lit := string(p.data[start:p.i])
+	if p.strict {
+		return Number(lit), nil
+	}
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
 		return nil, &SyntaxError{"number " + lit + " is out of range", start + 1}
@@ -309,7 +341,8 @@ func hexValue(b []byte) rune {
 }
 
 // string decodes a string literal as encoding/json does: invalid UTF-8
-// bytes and unpaired surrogate escapes become U+FFFD.
+// bytes and unpaired surrogate escapes become U+FFFD (syntax errors when
+// strict).
 func (p *parser) string() (string, error) {
 	p.i++ // "
 	start := p.i
@@ -364,7 +397,16 @@ func (p *parser) string() (string, error) {
 					return "", p.syntax("in \\u hexadecimal character escape")
 				}
 				p.i += 4
-				if utf16.IsSurrogate(r) {
+				if p.strict && utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if p.i+2 < len(p.data) && p.data[p.i+1] == '\\' && p.data[p.i+2] == 'u' {
+						r2 = hexValue(p.data[p.i+3:])
+					}
+					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+						return "", &SyntaxError{"unpaired surrogate escape in string literal", p.i + 1}
+					}
+					p.i += 6
+				} else if utf16.IsSurrogate(r) {
 					r2 := rune(-1)
 					if p.i+2 < len(p.data) && p.data[p.i+1] == '\\' && p.data[p.i+2] == 'u' {
 						r2 = hexValue(p.data[p.i+3:])
@@ -386,6 +428,9 @@ func (p *parser) string() (string, error) {
 			p.i++
 		default:
 			r, n := utf8.DecodeRune(p.data[p.i:])
+			if p.strict && r == utf8.RuneError && n == 1 {
+				return "", &SyntaxError{"invalid UTF-8 in string literal", p.i + 1}
+			}
 			b = utf8.AppendRune(b, r)
 			p.i += n
 		}
