@@ -3,8 +3,9 @@
 // decodes to and encodes from the untyped values encoding/json uses for
 // any — nil, bool, float64, string, []any and map[string]any — plus Object,
 // an object that keeps its members in document order. Its results are those
-// of encoding/json (the differential fuzz tests check it); its error
-// messages are its own.
+// of encoding/json (the differential fuzz tests check it), except
+// ParseStrict's, which are protojson's tokenizer's (checked likewise); its
+// error messages are its own.
 //
 // It imports only the standard library, and no reflection.
 package jsonx
@@ -627,18 +628,3 @@ func AppendString(dst []byte, s string) []byte {
 // FoldName is the form encoding/json matches object member names to struct
 // fields in when no name matches exactly: upper case, rune by rune.
 func FoldName(name string) string { return strings.ToUpper(name) }
-
-// ValidString returns s with every byte that is not part of valid UTF-8
-// replaced by U+FFFD, as encoding/json would decode s after encoding it.
-func ValidString(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	b := make([]byte, 0, len(s)+8)
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		b = utf8.AppendRune(b, r)
-		i += n
-	}
-	return string(b)
-}

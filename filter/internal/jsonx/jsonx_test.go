@@ -141,10 +141,6 @@ func FuzzAppendString(f *testing.F) {
 		if got := AppendString(nil, s); !bytes.Equal(got, want) {
 			t.Fatalf("AppendString(%q) = %s, want %s", s, got, want)
 		}
-		var back string
-		if err := json.Unmarshal(want, &back); err != nil || back != ValidString(s) {
-			t.Fatalf("ValidString(%q) = %q, encoding/json round trip %q", s, ValidString(s), back)
-		}
 	})
 }
 
