@@ -107,8 +107,9 @@ const (
 type field[T any] struct {
 	json, proto string
 	kind        kind
-	repeated    bool // a repeated field; with kindList in savedGroups, a map's values
-	oneof       bool // in Attribute's oneof source
+	repeated    bool               // a repeated field; with kindList in savedGroups, a map's values
+	oneof       bool               // in Attribute's oneof source
+	str         func(m *T) *string // a string field (smaller than a set func each)
 	set         func(d *decoder, path string, v any, m *T)
 	reject      string
 }
@@ -121,9 +122,9 @@ const (
 
 // filterFields are FilterConfig's fields.
 var filterFields = []field[Filter]{
-	{json: "version", proto: "version", set: func(d *decoder, p string, v any, f *Filter) { f.Version = d.str(p, v) }},
-	{json: "unitHeader", proto: "unit_header", set: func(d *decoder, p string, v any, f *Filter) { f.UnitHeader = d.str(p, v) }},
-	{json: "headerPrefix", proto: "header_prefix", set: func(d *decoder, p string, v any, f *Filter) { f.HeaderPrefix = d.str(p, v) }},
+	{json: "version", proto: "version", str: func(f *Filter) *string { return &f.Version }},
+	{json: "unitHeader", proto: "unit_header", str: func(f *Filter) *string { return &f.UnitHeader }},
+	{json: "headerPrefix", proto: "header_prefix", str: func(f *Filter) *string { return &f.HeaderPrefix }},
 	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
 		f.Experiments = messages(d, p, v, experimentFields)
 	}},
@@ -133,8 +134,8 @@ var filterFields = []field[Filter]{
 	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
 		f.Attributes = messages(d, p, v, attributeFields)
 	}},
-	{json: "dictionaryHeader", proto: "dictionary_header", set: func(d *decoder, p string, v any, f *Filter) { f.DictionaryHeader = d.str(p, v) }},
-	{json: "versionHeader", proto: "version_header", set: func(d *decoder, p string, v any, f *Filter) { f.VersionHeader = d.str(p, v) }},
+	{json: "dictionaryHeader", proto: "dictionary_header", str: func(f *Filter) *string { return &f.DictionaryHeader }},
+	{json: "versionHeader", proto: "version_header", str: func(f *Filter) *string { return &f.VersionHeader }},
 	{json: "cacheSize", proto: "cache_size", kind: kindInt32, set: func(d *decoder, p string, v any, f *Filter) {
 		f.CacheSize = int(d.integer(p, v, 32))
 	}},
@@ -151,18 +152,18 @@ var filterFields = []field[Filter]{
 
 // attributeFields are Attribute's fields.
 var attributeFields = []field[Attribute]{
-	{json: "name", proto: "name", set: func(d *decoder, p string, v any, a *Attribute) { a.Name = d.str(p, v) }},
-	{json: "header", proto: "header", oneof: true, set: func(d *decoder, p string, v any, a *Attribute) { a.Header = d.str(p, v) }},
-	{json: "cookie", proto: "cookie", oneof: true, set: func(d *decoder, p string, v any, a *Attribute) { a.Cookie = d.str(p, v) }},
-	{json: "query", proto: "query", oneof: true, set: func(d *decoder, p string, v any, a *Attribute) { a.Query = d.str(p, v) }},
-	{json: "property", proto: "property", oneof: true, set: func(d *decoder, p string, v any, a *Attribute) { a.Property = d.str(p, v) }},
+	{json: "name", proto: "name", str: func(a *Attribute) *string { return &a.Name }},
+	{json: "header", proto: "header", oneof: true, str: func(a *Attribute) *string { return &a.Header }},
+	{json: "cookie", proto: "cookie", oneof: true, str: func(a *Attribute) *string { return &a.Cookie }},
+	{json: "query", proto: "query", oneof: true, str: func(a *Attribute) *string { return &a.Query }},
+	{json: "property", proto: "property", oneof: true, str: func(a *Attribute) *string { return &a.Property }},
 }
 
 // experimentFields are Experiment's fields: those the engine evaluates, then
 // those the control plane keeps for itself and strips before any proxy sees
 // them (translate.Definition).
 var experimentFields = []field[engine.Experiment]{
-	{json: "key", proto: "key", set: func(d *decoder, p string, v any, e *engine.Experiment) { e.Key = d.str(p, v) }},
+	{json: "key", proto: "key", str: func(e *engine.Experiment) *string { return &e.Key }},
 	{json: "variations", proto: "variations", kind: kindValue, repeated: true, set: func(d *decoder, p string, v any, e *engine.Experiment) {
 		d.list(p, v, func(p string, x any) { e.Variations = append(e.Variations, d.value(p, x, 3)) })
 	}},
@@ -173,14 +174,12 @@ var experimentFields = []field[engine.Experiment]{
 		c := d.double(p, v)
 		e.Coverage = &c
 	}},
-	{json: "hashAttribute", proto: "hash_attribute", set: func(d *decoder, p string, v any, e *engine.Experiment) { e.HashAttribute = d.str(p, v) }},
-	{json: "fallbackAttribute", proto: "fallback_attribute", set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.FallbackAttribute = d.str(p, v)
-	}},
+	{json: "hashAttribute", proto: "hash_attribute", str: func(e *engine.Experiment) *string { return &e.HashAttribute }},
+	{json: "fallbackAttribute", proto: "fallback_attribute", str: func(e *engine.Experiment) *string { return &e.FallbackAttribute }},
 	{json: "hashVersion", proto: "hash_version", kind: kindInt32, set: func(d *decoder, p string, v any, e *engine.Experiment) {
 		e.HashVersion = int(d.integer(p, v, 32))
 	}},
-	{json: "seed", proto: "seed", set: func(d *decoder, p string, v any, e *engine.Experiment) { e.Seed = d.str(p, v) }},
+	{json: "seed", proto: "seed", str: func(e *engine.Experiment) *string { return &e.Seed }},
 	{json: "namespace", proto: "namespace", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
 		e.Namespace = d.listValue(p, v, 3)
 	}},
@@ -282,7 +281,11 @@ func decodeMessage[T any](d *decoder, path string, obj jsonx.Object, fields []fi
 			d.rejectSet(p, f.kind, f.repeated, f.reject, mem.Value)
 			continue
 		}
-		f.set(d, p, mem.Value, m)
+		if f.str != nil {
+			*f.str(m) = d.str(p, mem.Value)
+		} else {
+			f.set(d, p, mem.Value, m)
+		}
 	}
 }
 

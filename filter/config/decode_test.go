@@ -410,18 +410,18 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 		switch fs := fs.(type) {
 		case []field[Filter]:
 			for _, f := range fs {
-				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, f.set != nil && f.reject == ""})
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, (f.set != nil || f.str != nil) && f.reject == ""})
 			}
 		case []field[Attribute]:
 			for _, f := range fs {
-				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, f.set != nil && f.reject == ""})
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, (f.set != nil || f.str != nil) && f.reject == ""})
 			}
 		case []field[engine.Experiment]:
 			for _, f := range fs {
-				if (f.set == nil) == (f.reject == "") {
+				if (f.set == nil && f.str == nil) == (f.reject == "") {
 					t.Errorf("Experiment.%s: decoded and rejected, or neither", f.proto)
 				}
-				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, f.set != nil})
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, f.set != nil || f.str != nil})
 			}
 		}
 		return out
