@@ -31,7 +31,9 @@ import (
 //     with duplicate keys or numbers beyond a double, nested at most
 //     recursionLimit messages deep.
 //
-// Deliberately unlike protojson, it rejects an experiment field the control
+// Deliberately unlike protojson, it reads JSON text by RFC 8259 (protojson's
+// tokenizer takes an exponent without digits before a delimiter, {"cacheSize":1e},
+// as 1), and it rejects an experiment field the control
 // plane keeps for itself (experimentFields' reject) when it carries a value,
 // and ranges that are not arrays of numbers (the engine's type).
 
