@@ -12,7 +12,8 @@ import (
 // fuzzTargets are the project's fuzz targets the reliability suite runs for
 // a bounded time: configuration decoders and the admin API's input paths.
 var fuzzTargets = []struct{ pkg, name, what string }{
-	{"./filter/plugin", "FuzzParseConfig", "the filter's configuration decoder (Struct wire format and JSON)"},
+	{"./filter/config", "FuzzParseConfig", "the filter's configuration decoder (Struct wire format and JSON)"},
+	{"./filter/config", "FuzzDecodeMatchesProtojson", "the configuration decoder against protojson"},
 	{"./filter/abi", "FuzzParsePairs", "the proxy-wasm header-map decoder"},
 	{"./filter/engine", "FuzzCompile", "experiment definitions (engine.Compile)"},
 	{"./filter/engine", "FuzzCondition", "targeting conditions and attributes"},

@@ -7,7 +7,9 @@
 // experiments: what the control plane accepts is exactly what a proxy runs.
 //
 // It decodes both forms Envoy may hand the filter: the protobuf encoding of
-// a google.protobuf.Struct holding the proto3 JSON form, and JSON text. It
+// a google.protobuf.Struct holding the proto3 JSON form, and JSON text —
+// strictly, as protojson does: exact field names, no unknown fields, no
+// values of the wrong type, and no control-plane fields with values. It
 // imports only the standard library, the engine and filter/internal/jsonx:
 // it is linked into the Wasm module, so it must never import gRPC, net/http,
 // the protobuf runtime, fmt, os, encoding/json, regexp or time.
@@ -50,7 +52,9 @@ type Filter struct {
 	VersionHeader        string
 	CacheSize            int
 	DisableExposureState bool
-	// AssignmentHeaders is the enum value's name ("" when unset).
+	// AssignmentHeaders is the enum value's name: "" when unset or 0, the
+	// decimal number for a number the enum does not define (proto3 enums
+	// are open; Check rejects it).
 	AssignmentHeaders string
 	CacheMaxBytes     int
 	Experiments       []engine.Experiment
@@ -124,7 +128,11 @@ func (f *Filter) Check() error {
 	switch f.AssignmentHeaders {
 	case "", AssignmentHeadersUnspecified, AssignmentHeadersAll, AssignmentHeadersDictionary:
 	default:
-		fail("assignmentHeaders", strconv.Quote(f.AssignmentHeaders)+" is not "+AssignmentHeadersAll+" or "+AssignmentHeadersDictionary)
+		v := strconv.Quote(f.AssignmentHeaders)
+		if _, err := strconv.Atoi(f.AssignmentHeaders); err == nil {
+			v = "enum number " + f.AssignmentHeaders
+		}
+		fail("assignmentHeaders", v+" is not "+AssignmentHeadersAll+" (1) or "+AssignmentHeadersDictionary+" (2)")
 	}
 	prefix := or(f.HeaderPrefix, DefaultHeaderPrefix)
 	for _, h := range []struct{ field, value string }{

@@ -3,11 +3,50 @@ package config
 import (
 	"bytes"
 	"errors"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
+
+// The decoder follows protojson (google.golang.org/protobuf/encoding/protojson,
+// Unmarshal with default options) field by field, as FuzzDecodeMatchesProtojson
+// checks:
+//
+//   - a field is named by its proto3 JSON name or its proto field name,
+//     exactly; any other name is an unknown field, and a field given twice
+//     (under either name) is an error;
+//   - null leaves a field unset, except a field of google.protobuf.Values
+//     (variations: protojson reads null as a Value, which a repeated field
+//     cannot take);
+//   - int32 and int64 fields take integral numbers (1, 1.0, 1e2) or strings
+//     holding one, in range; double fields numbers, numeric strings, "NaN",
+//     "Infinity" and "-Infinity"; bool fields true and false; the enum its
+//     value names or an int32 number (unknown numbers are kept for Check);
+//   - repeated fields take an array without nulls (except of Values), a map
+//     an object; Struct an object, ListValue an array, Value any JSON, none
+//     with duplicate keys or numbers beyond a double, nested at most
+//     recursionLimit messages deep.
+//
+// Deliberately unlike protojson, it reads JSON text by RFC 8259 (protojson's
+// tokenizer takes an exponent without digits before a delimiter, {"cacheSize":1e},
+// as 1), and it rejects an experiment field the control
+// plane keeps for itself (experimentFields' reject) when it carries a value,
+// and ranges that are not arrays of numbers (the engine's type).
+
+// recursionLimit is protojson's bound on nested messages
+// (protowire.DefaultRecursionLimit): the FilterConfig is at depth 1, an
+// experiment at 2, its condition at 3 and every google.protobuf.Value one
+// deeper than the Struct or ListValue holding it.
+const recursionLimit = 10000
+
+// maxNesting bounds the parsers' nesting (JSON containers, Struct encoding
+// levels) just above anything recursionLimit admits, so that the mapping,
+// not a parser, reports a configuration nested too deep, with its field.
+const maxNesting = recursionLimit + 2
 
 // wrapped is an error with context, as fmt.Errorf("%s: %w", msg, err) makes
 // it (the filter does not link fmt).
@@ -23,188 +62,590 @@ func (e *wrapped) Unwrap() error { return e.err }
 // the Struct's protobuf encoding, or JSON text. Empty input is the empty
 // configuration.
 func decode(data []byte) (Filter, error) {
-	var v any
-	if obj, err := decodeStructLazy(data); err == nil {
-		v = obj
-	} else if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
+	var obj jsonx.Object
+	if o, err := decodeStructLazy(data); err == nil {
+		obj = o
+	} else if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return Filter{}, &wrapped{"decode filter configuration: neither a google.protobuf.Struct nor JSON", err}
-	} else if len(t) > 0 {
-		if v, err = jsonx.ParseOrdered(data); err != nil {
+	} else {
+		v, err := jsonx.ParseStrict(data, maxNesting)
+		if err != nil {
 			return Filter{}, &wrapped{"decode filter configuration", err}
 		}
+		obj = v.(jsonx.Object) // the text starts with '{'
 	}
-	return mapConfig(v)
+	return mapFilter(obj)
 }
 
-// mapConfig maps a parsed FilterConfig (objects as jsonx.Object) onto
-// Filter the way encoding/json decodes into it: names match
-// case-insensitively when no name matches exactly, unknown names are
-// ignored, null leaves a field unset, and a later duplicate wins. A value of
-// the wrong type is an error naming its field, such as
-// "experiments[3].weights: want an array of numbers".
-func mapConfig(v any) (Filter, error) {
-	var raw Filter
-	if v == nil {
-		return raw, nil
-	}
-	obj, ok := v.(jsonx.Object)
-	if !ok {
-		return raw, errors.New("decode filter configuration: want an object")
-	}
-	var d jsonx.Decoder
-	for _, m := range obj {
-		switch jsonx.FoldName(m.Key) {
-		case "VERSION":
-			d.String("version", m.Value, &raw.Version)
-		case "UNITHEADER":
-			d.String("unitHeader", m.Value, &raw.UnitHeader)
-		case "HEADERPREFIX":
-			d.String("headerPrefix", m.Value, &raw.HeaderPrefix)
-		case "DICTIONARYHEADER":
-			d.String("dictionaryHeader", m.Value, &raw.DictionaryHeader)
-		case "VERSIONHEADER":
-			d.String("versionHeader", m.Value, &raw.VersionHeader)
-		case "CACHESIZE":
-			d.Int("cacheSize", m.Value, &raw.CacheSize)
-		case "DISABLEEXPOSURESTATE":
-			d.Bool("disableExposureState", m.Value, &raw.DisableExposureState)
-		case "ASSIGNMENTHEADERS":
-			d.String("assignmentHeaders", m.Value, &raw.AssignmentHeaders)
-		case "CACHEMAXBYTES":
-			d.Int("cacheMaxBytes", m.Value, &raw.CacheMaxBytes)
-		case "EXPERIMENTS":
-			raw.Experiments = mapList(&d, "experiments", m.Value, "an array of experiments", mapExperiment)
-		case "SAVEDGROUPS":
-			raw.SavedGroups = mapSavedGroups(&d, m.Value)
-		case "ATTRIBUTES":
-			raw.Attributes = mapList(&d, "attributes", m.Value, "an array of attributes", mapAttribute)
+// mapFilter maps a parsed FilterConfig onto Filter.
+func mapFilter(obj jsonx.Object) (Filter, error) {
+	var d decoder
+	var f Filter
+	decodeMessage(&d, "", obj, filterFields, &f)
+	return f, errors.Join(d.errs...)
+}
+
+// kind is the type of a field's value, as the descriptor test compares it
+// with the proto's.
+type kind uint8
+
+const (
+	kindString kind = iota
+	kindBool
+	kindInt32
+	kindInt64
+	kindDouble
+	kindEnum
+	kindMessage   // Experiment or Attribute
+	kindValue     // google.protobuf.Value
+	kindStruct    // google.protobuf.Struct
+	kindList      // google.protobuf.ListValue
+	kindTimestamp // google.protobuf.Timestamp
+)
+
+// field is one field of message T: its two names, its type and how the
+// decoder stores it, or (reject) why the filter configuration must leave it
+// at its default value.
+type field[T any] struct {
+	json, proto string
+	kind        kind
+	repeated    bool               // a repeated field; with kindList in savedGroups, a map's values
+	oneof       bool               // in Attribute's oneof source
+	str         func(m *T) *string // a string field (smaller than a set func each)
+	set         func(d *decoder, path string, v any, m *T)
+	reject      string
+}
+
+// Why an Experiment field is not part of the filter configuration.
+const (
+	controlPlaneOnly = "the control plane's field; proxies receive running experiments without it"
+	outputOnly       = "output-only metadata the control plane keeps; proxies receive experiments without it"
+)
+
+// filterFields are FilterConfig's fields.
+var filterFields = []field[Filter]{
+	{json: "version", proto: "version", str: func(f *Filter) *string { return &f.Version }},
+	{json: "unitHeader", proto: "unit_header", str: func(f *Filter) *string { return &f.UnitHeader }},
+	{json: "headerPrefix", proto: "header_prefix", str: func(f *Filter) *string { return &f.HeaderPrefix }},
+	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
+		f.Experiments = messages(d, p, v, experimentFields)
+	}},
+	{json: "savedGroups", proto: "saved_groups", kind: kindList, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
+		f.SavedGroups = d.savedGroups(p, v)
+	}},
+	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
+		f.Attributes = messages(d, p, v, attributeFields)
+	}},
+	{json: "dictionaryHeader", proto: "dictionary_header", str: func(f *Filter) *string { return &f.DictionaryHeader }},
+	{json: "versionHeader", proto: "version_header", str: func(f *Filter) *string { return &f.VersionHeader }},
+	{json: "cacheSize", proto: "cache_size", kind: kindInt32, set: func(d *decoder, p string, v any, f *Filter) {
+		f.CacheSize = int(d.integer(p, v, 32))
+	}},
+	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool, set: func(d *decoder, p string, v any, f *Filter) {
+		f.DisableExposureState = d.boolean(p, v)
+	}},
+	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum, set: func(d *decoder, p string, v any, f *Filter) {
+		f.AssignmentHeaders = d.enum(p, v)
+	}},
+	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32, set: func(d *decoder, p string, v any, f *Filter) {
+		f.CacheMaxBytes = int(d.integer(p, v, 32))
+	}},
+}
+
+// attributeFields are Attribute's fields.
+var attributeFields = []field[Attribute]{
+	{json: "name", proto: "name", str: func(a *Attribute) *string { return &a.Name }},
+	{json: "header", proto: "header", oneof: true, str: func(a *Attribute) *string { return &a.Header }},
+	{json: "cookie", proto: "cookie", oneof: true, str: func(a *Attribute) *string { return &a.Cookie }},
+	{json: "query", proto: "query", oneof: true, str: func(a *Attribute) *string { return &a.Query }},
+	{json: "property", proto: "property", oneof: true, str: func(a *Attribute) *string { return &a.Property }},
+}
+
+// experimentFields are Experiment's fields: those the engine evaluates, then
+// those the control plane keeps for itself and strips before any proxy sees
+// them (translate.Definition).
+var experimentFields = []field[engine.Experiment]{
+	{json: "key", proto: "key", str: func(e *engine.Experiment) *string { return &e.Key }},
+	{json: "variations", proto: "variations", kind: kindValue, repeated: true, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		d.list(p, v, func(p string, x any) { e.Variations = append(e.Variations, d.value(p, x, 3)) })
+	}},
+	{json: "weights", proto: "weights", kind: kindDouble, repeated: true, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		d.list(p, v, func(p string, x any) { e.Weights = append(e.Weights, d.double(p, x)) })
+	}},
+	{json: "coverage", proto: "coverage", kind: kindDouble, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		c := d.double(p, v)
+		e.Coverage = &c
+	}},
+	{json: "hashAttribute", proto: "hash_attribute", str: func(e *engine.Experiment) *string { return &e.HashAttribute }},
+	{json: "fallbackAttribute", proto: "fallback_attribute", str: func(e *engine.Experiment) *string { return &e.FallbackAttribute }},
+	{json: "hashVersion", proto: "hash_version", kind: kindInt32, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		e.HashVersion = int(d.integer(p, v, 32))
+	}},
+	{json: "seed", proto: "seed", str: func(e *engine.Experiment) *string { return &e.Seed }},
+	{json: "namespace", proto: "namespace", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		e.Namespace = d.listValue(p, v, 3)
+	}},
+	{json: "condition", proto: "condition", kind: kindStruct, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		e.Condition = d.structValue(p, v, 3)
+	}},
+	{json: "force", proto: "force", kind: kindInt32, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		f := int(d.integer(p, v, 32))
+		e.Force = &f
+	}},
+	{json: "filters", proto: "filters", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		e.Filters = d.listValue(p, v, 3)
+	}},
+	{json: "ranges", proto: "ranges", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
+		e.Ranges = d.ranges(p, v)
+	}},
+
+	{json: "status", proto: "status", reject: controlPlaneOnly},
+	{json: "description", proto: "description", reject: controlPlaneOnly},
+	{json: "owner", proto: "owner", reject: controlPlaneOnly},
+	{json: "services", proto: "services", repeated: true, reject: controlPlaneOnly},
+	{json: "startTime", proto: "start_time", kind: kindTimestamp, reject: controlPlaneOnly},
+	{json: "endTime", proto: "end_time", kind: kindTimestamp, reject: controlPlaneOnly},
+	{json: "revision", proto: "revision", kind: kindInt64, reject: outputOnly},
+	{json: "createTime", proto: "create_time", kind: kindTimestamp, reject: outputOnly},
+	{json: "updateTime", proto: "update_time", kind: kindTimestamp, reject: outputOnly},
+	{json: "createdBy", proto: "created_by", reject: outputOnly},
+	{json: "updatedBy", proto: "updated_by", reject: outputOnly},
+}
+
+// assignmentHeadersNames are the AssignmentHeaders values by number.
+var assignmentHeadersNames = []string{AssignmentHeadersUnspecified, AssignmentHeadersAll, AssignmentHeadersDictionary}
+
+// decoder collects every problem as an *engine.FieldError.
+type decoder struct{ errs []error }
+
+func (d *decoder) fail(path, msg string) {
+	d.errs = append(d.errs, &engine.FieldError{Path: path, Message: msg})
+}
+
+// member is the path of an object member: path.name, the name quoted
+// unless it is a plain identifier.
+func member(path, name string) string {
+	plain := name != ""
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			plain = false
 		}
 	}
-	return raw, errors.Join(d.Errs...)
+	if !plain {
+		name = strconv.Quote(name)
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
-// mapList maps an array of objects with one, null elements left zero. The
-// array is a []any, or a lazyList whose items are decoded one at a time.
-func mapList[T any](d *jsonx.Decoder, path string, v any, want string, one func(*jsonx.Decoder, string, jsonx.Object, *T)) []T {
-	if v == nil {
-		return nil
-	}
-	arr, isArr := v.([]any)
-	lazy, isLazy := v.(lazyList)
-	n := len(arr) + len(lazy.items)
-	if !isArr && !isLazy {
-		d.Errs = append(d.Errs, &jsonx.TypeError{Path: path, Want: want})
-		return nil
-	}
-	out := make([]T, n)
-	for i := range n {
-		var e any
-		if isArr {
-			e = arr[i]
-		} else {
-			var err error
-			if e, err = lazy.item(i); err != nil { // validated already: not expected
-				d.Errs = append(d.Errs, &wrapped{path + "[" + strconv.Itoa(i) + "]", err})
+func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// decodeMessage decodes the members of obj into m by fields.
+func decodeMessage[T any](d *decoder, path string, obj jsonx.Object, fields []field[T], m *T) {
+	var seen uint64 // by field index
+	oneof := ""     // the oneof member set
+	for _, mem := range obj {
+		i := 0
+		for i < len(fields) && mem.Key != fields[i].json && mem.Key != fields[i].proto {
+			i++
+		}
+		if i == len(fields) {
+			msg := "unknown field"
+			for _, f := range fields {
+				if strings.EqualFold(mem.Key, f.json) || strings.EqualFold(mem.Key, f.proto) {
+					msg += " (names are case-sensitive: " + strconv.Quote(f.json) + ")"
+					break
+				}
+			}
+			d.fail(member(path, mem.Key), msg)
+			continue
+		}
+		f := &fields[i]
+		p := member(path, f.json)
+		if seen&(1<<i) != 0 {
+			d.fail(p, "given twice")
+			continue
+		}
+		seen |= 1 << i
+		if mem.Value == nil && f.kind != kindValue {
+			continue // null: unset, except for a google.protobuf.Value (variations, where it is an error)
+		}
+		if f.oneof {
+			if oneof != "" {
+				d.fail(p, "only one of header, cookie, query or property may be set, and "+oneof+" is")
 				continue
 			}
+			oneof = f.json
 		}
-		p := path + "[" + strconv.Itoa(i) + "]"
-		switch x := e.(type) {
-		case nil:
-		case jsonx.Object:
-			one(d, p, x, &out[i])
-		default:
-			d.Errs = append(d.Errs, &jsonx.TypeError{Path: p, Want: "an object"})
+		if f.reject != "" {
+			d.rejectSet(p, f.kind, f.repeated, f.reject, mem.Value)
+			continue
+		}
+		if f.str != nil {
+			*f.str(m) = d.str(p, mem.Value)
+		} else {
+			f.set(d, p, mem.Value, m)
 		}
 	}
+}
+
+// messages decodes a repeated message field.
+func messages[T any](d *decoder, path string, v any, fields []field[T]) []T {
+	var out []T
+	d.list(path, v, func(p string, x any) {
+		var m T
+		if obj, ok := x.(jsonx.Object); ok {
+			decodeMessage(d, p, obj, fields, &m)
+		} else {
+			d.fail(p, "want an object")
+		}
+		out = append(out, m)
+	})
 	return out
 }
 
-func mapAttribute(d *jsonx.Decoder, p string, obj jsonx.Object, a *Attribute) {
-	for _, m := range obj {
-		switch jsonx.FoldName(m.Key) {
-		case "NAME":
-			d.String(p+".name", m.Value, &a.Name)
-		case "HEADER":
-			d.String(p+".header", m.Value, &a.Header)
-		case "COOKIE":
-			d.String(p+".cookie", m.Value, &a.Cookie)
-		case "QUERY":
-			d.String(p+".query", m.Value, &a.Query)
-		case "PROPERTY":
-			d.String(p+".property", m.Value, &a.Property)
+// list calls each with every element of an array: a []any, or a lazyList
+// whose items are decoded one at a time.
+func (d *decoder) list(path string, v any, each func(path string, x any)) {
+	switch x := v.(type) {
+	case []any:
+		for i, e := range x {
+			each(index(path, i), e)
 		}
+	case lazyList:
+		for i := range x.items {
+			e, err := x.item(i)
+			if err != nil { // validated already: not expected
+				d.errs = append(d.errs, &wrapped{index(path, i), err})
+				continue
+			}
+			each(index(path, i), e)
+		}
+	default:
+		d.fail(path, "want an array")
 	}
 }
 
-// mapExperiment maps one engine.Experiment by its JSON field names.
-func mapExperiment(d *jsonx.Decoder, p string, obj jsonx.Object, e *engine.Experiment) {
-	for _, m := range obj {
-		switch jsonx.FoldName(m.Key) {
-		case "KEY":
-			d.String(p+".key", m.Value, &e.Key)
-		case "VARIATIONS":
-			if m.Value == nil {
-				e.Variations = nil
-				break
-			}
-			arr, ok := m.Value.([]any)
-			if !ok {
-				d.Errs = append(d.Errs, &jsonx.TypeError{Path: p + ".variations", Want: "an array"})
-				break
-			}
-			e.Variations = make([]engine.RawMessage, len(arr))
-			for i, x := range arr {
-				e.Variations[i] = rawJSON(d, p+".variations["+strconv.Itoa(i)+"]", x)
-			}
-		case "WEIGHTS":
-			d.Floats(p+".weights", m.Value, &e.Weights)
-		case "COVERAGE":
-			d.FloatPtr(p+".coverage", m.Value, &e.Coverage)
-		case "HASHATTRIBUTE":
-			d.String(p+".hashAttribute", m.Value, &e.HashAttribute)
-		case "FALLBACKATTRIBUTE":
-			d.String(p+".fallbackAttribute", m.Value, &e.FallbackAttribute)
-		case "HASHVERSION":
-			d.Int(p+".hashVersion", m.Value, &e.HashVersion)
-		case "SEED":
-			d.String(p+".seed", m.Value, &e.Seed)
-		case "NAMESPACE":
-			e.Namespace = rawJSON(d, p+".namespace", m.Value)
-		case "CONDITION":
-			e.Condition = rawJSON(d, p+".condition", m.Value)
-		case "FORCE":
-			d.IntPtr(p+".force", m.Value, &e.Force)
-		case "FILTERS":
-			e.Filters = rawJSON(d, p+".filters", m.Value)
-		case "RANGES":
-			d.FloatMatrix(p+".ranges", m.Value, &e.Ranges)
-		}
+// rejectSet checks a field the filter configuration must leave at its
+// default value: it must have its type, and any other value is an error
+// naming the field. A timestamp is rejected without parsing it.
+func (d *decoder) rejectSet(path string, k kind, repeated bool, why string, v any) {
+	n := len(d.errs)
+	set := true
+	switch {
+	case repeated: // of strings
+		set = false
+		d.list(path, v, func(p string, x any) { d.str(p, x); set = true })
+	case k == kindString:
+		set = d.str(path, v) != ""
+	case k == kindInt64:
+		set = d.integer(path, v, 64) != 0
+	}
+	if set && len(d.errs) == n {
+		d.fail(path, "not part of the filter configuration ("+why+")")
 	}
 }
 
-// mapSavedGroups maps savedGroups: group name → the group's JSON.
-func mapSavedGroups(d *jsonx.Decoder, v any) map[string]engine.RawMessage {
-	if v == nil {
-		return nil
+func (d *decoder) str(path string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		d.fail(path, "want a string")
 	}
+	return s
+}
+
+func (d *decoder) boolean(path string, v any) bool {
+	b, ok := v.(bool)
+	if !ok {
+		d.fail(path, "want true or false")
+	}
+	return b
+}
+
+// integer decodes an int32 or int64 field (bits 32 or 64): a number, or a
+// string holding exactly one JSON number, with an integral value in range.
+// Numbers from a Struct are doubles; JSON numbers are read exactly, as
+// protojson reads them.
+func (d *decoder) integer(path string, v any, bits int) int64 {
+	var n int64
+	var err error
+	switch x := v.(type) {
+	case float64:
+		lim := math.Ldexp(1, bits-1)
+		switch {
+		case x != math.Trunc(x):
+			err = strconv.ErrSyntax
+		case x < -lim || x >= lim:
+			err = strconv.ErrRange
+		default:
+			n = int64(x)
+		}
+	case jsonx.Number:
+		n, err = intLiteral(string(x), bits)
+	case string:
+		err = strconv.ErrSyntax
+		if jsonx.ValidNumber(x) {
+			n, err = intLiteral(x, bits)
+		}
+	default:
+		err = strconv.ErrSyntax
+	}
+	switch err {
+	case nil:
+		return n
+	case strconv.ErrRange:
+		d.fail(path, "out of the int"+strconv.Itoa(bits)+" range")
+	default:
+		d.fail(path, "want an integer")
+	}
+	return 0
+}
+
+// intLiteral reads a valid JSON number literal as an integer of bits bits
+// the way protojson does (internal/encoding/json's normalizeToIntString):
+// in decimal, exactly, so 1e2 and 1.50e1 are integers and
+// 1.0000000000000000001 is not. The error is strconv.ErrSyntax for a value
+// that is not integral, strconv.ErrRange for one out of range.
+func intLiteral(lit string, bits int) (int64, error) {
+	s, neg := strings.CutPrefix(lit, "-")
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	intp, s := strings.TrimPrefix(s[:i], "0"), s[i:] // a leading 0 is the whole part
+	frac := ""
+	if strings.HasPrefix(s, ".") {
+		i = 1
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		frac, s = strings.TrimRight(s[1:i], "0"), s[i:]
+	}
+	if intp == "" && frac == "" {
+		return 0, nil
+	}
+	exp := 0
+	if s != "" { // e or E, then the exponent
+		e, err := strconv.ParseInt(s[1:], 10, 32)
+		if err != nil {
+			if s[1] == '-' {
+				return 0, strconv.ErrSyntax
+			}
+			return 0, strconv.ErrRange
+		}
+		exp = int(e)
+	}
+	var digits string
+	if exp >= 0 {
+		if len(frac) > exp {
+			return 0, strconv.ErrSyntax
+		}
+		if len(intp)+exp > 20 { // beyond any uint64
+			return 0, strconv.ErrRange
+		}
+		digits = intp + frac + strings.Repeat("0", exp-len(frac))
+	} else {
+		at := len(intp) + exp
+		if frac != "" || at < 0 || strings.TrimRight(intp[at:], "0") != "" {
+			return 0, strconv.ErrSyntax
+		}
+		digits = intp[:at]
+	}
+	if neg {
+		digits = "-" + digits
+	}
+	n, err := strconv.ParseInt(digits, 10, bits)
+	if err != nil {
+		return 0, strconv.ErrRange
+	}
+	return n, nil
+}
+
+// double decodes a double field: a number, a string holding exactly one
+// JSON number, "NaN", "Infinity" or "-Infinity".
+func (d *decoder) double(path string, v any) float64 {
+	lit := ""
+	switch x := v.(type) {
+	case float64:
+		return x
+	case jsonx.Number:
+		lit = string(x)
+	case string:
+		switch x {
+		case "NaN":
+			return math.NaN()
+		case "Infinity":
+			return math.Inf(1)
+		case "-Infinity":
+			return math.Inf(-1)
+		}
+		if jsonx.ValidNumber(x) {
+			lit = x
+		}
+	}
+	if lit == "" {
+		d.fail(path, "want a number")
+		return 0
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		d.fail(path, lit+" is out of a double's range")
+	}
+	return f
+}
+
+// enum decodes assignmentHeaders: a value name, or an int32 number. Known
+// numbers become names, unknown ones their decimal form (proto3 enums are
+// open), which Check rejects. The zero value is "", as when unset.
+func (d *decoder) enum(path string, v any) string {
+	if s, ok := v.(string); ok {
+		switch i := slices.Index(assignmentHeadersNames, s); {
+		case i == 0:
+			return ""
+		case i > 0:
+			return s
+		}
+		d.fail(path, strconv.Quote(s)+" is not "+AssignmentHeadersAll+", "+AssignmentHeadersDictionary+" or "+AssignmentHeadersUnspecified)
+		return ""
+	}
+	switch v.(type) {
+	case float64, jsonx.Number:
+	default:
+		d.fail(path, "want an enum value name or number")
+		return ""
+	}
+	n := d.integer(path, v, 32)
+	switch {
+	case n == 0:
+		return ""
+	case n > 0 && n < int64(len(assignmentHeadersNames)):
+		return assignmentHeadersNames[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// savedGroups decodes the map<string, ListValue> of saved groups.
+func (d *decoder) savedGroups(path string, v any) map[string]engine.RawMessage {
 	obj, ok := v.(jsonx.Object)
 	if !ok {
-		d.Errs = append(d.Errs, &jsonx.TypeError{Path: "savedGroups", Want: "an object"})
+		d.fail(path, "want an object")
 		return nil
 	}
-	out := make(map[string]engine.RawMessage, len(obj))
+	var out map[string]engine.RawMessage
 	for _, m := range obj {
-		out[m.Key] = rawJSON(d, "savedGroups."+m.Key, m.Value)
+		p := member(path, m.Key)
+		if _, dup := out[m.Key]; dup {
+			d.fail(p, "given twice")
+			continue
+		}
+		if out == nil {
+			out = make(map[string]engine.RawMessage, len(obj))
+		}
+		out[m.Key] = d.listValue(p, m.Value, 2)
 	}
 	return out
 }
 
-// rawJSON is v's JSON text, as engine.RawMessage holds it ("null" for null).
-func rawJSON(d *jsonx.Decoder, path string, v any) engine.RawMessage {
-	b, err := jsonx.Append(nil, v)
+// ranges decodes the ListValue of ranges into the engine's type: arrays of
+// numbers.
+func (d *decoder) ranges(path string, v any) [][]float64 {
+	out := [][]float64{}
+	d.list(path, v, func(p string, x any) {
+		var r []float64
+		if _, ok := x.([]any); !ok {
+			d.fail(p, "want an array of numbers")
+		} else {
+			d.list(p, x, func(p string, n any) {
+				switch n.(type) {
+				case float64, jsonx.Number:
+					r = append(r, d.double(p, n))
+				default:
+					d.fail(p, "want a number")
+				}
+			})
+		}
+		out = append(out, r)
+	})
+	return out
+}
+
+// structValue is a google.protobuf.Struct at message depth depth, as JSON.
+func (d *decoder) structValue(path string, v any, depth int) engine.RawMessage {
+	if _, ok := v.(jsonx.Object); !ok {
+		d.fail(path, "want an object")
+		return nil
+	}
+	return d.value(path, v, depth)
+}
+
+// listValue is a google.protobuf.ListValue at message depth depth, as JSON.
+func (d *decoder) listValue(path string, v any, depth int) engine.RawMessage {
+	if _, ok := v.([]any); !ok {
+		d.fail(path, "want an array")
+		return nil
+	}
+	return d.value(path, v, depth)
+}
+
+// value is a google.protobuf.Value (or the Struct or ListValue it holds)
+// at message depth depth, as JSON; nil when invalid.
+func (d *decoder) value(path string, v any, depth int) engine.RawMessage {
+	n := len(d.errs)
+	b := d.appendValue(nil, path, v, depth)
+	if len(d.errs) > n {
+		return nil
+	}
+	return b
+}
+
+func (d *decoder) appendValue(b []byte, path string, v any, depth int) []byte {
+	if depth > recursionLimit {
+		d.fail(path, "nested deeper than "+strconv.Itoa(recursionLimit)+" messages")
+		return b
+	}
+	switch x := v.(type) {
+	case jsonx.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil {
+			d.fail(path, string(x)+" is out of a double's range")
+			return b
+		}
+		v = f
+	case jsonx.Object:
+		var seen map[string]bool // for large objects; small ones are searched
+		if len(x) > 16 {
+			seen = make(map[string]bool, len(x))
+		}
+		b = append(b, '{')
+		for i, m := range x {
+			p := member(path, m.Key)
+			if dup := seen[m.Key] || seen == nil && slices.ContainsFunc(x[:i], func(o jsonx.Member) bool { return o.Key == m.Key }); dup {
+				d.fail(p, "given twice")
+			} else if seen != nil {
+				seen[m.Key] = true
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(jsonx.AppendString(b, m.Key), ':')
+			b = d.appendValue(b, p, m.Value, depth+1)
+		}
+		return append(b, '}')
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = d.appendValue(b, index(path, i), e, depth+1)
+		}
+		return append(b, ']')
+	}
+	b, err := jsonx.Append(b, v)
 	if err != nil { // parsed values always encode
-		d.Errs = append(d.Errs, &wrapped{path, err})
+		d.errs = append(d.errs, &wrapped{path, err})
 	}
 	return b
 }

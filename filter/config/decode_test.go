@@ -1,233 +1,406 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"math"
-	"reflect"
-	"strconv"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/internal/jsonx"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
-// oracleConfig decodes a configuration the way ParseConfig did before it
-// dropped encoding/json: the Struct converted to JSON text, then
-// json.Unmarshal into Filter. (It used a json.Decoder, which ignored
-// data after the object; decodeConfig rejects it, as json.Unmarshal does.)
-func oracleConfig(data []byte) (Filter, error) {
-	var raw Filter
-	if js, err := oracleStructJSON(data, 0); err == nil {
-		data = js
-	} else if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
-		return raw, err
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return raw, nil
-	}
-	return raw, json.Unmarshal(data, &raw)
-}
-
-// oracleStructJSON is the former structToJSON, keys quoted as JSON.
-func oracleStructJSON(b []byte, depth int) ([]byte, error) {
-	obj, err := structObject(b, depth, build) // the wire decoding is not under test here
-	if err != nil {
-		return nil, err
-	}
-	return oracleAppend(nil, obj), nil
-}
-
-func oracleAppend(out []byte, v any) []byte {
-	switch x := v.(type) {
-	case jsonx.Object:
-		out = append(out, '{')
-		for i, m := range x {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			k, _ := json.Marshal(m.Key)
-			out = append(append(out, k...), ':')
-			out = oracleAppend(out, m.Value)
-		}
-		return append(out, '}')
-	case []any:
-		out = append(out, '[')
-		for i, e := range x {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = oracleAppend(out, e)
-		}
-		return append(out, ']')
-	case float64:
-		return strconv.AppendFloat(out, x, 'g', -1, 64)
-	}
-	s, _ := json.Marshal(v)
-	return append(out, s...)
+// deep nests a condition n google.protobuf.Values deep: the condition is
+// at message depth 3, so its innermost Value at 3+n.
+func deep(n int) string {
+	return `{"experiments":[{"condition":` + strings.Repeat(`{"a":`, n) + `1` + strings.Repeat(`}`, n) + `}]}`
 }
 
 var decodeSeeds = []string{
-	`{"":1e700}`, // found by FuzzDecodeConfig: out of range under an ignored name
-	``, `{}`, `null`, `[]`, `"x"`, `{"version":"v1","cacheSize":5,"cacheMaxBytes":1e3,"disableExposureState":true}`,
-	`{"experiments":[{"key":"k","variations":["a",1,true,null,{"x":[1]}],"weights":[0.5,null],"coverage":0.5,"force":1,
-	  "active":false,"ranges":[[0,0.5],null,[null,1]],"namespace":["n",0,1],"condition":{"b":1,"a":{"$in":[1]}},
-	  "filters":[{"seed":"s"}],"services":["a",null],"hashVersion":2,"seed":"s","status":"running","owner":"o",
-	  "description":"d","startTime":"t","endTime":"u","hashAttribute":"h","fallbackAttribute":"f"},null]}`,
-	`{"savedGroups":{"g":[1,"2"],"h":null,"i":{"<":"&"}},"attributes":[{"name":"n","header":"h"},null,{"NAME":"x","Cookie":"c"}]}`,
-	`{"cacheSize":1.5}`, `{"cacheSize":"1"}`, `{"experiments":{}}`, `{"experiments":[1]}`, `{"experiments":[{"weights":"x"}]}`,
-	`{"experiments":[{"variations":"x"}]}`, `{"experiments":[{"force":true}]}`, `{"attributes":[{"name":1}]}`,
-	`{"savedGroups":[]}`, `{"UnitHeader":"a","unitheader":"b"}`, `{"ſeed":1,"experiments":[{"ſeed":"x","KEY":"k"}]}`,
-	`{"cacheSize":-0}`, `{"cacheSize":1e2}`, `{"cacheSize":9223372036854775807}`,
-	"{\"version\":\"\xff\"}", `{"version":"\ud800"}`,
-	string(pbStruct("version", pbString("v1"), "cacheSize", pbNumber(1e6), "experiments", pbList(pbObject(pbStruct(
-		"key", pbString("k"), "variations", pbList(pbString("a"), pbNumber(-0.0), pbString("\xff<")),
-		"condition", pbObject(pbStruct("z", pbNumber(1e-7), "a", pbNull()))))))),
-	string(pbStruct("attributes", pbList(pbObject(pbStruct("name", pbString("n"), "query", pbString("q")))))),
-	string(pbStruct("cacheSize", pbNumber(0.5))),
+	``, `{}`, `null`, `[]`, `"x"`, ` {}`, "\n{}", `{} {}`,
+	// Every field by both names, and as null.
+	`{"version":"v1","unitHeader":"x-a","headerPrefix":"x-e-","dictionaryHeader":"x-d","versionHeader":"x-v","cacheSize":5,
+	  "disableExposureState":true,"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","cacheMaxBytes":"1e3",
+	  "savedGroups":{"g":[1,"2"],"h":[]},"attributes":[{"name":"n","header":"h"},{"name":"c","cookie":"c"},{"name":"q","query":"q"},{"name":"p","property":"request.path"}]}`,
+	`{"version":"v1","unit_header":"x-a","header_prefix":"x-e-","dictionary_header":"x-d","version_header":"x-v","cache_size":5,
+	  "disable_exposure_state":false,"assignment_headers":2,"cache_max_bytes":-1,"saved_groups":{"g":[{"a":null}]}}`,
+	`{"version":null,"unitHeader":null,"headerPrefix":null,"experiments":null,"savedGroups":null,"attributes":null,"dictionaryHeader":null,
+	  "versionHeader":null,"cacheSize":null,"disableExposureState":null,"assignmentHeaders":null,"cacheMaxBytes":null}`,
+	`{"experiments":[{"key":"k","variations":["a",1,true,null,{"x":[1]}],"weights":[0.5,"0.5"],"coverage":0.5,"hashAttribute":"h",
+	  "fallbackAttribute":"f","hashVersion":2,"seed":"s","namespace":["n",0,1],"condition":{"b":1,"a":{"$in":[1]}},"force":1,
+	  "filters":[{"seed":"s","ranges":[[0,1]]}],"ranges":[[0,0.5],[0.5,1]]}]}`,
+	`{"experiments":[{"key":"k","hash_attribute":"h","fallback_attribute":"f","hash_version":"2","force":null,"coverage":null,
+	  "namespace":null,"condition":null,"filters":null,"ranges":null,"variations":null,"weights":null}]}`,
+	// Control-plane and output-only fields: defaults, then values.
+	`{"experiments":[{"status":"","description":"","owner":"","services":[],"startTime":null,"endTime":null,"revision":"0",
+	  "createTime":null,"updateTime":null,"createdBy":"","updatedBy":""}]}`,
+	`{"experiments":[{"start_time":null,"end_time":null,"revision":0,"create_time":null,"update_time":null,"created_by":"","updated_by":""}]}`,
+	`{"experiments":[{"status":"paused","description":"d","owner":"o","services":["a"],"startTime":"2024-01-01T00:00:00Z",
+	  "endTime":"2025-01-01T00:00:00Z","revision":3,"createTime":"2024-01-01T00:00:00Z","updateTime":"2024-01-01T00:00:00Z",
+	  "createdBy":"a","updatedBy":"b"}]}`,
+	`{"experiments":[{"startTime":"not a time"}]}`, `{"experiments":[{"revision":1.5}]}`, `{"experiments":[{"services":[null]}]}`,
+	`{"experiments":[{"services":[""]}]}`, `{"experiments":[{"status":1}]}`, `{"experiments":[{"startTime":5}]}`,
+	// Unknown fields, wrong case, duplicates.
+	`{"cacheSizee":1}`, `{"UnitHeader":"a"}`, `{"experiments":[{},{},{},{"weigths":[1]}]}`, `{"unitHeader":"a","unit_header":"b"}`,
+	`{"version":null,"version":"v"}`, `{"savedGroups":{"g":[],"g":[]}}`, `{"experiments":[{"condition":{"a":1,"a":2}}]}`,
+	`{"experiments":[{"variations":[{"a":1,"a":1}]}]}`, `{"attributes":[{"name":"n","header":"h","cookie":"c"}]}`,
+	`{"attributes":[{"name":"n","header":null,"cookie":"c"}]}`, `{"attributes":[{"name":"n","header":"","cookie":""}]}`,
+	`{"attributes":[{"name":"n","source":"h"}]}`, `{"ſeed":1}`, `{"experiments":[{"KEY":"k"}]}`,
+	// Integers.
+	`{"cacheSize":1.5}`, `{"cacheSize":"1"}`, `{"cacheSize":" 1"}`, `{"cacheSize":"1 "}`, `{"cacheSize":1e2}`, `{"cacheSize":1.0}`,
+	`{"cacheSize":"1e2"}`, `{"cacheSize":-0}`, `{"cacheSize":"-0"}`, `{"cacheSize":0.0e999999999999}`, `{"cacheSize":1.0000000000000000001}`,
+	`{"cacheSize":2147483647}`, `{"cacheSize":2147483648}`, `{"cacheSize":-2147483648}`, `{"cacheSize":-2147483649}`,
+	`{"cacheSize":9223372036854775807}`, `{"cacheSize":1e400}`, `{"cacheSize":1e-400}`, `{"cacheSize":10e-1}`, `{"cacheSize":100e-3}`,
+	`{"cacheSize":0.05e2}`, `{"cacheSize":"0x10"}`, `{"cacheSize":true}`, `{"cacheSize":[]}`, `{"cacheSize":"NaN"}`,
+	`{"cacheSize":1e9999999999}`, `{"cacheSize":1e-9999999999}`, `{"cacheSize":12345678901234567890e-10}`,
+	`{"experiments":[{"revision":"9223372036854775807"}]}`, `{"experiments":[{"revision":9223372036854775808}]}`,
+	`{"experiments":[{"revision":-0.0}]}`, `{"experiments":[{"force":"0"}]}`, `{"experiments":[{"hashVersion":1e0}]}`,
+	// Doubles.
+	`{"experiments":[{"weights":["NaN","Infinity","-Infinity",1e308,"1e308","-0"]}]}`, `{"experiments":[{"weights":[1e309]}]}`,
+	`{"experiments":[{"weights":["nan"]}]}`, `{"experiments":[{"weights":[null]}]}`, `{"experiments":[{"weights":"x"}]}`,
+	`{"experiments":[{"coverage":"0.5"}]}`, `{"experiments":[{"coverage":" 0.5"}]}`, `{"experiments":[{"coverage":true}]}`,
+	`{"experiments":[{"coverage":"1e400"}]}`, `{"experiments":[{"coverage":1e-400}]}`,
+	// Booleans and the enum.
+	`{"disableExposureState":"true"}`, `{"disableExposureState":1}`, `{"assignmentHeaders":1}`, `{"assignmentHeaders":1.0}`,
+	`{"assignmentHeaders":"1"}`, `{"assignmentHeaders":7}`, `{"assignmentHeaders":-1}`, `{"assignmentHeaders":1.5}`,
+	`{"assignmentHeaders":"ASSIGNMENT_HEADERS_UNSPECIFIED"}`, `{"assignmentHeaders":"assignment_headers_all"}`,
+	`{"assignmentHeaders":2147483648}`, `{"assignmentHeaders":true}`,
+	// Lists, messages, Structs, ListValues.
+	`{"experiments":{}}`, `{"experiments":[1]}`, `{"experiments":[null]}`, `{"attributes":[null]}`, `{"attributes":[{"name":1}]}`,
+	`{"savedGroups":[]}`, `{"savedGroups":{"g":null}}`, `{"savedGroups":{"g":{}}}`, `{"savedGroups":{"":[1e400]}}`,
+	`{"experiments":[{"variations":"x"}]}`, `{"experiments":[{"variations":[1e400]}]}`, `{"experiments":[{"condition":[]}]}`,
+	`{"experiments":[{"condition":"x"}]}`, `{"experiments":[{"namespace":{}}]}`, `{"experiments":[{"filters":"x"}]}`,
+	`{"experiments":[{"namespace":[],"condition":{},"filters":[],"ranges":[]}]}`, `{"experiments":[{"ranges":[[0,"x"]]}]}`,
+	`{"experiments":[{"ranges":[null]}]}`, `{"experiments":[{"ranges":[[null]]}]}`, `{"experiments":[{"ranges":["x",[]]}]}`,
+	`{"experiments":[{"ranges":[[1e400]]}]}`, `{"experiments":[{"ranges":{}}]}`,
+	// Strings.
+	"{\"version\":\"\xff\"}", `{"version":"\ud800"}`, `{"version":"\udc00\ud800"}`, `{"version":"\ud83d\ude00"}`, `{"version":"\u0000"}`,
+	"{\"\xff\":1}", `{"experiments":[{"condition":{"\ud800":1}}]}`, `{"version":1}`,
+	// Nesting around protojson's limit.
+	deep(9990), deep(9997), deep(9998), deep(9999), `{"experiments":[{"variations":[` + strings.Repeat(`[`, 9997) + strings.Repeat(`]`, 9997) + `]}]}`,
+	`{"experiments":[{"variations":[` + strings.Repeat(`[`, 9998) + strings.Repeat(`]`, 9998) + `]}]}`,
 }
 
-// hasFoldedDuplicates reports whether some object has two names that
-// encoding/json matches to the same field: it then merges the values into
-// one (reusing slices and maps), which decodeConfig does not reproduce.
-func hasFoldedDuplicates(v any) bool {
-	switch x := v.(type) {
-	case jsonx.Object:
-		seen := map[string]bool{}
-		for _, m := range x {
-			k := jsonx.FoldName(m.Key)
-			if seen[k] || hasFoldedDuplicates(m.Value) {
-				return true
-			}
-			seen[k] = true
-		}
-	case []any:
-		for _, e := range x {
-			if hasFoldedDuplicates(e) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// integralLiteral reports whether err is encoding/json refusing an integral
-// literal such as 1.0 or 1e2 for an int field, which decodeConfig accepts.
-func integralLiteral(err error) bool {
-	var te *json.UnmarshalTypeError
-	if !errors.As(err, &te) || te.Type.Kind() != reflect.Int {
-		return false
-	}
-	lit, ok := strings.CutPrefix(te.Value, "number ")
-	f, perr := strconv.ParseFloat(lit, 64)
-	return ok && perr == nil && f == math.Trunc(f)
-}
-
-// canonical replaces every raw JSON value by its canonical encoding.
-func canonical(t *testing.T, rc *Filter) {
+// canon is raw JSON's canonical encoding: keys sorted, numbers as
+// encoding/json writes them.
+func canon(t *testing.T, r []byte) engine.RawMessage {
 	t.Helper()
-	canon := func(r engine.RawMessage) engine.RawMessage {
+	if r == nil {
+		return nil
+	}
+	v, err := jsonx.Parse(r)
+	if err != nil {
+		t.Fatalf("raw value %q: %v", r, err)
+	}
+	b, err := jsonx.Append(nil, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dump prints a Filter for comparison: raw values canonical, NaN equal to
+// NaN, nil distinct from empty.
+func dump(t *testing.T, f *Filter) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q %q %q %q %q %d %v %q %d\n", f.Version, f.UnitHeader, f.HeaderPrefix, f.DictionaryHeader, f.VersionHeader,
+		f.CacheSize, f.DisableExposureState, f.AssignmentHeaders, f.CacheMaxBytes)
+	raw := func(r engine.RawMessage) string {
 		if r == nil {
+			return "<nil>"
+		}
+		return string(canon(t, r))
+	}
+	for _, e := range f.Experiments {
+		vars := make([]string, len(e.Variations))
+		for i, v := range e.Variations {
+			vars[i] = raw(v)
+		}
+		cov, force := "<nil>", "<nil>"
+		if e.Coverage != nil {
+			cov = fmt.Sprint(*e.Coverage)
+		}
+		if e.Force != nil {
+			force = fmt.Sprint(*e.Force)
+		}
+		fmt.Fprintf(&b, "experiment %q %q %#v %s %q %q %d %q %s %s %s %s %#v\n", e.Key, vars, e.Weights, cov, e.HashAttribute,
+			e.FallbackAttribute, e.HashVersion, e.Seed, raw(e.Namespace), raw(e.Condition), force, raw(e.Filters), e.Ranges)
+	}
+	if f.SavedGroups != nil {
+		keys := make([]string, 0, len(f.SavedGroups))
+		for k := range f.SavedGroups {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "group %q %s\n", k, raw(f.SavedGroups[k]))
+		}
+	}
+	for _, a := range f.Attributes {
+		fmt.Fprintf(&b, "attribute %#v\n", a)
+	}
+	return b.String()
+}
+
+// fromProto converts protojson's result to Filter by hand: what Decode must
+// return. rejected are the experiment fields Decode must reject (set, and
+// not the filter's); badRanges reports ranges Filter cannot hold.
+func fromProto(t *testing.T, pb *filterv1.FilterConfig) (f Filter, rejected []string, badRanges bool) {
+	t.Helper()
+	marshal := func(m proto.Message) engine.RawMessage {
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			t.Fatalf("protojson.Marshal(%v): %v", m, err)
+		}
+		return canon(t, b)
+	}
+	f = Filter{Version: pb.Version, UnitHeader: pb.UnitHeader, HeaderPrefix: pb.HeaderPrefix, DictionaryHeader: pb.DictionaryHeader,
+		VersionHeader: pb.VersionHeader, CacheSize: int(pb.CacheSize), DisableExposureState: pb.DisableExposureState,
+		CacheMaxBytes: int(pb.CacheMaxBytes)}
+	switch n := pb.AssignmentHeaders; n {
+	case filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_UNSPECIFIED:
+	case filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_ALL, filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY:
+		f.AssignmentHeaders = n.String()
+	default:
+		f.AssignmentHeaders = fmt.Sprint(int32(n))
+	}
+	for _, e := range pb.Experiments {
+		x := engine.Experiment{Key: e.Key, HashAttribute: e.HashAttribute, FallbackAttribute: e.FallbackAttribute,
+			HashVersion: int(e.HashVersion), Seed: e.Seed}
+		for _, v := range e.Variations {
+			x.Variations = append(x.Variations, marshal(v))
+		}
+		if len(e.Weights) > 0 {
+			x.Weights = e.Weights
+		}
+		if e.Coverage != nil {
+			c := *e.Coverage
+			x.Coverage = &c
+		}
+		if e.Force != nil {
+			n := int(*e.Force)
+			x.Force = &n
+		}
+		if e.Namespace != nil {
+			x.Namespace = marshal(e.Namespace)
+		}
+		if e.Condition != nil {
+			x.Condition = marshal(e.Condition)
+		}
+		if e.Filters != nil {
+			x.Filters = marshal(e.Filters)
+		}
+		if e.Ranges != nil {
+			x.Ranges = [][]float64{}
+			for _, r := range e.Ranges.Values {
+				var row []float64
+				if r.GetListValue() == nil {
+					badRanges = true
+				}
+				for _, n := range r.GetListValue().GetValues() {
+					if _, ok := n.Kind.(*structpb.Value_NumberValue); !ok {
+						badRanges = true
+					}
+					row = append(row, n.GetNumberValue())
+				}
+				x.Ranges = append(x.Ranges, row)
+			}
+		}
+		m := e.ProtoReflect()
+		for _, fl := range experimentFields {
+			if fl.reject != "" && m.Has(m.Descriptor().Fields().ByName(protoreflect.Name(fl.proto))) {
+				rejected = append(rejected, fl.json)
+			}
+		}
+		f.Experiments = append(f.Experiments, x)
+	}
+	for k, g := range pb.SavedGroups {
+		if f.SavedGroups == nil {
+			f.SavedGroups = map[string]engine.RawMessage{}
+		}
+		f.SavedGroups[k] = marshal(g)
+	}
+	for _, a := range pb.Attributes {
+		f.Attributes = append(f.Attributes, Attribute{Name: a.Name, Header: a.GetHeader(), Cookie: a.GetCookie(),
+			Query: a.GetQuery(), Property: a.GetProperty()})
+	}
+	return f, rejected, badRanges
+}
+
+// fieldErrors are err's joined *engine.FieldErrors (nil when another
+// error is among them).
+func fieldErrors(err error) []*engine.FieldError {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	var out []*engine.FieldError
+	for _, e := range errs {
+		fe, ok := e.(*engine.FieldError)
+		if !ok {
 			return nil
 		}
-		v, err := jsonx.ParseOrdered(r)
-		if err != nil {
-			t.Fatalf("raw value %q: %v", r, err)
-		}
-		b, err := jsonx.Append(nil, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		out = append(out, fe)
 	}
-	for i := range rc.Experiments {
-		e := &rc.Experiments[i]
-		for j := range e.Variations {
-			e.Variations[j] = canon(e.Variations[j])
-		}
-		e.Namespace, e.Condition, e.Filters = canon(e.Namespace), canon(e.Condition), canon(e.Filters)
-	}
-	for k, g := range rc.SavedGroups {
-		rc.SavedGroups[k] = canon(g)
-	}
+	return out
 }
 
-func checkDecode(t *testing.T, data []byte) {
+// emptyExponent finds a number whose exponent has no digits, 1e or 1e+.
+var emptyExponent = regexp.MustCompile(`[0-9][eE][+-]?([^0-9+-]|$)`)
+
+// checkProtojson compares Decode of JSON text with protojson.Unmarshal into
+// FilterConfig, then Decode of the Struct encoding of the same JSON with
+// Decode of the JSON the Struct holds.
+func checkProtojson(t *testing.T, data []byte) {
 	t.Helper()
-	want, werr := oracleConfig(data)
-	got, err := decode(data)
-	if parsed, perr := decodeParsed(data); perr == nil && hasFoldedDuplicates(parsed) {
+	if _, err := decodeStruct(data); err == nil {
+		return // a Struct encoding, not JSON text (protojson rejects it)
+	}
+	got, err := Decode(data)
+	var pb filterv1.FilterConfig
+	perr := protojson.Unmarshal(data, &pb)
+	switch {
+	case perr == nil && emptyExponent.Match(data) && !json.Valid(data):
+		// protojson's tokenizer takes an exponent without digits before a
+		// delimiter ({"cacheSize":1e}, read as 1); Decode follows RFC 8259.
+		if err == nil {
+			t.Fatalf("Decode(%q) accepted invalid JSON", data)
+		}
 		return
-	}
-	if bigInteger(data) {
-		return // above 2^53 a float64 cannot hold every integer literal
-	}
-	if werr != nil && err == nil && integralLiteral(werr) {
-		return
-	}
-	var se *jsonx.SyntaxError
-	if werr == nil && errors.As(err, &se) && strings.HasSuffix(se.Msg, "is out of range") {
-		return // jsonx rejects 1e700 anywhere; encoding/json only where a float64 receives it
-	}
-	if (err == nil) != (werr == nil) {
-		t.Fatalf("decode(%q) error %v, encoding/json %v", data, err, werr)
-	}
-	if err != nil {
-		return
-	}
-	canonical(t, &want)
-	canonical(t, &got)
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("decode(%q) =\n%#v\nencoding/json\n%#v", data, got, want)
-	}
-}
-
-func decodeParsed(data []byte) (any, error) {
-	if obj, err := decodeStruct(data); err == nil {
-		return obj, nil
-	}
-	return jsonx.ParseOrdered(data)
-}
-
-func bigInteger(data []byte) bool {
-	run := 0
-	for _, c := range data {
-		if c >= '0' && c <= '9' {
-			if run++; run >= 16 {
-				return true
+	case perr != nil && err == nil:
+		t.Fatalf("Decode(%q) accepted; protojson: %v", data, perr)
+	case perr != nil:
+	default:
+		want, rejected, badRanges := fromProto(t, &pb)
+		if len(rejected) == 0 && !badRanges {
+			if err != nil {
+				t.Fatalf("Decode(%q): %v; protojson accepts it", data, err)
 			}
-		} else {
-			run = 0
+			if g, w := dump(t, got), dump(t, &want); g != w {
+				t.Fatalf("Decode(%q) =\n%s\nprotojson\n%s", data, g, w)
+			}
+			break
+		}
+		// The only differences: a control-plane field with a value, and
+		// ranges that are not arrays of numbers.
+		fes := fieldErrors(err)
+		if err == nil || fes == nil {
+			t.Fatalf("Decode(%q) = %v; want field errors for %q (ranges: %v)", data, err, rejected, badRanges)
+		}
+		for _, fe := range fes {
+			name := fe.Path[strings.LastIndexByte(fe.Path, '.')+1:]
+			if !(slices.Contains(rejected, name) && strings.HasPrefix(fe.Message, "not part of the filter configuration (")) &&
+				!(badRanges && strings.Contains(fe.Path, ".ranges")) {
+				t.Fatalf("Decode(%q): %v; protojson accepts all but %q (ranges: %v)", data, fe, rejected, badRanges)
+			}
 		}
 	}
-	return false
+	checkStructForm(t, data)
 }
 
-// TestDecodeConfig compares decodeConfig with encoding/json on the seeds.
-func TestDecodeConfig(t *testing.T) {
-	for _, s := range decodeSeeds {
-		checkDecode(t, []byte(s))
+// checkStructForm: when protojson reads data as a google.protobuf.Struct,
+// Decode of its protobuf encoding (what Envoy hands the filter) equals
+// Decode of the JSON it holds — protojson's rendering of it, in which
+// numbers are doubles, as in the encoding, and keys sorted, as in the
+// deterministic encoding.
+func checkStructForm(t *testing.T, data []byte) {
+	t.Helper()
+	var s structpb.Struct
+	if protojson.Unmarshal(data, &s) != nil {
+		return
+	}
+	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := protojson.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, aerr := Decode(wire)
+	b, berr := Decode(js)
+	if fmt.Sprint(aerr) != fmt.Sprint(berr) {
+		t.Fatalf("Struct of %q: Decode error\n%v\nfrom JSON %s\n%v", data, aerr, js, berr)
+	}
+	if aerr == nil {
+		if g, w := dump(t, a), dump(t, b); g != w {
+			t.Fatalf("Struct of %q: Decode =\n%s\nfrom JSON %s\n%s", data, g, js, w)
+		}
 	}
 }
 
-// TestDecodeConfigErrors: type errors name their field.
-func TestDecodeConfigErrors(t *testing.T) {
+func TestDecodeMatchesProtojson(t *testing.T) {
+	for _, s := range decodeSeeds {
+		checkProtojson(t, []byte(s))
+	}
+}
+
+// FuzzDecodeMatchesProtojson: Decode accepts exactly what protojson
+// accepts, with equal results, but for the control plane's fields, and the
+// Struct form decodes as the JSON it holds.
+func FuzzDecodeMatchesProtojson(f *testing.F) {
+	for _, s := range decodeSeeds {
+		if len(s) < 4096 {
+			f.Add([]byte(s))
+		}
+	}
+	f.Fuzz(checkProtojson)
+}
+
+// TestDecodeErrors: every problem is reported, with its field path.
+func TestDecodeErrors(t *testing.T) {
+	cp := "not part of the filter configuration (" + controlPlaneOnly + ")"
 	for in, want := range map[string]string{
-		`{"cacheSize":1.5}`: "cacheSize: want an integer",
-		`{"experiments":[{},{},{},{"weights":[0.5,"x"]}]}`:    "experiments[3].weights: want an array of numbers",
-		`{"experiments":[{"key":"k","variations":"ab"}]}`:     "experiments[0].variations: want an array",
-		`{"attributes":[{"name":"n"},5]}`:                     "attributes[1]: want an object",
-		`{"savedGroups":[1]}`:                                 "savedGroups: want an object",
-		`{"experiments":[{"force":0.5,"active":"yes"}]}`:      "experiments[0].force: want an integer",
-		`{"version":"v1"} {}`:                                 "decode filter configuration: invalid character '{' after top-level value",
-		string(pbStruct("cacheSize", pbNumber(1e6))) + "\x00": "decode filter configuration: neither a google.protobuf.Struct nor JSON",
+		`{"cacheSize":1.5}`:                                       "cacheSize: want an integer",
+		`{"cacheSize":"5000000000"}`:                              "cacheSize: out of the int32 range",
+		`{"cacheSizee":1,"UnitHeader":"x"}`:                       "cacheSizee: unknown field\nUnitHeader: unknown field (names are case-sensitive: \"unitHeader\")",
+		`{"experiments":[{},{},{},{"weigths":[0.5]}]}`:            "experiments[3].weigths: unknown field",
+		`{"experiments":[{"weights":[0.5,"x",null]}]}`:            "experiments[0].weights[1]: want a number\nexperiments[0].weights[2]: want a number",
+		`{"experiments":[{"owner":"o","status":"paused"}]}`:       "experiments[0].owner: " + cp + "\nexperiments[0].status: " + cp,
+		`{"experiments":[{"start_time":"2024-01-01T00:00:00Z"}]}`: "experiments[0].startTime: " + cp,
+		`{"experiments":[{"revision":"7"}]}`:                      "experiments[0].revision: not part of the filter configuration (" + outputOnly + ")",
+		`{"experiments":[{"revision":"x","services":[1]}]}`:       "experiments[0].revision: want an integer\nexperiments[0].services[0]: want a string",
+		`{"unitHeader":"a","unit_header":"b"}`:                    "unitHeader: given twice",
+		`{"attributes":[5,{"name":"n","header":"h","query":"q"}]}`: "attributes[0]: want an object\n" +
+			"attributes[1].query: only one of header, cookie, query or property may be set, and header is",
+		`{"savedGroups":[1]}`:                                     "savedGroups: want an object",
+		`{"savedGroups":{"a b":null}}`:                            `savedGroups."a b": want an array`,
+		`{"experiments":[{"condition":{"$or":[{"a":1,"a":2}]}}]}`: "experiments[0].condition.$or[0].a: given twice",
+		`{"experiments":[{"ranges":[[0,"x"],1]}]}`:                "experiments[0].ranges[0][1]: want a number\nexperiments[0].ranges[1]: want an array of numbers",
+		`{"experiments":[{"variations":[1e400]}]}`:                "experiments[0].variations[0]: 1e400 is out of a double's range",
+		`{"assignmentHeaders":"ALL"}`:                             `assignmentHeaders: "ALL" is not ASSIGNMENT_HEADERS_ALL, ASSIGNMENT_HEADERS_DICTIONARY or ASSIGNMENT_HEADERS_UNSPECIFIED`,
+		`{"assignmentHeaders":7}`:                                 "assignmentHeaders: enum number 7 is not ASSIGNMENT_HEADERS_ALL (1) or ASSIGNMENT_HEADERS_DICTIONARY (2)",
+		deep(9998):                                                "experiments[0].condition" + strings.Repeat(".a", 9998) + ": nested deeper than 10000 messages",
+		`{"version":"v1"} {}`:                                     "decode filter configuration: invalid character '{' after top-level value",
+		`null`:                                                    "decode filter configuration: neither a google.protobuf.Struct nor JSON",
+		string(pbStruct("cacheSize", pbNumber(1e6))) + "\x00":     "decode filter configuration: neither a google.protobuf.Struct nor JSON",
 	} {
 		_, _, err := Parse([]byte(in))
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("Parse(%q) = %v, want %q", in, err, want)
+			t.Errorf("Parse(%.80q) = %.300v, want %.300q", in, err, want)
 		}
+	}
+	for _, in := range []string{`{"unit_header":"x-device-id"}`, deep(9997),
+		`{"experiments":[{"key":"k","variations":["a","b"],"status":"","services":[],"revision":"0","startTime":null}]}`} {
+		if _, err := Decode([]byte(in)); err != nil {
+			t.Errorf("Decode(%.80q): %.300v", in, err)
+		}
+	}
+	if f, _ := Decode([]byte(`{"unit_header":"x-device-id"}`)); f.UnitHeader != "x-device-id" {
+		t.Errorf("unit_header decoded as %q", f.UnitHeader)
 	}
 	c, _, err := Parse(pbStruct("cacheSize", pbNumber(1e6)))
 	if err != nil || c.CacheSize != 1e6 {
@@ -235,12 +408,113 @@ func TestDecodeConfigErrors(t *testing.T) {
 	}
 }
 
-// FuzzDecodeConfig: decodeConfig agrees with encoding/json on JSON and on
-// Struct encodings.
-func FuzzDecodeConfig(f *testing.F) {
-	for _, s := range decodeSeeds {
-		f.Add([]byte(s))
+// TestDecoderCoversDescriptors walks the contract's messages: every field is
+// decoded or rejected on purpose, under its proto3 JSON name and proto name,
+// with its type; the decoder knows no field the messages lack.
+func TestDecoderCoversDescriptors(t *testing.T) {
+	type info struct {
+		json, proto     string
+		kind            kind
+		repeated, oneof bool
+		decoded         bool
 	}
-	f.Fuzz(checkDecode)
+	infos := func(fs any) (out []info) {
+		switch fs := fs.(type) {
+		case []field[Filter]:
+			for _, f := range fs {
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, (f.set != nil || f.str != nil) && f.reject == ""})
+			}
+		case []field[Attribute]:
+			for _, f := range fs {
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, (f.set != nil || f.str != nil) && f.reject == ""})
+			}
+		case []field[engine.Experiment]:
+			for _, f := range fs {
+				if (f.set == nil && f.str == nil) == (f.reject == "") {
+					t.Errorf("Experiment.%s: decoded and rejected, or neither", f.proto)
+				}
+				out = append(out, info{f.json, f.proto, f.kind, f.repeated, f.oneof, f.set != nil || f.str != nil})
+			}
+		}
+		return out
+	}
+	kindOf := func(fd protoreflect.FieldDescriptor) kind {
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			return kindString
+		case protoreflect.BoolKind:
+			return kindBool
+		case protoreflect.Int32Kind:
+			return kindInt32
+		case protoreflect.Int64Kind:
+			return kindInt64
+		case protoreflect.DoubleKind:
+			return kindDouble
+		case protoreflect.EnumKind:
+			return kindEnum
+		case protoreflect.MessageKind:
+			switch fd.Message().FullName() {
+			case "google.protobuf.Value":
+				return kindValue
+			case "google.protobuf.Struct":
+				return kindStruct
+			case "google.protobuf.ListValue":
+				return kindList
+			case "google.protobuf.Timestamp":
+				return kindTimestamp
+			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute":
+				return kindMessage
+			}
+		}
+		t.Errorf("%s: a type the decoder does not know", fd.FullName())
+		return 255
+	}
+	for _, m := range []struct {
+		md     protoreflect.MessageDescriptor
+		fields []info
+	}{
+		{(&filterv1.FilterConfig{}).ProtoReflect().Descriptor(), infos(filterFields)},
+		{(&filterv1.Attribute{}).ProtoReflect().Descriptor(), infos(attributeFields)},
+		{(&experimentv1.Experiment{}).ProtoReflect().Descriptor(), infos(experimentFields)},
+	} {
+		fds := m.md.Fields()
+		for i := range fds.Len() {
+			fd := fds.Get(i)
+			j := slices.IndexFunc(m.fields, func(f info) bool { return f.proto == string(fd.Name()) })
+			if j < 0 {
+				t.Errorf("%s: neither decoded nor rejected by filter/config", fd.FullName())
+				continue
+			}
+			f := m.fields[j]
+			oneof := fd.ContainingOneof() != nil && !fd.ContainingOneof().IsSynthetic()
+			if f.json != fd.JSONName() || f.kind != kindOf(fd) || f.repeated != (fd.IsList() || fd.IsMap()) || f.oneof != oneof {
+				t.Errorf("%s: decoder has %+v; descriptor: JSON name %q, kind %v, list %v, map %v, oneof %v",
+					fd.FullName(), f, fd.JSONName(), fd.Kind(), fd.IsList(), fd.IsMap(), oneof)
+			}
+		}
+		for _, f := range m.fields {
+			if fds.ByName(protoreflect.Name(f.proto)) == nil {
+				t.Errorf("%s: the decoder knows %q, the message lacks it", m.md.FullName(), f.proto)
+			}
+		}
+	}
+	values := filterv1.AssignmentHeaders(0).Descriptor().Values()
+	if values.Len() != len(assignmentHeadersNames) {
+		t.Errorf("AssignmentHeaders has %d values, the decoder %d", values.Len(), len(assignmentHeadersNames))
+	}
+	for i := range values.Len() {
+		if v := values.Get(i); int(v.Number()) >= len(assignmentHeadersNames) || assignmentHeadersNames[v.Number()] != string(v.Name()) {
+			t.Errorf("AssignmentHeaders %s = %d: not in the decoder's names %q", v.Name(), v.Number(), assignmentHeadersNames)
+		}
+	}
 }
 
+func TestFieldErrorsOnly(t *testing.T) {
+	_, err := Decode([]byte(`{"cacheSize":"x","experiments":[{"owner":"o"}]}`))
+	if fes := fieldErrors(err); len(fes) != 2 {
+		t.Fatalf("Decode errors %v: want two *engine.FieldError", err)
+	}
+}

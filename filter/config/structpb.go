@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/allotmesh/allot/filter/internal/jsonx"
 )
@@ -23,10 +24,11 @@ import (
 //	            Struct struct_value = 5; ListValue list_value = 6; } }
 //	ListValue { repeated Value values = 1; }
 
-// maxDepth bounds nesting so hostile input cannot exhaust the stack.
-const maxDepth = 64
-
 var errWire = errors.New("malformed google.protobuf.Struct encoding")
+
+// errUTF8 is a string that is not UTF-8, which proto3 strings must be (as
+// in JSON text, the decoder rejects it rather than repair it).
+var errUTF8 = &wireError{"invalid UTF-8 in a string"}
 
 // wireError is errWire with a detail.
 type wireError struct{ detail string }
@@ -106,7 +108,7 @@ type lazyList struct {
 func (l lazyList) item(i int) (any, error) { return structValue(l.items[i], l.depth, build) }
 
 // decodeStruct decodes an encoded Struct as a jsonx.Object, fields in wire
-// order. Strings are made valid UTF-8 as a JSON round trip would make them.
+// order.
 func decodeStruct(b []byte) (jsonx.Object, error) {
 	return structObject(b, 0, build)
 }
@@ -118,8 +120,8 @@ func decodeStructLazy(b []byte) (jsonx.Object, error) {
 }
 
 func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
-	if depth > maxDepth {
-		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
+	if depth > maxNesting {
+		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxNesting)}
 	}
 	var obj jsonx.Object
 	if mode != check {
@@ -145,6 +147,9 @@ func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
 			}
 			switch {
 			case n == 1 && t == 2:
+				if !utf8.Valid(p) {
+					return nil, errUTF8
+				}
 				key = p
 			case n == 2 && t == 2:
 				value, hasValue = p, true
@@ -164,7 +169,7 @@ func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
 			}
 		}
 		if mode != check {
-			obj = append(obj, jsonx.Member{Key: jsonx.ValidString(string(key)), Value: v})
+			obj = append(obj, jsonx.Member{Key: string(key), Value: v})
 		}
 	}
 	return obj, nil
@@ -175,7 +180,7 @@ func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
 func lazyValue(b []byte, depth int) (any, error) {
 	r := wireReader{b}
 	num, typ, payload, _, err := r.field()
-	if err != nil || len(r.b) != 0 || num != 6 || typ != 2 || depth > maxDepth {
+	if err != nil || len(r.b) != 0 || num != 6 || typ != 2 || depth > maxNesting {
 		return structValue(b, depth, build) // not a list: decoded (or rejected) as usual
 	}
 	l := lazyList{depth: depth + 1}
@@ -209,8 +214,8 @@ func listItems(b []byte, each func(item []byte) error) error {
 }
 
 func structValue(b []byte, depth int, mode decodeMode) (any, error) {
-	if depth > maxDepth {
-		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxDepth)}
+	if depth > maxNesting {
+		return nil, &wireError{"nested deeper than " + strconv.Itoa(maxNesting)}
 	}
 	r := wireReader{b}
 	if len(r.b) == 0 {
@@ -236,10 +241,13 @@ func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 		}
 		return f, nil
 	case num == 3 && typ == 2:
+		if !utf8.Valid(payload) {
+			return nil, errUTF8
+		}
 		if mode == check {
 			return nil, nil
 		}
-		return jsonx.ValidString(string(payload)), nil
+		return string(payload), nil
 	case num == 4 && typ == 0:
 		return scalar != 0, nil
 	case num == 5 && typ == 2:

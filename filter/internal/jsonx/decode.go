@@ -44,18 +44,6 @@ func (d *Decoder) String(path string, v any, dst *string) {
 	d.fail(path, "a string")
 }
 
-// Bool decodes a boolean.
-func (d *Decoder) Bool(path string, v any, dst *bool) {
-	if v == nil {
-		return
-	}
-	if b, ok := v.(bool); ok {
-		*dst = b
-		return
-	}
-	d.fail(path, "a boolean")
-}
-
 // Int decodes an integer.
 func (d *Decoder) Int(path string, v any, dst *int) {
 	if v == nil {
@@ -66,58 +54,6 @@ func (d *Decoder) Int(path string, v any, dst *int) {
 		return
 	}
 	d.fail(path, "an integer")
-}
-
-// IntPtr decodes an optional integer.
-func (d *Decoder) IntPtr(path string, v any, dst **int) {
-	if v == nil {
-		*dst = nil
-		return
-	}
-	if n, ok := Int(v); ok {
-		*dst = &n
-		return
-	}
-	d.fail(path, "an integer")
-}
-
-// FloatPtr decodes an optional number.
-func (d *Decoder) FloatPtr(path string, v any, dst **float64) {
-	if v == nil {
-		*dst = nil
-		return
-	}
-	if f, ok := v.(float64); ok {
-		*dst = &f
-		return
-	}
-	d.fail(path, "a number")
-}
-
-// BoolPtr decodes an optional boolean.
-func (d *Decoder) BoolPtr(path string, v any, dst **bool) {
-	if v == nil {
-		*dst = nil
-		return
-	}
-	if b, ok := v.(bool); ok {
-		*dst = &b
-		return
-	}
-	d.fail(path, "a boolean")
-}
-
-// Floats decodes an array of numbers.
-func (d *Decoder) Floats(path string, v any, dst *[]float64) {
-	if v == nil {
-		*dst = nil
-		return
-	}
-	if fs, ok := floats(v); ok {
-		*dst = fs
-		return
-	}
-	d.fail(path, "an array of numbers")
 }
 
 func floats(v any) ([]float64, bool) {
@@ -160,29 +96,4 @@ func (d *Decoder) FloatMatrix(path string, v any, dst *[][]float64) {
 		}
 	}
 	d.fail(path, "an array of arrays of numbers")
-}
-
-// Strings decodes an array of strings.
-func (d *Decoder) Strings(path string, v any, dst *[]string) {
-	if v == nil {
-		*dst = nil
-		return
-	}
-	arr, ok := v.([]any)
-	if ok {
-		out := make([]string, len(arr))
-		for i, e := range arr {
-			if e == nil {
-				continue
-			}
-			if out[i], ok = e.(string); !ok {
-				break
-			}
-		}
-		if ok {
-			*dst = out
-			return
-		}
-	}
-	d.fail(path, "an array of strings")
 }

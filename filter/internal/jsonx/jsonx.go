@@ -3,8 +3,9 @@
 // decodes to and encodes from the untyped values encoding/json uses for
 // any — nil, bool, float64, string, []any and map[string]any — plus Object,
 // an object that keeps its members in document order. Its results are those
-// of encoding/json (the differential fuzz tests check it); its error
-// messages are its own.
+// of encoding/json (the differential fuzz tests check it), except
+// ParseStrict's, which are protojson's tokenizer's (checked likewise); its
+// error messages are its own.
 //
 // It imports only the standard library, and no reflection.
 package jsonx
@@ -60,8 +61,35 @@ func Parse(data []byte) (any, error) { return parse(data, false) }
 // ParseOrdered is Parse with objects decoded as Object.
 func ParseOrdered(data []byte) (any, error) { return parse(data, true) }
 
+// Number is a JSON number as ParseStrict returns it: its literal, which
+// holds more than a float64 (1.0000000000000000001 is not an integer).
+type Number string
+
+// ParseStrict decodes one JSON value as protojson's tokenizer reads it:
+// objects become Object, numbers Number, and a string with invalid UTF-8 or
+// an unpaired surrogate escape is a syntax error (Parse would repair both).
+// Containers may nest maxDepth deep.
+func ParseStrict(data []byte, maxDepth int) (any, error) {
+	p := parser{data: data, ordered: true, strict: true, limit: maxDepth}
+	return p.top()
+}
+
+// ValidNumber reports whether s is exactly one JSON number literal.
+func ValidNumber(s string) bool {
+	if s == "" || s[0] != '-' && !isDigit(s[0]) {
+		return false
+	}
+	p := parser{data: []byte(s), strict: true}
+	_, err := p.number()
+	return err == nil && p.i == len(s)
+}
+
 func parse(data []byte, ordered bool) (any, error) {
-	p := parser{data: data, ordered: ordered}
+	p := parser{data: data, ordered: ordered, limit: maxDepth}
+	return p.top()
+}
+
+func (p *parser) top() (any, error) {
 	v, err := p.value(0)
 	if err != nil {
 		return nil, err
@@ -77,6 +105,8 @@ type parser struct {
 	data    []byte
 	i       int
 	ordered bool
+	strict  bool // ParseStrict
+	limit   int  // of nesting
 }
 
 // SyntaxError is a malformed JSON input.
@@ -154,7 +184,7 @@ func (p *parser) literal(lit string) error {
 }
 
 func (p *parser) object(depth int) (any, error) {
-	if depth > maxDepth {
+	if depth > p.limit {
 		return nil, &SyntaxError{"exceeded max depth", p.i + 1}
 	}
 	p.i++ // {
@@ -213,7 +243,7 @@ func (p *parser) object(depth int) (any, error) {
 }
 
 func (p *parser) array(depth int) (any, error) {
-	if depth > maxDepth {
+	if depth > p.limit {
 		return nil, &SyntaxError{"exceeded max depth", p.i + 1}
 	}
 	p.i++ // [
@@ -280,6 +310,9 @@ func (p *parser) number() (any, error) {
 		}
 	}
 	lit := string(p.data[start:p.i])
+	if p.strict {
+		return Number(lit), nil
+	}
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
 		return nil, &SyntaxError{"number " + lit + " is out of range", start + 1}
@@ -309,7 +342,8 @@ func hexValue(b []byte) rune {
 }
 
 // string decodes a string literal as encoding/json does: invalid UTF-8
-// bytes and unpaired surrogate escapes become U+FFFD.
+// bytes and unpaired surrogate escapes become U+FFFD (syntax errors when
+// strict).
 func (p *parser) string() (string, error) {
 	p.i++ // "
 	start := p.i
@@ -364,7 +398,16 @@ func (p *parser) string() (string, error) {
 					return "", p.syntax("in \\u hexadecimal character escape")
 				}
 				p.i += 4
-				if utf16.IsSurrogate(r) {
+				if p.strict && utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if p.i+2 < len(p.data) && p.data[p.i+1] == '\\' && p.data[p.i+2] == 'u' {
+						r2 = hexValue(p.data[p.i+3:])
+					}
+					if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+						return "", &SyntaxError{"unpaired surrogate escape in string literal", p.i + 1}
+					}
+					p.i += 6
+				} else if utf16.IsSurrogate(r) {
 					r2 := rune(-1)
 					if p.i+2 < len(p.data) && p.data[p.i+1] == '\\' && p.data[p.i+2] == 'u' {
 						r2 = hexValue(p.data[p.i+3:])
@@ -386,6 +429,9 @@ func (p *parser) string() (string, error) {
 			p.i++
 		default:
 			r, n := utf8.DecodeRune(p.data[p.i:])
+			if p.strict && r == utf8.RuneError && n == 1 {
+				return "", &SyntaxError{"invalid UTF-8 in string literal", p.i + 1}
+			}
 			b = utf8.AppendRune(b, r)
 			p.i += n
 		}
@@ -582,18 +628,3 @@ func AppendString(dst []byte, s string) []byte {
 // FoldName is the form encoding/json matches object member names to struct
 // fields in when no name matches exactly: upper case, rune by rune.
 func FoldName(name string) string { return strings.ToUpper(name) }
-
-// ValidString returns s with every byte that is not part of valid UTF-8
-// replaced by U+FFFD, as encoding/json would decode s after encoding it.
-func ValidString(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	b := make([]byte, 0, len(s)+8)
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		b = utf8.AppendRune(b, r)
-		i += n
-	}
-	return string(b)
-}

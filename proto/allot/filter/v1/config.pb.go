@@ -8,10 +8,12 @@
 // Allot Wasm filter: the plugin configuration Envoy hands to on_configure.
 //
 // The control plane sends FilterConfig in its proto3 JSON form as a
-// google.protobuf.Struct in the Wasm filter's PluginConfig.configuration.
-// Envoy passes a Struct to the plugin as JSON, shows it readable in
-// /config_dump, and the filter decodes it with Go's standard library, so the
-// Wasm binary never links gRPC or net/http.
+// google.protobuf.Struct in the Wasm filter's PluginConfig.configuration,
+// which Envoy shows readable in /config_dump. Envoy hands the plugin the
+// Struct's protobuf encoding (a hand-written bootstrap may give JSON text
+// instead); the filter decodes either with filter/config, strictly as
+// protojson would (unknown fields and wrong types are errors), without a
+// protobuf runtime, so the Wasm binary never links gRPC or net/http.
 
 package filterv1
 
