@@ -527,51 +527,37 @@ func runHistory(ctx context.Context, env *Env, args []string) error {
 	return tw.Flush()
 }
 
-// changed lists the definition fields that differ between two experiment
-// JSON documents, ignoring output-only metadata.
+// changed lists the definition fields (by JSON name) that differ between
+// two experiment JSON documents, ignoring output-only metadata
+// (translate.Spec).
 func changed(before, after json.RawMessage) string {
-	var a, b map[string]json.RawMessage
-	json.Unmarshal(before, &a)
-	json.Unmarshal(after, &b)
-	if a == nil || b == nil {
+	if len(before) == 0 || len(after) == 0 {
 		return "-"
 	}
+	eb, err1 := decodeExperiment(before)
+	ea, err2 := decodeExperiment(after)
+	if err1 != nil || err2 != nil {
+		return "-"
+	}
+	a, b := translate.Spec(eb).ProtoReflect(), translate.Spec(ea).ProtoReflect()
 	var out []string
-	for k := range joinKeys(a, b) {
-		switch k {
-		case "revision", "createTime", "updateTime", "createdBy", "updatedBy":
+	fields := a.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if a.Has(fd) == b.Has(fd) && a.Get(fd).Equal(b.Get(fd)) {
 			continue
 		}
-		if !bytes.Equal(a[k], b[k]) {
-			d := k
-			if k == "status" {
-				d = fmt.Sprintf("status %s→%s", statusText(a[k]), statusText(b[k]))
-			}
-			out = append(out, d)
+		d := fd.JSONName()
+		if fd.Name() == "status" {
+			d = fmt.Sprintf("status %s→%s", translate.Status(eb), translate.Status(ea))
 		}
+		out = append(out, d)
 	}
 	slices.Sort(out)
 	if len(out) == 0 {
 		return "-"
 	}
 	return strings.Join(out, ",")
-}
-
-func statusText(raw json.RawMessage) string {
-	e := &experimentv1.Experiment{}
-	json.Unmarshal(raw, &e.Status)
-	return translate.Status(e)
-}
-
-func joinKeys(a, b map[string]json.RawMessage) map[string]bool {
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	return keys
 }
 
 // protoError is a protojson error without its "proto:" prefix, which
