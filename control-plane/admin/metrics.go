@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/translate"
 )
 
 // Metrics are the admin API's Prometheus metrics:
@@ -75,7 +76,7 @@ func (c *experimentsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.NewInvalidMetric(experimentsDesc, err)
 			return
 		}
-		counts[statusOf(e)]++
+		counts[translate.Status(e)]++
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(experimentsDesc, prometheus.GaugeValue, float64(n), st)

@@ -1,9 +1,9 @@
 // Package admin is the control plane's admin API for experiment owners. Its
 // transport-agnostic Service creates, reads, lists, updates and deletes
 // experiments, moves them through their lifecycle, previews assignments and
-// reads the audit history; definitions are validated with the same
-// engine.Compile the filter runs and writes are authorized per owner
-// namespace. Two transports serve it: gRPC (allot.admin.v1.AdminService,
+// reads the audit history; definitions are validated by the filter's own
+// decoder and engine (translate.Compile) plus the control plane's own rules,
+// and writes are authorized per owner namespace. Two transports serve it: gRPC (allot.admin.v1.AdminService,
 // grpc.go) and HTTP/JSON (http.go), both authenticating bearer tokens
 // (auth.go). It is the only place where errors become transport status codes
 // (errors.go: HTTPStatus and toStatus).
@@ -14,9 +14,9 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/store"
@@ -33,6 +32,7 @@ import (
 	"github.com/allotmesh/allot/filter/engine"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
 // Service implements the admin operations over a store, independent of the
@@ -67,21 +67,40 @@ func NewService(st store.Store, log *slog.Logger, opts ...ServiceOption) *Servic
 	return s
 }
 
-// Validate checks a definition with the engine's Compile and Allot's own
-// rules, returning an *Error listing every field error.
-func Validate(e *experimentv1.Experiment) error {
+// Validate checks an experiment as the API accepts it, returning an *Error
+// listing every problem with its field path. The control plane's own
+// fields (status, services, schedule) are checked here; the definition is
+// checked by what a proxy runs: translate.Definition(e) alone in a filter
+// configuration with the mesh's saved groups, through translate.Compile.
+func Validate(e *experimentv1.Experiment, mesh translate.Mesh) error {
 	var details []string
-	def, err := engineDefinition(e)
-	if err != nil {
-		return errorf(CodeInvalid, "experiment: %v", err)
+	cfg := &filterv1.FilterConfig{Experiments: []*experimentv1.Experiment{translate.Definition(e)}}
+	if mesh.Filter != nil {
+		cfg.SavedGroups = mesh.Filter.SavedGroups
 	}
-	if _, err := engine.Compile(engine.Config{Experiments: []engine.Experiment{def}}); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			details = append(details, strings.TrimPrefix(line, "experiments[0]."))
+	if _, _, err := translate.Compile(cfg); err != nil {
+		details = append(details, fieldErrors(err, "experiments[0]")...)
+	}
+	if st := e.GetStatus(); st != "" && !validStatus(st) {
+		details = append(details, "status: unknown status "+strconv.Quote(st)+", want draft, running, paused or stopped")
+	}
+	for i, svc := range e.GetServices() {
+		if svc == "" {
+			details = append(details, "services["+strconv.Itoa(i)+"]: empty service name")
 		}
 	}
-	if e.GetStartTime() != nil && e.GetEndTime() != nil && !e.GetEndTime().AsTime().After(e.GetStartTime().AsTime()) &&
-		!slices.ContainsFunc(details, func(d string) bool { return strings.HasPrefix(d, "endTime:") }) {
+	start, end := e.GetStartTime(), e.GetEndTime()
+	for _, t := range []struct {
+		field string
+		ts    *timestamppb.Timestamp
+	}{{"startTime", start}, {"endTime", end}} {
+		if t.ts != nil {
+			if err := t.ts.CheckValid(); err != nil {
+				details = append(details, t.field+": "+err.Error())
+			}
+		}
+	}
+	if start.IsValid() && end.IsValid() && !end.AsTime().After(start.AsTime()) {
 		details = append(details, "endTime: must be after startTime")
 	}
 	if len(details) > 0 {
@@ -90,24 +109,34 @@ func Validate(e *experimentv1.Experiment) error {
 	return nil
 }
 
-// engineDefinition converts the resource to the engine's definition through
-// its proto3 JSON form — the same JSON the filter decodes.
-func engineDefinition(e *experimentv1.Experiment) (engine.Experiment, error) {
-	var def engine.Experiment
-	b, err := protojson.Marshal(e)
-	if err != nil {
-		return def, err
+// fieldErrors lists every error joined in err as "path: message", with
+// prefix (and the dot after it) taken off the paths of *engine.FieldErrors.
+func fieldErrors(err error, prefix string) []string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, fieldErrors(e, prefix)...)
+		}
+		return out
 	}
-	err = json.Unmarshal(b, &def)
-	return def, err
+	var fe *engine.FieldError
+	if !errors.As(err, &fe) {
+		return []string{err.Error()}
+	}
+	path, ok := strings.CutPrefix(fe.Path, prefix)
+	if !ok {
+		return []string{fe.Error()}
+	}
+	if path = strings.TrimPrefix(path, "."); path == "" {
+		return []string{fe.Message}
+	}
+	return []string{path + ": " + fe.Message}
 }
 
 // spec is the stored form of a definition: its proto3 JSON without output-only
 // metadata.
 func spec(e *experimentv1.Experiment) ([]byte, error) {
-	d := proto.Clone(e).(*experimentv1.Experiment)
-	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
-	return protojson.Marshal(d)
+	return protojson.Marshal(translate.Spec(e))
 }
 
 // FromStore rebuilds the resource from a stored document.
@@ -145,7 +174,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "create", e.Key, e.Owner)
 	}
-	if err := Validate(e); err != nil {
+	if err := Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
 	b, err := spec(e)
@@ -204,7 +233,7 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 		}
 		switch {
 		case f.Owner != "" && e.Owner != f.Owner,
-			f.Status != "" && statusOf(e) != f.Status,
+			f.Status != "" && translate.Status(e) != f.Status,
 			f.Service != "" && !translate.AppliesTo(e, f.Service):
 			continue
 		}
@@ -234,14 +263,14 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, e.Owner)
 	}
-	if err := Validate(e); err != nil {
+	if err := Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
 	old, err := FromStore(cur)
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", cur.Key, err)
 	}
-	if from, to := statusOf(old), statusOf(e); from != to && !allowed(from, to) {
+	if from, to := translate.Status(old), translate.Status(e); from != to && !allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
 	}
 	b, err := spec(e)
@@ -290,14 +319,6 @@ func validStatus(st string) bool {
 
 func allowed(from, to string) bool { return slices.Contains(transitions[from], to) }
 
-// statusOf is e's status with the empty default spelled out.
-func statusOf(e *experimentv1.Experiment) string {
-	if e.GetStatus() == "" {
-		return translate.StatusRunning
-	}
-	return e.GetStatus()
-}
-
 // Start sets a draft or paused experiment running.
 func (s *Service) Start(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
 	return s.transition(ctx, p, "start", key, revision, translate.StatusRunning)
@@ -330,7 +351,7 @@ func (s *Service) transition(ctx context.Context, p *Principal, op, key string, 
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", key, err)
 	}
-	from := statusOf(e)
+	from := translate.Status(e)
 	if from == to {
 		return e, nil
 	}
@@ -352,8 +373,9 @@ func (s *Service) transition(ctx context.Context, p *Principal, op, key string, 
 
 // Evaluate previews what the proxies of cluster service would assign for
 // attrs at time at (zero: now): it builds their configuration with
-// translate.FilterConfig, decodes it as the filter does and runs
-// engine.Compile and Assign.
+// translate.FilterConfig, decodes and compiles it as the filter does
+// (translate.Compile) and runs Assign; headers carry the decoded
+// configuration's prefix, defaults applied.
 func (s *Service) Evaluate(ctx context.Context, p *Principal, service string, attrs map[string]any, at time.Time) (*adminv1.EvaluateExperimentsResponse, error) {
 	if !p.CanRead() {
 		return nil, errorf(CodePermissionDenied, "reading needs a token")
@@ -369,29 +391,11 @@ func (s *Service) Evaluate(ctx context.Context, p *Principal, service string, at
 	if err != nil {
 		return nil, err
 	}
-	js, err := translate.ConfigJSON(cfg)
-	if err != nil {
-		return nil, err
-	}
-	// The filter's decoding: proto3 JSON into the engine's types.
-	var raw struct {
-		Experiments []engine.Experiment          `json:"experiments"`
-		SavedGroups map[string]engine.RawMessage `json:"savedGroups"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("decode filter configuration: %w", err)
-	}
-	set, err := engine.Compile(engine.Config{Experiments: raw.Experiments, SavedGroups: raw.SavedGroups})
+	f, set, err := translate.Compile(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("compile filter configuration for %q: %w", service, err)
 	}
-	prefix := cfg.HeaderPrefix
-	if prefix == "" {
-		prefix = DefaultHeaderPrefix
-	}
-	out := &adminv1.EvaluateExperimentsResponse{Version: cfg.Version}
+	out := &adminv1.EvaluateExperimentsResponse{Version: f.Version}
 	for _, a := range set.Assign(nil, engine.Attributes(attrs)) {
 		out.Assignments = append(out.Assignments, &adminv1.Assignment{
 			Experiment:    a.Key,
@@ -399,17 +403,13 @@ func (s *Service) Evaluate(ctx context.Context, p *Principal, service string, at
 			Value:         a.Value,
 			InExperiment:  a.InExperiment,
 			HashUsed:      a.HashUsed,
-			Header:        prefix + a.Key,
+			Header:        f.HeaderPrefix + a.Key,
 			HashAttribute: a.HashAttribute,
 			HashValue:     a.HashValue,
 		})
 	}
 	return out, nil
 }
-
-// DefaultHeaderPrefix is the filter's assignment header prefix when the mesh
-// sets none.
-const DefaultHeaderPrefix = "x-experiment-"
 
 // History returns the audit changes of key (every key if empty), oldest
 // first. A key that was never written is CodeNotFound.

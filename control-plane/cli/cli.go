@@ -1,6 +1,8 @@
 // Package cli implements allotctl's subcommands behind one entry point, Run.
 // It owns argument parsing and output formatting only; the work is done by
-// the packages it calls (eval: filter/engine). It never exits the process:
+// the packages it calls (offline eval: admin.Validate, then
+// translate.FilterConfig and translate.Compile, the pipeline allotd and the
+// proxies run; the other commands: the admin API). It never exits the process:
 // errors go back to the thin main in control-plane/cmd/allotctl.
 //
 // To add a subcommand, write a func(ctx, *Env, args) error in its own file

@@ -118,6 +118,16 @@ func readFileConfig(path string) (fileConfig, error) {
 	return fc, nil
 }
 
+// decodeStrict decodes JSON into v, rejecting unknown fields.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	return nil
+}
+
 // client calls the admin API.
 type client struct {
 	base  string

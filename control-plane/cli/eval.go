@@ -14,19 +14,36 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/engine"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
-const evalUsage = `Usage: allotctl eval -f FILE [--attributes JSON] [--attributes-file JSONL] [--summary]
+const evalUsage = `Usage: allotctl eval -f FILE [--service CLUSTER] [--time RFC3339] [--mesh FILE] [--attributes JSON] [--attributes-file JSONL] [--summary]
 
-Evaluates experiment definitions offline, with the same engine the filter
-runs. FILE (JSON or YAML) holds one experiment, a list of experiments, or
-{"experiments": [...], "savedGroups": {...}}. Attribute sets come from
---attributes (one JSON object) and/or --attributes-file (one JSON object per
-line; "-" reads standard input).
+Evaluates experiment definitions offline, exactly as the proxies of
+--service would with FILE's experiments stored. FILE is what "allotctl
+apply" takes and is checked as apply's server checks it: JSON or YAML, one
+experiment, a list of experiments, or {"experiments": [...]}; unknown fields
+are rejected, and each experiment is validated by the admin API's own rules.
+Then, as allotd does, the experiments running at --time (default now) that
+target --service (empty: untargeted experiments only) are built into the
+filter configuration the proxies receive, decoded and compiled by the
+filter's own decoder and engine. Experiments the proxies do not receive
+(draft, paused, stopped, outside their schedule, for another service) are
+not listed.
+
+--mesh FILE holds the mesh settings allotd runs with (its -mesh file: saved
+groups, header names, attributes), decoded and checked as allotd decodes
+them; saved groups for $inGroup conditions go there, not in FILE.
+
+Attribute sets come from --attributes (one JSON object) and/or
+--attributes-file (one JSON object per line; "-" reads standard input).
 
 For each attribute set eval prints one JSON line:
   {"attributes": {...}, "assignments": [{"experiment", "variationId", "value", "inExperiment", "hashUsed"}, ...]}
@@ -57,7 +74,10 @@ func runEval(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprint(fs.Output(), evalUsage)
 		fs.PrintDefaults()
 	}
-	file := fs.String("f", "", "experiment definitions `FILE` (JSON or YAML)")
+	file := fs.String("f", "", "experiment definitions `FILE` (JSON or YAML, as apply takes)")
+	service := fs.String("service", "", "emulate the proxies of this `cluster` (empty: untargeted experiments only)")
+	atFlag := fs.String("time", "", "evaluate schedules at this `RFC3339` time instead of now")
+	meshFile := fs.String("mesh", "", "mesh settings `FILE` (allotd's -mesh: saved groups, header names, attributes)")
 	attrsJSON := fs.String("attributes", "", "one attribute set as a `JSON` object")
 	attrsFile := fs.String("attributes-file", "", "attribute sets, one JSON object per line (`JSONL`; - for stdin)")
 	summary := fs.Bool("summary", false, "print the distribution per experiment and variation instead of one line per attribute set")
@@ -76,14 +96,33 @@ func runEval(ctx context.Context, env *Env, args []string) error {
 	if *attrsJSON == "" && *attrsFile == "" {
 		return fmt.Errorf("%w: eval needs --attributes or --attributes-file", ErrUsage)
 	}
+	at := time.Now()
+	if *atFlag != "" {
+		t, err := time.Parse(time.RFC3339, *atFlag)
+		if err != nil {
+			return fmt.Errorf("%w: --time: %v", ErrUsage, err)
+		}
+		at = t
+	}
 
-	cfg, err := loadConfig(*file)
+	mesh, err := readMesh(*meshFile)
 	if err != nil {
 		return err
 	}
-	set, err := engine.Compile(cfg)
+	exps, err := readExperiments(*file)
 	if err != nil {
-		return fmt.Errorf("%s: invalid experiment definitions:\n%w", *file, err)
+		return err
+	}
+	if err := validateAll(*file, exps, mesh); err != nil {
+		return err
+	}
+	cfg, err := translate.FilterConfig(exps, *service, at, mesh)
+	if err != nil {
+		return err
+	}
+	_, set, err := translate.Compile(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: compile the filter configuration of %q:\n%w", *file, *service, err)
 	}
 
 	var sets []engine.Attributes
@@ -128,6 +167,46 @@ func runEval(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
+// readMesh reads a mesh settings file as allotd's -mesh is read
+// (translate.ParseMesh); no file is the filter's defaults.
+func readMesh(path string) (translate.Mesh, error) {
+	if path == "" {
+		return translate.Mesh{}, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return translate.Mesh{}, fmt.Errorf("--mesh: %w", err)
+	}
+	f, err := translate.ParseMesh(b)
+	if err != nil {
+		return translate.Mesh{}, fmt.Errorf("--mesh %s: invalid mesh settings:\n%w", path, err)
+	}
+	return translate.Mesh{Filter: f}, nil
+}
+
+// validateAll checks each experiment as the admin API does on apply
+// (admin.Validate), listing every problem as experiments[i].field.
+func validateAll(path string, exps []*experimentv1.Experiment, mesh translate.Mesh) error {
+	var lines []string
+	for i, e := range exps {
+		err := admin.Validate(e, mesh)
+		if err == nil {
+			continue
+		}
+		var ae *admin.Error
+		if !errors.As(err, &ae) {
+			return err
+		}
+		for _, d := range ae.Details {
+			lines = append(lines, "experiments["+strconv.Itoa(i)+"]."+d)
+		}
+	}
+	if len(lines) > 0 {
+		return fmt.Errorf("%s: invalid experiment definitions:\n%s", path, strings.Join(lines, "\n"))
+	}
+	return nil
+}
+
 // readDefinitions reads a definitions file as JSON: a .yaml/.yml file, or
 // one that is not valid JSON and not named .json, is converted from YAML.
 func readDefinitions(path string) ([]byte, error) {
@@ -142,48 +221,6 @@ func readDefinitions(path string) ([]byte, error) {
 		}
 	}
 	return data, nil
-}
-
-// loadConfig reads one experiment, a list, or a whole Config, as JSON or
-// YAML. Unknown fields are rejected (a misspelt "weigths" must not be
-// silently ignored).
-func loadConfig(path string) (engine.Config, error) {
-	var cfg engine.Config
-	data, err := readDefinitions(path)
-	if err != nil {
-		return cfg, err
-	}
-	trimmed := bytes.TrimSpace(data)
-	switch {
-	case len(trimmed) > 0 && trimmed[0] == '[':
-		err = decodeStrict(trimmed, &cfg.Experiments)
-	case len(trimmed) > 0 && trimmed[0] == '{':
-		var probe map[string]json.RawMessage
-		if err = json.Unmarshal(trimmed, &probe); err == nil {
-			if _, ok := probe["experiments"]; ok {
-				err = decodeStrict(trimmed, &cfg)
-			} else {
-				var e engine.Experiment
-				err = decodeStrict(trimmed, &e)
-				cfg.Experiments = []engine.Experiment{e}
-			}
-		}
-	default:
-		err = errors.New("want an experiment object, a list of experiments, or {\"experiments\": [...]}")
-	}
-	if err != nil {
-		return cfg, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decode: %w", err)
-	}
-	return nil
 }
 
 func decodeAttributes(data []byte) (engine.Attributes, error) {

@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/allotmesh/allot/filter/engine"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 const evalOnlineUsage = `Usage: allotctl eval --server URL [--service CLUSTER] [--time RFC3339] --attributes JSON | --attributes-file JSONL
@@ -104,26 +107,17 @@ func runEvalOnline(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("evaluate: %w", err)
 		}
-		var resp struct {
-			Version     string `json:"version"`
-			Assignments []struct {
-				Experiment   string `json:"experiment"`
-				VariationID  int    `json:"variationId"`
-				Value        string `json:"value"`
-				InExperiment bool   `json:"inExperiment"`
-				HashUsed     bool   `json:"hashUsed"`
-			} `json:"assignments"`
-		}
-		if err := json.Unmarshal(b, &resp); err != nil {
+		resp := &adminv1.EvaluateExperimentsResponse{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, resp); err != nil {
 			return fmt.Errorf("decode evaluation: %w", err)
 		}
 		line := struct {
 			Attributes  engine.Attributes `json:"attributes"`
 			Version     string            `json:"version"`
 			Assignments []evalAssignment  `json:"assignments"`
-		}{Attributes: attrs, Version: resp.Version, Assignments: []evalAssignment{}}
-		for _, a := range resp.Assignments {
-			line.Assignments = append(line.Assignments, evalAssignment{a.Experiment, a.VariationID, a.Value, a.InExperiment, a.HashUsed})
+		}{Attributes: attrs, Version: resp.GetVersion(), Assignments: []evalAssignment{}}
+		for _, a := range resp.GetAssignments() {
+			line.Assignments = append(line.Assignments, evalAssignment{a.GetExperiment(), int(a.GetVariationId()), a.GetValue(), a.GetInExperiment(), a.GetHashUsed()})
 		}
 		if err := enc.Encode(line); err != nil {
 			return fmt.Errorf("write output: %w", err)

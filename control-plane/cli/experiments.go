@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -50,7 +52,10 @@ const applyUsage = `Usage: allotctl apply -f FILE
 
 Creates or updates the experiments in FILE (JSON or YAML: one experiment, a
 list, or {"experiments": [...]}) so that the server holds exactly these
-definitions. Apply is idempotent: an absent experiment is created, a
+definitions. Unknown fields, a key given twice and any other top-level key
+(savedGroups are mesh settings: allotd -mesh) reject the whole file before
+anything is sent; "allotctl eval -f FILE" accepts exactly the files apply
+accepts. Apply is idempotent: an absent experiment is created, a
 different one is updated with the revision just read (a concurrent change
 fails with a conflict instead of being overwritten), an identical one is left
 alone. An empty owner keeps the stored owner (or, on create, defaults to the
@@ -148,17 +153,11 @@ func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time
 // sameDefinition reports whether the file's definition equals the stored
 // one, ignoring output-only metadata (and the owner when the file has none).
 func sameDefinition(file, stored *experimentv1.Experiment) bool {
-	a, b := definition(file), definition(stored)
+	a, b := translate.Spec(file), translate.Spec(stored)
 	if a.Owner == "" {
 		a.Owner = b.Owner
 	}
 	return proto.Equal(a, b)
-}
-
-func definition(e *experimentv1.Experiment) *experimentv1.Experiment {
-	d := proto.Clone(e).(*experimentv1.Experiment)
-	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
-	return d
 }
 
 func decodeExperiment(b []byte) (*experimentv1.Experiment, error) {
@@ -169,26 +168,44 @@ func decodeExperiment(b []byte) (*experimentv1.Experiment, error) {
 	return e, nil
 }
 
-// readExperiments reads one experiment, a list, or {"experiments": [...]}
-// as JSON or YAML; unknown fields are rejected with their path.
+// readExperiments reads a definitions file, the one reader of apply and
+// eval: one experiment, a list, or {"experiments": [...]} as JSON or YAML.
+// Each experiment is decoded as the admin API decodes it (protojson: unknown
+// fields rejected); a wrapper with any other key, an experiment without a
+// key and a key given twice are rejected too, every problem with its path.
 func readExperiments(path string) ([]*experimentv1.Experiment, error) {
 	data, err := readDefinitions(path)
 	if err != nil {
 		return nil, err
 	}
 	var items []json.RawMessage
+	var errs []error
 	trimmed := bytes.TrimSpace(data)
 	switch {
 	case len(trimmed) > 0 && trimmed[0] == '[':
 		err = json.Unmarshal(trimmed, &items)
 	case len(trimmed) > 0 && trimmed[0] == '{':
-		var probe struct {
-			Experiments []json.RawMessage `json:"experiments"`
+		var top map[string]json.RawMessage
+		if err = json.Unmarshal(trimmed, &top); err != nil {
+			break
 		}
-		if err = json.Unmarshal(trimmed, &probe); err == nil && probe.Experiments != nil {
-			items = probe.Experiments
-		} else {
+		list, wrapped := top["experiments"]
+		if !wrapped {
 			items = []json.RawMessage{trimmed}
+			break
+		}
+		if err = json.Unmarshal(list, &items); err != nil {
+			err = fmt.Errorf("experiments: want a list of experiments: %w", err)
+			break
+		}
+		for _, k := range slices.Sorted(maps.Keys(top)) {
+			switch k {
+			case "experiments":
+			case "savedGroups", "saved_groups":
+				errs = append(errs, fmt.Errorf("%s: %s: not accepted here: saved groups are mesh settings (allotd -mesh; allotctl eval --mesh)", path, k))
+			default:
+				errs = append(errs, fmt.Errorf("%s: %s: unknown field: want {\"experiments\": [...]} alone", path, k))
+			}
 		}
 	default:
 		err = errors.New("want an experiment object, a list of experiments, or {\"experiments\": [...]}")
@@ -197,7 +214,7 @@ func readExperiments(path string) ([]*experimentv1.Experiment, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var out []*experimentv1.Experiment
-	var errs []error
+	seen := map[string]int{}
 	for i, raw := range items {
 		e := &experimentv1.Experiment{}
 		if err := protojson.Unmarshal(raw, e); err != nil {
@@ -208,6 +225,11 @@ func readExperiments(path string) ([]*experimentv1.Experiment, error) {
 			errs = append(errs, fmt.Errorf("%s: experiments[%d].key: required", path, i))
 			continue
 		}
+		if j, dup := seen[e.GetKey()]; dup {
+			errs = append(errs, fmt.Errorf("%s: experiments[%d].key: duplicate key %q (also experiments[%d])", path, i, e.GetKey(), j))
+			continue
+		}
+		seen[e.GetKey()] = i
 		out = append(out, e)
 	}
 	return out, errors.Join(errs...)
@@ -320,17 +342,10 @@ func writeTable(w io.Writer, exps []*experimentv1.Experiment) error {
 	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tSCHEDULE\tREVISION\tUPDATED\tBY")
 	for _, e := range exps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
-			e.GetKey(), dash(e.GetOwner()), statusOf(e), dash(strings.Join(e.GetServices(), ",")),
+			e.GetKey(), dash(e.GetOwner()), translate.Status(e), dash(strings.Join(e.GetServices(), ",")),
 			variations(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
 	}
 	return tw.Flush()
-}
-
-func statusOf(e *experimentv1.Experiment) string {
-	if e.GetStatus() == "" {
-		return "running"
-	}
-	return e.GetStatus()
 }
 
 func dash(s string) string {
@@ -455,7 +470,7 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), statusOf(e), e.GetRevision())
+		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), translate.Status(e), e.GetRevision())
 		return reportRollout(env.Stderr, "experiment/"+e.GetKey(), ro)
 	}
 }
@@ -512,54 +527,37 @@ func runHistory(ctx context.Context, env *Env, args []string) error {
 	return tw.Flush()
 }
 
-// changed lists the definition fields that differ between two experiment
-// JSON documents, ignoring output-only metadata.
+// changed lists the definition fields (by JSON name) that differ between
+// two experiment JSON documents, ignoring output-only metadata
+// (translate.Spec).
 func changed(before, after json.RawMessage) string {
-	var a, b map[string]json.RawMessage
-	json.Unmarshal(before, &a)
-	json.Unmarshal(after, &b)
-	if a == nil || b == nil {
+	if len(before) == 0 || len(after) == 0 {
 		return "-"
 	}
+	eb, err1 := decodeExperiment(before)
+	ea, err2 := decodeExperiment(after)
+	if err1 != nil || err2 != nil {
+		return "-"
+	}
+	a, b := translate.Spec(eb).ProtoReflect(), translate.Spec(ea).ProtoReflect()
 	var out []string
-	for k := range joinKeys(a, b) {
-		switch k {
-		case "revision", "createTime", "updateTime", "createdBy", "updatedBy":
+	fields := a.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if a.Has(fd) == b.Has(fd) && a.Get(fd).Equal(b.Get(fd)) {
 			continue
 		}
-		if !bytes.Equal(a[k], b[k]) {
-			d := k
-			if k == "status" {
-				d = fmt.Sprintf("status %s→%s", statusText(a[k]), statusText(b[k]))
-			}
-			out = append(out, d)
+		d := fd.JSONName()
+		if fd.Name() == "status" {
+			d = fmt.Sprintf("status %s→%s", translate.Status(eb), translate.Status(ea))
 		}
+		out = append(out, d)
 	}
 	slices.Sort(out)
 	if len(out) == 0 {
 		return "-"
 	}
 	return strings.Join(out, ",")
-}
-
-func statusText(raw json.RawMessage) string {
-	var s string
-	json.Unmarshal(raw, &s)
-	if s == "" {
-		return "running"
-	}
-	return s
-}
-
-func joinKeys(a, b map[string]json.RawMessage) map[string]bool {
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	return keys
 }
 
 // protoError is a protojson error without its "proto:" prefix, which

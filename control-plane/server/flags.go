@@ -11,9 +11,8 @@ import (
 	"path/filepath"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
-	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Main parses allotd's command line and runs the server until ctx is done.
@@ -22,6 +21,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		cfg       Config
+		dbPath    string
 		tokens    string
 		wasmPath  string
 		meshFile  string
@@ -33,10 +33,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin listen address: HTTP/JSON and gRPC admin API, /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
-	fs.StringVar(&cfg.DBPath, "db", "allot.db", "bbolt store file (created if missing)")
+	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing)")
 	fs.StringVar(&tokens, "tokens", "", "admin API tokens file (JSON: {\"tokens\":[{\"name\",\"token\",\"role\",\"namespaces\"}]}); required")
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot filter module as the proxies see it")
-	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, cacheSize)")
+	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without version and experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, savedGroups, cacheSize...), checked by the filter's own decoder at start-up")
 	fs.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only")
 	fs.StringVar(&tlsKey, "tls-key", "", "PEM private key `file` of -tls-cert")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
@@ -75,12 +75,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("-mesh: %w", err)
 		}
-		cfg.Mesh.Filter = &filterv1.FilterConfig{}
-		if err := protojson.Unmarshal(b, cfg.Mesh.Filter); err != nil {
-			return fmt.Errorf("-mesh %s: %w", meshFile, err)
-		}
-		if err := translate.ValidateMesh(cfg.Mesh); err != nil {
-			return fmt.Errorf("-mesh %s: %w", meshFile, err)
+		if cfg.Mesh.Filter, err = translate.ParseMesh(b); err != nil {
+			return fmt.Errorf("-mesh %s: invalid mesh settings:\n%w", meshFile, err)
 		}
 	}
 	opts := &slog.HandlerOptions{Level: logLevel}
@@ -92,5 +88,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("-log-format: %q, want text or json", logFormat)
 	}
-	return Run(ctx, cfg)
+	db, err := bolt.Open(dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cfg.Logger.Info("store opened", "db", dbPath)
+	return Run(ctx, db, cfg)
 }

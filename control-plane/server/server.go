@@ -1,7 +1,10 @@
-// Package server assembles allotd: it opens the store, serves the admin API
-// (HTTP/JSON, gRPC, /metrics and health checks on one listener, optionally
-// gRPC on a dedicated one too) and xDS on another, optionally all over TLS, and keeps every connected proxy's
-// configuration in step with the store and the experiments' schedules.
+// Package server assembles allotd: Main parses its command line, checks the
+// mesh settings with the filter's own decoder and opens the bbolt store;
+// Run serves the admin API (HTTP/JSON, gRPC, /metrics and health checks on
+// one listener, optionally gRPC on a dedicated one too) and xDS on another,
+// optionally all over TLS, over any store.Store, and keeps every connected
+// proxy's configuration in step with the store and the experiments'
+// schedules.
 package server
 
 import (
@@ -28,7 +31,6 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -46,8 +48,6 @@ type Config struct {
 	AdminGRPCAddr string
 	// XDSAddr is the xDS listen address (gRPC: ADS and ECDS).
 	XDSAddr string
-	// DBPath is the bbolt store's file.
-	DBPath string
 	// Tokens authenticates the admin API's callers.
 	Tokens *admin.Tokens
 	// Mesh shapes what proxies receive.
@@ -77,8 +77,9 @@ type Addrs struct {
 	XDS net.Addr
 }
 
-// Run serves until ctx is done, then shuts down gracefully.
-func Run(ctx context.Context, cfg Config) error {
+// Run serves the experiments of db until ctx is done, then shuts down
+// gracefully. The caller opens and closes db.
+func Run(ctx context.Context, db store.Store, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -90,12 +91,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Tokens == nil {
 		return errors.New("no admin tokens configured")
 	}
-	db, err := bolt.Open(cfg.DBPath)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-
 	lns, err := listen(cfg)
 	if err != nil {
 		return err
@@ -192,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	go func() { defer wg.Done(); syncLoop(ctx, db, xsrv, b, log) }()
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
-	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "db", cfg.DBPath, "tls", cfg.TLS != nil}
+	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil}
 	if grpcLn != nil {
 		addrs.AdminGRPC = grpcLn.Addr()
 		attrs = append(attrs, "admin_grpc_addr", addrs.AdminGRPC.String())

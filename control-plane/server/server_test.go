@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
@@ -40,14 +41,19 @@ func start(t *testing.T, tlsCfg *tls.Config, grpcAddr string, extra ...prometheu
 	if err != nil {
 		t.Fatal(err)
 	}
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
 	ready := make(chan Addrs, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{
+		done <- Run(ctx, db, Config{
 			AdminAddr: "127.0.0.1:0", AdminGRPCAddr: grpcAddr, XDSAddr: "127.0.0.1:0",
-			DBPath: filepath.Join(t.TempDir(), "allot.db"), Tokens: tokens,
-			Mesh: translate.Mesh{WasmPath: "/allot.wasm"}, TLS: tlsCfg, Collectors: extra,
+			Tokens: tokens,
+			Mesh:   translate.Mesh{WasmPath: "/allot.wasm"}, TLS: tlsCfg, Collectors: extra,
 			Ready: func(a Addrs) { ready <- a },
 		})
 	}()

@@ -1,12 +1,17 @@
 // Package translate turns experiments and mesh settings into the resources
 // Envoy receives: the Allot filter configuration and the ECDS
-// TypedExtensionConfig that carries it inside a Wasm filter. It is pure: no
-// I/O, no clock (callers pass the time), no store or xDS server.
+// TypedExtensionConfig that carries it inside a Wasm filter. Compile decodes
+// and compiles a filter configuration with the filter's own decoder
+// (filter/config) and engine, so every control-plane reader of a definition
+// — admin validation and preview, allotctl eval, allotd's check of its mesh
+// settings — accepts exactly what a proxy accepts. It is pure: no I/O, no
+// clock (callers pass the time), no store or xDS server.
 package translate
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -19,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/allotmesh/allot/filter/config"
+	"github.com/allotmesh/allot/filter/engine"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -40,35 +47,52 @@ type Mesh struct {
 	// WasmPath is the filter module's path as the proxies see it.
 	WasmPath string
 	// Filter holds the filter settings every proxy receives (unit header,
-	// header names, attribute sources, cache size); its version, experiments
-	// and saved groups must be empty. Nil means the filter's defaults.
+	// header names, attribute sources, saved groups, cache size); its
+	// version and experiments must be empty. Nil means the filter's
+	// defaults. ParseMesh builds it from a mesh settings file.
 	Filter *filterv1.FilterConfig
 }
 
-// ValidateMesh checks the mesh admin's filter settings.
+// ParseMesh decodes a mesh settings file (allotd -mesh, allotctl eval
+// --mesh): a FilterConfig without version or experiments. It is decoded
+// and checked by the filter's own decoder (config.Decode and Check), then
+// by ValidateMesh; every problem is reported at once, each with its field
+// path. The proto form is protojson of the same bytes once the decoder
+// accepted them.
+func ParseMesh(data []byte) (*filterv1.FilterConfig, error) {
+	f, err := config.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	errs := []error{f.Check()}
+	cfg := &filterv1.FilterConfig{}
+	if err := protojson.Unmarshal(data, cfg); err != nil {
+		errs = append(errs, fmt.Errorf("decode as allot.filter.v1.FilterConfig: %w", err))
+	} else {
+		errs = append(errs, ValidateMesh(Mesh{Filter: cfg}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ValidateMesh checks what only the control plane requires of the mesh
+// admin's filter settings: version and experiments are empty (the settings
+// themselves are checked by the filter's decoder, see ParseMesh).
 func ValidateMesh(m Mesh) error {
 	f := m.Filter
-	switch {
-	case f == nil:
+	if f == nil {
 		return nil
-	case f.Version != "":
-		return fmt.Errorf("version: set by the control plane, must be empty")
-	case len(f.Experiments) > 0:
-		return fmt.Errorf("experiments: come from the store, must be empty")
 	}
-	seen := map[string]bool{}
-	for i, a := range f.Attributes {
-		switch {
-		case a.GetName() == "":
-			return fmt.Errorf("attributes[%d].name: required", i)
-		case seen[a.GetName()]:
-			return fmt.Errorf("attributes[%d].name: %q mapped twice", i, a.GetName())
-		case a.GetSource() == nil:
-			return fmt.Errorf("attributes[%d]: one of header, cookie, query or property is required", i)
-		}
-		seen[a.GetName()] = true
+	var errs []error
+	if f.Version != "" {
+		errs = append(errs, &engine.FieldError{Path: "version", Message: "set by the control plane, must be empty"})
 	}
-	return nil
+	if len(f.Experiments) > 0 {
+		errs = append(errs, &engine.FieldError{Path: "experiments", Message: "come from the store, must be empty"})
+	}
+	return errors.Join(errs...)
 }
 
 // Experiment statuses: only running experiments reach the proxies.
@@ -109,8 +133,8 @@ func AppliesTo(e *experimentv1.Experiment, cluster string) bool {
 }
 
 // FilterConfig selects the experiments running at now that apply to proxies
-// of cluster and builds their filter configuration, sorted by key, without
-// output-only metadata. Its version is a digest of the content and the
+// of cluster and builds their filter configuration: the mesh settings and
+// each experiment's Definition, sorted by key. Its version is a digest of the content and the
 // filter module's path, so the same definitions always give the same version.
 func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time, mesh Mesh) (*filterv1.FilterConfig, error) {
 	cfg := &filterv1.FilterConfig{}
@@ -145,29 +169,51 @@ func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time
 	return cfg, nil
 }
 
-// Definition returns a copy of e without what the filter does not evaluate:
-// output-only metadata, schedule (applied by the control plane) and
-// descriptive fields. Changing a description therefore reconfigures no proxy.
-func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
+// Spec returns a copy of e without its output-only metadata (revision,
+// create and update time and actor): the definition as its owner wrote it,
+// as the store keeps it.
+func Spec(e *experimentv1.Experiment) *experimentv1.Experiment {
 	d := proto.Clone(e).(*experimentv1.Experiment)
 	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
+	return d
+}
+
+// Definition returns a copy of e with only what the filter evaluates:
+// without output-only metadata, schedule and status (applied by the control
+// plane), owner, services and description. Changing a description therefore
+// reconfigures no proxy.
+func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
+	d := Spec(e)
 	d.StartTime, d.EndTime = nil, nil
 	d.Description, d.Owner, d.Services = "", "", nil
 	d.Status = ""
 	return d
 }
 
-// ConfigJSON is the filter configuration's proto3 JSON form: exactly what
-// the filter's on_configure decodes.
+// ConfigJSON is the filter configuration's proto3 JSON form.
 func ConfigJSON(cfg *filterv1.FilterConfig) ([]byte, error) {
 	return protojson.MarshalOptions{}.Marshal(cfg)
+}
+
+// Compile is what a proxy does with cfg before its first request: it
+// decodes cfg's proto3 JSON with the filter's decoder, fills the defaults,
+// checks the settings and compiles the experiments (config.Parse). Errors
+// are the decoder's and the engine's, each with its field path (an
+// *engine.FieldError where the engine or Check reports it).
+func Compile(cfg *filterv1.FilterConfig) (*config.Filter, *engine.Set, error) {
+	js, err := ConfigJSON(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("filter config to json: %w", err)
+	}
+	return config.Parse(js)
 }
 
 // ExtensionConfig wraps a filter configuration into the ECDS resource: a
 // TypedExtensionConfig named FilterName carrying an
 // envoy.extensions.filters.http.wasm.v3.Wasm whose plugin configuration is
-// cfg as a google.protobuf.Struct (readable in Envoy's /config_dump; Envoy
-// hands it to the plugin as JSON).
+// cfg's proto3 JSON as a google.protobuf.Struct (readable in Envoy's
+// /config_dump). Envoy hands the plugin the Struct's protobuf encoding,
+// which filter/config decodes.
 func ExtensionConfig(cfg *filterv1.FilterConfig, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
 	js, err := ConfigJSON(cfg)
 	if err != nil {

@@ -3,6 +3,7 @@ package translate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/allotmesh/allot/filter/config"
+	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
@@ -171,6 +174,71 @@ func TestFilterDecodesContract(t *testing.T) {
 			}
 			if got.Version != cfg.Version || got.UnitHeader != "x-device-id" || got.HeaderPrefix != "x-ab-" || got.Len() != len(cfg.Experiments) {
 				t.Fatalf("filter decoded %+v from %s", got, js)
+			}
+		})
+	}
+}
+
+// TestCompile: Compile decodes a configuration as the filter does, defaults
+// applied, and reports engine errors with their field paths.
+func TestCompile(t *testing.T) {
+	_, exps := load(t, "testdata/in/mixed.json")
+	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, set, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Version != cfg.Version || f.HeaderPrefix != config.DefaultHeaderPrefix || set.Len() != len(cfg.Experiments) {
+		t.Fatalf("Compile = %+v, %d experiments", f, set.Len())
+	}
+	bad := &filterv1.FilterConfig{UnitHeader: "X-User", Experiments: []*experimentv1.Experiment{{Key: "k"}}}
+	_, _, err = Compile(bad)
+	var fe *engine.FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Compile: %v, want *engine.FieldError", err)
+	}
+	for _, want := range []string{"unitHeader: ", "experiments[0].variations: "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Compile error %q lacks %q", err, want)
+		}
+	}
+}
+
+// TestParseMesh: mesh settings are decoded and checked by the filter's
+// decoder; every problem is named by its field path.
+func TestParseMesh(t *testing.T) {
+	tests := []struct {
+		name, json string
+		want       []string // substrings of the error; nil: valid
+	}{
+		{"valid", `{"unitHeader": "x-user-id", "headerPrefix": "x-ab-", "savedGroups": {"beta": ["u1"]},
+			"attributes": [{"name": "country", "header": "x-country"}]}`, nil},
+		{"empty", `{}`, nil},
+		{"uppercase unit header", `{"unitHeader": "X-User-Id"}`, []string{"unitHeader: "}},
+		{"every problem", `{"version": "v1", "experiments": [{"key": "k"}], "headerPrefix": "X",
+			"attributes": [{"name": "a", "header": "x-a"}, {"name": "a", "cookie": "c"}, {"header": "x-b"}]}`,
+			[]string{"version: ", "experiments: ", "headerPrefix: ", "attributes[1].name: ", "attributes[2].name: "}},
+		{"not a FilterConfig", `{"unitHeader": 3}`, []string{"unitHeader"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseMesh([]byte(tc.json))
+			if tc.want == nil {
+				if err != nil || cfg == nil {
+					t.Fatalf("ParseMesh: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("ParseMesh accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
 			}
 		})
 	}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// meshCases are -mesh files allotd must refuse at start-up, with the field
+// paths its error must name.
+var meshCases = []struct {
+	name, mesh string
+	want       []string
+}{
+	{"uppercase unit header", `{"unitHeader": "X-User-Id"}`, []string{"unitHeader"}},
+	{"every problem", `{"version": "v1", "experiments": [{"key": "k"}], "versionHeader": "x-experiment-v",
+		"attributes": [{"name": "a", "header": "x-a"}, {"name": "a", "cookie": "c"}, {"name": "b"}]}`,
+		[]string{"version:", "experiments:", "versionHeader:", "attributes[1].name:", "attributes[2]:"}},
+	{"wrong type", `{"cacheSize": "big"}`, []string{"cacheSize"}},
+}
+
+// writeStartFiles writes a tokens file and a mesh file and returns the
+// allotd arguments that use them, on loopback ports and a db in dir.
+func writeStartFiles(t *testing.T, dir, mesh string) []string {
+	t.Helper()
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"tokens":[{"name":"root","role":"admin","token":"`+testToken+`"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	meshFile := filepath.Join(dir, "mesh.json")
+	if err := os.WriteFile(meshFile, []byte(mesh), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"-tokens", tokens, "-mesh", meshFile, "-db", filepath.Join(dir, "allot.db"),
+		"-admin-addr", "127.0.0.1:0", "-xds-addr", "127.0.0.1:0"}
+}
+
+// TestMainRefusesBadMesh: Main decodes -mesh with the filter's decoder and
+// returns every problem with its field path, before opening the store.
+func TestMainRefusesBadMesh(t *testing.T) {
+	for _, tc := range meshCases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var stderr bytes.Buffer
+			err := Main(context.Background(), writeStartFiles(t, dir, tc.mesh), &stderr)
+			if err == nil {
+				t.Fatal("Main accepted the mesh settings")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "allot.db")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the store was opened: %v", err)
+			}
+		})
+	}
+}
+
+// TestMainAcceptsMesh: the demo's mesh file passes the start-up check (Main
+// then serves until its context ends).
+func TestMainAcceptsMesh(t *testing.T) {
+	mesh, err := os.ReadFile("../../envoy-configs/mesh.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // serve nothing: Run returns at once once started
+	var stderr bytes.Buffer
+	if err := Main(ctx, writeStartFiles(t, t.TempDir(), string(mesh)), &stderr); err != nil {
+		t.Fatalf("Main: %v\n%s", err, stderr.String())
+	}
+}
+
+// TestAllotdExitsOnBadMesh builds the allotd binary and checks that it
+// exits with status 1 naming the offending field.
+func TestAllotdExitsOnBadMesh(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds allotd")
+	}
+	bin := filepath.Join(t.TempDir(), "allotd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/allotmesh/allot/control-plane/cmd/allotd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, tc := range meshCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, writeStartFiles(t, t.TempDir(), tc.mesh)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("allotd: %v, want exit status 1\n%s", err, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q does not name %s", stderr.String(), w)
+				}
+			}
+		})
+	}
+}
