@@ -476,12 +476,9 @@ func hashBytes(b []byte) uint64 {
 	return h
 }
 
-// OnDone implements abi.Handler. (The wasip1 build does not export
-// proxy_on_done, to save a VM crossing per request; see OnDelete.)
-func (p *Plugin) OnDone(uint32) bool { return true }
-
 // OnDelete implements abi.Handler. A root flushes its counters before it
-// goes.
+// goes (there is no proxy_on_done: the wasip1 build does not export it, to
+// save a VM crossing per stream).
 func (p *Plugin) OnDelete(id uint32) {
 	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
 		*s = streamSlot{}

@@ -105,16 +105,6 @@ func (h *Host) AddHeaderMapValue(t abi.MapType, key, value string) error {
 	return nil
 }
 
-// ReplaceHeaderMapValue implements abi.Host.
-func (h *Host) ReplaceHeaderMapValue(t abi.MapType, key, value string) error {
-	if err := h.fail("proxy_replace_header_map_value"); err != nil {
-		return err
-	}
-	h.remove(t, key)
-	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), strings.Clone(value)}) // a view of plugin memory
-	return nil
-}
-
 // RemoveHeaderMapValue implements abi.Host.
 func (h *Host) RemoveHeaderMapValue(t abi.MapType, key string) error {
 	if err := h.fail("proxy_remove_header_map_value"); err != nil {
@@ -202,18 +192,6 @@ func (h *Host) IncrementMetric(id uint32, delta int64) error {
 	return nil
 }
 
-// RecordMetric implements abi.Host.
-func (h *Host) RecordMetric(id uint32, value uint64) error {
-	if err := h.fail("proxy_record_metric"); err != nil {
-		return err
-	}
-	if int(id) >= len(h.metricIDs) {
-		return &abi.Error{Call: "proxy_record_metric", Status: abi.StatusNotFound}
-	}
-	h.Metrics[h.metricIDs[id]].Value = int64(value)
-	return nil
-}
-
 // SetTickPeriod implements abi.Host.
 func (h *Host) SetTickPeriod(ms uint32) error {
 	h.TickMs = ms
@@ -248,15 +226,15 @@ func (h *Host) Configure(hd abi.Handler, root uint32, config []byte) bool {
 // ErrPaused is returned by Request when the handler did not continue.
 var ErrPaused = errors.New("fakehost: request headers callback paused the stream")
 
-// Request runs one stream under root: it creates the context, calls
-// on_request_headers with headers, and finishes the stream. It returns the
+// Request runs one stream under root as Envoy does for this module:
+// proxy_on_context_create, proxy_on_request_headers, proxy_on_delete. (The
+// module exports no proxy_on_done, so Envoy never calls it.) It returns the
 // request headers as the upstream would see them.
 func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
 	id := h.newID()
 	hd.OnContextCreate(id, root)
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
 	action := hd.OnRequestHeaders(id, len(headers), true)
-	hd.OnDone(id)
 	hd.OnDelete(id)
 	out := h.Headers[abi.RequestHeaders]
 	if action != abi.ActionContinue {
