@@ -201,21 +201,14 @@ func (p *Plugin) assign(r *root) error {
 	if err != nil {
 		return err
 	}
-	for _, kv := range pairs {
-		if cfg.isAssignmentHeader(kv[0]) {
-			p.strip = appendOnce(p.strip, kv[0])
-		}
-	}
-	if len(p.strip) > 0 {
-		if err := p.removeForged(cfg, pairs); err != nil {
-			return err
-		}
-	}
-
+	// One pass finds the forged names and copies the header attributes'
+	// values (a copy cannot fail); the forged headers are removed before
+	// anything that parses input or can fail does.
 	vals := p.values(len(cfg.attrs))
 	for _, kv := range pairs {
 		name := kv[0]
-		if len(p.strip) > 0 && cfg.isAssignmentHeader(name) {
+		if cfg.isAssignmentHeader(name) {
+			p.strip = appendOnce(p.strip, name)
 			continue
 		}
 		for _, i := range cfg.attrsOfHeader(name) {
@@ -223,12 +216,14 @@ func (p *Plugin) assign(r *root) error {
 				vals[i] = kv[1]
 			}
 		}
-		switch {
-		case name == "cookie" && len(cfg.cookies) > 0:
-			cfg.cookieValues(kv[1], vals)
-		case name == ":path" && (len(cfg.queries) > 0 || len(cfg.urlPath) > 0):
-			cfg.pathValues(kv[1], vals)
+	}
+	if len(p.strip) > 0 {
+		if err := p.removeForged(cfg, pairs); err != nil {
+			return err
 		}
+	}
+	if len(cfg.cookies) > 0 || len(cfg.queries) > 0 || len(cfg.urlPath) > 0 {
+		p.parsedAttrs(cfg, pairs, vals)
 	}
 	if len(cfg.props) > 0 || len(cfg.consts) > 0 {
 		p.otherAttrs(r, vals)
@@ -267,6 +262,23 @@ func (p *Plugin) assign(r *root) error {
 		r.stats.variations[i][v]++
 	}
 	return nil
+}
+
+// parsedAttrs fills the attributes parsed out of a header's value: cookies
+// and the query string or path of :path. Kept out of assign, as
+// otherAttrs.
+//
+//go:noinline
+func (p *Plugin) parsedAttrs(cfg *Config, pairs [][2]string, vals []string) {
+	for _, kv := range pairs {
+		switch {
+		case cfg.isAssignmentHeader(kv[0]): // never read, as in assign
+		case kv[0] == "cookie" && len(cfg.cookies) > 0:
+			cfg.cookieValues(kv[1], vals)
+		case kv[0] == ":path" && (len(cfg.queries) > 0 || len(cfg.urlPath) > 0):
+			cfg.pathValues(kv[1], vals)
+		}
+	}
 }
 
 // otherAttrs fills the attributes that do not come from request headers:
