@@ -188,12 +188,12 @@ func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 }
 
 // assign reads the request's headers once, removes forged assignment
-// headers before anything else can fail, then reads the attributes, finds
-// or computes the assignment and adds its headers. Each of the two writes
-// — the forged names removed, the headers added — takes one host call per
-// header when there are at most maxSingleWrites, else one
-// proxy_set_header_map_pairs; a request without forged headers (the common
-// case) makes no call for them.
+// headers before any step that parses input or can fail, then reads the
+// remaining attributes, finds or computes the assignment and adds its
+// headers. Each of the two writes — the forged names removed, the headers
+// added — takes one host call per header when there are at most
+// maxSingleWrites, else one proxy_set_header_map_pairs; a request without
+// forged headers (the common case) makes no call for them.
 func (p *Plugin) assign(r *root) error {
 	cfg := r.cfg
 	p.strip = p.strip[:0] // before the read: failOpen must not see a previous request's names
