@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -119,34 +117,6 @@ func TestReliabilityControlPlaneDown(t *testing.T) {
 	waitAssigned(t, b, "probe", "x-experiment-survivor")
 	report(t, "faults", "control plane back: every proxy converges",
 		fmt.Sprintf("both proxies assigning again %v after restart", time.Since(start).Round(10*time.Millisecond)), 0)
-}
-
-// rawRequest sends one HTTP/1.1 request with exactly the header lines given
-// (names keep their casing) and returns the status code and the body.
-func rawRequest(t *testing.T, url string, lines []string) (int, string) {
-	t.Helper()
-	addr := strings.TrimPrefix(url, "http://")
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "GET / HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n" + strings.Join(lines, "\r\n")
-	if len(lines) > 0 {
-		req += "\r\n"
-	}
-	if _, err := c.Write([]byte(req + "\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("read response: %v", err)
-	}
-	defer resp.Body.Close()
-	var body strings.Builder
-	bufio.NewReader(resp.Body).WriteTo(&body)
-	return resp.StatusCode, body.String()
 }
 
 // TestReliabilityHostileRequests: hostile requests get a clear error or no

@@ -77,7 +77,6 @@ var _ abi.Handler = (*handler)(nil)
 
 func (*handler) OnContextCreate(uint32, uint32) {}
 func (*handler) OnVMStart(uint32, int) bool     { return true }
-func (*handler) OnDone(uint32) bool             { return true }
 func (*handler) OnDelete(uint32)                {}
 func (*handler) OnTick(uint32)                  {}
 

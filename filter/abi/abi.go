@@ -116,8 +116,10 @@ const (
 	ActionPause    Action = 1
 )
 
-// Host is the subset of proxy-wasm host functions Allot uses. The wasip1
-// build implements it over the real imports; tests use a fake.
+// Host is the subset of proxy-wasm host functions Allot uses, and nothing
+// more: an import nothing calls is a method every fake must carry for no
+// test. The wasip1 build implements it over the real imports; tests use a
+// fake.
 type Host interface {
 	// Log writes msg to the proxy's log at level.
 	Log(level LogLevel, msg string)
@@ -129,8 +131,6 @@ type Host interface {
 	GetHeaderMapPairs(t MapType) ([][2]string, error)
 	// AddHeaderMapValue appends a header (keeping existing copies).
 	AddHeaderMapValue(t MapType, key, value string) error
-	// ReplaceHeaderMapValue sets a header, replacing every existing copy.
-	ReplaceHeaderMapValue(t MapType, key, value string) error
 	// RemoveHeaderMapValue removes every copy of a header.
 	RemoveHeaderMapValue(t MapType, key string) error
 	// SetHeaderMapPairs replaces a whole header map with serialized pairs
@@ -145,14 +145,13 @@ type Host interface {
 	DefineMetric(t MetricType, name string) (uint32, error)
 	// IncrementMetric adds delta to a counter or gauge.
 	IncrementMetric(id uint32, delta int64) error
-	// RecordMetric sets a gauge or records a histogram value.
-	RecordMetric(id uint32, value uint64) error
 	// SetTickPeriod asks for OnTick every ms milliseconds (0 = off).
 	SetTickPeriod(ms uint32) error
 }
 
-// Handler receives the host's callbacks. The plugin implements it; SetHandler
-// installs it.
+// Handler receives the host's callbacks: exactly those the wasip1 build
+// exports (exports_wasip1.go), so a native test cannot rely on a callback
+// Envoy never delivers. The plugin implements it; SetHandler installs it.
 type Handler interface {
 	// OnContextCreate is called for every new root (parent 0) or stream context.
 	OnContextCreate(id, parent uint32)
@@ -163,8 +162,6 @@ type Handler interface {
 	OnConfigure(rootID uint32, configSize int) bool
 	// OnRequestHeaders is called when a stream's request headers arrive.
 	OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) Action
-	// OnDone is called when the host is done with a context; true lets it go.
-	OnDone(id uint32) bool
 	// OnDelete is called when a context is gone.
 	OnDelete(id uint32)
 	// OnTick is called periodically on root contexts after SetTickPeriod.

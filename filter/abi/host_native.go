@@ -21,9 +21,6 @@ func (nativeHost) GetHeaderMapPairs(MapType) ([][2]string, error) {
 func (nativeHost) AddHeaderMapValue(MapType, string, string) error {
 	return unimplemented("proxy_add_header_map_value")
 }
-func (nativeHost) ReplaceHeaderMapValue(MapType, string, string) error {
-	return unimplemented("proxy_replace_header_map_value")
-}
 func (nativeHost) RemoveHeaderMapValue(MapType, string) error {
 	return unimplemented("proxy_remove_header_map_value")
 }
@@ -40,7 +37,6 @@ func (nativeHost) DefineMetric(MetricType, string) (uint32, error) {
 func (nativeHost) IncrementMetric(uint32, int64) error {
 	return unimplemented("proxy_increment_metric")
 }
-func (nativeHost) RecordMetric(uint32, uint64) error { return unimplemented("proxy_record_metric") }
 func (nativeHost) SetTickPeriod(uint32) error {
 	return unimplemented("proxy_set_tick_period_milliseconds")
 }

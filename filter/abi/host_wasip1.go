@@ -21,9 +21,6 @@ func proxyGetHeaderMapPairs(t uint32, retData *uint32, retSize *uint32) uint32
 //go:wasmimport env proxy_add_header_map_value
 func proxyAddHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
 
-//go:wasmimport env proxy_replace_header_map_value
-func proxyReplaceHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
-
 //go:wasmimport env proxy_remove_header_map_value
 func proxyRemoveHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32) uint32
 
@@ -41,9 +38,6 @@ func proxyDefineMetric(t uint32, name unsafe.Pointer, nameSize uint32, retID *ui
 
 //go:wasmimport env proxy_increment_metric
 func proxyIncrementMetric(id uint32, delta int64) uint32
-
-//go:wasmimport env proxy_record_metric
-func proxyRecordMetric(id uint32, value uint64) uint32
 
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriodMilliseconds(ms uint32) uint32
@@ -97,10 +91,6 @@ func (wasmHost) AddHeaderMapValue(t MapType, key, value string) error {
 	return statusErr("proxy_add_header_map_value", Status(proxyAddHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))))
 }
 
-func (wasmHost) ReplaceHeaderMapValue(t MapType, key, value string) error {
-	return statusErr("proxy_replace_header_map_value", Status(proxyReplaceHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))))
-}
-
 func (wasmHost) RemoveHeaderMapValue(t MapType, key string) error {
 	return statusErr("proxy_remove_header_map_value", Status(proxyRemoveHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)))))
 }
@@ -128,10 +118,6 @@ func (wasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
 
 func (wasmHost) IncrementMetric(id uint32, delta int64) error {
 	return statusErr("proxy_increment_metric", Status(proxyIncrementMetric(id, delta)))
-}
-
-func (wasmHost) RecordMetric(id uint32, value uint64) error {
-	return statusErr("proxy_record_metric", Status(proxyRecordMetric(id, value)))
 }
 
 func (wasmHost) SetTickPeriod(ms uint32) error {

@@ -10,6 +10,7 @@ package plugin
 
 import (
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -168,8 +169,8 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 }
 
 // OnRequestHeaders implements abi.Handler. It always continues the stream:
-// on any internal error the request passes through without assignment
-// headers and the error is counted.
+// on any internal error or panic the request passes through without
+// assignment headers, forged ones removed (failOpen), and is counted once.
 func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 	r := p.stream(id)
 	if r == nil || r.cfg == nil {
@@ -177,30 +178,33 @@ func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r.stats.failOpen++
-			p.host.Log(abi.LogDebug, "allot: request passed through unassigned: panic: "+panicString(v))
+			p.failOpen(r, nil, v)
 		}
 	}()
 	if err := p.assign(r); err != nil {
-		r.stats.failOpen++
-		p.host.Log(abi.LogDebug, "allot: request passed through unassigned: "+err.Error())
+		p.failOpen(r, err, nil)
 	}
 	return abi.ActionContinue
 }
 
-// assign reads the request's attributes from one header-map read, finds
-// or computes its assignment, and makes every change — forged assignment
-// headers removed, the x-experiment-<key> headers, the dictionary and the
-// version added — with one host call each, or, when there are more than
-// maxSingleWrites, with one host call in all.
+// assign reads the request's headers once, removes forged assignment
+// headers before any step that parses input or can fail, then reads the
+// remaining attributes, finds or computes the assignment and adds its
+// headers. Each of the two writes — the forged names removed, the headers
+// added — takes one host call per header when there are at most
+// maxSingleWrites, else one proxy_set_header_map_pairs; a request without
+// forged headers (the common case) makes no call for them.
 func (p *Plugin) assign(r *root) error {
 	cfg := r.cfg
+	p.strip = p.strip[:0] // before the read: failOpen must not see a previous request's names
 	pairs, err := p.host.GetHeaderMapPairs(abi.RequestHeaders)
 	if err != nil {
 		return err
 	}
+	// One pass finds the forged names and copies the header attributes'
+	// values (a copy cannot fail); the forged headers are removed before
+	// anything that parses input or can fail does.
 	vals := p.values(len(cfg.attrs))
-	p.strip = p.strip[:0]
 	for _, kv := range pairs {
 		name := kv[0]
 		if cfg.isAssignmentHeader(name) {
@@ -212,12 +216,14 @@ func (p *Plugin) assign(r *root) error {
 				vals[i] = kv[1]
 			}
 		}
-		switch {
-		case name == "cookie" && len(cfg.cookies) > 0:
-			cfg.cookieValues(kv[1], vals)
-		case name == ":path" && (len(cfg.queries) > 0 || len(cfg.urlPath) > 0):
-			cfg.pathValues(kv[1], vals)
+	}
+	if len(p.strip) > 0 {
+		if err := p.removeForged(cfg, pairs); err != nil {
+			return err
 		}
+	}
+	if len(cfg.cookies) > 0 || len(cfg.queries) > 0 || len(cfg.urlPath) > 0 {
+		p.parsedAttrs(cfg, pairs, vals)
 	}
 	if len(cfg.props) > 0 || len(cfg.consts) > 0 {
 		p.otherAttrs(r, vals)
@@ -225,29 +231,23 @@ func (p *Plugin) assign(r *root) error {
 
 	e := p.lookup(r, vals)
 	dict := p.dictionary(cfg, e)
-	changes := len(p.strip)
+	adds := 0
 	if cfg.PerExperimentHeaders {
-		changes += e.assignments()
+		adds = e.assignments()
 	}
 	if len(dict) > 0 {
-		changes++
+		adds++
 	}
 	if cfg.Version != "" {
-		changes++
+		adds++
 	}
-	if changes > maxSingleWrites {
-		if err := p.rewrite(cfg, pairs, e, dict); err != nil {
-			return err
-		}
+	if adds > maxSingleWrites {
+		err = p.setMap(cfg, pairs, true, e, dict)
 	} else {
-		// Forged headers go first: were one left, the service would see
-		// it beside the assigned value.
-		if err := p.removeForged(); err != nil {
-			return err
-		}
-		if err := p.addAll(cfg, e, dict); err != nil {
-			return err
-		}
+		err = p.addAll(cfg, e, dict)
+	}
+	if err != nil {
+		return err
 	}
 	if len(dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
@@ -262,6 +262,23 @@ func (p *Plugin) assign(r *root) error {
 		r.stats.variations[i][v]++
 	}
 	return nil
+}
+
+// parsedAttrs fills the attributes parsed out of a header's value: cookies
+// and the query string or path of :path. Kept out of assign, as
+// otherAttrs.
+//
+//go:noinline
+func (p *Plugin) parsedAttrs(cfg *Config, pairs [][2]string, vals []string) {
+	for _, kv := range pairs {
+		switch {
+		case cfg.isAssignmentHeader(kv[0]): // never read, as in assign
+		case kv[0] == "cookie" && len(cfg.cookies) > 0:
+			cfg.cookieValues(kv[1], vals)
+		case kv[0] == ":path" && (len(cfg.queries) > 0 || len(cfg.urlPath) > 0):
+			cfg.pathValues(kv[1], vals)
+		}
+	}
 }
 
 // otherAttrs fills the attributes that do not come from request headers:
@@ -282,89 +299,158 @@ func (p *Plugin) otherAttrs(r *root, vals []string) {
 	}
 }
 
-// rewrite replaces the request's headers in one host call: forged
-// assignment headers dropped, every assignment header, the dictionary and
-// the version added.
+// removeForged removes the forged assignment headers assign found
+// (p.strip) from the request: one proxy_remove_header_map_value per name,
+// or, beyond maxSingleWrites names, one proxy_set_header_map_pairs of
+// pairs without them.
 //
 //go:noinline
-func (p *Plugin) rewrite(cfg *Config, pairs [][2]string, e entry, dict string) error {
+func (p *Plugin) removeForged(cfg *Config, pairs [][2]string) error {
+	if len(p.strip) <= maxSingleWrites {
+		return p.removeAll(p.strip)
+	}
+	return p.setMap(cfg, pairs, false, entry{}, "")
+}
+
+// setMap replaces the request's headers in one host call: pairs without
+// any header the filter owns and, if assigned, e's assignment headers, the
+// dictionary and the version.
+//
+//go:noinline
+func (p *Plugin) setMap(cfg *Config, pairs [][2]string, assigned bool, e entry, dict string) error {
 	p.enc.Reset()
 	for _, kv := range pairs {
 		if !cfg.isAssignmentHeader(kv[0]) {
 			p.enc.Add(kv[0], kv[1])
 		}
 	}
-	if cfg.PerExperimentHeaders {
-		for j := range e.assignments() {
-			i, v := e.at(j)
-			p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
+	if assigned {
+		if cfg.PerExperimentHeaders {
+			for j := range e.assignments() {
+				i, v := e.at(j)
+				p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
+			}
+		}
+		if len(dict) > 0 {
+			p.enc.Add(cfg.DictionaryHeader, dict)
+		}
+		if cfg.Version != "" {
+			p.enc.Add(cfg.VersionHeader, cfg.Version)
 		}
 	}
-	if len(dict) > 0 {
-		p.enc.Add(cfg.DictionaryHeader, dict)
-	}
-	if cfg.Version != "" {
-		p.enc.Add(cfg.VersionHeader, cfg.Version)
-	}
-	if err := p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes()); err != nil {
-		p.removeForged()
-		return err
-	}
-	return nil
+	return p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes())
 }
 
 // addAll adds a few headers, one proxy_add_header_map_value each: cheaper
-// than Envoy rebuilding the whole map. On a host error it takes back
-// whatever it added.
+// than Envoy rebuilding the whole map. On a host error it stops; failOpen
+// takes back whatever was added.
 func (p *Plugin) addAll(cfg *Config, e entry, dict string) error {
 	if cfg.PerExperimentHeaders {
 		for j := range e.assignments() {
 			i, v := e.at(j)
 			if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i], cfg.values[i][v]); err != nil {
-				p.takeBack(cfg, e)
 				return err
 			}
 		}
 	}
 	if len(dict) > 0 {
 		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader, dict); err != nil {
-			p.takeBack(cfg, e)
 			return err
 		}
 	}
 	if cfg.Version != "" {
 		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
-			p.takeBack(cfg, e)
 			return err
 		}
 	}
 	return nil
 }
 
-// takeBack removes every header addAll may have added.
-//
-//go:noinline
-func (p *Plugin) takeBack(cfg *Config, e entry) {
-	for j := range e.assignments() {
-		i, _ := e.at(j)
-		p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i])
-	}
-	p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader)
-	p.host.RemoveHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader)
-}
-
-// removeForged removes the client-supplied assignment headers assign
-// found (p.strip), one host call each. It tries every one and returns the
-// first error. It is also the fallback when the one-call write failed, so
-// that even an unassigned request carries no forged assignments.
-func (p *Plugin) removeForged() error {
+// removeAll removes every copy of each of names, one host call each. It
+// tries every name, even after one failed or panicked, and returns the
+// first failure.
+func (p *Plugin) removeAll(names []string) error {
 	var first error
-	for _, name := range p.strip {
-		if err := p.host.RemoveHeaderMapValue(abi.RequestHeaders, name); err != nil && first == nil {
+	for _, name := range names {
+		if err := p.remove(name); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
+}
+
+// remove is one proxy_remove_header_map_value, a panic in it returned as
+// an error.
+func (p *Plugin) remove(name string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = errPanic
+		}
+	}()
+	return p.host.RemoveHeaderMapValue(abi.RequestHeaders, name)
+}
+
+// errPanic stands for a panic recovered in a host call.
+var errPanic = errors.New("panic in a host call")
+
+// failOpen passes a failed request through unassigned: it counts it, once,
+// then scrubs its headers and logs why (err, or the recovered panic v).
+// Neither may let a panic escape: in Wasm a panic out of a callback kills
+// the VM.
+//
+//go:noinline
+func (p *Plugin) failOpen(r *root, err error, v any) {
+	r.stats.failOpen++
+	defer func() { recover() }() // the log's: the scrub guards itself
+	p.scrub(r.cfg)
+	msg := "panic: " + panicString(v)
+	if err != nil {
+		msg = err.Error()
+	}
+	p.host.Log(abi.LogDebug, "allot: request passed through unassigned: "+msg)
+}
+
+// scrub leaves the request with no header the filter owns, whatever step
+// failed: no forged assignment and none of the request's own, partial or
+// whole. It reads the header map again and removes every owned name one
+// call each, and if a removal fails, sets the map without them in one
+// call. If the map cannot be read it removes every owned name it can
+// know: those the first read found, the dictionary, the version and each
+// configured experiment's header. Every step runs under its own recover.
+func (p *Plugin) scrub(cfg *Config) {
+	var pairs [][2]string
+	if guard(func() error {
+		var err error
+		if pairs, err = p.host.GetHeaderMapPairs(abi.RequestHeaders); err != nil {
+			return err
+		}
+		p.strip = p.strip[:0]
+		for _, kv := range pairs {
+			if cfg.isAssignmentHeader(kv[0]) {
+				p.strip = appendOnce(p.strip, kv[0])
+			}
+		}
+		return nil
+	}) != nil {
+		p.removeAll(p.strip)
+		p.removeAll([]string{cfg.DictionaryHeader, cfg.VersionHeader})
+		p.removeAll(cfg.headerNames)
+		return
+	}
+	if len(p.strip) == 0 || p.removeAll(p.strip) == nil {
+		return
+	}
+	guard(func() error { return p.setMap(cfg, pairs, false, entry{}, "") })
+}
+
+// guard runs step, a panic in it returned as an error.
+func guard(step func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = errPanic
+		}
+	}()
+	return step()
 }
 
 // values returns the scratch slice for n attribute values, cleared.
@@ -476,12 +562,9 @@ func hashBytes(b []byte) uint64 {
 	return h
 }
 
-// OnDone implements abi.Handler. (The wasip1 build does not export
-// proxy_on_done, to save a VM crossing per request; see OnDelete.)
-func (p *Plugin) OnDone(uint32) bool { return true }
-
 // OnDelete implements abi.Handler. A root flushes its counters before it
-// goes.
+// goes (there is no proxy_on_done: the wasip1 build does not export it, to
+// save a VM crossing per stream).
 func (p *Plugin) OnDelete(id uint32) {
 	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
 		*s = streamSlot{}

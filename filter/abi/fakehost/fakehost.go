@@ -2,7 +2,9 @@
 // tests: it implements abi.Host over in-memory header maps, buffers,
 // properties and metrics, and drives an abi.Handler through the callback
 // sequence Envoy uses (create root, vm start, configure, then one stream per
-// request).
+// request). Any host call can be made to fail or panic (Inject, Fail) and
+// every call can be recorded (Trace), so a test can enumerate the calls a
+// request makes and break each in turn.
 package fakehost
 
 import (
@@ -28,9 +30,43 @@ type Host struct {
 	// Fail, when set, is called before every host call with its name; a
 	// non-nil result is returned from the call (fault injection).
 	Fail func(call string) error
+	// Trace, when set, records the name of every host call in Calls.
+	Trace bool
+	Calls []string
 
-	nextID uint32
+	// Fired counts the calls the fault armed with Inject broke.
+	Fired int
+
+	fault    *Fault
+	matching int // calls matching fault since Inject
+	nextID   uint32
 }
+
+// Fault makes host calls fail or panic; see Inject.
+type Fault struct {
+	// Call is the ABI name of the host function to break
+	// ("proxy_add_header_map_value"); empty breaks any.
+	Call string
+	// Nth, when positive, breaks only the Nth call matching Call since
+	// Inject (1-based); zero breaks every matching call.
+	Nth int
+	// Panic makes the call panic instead of returning an error.
+	Panic bool
+}
+
+// ErrInjected is the status an injected failure returns.
+const ErrInjected = abi.StatusInternalFailure
+
+// Inject arms f in place of any fault armed before; its calls are counted
+// from now. A broken call returns &abi.Error{Status: ErrInjected} (or
+// panics) before touching the host's state. proxy_log cannot return an
+// error: only a panic breaks it.
+func (h *Host) Inject(f Fault) {
+	h.fault, h.matching, h.Fired = &f, 0, 0
+}
+
+// Disarm removes the fault armed with Inject.
+func (h *Host) Disarm() { h.fault = nil }
 
 // Log is one proxy_log call.
 type Log struct {
@@ -58,6 +94,19 @@ func New() *Host {
 }
 
 func (h *Host) fail(call string) error {
+	if h.Trace {
+		h.Calls = append(h.Calls, call)
+	}
+	if f := h.fault; f != nil && (f.Call == "" || f.Call == call) {
+		h.matching++
+		if f.Nth == 0 || f.Nth == h.matching {
+			h.Fired++
+			if f.Panic {
+				panic("fakehost: injected panic in " + call)
+			}
+			return &abi.Error{Call: call, Status: ErrInjected}
+		}
+	}
 	if h.Fail != nil {
 		return h.Fail(call)
 	}
@@ -66,6 +115,7 @@ func (h *Host) fail(call string) error {
 
 // Log implements abi.Host.
 func (h *Host) Log(level abi.LogLevel, msg string) {
+	h.fail("proxy_log") // only a panic can break it
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.Logs = append(h.Logs, Log{level, msg})
@@ -101,17 +151,9 @@ func (h *Host) AddHeaderMapValue(t abi.MapType, key, value string) error {
 	if err := h.fail("proxy_add_header_map_value"); err != nil {
 		return err
 	}
-	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), strings.Clone(value)}) // a view of plugin memory
-	return nil
-}
-
-// ReplaceHeaderMapValue implements abi.Host.
-func (h *Host) ReplaceHeaderMapValue(t abi.MapType, key, value string) error {
-	if err := h.fail("proxy_replace_header_map_value"); err != nil {
-		return err
-	}
-	h.remove(t, key)
-	h.Headers[t] = append(h.Headers[t], [2]string{strings.ToLower(key), strings.Clone(value)}) // a view of plugin memory
+	// key and value may be views of plugin memory; ToLower returns its
+	// argument when it is lowercase already.
+	h.Headers[t] = append(h.Headers[t], [2]string{strings.Clone(strings.ToLower(key)), strings.Clone(value)})
 	return nil
 }
 
@@ -147,7 +189,8 @@ func (h *Host) SetHeaderMapPairs(t abi.MapType, serialized []byte) error {
 	}
 	out := make([][2]string, len(pairs))
 	for i, p := range pairs {
-		out[i] = [2]string{strings.ToLower(p[0]), strings.Clone(p[1])}
+		// Both alias serialized, the plugin's buffer, which it reuses.
+		out[i] = [2]string{strings.Clone(strings.ToLower(p[0])), strings.Clone(p[1])}
 	}
 	h.Headers[t] = out
 	h.SetPairsCalls++
@@ -202,18 +245,6 @@ func (h *Host) IncrementMetric(id uint32, delta int64) error {
 	return nil
 }
 
-// RecordMetric implements abi.Host.
-func (h *Host) RecordMetric(id uint32, value uint64) error {
-	if err := h.fail("proxy_record_metric"); err != nil {
-		return err
-	}
-	if int(id) >= len(h.metricIDs) {
-		return &abi.Error{Call: "proxy_record_metric", Status: abi.StatusNotFound}
-	}
-	h.Metrics[h.metricIDs[id]].Value = int64(value)
-	return nil
-}
-
 // SetTickPeriod implements abi.Host.
 func (h *Host) SetTickPeriod(ms uint32) error {
 	h.TickMs = ms
@@ -248,15 +279,15 @@ func (h *Host) Configure(hd abi.Handler, root uint32, config []byte) bool {
 // ErrPaused is returned by Request when the handler did not continue.
 var ErrPaused = errors.New("fakehost: request headers callback paused the stream")
 
-// Request runs one stream under root: it creates the context, calls
-// on_request_headers with headers, and finishes the stream. It returns the
+// Request runs one stream under root as Envoy does for this module:
+// proxy_on_context_create, proxy_on_request_headers, proxy_on_delete. (The
+// module exports no proxy_on_done, so Envoy never calls it.) It returns the
 // request headers as the upstream would see them.
 func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
 	id := h.newID()
 	hd.OnContextCreate(id, root)
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
 	action := hd.OnRequestHeaders(id, len(headers), true)
-	hd.OnDone(id)
 	hd.OnDelete(id)
 	out := h.Headers[abi.RequestHeaders]
 	if action != abi.ActionContinue {
