@@ -34,6 +34,11 @@ const (
 	DefaultCacheMaxBytes = 1 << 20
 )
 
+// MaxIndex bounds the experiments of one configuration and the variations
+// of one experiment: the filter's cache entries store their indices in 16
+// bits, so Parse refuses more.
+const MaxIndex = 0xffff
+
 // The values of the AssignmentHeaders enum, by name.
 const (
 	AssignmentHeadersUnspecified = "ASSIGNMENT_HEADERS_UNSPECIFIED"
@@ -96,6 +101,14 @@ func Parse(data []byte) (*Filter, *engine.Set, error) {
 	errs := []error{f.Check()}
 	set, err := engine.Compile(engine.Config{Experiments: f.Experiments, SavedGroups: f.SavedGroups})
 	errs = append(errs, err)
+	if n := len(f.Experiments); n > MaxIndex {
+		errs = append(errs, &engine.FieldError{Path: "experiments", Message: strconv.Itoa(n) + " for one proxy, at most " + strconv.Itoa(MaxIndex)})
+	}
+	for i := range f.Experiments {
+		if n := len(f.Experiments[i].Variations); n > MaxIndex {
+			errs = append(errs, &engine.FieldError{Path: "experiments[" + strconv.Itoa(i) + "].variations", Message: strconv.Itoa(n) + ", at most " + strconv.Itoa(MaxIndex)})
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
@@ -151,6 +164,13 @@ func (f *Filter) Check() error {
 			fail(h.field, strconv.Quote(v)+" must not start with headerPrefix "+strconv.Quote(prefix))
 		}
 	}
+	// A header the filter reads must not be one it owns: it removes those
+	// from every request as forged before reading anything.
+	dict, version := or(f.DictionaryHeader, DefaultDictionaryHeader), or(f.VersionHeader, DefaultVersionHeader)
+	owned := func(h string) bool { return strings.HasPrefix(h, prefix) || h == dict || h == version }
+	if owned(f.UnitHeader) {
+		fail("unitHeader", strconv.Quote(f.UnitHeader)+" is an assignment header (headerPrefix, dictionaryHeader or versionHeader), which the filter removes from every request")
+	}
 	seen := map[string]bool{}
 	for i, a := range f.Attributes {
 		p := "attributes[" + strconv.Itoa(i) + "]"
@@ -172,8 +192,12 @@ func (f *Filter) Check() error {
 			continue
 		}
 		seen[a.Name] = true
-		if a.Header != "" && !ValidHeaderName(a.Header) && !strings.HasPrefix(a.Header, ":") {
+		switch {
+		case a.Header == "" || strings.HasPrefix(a.Header, ":"):
+		case !ValidHeaderName(a.Header):
 			fail(p+".header", strconv.Quote(a.Header)+" is not a lowercase header name")
+		case owned(a.Header):
+			fail(p+".header", strconv.Quote(a.Header)+" is an assignment header (headerPrefix, dictionaryHeader or versionHeader), which the filter removes from every request")
 		}
 	}
 	return errors.Join(errs...)

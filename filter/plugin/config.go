@@ -1,9 +1,7 @@
 package plugin
 
 import (
-	"errors"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/allotmesh/allot/filter/config"
@@ -15,9 +13,6 @@ import (
 // %FILTER_STATE(wasm.allot:PLAIN)%.
 const ExposureProperty = "allot"
 
-// maxIndex bounds the experiments of one configuration and the variations
-// of one experiment (cache entries store their indices in 16 bits).
-const maxIndex = 0xffff
 
 // source says where an attribute's value is read on each request.
 type source uint8
@@ -111,18 +106,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		set:                  set,
 	}
 	n := set.Len()
-	// A cache entry stores experiment and variation indices in 16 bits.
-	if n > maxIndex {
-		return nil, errors.New("experiments: " + strconv.Itoa(n) + " for one proxy, at most " + strconv.Itoa(maxIndex))
-	}
 	c.headerNames, c.values, c.dictValues = make([]string, n), make([][]string, n), make([][]string, n)
 	c.keys = set.Keys()
 	for i, key := range c.keys {
 		c.headerNames[i] = c.HeaderPrefix + key
 		c.values[i] = set.Variations(i)
-		if v := len(c.values[i]); v > maxIndex {
-			return nil, errors.New("experiments[" + strconv.Itoa(i) + "].variations: " + strconv.Itoa(v) + ", at most " + strconv.Itoa(maxIndex))
-		}
 		c.dictValues[i] = make([]string, len(c.values[i]))
 		for v, value := range c.values[i] {
 			c.dictValues[i][v] = ", " + key + "=" + sfString(value)

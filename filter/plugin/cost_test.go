@@ -178,7 +178,7 @@ func TestOwnedHeaderPrefilter(t *testing.T) {
 // indices in 16 bits, so an experiment with more variations is refused with
 // the field named, and the largest that fits is accepted.
 func TestRejectsMoreVariationsThanEntriesIndex(t *testing.T) {
-	config := func(n int) []byte {
+	wide := func(n int) []byte {
 		var sb strings.Builder
 		sb.WriteString(`{"experiments":[{"key":"wide","variations":[`)
 		for i := range n {
@@ -190,10 +190,10 @@ func TestRejectsMoreVariationsThanEntriesIndex(t *testing.T) {
 		sb.WriteString(`]}]}`)
 		return []byte(sb.String())
 	}
-	if _, err := ParseConfig(config(maxIndex + 1)); err == nil || !strings.Contains(err.Error(), "experiments[0].variations: 65536, at most 65535") {
+	if _, err := ParseConfig(wide(config.MaxIndex + 1)); err == nil || !strings.Contains(err.Error(), "experiments[0].variations: 65536, at most 65535") {
 		t.Fatalf("65,536 variations: error %v, want experiments[0].variations named", err)
 	}
-	if _, err := ParseConfig(config(maxIndex)); err != nil {
+	if _, err := ParseConfig(wide(config.MaxIndex)); err != nil {
 		t.Fatalf("65,535 variations refused: %v", err)
 	}
 }
