@@ -81,7 +81,7 @@ func decode(data []byte) (Filter, error) {
 func mapFilter(obj jsonx.Object) (Filter, error) {
 	var d decoder
 	var f Filter
-	decodeMessage(&d, obj, filterFields, &f)
+	d.message(obj, filterFields, &f)
 	return f, errors.Join(d.errs...)
 }
 
@@ -103,16 +103,15 @@ const (
 	kindTimestamp // google.protobuf.Timestamp
 )
 
-// field is one field of message T: its two names, its type and how the
-// decoder stores it, or (reject) why the filter configuration must leave it
-// at its default value.
-type field[T any] struct {
+// field is one field of a message: its two names, its type and, when the
+// filter configuration must leave it at its default value, why. The
+// message's setter (filterField, attributeField, experimentField) decodes
+// the others, by JSON name.
+type field struct {
 	json, proto string
 	kind        kind
-	repeated    bool               // a repeated field; with kindList in savedGroups, a map's values
-	oneof       bool               // in Attribute's oneof source
-	str         func(m *T) *string // a string field (smaller than a set func each)
-	set         func(d *decoder, v any, m *T)
+	repeated    bool // a repeated field; with kindList in savedGroups, a map's values
+	oneof       bool // in Attribute's oneof source
 	reject      string
 }
 
@@ -123,81 +122,47 @@ const (
 )
 
 // filterFields are FilterConfig's fields.
-var filterFields = []field[Filter]{
-	{json: "version", proto: "version", str: func(f *Filter) *string { return &f.Version }},
-	{json: "unitHeader", proto: "unit_header", str: func(f *Filter) *string { return &f.UnitHeader }},
-	{json: "headerPrefix", proto: "header_prefix", str: func(f *Filter) *string { return &f.HeaderPrefix }},
-	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true, set: func(d *decoder, v any, f *Filter) {
-		f.Experiments = messages(d, v, experimentFields)
-	}},
-	{json: "savedGroups", proto: "saved_groups", kind: kindList, repeated: true, set: func(d *decoder, v any, f *Filter) {
-		f.SavedGroups = d.savedGroups(v)
-	}},
-	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true, set: func(d *decoder, v any, f *Filter) {
-		f.Attributes = messages(d, v, attributeFields)
-	}},
-	{json: "dictionaryHeader", proto: "dictionary_header", str: func(f *Filter) *string { return &f.DictionaryHeader }},
-	{json: "versionHeader", proto: "version_header", str: func(f *Filter) *string { return &f.VersionHeader }},
-	{json: "cacheSize", proto: "cache_size", kind: kindInt32, set: func(d *decoder, v any, f *Filter) {
-		f.CacheSize = int(d.integer(v, 32))
-	}},
-	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool, set: func(d *decoder, v any, f *Filter) {
-		f.DisableExposureState = d.boolean(v)
-	}},
-	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum, set: func(d *decoder, v any, f *Filter) {
-		f.AssignmentHeaders = d.enum(v)
-	}},
-	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32, set: func(d *decoder, v any, f *Filter) {
-		f.CacheMaxBytes = int(d.integer(v, 32))
-	}},
+var filterFields = []field{
+	{json: "version", proto: "version"},
+	{json: "unitHeader", proto: "unit_header"},
+	{json: "headerPrefix", proto: "header_prefix"},
+	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true},
+	{json: "savedGroups", proto: "saved_groups", kind: kindList, repeated: true},
+	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true},
+	{json: "dictionaryHeader", proto: "dictionary_header"},
+	{json: "versionHeader", proto: "version_header"},
+	{json: "cacheSize", proto: "cache_size", kind: kindInt32},
+	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool},
+	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum},
+	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32},
 }
 
 // attributeFields are Attribute's fields.
-var attributeFields = []field[Attribute]{
-	{json: "name", proto: "name", str: func(a *Attribute) *string { return &a.Name }},
-	{json: "header", proto: "header", oneof: true, str: func(a *Attribute) *string { return &a.Header }},
-	{json: "cookie", proto: "cookie", oneof: true, str: func(a *Attribute) *string { return &a.Cookie }},
-	{json: "query", proto: "query", oneof: true, str: func(a *Attribute) *string { return &a.Query }},
-	{json: "property", proto: "property", oneof: true, str: func(a *Attribute) *string { return &a.Property }},
+var attributeFields = []field{
+	{json: "name", proto: "name"},
+	{json: "header", proto: "header", oneof: true},
+	{json: "cookie", proto: "cookie", oneof: true},
+	{json: "query", proto: "query", oneof: true},
+	{json: "property", proto: "property", oneof: true},
 }
 
 // experimentFields are Experiment's fields: those the engine evaluates, then
 // those the control plane keeps for itself and strips before any proxy sees
 // them (translate.Definition).
-var experimentFields = []field[engine.Experiment]{
-	{json: "key", proto: "key", str: func(e *engine.Experiment) *string { return &e.Key }},
-	{json: "variations", proto: "variations", kind: kindValue, repeated: true, set: func(d *decoder, v any, e *engine.Experiment) {
-		d.list(v, func(x any) { e.Variations = append(e.Variations, d.value(x, 3)) })
-	}},
-	{json: "weights", proto: "weights", kind: kindDouble, repeated: true, set: func(d *decoder, v any, e *engine.Experiment) {
-		d.list(v, func(x any) { e.Weights = append(e.Weights, d.double(x)) })
-	}},
-	{json: "coverage", proto: "coverage", kind: kindDouble, set: func(d *decoder, v any, e *engine.Experiment) {
-		c := d.double(v)
-		e.Coverage = &c
-	}},
-	{json: "hashAttribute", proto: "hash_attribute", str: func(e *engine.Experiment) *string { return &e.HashAttribute }},
-	{json: "fallbackAttribute", proto: "fallback_attribute", str: func(e *engine.Experiment) *string { return &e.FallbackAttribute }},
-	{json: "hashVersion", proto: "hash_version", kind: kindInt32, set: func(d *decoder, v any, e *engine.Experiment) {
-		e.HashVersion = int(d.integer(v, 32))
-	}},
-	{json: "seed", proto: "seed", str: func(e *engine.Experiment) *string { return &e.Seed }},
-	{json: "namespace", proto: "namespace", kind: kindList, set: func(d *decoder, v any, e *engine.Experiment) {
-		e.Namespace = d.listValue(v, 3)
-	}},
-	{json: "condition", proto: "condition", kind: kindStruct, set: func(d *decoder, v any, e *engine.Experiment) {
-		e.Condition = d.structValue(v, 3)
-	}},
-	{json: "force", proto: "force", kind: kindInt32, set: func(d *decoder, v any, e *engine.Experiment) {
-		f := int(d.integer(v, 32))
-		e.Force = &f
-	}},
-	{json: "filters", proto: "filters", kind: kindList, set: func(d *decoder, v any, e *engine.Experiment) {
-		e.Filters = d.listValue(v, 3)
-	}},
-	{json: "ranges", proto: "ranges", kind: kindList, set: func(d *decoder, v any, e *engine.Experiment) {
-		e.Ranges = d.ranges(v)
-	}},
+var experimentFields = []field{
+	{json: "key", proto: "key"},
+	{json: "variations", proto: "variations", kind: kindValue, repeated: true},
+	{json: "weights", proto: "weights", kind: kindDouble, repeated: true},
+	{json: "coverage", proto: "coverage", kind: kindDouble},
+	{json: "hashAttribute", proto: "hash_attribute"},
+	{json: "fallbackAttribute", proto: "fallback_attribute"},
+	{json: "hashVersion", proto: "hash_version", kind: kindInt32},
+	{json: "seed", proto: "seed"},
+	{json: "namespace", proto: "namespace", kind: kindList},
+	{json: "condition", proto: "condition", kind: kindStruct},
+	{json: "force", proto: "force", kind: kindInt32},
+	{json: "filters", proto: "filters", kind: kindList},
+	{json: "ranges", proto: "ranges", kind: kindList},
 
 	{json: "status", proto: "status", reject: controlPlaneOnly},
 	{json: "description", proto: "description", reject: controlPlaneOnly},
@@ -210,6 +175,115 @@ var experimentFields = []field[engine.Experiment]{
 	{json: "updateTime", proto: "update_time", kind: kindTimestamp, reject: outputOnly},
 	{json: "createdBy", proto: "created_by", reject: outputOnly},
 	{json: "updatedBy", proto: "updated_by", reject: outputOnly},
+}
+
+// set decodes v into the field of message m (a *Filter, *Attribute or
+// *engine.Experiment) whose JSON name is name, and reports whether the
+// message's setter knows the field. One setter per message, rather than a
+// function per field or a generic decoder per message type, keeps the Wasm
+// module small.
+func (d *decoder) set(m any, name string, v any) bool {
+	switch m := m.(type) {
+	case *Filter:
+		return d.filterField(m, name, v)
+	case *Attribute:
+		return d.attributeField(m, name, v)
+	case *engine.Experiment:
+		return d.experimentField(m, name, v)
+	}
+	return false
+}
+
+func (d *decoder) filterField(f *Filter, name string, v any) bool {
+	switch name {
+	case "version":
+		f.Version = d.str(v)
+	case "unitHeader":
+		f.UnitHeader = d.str(v)
+	case "headerPrefix":
+		f.HeaderPrefix = d.str(v)
+	case "experiments":
+		if n := arrayLen(v); n > 0 {
+			f.Experiments = make([]engine.Experiment, n)
+		}
+		d.list(v, func(i int, x any) { d.message(x, experimentFields, &f.Experiments[i]) })
+	case "savedGroups":
+		f.SavedGroups = d.savedGroups(v)
+	case "attributes":
+		if n := arrayLen(v); n > 0 {
+			f.Attributes = make([]Attribute, n)
+		}
+		d.list(v, func(i int, x any) { d.message(x, attributeFields, &f.Attributes[i]) })
+	case "dictionaryHeader":
+		f.DictionaryHeader = d.str(v)
+	case "versionHeader":
+		f.VersionHeader = d.str(v)
+	case "cacheSize":
+		f.CacheSize = int(d.integer(v, 32))
+	case "disableExposureState":
+		f.DisableExposureState = d.boolean(v)
+	case "assignmentHeaders":
+		f.AssignmentHeaders = d.enum(v)
+	case "cacheMaxBytes":
+		f.CacheMaxBytes = int(d.integer(v, 32))
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) attributeField(a *Attribute, name string, v any) bool {
+	switch name {
+	case "name":
+		a.Name = d.str(v)
+	case "header":
+		a.Header = d.str(v)
+	case "cookie":
+		a.Cookie = d.str(v)
+	case "query":
+		a.Query = d.str(v)
+	case "property":
+		a.Property = d.str(v)
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool {
+	switch name {
+	case "key":
+		e.Key = d.str(v)
+	case "variations":
+		d.list(v, func(_ int, x any) { e.Variations = append(e.Variations, d.value(x, 3)) })
+	case "weights":
+		d.list(v, func(_ int, x any) { e.Weights = append(e.Weights, d.double(x)) })
+	case "coverage":
+		c := d.double(v)
+		e.Coverage = &c
+	case "hashAttribute":
+		e.HashAttribute = d.str(v)
+	case "fallbackAttribute":
+		e.FallbackAttribute = d.str(v)
+	case "hashVersion":
+		e.HashVersion = int(d.integer(v, 32))
+	case "seed":
+		e.Seed = d.str(v)
+	case "namespace":
+		e.Namespace = d.listValue(v, 3)
+	case "condition":
+		e.Condition = d.structValue(v, 3)
+	case "force":
+		f := int(d.integer(v, 32))
+		e.Force = &f
+	case "filters":
+		e.Filters = d.listValue(v, 3)
+	case "ranges":
+		e.Ranges = d.ranges(v)
+	default:
+		return false
+	}
+	return true
 }
 
 // assignmentHeadersNames are the AssignmentHeaders values by number.
@@ -272,8 +346,13 @@ func appendName(b []byte, name string) []byte {
 	return append(b, name...)
 }
 
-// decodeMessage decodes the members of obj into m by fields.
-func decodeMessage[T any](d *decoder, obj jsonx.Object, fields []field[T], m *T) {
+// message decodes the members of an object into m (see set) by fields.
+func (d *decoder) message(v any, fields []field, m any) {
+	obj, ok := v.(jsonx.Object)
+	if !ok {
+		d.fail("want an object")
+		return
+	}
 	var seen uint64 // by field index
 	oneof := ""     // the oneof member set
 	for _, mem := range obj {
@@ -309,42 +388,36 @@ func decodeMessage[T any](d *decoder, obj jsonx.Object, fields []field[T], m *T)
 			if f.oneof {
 				oneof = f.json
 			}
-			switch {
-			case f.reject != "":
-				d.rejectSet(f.kind, f.repeated, f.reject, mem.Value)
-			case f.str != nil:
-				*f.str(m) = d.str(mem.Value)
-			default:
-				f.set(d, mem.Value, m)
+			if f.reject != "" {
+				d.rejectSet(f, mem.Value)
+			} else {
+				d.set(m, f.json, mem.Value) // known: TestDecoderCoversDescriptors
 			}
 		}
 		d.pop()
 	}
 }
 
-// messages decodes a repeated message field.
-func messages[T any](d *decoder, v any, fields []field[T]) []T {
-	var out []T
-	d.list(v, func(x any) {
-		var m T
-		if obj, ok := x.(jsonx.Object); ok {
-			decodeMessage(d, obj, fields, &m)
-		} else {
-			d.fail("want an object")
-		}
-		out = append(out, m)
-	})
-	return out
+// arrayLen is the length of an array, as list reads it; 0 for anything
+// else.
+func arrayLen(v any) int {
+	switch x := v.(type) {
+	case []any:
+		return len(x)
+	case lazyList:
+		return len(x.items)
+	}
+	return 0
 }
 
 // list calls each with every element of an array, its index on the path:
 // a []any, or a lazyList whose items are decoded one at a time.
-func (d *decoder) list(v any, each func(x any)) {
+func (d *decoder) list(v any, each func(i int, x any)) {
 	switch x := v.(type) {
 	case []any:
 		for i, e := range x {
 			d.push("", i)
-			each(e)
+			each(i, e)
 			d.pop()
 		}
 	case lazyList:
@@ -353,7 +426,7 @@ func (d *decoder) list(v any, each func(x any)) {
 			if e, err := x.item(i); err != nil { // validated already: not expected
 				d.errs = append(d.errs, &wrapped{d.pathString(), err})
 			} else {
-				each(e)
+				each(i, e)
 			}
 			d.pop()
 		}
@@ -365,20 +438,20 @@ func (d *decoder) list(v any, each func(x any)) {
 // rejectSet checks a field the filter configuration must leave at its
 // default value: it must have its type, and any other value is an error
 // naming the field. A timestamp is rejected without parsing it.
-func (d *decoder) rejectSet(k kind, repeated bool, why string, v any) {
+func (d *decoder) rejectSet(f *field, v any) {
 	n := len(d.errs)
 	set := true
 	switch {
-	case repeated: // of strings
+	case f.repeated: // of strings
 		set = false
-		d.list(v, func(x any) { d.str(x); set = true })
-	case k == kindString:
+		d.list(v, func(_ int, x any) { d.str(x); set = true })
+	case f.kind == kindString:
 		set = d.str(v) != ""
-	case k == kindInt64:
+	case f.kind == kindInt64:
 		set = d.integer(v, 64) != 0
 	}
 	if set && len(d.errs) == n {
-		d.fail("not part of the filter configuration (" + why + ")")
+		d.fail("not part of the filter configuration (" + f.reject + ")")
 	}
 }
 
@@ -587,12 +660,12 @@ func (d *decoder) savedGroups(v any) map[string]engine.RawMessage {
 // numbers.
 func (d *decoder) ranges(v any) [][]float64 {
 	out := [][]float64{}
-	d.list(v, func(x any) {
+	d.list(v, func(_ int, x any) {
 		var r []float64
 		if _, ok := x.([]any); !ok {
 			d.fail("want an array of numbers")
 		} else {
-			d.list(x, func(n any) {
+			d.list(x, func(_ int, n any) {
 				switch n.(type) {
 				case float64, jsonx.Number:
 					r = append(r, d.double(n))
