@@ -255,8 +255,14 @@ func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool
 	case "key":
 		e.Key = d.str(v)
 	case "variations":
+		if n := arrayLen(v); n > 0 {
+			e.Variations = make([]engine.RawMessage, 0, n)
+		}
 		d.list(v, func(_ int, x any) { e.Variations = append(e.Variations, d.value(x, 3)) })
 	case "weights":
+		if n := arrayLen(v); n > 0 {
+			e.Weights = make([]float64, 0, n)
+		}
 		d.list(v, func(_ int, x any) { e.Weights = append(e.Weights, d.double(x)) })
 	case "coverage":
 		c := d.double(v)
@@ -295,6 +301,7 @@ var assignmentHeadersNames = []string{AssignmentHeadersUnspecified, AssignmentHe
 type decoder struct {
 	errs []error
 	path []step
+	buf  []byte // value's scratch: each value is then copied out at its size
 }
 
 // step is one step of a field path: an object member's name, or, at >= 0,
@@ -701,11 +708,11 @@ func (d *decoder) listValue(v any, depth int) engine.RawMessage {
 // at message depth depth, as JSON; nil when invalid.
 func (d *decoder) value(v any, depth int) engine.RawMessage {
 	n := len(d.errs)
-	b := d.appendValue(nil, v, depth)
+	d.buf = d.appendValue(d.buf[:0], v, depth)
 	if len(d.errs) > n {
 		return nil
 	}
-	return b
+	return bytes.Clone(d.buf)
 }
 
 func (d *decoder) appendValue(b []byte, v any, depth int) []byte {
