@@ -312,7 +312,8 @@ type step struct {
 }
 
 // push enters an object member (at -1) or an array element (name ""),
-// pop leaves it. Not inlined: an inlined append costs the Wasm module 7 KB.
+// pop leaves it. Not inlined: inlined at its eight calls, the append costs
+// the Wasm module 3 KB.
 //
 //go:noinline
 func (d *decoder) push(name string, at int) { d.path = append(d.path, step{name, at}) }
