@@ -81,7 +81,7 @@ func decode(data []byte) (Filter, error) {
 func mapFilter(obj jsonx.Object) (Filter, error) {
 	var d decoder
 	var f Filter
-	decodeMessage(&d, "", obj, filterFields, &f)
+	d.message(obj, filterFields, &f)
 	return f, errors.Join(d.errs...)
 }
 
@@ -103,16 +103,15 @@ const (
 	kindTimestamp // google.protobuf.Timestamp
 )
 
-// field is one field of message T: its two names, its type and how the
-// decoder stores it, or (reject) why the filter configuration must leave it
-// at its default value.
-type field[T any] struct {
+// field is one field of a message: its two names, its type and, when the
+// filter configuration must leave it at its default value, why. The
+// message's setter (filterField, attributeField, experimentField) decodes
+// the others, by JSON name.
+type field struct {
 	json, proto string
 	kind        kind
-	repeated    bool               // a repeated field; with kindList in savedGroups, a map's values
-	oneof       bool               // in Attribute's oneof source
-	str         func(m *T) *string // a string field (smaller than a set func each)
-	set         func(d *decoder, path string, v any, m *T)
+	repeated    bool // a repeated field; with kindList in savedGroups, a map's values
+	oneof       bool // in Attribute's oneof source
 	reject      string
 }
 
@@ -123,81 +122,47 @@ const (
 )
 
 // filterFields are FilterConfig's fields.
-var filterFields = []field[Filter]{
-	{json: "version", proto: "version", str: func(f *Filter) *string { return &f.Version }},
-	{json: "unitHeader", proto: "unit_header", str: func(f *Filter) *string { return &f.UnitHeader }},
-	{json: "headerPrefix", proto: "header_prefix", str: func(f *Filter) *string { return &f.HeaderPrefix }},
-	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
-		f.Experiments = messages(d, p, v, experimentFields)
-	}},
-	{json: "savedGroups", proto: "saved_groups", kind: kindList, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
-		f.SavedGroups = d.savedGroups(p, v)
-	}},
-	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true, set: func(d *decoder, p string, v any, f *Filter) {
-		f.Attributes = messages(d, p, v, attributeFields)
-	}},
-	{json: "dictionaryHeader", proto: "dictionary_header", str: func(f *Filter) *string { return &f.DictionaryHeader }},
-	{json: "versionHeader", proto: "version_header", str: func(f *Filter) *string { return &f.VersionHeader }},
-	{json: "cacheSize", proto: "cache_size", kind: kindInt32, set: func(d *decoder, p string, v any, f *Filter) {
-		f.CacheSize = int(d.integer(p, v, 32))
-	}},
-	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool, set: func(d *decoder, p string, v any, f *Filter) {
-		f.DisableExposureState = d.boolean(p, v)
-	}},
-	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum, set: func(d *decoder, p string, v any, f *Filter) {
-		f.AssignmentHeaders = d.enum(p, v)
-	}},
-	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32, set: func(d *decoder, p string, v any, f *Filter) {
-		f.CacheMaxBytes = int(d.integer(p, v, 32))
-	}},
+var filterFields = []field{
+	{json: "version", proto: "version"},
+	{json: "unitHeader", proto: "unit_header"},
+	{json: "headerPrefix", proto: "header_prefix"},
+	{json: "experiments", proto: "experiments", kind: kindMessage, repeated: true},
+	{json: "savedGroups", proto: "saved_groups", kind: kindList, repeated: true},
+	{json: "attributes", proto: "attributes", kind: kindMessage, repeated: true},
+	{json: "dictionaryHeader", proto: "dictionary_header"},
+	{json: "versionHeader", proto: "version_header"},
+	{json: "cacheSize", proto: "cache_size", kind: kindInt32},
+	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool},
+	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum},
+	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32},
 }
 
 // attributeFields are Attribute's fields.
-var attributeFields = []field[Attribute]{
-	{json: "name", proto: "name", str: func(a *Attribute) *string { return &a.Name }},
-	{json: "header", proto: "header", oneof: true, str: func(a *Attribute) *string { return &a.Header }},
-	{json: "cookie", proto: "cookie", oneof: true, str: func(a *Attribute) *string { return &a.Cookie }},
-	{json: "query", proto: "query", oneof: true, str: func(a *Attribute) *string { return &a.Query }},
-	{json: "property", proto: "property", oneof: true, str: func(a *Attribute) *string { return &a.Property }},
+var attributeFields = []field{
+	{json: "name", proto: "name"},
+	{json: "header", proto: "header", oneof: true},
+	{json: "cookie", proto: "cookie", oneof: true},
+	{json: "query", proto: "query", oneof: true},
+	{json: "property", proto: "property", oneof: true},
 }
 
 // experimentFields are Experiment's fields: those the engine evaluates, then
 // those the control plane keeps for itself and strips before any proxy sees
 // them (translate.Definition).
-var experimentFields = []field[engine.Experiment]{
-	{json: "key", proto: "key", str: func(e *engine.Experiment) *string { return &e.Key }},
-	{json: "variations", proto: "variations", kind: kindValue, repeated: true, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		d.list(p, v, func(p string, x any) { e.Variations = append(e.Variations, d.value(p, x, 3)) })
-	}},
-	{json: "weights", proto: "weights", kind: kindDouble, repeated: true, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		d.list(p, v, func(p string, x any) { e.Weights = append(e.Weights, d.double(p, x)) })
-	}},
-	{json: "coverage", proto: "coverage", kind: kindDouble, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		c := d.double(p, v)
-		e.Coverage = &c
-	}},
-	{json: "hashAttribute", proto: "hash_attribute", str: func(e *engine.Experiment) *string { return &e.HashAttribute }},
-	{json: "fallbackAttribute", proto: "fallback_attribute", str: func(e *engine.Experiment) *string { return &e.FallbackAttribute }},
-	{json: "hashVersion", proto: "hash_version", kind: kindInt32, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.HashVersion = int(d.integer(p, v, 32))
-	}},
-	{json: "seed", proto: "seed", str: func(e *engine.Experiment) *string { return &e.Seed }},
-	{json: "namespace", proto: "namespace", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.Namespace = d.listValue(p, v, 3)
-	}},
-	{json: "condition", proto: "condition", kind: kindStruct, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.Condition = d.structValue(p, v, 3)
-	}},
-	{json: "force", proto: "force", kind: kindInt32, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		f := int(d.integer(p, v, 32))
-		e.Force = &f
-	}},
-	{json: "filters", proto: "filters", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.Filters = d.listValue(p, v, 3)
-	}},
-	{json: "ranges", proto: "ranges", kind: kindList, set: func(d *decoder, p string, v any, e *engine.Experiment) {
-		e.Ranges = d.ranges(p, v)
-	}},
+var experimentFields = []field{
+	{json: "key", proto: "key"},
+	{json: "variations", proto: "variations", kind: kindValue, repeated: true},
+	{json: "weights", proto: "weights", kind: kindDouble, repeated: true},
+	{json: "coverage", proto: "coverage", kind: kindDouble},
+	{json: "hashAttribute", proto: "hash_attribute"},
+	{json: "fallbackAttribute", proto: "fallback_attribute"},
+	{json: "hashVersion", proto: "hash_version", kind: kindInt32},
+	{json: "seed", proto: "seed"},
+	{json: "namespace", proto: "namespace", kind: kindList},
+	{json: "condition", proto: "condition", kind: kindStruct},
+	{json: "force", proto: "force", kind: kindInt32},
+	{json: "filters", proto: "filters", kind: kindList},
+	{json: "ranges", proto: "ranges", kind: kindList},
 
 	{json: "status", proto: "status", reject: controlPlaneOnly},
 	{json: "description", proto: "description", reject: controlPlaneOnly},
@@ -212,19 +177,171 @@ var experimentFields = []field[engine.Experiment]{
 	{json: "updatedBy", proto: "updated_by", reject: outputOnly},
 }
 
+// set decodes v into the field of message m (a *Filter, *Attribute or
+// *engine.Experiment) whose JSON name is name, and reports whether the
+// message's setter knows the field. One setter per message, rather than a
+// function per field or a generic decoder per message type, keeps the Wasm
+// module small.
+func (d *decoder) set(m any, name string, v any) bool {
+	switch m := m.(type) {
+	case *Filter:
+		return d.filterField(m, name, v)
+	case *Attribute:
+		return d.attributeField(m, name, v)
+	case *engine.Experiment:
+		return d.experimentField(m, name, v)
+	}
+	return false
+}
+
+func (d *decoder) filterField(f *Filter, name string, v any) bool {
+	switch name {
+	case "version":
+		f.Version = d.str(v)
+	case "unitHeader":
+		f.UnitHeader = d.str(v)
+	case "headerPrefix":
+		f.HeaderPrefix = d.str(v)
+	case "experiments":
+		if n := arrayLen(v); n > 0 {
+			f.Experiments = make([]engine.Experiment, n)
+		}
+		d.list(v, func(i int, x any) { d.message(x, experimentFields, &f.Experiments[i]) })
+	case "savedGroups":
+		f.SavedGroups = d.savedGroups(v)
+	case "attributes":
+		if n := arrayLen(v); n > 0 {
+			f.Attributes = make([]Attribute, n)
+		}
+		d.list(v, func(i int, x any) { d.message(x, attributeFields, &f.Attributes[i]) })
+	case "dictionaryHeader":
+		f.DictionaryHeader = d.str(v)
+	case "versionHeader":
+		f.VersionHeader = d.str(v)
+	case "cacheSize":
+		f.CacheSize = int(d.integer(v, 32))
+	case "disableExposureState":
+		f.DisableExposureState = d.boolean(v)
+	case "assignmentHeaders":
+		f.AssignmentHeaders = d.enum(v)
+	case "cacheMaxBytes":
+		f.CacheMaxBytes = int(d.integer(v, 32))
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) attributeField(a *Attribute, name string, v any) bool {
+	switch name {
+	case "name":
+		a.Name = d.str(v)
+	case "header":
+		a.Header = d.str(v)
+	case "cookie":
+		a.Cookie = d.str(v)
+	case "query":
+		a.Query = d.str(v)
+	case "property":
+		a.Property = d.str(v)
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool {
+	switch name {
+	case "key":
+		e.Key = d.str(v)
+	case "variations":
+		if n := arrayLen(v); n > 0 {
+			e.Variations = make([]engine.RawMessage, 0, n)
+		}
+		d.list(v, func(_ int, x any) { e.Variations = append(e.Variations, d.value(x, 3)) })
+	case "weights":
+		if n := arrayLen(v); n > 0 {
+			e.Weights = make([]float64, 0, n)
+		}
+		d.list(v, func(_ int, x any) { e.Weights = append(e.Weights, d.double(x)) })
+	case "coverage":
+		c := d.double(v)
+		e.Coverage = &c
+	case "hashAttribute":
+		e.HashAttribute = d.str(v)
+	case "fallbackAttribute":
+		e.FallbackAttribute = d.str(v)
+	case "hashVersion":
+		e.HashVersion = int(d.integer(v, 32))
+	case "seed":
+		e.Seed = d.str(v)
+	case "namespace":
+		e.Namespace = d.listValue(v, 3)
+	case "condition":
+		e.Condition = d.structValue(v, 3)
+	case "force":
+		f := int(d.integer(v, 32))
+		e.Force = &f
+	case "filters":
+		e.Filters = d.listValue(v, 3)
+	case "ranges":
+		e.Ranges = d.ranges(v)
+	default:
+		return false
+	}
+	return true
+}
+
 // assignmentHeadersNames are the AssignmentHeaders values by number.
 var assignmentHeadersNames = []string{AssignmentHeadersUnspecified, AssignmentHeadersAll, AssignmentHeadersDictionary}
 
-// decoder collects every problem as an *engine.FieldError.
-type decoder struct{ errs []error }
-
-func (d *decoder) fail(path, msg string) {
-	d.errs = append(d.errs, &engine.FieldError{Path: path, Message: msg})
+// decoder collects every problem as an *engine.FieldError, with the path
+// of the value being decoded, which it keeps as a stack of steps and
+// renders only for an error.
+type decoder struct {
+	errs []error
+	path []step
+	buf  []byte // value's scratch: each value is then copied out at its size
 }
 
-// member is the path of an object member: path.name, the name quoted
-// unless it is a plain identifier.
-func member(path, name string) string {
+// step is one step of a field path: an object member's name, or, at >= 0,
+// an array index.
+type step struct {
+	name string
+	at   int
+}
+
+// push enters an object member (at -1) or an array element (name ""),
+// pop leaves it. Not inlined: inlined at its eight calls, the append costs
+// the Wasm module 3 KB.
+//
+//go:noinline
+func (d *decoder) push(name string, at int) { d.path = append(d.path, step{name, at}) }
+func (d *decoder) pop()                     { d.path = d.path[:len(d.path)-1] }
+
+func (d *decoder) fail(msg string) {
+	d.errs = append(d.errs, &engine.FieldError{Path: d.pathString(), Message: msg})
+}
+
+// pathString renders the path, as experiments[2].condition."a b": members
+// by name, quoted unless a plain identifier, indexes in brackets.
+func (d *decoder) pathString() string {
+	var b []byte
+	for i, s := range d.path {
+		if s.at >= 0 {
+			b = append(strconv.AppendInt(append(b, '['), int64(s.at), 10), ']')
+			continue
+		}
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = appendName(b, s.name)
+	}
+	return string(b)
+}
+
+// appendName appends a member name, quoted unless it is a plain identifier.
+func appendName(b []byte, name string) []byte {
 	plain := name != ""
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; !(c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
@@ -232,18 +349,18 @@ func member(path, name string) string {
 		}
 	}
 	if !plain {
-		name = strconv.Quote(name)
+		return strconv.AppendQuote(b, name)
 	}
-	if path == "" {
-		return name
-	}
-	return path + "." + name
+	return append(b, name...)
 }
 
-func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
-
-// decodeMessage decodes the members of obj into m by fields.
-func decodeMessage[T any](d *decoder, path string, obj jsonx.Object, fields []field[T], m *T) {
+// message decodes the members of an object into m (see set) by fields.
+func (d *decoder) message(v any, fields []field, m any) {
+	obj, ok := v.(jsonx.Object)
+	if !ok {
+		d.fail("want an object")
+		return
+	}
 	var seen uint64 // by field index
 	oneof := ""     // the oneof member set
 	for _, mem := range obj {
@@ -259,107 +376,105 @@ func decodeMessage[T any](d *decoder, path string, obj jsonx.Object, fields []fi
 					break
 				}
 			}
-			d.fail(member(path, mem.Key), msg)
+			d.push(mem.Key, -1)
+			d.fail(msg)
+			d.pop()
 			continue
 		}
 		f := &fields[i]
-		p := member(path, f.json)
-		if seen&(1<<i) != 0 {
-			d.fail(p, "given twice")
-			continue
-		}
+		dup := seen&(1<<i) != 0
 		seen |= 1 << i
-		if mem.Value == nil && f.kind != kindValue {
-			continue // null: unset, except for a google.protobuf.Value (variations, where it is an error)
-		}
-		if f.oneof {
-			if oneof != "" {
-				d.fail(p, "only one of header, cookie, query or property may be set, and "+oneof+" is")
-				continue
+		d.push(f.json, -1)
+		switch {
+		case dup:
+			d.fail("given twice")
+		case mem.Value == nil && f.kind != kindValue:
+			// null: unset, except for a google.protobuf.Value (variations, where it is an error)
+		case f.oneof && oneof != "":
+			d.fail("only one of header, cookie, query or property may be set, and " + oneof + " is")
+		default:
+			if f.oneof {
+				oneof = f.json
 			}
-			oneof = f.json
+			if f.reject != "" {
+				d.rejectSet(f, mem.Value)
+			} else {
+				d.set(m, f.json, mem.Value) // known: TestDecoderCoversDescriptors
+			}
 		}
-		if f.reject != "" {
-			d.rejectSet(p, f.kind, f.repeated, f.reject, mem.Value)
-			continue
-		}
-		if f.str != nil {
-			*f.str(m) = d.str(p, mem.Value)
-		} else {
-			f.set(d, p, mem.Value, m)
-		}
+		d.pop()
 	}
 }
 
-// messages decodes a repeated message field.
-func messages[T any](d *decoder, path string, v any, fields []field[T]) []T {
-	var out []T
-	d.list(path, v, func(p string, x any) {
-		var m T
-		if obj, ok := x.(jsonx.Object); ok {
-			decodeMessage(d, p, obj, fields, &m)
-		} else {
-			d.fail(p, "want an object")
-		}
-		out = append(out, m)
-	})
-	return out
+// arrayLen is the length of an array, as list reads it; 0 for anything
+// else.
+func arrayLen(v any) int {
+	switch x := v.(type) {
+	case []any:
+		return len(x)
+	case lazyList:
+		return len(x.items)
+	}
+	return 0
 }
 
-// list calls each with every element of an array: a []any, or a lazyList
-// whose items are decoded one at a time.
-func (d *decoder) list(path string, v any, each func(path string, x any)) {
+// list calls each with every element of an array, its index on the path:
+// a []any, or a lazyList whose items are decoded one at a time.
+func (d *decoder) list(v any, each func(i int, x any)) {
 	switch x := v.(type) {
 	case []any:
 		for i, e := range x {
-			each(index(path, i), e)
+			d.push("", i)
+			each(i, e)
+			d.pop()
 		}
 	case lazyList:
 		for i := range x.items {
-			e, err := x.item(i)
-			if err != nil { // validated already: not expected
-				d.errs = append(d.errs, &wrapped{index(path, i), err})
-				continue
+			d.push("", i)
+			if e, err := x.item(i); err != nil { // validated already: not expected
+				d.errs = append(d.errs, &wrapped{d.pathString(), err})
+			} else {
+				each(i, e)
 			}
-			each(index(path, i), e)
+			d.pop()
 		}
 	default:
-		d.fail(path, "want an array")
+		d.fail("want an array")
 	}
 }
 
 // rejectSet checks a field the filter configuration must leave at its
 // default value: it must have its type, and any other value is an error
 // naming the field. A timestamp is rejected without parsing it.
-func (d *decoder) rejectSet(path string, k kind, repeated bool, why string, v any) {
+func (d *decoder) rejectSet(f *field, v any) {
 	n := len(d.errs)
 	set := true
 	switch {
-	case repeated: // of strings
+	case f.repeated: // of strings
 		set = false
-		d.list(path, v, func(p string, x any) { d.str(p, x); set = true })
-	case k == kindString:
-		set = d.str(path, v) != ""
-	case k == kindInt64:
-		set = d.integer(path, v, 64) != 0
+		d.list(v, func(_ int, x any) { d.str(x); set = true })
+	case f.kind == kindString:
+		set = d.str(v) != ""
+	case f.kind == kindInt64:
+		set = d.integer(v, 64) != 0
 	}
 	if set && len(d.errs) == n {
-		d.fail(path, "not part of the filter configuration ("+why+")")
+		d.fail("not part of the filter configuration (" + f.reject + ")")
 	}
 }
 
-func (d *decoder) str(path string, v any) string {
+func (d *decoder) str(v any) string {
 	s, ok := v.(string)
 	if !ok {
-		d.fail(path, "want a string")
+		d.fail("want a string")
 	}
 	return s
 }
 
-func (d *decoder) boolean(path string, v any) bool {
+func (d *decoder) boolean(v any) bool {
 	b, ok := v.(bool)
 	if !ok {
-		d.fail(path, "want true or false")
+		d.fail("want true or false")
 	}
 	return b
 }
@@ -368,7 +483,7 @@ func (d *decoder) boolean(path string, v any) bool {
 // string holding exactly one JSON number, with an integral value in range.
 // Numbers from a Struct are doubles; JSON numbers are read exactly, as
 // protojson reads them.
-func (d *decoder) integer(path string, v any, bits int) int64 {
+func (d *decoder) integer(v any, bits int) int64 {
 	var n int64
 	var err error
 	switch x := v.(type) {
@@ -396,9 +511,9 @@ func (d *decoder) integer(path string, v any, bits int) int64 {
 	case nil:
 		return n
 	case strconv.ErrRange:
-		d.fail(path, "out of the int"+strconv.Itoa(bits)+" range")
+		d.fail("out of the int" + strconv.Itoa(bits) + " range")
 	default:
-		d.fail(path, "want an integer")
+		d.fail("want an integer")
 	}
 	return 0
 }
@@ -465,7 +580,7 @@ func intLiteral(lit string, bits int) (int64, error) {
 
 // double decodes a double field: a number, a string holding exactly one
 // JSON number, "NaN", "Infinity" or "-Infinity".
-func (d *decoder) double(path string, v any) float64 {
+func (d *decoder) double(v any) float64 {
 	lit := ""
 	switch x := v.(type) {
 	case float64:
@@ -486,12 +601,12 @@ func (d *decoder) double(path string, v any) float64 {
 		}
 	}
 	if lit == "" {
-		d.fail(path, "want a number")
+		d.fail("want a number")
 		return 0
 	}
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
-		d.fail(path, lit+" is out of a double's range")
+		d.fail(lit + " is out of a double's range")
 	}
 	return f
 }
@@ -499,7 +614,7 @@ func (d *decoder) double(path string, v any) float64 {
 // enum decodes assignmentHeaders: a value name, or an int32 number. Known
 // numbers become names, unknown ones their decimal form (proto3 enums are
 // open), which Check rejects. The zero value is "", as when unset.
-func (d *decoder) enum(path string, v any) string {
+func (d *decoder) enum(v any) string {
 	if s, ok := v.(string); ok {
 		switch i := slices.Index(assignmentHeadersNames, s); {
 		case i == 0:
@@ -507,16 +622,16 @@ func (d *decoder) enum(path string, v any) string {
 		case i > 0:
 			return s
 		}
-		d.fail(path, strconv.Quote(s)+" is not "+AssignmentHeadersAll+", "+AssignmentHeadersDictionary+" or "+AssignmentHeadersUnspecified)
+		d.fail(strconv.Quote(s) + " is not " + AssignmentHeadersAll + ", " + AssignmentHeadersDictionary + " or " + AssignmentHeadersUnspecified)
 		return ""
 	}
 	switch v.(type) {
 	case float64, jsonx.Number:
 	default:
-		d.fail(path, "want an enum value name or number")
+		d.fail("want an enum value name or number")
 		return ""
 	}
-	n := d.integer(path, v, 32)
+	n := d.integer(v, 32)
 	switch {
 	case n == 0:
 		return ""
@@ -527,42 +642,43 @@ func (d *decoder) enum(path string, v any) string {
 }
 
 // savedGroups decodes the map<string, ListValue> of saved groups.
-func (d *decoder) savedGroups(path string, v any) map[string]engine.RawMessage {
+func (d *decoder) savedGroups(v any) map[string]engine.RawMessage {
 	obj, ok := v.(jsonx.Object)
 	if !ok {
-		d.fail(path, "want an object")
+		d.fail("want an object")
 		return nil
 	}
 	var out map[string]engine.RawMessage
 	for _, m := range obj {
-		p := member(path, m.Key)
+		d.push(m.Key, -1)
 		if _, dup := out[m.Key]; dup {
-			d.fail(p, "given twice")
-			continue
+			d.fail("given twice")
+		} else {
+			if out == nil {
+				out = make(map[string]engine.RawMessage, len(obj))
+			}
+			out[m.Key] = d.listValue(m.Value, 2)
 		}
-		if out == nil {
-			out = make(map[string]engine.RawMessage, len(obj))
-		}
-		out[m.Key] = d.listValue(p, m.Value, 2)
+		d.pop()
 	}
 	return out
 }
 
 // ranges decodes the ListValue of ranges into the engine's type: arrays of
 // numbers.
-func (d *decoder) ranges(path string, v any) [][]float64 {
+func (d *decoder) ranges(v any) [][]float64 {
 	out := [][]float64{}
-	d.list(path, v, func(p string, x any) {
+	d.list(v, func(_ int, x any) {
 		var r []float64
 		if _, ok := x.([]any); !ok {
-			d.fail(p, "want an array of numbers")
+			d.fail("want an array of numbers")
 		} else {
-			d.list(p, x, func(p string, n any) {
+			d.list(x, func(_ int, n any) {
 				switch n.(type) {
 				case float64, jsonx.Number:
-					r = append(r, d.double(p, n))
+					r = append(r, d.double(n))
 				default:
-					d.fail(p, "want a number")
+					d.fail("want a number")
 				}
 			})
 		}
@@ -572,44 +688,44 @@ func (d *decoder) ranges(path string, v any) [][]float64 {
 }
 
 // structValue is a google.protobuf.Struct at message depth depth, as JSON.
-func (d *decoder) structValue(path string, v any, depth int) engine.RawMessage {
+func (d *decoder) structValue(v any, depth int) engine.RawMessage {
 	if _, ok := v.(jsonx.Object); !ok {
-		d.fail(path, "want an object")
+		d.fail("want an object")
 		return nil
 	}
-	return d.value(path, v, depth)
+	return d.value(v, depth)
 }
 
 // listValue is a google.protobuf.ListValue at message depth depth, as JSON.
-func (d *decoder) listValue(path string, v any, depth int) engine.RawMessage {
+func (d *decoder) listValue(v any, depth int) engine.RawMessage {
 	if _, ok := v.([]any); !ok {
-		d.fail(path, "want an array")
+		d.fail("want an array")
 		return nil
 	}
-	return d.value(path, v, depth)
+	return d.value(v, depth)
 }
 
 // value is a google.protobuf.Value (or the Struct or ListValue it holds)
 // at message depth depth, as JSON; nil when invalid.
-func (d *decoder) value(path string, v any, depth int) engine.RawMessage {
+func (d *decoder) value(v any, depth int) engine.RawMessage {
 	n := len(d.errs)
-	b := d.appendValue(nil, path, v, depth)
+	d.buf = d.appendValue(d.buf[:0], v, depth)
 	if len(d.errs) > n {
 		return nil
 	}
-	return b
+	return bytes.Clone(d.buf)
 }
 
-func (d *decoder) appendValue(b []byte, path string, v any, depth int) []byte {
+func (d *decoder) appendValue(b []byte, v any, depth int) []byte {
 	if depth > recursionLimit {
-		d.fail(path, "nested deeper than "+strconv.Itoa(recursionLimit)+" messages")
+		d.fail("nested deeper than " + strconv.Itoa(recursionLimit) + " messages")
 		return b
 	}
 	switch x := v.(type) {
 	case jsonx.Number:
 		f, err := strconv.ParseFloat(string(x), 64)
 		if err != nil {
-			d.fail(path, string(x)+" is out of a double's range")
+			d.fail(string(x) + " is out of a double's range")
 			return b
 		}
 		v = f
@@ -620,9 +736,9 @@ func (d *decoder) appendValue(b []byte, path string, v any, depth int) []byte {
 		}
 		b = append(b, '{')
 		for i, m := range x {
-			p := member(path, m.Key)
+			d.push(m.Key, -1)
 			if dup := seen[m.Key] || seen == nil && slices.ContainsFunc(x[:i], func(o jsonx.Member) bool { return o.Key == m.Key }); dup {
-				d.fail(p, "given twice")
+				d.fail("given twice")
 			} else if seen != nil {
 				seen[m.Key] = true
 			}
@@ -630,7 +746,8 @@ func (d *decoder) appendValue(b []byte, path string, v any, depth int) []byte {
 				b = append(b, ',')
 			}
 			b = append(jsonx.AppendString(b, m.Key), ':')
-			b = d.appendValue(b, p, m.Value, depth+1)
+			b = d.appendValue(b, m.Value, depth+1)
+			d.pop()
 		}
 		return append(b, '}')
 	case []any:
@@ -639,13 +756,15 @@ func (d *decoder) appendValue(b []byte, path string, v any, depth int) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = d.appendValue(b, index(path, i), e, depth+1)
+			d.push("", i)
+			b = d.appendValue(b, e, depth+1)
+			d.pop()
 		}
 		return append(b, ']')
 	}
 	b, err := jsonx.Append(b, v)
 	if err != nil { // parsed values always encode
-		d.errs = append(d.errs, &wrapped{path, err})
+		d.errs = append(d.errs, &wrapped{d.pathString(), err})
 	}
 	return b
 }

@@ -125,7 +125,7 @@ func structObject(b []byte, depth int, mode decodeMode) (jsonx.Object, error) {
 	}
 	var obj jsonx.Object
 	if mode != check {
-		obj = jsonx.Object{}
+		obj = make(jsonx.Object, 0, fieldCount(b))
 	}
 	r := wireReader{b}
 	for len(r.b) > 0 {
@@ -195,6 +195,20 @@ func lazyValue(b []byte, depth int) (any, error) {
 	return l, nil
 }
 
+// fieldCount is the number of fields of an encoded message, to size the
+// slice its decoding appends to (the decoding rejects a malformed one).
+func fieldCount(b []byte) int {
+	r := wireReader{b}
+	n := 0
+	for len(r.b) > 0 {
+		if _, _, _, _, err := r.field(); err != nil {
+			break
+		}
+		n++
+	}
+	return n
+}
+
 // listItems calls each with every encoded Value of an encoded ListValue.
 func listItems(b []byte, each func(item []byte) error) error {
 	r := wireReader{b}
@@ -259,7 +273,7 @@ func structValue(b []byte, depth int, mode decodeMode) (any, error) {
 	case num == 6 && typ == 2:
 		var list []any
 		if mode != check {
-			list = []any{}
+			list = make([]any, 0, fieldCount(payload))
 		}
 		err := listItems(payload, func(item []byte) error {
 			v, err := structValue(item, depth+1, mode)
