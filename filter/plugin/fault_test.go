@@ -126,6 +126,7 @@ func TestFaultInjectionMatrix(t *testing.T) {
 					f := in.f
 					h, p, root := faultHost(t, c.config, rq.headers, warm, false)
 					h.Inject(f)
+					before := counted(p, root)
 					got, err := h.Request(p, root, rq.headers)
 					what := fmt.Sprintf("%s: %+v", name, f)
 					if err != nil {
@@ -135,6 +136,9 @@ func TestFaultInjectionMatrix(t *testing.T) {
 						t.Fatalf("%s: the fault never fired", what)
 					}
 					cases++
+					if n := counted(p, root) - before; n != 1 {
+						t.Fatalf("%s: the request was counted %d times (evaluated plus fail_open), want once", what, n)
+					}
 					switch {
 					case !f.Panic && in.call == "proxy_set_property":
 						// The exposure record is lost; the request keeps its
@@ -208,6 +212,7 @@ func TestPanicInEveryStage(t *testing.T) {
 					cfg.headers = slices.Clone(cfg.headers)
 					r.cfg = &cfg
 					st.sabotage(r)
+					before := counted(p, root)
 					got, err := h.Request(p, root, rq.headers)
 					what := c.name + "/" + rq.name
 					if err != nil {
@@ -215,6 +220,9 @@ func TestPanicInEveryStage(t *testing.T) {
 					}
 					n := p.FailOpen(root)
 					failed += int(n)
+					if n := counted(p, root) - before; n != 1 {
+						t.Fatalf("%s: the request was counted %d times (evaluated plus fail_open), want once", what, n)
+					}
 					checkOutcome(t, what, rq.headers, got, want, n, n == 1)
 				}
 			}
@@ -223,6 +231,13 @@ func TestPanicInEveryStage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// counted is how many requests root counted as evaluated or failed open:
+// each request must add exactly one.
+func counted(p *Plugin, root uint32) int64 {
+	s := &p.roots[root].stats
+	return s.evaluated + s.failOpen
 }
 
 // checkNoForged fails if any header value is forged.

@@ -256,11 +256,11 @@ func (p *Plugin) assign(r *root) error {
 			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
-	r.stats.evaluated++
 	for j := range e.assignments() {
 		i, v := e.at(j)
 		r.stats.variations[i][v]++
 	}
+	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
 	return nil
 }
 

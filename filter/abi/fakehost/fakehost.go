@@ -37,9 +37,7 @@ type Host struct {
 	// Fired counts the calls the fault armed with Inject broke.
 	Fired int
 
-	fault    *Fault
-	matching int // calls matching fault since Inject
-	nextID   uint32
+	nextID uint32
 }
 
 // Fault makes host calls fail or panic; see Inject.
@@ -57,16 +55,28 @@ type Fault struct {
 // ErrInjected is the status an injected failure returns.
 const ErrInjected = abi.StatusInternalFailure
 
-// Inject arms f in place of any fault armed before; its calls are counted
-// from now. A broken call returns &abi.Error{Status: ErrInjected} (or
-// panics) before touching the host's state. proxy_log cannot return an
-// error: only a panic breaks it.
+// Inject sets Fail to break the calls f names, in place of any Fail set
+// before; its calls are counted from now. A broken call returns
+// &abi.Error{Status: ErrInjected} (or panics) before touching the host's
+// state. proxy_log cannot return an error: only a panic breaks it.
 func (h *Host) Inject(f Fault) {
-	h.fault, h.matching, h.Fired = &f, 0, 0
+	matching := 0
+	h.Fired = 0
+	h.Fail = func(call string) error {
+		if f.Call != "" && f.Call != call {
+			return nil
+		}
+		matching++
+		if f.Nth != 0 && f.Nth != matching {
+			return nil
+		}
+		h.Fired++
+		if f.Panic {
+			panic("fakehost: injected panic in " + call)
+		}
+		return &abi.Error{Call: call, Status: ErrInjected}
+	}
 }
-
-// Disarm removes the fault armed with Inject.
-func (h *Host) Disarm() { h.fault = nil }
 
 // Log is one proxy_log call.
 type Log struct {
@@ -96,16 +106,6 @@ func New() *Host {
 func (h *Host) fail(call string) error {
 	if h.Trace {
 		h.Calls = append(h.Calls, call)
-	}
-	if f := h.fault; f != nil && (f.Call == "" || f.Call == call) {
-		h.matching++
-		if f.Nth == 0 || f.Nth == h.matching {
-			h.Fired++
-			if f.Panic {
-				panic("fakehost: injected panic in " + call)
-			}
-			return &abi.Error{Call: call, Status: ErrInjected}
-		}
 	}
 	if h.Fail != nil {
 		return h.Fail(call)
