@@ -13,7 +13,6 @@ import (
 // %FILTER_STATE(wasm.allot:PLAIN)%.
 const ExposureProperty = "allot"
 
-
 // source says where an attribute's value is read on each request.
 type source uint8
 
