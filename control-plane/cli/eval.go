@@ -216,7 +216,7 @@ func readDefinitions(path string) ([]byte, error) {
 	}
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext == ".yaml" || ext == ".yml" || !json.Valid(data) && ext != ".json" {
-		if data, err = yaml.YAMLToJSON(data); err != nil {
+		if data, err = yaml.YAMLToJSONStrict(data); err != nil { // a key given twice is an error
 			return nil, fmt.Errorf("%s: parse YAML: %w", path, err)
 		}
 	}

@@ -186,7 +186,7 @@ func readExperiments(path string) ([]*experimentv1.Experiment, error) {
 		err = json.Unmarshal(trimmed, &items)
 	case len(trimmed) > 0 && trimmed[0] == '{':
 		var top map[string]json.RawMessage
-		if err = json.Unmarshal(trimmed, &top); err != nil {
+		if top, err = topLevel(trimmed); err != nil {
 			break
 		}
 		list, wrapped := top["experiments"]
@@ -233,6 +233,38 @@ func readExperiments(path string) ([]*experimentv1.Experiment, error) {
 		out = append(out, e)
 	}
 	return out, errors.Join(errs...)
+}
+
+// topLevel returns an object's members by name, refusing a name given
+// twice (json.Unmarshal would keep the last silently).
+func topLevel(data []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, err
+	}
+	top := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := top[k]; dup {
+			return nil, fmt.Errorf("%s: given twice", k)
+		}
+		top[k] = v
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the top-level object")
+	}
+	return top, nil
 }
 
 func writeApply(w io.Writer, format string, results []applyResult) error {
