@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,15 +91,17 @@ func FuzzCondition(f *testing.F) {
 }
 
 // FuzzDecodeFilter: decodeFilter decodes a filter as encoding/json does
-// with unknown fields disallowed (except that it accepts integral number
-// literals such as 2.0 for hashVersion, and keeps the last of duplicate
-// names where encoding/json merges them).
+// with unknown fields disallowed, except that names match exactly, as
+// GrowthBook's SDKs read them (encoding/json also matches other casings,
+// which decodeFilter refuses as unknown), integral number literals such as
+// 2.0 are accepted for hashVersion, and a name given twice is not compared.
 func FuzzDecodeFilter(f *testing.F) {
 	for _, s := range []string{`{"seed":"s","ranges":[[0,0.5],null,[null,1]],"attribute":"a","hashVersion":1}`,
 		`null`, `{}`, `[]`, `{"SEED":"x","ſeed":"y"}`, `{"atribute":"x"}`, `{"ranges":[1]}`, `{"hashVersion":1.5}`,
-		`{"hashVersion":2.0}`, `{"seed":null,"ranges":null}`, `"x"`} {
+		`{"hashVersion":2.0}`, `{"seed":null,"ranges":null}`, `"x"`, `{"Seed":"s","ranges":[[0,1]]}`} {
 		f.Add([]byte(s))
 	}
+	known := []string{"attribute", "seed", "hashVersion", "ranges"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := jsonx.ParseOrdered(data)
 		if err != nil {
@@ -107,10 +110,16 @@ func FuzzDecodeFilter(f *testing.F) {
 		if o, ok := v.(jsonx.Object); ok {
 			seen := map[string]bool{}
 			for _, m := range o {
-				if seen[jsonx.FoldName(m.Key)] {
+				if !slices.Contains(known, m.Key) && slices.ContainsFunc(known, func(k string) bool { return strings.EqualFold(k, m.Key) }) {
+					if _, err := decodeFilter(v); err == nil {
+						t.Fatalf("decodeFilter(%s) accepted %q, another casing of a field name", data, m.Key)
+					}
 					return
 				}
-				seen[jsonx.FoldName(m.Key)] = true
+				if seen[m.Key] {
+					return
+				}
+				seen[m.Key] = true
 			}
 		}
 		var want Filter

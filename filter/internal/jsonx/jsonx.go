@@ -15,7 +15,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -625,6 +624,3 @@ func AppendString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// FoldName is the form encoding/json matches object member names to struct
-// fields in when no name matches exactly: upper case, rune by rune.
-func FoldName(name string) string { return strings.ToUpper(name) }
