@@ -87,3 +87,16 @@ func fieldPaths(t *testing.T, err error) []string {
 	}
 	return out
 }
+
+// TestEmptyExponent: the differential test's one waiver (protojson reads
+// 1e as 1) applies to numbers only, never to text inside strings.
+func TestEmptyExponent(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"cacheSize":1e}`: true, `{"cacheSize":1E+}`: true, `[1e`: true,
+		`{"version":"1e"}`: false, `{"version":"\"1e"}`: false, `{"cacheSize":1e5}`: false, `{"a1e":2}`: false,
+	} {
+		if got := emptyExponent([]byte(in)); got != want {
+			t.Errorf("emptyExponent(%s) = %v, want %v", in, got, want)
+		}
+	}
+}

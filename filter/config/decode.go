@@ -58,7 +58,7 @@ type wrapped struct {
 func (e *wrapped) Error() string { return e.msg + ": " + e.err.Error() }
 func (e *wrapped) Unwrap() error { return e.err }
 
-// decode decodes FilterConfig from either form ParseConfig accepts:
+// decode decodes FilterConfig from either form Decode accepts:
 // the Struct's protobuf encoding, or JSON text. Empty input is the empty
 // configuration.
 func decode(data []byte) (Filter, error) {
