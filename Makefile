@@ -131,6 +131,10 @@ ENGINE_PKGS := ./filter/engine/ ./filter/internal/regex/
 
 .PHONY: test-engine-builds
 test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multiply-adds) and as wasip1 Wasm under Node.
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' 2>/dev/null || \
+		{ echo "test-engine-builds needs Node.js 20 or later (node:wasi) on PATH to run the engine's tests in the Wasm build"; exit 1; }
+	@grep -qw fma /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo || \
+		{ echo "test-engine-builds needs an x86-64-v3 CPU (AVX2, FMA) for its GOAMD64=v3 build"; exit 1; }
 	GOAMD64=v3 $(GO) test -count=1 $(ENGINE_PKGS)
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/scripts/go_wasip1_wasm_exec $(ENGINE_PKGS)
 
