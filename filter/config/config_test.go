@@ -64,6 +64,9 @@ func TestParseRefusesMoreThanIndexFits(t *testing.T) {
 	if got := fieldPaths(t, err); !strings.Contains(strings.Join(got, " "), "experiments[0].variations") {
 		t.Errorf("%d variations: error %v, want experiments[0].variations named", MaxIndex+1, err)
 	}
+	if _, _, err := Parse(wide(MaxIndex)); err != nil {
+		t.Errorf("%d variations refused: %v", MaxIndex, err)
+	}
 }
 
 // fieldPaths returns the paths of the *engine.FieldErrors joined in err,

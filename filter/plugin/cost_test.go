@@ -174,26 +174,3 @@ func TestOwnedHeaderPrefilter(t *testing.T) {
 	}
 }
 
-// TestRejectsMoreVariationsThanEntriesIndex: a cache entry stores variation
-// indices in 16 bits, so an experiment with more variations is refused with
-// the field named, and the largest that fits is accepted.
-func TestRejectsMoreVariationsThanEntriesIndex(t *testing.T) {
-	wide := func(n int) []byte {
-		var sb strings.Builder
-		sb.WriteString(`{"experiments":[{"key":"wide","variations":[`)
-		for i := range n {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteString(strconv.Quote("v" + strconv.Itoa(i)))
-		}
-		sb.WriteString(`]}]}`)
-		return []byte(sb.String())
-	}
-	if _, err := ParseConfig(wide(config.MaxIndex + 1)); err == nil || !strings.Contains(err.Error(), "experiments[0].variations: 65536, at most 65535") {
-		t.Fatalf("65,536 variations: error %v, want experiments[0].variations named", err)
-	}
-	if _, err := ParseConfig(wide(config.MaxIndex)); err != nil {
-		t.Fatalf("65,535 variations refused: %v", err)
-	}
-}
