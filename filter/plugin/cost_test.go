@@ -173,4 +173,3 @@ func TestOwnedHeaderPrefilter(t *testing.T) {
 		}
 	}
 }
-
