@@ -195,14 +195,17 @@ func envoy_dynamic_module_on_http_filter_config_http_stream_trailers(c, h C.uint
 }
 
 //export envoy_dynamic_module_on_http_filter_config_http_stream_complete
-func envoy_dynamic_module_on_http_filter_config_http_stream_complete(c, h C.uintptr_t, id C.uint64_t) {}
+func envoy_dynamic_module_on_http_filter_config_http_stream_complete(c, h C.uintptr_t, id C.uint64_t) {
+}
 
 //export envoy_dynamic_module_on_http_filter_config_http_stream_reset
 func envoy_dynamic_module_on_http_filter_config_http_stream_reset(c, h C.uintptr_t, id C.uint64_t, reason C.int32_t) {
 }
 
 //export envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark
-func envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(f, m C.uintptr_t) {}
+func envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(f, m C.uintptr_t) {
+}
 
 //export envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark
-func envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(f, m C.uintptr_t) {}
+func envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(f, m C.uintptr_t) {
+}

@@ -208,7 +208,6 @@ func (h *envoyHost) SetProperty(path string, value []byte) error {
 // plugin sets; the exposure record is plugin.ExposureProperty under it.
 const filterStatePrefix = "wasm."
 
-
 // DefineMetric implements abi.Host: the configuration's counters were
 // defined in ConfigNew (Envoy allows it only there); this returns the
 // index of name among them.
