@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package dynmod is Allot's layer over Envoy's dynamic-modules ABI for HTTP
 // filters (ABI v0.2.0, Envoy 1.40): the event hooks the module exports and
 // the callbacks into Envoy it calls, declared from

@@ -16,10 +16,11 @@ import "unsafe"
 // Hooks that return a status return 0, Continue.
 
 //export envoy_dynamic_module_on_program_init
-func envoy_dynamic_module_on_program_init() *C.char {
+func envoy_dynamic_module_on_program_init() (version *C.char) {
 	defer func() {
 		if v := recover(); v != nil {
 			recovered("program_init", v)
+			version = abiVersion // NULL would make Envoy unload the module
 		}
 	}()
 	if handler != nil {

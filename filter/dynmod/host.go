@@ -27,6 +27,7 @@ extern bool envoy_dynamic_module_callback_http_set_filter_state_bytes(uintptr_t 
 extern uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(uintptr_t filter) ALLOT_WEAK;
 extern int32_t envoy_dynamic_module_callback_http_filter_config_define_counter(uintptr_t config, allot_buffer name, allot_buffer* label_names, size_t label_names_length, size_t* id) ALLOT_WEAK;
 extern int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintptr_t filter, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
+extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counter(uintptr_t config, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
 
 // A request's callbacks make no call back into Go and keep no pointer.
 #cgo noescape envoy_dynamic_module_callback_log
@@ -47,6 +48,8 @@ extern int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintp
 #cgo nocallback envoy_dynamic_module_callback_http_filter_get_worker_index
 #cgo noescape envoy_dynamic_module_callback_http_filter_increment_counter
 #cgo nocallback envoy_dynamic_module_callback_http_filter_increment_counter
+#cgo noescape envoy_dynamic_module_callback_http_filter_config_increment_counter
+#cgo nocallback envoy_dynamic_module_callback_http_filter_config_increment_counter
 
 static bool allot_envoy_present(void) { return envoy_dynamic_module_callback_log != NULL; }
 */
@@ -100,6 +103,13 @@ func (c Config) DefineCounter(name string) (uint64, bool) {
 	var id C.size_t
 	r := C.envoy_dynamic_module_callback_http_filter_config_define_counter(C.uintptr_t(c), buf(name), nil, 0, &id)
 	return uint64(id), r == 0
+}
+
+// IncrementCounter adds n to one of the configuration's counters. Envoy's
+// counters are atomic, so any thread may call it while the configuration
+// lives (until ConfigDestroy returns).
+func (c Config) IncrementCounter(id, n uint64) bool {
+	return C.envoy_dynamic_module_callback_http_filter_config_increment_counter(C.uintptr_t(c), C.size_t(id), nil, 0, C.uint64_t(n)) == 0
 }
 
 // Filter is an envoy_dynamic_module_type_http_filter_envoy_ptr: Envoy's

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package main
 
 import (
@@ -222,20 +224,20 @@ func (h *envoyHost) DefineMetric(t abi.MetricType, name string) (uint32, error) 
 	return uint32(i), nil
 }
 
-// IncrementMetric implements abi.Host on the stream's configuration's
-// counters; with no stream (a worker dropping a destroyed configuration's
-// root) the count is dropped.
+// IncrementMetric implements abi.Host on the configuration's counters,
+// through the configuration (the flush runs off any stream: module.flush
+// and ConfigDestroy).
 func (h *envoyHost) IncrementMetric(id uint32, delta int64) error {
-	if h.entry == nil || h.filter == 0 || int(id) >= len(h.entry.counters) || delta < 0 {
-		return hostErr("http_filter_increment_counter")
+	if h.entry == nil || int(id) >= len(h.entry.counters) || delta < 0 {
+		return hostErr("http_filter_config_increment_counter")
 	}
 	c := h.entry.counters[id]
-	if c == noCounter || !h.filter.IncrementCounter(c, uint64(delta)) {
-		return hostErr("http_filter_increment_counter")
+	if c == noCounter || h.entry.envoy == 0 || !h.entry.envoy.IncrementCounter(c, uint64(delta)) {
+		return hostErr("http_filter_config_increment_counter")
 	}
 	return nil
 }
 
-// SetTickPeriod implements abi.Host: the module flushes each root's
-// counters on the first request after plugin.TickMillis (module.go).
+// SetTickPeriod implements abi.Host: the module flushes every worker's
+// counters from its own tick (module.tick).
 func (h *envoyHost) SetTickPeriod(uint32) error { return nil }

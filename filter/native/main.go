@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Command native is the Allot filter as an Envoy dynamic module: the same
 // plugin and engine as the Wasm module (../main.go), built with cgo as a
 // shared object that Envoy 1.40 loads through its dynamic_modules HTTP

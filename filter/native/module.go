@@ -1,3 +1,5 @@
+//go:build cgo
+
 package main
 
 import (
@@ -31,23 +33,20 @@ type module struct {
 	configs atomic.Pointer[map[uintptr]*entry]
 	workers atomic.Pointer[[]*worker]
 	next    uint32
-	// epoch counts destroyed configurations; a worker that sees it change
-	// drops its roots of destroyed ones.
-	epoch atomic.Uint64
 	// newHost makes a worker's host; tests replace it with a fake.
 	newHost func(*worker) abi.Host
-	now     func() time.Time
+	flusher sync.Once
 }
 
 // entry is one compiled configuration.
 type entry struct {
-	id  uint32 // the root id every worker's plugin knows it by
-	cfg *plugin.Config
+	id    uint32 // the root id every worker's plugin knows it by
+	cfg   *plugin.Config
+	envoy dynmod.Config
 	// counters are Envoy's ids of the configuration's counters, in the
 	// order of cfg.MetricNames; names index them.
 	counters []uint64
 	names    map[string]int
-	dead     atomic.Bool
 }
 
 // worker is one Envoy worker thread's share of the module.
@@ -56,19 +55,12 @@ type worker struct {
 	plugin *plugin.Plugin
 	host   envoyHost
 	fake   abi.Host // set by tests: used instead of host
-	// roots are the configurations installed in plugin, with when each
-	// last flushed its counters.
-	roots map[uint32]*rootState
-	epoch uint64
-}
-
-type rootState struct {
-	e       *entry
-	flushed time.Time
+	// roots are the configurations installed in plugin.
+	roots map[uint32]*entry
 }
 
 func newModule() *module {
-	m := &module{now: time.Now}
+	m := &module{}
 	m.configs.Store(&map[uintptr]*entry{})
 	m.workers.Store(&[]*worker{})
 	return m
@@ -76,11 +68,41 @@ func newModule() *module {
 
 var _ dynmod.Handler = (*module)(nil)
 
-// ProgramInit implements dynmod.Handler.
+// ProgramInit implements dynmod.Handler: it makes the workers and starts
+// the flush tick.
 func (m *module) ProgramInit(concurrency uint32) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.growLocked(int(concurrency))
+	m.mu.Unlock()
+	if m.newHost == nil {
+		m.flusher.Do(func() { go m.tick() })
+	}
+}
+
+// tick flushes every worker's counters once per plugin.TickMillis, for the
+// life of the process (one goroutine: configuration updates start none).
+func (m *module) tick() {
+	for range time.Tick(plugin.TickMillis * time.Millisecond) {
+		m.flush()
+	}
+}
+
+// flush adds every worker's accumulated counts to Envoy's counters, one
+// worker at a time: a worker waits only while its own share is flushed.
+// Holding m.mu keeps every configuration alive meanwhile (ConfigDestroy
+// takes it too).
+func (m *module) flush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range *m.workers.Load() {
+		w.mu.Lock()
+		for id, e := range w.roots {
+			w.host.entry = e
+			w.plugin.OnTick(id)
+		}
+		w.host.entry = nil
+		w.mu.Unlock()
+	}
 }
 
 // growLocked makes sure workers 0..n-1 exist.
@@ -91,7 +113,7 @@ func (m *module) growLocked(n int) []*worker {
 	}
 	grown := append([]*worker(nil), ws...)
 	for len(grown) < n {
-		w := &worker{roots: map[uint32]*rootState{}}
+		w := &worker{roots: map[uint32]*entry{}}
 		var h abi.Host = &w.host
 		if m.newHost != nil {
 			h = m.newHost(w)
@@ -130,7 +152,7 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		return 0
 	}
 	names := cfg.MetricNames()
-	e := &entry{cfg: cfg, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
+	e := &entry{cfg: cfg, envoy: c, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
 	for i, n := range names {
 		e.names[n] = i
 		if c != 0 {
@@ -160,10 +182,10 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 // noCounter marks a counter Envoy did not define.
 const noCounter = ^uint64(0)
 
-// ConfigDestroy implements dynmod.Handler. Workers drop their roots of the
-// configuration on their next request; counts they had not flushed yet
-// (at most a second's) are lost with it: Envoy's counters of a destroyed
-// configuration cannot be reached any more.
+// ConfigDestroy implements dynmod.Handler. Envoy destroys a
+// configuration once no stream uses it; each worker's root of it flushes
+// its last counts (the configuration's counters are still there during
+// this hook) and goes.
 func (m *module) ConfigDestroy(h uintptr) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -172,7 +194,6 @@ func (m *module) ConfigDestroy(h uintptr) {
 	if !ok {
 		return
 	}
-	e.dead.Store(true)
 	next := make(map[uintptr]*entry, len(old))
 	for k, v := range old {
 		if k != h {
@@ -180,7 +201,16 @@ func (m *module) ConfigDestroy(h uintptr) {
 		}
 	}
 	m.configs.Store(&next)
-	m.epoch.Add(1)
+	for _, w := range *m.workers.Load() {
+		w.mu.Lock()
+		if _, ok := w.roots[e.id]; ok {
+			w.host.entry = e
+			w.plugin.OnDelete(e.id)
+			w.host.entry = nil
+			delete(w.roots, e.id)
+		}
+		w.mu.Unlock()
+	}
 }
 
 // FilterNew implements dynmod.Handler: a stream needs nothing of its own,
@@ -204,22 +234,11 @@ func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
 	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
 	defer func() { w.host.filter, w.host.entry = 0, nil }()
-	if ep := m.epoch.Load(); ep != w.epoch {
-		w.sweep()
-		w.epoch = ep
-	}
-	rs := w.roots[e.id]
-	now := m.now()
-	if rs == nil {
-		rs = &rootState{e: e, flushed: now}
-		w.roots[e.id] = rs
+	if w.roots[e.id] == nil {
+		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
 	w.plugin.RequestHeaders(e.id)
-	if now.Sub(rs.flushed) >= plugin.TickMillis*time.Millisecond {
-		rs.flushed = now
-		w.plugin.OnTick(e.id)
-	}
 }
 
 // workerIndex asks Envoy for the stream's worker; tests, whose filter
@@ -229,20 +248,6 @@ func (m *module) workerIndex(f dynmod.Filter) uint32 {
 		return uint32(f >> 32)
 	}
 	return f.WorkerIndex()
-}
-
-// sweep removes the roots of destroyed configurations (their counters are
-// gone: the host drops the final flush).
-func (w *worker) sweep() {
-	filter, e := w.host.filter, w.host.entry
-	w.host.filter, w.host.entry = 0, nil
-	for id, rs := range w.roots {
-		if rs.e.dead.Load() {
-			w.plugin.OnDelete(id)
-			delete(w.roots, id)
-		}
-	}
-	w.host.filter, w.host.entry = filter, e
 }
 
 func quote(s string) string { return `"` + s + `"` }
