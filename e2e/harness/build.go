@@ -50,6 +50,19 @@ func BuildWasm(t testing.TB, pkg string) string {
 		[]string{"GOOS=wasip1", "GOARCH=wasm"})
 }
 
+// BuildNative compiles pkg as an Envoy dynamic module named name (e.g.
+// "liballot.so"): `CGO_ENABLED=1 go build -buildmode=c-shared`, with the
+// build tags given. Like Build, it runs from the repository root and caches
+// per process.
+func BuildNative(t testing.TB, pkg, name string, tags ...string) string {
+	t.Helper()
+	flags := []string{"-buildmode=c-shared"}
+	if len(tags) > 0 {
+		flags = append(flags, "-tags", strings.Join(tags, ","))
+	}
+	return build(t, pkg, name, flags, []string{"CGO_ENABLED=1"})
+}
+
 func build(t testing.TB, pkg, name string, flags, env []string) string {
 	t.Helper()
 	key := strings.Join(append(append([]string{pkg, name}, flags...), env...), "\x00")

@@ -18,6 +18,9 @@ import (
 type envoyHost struct {
 	filter dynmod.Filter
 	entry  *entry
+	// requests counts the request hooks served (it tells one request's
+	// calls from the next's).
+	requests uint64
 
 	hdrs  dynmod.Headers // Envoy's view of the headers (aliasing its memory)
 	data  []byte         // their copy, which pairs alias

@@ -114,7 +114,7 @@ func (m *module) growLocked(n int) []*worker {
 	grown := append([]*worker(nil), ws...)
 	for len(grown) < n {
 		w := &worker{roots: map[uint32]*entry{}}
-		var h abi.Host = &w.host
+		h := wrapHost(&w.host)
 		if m.newHost != nil {
 			h = m.newHost(w)
 			w.fake = h
@@ -233,6 +233,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
+	w.host.requests++
 	defer func() { w.host.filter, w.host.entry = 0, nil }()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e
