@@ -109,14 +109,17 @@ lint: ## gofmt check and go vet (native, wasip1 and e2e builds).
 FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net|net/.*
 
 .PHONY: check-deps
-check-deps: ## Keep gRPC, net/http, the control plane and heavy std packages out of the Wasm filter.
+check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one.
 	@deps=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter/...); \
 	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "the filter must not import:"; echo "$$bad"; exit 1; fi; \
 	mod=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter); \
 	bad=$$(echo "$$mod" | grep -xE '$(FILTER_HEAVY)' || true); \
 	if [ -n "$$bad" ]; then echo "the Wasm module must not link (each MB costs Envoy ~16 MiB RSS):"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: filter is free of gRPC, net/http, control-plane/ and $(FILTER_HEAVY)"
+	deps=$$(CGO_ENABLED=1 $(GO) list -deps ./filter/native); \
+	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
+	if [ -n "$$bad" ]; then echo "the native module must not import:"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: filter (Wasm and native) is free of gRPC, net/http and control-plane/; the Wasm module of $(FILTER_HEAVY)"
 
 ## ---------------------------------------------------------------- tests
 
