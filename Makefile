@@ -64,6 +64,11 @@ build-filter: ## Build the Wasm filter (standard Go, wasip1, c-shared) into bin/
 	@mkdir -p $(BIN)
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
 
+.PHONY: build-native
+build-native: ## Build the native Envoy dynamic module (cgo, c-shared) into bin/liballot.so.
+	@mkdir -p $(BIN)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o $(BIN)/liballot.so ./filter/native
+
 .PHONY: generate
 generate: $(VENV)/.grpcio-tools-$(GRPCIO_TOOLS_VERSION) ## Regenerate the Go code from proto/ (offline from the module proxy and PyPI).
 	@mkdir -p $(BIN)

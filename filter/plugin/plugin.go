@@ -128,11 +128,6 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 			ok = false
 		}
 	}()
-	r := p.roots[rootID]
-	if r == nil {
-		r = &root{}
-		p.roots[rootID] = r
-	}
 	var data []byte
 	if size > 0 {
 		b, err := p.host.GetBuffer(abi.BufferPluginConfiguration, 0, size)
@@ -146,6 +141,22 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	if err != nil {
 		p.host.Log(abi.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return false
+	}
+	p.Install(rootID, cfg)
+	return true
+}
+
+// Install makes cfg, compiled already, root rootID's configuration: it
+// resolves the per-configuration attributes, defines the metrics and
+// starts the flush tick. OnConfigure calls it once it has parsed its own
+// configuration; a host that parses a configuration once for many plugins
+// (the native module, which serves every worker from one process) calls
+// it on each, sharing cfg: nothing on the request path writes to a Config.
+func (p *Plugin) Install(rootID uint32, cfg *Config) {
+	r := p.roots[rootID]
+	if r == nil {
+		r = &root{}
+		p.roots[rootID] = r
 	}
 	r.flush(p.host) // counts of a previous configuration go to its own metrics
 	r.cfg = cfg
@@ -165,14 +176,31 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 		p.host.Log(abi.LogWarn, "allot: metrics tick unavailable: "+err.Error())
 	}
 	p.host.Log(abi.LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
-	return true
 }
 
 // OnRequestHeaders implements abi.Handler. It always continues the stream:
 // on any internal error or panic the request passes through without
 // assignment headers, forged ones removed (failOpen), and is counted once.
 func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
-	r := p.stream(id)
+	return p.request(p.stream(id))
+}
+
+// RequestHeaders runs the request path of OnRequestHeaders for a stream of
+// root rootID, for a host that keeps no stream contexts (the native
+// module: a stream there is Envoy's, and the worker's plugin serves one
+// request hook at a time).
+func (p *Plugin) RequestHeaders(rootID uint32) abi.Action {
+	return p.request(p.roots[rootID])
+}
+
+// Configured reports whether root rootID has a configuration installed.
+func (p *Plugin) Configured(rootID uint32) bool {
+	r := p.roots[rootID]
+	return r != nil && r.cfg != nil
+}
+
+// request is the request path for a stream of root r (nil: none).
+func (p *Plugin) request(r *root) abi.Action {
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}

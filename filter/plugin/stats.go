@@ -31,28 +31,38 @@ type stats struct {
 	defineFail bool
 }
 
+// MetricNames lists every counter a root with configuration c defines,
+// in the order it defines them: a host that must declare metrics ahead of
+// the plugin (the native module, at configuration time) declares these.
+func (c *Config) MetricNames() []string {
+	names := []string{MetricEvaluated, MetricCacheHits, MetricCacheMisses, MetricFailOpen}
+	for i, key := range c.keys {
+		for v := range c.values[i] {
+			names = append(names, VariationMetric(key, v))
+		}
+	}
+	return names
+}
+
 // define defines the metrics for cfg; counters start at zero.
 func (s *stats) define(h abi.Host, cfg *Config) {
 	s.defineFail = false
-	for i, name := range []string{MetricEvaluated, MetricCacheHits, MetricCacheMisses, MetricFailOpen} {
+	ids := make([]uint32, 0, 4+len(cfg.keys)*2)
+	for _, name := range cfg.MetricNames() {
 		id, err := h.DefineMetric(abi.MetricCounter, name)
 		if err != nil {
 			s.defineFail = true
 		}
-		s.ids[i] = id
+		ids = append(ids, id)
 	}
+	copy(s.ids[:], ids)
+	ids = ids[len(s.ids):]
 	s.variations = make([][]int64, cfg.Len())
 	s.varIDs = make([][]uint32, cfg.Len())
-	for i, key := range cfg.keys {
-		s.variations[i] = make([]int64, len(cfg.values[i]))
-		s.varIDs[i] = make([]uint32, len(cfg.values[i]))
-		for v := range cfg.values[i] {
-			id, err := h.DefineMetric(abi.MetricCounter, VariationMetric(key, v))
-			if err != nil {
-				s.defineFail = true
-			}
-			s.varIDs[i][v] = id
-		}
+	for i := range cfg.keys {
+		n := len(cfg.values[i])
+		s.variations[i] = make([]int64, n)
+		s.varIDs[i], ids = ids[:n:n], ids[n:]
 	}
 	if s.defineFail {
 		h.Log(abi.LogWarn, "allot: some metrics could not be defined; their counts are dropped")

@@ -1,0 +1,127 @@
+//go:build cgo
+
+// Package dynmod is Allot's layer over Envoy's dynamic-modules ABI for HTTP
+// filters (ABI v0.2.0, Envoy 1.40): the event hooks the module exports and
+// the callbacks into Envoy it calls, declared from
+// source/extensions/dynamic_modules/abi/abi.h in envoyproxy/envoy. Nothing
+// above this package touches C types, cgo or Envoy's pointers; like
+// filter/abi for proxy-wasm, it declares only what Allot uses.
+//
+// The module is built with cgo as a shared object (-buildmode=c-shared) that
+// Envoy dlopens; the callbacks are resolved against the Envoy executable at
+// load time. They are declared weak, so a test binary links without Envoy
+// and never calls them: tests drive a Handler with a fake host instead.
+//
+// Every hook recovers a panic: one that escaped would abort Envoy. A panic a
+// Handler lets escape is counted (Panics) and the hook answers as if the
+// module were absent (continue the stream; NULL from config-new, which makes
+// Envoy reject the configuration).
+//
+// Envoy refuses the filter unless the module exports every HTTP-filter
+// hook, so the ones Allot has no use for are exported as no-ops
+// (exports.go).
+//
+// This package imports only the standard library; it must never import
+// gRPC or net/http.
+package dynmod
+
+import (
+	"sync/atomic"
+)
+
+// ABIVersion is the version string Envoy 1.40 expects from
+// envoy_dynamic_module_on_program_init (a mismatch only makes Envoy warn).
+const ABIVersion = "v0.2.0"
+
+// Handler receives the hooks Allot uses. Envoy calls the config hooks on
+// its main thread and the filter hooks on the worker thread that owns the
+// stream, so different workers call a Handler concurrently.
+type Handler interface {
+	// ProgramInit is called once, on the main thread, when Envoy loads the
+	// module; concurrency is Envoy's number of worker threads.
+	ProgramInit(concurrency uint32)
+	// ConfigNew compiles a filter configuration and returns its non-zero
+	// handle; 0 rejects the configuration (Envoy keeps the previous one).
+	// The config bytes are valid only during the call.
+	ConfigNew(c Config, name string, config []byte) uintptr
+	// ConfigDestroy releases a configuration: no stream uses it any more.
+	ConfigDestroy(handle uintptr)
+	// FilterNew is called for each stream of configuration handle; its
+	// non-zero result comes back as the stream's module value (0 makes
+	// Envoy close the stream).
+	FilterNew(handle uintptr, f Filter) uintptr
+	// RequestHeaders is called when a stream's request headers arrive;
+	// the stream always continues.
+	RequestHeaders(f Filter, module uintptr, endOfStream bool)
+	// FilterDestroy is called when a stream is gone.
+	FilterDestroy(module uintptr)
+}
+
+var (
+	handler Handler
+	panics  atomic.Uint64
+)
+
+// SetHandler installs the hooks' receiver. Call it from main's init.
+func SetHandler(h Handler) { handler = h }
+
+// Panics is how many panics the hooks recovered since the module loaded.
+func Panics() uint64 { return panics.Load() }
+
+// recovered counts and logs a panic a hook recovered. The log is at error
+// level: a panic out of a Handler is a bug, never a request's fault, and it
+// is rare by construction (the plugin recovers its own).
+func recovered(hook string, v any) {
+	panics.Add(1)
+	defer func() { recover() }() // the log must not panic out of the hook either
+	Log(LogError, "allot: panic recovered in "+hook+": "+panicString(v))
+}
+
+func panicString(v any) string {
+	switch v := v.(type) {
+	case error:
+		return v.Error()
+	case string:
+		return v
+	default:
+		return "non-error panic value"
+	}
+}
+
+// LogLevel is envoy_dynamic_module_type_log_level.
+type LogLevel int32
+
+// Log levels, as numbered by the ABI.
+const (
+	LogTrace    LogLevel = 0
+	LogDebug    LogLevel = 1
+	LogInfo     LogLevel = 2
+	LogWarn     LogLevel = 3
+	LogError    LogLevel = 4
+	LogCritical LogLevel = 5
+)
+
+// Attribute is envoy_dynamic_module_type_attribute_id: a request attribute
+// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes)
+// as numbered by the ABI. Only those Envoy 1.40 answers are listed.
+type Attribute int32
+
+// Attributes Envoy 1.40 answers through get_attribute_string (S) or
+// get_attribute_int (I).
+const (
+	AttrRequestPath        Attribute = 0  // S request.path
+	AttrRequestURLPath     Attribute = 1  // S request.url_path
+	AttrRequestHost        Attribute = 2  // S request.host
+	AttrRequestScheme      Attribute = 3  // S request.scheme
+	AttrRequestMethod      Attribute = 4  // S request.method
+	AttrRequestReferer     Attribute = 6  // S request.referer
+	AttrRequestUserAgent   Attribute = 7  // S request.useragent
+	AttrRequestID          Attribute = 9  // S request.id
+	AttrRequestProtocol    Attribute = 10 // S request.protocol
+	AttrRequestQuery       Attribute = 11 // S request.query
+	AttrSourceAddress      Attribute = 24 // S source.address
+	AttrSourcePort         Attribute = 25 // I source.port
+	AttrDestinationAddress Attribute = 26 // S destination.address
+	AttrDestinationPort    Attribute = 27 // I destination.port
+	AttrConnectionID       Attribute = 28 // I connection.id
+)

@@ -1,0 +1,61 @@
+//go:build cgo
+
+package dynmod
+
+import (
+	"testing"
+)
+
+// panicky panics in every hook.
+type panicky struct{}
+
+func (panicky) ProgramInit(uint32)                       { panic("program init") }
+func (panicky) ConfigNew(Config, string, []byte) uintptr { panic("config new") }
+func (panicky) ConfigDestroy(uintptr)                    { panic("config destroy") }
+func (panicky) FilterNew(uintptr, Filter) uintptr        { panic("filter new") }
+func (panicky) RequestHeaders(Filter, uintptr, bool)     { panic(errString("request headers")) }
+func (panicky) FilterDestroy(uintptr)                    { panic(42) }
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// TestEveryHookRecovers calls each exported hook with a Handler that
+// panics in all of them, as Envoy would: no panic escapes (it would abort
+// Envoy), each is counted, and each hook answers as if the module were
+// absent — the ABI version still, NULL from config-new (Envoy rejects the
+// configuration), the stream kept, continue.
+func TestEveryHookRecovers(t *testing.T) {
+	SetHandler(panicky{})
+	t.Cleanup(func() { SetHandler(nil) })
+	before := Panics()
+	if v := envoy_dynamic_module_on_program_init(); v != abiVersion {
+		t.Errorf("program_init returned %v, want the ABI version", v)
+	}
+	if h := envoy_dynamic_module_on_http_filter_config_new(1, buf("allot"), buf("{}")); h != 0 {
+		t.Errorf("config_new returned %d after a panic, want 0 (reject)", h)
+	}
+	envoy_dynamic_module_on_http_filter_config_destroy(7)
+	if m := envoy_dynamic_module_on_http_filter_new(7, 9); m != 7 {
+		t.Errorf("filter_new returned %d after a panic, want the configuration's handle (stream kept)", m)
+	}
+	if s := envoy_dynamic_module_on_http_filter_request_headers(9, 7, true); s != 0 {
+		t.Errorf("request_headers returned %d after a panic, want 0 (continue)", s)
+	}
+	envoy_dynamic_module_on_http_filter_destroy(7)
+	if n := Panics() - before; n != 6 {
+		t.Errorf("%d panics counted, want 6 (one per hook)", n)
+	}
+}
+
+// TestNoHandler: a module whose main installed no Handler answers every
+// hook as a module that does nothing.
+func TestNoHandler(t *testing.T) {
+	SetHandler(nil)
+	if h := envoy_dynamic_module_on_http_filter_config_new(1, buf("allot"), buf("{}")); h != 0 {
+		t.Errorf("config_new without a handler returned %d, want 0", h)
+	}
+	if s := envoy_dynamic_module_on_http_filter_request_headers(9, 7, false); s != 0 {
+		t.Errorf("request_headers returned %d, want 0", s)
+	}
+}

@@ -1,0 +1,204 @@
+package dynmod
+
+/*
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// The ABI's buffers and headers; module- and Envoy-owned buffers share a
+// layout.
+typedef struct { const char* ptr; size_t length; } allot_buffer;
+typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
+
+// The callbacks Allot calls, declared weak: Envoy resolves them at dlopen,
+// a test binary links without them (and never calls them).
+#define ALLOT_WEAK __attribute__((weak))
+extern void envoy_dynamic_module_callback_log(int32_t level, allot_buffer message) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_log_enabled(int32_t level) ALLOT_WEAK;
+extern uint32_t envoy_dynamic_module_callback_get_concurrency(void) ALLOT_WEAK;
+extern size_t envoy_dynamic_module_callback_http_get_headers_size(uintptr_t filter, int32_t header_type) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_get_headers(uintptr_t filter, int32_t header_type, allot_header* result) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t header_type, allot_buffer key, allot_buffer value) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_set_header(uintptr_t filter, int32_t header_type, allot_buffer key, allot_buffer value) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_filter_get_attribute_string(uintptr_t filter, int32_t id, allot_buffer* result) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_filter_get_attribute_int(uintptr_t filter, int32_t id, uint64_t* result) ALLOT_WEAK;
+extern bool envoy_dynamic_module_callback_http_set_filter_state_bytes(uintptr_t filter, allot_buffer key, allot_buffer value) ALLOT_WEAK;
+extern uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(uintptr_t filter) ALLOT_WEAK;
+extern int32_t envoy_dynamic_module_callback_http_filter_config_define_counter(uintptr_t config, allot_buffer name, allot_buffer* label_names, size_t label_names_length, size_t* id) ALLOT_WEAK;
+extern int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintptr_t filter, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
+extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counter(uintptr_t config, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
+
+// A request's callbacks make no call back into Go and keep no pointer.
+#cgo noescape envoy_dynamic_module_callback_log
+#cgo nocallback envoy_dynamic_module_callback_log
+#cgo noescape envoy_dynamic_module_callback_http_get_headers
+#cgo nocallback envoy_dynamic_module_callback_http_get_headers
+#cgo nocallback envoy_dynamic_module_callback_http_get_headers_size
+#cgo noescape envoy_dynamic_module_callback_http_add_header
+#cgo nocallback envoy_dynamic_module_callback_http_add_header
+#cgo noescape envoy_dynamic_module_callback_http_set_header
+#cgo nocallback envoy_dynamic_module_callback_http_set_header
+#cgo noescape envoy_dynamic_module_callback_http_filter_get_attribute_string
+#cgo nocallback envoy_dynamic_module_callback_http_filter_get_attribute_string
+#cgo noescape envoy_dynamic_module_callback_http_filter_get_attribute_int
+#cgo nocallback envoy_dynamic_module_callback_http_filter_get_attribute_int
+#cgo noescape envoy_dynamic_module_callback_http_set_filter_state_bytes
+#cgo nocallback envoy_dynamic_module_callback_http_set_filter_state_bytes
+#cgo nocallback envoy_dynamic_module_callback_http_filter_get_worker_index
+#cgo noescape envoy_dynamic_module_callback_http_filter_increment_counter
+#cgo nocallback envoy_dynamic_module_callback_http_filter_increment_counter
+#cgo noescape envoy_dynamic_module_callback_http_filter_config_increment_counter
+#cgo nocallback envoy_dynamic_module_callback_http_filter_config_increment_counter
+
+static bool allot_envoy_present(void) { return envoy_dynamic_module_callback_log != NULL; }
+*/
+import "C"
+
+import (
+	"unsafe"
+)
+
+// abiVersion is the C string on_program_init returns: Envoy reads it after
+// the hook returns, so it lives in C memory for good.
+var abiVersion = C.CString(ABIVersion)
+
+// inEnvoy reports whether the callbacks resolved, i.e. the module runs
+// inside Envoy rather than a test binary.
+func inEnvoy() bool { return bool(C.allot_envoy_present()) }
+
+// Header map types (envoy_dynamic_module_type_http_header_type).
+const requestHeaders = 0
+
+func buf(s string) C.allot_buffer {
+	return C.allot_buffer{ptr: (*C.char)(unsafe.Pointer(unsafe.StringData(s))), length: C.size_t(len(s))}
+}
+
+func bufBytes(b []byte) C.allot_buffer {
+	return C.allot_buffer{ptr: (*C.char)(unsafe.Pointer(unsafe.SliceData(b))), length: C.size_t(len(b))}
+}
+
+// Log writes msg to Envoy's log under the dynamic_modules logger.
+func Log(level LogLevel, msg string) {
+	if !inEnvoy() {
+		return
+	}
+	C.envoy_dynamic_module_callback_log(C.int32_t(level), buf(msg))
+}
+
+// LogEnabled reports whether Envoy logs at level, so a caller can skip
+// building a message nobody reads.
+func LogEnabled(level LogLevel) bool {
+	return inEnvoy() && bool(C.envoy_dynamic_module_callback_log_enabled(C.int32_t(level)))
+}
+
+// Config is an envoy_dynamic_module_type_http_filter_config_envoy_ptr:
+// Envoy's side of one filter configuration, valid until ConfigDestroy.
+type Config uintptr
+
+// DefineCounter defines a counter (no labels) and returns its id; only
+// during ConfigNew. Its full name is the module's metrics namespace, a
+// dot, then name.
+func (c Config) DefineCounter(name string) (uint64, bool) {
+	var id C.size_t
+	r := C.envoy_dynamic_module_callback_http_filter_config_define_counter(C.uintptr_t(c), buf(name), nil, 0, &id)
+	return uint64(id), r == 0
+}
+
+// IncrementCounter adds n to one of the configuration's counters. Envoy's
+// counters are atomic, so any thread may call it while the configuration
+// lives (until ConfigDestroy returns).
+func (c Config) IncrementCounter(id, n uint64) bool {
+	return C.envoy_dynamic_module_callback_http_filter_config_increment_counter(C.uintptr_t(c), C.size_t(id), nil, 0, C.uint64_t(n)) == 0
+}
+
+// Filter is an envoy_dynamic_module_type_http_filter_envoy_ptr: Envoy's
+// side of one stream, valid until FilterDestroy. Its methods may be called
+// only from the hooks of that stream, on its worker thread.
+type Filter uintptr
+
+func (f Filter) ptr() C.uintptr_t { return C.uintptr_t(f) }
+
+// RequestHeaders appends the stream's request headers to dst as Envoy
+// holds them: the strings alias Envoy's header map and are valid only
+// until the hook returns or the map changes, whichever is first.
+func (f Filter) RequestHeaders(dst []C.allot_header) []C.allot_header {
+	n := int(C.envoy_dynamic_module_callback_http_get_headers_size(f.ptr(), requestHeaders))
+	if n == 0 {
+		return dst[:0]
+	}
+	if cap(dst) < n {
+		dst = make([]C.allot_header, n, n+n/2)
+	}
+	dst = dst[:n]
+	if !C.envoy_dynamic_module_callback_http_get_headers(f.ptr(), requestHeaders, unsafe.SliceData(dst)) {
+		return dst[:0]
+	}
+	return dst
+}
+
+// Headers is a stream's request headers as RequestHeaders returns them.
+type Headers = []C.allot_header
+
+// HeaderAt returns header i of h: its name and value aliasing Envoy's
+// memory (see RequestHeaders).
+func HeaderAt(h Headers, i int) (name, value string) {
+	e := &h[i]
+	return unsafe.String((*byte)(unsafe.Pointer(e.key_ptr)), int(e.key_length)),
+		unsafe.String((*byte)(unsafe.Pointer(e.value_ptr)), int(e.value_length))
+}
+
+// AddRequestHeader appends a request header, keeping existing copies.
+func (f Filter) AddRequestHeader(name, value string) bool {
+	return bool(C.envoy_dynamic_module_callback_http_add_header(f.ptr(), requestHeaders, buf(name), buf(value)))
+}
+
+// RemoveRequestHeader removes every copy of a request header (set_header
+// with a null value).
+func (f Filter) RemoveRequestHeader(name string) bool {
+	return bool(C.envoy_dynamic_module_callback_http_set_header(f.ptr(), requestHeaders, buf(name), C.allot_buffer{}))
+}
+
+// AttributeString reads a string attribute; the result aliases Envoy's
+// memory and is valid until the hook returns.
+func (f Filter) AttributeString(id Attribute) (string, bool) {
+	var out C.allot_buffer
+	if !C.envoy_dynamic_module_callback_http_filter_get_attribute_string(f.ptr(), C.int32_t(id), &out) {
+		return "", false
+	}
+	return unsafe.String((*byte)(unsafe.Pointer(out.ptr)), int(out.length)), true
+}
+
+// AttributeInt reads an integer attribute.
+func (f Filter) AttributeInt(id Attribute) (uint64, bool) {
+	var out C.uint64_t
+	if !C.envoy_dynamic_module_callback_http_filter_get_attribute_int(f.ptr(), C.int32_t(id), &out) {
+		return 0, false
+	}
+	return uint64(out), true
+}
+
+// SetFilterState sets a stream's filter state key to value (Envoy copies
+// it), readable in the access log as %FILTER_STATE(key:PLAIN)%.
+func (f Filter) SetFilterState(key string, value []byte) bool {
+	return bool(C.envoy_dynamic_module_callback_http_set_filter_state_bytes(f.ptr(), buf(key), bufBytes(value)))
+}
+
+// WorkerIndex is the index of the worker thread running the stream.
+func (f Filter) WorkerIndex() uint32 {
+	return uint32(C.envoy_dynamic_module_callback_http_filter_get_worker_index(f.ptr()))
+}
+
+// IncrementCounter adds n to a counter that the stream's configuration
+// defined (Config.DefineCounter).
+func (f Filter) IncrementCounter(id, n uint64) bool {
+	return C.envoy_dynamic_module_callback_http_filter_increment_counter(f.ptr(), C.size_t(id), nil, 0, C.uint64_t(n)) == 0
+}
+
+// concurrency asks Envoy for its number of workers (main thread only).
+func concurrency() uint32 {
+	if !inEnvoy() {
+		return 0
+	}
+	return uint32(C.envoy_dynamic_module_callback_get_concurrency())
+}

@@ -1,0 +1,253 @@
+//go:build cgo
+
+package main
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/dynmod"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// FilterName is the filter_name the module serves (DynamicModuleFilter's
+// filter_name); any other is refused.
+const FilterName = "allot"
+
+// module implements dynmod.Handler: one per process.
+//
+// A configuration is decoded and compiled once, on Envoy's main thread
+// (ConfigNew), and shared read-only by every worker. Each worker thread
+// has its own plugin.Plugin — its cache of assignments, condition
+// outcomes, counters and scratch buffers — exactly as each worker has its
+// own VM under Wasm, so the request path takes no lock any two workers
+// contend on: the configuration table and the worker list are read through
+// atomic pointers, and a worker's mutex is only ever taken by that
+// worker's thread (it is there for the rare hook Envoy runs elsewhere and
+// for tests that drive one worker from several goroutines).
+type module struct {
+	mu      sync.Mutex // serializes writers of configs and workers
+	configs atomic.Pointer[map[uintptr]*entry]
+	workers atomic.Pointer[[]*worker]
+	next    uint32
+	// newHost makes a worker's host; tests replace it with a fake.
+	newHost func(*worker) abi.Host
+	flusher sync.Once
+}
+
+// entry is one compiled configuration.
+type entry struct {
+	id    uint32 // the root id every worker's plugin knows it by
+	cfg   *plugin.Config
+	envoy dynmod.Config
+	// counters are Envoy's ids of the configuration's counters, in the
+	// order of cfg.MetricNames; names index them.
+	counters []uint64
+	names    map[string]int
+}
+
+// worker is one Envoy worker thread's share of the module.
+type worker struct {
+	mu     sync.Mutex
+	plugin *plugin.Plugin
+	host   envoyHost
+	fake   abi.Host // set by tests: used instead of host
+	// roots are the configurations installed in plugin.
+	roots map[uint32]*entry
+}
+
+func newModule() *module {
+	m := &module{}
+	m.configs.Store(&map[uintptr]*entry{})
+	m.workers.Store(&[]*worker{})
+	return m
+}
+
+var _ dynmod.Handler = (*module)(nil)
+
+// ProgramInit implements dynmod.Handler: it makes the workers and starts
+// the flush tick.
+func (m *module) ProgramInit(concurrency uint32) {
+	m.mu.Lock()
+	m.growLocked(int(concurrency))
+	m.mu.Unlock()
+	if m.newHost == nil {
+		m.flusher.Do(func() { go m.tick() })
+	}
+}
+
+// tick flushes every worker's counters once per plugin.TickMillis, for the
+// life of the process (one goroutine: configuration updates start none).
+func (m *module) tick() {
+	for range time.Tick(plugin.TickMillis * time.Millisecond) {
+		m.flush()
+	}
+}
+
+// flush adds every worker's accumulated counts to Envoy's counters, one
+// worker at a time: a worker waits only while its own share is flushed.
+// Holding m.mu keeps every configuration alive meanwhile (ConfigDestroy
+// takes it too).
+func (m *module) flush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range *m.workers.Load() {
+		w.mu.Lock()
+		for id, e := range w.roots {
+			w.host.entry = e
+			w.plugin.OnTick(id)
+		}
+		w.host.entry = nil
+		w.mu.Unlock()
+	}
+}
+
+// growLocked makes sure workers 0..n-1 exist.
+func (m *module) growLocked(n int) []*worker {
+	ws := *m.workers.Load()
+	if len(ws) >= n {
+		return ws
+	}
+	grown := append([]*worker(nil), ws...)
+	for len(grown) < n {
+		w := &worker{roots: map[uint32]*entry{}}
+		var h abi.Host = &w.host
+		if m.newHost != nil {
+			h = m.newHost(w)
+			w.fake = h
+		}
+		w.plugin = plugin.New(h)
+		grown = append(grown, w)
+	}
+	m.workers.Store(&grown)
+	return grown
+}
+
+// worker returns worker i, created on first use.
+func (m *module) worker(i uint32) *worker {
+	if ws := *m.workers.Load(); int(i) < len(ws) {
+		return ws[i]
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.growLocked(int(i) + 1)[i]
+}
+
+// ConfigNew implements dynmod.Handler: it decodes and compiles the
+// configuration with the plugin's parser (the decoder the control plane
+// validates with) and defines its counters. A configuration it cannot
+// accept is logged at critical level and refused: Envoy rejects it and
+// keeps the previous one.
+func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
+	if name != FilterName {
+		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: filter_name "+quote(name)+", want "+quote(FilterName))
+		return 0
+	}
+	cfg, err := plugin.ParseConfig(data)
+	if err != nil {
+		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 0
+	}
+	names := cfg.MetricNames()
+	e := &entry{cfg: cfg, envoy: c, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
+	for i, n := range names {
+		e.names[n] = i
+		if c != 0 {
+			id, ok := c.DefineCounter(n)
+			if !ok {
+				dynmod.Log(dynmod.LogWarn, "allot: counter "+n+" could not be defined; its counts are dropped")
+				id = noCounter
+			}
+			e.counters[i] = id
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	e.id = m.next
+	h := uintptr(e.id)
+	old := *m.configs.Load()
+	next := make(map[uintptr]*entry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[h] = e
+	m.configs.Store(&next)
+	return h
+}
+
+// noCounter marks a counter Envoy did not define.
+const noCounter = ^uint64(0)
+
+// ConfigDestroy implements dynmod.Handler. Envoy destroys a
+// configuration once no stream uses it; each worker's root of it flushes
+// its last counts (the configuration's counters are still there during
+// this hook) and goes.
+func (m *module) ConfigDestroy(h uintptr) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.configs.Load()
+	e, ok := old[h]
+	if !ok {
+		return
+	}
+	next := make(map[uintptr]*entry, len(old))
+	for k, v := range old {
+		if k != h {
+			next[k] = v
+		}
+	}
+	m.configs.Store(&next)
+	for _, w := range *m.workers.Load() {
+		w.mu.Lock()
+		if _, ok := w.roots[e.id]; ok {
+			w.host.entry = e
+			w.plugin.OnDelete(e.id)
+			w.host.entry = nil
+			delete(w.roots, e.id)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// FilterNew implements dynmod.Handler: a stream needs nothing of its own,
+// so its module value is the configuration's handle.
+func (m *module) FilterNew(h uintptr, _ dynmod.Filter) uintptr { return h }
+
+// FilterDestroy implements dynmod.Handler.
+func (m *module) FilterDestroy(uintptr) {}
+
+// RequestHeaders implements dynmod.Handler: the plugin's request path on
+// the stream's worker. The plugin recovers its own panics (it scrubs the
+// request and counts it); a panic here, outside it, reaches dynmod, which
+// recovers it too.
+func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
+	e := (*m.configs.Load())[h]
+	if e == nil {
+		return
+	}
+	w := m.worker(m.workerIndex(f))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.host.filter, w.host.entry = f, e
+	defer func() { w.host.filter, w.host.entry = 0, nil }()
+	if w.roots[e.id] == nil {
+		w.roots[e.id] = e
+		w.plugin.Install(e.id, e.cfg)
+	}
+	w.plugin.RequestHeaders(e.id)
+}
+
+// workerIndex asks Envoy for the stream's worker; tests, whose filter
+// values are not Envoy's, encode the worker in the value itself.
+func (m *module) workerIndex(f dynmod.Filter) uint32 {
+	if m.newHost != nil {
+		return uint32(f >> 32)
+	}
+	return f.WorkerIndex()
+}
+
+func quote(s string) string { return `"` + s + `"` }

@@ -1,0 +1,268 @@
+//go:build cgo
+
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/config"
+	"github.com/allotmesh/allot/filter/dynmod"
+	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// fakeModule is a module whose workers talk to fake hosts, one per worker,
+// created as Envoy's workers would be.
+type fakeModule struct {
+	*module
+	mu    sync.Mutex
+	hosts map[*worker]*fakehost.Host
+}
+
+func newFakeModule(workers int) *fakeModule {
+	f := &fakeModule{module: newModule(), hosts: map[*worker]*fakehost.Host{}}
+	f.newHost = func(w *worker) abi.Host {
+		h := fakehost.New()
+		f.mu.Lock()
+		f.hosts[w] = h
+		f.mu.Unlock()
+		return h
+	}
+	f.ProgramInit(uint32(workers))
+	return f
+}
+
+func (f *fakeModule) host(i int) *fakehost.Host {
+	w := f.worker(uint32(i))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hosts[w]
+}
+
+// request runs one stream of configuration h on worker i, as Envoy would:
+// filter-new, request-headers, filter-destroy. It returns the headers the
+// upstream sees.
+func (f *fakeModule) request(i int, h uintptr, headers [][2]string) [][2]string {
+	fh := f.host(i)
+	filter := dynmod.Filter(uint64(i)<<32 | 1)
+	m := f.FilterNew(h, filter)
+	w := f.worker(uint32(i))
+	w.mu.Lock() // the fake's map is the worker's: set it as Envoy would, on its thread
+	fh.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
+	w.mu.Unlock()
+	f.RequestHeaders(filter, m, true)
+	f.FilterDestroy(m)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([][2]string(nil), fh.Headers[abi.RequestHeaders]...)
+}
+
+func experimentsConfig(version string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"version":%q,"experiments":[`, version)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"key":"exp-%d","variations":["a","b","c"],"weights":[0.2,0.3,0.5]}`, i)
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// expected is the engine's own dictionary header for id.
+func expected(t *testing.T, cfg, id string) string {
+	t.Helper()
+	_, set, err := config.Parse([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, a := range set.Assign(nil, engine.Attributes{"id": id}) {
+		if a.InExperiment {
+			parts = append(parts, fmt.Sprintf("%s=%q", a.Key, a.Value))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func header(headers [][2]string, name string) (string, int) {
+	v, n := "", 0
+	for _, kv := range headers {
+		if strings.EqualFold(kv[0], name) {
+			v, n = kv[1], n+1
+		}
+	}
+	return v, n
+}
+
+// TestWorkersShareOneConfiguration drives four workers from four goroutines
+// (run with -race) while the main thread replaces the configuration under
+// them, as ECDS updates do: every request gets exactly the engine's
+// assignment under the configuration its stream was created with, a
+// forged header never survives, and every request is counted once.
+func TestWorkersShareOneConfiguration(t *testing.T) {
+	const workers, perWorker, updates = 4, 600, 20
+	m := newFakeModule(workers)
+	configs := make([]string, updates+1)
+	want := make([]map[string]string, updates+1) // dictionary by unit, per config
+	ids := make([]string, 50)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("unit-%d-é", i)
+	}
+	handles := make([]uintptr, updates+1)
+	for v := range configs {
+		configs[v] = experimentsConfig(fmt.Sprintf("v%d", v), 3+v%4)
+		want[v] = map[string]string{}
+		for _, id := range ids {
+			want[v][id] = expected(t, configs[v], id)
+		}
+	}
+	handles[0] = m.ConfigNew(0, FilterName, []byte(configs[0]))
+	var current atomic.Int64 // index into handles of the newest configuration
+
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	var served atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for r := range perWorker {
+				v := int(current.Load())
+				id := ids[(r*7+w)%len(ids)]
+				out := m.request(w, handles[v], [][2]string{{"x-user-id", id}, {"x-experiments", "forged"}, {"X-Experiment-Exp-0", "forged"}})
+				served.Add(1)
+				dict, n := header(out, "x-experiments")
+				ver, _ := header(out, "x-experiments-version")
+				if n != 1 || dict != want[v][id] || ver != fmt.Sprintf("v%d", v) {
+					errs <- fmt.Errorf("worker %d, v%d, %s: x-experiments %q (%d copies), version %q; want %q", w, v, id, dict, n, ver, want[v][id])
+					return
+				}
+				if got, _ := header(out, "x-experiment-exp-0"); got == "forged" {
+					errs <- fmt.Errorf("worker %d: forged header passed", w)
+					return
+				}
+			}
+		})
+	}
+	// The main thread: a new configuration every so often, the previous
+	// destroyed once no new stream uses it (streams in flight keep it).
+	for v := 1; v <= updates; v++ {
+		runtime.Gosched()
+		h := m.ConfigNew(0, FilterName, []byte(configs[v]))
+		if h == 0 {
+			t.Fatalf("v%d refused", v)
+		}
+		handles[v] = h
+		current.Store(int64(v))
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Destroy all but the newest (each worker's root of each flushes its
+	// last counts as it goes), then one tick flushes the newest's.
+	for v := range updates {
+		m.ConfigDestroy(handles[v])
+	}
+	m.flush()
+	var evaluated, failOpen int64
+	for w := range workers {
+		h := m.host(w)
+		evaluated += h.Counter(plugin.MetricEvaluated)
+		failOpen += h.Counter(plugin.MetricFailOpen)
+	}
+	if evaluated != served.Load() || failOpen != 0 {
+		t.Errorf("counted %d evaluated and %d failed open, want %d and 0", evaluated, failOpen, served.Load())
+	}
+	for w := range workers {
+		for id := range m.worker(uint32(w)).roots {
+			if uintptr(id) != handles[updates] {
+				t.Errorf("worker %d keeps the root of destroyed configuration %d", w, id)
+			}
+		}
+	}
+}
+
+// TestConfigurationRefused: a configuration the plugin's parser rejects,
+// or one for another filter name, gets no handle (Envoy keeps the
+// previous one) and installs nothing.
+func TestConfigurationRefused(t *testing.T) {
+	m := newFakeModule(1)
+	for name, tc := range map[string]struct{ filter, config string }{
+		"bad weights":  {FilterName, `{"experiments":[{"key":"k","variations":["a","b"],"weights":[0.9,0.9]}]}`},
+		"not json":     {FilterName, `{`},
+		"other filter": {"not-allot", `{}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if h := m.ConfigNew(0, tc.filter, []byte(tc.config)); h != 0 {
+				t.Errorf("handle %d, want 0 (refused)", h)
+			}
+		})
+	}
+	if n := len(*m.configs.Load()); n != 0 {
+		t.Errorf("%d configurations kept, want 0", n)
+	}
+}
+
+// TestUnknownHandlePassesThrough: a stream whose configuration is gone is
+// left alone (no panic, no header).
+func TestUnknownHandlePassesThrough(t *testing.T) {
+	m := newFakeModule(1)
+	out := m.request(0, 42, [][2]string{{"x-user-id", "u"}})
+	if _, n := header(out, "x-experiments"); n != 0 {
+		t.Errorf("assignment added for an unknown configuration: %v", out)
+	}
+}
+
+// TestHostFaultFailsOpenOnWorker: a host call that panics on one worker
+// fails that request open — forged headers removed, counted — and the
+// worker serves the next request normally.
+func TestHostFaultFailsOpenOnWorker(t *testing.T) {
+	m := newFakeModule(2)
+	cfg := experimentsConfig("v1", 2)
+	h := m.ConfigNew(0, FilterName, []byte(cfg))
+	m.request(1, h, [][2]string{{"x-user-id", "warm"}})
+	m.host(1).Inject(fakehost.Fault{Call: "proxy_add_header_map_value", Nth: 1, Panic: true})
+	out := m.request(1, h, [][2]string{{"x-user-id", "u1"}, {"x-experiments", "forged"}})
+	if _, n := header(out, "x-experiments"); n != 0 {
+		t.Errorf("failed request kept an assignment header: %v", out)
+	}
+	out = m.request(1, h, [][2]string{{"x-user-id", "u1"}})
+	if got, _ := header(out, "x-experiments"); got != expected(t, cfg, "u1") {
+		t.Errorf("next request: x-experiments %q, want %q", got, expected(t, cfg, "u1"))
+	}
+	m.flush()
+	if n := m.host(1).Counter(plugin.MetricFailOpen); n != 1 {
+		t.Errorf("fail_open %d, want 1", n)
+	}
+}
+
+// TestUpdatesStartNoGoroutine: configuration updates and the streams
+// under them leave the number of goroutines where it was.
+func TestUpdatesStartNoGoroutine(t *testing.T) {
+	m := newFakeModule(2)
+	h := m.ConfigNew(0, FilterName, []byte(experimentsConfig("v0", 2)))
+	m.request(0, h, [][2]string{{"x-user-id", "u"}})
+	before := runtime.NumGoroutine()
+	for v := range 50 {
+		next := m.ConfigNew(0, FilterName, []byte(experimentsConfig(fmt.Sprint("v", v+1), 2)))
+		m.request(v%2, next, [][2]string{{"x-user-id", "u"}})
+		m.ConfigDestroy(h)
+		h = next
+	}
+	m.flush()
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("%d goroutines after 50 updates, %d before", after, before)
+	}
+	if n := len(*m.configs.Load()); n != 1 {
+		t.Errorf("%d configurations kept, want 1", n)
+	}
+}
