@@ -118,13 +118,14 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("decode rollout: %w", err)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tCLUSTER\tARTIFACT\tSTATE\tTARGET\tACKED\tERROR")
+	// STATE stays the third column: scripts (and e2e/rollout_api_test.go) read it there.
+	fmt.Fprintln(tw, "NODE\tCLUSTER\tSTATE\tARTIFACT\tTARGET\tACKED\tERROR")
 	for _, p := range ro.GetProxies() {
 		msg := proxyError(p)
 		if len(msg) > 60 {
 			msg = msg[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), dash(p.GetArtifact()), p.GetState(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), dash(p.GetArtifact()),
 			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(msg))
 	}
 	if err := tw.Flush(); err != nil {
