@@ -49,8 +49,9 @@ type Builder func(cluster string) (version string, ext *corev3.TypedExtensionCon
 // the same version.
 type ArtifactBuilder func(cluster string) (version string, exts map[string]*corev3.TypedExtensionConfig, err error)
 
-// Server is the xDS server. Create it with New, register it on a gRPC server
-// with Register, and call Refresh after anything a Builder reads changes.
+// Server is the xDS server. Create it with New (Wasm proxies only) or
+// NewArtifacts (every artifact), register it on a gRPC server with
+// Register, and call Refresh after anything its builder reads changes.
 // It tracks every connected proxy (Proxies, Status) and can wait for a
 // change to reach them (WaitFor).
 type Server struct {
