@@ -187,9 +187,18 @@ bench-vm: build-filter ## Time the filter's own work per request in Node's V8, w
 
 ## ---------------------------------------------------------------- run
 
+# FILTER is the Allot artifact `make run` runs: wasm (bin/allot.wasm, the
+# default) or native (bin/liballot.so, an Envoy dynamic module).
+FILTER ?= wasm
+
 .PHONY: run
-run: envoy build ## Run the whole system locally: allotd, demo upstream, Envoy, two example experiments.
-	./scripts/run-demo.sh
+run: check-filter envoy build $(if $(filter native,$(FILTER)),build-native) ## Run the whole system locally: allotd, demo upstream, Envoy, two example experiments (FILTER=native: the native module).
+	FILTER=$(FILTER) ./scripts/run-demo.sh
+
+.PHONY: check-filter
+check-filter:
+	@case '$(FILTER)' in wasm|native) ;; \
+		*) echo "FILTER=$(FILTER): want wasm (bin/allot.wasm) or native (bin/liballot.so)"; exit 1 ;; esac
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps .venv).

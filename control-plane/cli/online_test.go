@@ -153,9 +153,10 @@ func TestRolloutByVersion(t *testing.T) {
 		{NodeId: "a", Cluster: "svc", State: "applied", TargetVersion: "v2"},
 		{NodeId: "b", Cluster: "svc", State: "rejected", TargetVersion: "v2"},
 		{NodeId: "c", Cluster: "other", State: "pending", TargetVersion: "v9"},
+		{NodeId: "d", Cluster: "svc", State: "unserved", TargetVersion: "v2", Artifact: "wasm32"},
 	}}
 	got := strings.Join(byVersion(ro), "\n")
-	want := "version v2 (svc): 1 applied, 0 pending, 1 rejected\nversion v9 (other): 0 applied, 1 pending, 0 rejected"
+	want := "version v2 (svc): 1 applied, 0 pending, 1 rejected, 1 unserved\nversion v9 (other): 0 applied, 1 pending, 0 rejected"
 	if got != want {
 		t.Fatalf("byVersion:\n%s\nwant:\n%s", got, want)
 	}

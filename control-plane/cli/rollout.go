@@ -83,7 +83,7 @@ func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
 	}
 	for _, p := range ro.GetProxies() {
 		if p.GetState() != "applied" {
-			fmt.Fprintf(w, "  %s (%s): %s %s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), p.GetRejectionError())
+			fmt.Fprintf(w, "  %s (%s): %s %s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), proxyError(p))
 		}
 	}
 	return fmt.Errorf("%s: the change is stored but not applied everywhere: %s", what, ro.GetError())
@@ -91,8 +91,10 @@ func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
 
 const rolloutUsage = `Usage: allotctl rollout [-o table|json|yaml]
 
-Shows every connected proxy against the configuration version its cluster
-should run: applied, pending, or rejected with Envoy's reason.
+Shows every connected proxy, with the filter artifact it runs (wasm or
+native), against the configuration version its cluster should run: applied,
+pending, rejected with Envoy's reason, or unserved (its node metadata
+allot.artifact names an artifact allotd does not serve) with allotd's.
 `
 
 func runRollout(ctx context.Context, env *Env, args []string) error {
@@ -116,14 +118,15 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("decode rollout: %w", err)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tCLUSTER\tSTATE\tTARGET\tACKED\tREJECTION")
+	// STATE stays the third column: scripts (and e2e/rollout_api_test.go) read it there.
+	fmt.Fprintln(tw, "NODE\tCLUSTER\tSTATE\tARTIFACT\tTARGET\tACKED\tERROR")
 	for _, p := range ro.GetProxies() {
-		rej := p.GetRejectionError()
-		if len(rej) > 60 {
-			rej = rej[:57] + "..."
+		msg := proxyError(p)
+		if len(msg) > 60 {
+			msg = msg[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(),
-			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(rej))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), dash(p.GetArtifact()),
+			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(msg))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -134,8 +137,17 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 	return nil
 }
 
+// proxyError is why p did not apply its target: allotd's reason for an
+// unserved proxy, else Envoy's for its last rejection.
+func proxyError(p *adminv1.ProxyStatus) string {
+	if p.GetState() == "unserved" {
+		return p.GetError()
+	}
+	return p.GetRejectionError()
+}
+
 // byVersion summarizes a rollout per target version: "version V (cluster):
-// N applied, N pending, N rejected".
+// N applied, N pending, N rejected", and ", N unserved" when there are any.
 func byVersion(ro *adminv1.Rollout) []string {
 	type key struct{ version, cluster string }
 	counts := map[key]map[string]int{}
@@ -151,8 +163,12 @@ func byVersion(ro *adminv1.Rollout) []string {
 	var out []string
 	for _, k := range order {
 		c := counts[k]
-		out = append(out, fmt.Sprintf("version %s (%s): %d applied, %d pending, %d rejected",
-			dash(k.version), k.cluster, c["applied"], c["pending"], c["rejected"]))
+		line := fmt.Sprintf("version %s (%s): %d applied, %d pending, %d rejected",
+			dash(k.version), k.cluster, c["applied"], c["pending"], c["rejected"])
+		if c["unserved"] > 0 {
+			line += fmt.Sprintf(", %d unserved", c["unserved"])
+		}
+		out = append(out, line)
 	}
 	return out
 }

@@ -24,6 +24,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		dbPath    string
 		tokens    string
 		wasmPath  string
+		native    string
 		meshFile  string
 		logLevel  slog.Level
 		logFormat string
@@ -35,7 +36,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
 	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing)")
 	fs.StringVar(&tokens, "tokens", "", "admin API tokens file (JSON: {\"tokens\":[{\"name\",\"token\",\"role\",\"namespaces\"}]}); required")
-	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot filter module as the proxies see it")
+	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot Wasm filter module as the proxies running it (node metadata allot.artifact absent or \"wasm\") see it")
+	fs.StringVar(&native, "native-path", "bin/liballot.so", "path of the Allot native filter module (Envoy dynamic module) as the proxies running it (node metadata allot.artifact \"native\") see it")
 	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without version and experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, savedGroups, cacheSize...), checked by the filter's own decoder at start-up")
 	fs.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only")
 	fs.StringVar(&tlsKey, "tls-key", "", "PEM private key `file` of -tls-cert")
@@ -69,7 +71,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-wasm-path: %w", err)
 	}
-	cfg.Mesh = translate.Mesh{WasmPath: abs}
+	nativeAbs, err := filepath.Abs(native)
+	if err != nil {
+		return fmt.Errorf("-native-path: %w", err)
+	}
+	cfg.Mesh = translate.Mesh{WasmPath: abs, NativePath: nativeAbs}
 	if meshFile != "" {
 		b, err := os.ReadFile(meshFile)
 		if err != nil {

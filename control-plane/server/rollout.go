@@ -29,6 +29,8 @@ func (r rollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rol
 		out.Result = "timeout"
 	case errors.Is(err, xds.ErrRejected):
 		out.Result = "rejected"
+	case errors.Is(err, xds.ErrUnserved):
+		out.Result = "unserved"
 	default:
 		out.Result = "error"
 	}
@@ -51,6 +53,7 @@ func rolloutProto(ro xds.Rollout) *adminv1.Rollout {
 			NodeId: p.NodeID, Cluster: p.Cluster, Address: p.Address, State: string(p.State),
 			TargetVersion: p.Target, SentVersion: p.Sent, AckedVersion: p.Acked, Pushes: int32(p.Pushes),
 			ConnectTime: ts(p.ConnectedAt), LastSeen: ts(p.LastSeen), AckedTime: ts(p.AckedAt),
+			Artifact: p.Artifact, Error: p.Error,
 		}
 		if p.Rejected != nil {
 			ps.RejectedVersion, ps.RejectionError = p.Rejected.Version, p.Rejected.Error

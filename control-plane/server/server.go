@@ -118,7 +118,7 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
-	xsrv := xds.New(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
+	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
 	for _, c := range xsrv.Collectors() {
 		if err := reg.Register(c); err != nil {
 			closeAll(lns)
@@ -326,7 +326,9 @@ func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
 	return out, nil
 }
 
-func (b *builder) build(cluster string) (string, *corev3.TypedExtensionConfig, error) {
+// build returns cluster's configuration in each artifact's resource: the
+// same filter configuration, hence one version, for Wasm and native proxies.
+func (b *builder) build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
 	exps, err := b.experiments()
 	if err != nil {
 		return "", nil, err
@@ -335,11 +337,19 @@ func (b *builder) build(cluster string) (string, *corev3.TypedExtensionConfig, e
 	if err != nil {
 		return "", nil, err
 	}
-	ext, err := translate.ExtensionConfig(cfg, b.mesh)
+	st, err := translate.ConfigStruct(cfg)
 	if err != nil {
 		return "", nil, err
 	}
-	return cfg.Version, ext, nil
+	wasm, err := translate.WasmExtension(st, b.mesh)
+	if err != nil {
+		return "", nil, err
+	}
+	native, err := translate.NativeExtension(st, b.mesh)
+	if err != nil {
+		return "", nil, err
+	}
+	return cfg.Version, map[string]*corev3.TypedExtensionConfig{xds.ArtifactWasm: wasm, xds.ArtifactNative: native}, nil
 }
 
 // nextBoundary is the earliest start or end time after now (zero if none).

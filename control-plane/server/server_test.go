@@ -53,7 +53,7 @@ func start(t *testing.T, tlsCfg *tls.Config, grpcAddr string, extra ...prometheu
 		done <- Run(ctx, db, Config{
 			AdminAddr: "127.0.0.1:0", AdminGRPCAddr: grpcAddr, XDSAddr: "127.0.0.1:0",
 			Tokens: tokens,
-			Mesh:   translate.Mesh{WasmPath: "/allot.wasm"}, TLS: tlsCfg, Collectors: extra,
+			Mesh:   translate.Mesh{WasmPath: "/allot.wasm", NativePath: "/liballot.so"}, TLS: tlsCfg, Collectors: extra,
 			Ready: func(a Addrs) { ready <- a },
 		})
 	}()

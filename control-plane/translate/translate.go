@@ -1,6 +1,7 @@
 // Package translate turns experiments and mesh settings into the resources
 // Envoy receives: the Allot filter configuration and the ECDS
-// TypedExtensionConfig that carries it inside a Wasm filter. Compile decodes
+// TypedExtensionConfig that carries it, inside Envoy's Wasm filter
+// (WasmExtension) or its dynamic module filter (NativeExtension). Compile decodes
 // and compiles a filter configuration with the filter's own decoder
 // (filter/config) and engine, so every control-plane reader of a definition
 // — admin validation and preview, allotctl eval, allotd's check of its mesh
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	dynmodextv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/dynamic_modules/v3"
+	dynmodv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_modules/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	wasmextv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -32,20 +35,29 @@ import (
 
 // Wire names shared with the bootstraps in envoy-configs/.
 const (
-	// FilterName is the ECDS resource name the bootstraps subscribe to and
-	// the Wasm plugin's name (it prefixes the filter's stats and filter state).
+	// FilterName is the ECDS resource name the bootstraps subscribe to, the
+	// Wasm plugin's name (it prefixes the filter's stats and filter state)
+	// and the native module's filter_name.
 	FilterName = "allot"
 	// VMID is the Wasm VM id; proxies share a VM across configurations of
 	// the same code.
 	VMID = "allot"
 	// WasmRuntime is the Wasm runtime Envoy runs the filter in.
 	WasmRuntime = "envoy.wasm.runtime.v8"
+	// NativeMetricsNamespace is the native module's metrics namespace. It is
+	// the namespace Envoy gives a Wasm plugin's metrics, so both artifacts
+	// emit the same stat names (wasmcustom.allot.requests_evaluated) and
+	// dashboards, alerts and tests do not depend on the artifact.
+	NativeMetricsNamespace = "wasmcustom"
 )
 
 // Mesh holds the mesh admin's settings that shape what each proxy receives.
 type Mesh struct {
-	// WasmPath is the filter module's path as the proxies see it.
+	// WasmPath is the Wasm filter module's path as the proxies see it.
 	WasmPath string
+	// NativePath is the native filter module's (the Envoy dynamic module's)
+	// path as the proxies see it.
+	NativePath string
 	// Filter holds the filter settings every proxy receives (unit header,
 	// header names, attribute sources, saved groups, cache size); its
 	// version and experiments must be empty. Nil means the filter's
@@ -134,8 +146,10 @@ func AppliesTo(e *experimentv1.Experiment, cluster string) bool {
 
 // FilterConfig selects the experiments running at now that apply to proxies
 // of cluster and builds their filter configuration: the mesh settings and
-// each experiment's Definition, sorted by key. Its version is a digest of the content and the
-// filter module's path, so the same definitions always give the same version.
+// each experiment's Definition, sorted by key. Its version is a digest of
+// the content and both filter modules' paths, so the same definitions always
+// give the same version, and a proxy of either artifact is reconfigured when
+// its module moves. Both artifacts receive this configuration.
 func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time, mesh Mesh) (*filterv1.FilterConfig, error) {
 	cfg := &filterv1.FilterConfig{}
 	if mesh.Filter != nil {
@@ -165,6 +179,8 @@ func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time
 	h.Write(b)
 	h.Write([]byte{0})
 	h.Write([]byte(mesh.WasmPath)) // a new filter module is a new configuration too
+	h.Write([]byte{0})
+	h.Write([]byte(mesh.NativePath))
 	cfg.Version = hex.EncodeToString(h.Sum(nil)[:8])
 	return cfg, nil
 }
@@ -208,13 +224,23 @@ func Compile(cfg *filterv1.FilterConfig) (*config.Filter, *engine.Set, error) {
 	return config.Parse(js)
 }
 
-// ExtensionConfig wraps a filter configuration into the ECDS resource: a
-// TypedExtensionConfig named FilterName carrying an
+// ExtensionConfig wraps a filter configuration into the ECDS resource for
+// the Wasm artifact: a TypedExtensionConfig named FilterName carrying an
 // envoy.extensions.filters.http.wasm.v3.Wasm whose plugin configuration is
-// cfg's proto3 JSON as a google.protobuf.Struct (readable in Envoy's
-// /config_dump). Envoy hands the plugin the Struct's protobuf encoding,
-// which filter/config decodes.
+// cfg as a google.protobuf.Struct (see ConfigStruct and WasmExtension).
 func ExtensionConfig(cfg *filterv1.FilterConfig, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
+	st, err := ConfigStruct(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return WasmExtension(st, mesh)
+}
+
+// ConfigStruct is cfg's proto3 JSON as a google.protobuf.Struct: the form
+// both artifacts receive it in, readable in Envoy's /config_dump. Envoy
+// hands the Wasm plugin the Struct's protobuf encoding and the native
+// module the Struct as JSON text; filter/config decodes both.
+func ConfigStruct(cfg *filterv1.FilterConfig) (*structpb.Struct, error) {
 	js, err := ConfigJSON(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("filter config to json: %w", err)
@@ -223,11 +249,12 @@ func ExtensionConfig(cfg *filterv1.FilterConfig, mesh Mesh) (*corev3.TypedExtens
 	if err := protojson.Unmarshal(js, st); err != nil {
 		return nil, fmt.Errorf("filter config to struct: %w", err)
 	}
-	return WasmExtension(st, mesh)
+	return st, nil
 }
 
-// WasmExtension builds the ECDS resource around an arbitrary plugin
-// configuration (the default_config in the bootstraps has the same shape).
+// WasmExtension builds the Wasm artifact's ECDS resource around an
+// arbitrary plugin configuration (the default_config in the Wasm bootstraps
+// has the same shape).
 func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
 	conf, err := anypb.New(configuration)
 	if err != nil {
@@ -251,6 +278,39 @@ func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensi
 	typed, err := anypb.New(w)
 	if err != nil {
 		return nil, fmt.Errorf("pack wasm filter: %w", err)
+	}
+	return &corev3.TypedExtensionConfig{Name: FilterName, TypedConfig: typed}, nil
+}
+
+// NativeExtension builds the native artifact's ECDS resource around an
+// arbitrary filter configuration: a TypedExtensionConfig named FilterName
+// carrying an envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
+// that loads mesh.NativePath (module.local.filename), with filter_name
+// FilterName and configuration as its filter_config (the default_config in
+// the native bootstraps has the same shape).
+//
+// do_not_close is always set: the module carries a Go runtime, which cannot
+// be unloaded (dlclose) once started. The metrics namespace is
+// NativeMetricsNamespace, so the stats keep the Wasm artifact's names.
+func NativeExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
+	conf, err := anypb.New(configuration)
+	if err != nil {
+		return nil, fmt.Errorf("pack filter configuration: %w", err)
+	}
+	f := &dynmodv3.DynamicModuleFilter{
+		DynamicModuleConfig: &dynmodextv3.DynamicModuleConfig{
+			Module: &corev3.AsyncDataSource{Specifier: &corev3.AsyncDataSource_Local{
+				Local: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: mesh.NativePath}},
+			}},
+			DoNotClose:       true,
+			MetricsNamespace: NativeMetricsNamespace,
+		},
+		FilterName:   FilterName,
+		FilterConfig: conf,
+	}
+	typed, err := anypb.New(f)
+	if err != nil {
+		return nil, fmt.Errorf("pack dynamic module filter: %w", err)
 	}
 	return &corev3.TypedExtensionConfig{Name: FilterName, TypedConfig: typed}, nil
 }

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	dynmodv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_modules/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
@@ -29,7 +32,7 @@ type input struct {
 	Experiments []json.RawMessage `json:"experiments"`
 }
 
-var testMesh = Mesh{WasmPath: "/etc/envoy/allot.wasm"}
+var testMesh = Mesh{WasmPath: "/etc/envoy/allot.wasm", NativePath: "/etc/envoy/liballot.so"}
 
 func load(t *testing.T, path string) (input, []*experimentv1.Experiment) {
 	t.Helper()
@@ -52,48 +55,86 @@ func load(t *testing.T, path string) (input, []*experimentv1.Experiment) {
 	return in, exps
 }
 
-// TestGolden translates testdata/in/*.json and compares the ECDS resource
-// (as indented proto JSON) with testdata/out/*.json.
+// TestGolden translates testdata/in/*.json and compares each artifact's ECDS
+// resource (as indented proto JSON) with its golden file: the Wasm one with
+// testdata/out/*.json, the native one with testdata/out/native/*.json.
 func TestGolden(t *testing.T) {
 	files, _ := filepath.Glob("testdata/in/*.json")
 	if len(files) == 0 {
 		t.Fatal("no golden inputs")
 	}
+	artifacts := []struct {
+		name, dir string
+		wrap      func(*structpb.Struct, Mesh) (*corev3.TypedExtensionConfig, error)
+	}{
+		{"wasm", "testdata/out", func(st *structpb.Struct, m Mesh) (*corev3.TypedExtensionConfig, error) { return WasmExtension(st, m) }},
+		{"native", "testdata/out/native", func(st *structpb.Struct, m Mesh) (*corev3.TypedExtensionConfig, error) { return NativeExtension(st, m) }},
+	}
 	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			in, exps := load(t, path)
-			cfg, err := FilterConfig(exps, in.Cluster, in.Now, testMesh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ext, err := ExtensionConfig(cfg, testMesh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(ext)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var norm bytes.Buffer // protojson's whitespace is unstable by design
-			if err := json.Indent(&norm, got, "", "  "); err != nil {
-				t.Fatal(err)
-			}
-			norm.WriteByte('\n')
-			out := filepath.Join("testdata/out", filepath.Base(path))
-			if *update {
-				if err := os.WriteFile(out, norm.Bytes(), 0o644); err != nil {
+		for _, a := range artifacts {
+			t.Run(a.name+"/"+filepath.Base(path), func(t *testing.T) {
+				in, exps := load(t, path)
+				cfg, err := FilterConfig(exps, in.Cluster, in.Now, testMesh)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			want, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatalf("%v (run go test ./control-plane/translate -update)", err)
-			}
-			if !bytes.Equal(norm.Bytes(), want) {
-				t.Fatalf("%s differs from the golden file; run with -update and review the diff\n got: %s", out, norm.String())
-			}
-		})
+				st, err := ConfigStruct(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ext, err := a.wrap(st, testMesh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				golden(t, ext, filepath.Join(a.dir, filepath.Base(path)))
+			})
+		}
 	}
+}
+
+// golden compares ext, as indented proto JSON, with the file out (rewritten
+// first with -update).
+func golden(t *testing.T, ext *corev3.TypedExtensionConfig, out string) {
+	t.Helper()
+	got, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var norm bytes.Buffer // protojson's whitespace is unstable by design
+	if err := json.Indent(&norm, got, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	norm.WriteByte('\n')
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, norm.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("%v (run go test ./control-plane/translate -update)", err)
+	}
+	if !bytes.Equal(norm.Bytes(), want) {
+		t.Fatalf("%s differs from the golden file; run with -update and review the diff\n got: %s", out, norm.String())
+	}
+}
+
+// TestExtensionConfigIsWasmExtension: ExtensionConfig, which allotd's
+// callers outside the server use, gives the Wasm artifact's resource.
+func TestExtensionConfigIsWasmExtension(t *testing.T) {
+	_, exps := load(t, "testdata/in/mixed.json")
+	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := ExtensionConfig(cfg, testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, ext, "testdata/out/mixed.json")
 }
 
 func TestSelection(t *testing.T) {
@@ -134,6 +175,20 @@ func TestVersionIsContentIdentity(t *testing.T) {
 	if c.Version == a.Version {
 		t.Fatal("a changed definition kept its version")
 	}
+	// Moving either module is a new configuration for every proxy.
+	seen := map[string]string{c.Version: "testMesh"}
+	for name, m := range map[string]Mesh{
+		"wasm path":   {WasmPath: "/opt/allot.wasm", NativePath: testMesh.NativePath},
+		"native path": {WasmPath: testMesh.WasmPath, NativePath: "/opt/liballot.so"},
+		// The separator keeps a byte from moving between the two paths.
+		"shifted": {WasmPath: testMesh.WasmPath + "/", NativePath: testMesh.NativePath[1:]},
+	} {
+		d, _ := FilterConfig(exps, "checkout", now, m)
+		if other, ok := seen[d.Version]; ok {
+			t.Errorf("%s: version %s, the same as %s", name, d.Version, other)
+		}
+		seen[d.Version] = name
+	}
 }
 
 // TestFilterDecodesContract checks the contract between the proto and the
@@ -166,7 +221,29 @@ func TestFilterDecodesContract(t *testing.T) {
 	if err := ext.TypedConfig.UnmarshalTo(w); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"struct wire bytes": w.Config.Configuration.Value, "json": js} {
+	// The native module's filter_config is the same Struct, which Envoy
+	// hands over as JSON text.
+	st, err := ConfigStruct(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := NativeExtension(st, mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &dynmodv3.DynamicModuleFilter{}
+	if err := next.TypedConfig.UnmarshalTo(n); err != nil {
+		t.Fatal(err)
+	}
+	nst := &structpb.Struct{}
+	if err := n.FilterConfig.UnmarshalTo(nst); err != nil {
+		t.Fatal(err)
+	}
+	njs, err := protojson.Marshal(nst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"struct wire bytes": w.Config.Configuration.Value, "json": js, "native struct as json": njs} {
 		t.Run(name, func(t *testing.T) {
 			got, err := plugin.ParseConfig(data)
 			if err != nil {
@@ -241,5 +318,47 @@ func TestParseMesh(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNativeExtension states what a golden -update must never drop from the
+// native resource: the module is never closed (a Go runtime cannot be
+// unloaded), its stats keep the Wasm artifact's names, and Envoy finds it
+// at mesh.NativePath under the names the bootstraps and the module expect.
+func TestNativeExtension(t *testing.T) {
+	st, err := structpb.NewStruct(map[string]any{"unitHeader": "x-user-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := NativeExtension(st, testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ext.GetName() != "allot" || ext.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter" {
+		t.Fatalf("resource %q of type %s", ext.GetName(), ext.GetTypedConfig().GetTypeUrl())
+	}
+	f := &dynmodv3.DynamicModuleFilter{}
+	if err := ext.GetTypedConfig().UnmarshalTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ValidateAll(); err != nil {
+		t.Errorf("Envoy's proto validation: %v", err)
+	}
+	mc := f.GetDynamicModuleConfig()
+	if !mc.GetDoNotClose() {
+		t.Error("do_not_close is false: Envoy would dlclose a module running a Go runtime")
+	}
+	if mc.GetMetricsNamespace() != "wasmcustom" {
+		t.Errorf("metrics_namespace %q, want wasmcustom (the Wasm artifact's stat names)", mc.GetMetricsNamespace())
+	}
+	if got := mc.GetModule().GetLocal().GetFilename(); got != testMesh.NativePath || mc.GetName() != "" {
+		t.Errorf("module.local.filename %q name %q, want %q and no name", got, mc.GetName(), testMesh.NativePath)
+	}
+	got := &structpb.Struct{}
+	if err := f.GetFilterConfig().UnmarshalTo(got); err != nil || f.GetFilterName() != "allot" || f.GetTerminalFilter() {
+		t.Fatalf("filter_name %q, filter_config %v (%v), terminal %v", f.GetFilterName(), f.GetFilterConfig(), err, f.GetTerminalFilter())
+	}
+	if got.GetFields()["unitHeader"].GetStringValue() != "x-user-id" {
+		t.Errorf("filter_config %v", got)
 	}
 }

@@ -16,7 +16,7 @@ import (
 //   - A NACK. Envoy rejects version V by re-sending its last accepted
 //     version with error_detail set; the cache would send V again at once,
 //     Envoy would reject it again, and so on. Here the watch is held until the
-//     cluster's snapshot version is no longer V.
+//     proxy's snapshot version is no longer V.
 //   - The first request of a new stream (no response nonce) whose
 //     version_info is the snapshot's version: a proxy reconnecting, e.g. after
 //     allotd restarted. The cache would re-send the same configuration
@@ -31,7 +31,7 @@ type holdCache struct {
 
 	mu     sync.Mutex
 	nextID int64
-	held   map[string]map[int64]*heldWatch // node hash (cluster) → held watches
+	held   map[string]map[int64]*heldWatch // node hash (artifact/cluster) → held watches
 }
 
 var _ cachev3.SnapshotCache = (*holdCache)(nil)

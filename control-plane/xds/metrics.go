@@ -66,7 +66,7 @@ func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[State]int{StateApplied: 0, StatePending: 0, StateRejected: 0}
+	counts := map[State]int{StateApplied: 0, StatePending: 0, StateRejected: 0, StateUnserved: 0}
 	total := 0
 	c.s.mu.Lock()
 	for _, st := range c.s.streams {

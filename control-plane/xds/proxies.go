@@ -24,6 +24,11 @@ const (
 	// StateRejected: the proxy refused the configuration (NACK) and keeps
 	// running its previous one.
 	StateRejected State = "rejected"
+	// StateUnserved: the proxy's node metadata names a filter artifact the
+	// server does not serve (ArtifactKey), so it is sent no configuration
+	// and keeps running whatever its bootstrap gave it; ProxyStatus.Error
+	// says why. The server never guesses an artifact for it.
+	StateUnserved State = "unserved"
 )
 
 // API names of the xDS services a proxy may use.
@@ -57,6 +62,9 @@ type ProxyStatus struct {
 	Stream int64 `json:"stream"`
 	// API is APIADS or APIECDS.
 	API string `json:"api"`
+	// Artifact is the filter artifact the proxy runs, from its node
+	// metadata (ArtifactWasm when absent), as the proxy gave it.
+	Artifact string `json:"artifact"`
 	// Target is the version the proxy should run: its cluster's current
 	// version (in a Rollout, possibly a later one than the waited-for target).
 	Target string `json:"target"`
@@ -73,6 +81,9 @@ type ProxyStatus struct {
 	AckedAt time.Time `json:"acked_at,omitzero"`
 	// Rejected is the last configuration the proxy refused on this stream.
 	Rejected *Rejection `json:"rejected,omitempty"`
+	// Error says why an unserved proxy (StateUnserved) gets no
+	// configuration.
+	Error string `json:"error,omitempty"`
 	// ConnectedAt is when the stream opened; LastSeen when the proxy last
 	// sent a request.
 	ConnectedAt time.Time `json:"connected_at"`
@@ -89,6 +100,8 @@ type stream struct {
 	node        string
 	cluster     string
 	identified  bool // a request with the node arrived
+	artifact    string
+	unserved    string // why the proxy's artifact is not served ("": it is)
 
 	sent      string
 	sentNonce string
@@ -102,6 +115,8 @@ type stream struct {
 // state is where st stands with version target.
 func (st *stream) state(target string) State {
 	switch {
+	case st.unserved != "":
+		return StateUnserved
 	case target != "" && st.acked == target:
 		return StateApplied
 	case target != "" && st.rejected != nil && st.rejected.Version == target:
@@ -113,7 +128,7 @@ func (st *stream) state(target string) State {
 func (st *stream) status(target string) ProxyStatus {
 	p := ProxyStatus{
 		NodeID: st.node, Cluster: st.cluster, Address: st.addr, Stream: st.id, API: st.api,
-		Target: target, State: st.state(target),
+		Artifact: st.artifact, Target: target, State: st.state(target), Error: st.unserved,
 		Sent: st.sent, SentAt: st.sentAt, Pushes: st.pushes,
 		Acked: st.acked, AckedAt: st.ackedAt,
 		ConnectedAt: st.connectedAt, LastSeen: st.lastSeen,
@@ -196,7 +211,14 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 	if !st.identified {
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
-		s.log.Info("proxy connected", "node_id", st.node, "cluster", st.cluster, "stream", id, "address", st.addr, "api", st.api, "version", req.GetVersionInfo())
+		a, err := nodeArtifact(req.GetNode())
+		st.artifact, st.unserved = a, s.hash.unservedReason(a, err, s.served)
+		s.log.Info("proxy connected", "node_id", st.node, "cluster", st.cluster, "artifact", st.artifact, "stream", id,
+			"address", st.addr, "api", st.api, "version", req.GetVersionInfo())
+		if st.unserved != "" {
+			s.log.Warn("proxy runs an artifact this server does not serve", "node_id", st.node, "cluster", st.cluster,
+				"artifact", st.artifact, "error", st.unserved)
+		}
 	}
 	if req.GetTypeUrl() != resource.ExtensionConfigType {
 		return

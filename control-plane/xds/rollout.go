@@ -11,6 +11,10 @@ import (
 // ErrRejected reports that a proxy refused a configuration (a NACK).
 var ErrRejected = errors.New("configuration rejected")
 
+// ErrUnserved reports that a proxy runs a filter artifact the server does
+// not serve (StateUnserved).
+var ErrUnserved = errors.New("filter artifact not served")
+
 // Targets maps a proxy cluster to the configuration version its proxies
 // should run.
 type Targets map[string]string
@@ -61,13 +65,16 @@ func (r Rollout) Unfinished() []ProxyStatus {
 }
 
 // Err is nil if every proxy applied its target, else an error naming every
-// proxy that did not and why; it wraps ErrRejected if any proxy refused.
+// proxy that did not and why; it wraps ErrRejected if any proxy refused and
+// ErrUnserved if any runs an artifact the server does not serve.
 func (r Rollout) Err() error {
-	var rejected, pending []string
+	var rejected, unserved, pending []string
 	for _, p := range r.Proxies {
 		switch p.State {
 		case StateRejected:
 			rejected = append(rejected, fmt.Sprintf("%s (cluster %s) rejected version %s: %s", p.NodeID, p.Cluster, p.Rejected.Version, p.Rejected.Error))
+		case StateUnserved:
+			unserved = append(unserved, fmt.Sprintf("%s (cluster %s): %s", p.NodeID, p.Cluster, p.Error))
 		case StatePending:
 			pending = append(pending, fmt.Sprintf("%s (cluster %s) has not applied version %s", p.NodeID, p.Cluster, p.Target))
 		}
@@ -75,6 +82,9 @@ func (r Rollout) Err() error {
 	var errs []error
 	if len(rejected) > 0 {
 		errs = append(errs, fmt.Errorf("%w by %d of %d proxies: %s", ErrRejected, len(rejected), len(r.Proxies), strings.Join(rejected, "; ")))
+	}
+	if len(unserved) > 0 {
+		errs = append(errs, fmt.Errorf("%w for %d of %d proxies: %s", ErrUnserved, len(unserved), len(r.Proxies), strings.Join(unserved, "; ")))
 	}
 	if len(pending) > 0 {
 		errs = append(errs, fmt.Errorf("%d of %d proxies pending: %s", len(pending), len(r.Proxies), strings.Join(pending, "; ")))
@@ -114,11 +124,12 @@ func (s *Server) rolloutLocked(targets Targets, ids map[int64]bool) Rollout {
 
 // WaitFor waits until every proxy of targets' clusters that is connected
 // now has applied or rejected its cluster's current version (the target,
-// unless a later write superseded it), or until ctx ends. Proxies that
+// unless a later write superseded it), or until ctx ends. An unserved proxy
+// is not waited for; it is reported. Proxies that
 // connect later are not waited for; proxies that disconnect drop out.
 //
-// The error is nil if all applied, wraps ErrRejected if some rejected, and
-// wraps ctx's error if some were still pending when ctx ended; the Rollout
+// The error is nil if all applied, wraps ErrRejected if some rejected,
+// ErrUnserved if some are unserved, and wraps ctx's error if some were still pending when ctx ended; the Rollout
 // says which proxies and why either way.
 //
 // After a store write the admin API calls:

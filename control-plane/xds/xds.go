@@ -1,7 +1,11 @@
 // Package xds serves Allot's filter configuration to Envoy proxies over xDS:
-// ECDS resources (TypedExtensionConfig carrying the Wasm filter) on an ADS or
-// a dedicated ECDS gRPC stream, built per proxy cluster by a Builder and
-// re-pushed whenever Refresh finds that a cluster's version changed.
+// ECDS resources (a TypedExtensionConfig carrying the Wasm filter or the
+// native dynamic module filter) on an ADS or a dedicated ECDS gRPC stream,
+// built per proxy cluster by a Builder and re-pushed whenever Refresh finds
+// that a cluster's version changed. Each proxy receives the resource of the
+// artifact its node metadata names (ArtifactKey; Wasm when absent); a proxy
+// naming an artifact the server does not serve receives nothing and is
+// reported (StateUnserved).
 //
 // It tracks every connected proxy (what it was sent, acknowledged or
 // rejected), lets a caller wait until a change reached every proxy
@@ -37,12 +41,23 @@ import (
 // whether proxies are reconfigured.
 type Builder func(cluster string) (version string, ext *corev3.TypedExtensionConfig, err error)
 
-// Server is the xDS server. Create it with New, register it on a gRPC server
-// with Register, and call Refresh after anything a Builder reads changes.
+// ArtifactBuilder returns, for proxies of one cluster, the configuration
+// version and one ECDS resource per artifact in Artifacts, keyed by the
+// artifact's name. The resources carry the same filter configuration in
+// each artifact's wrapping, so one version covers them all: a cluster has
+// one target version whatever its proxies run. The same inputs must give
+// the same version.
+type ArtifactBuilder func(cluster string) (version string, exts map[string]*corev3.TypedExtensionConfig, err error)
+
+// Server is the xDS server. Create it with New (Wasm proxies only) or
+// NewArtifacts (every artifact), register it on a gRPC server with
+// Register, and call Refresh after anything its builder reads changes.
 // It tracks every connected proxy (Proxies, Status) and can wait for a
 // change to reach them (WaitFor).
 type Server struct {
-	build   Builder
+	build   ArtifactBuilder
+	served  []string // the artifacts build returns, sorted
+	hash    nodeHash
 	log     *slog.Logger
 	now     func() time.Time
 	cache   *holdCache
@@ -52,8 +67,8 @@ type Server struct {
 	refreshMu sync.Mutex // serializes build+set, so an older build never overwrites a newer one
 
 	mu       sync.Mutex
-	clusters map[string]string    // cluster → version of its current snapshot
-	since    map[string]time.Time // cluster → when its current snapshot was set
+	clusters map[string]string    // cluster → version of its current snapshots (one per artifact)
+	since    map[string]time.Time // cluster → when its current snapshots were set
 	streams  map[int64]*stream    // open xDS streams
 	changed  chan struct{}        // closed and replaced on every tracked change
 }
@@ -70,10 +85,29 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// New returns a Server whose snapshots come from build.
+// New returns a Server that serves the Wasm artifact only: build's resource
+// goes to proxies running ArtifactWasm, and a proxy naming any other
+// artifact is unserved.
 func New(ctx context.Context, build Builder, opts ...Option) *Server {
+	wasm := func(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
+		v, ext, err := build(cluster)
+		return v, map[string]*corev3.TypedExtensionConfig{ArtifactWasm: ext}, err
+	}
+	return newServer(ctx, wasm, []string{ArtifactWasm}, opts)
+}
+
+// NewArtifacts returns a Server that serves every artifact in Artifacts:
+// each proxy receives build's resource for the artifact its node metadata
+// names.
+func NewArtifacts(ctx context.Context, build ArtifactBuilder, opts ...Option) *Server {
+	return newServer(ctx, build, Artifacts, opts)
+}
+
+func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts []Option) *Server {
 	s := &Server{
 		build:    build,
+		served:   slices.Sorted(slices.Values(served)),
+		hash:     nodeHash{served: map[string]bool{}},
 		log:      slog.New(slog.DiscardHandler),
 		now:      time.Now,
 		clusters: map[string]string{},
@@ -81,16 +115,19 @@ func New(ctx context.Context, build Builder, opts ...Option) *Server {
 		streams:  map[int64]*stream{},
 		changed:  make(chan struct{}),
 	}
+	for _, a := range served {
+		s.hash.served[a] = true
+	}
 	for _, o := range opts {
 		o(s)
 	}
 	s.metrics = newMetrics(s)
-	snapshots := cachev3.NewSnapshotCache(false, clusterHash{}, cplog.LoggerFuncs{
+	snapshots := cachev3.NewSnapshotCache(false, s.hash, cplog.LoggerFuncs{
 		DebugFunc: func(f string, a ...any) { s.log.Debug(fmt.Sprintf(f, a...), "component", "xds_cache") },
 		WarnFunc:  func(f string, a ...any) { s.log.Warn(fmt.Sprintf(f, a...), "component", "xds_cache") },
 		ErrorFunc: func(f string, a ...any) { s.log.Error(fmt.Sprintf(f, a...), "component", "xds_cache") },
 	})
-	s.cache = newHoldCache(snapshots, clusterHash{})
+	s.cache = newHoldCache(snapshots, s.hash)
 	s.xds = serverv3.NewServer(ctx, s.cache, serverv3.CallbackFuncs{
 		StreamOpenFunc:         s.onStreamOpen,
 		StreamClosedFunc:       s.onStreamClosed,
@@ -107,14 +144,8 @@ func (s *Server) Register(g *grpc.Server) {
 	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, s.xds)
 }
 
-// clusterHash groups proxies by the Envoy node's cluster: proxies of one
-// service share a snapshot.
-type clusterHash struct{}
-
-func (clusterHash) ID(node *corev3.Node) string { return node.GetCluster() }
-
-// onStreamRequest tracks the proxy and makes sure its cluster has a
-// snapshot before the cache answers its request.
+// onStreamRequest tracks the proxy and makes sure its cluster has
+// snapshots before the cache answers its request.
 func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) error {
 	s.track(id, req)
 	return s.ensureCluster(req.GetNode().GetCluster())
@@ -127,7 +158,7 @@ func (s *Server) onDeltaRequest(_ int64, req *discoveryv3.DeltaDiscoveryRequest)
 	return s.ensureCluster(req.GetNode().GetCluster())
 }
 
-// ensureCluster builds the first snapshot of a cluster not seen before.
+// ensureCluster builds the first snapshots of a cluster not seen before.
 //
 // Builds are serialized by refreshMu, and a Refresh takes its list of
 // clusters under refreshMu too: a write's Refresh either runs before this
@@ -178,7 +209,7 @@ func (s *Server) refreshLocked(ctx context.Context, cluster string) error {
 }
 
 func (s *Server) setCluster(ctx context.Context, cluster string) error {
-	version, ext, err := s.build(cluster)
+	version, exts, err := s.build(cluster)
 	if err != nil {
 		return fmt.Errorf("build snapshot for cluster %q: %w", cluster, err)
 	}
@@ -187,14 +218,25 @@ func (s *Server) setCluster(ctx context.Context, cluster string) error {
 	if old, ok := s.clusters[cluster]; ok && old == version {
 		return nil
 	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
-		resource.ExtensionConfigType: {ext},
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot for cluster %q: %w", cluster, err)
+	// Every artifact's snapshot is built before any is set, so a cluster's
+	// proxies never run two versions because one artifact failed.
+	snaps := make([]*cachev3.Snapshot, len(s.served))
+	for i, a := range s.served {
+		ext := exts[a]
+		if ext == nil {
+			return fmt.Errorf("build snapshot for cluster %q: no resource for artifact %q", cluster, a)
+		}
+		snaps[i], err = cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
+			resource.ExtensionConfigType: {ext},
+		})
+		if err != nil {
+			return fmt.Errorf("snapshot for cluster %q, artifact %q: %w", cluster, a, err)
+		}
 	}
-	if err := s.cache.SetSnapshot(ctx, cluster, snap); err != nil {
-		return fmt.Errorf("set snapshot for cluster %q: %w", cluster, err)
+	for i, a := range s.served {
+		if err := s.cache.SetSnapshot(ctx, snapshotKey(a, cluster), snaps[i]); err != nil {
+			return fmt.Errorf("set snapshot for cluster %q, artifact %q: %w", cluster, a, err)
+		}
 	}
 	s.clusters[cluster] = version
 	s.since[cluster] = s.now()

@@ -1087,8 +1087,10 @@ func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
 type Rollout struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// result is applied (every proxy waited for applied its version),
-	// rejected (some proxy rejected it), timeout (some proxy had not answered
-	// when the wait ran out) or status (a GetRollout snapshot).
+	// rejected (some proxy rejected it), unserved (some proxy runs a filter
+	// artifact allotd does not serve), timeout (some proxy had not answered
+	// when the wait ran out), error (the configuration could not be built)
+	// or status (a GetRollout snapshot).
 	Result string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	// error says which proxies did not apply, and why.
 	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
@@ -1168,7 +1170,9 @@ type ProxyStatus struct {
 	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// address is the proxy's address as the control plane sees it.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	// state is applied, pending or rejected.
+	// state is applied, pending, rejected or unserved (the proxy's node
+	// metadata allot.artifact names an artifact allotd does not serve: it is
+	// sent nothing; error says why).
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// target_version is the version the proxy's cluster should run.
 	TargetVersion string `protobuf:"bytes,5,opt,name=target_version,json=targetVersion,proto3" json:"target_version,omitempty"`
@@ -1187,7 +1191,13 @@ type ProxyStatus struct {
 	// last_seen is when the proxy last sent a request.
 	LastSeen *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// acked_time is when the proxy acknowledged acked_version.
-	AckedTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=acked_time,json=ackedTime,proto3" json:"acked_time,omitempty"`
+	AckedTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=acked_time,json=ackedTime,proto3" json:"acked_time,omitempty"`
+	// artifact is the filter artifact the proxy runs, from its node metadata
+	// allot.artifact: wasm (also when absent) or native, or the unknown value
+	// it gave.
+	Artifact string `protobuf:"bytes,14,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	// error says why an unserved proxy is sent no configuration.
+	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1313,6 +1323,20 @@ func (x *ProxyStatus) GetAckedTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ProxyStatus) GetArtifact() string {
+	if x != nil {
+		return x.Artifact
+	}
+	return ""
+}
+
+func (x *ProxyStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_allot_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_allot_admin_v1_admin_proto_rawDesc = "" +
@@ -1402,7 +1426,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x1a:\n" +
 	"\fTargetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x04\n" +
 	"\vProxyStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
@@ -1418,7 +1442,9 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\fconnect_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vconnectTime\x127\n" +
 	"\tlast_seen\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x129\n" +
 	"\n" +
-	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime2\x8e\b\n" +
+	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime\x12\x1a\n" +
+	"\bartifact\x18\x0e \x01(\tR\bartifact\x12\x14\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error2\x8e\b\n" +
 	"\fAdminService\x12\\\n" +
 	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
 	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +
