@@ -37,8 +37,10 @@ func waitAssigned(t *testing.T, p *proxy, user, header string) {
 // from a header, a cookie and a query parameter driving conditions, the
 // dictionary and version headers, Envoy stats matching the traffic, and the
 // exposure access log.
-func TestFilterProduction(t *testing.T) {
-	s := startSystem(t, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
+func TestFilterProduction(t *testing.T) { forArtifacts(t, testFilterProduction) }
+
+func testFilterProduction(t *testing.T, a artifact) {
+	s := startSystemFor(t, a, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
 	p := s.startSidecar("sidecar-filter", "shop")
 	on := map[string]any{"variations": []string{"off", "on"}, "weights": []float64{0, 1}}
 	with := func(key string, cond map[string]any) map[string]any {
@@ -158,12 +160,14 @@ func TestFilterProduction(t *testing.T) {
 
 // TestEdgeGateway evaluates once at ingress and routes to two services: both
 // see the same assignment for the same user.
-func TestEdgeGateway(t *testing.T) {
-	s := startSystem(t)
+func TestEdgeGateway(t *testing.T) { forArtifacts(t, testEdgeGateway) }
+
+func testEdgeGateway(t *testing.T, a artifact) {
+	s := startSystemFor(t, a)
 	search := harness.StartEcho(t)
 	_, checkoutPort, _ := splitHostPort(s.echoAddr)
 	_, searchPort, _ := splitHostPort(search)
-	g := startEnvoy(t, "envoy-configs/gateway.yaml", s.xdsPort, s.wasm, "edge-1", "gateway", map[string]string{
+	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), "edge-1", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + checkoutPort,
 		"port_value: 8082": "port_value: " + searchPort,
 	})
@@ -199,8 +203,10 @@ func TestEdgeGateway(t *testing.T) {
 // TestFilterMemoryFlat sends 200,000 requests with distinct user ids (every
 // one a cache miss once the cache is full): Envoy's RSS must stay within 64
 // MiB of its value after the first 10,000.
-func TestFilterMemoryFlat(t *testing.T) {
-	s := startSystem(t)
+func TestFilterMemoryFlat(t *testing.T) { forArtifacts(t, testFilterMemoryFlat) }
+
+func testFilterMemoryFlat(t *testing.T, a artifact) {
+	s := startSystemFor(t, a)
 	p := s.startSidecar("sidecar-mem", "mem")
 	for _, key := range []string{"m1", "m2", "m3", "m4", "m5"} {
 		s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{
@@ -287,6 +293,9 @@ func TestFilterMemoryFlat(t *testing.T) {
 	}
 	if final-base > 64<<20 {
 		t.Errorf("RSS grew by %.1f MiB, want at most 64 MiB", mib(final-base))
+	}
+	if a != wasmArtifact {
+		return // the allot.vm.* figures below are the Wasm VMs'; the native module has none
 	}
 	// The request path allocates nothing (TestRequestPathAllocatesNothing
 	// checks it natively); this checks the real module in Envoy, where a

@@ -60,8 +60,10 @@ const (
 // each, without a unit id, with hostile values and a header map near
 // Envoy's size limit; on both write paths. The service must never see a
 // forged value, and sees either the full assignment or none.
-func TestFilterForgedHeaders(t *testing.T) {
-	s := startSystem(t, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
+func TestFilterForgedHeaders(t *testing.T) { forArtifacts(t, testFilterForgedHeaders) }
+
+func testFilterForgedHeaders(t *testing.T, a artifact) {
+	s := startSystemFor(t, a, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
 	p := s.startSidecar("sidecar-forged", "forged")
 	for i := range forgedExperiments {
 		def := map[string]any{"key": fmt.Sprintf("f%02d", i), "variations": []string{"off", "on"}, "weights": []float64{0, 1}}

@@ -121,8 +121,10 @@ func TestReliabilityControlPlaneDown(t *testing.T) {
 
 // TestReliabilityHostileRequests: hostile requests get a clear error or no
 // assignment, never a crash or a 5xx, and the proxy keeps serving.
-func TestReliabilityHostileRequests(t *testing.T) {
-	s := startSystem(t, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
+func TestReliabilityHostileRequests(t *testing.T) { forArtifacts(t, testReliabilityHostileRequests) }
+
+func testReliabilityHostileRequests(t *testing.T, a artifact) {
+	s := startSystemFor(t, a, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
 	p := s.startSidecar("hostile", "hostile")
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{
 		"key": "target", "variations": []string{"a", "b"}, "weights": []float64{0.5, 0.5},
@@ -181,8 +183,10 @@ func TestReliabilityHostileRequests(t *testing.T) {
 
 // TestReliabilityForgedHeaders: forged inbound assignment headers, in every
 // casing and with several copies, never reach the service.
-func TestReliabilityForgedHeaders(t *testing.T) {
-	s := startSystem(t)
+func TestReliabilityForgedHeaders(t *testing.T) { forArtifacts(t, testReliabilityForgedHeaders) }
+
+func testReliabilityForgedHeaders(t *testing.T, a artifact) {
+	s := startSystemFor(t, a)
 	p := s.startSidecar("forged", "forged")
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{
 		"key": "real", "variations": []string{"a", "b"}, "weights": []float64{0.5, 0.5}}, nil)

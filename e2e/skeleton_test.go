@@ -17,8 +17,10 @@ import (
 // TestWalkingSkeleton follows one experiment along the whole path: admin API
 // → bbolt store → xDS (ECDS) → Envoy 1.40 → Allot Wasm filter → request
 // header → the service (the echo upstream).
-func TestWalkingSkeleton(t *testing.T) {
-	s := startSystem(t)
+func TestWalkingSkeleton(t *testing.T) { forArtifacts(t, testWalkingSkeleton) }
+
+func testWalkingSkeleton(t *testing.T, a artifact) {
+	s := startSystemFor(t, a)
 	p := s.startSidecar("sidecar-1", "checkout-svc")
 
 	// Before any experiment: Envoy serves, assigns nothing, strips forgeries.

@@ -30,9 +30,11 @@ const soakDuration = 60 * time.Second
 // experiment updates per second are written: zero non-2xx, no request
 // evaluated by a configuration older than one an earlier, completed request
 // had already seen, and Envoy and allotd memory flat.
-func TestReliabilitySoak(t *testing.T) {
+func TestReliabilitySoak(t *testing.T) { forArtifacts(t, testReliabilitySoak) }
+
+func testReliabilitySoak(t *testing.T, a artifact) {
 	meshFile := repoPath(t, "envoy-configs/mesh.json")
-	s := startSystem(t, "-mesh", meshFile)
+	s := startSystemFor(t, a, "-mesh", meshFile)
 	p := s.startSidecar("soak", "soak")
 	for i := range 50 {
 		e := map[string]any{"key": fmt.Sprintf("soak-%02d", i), "variations": []string{"a", "b", "c"},
@@ -48,7 +50,7 @@ func TestReliabilitySoak(t *testing.T) {
 
 	// The order of configuration versions, computed from the store's content
 	// with the control plane's own translate code (cluster "soak").
-	mesh := translate.Mesh{WasmPath: s.wasm, Filter: &filterv1.FilterConfig{}}
+	mesh := translate.Mesh{WasmPath: s.wasm, NativePath: s.native, Filter: &filterv1.FilterConfig{}}
 	b, err := os.ReadFile(meshFile)
 	if err != nil {
 		t.Fatal(err)

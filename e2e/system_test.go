@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,13 +23,37 @@ import (
 // adminToken is the admin token every e2e system is started with.
 const adminToken = "e2e-admin-token-0123456789"
 
+// artifact is one of the filter's two builds. Every e2e test of filter
+// behaviour runs against both (forArtifacts); a system's proxies run the
+// artifact it was started for.
+type artifact struct {
+	name    string // "wasm" or "native": the node metadata allot.artifact
+	sidecar string // bootstraps in envoy-configs/
+	gateway string
+}
+
+var (
+	wasmArtifact   = artifact{"wasm", "envoy-configs/sidecar.yaml", "envoy-configs/gateway.yaml"}
+	nativeArtifact = artifact{"native", "envoy-configs/sidecar-native.yaml", "envoy-configs/gateway-native.yaml"}
+	artifacts      = []artifact{wasmArtifact, nativeArtifact}
+)
+
+// forArtifacts runs f once per artifact, as subtests named for it.
+func forArtifacts(t *testing.T, f func(t *testing.T, a artifact)) {
+	for _, a := range artifacts {
+		t.Run(a.name, func(t *testing.T) { f(t, a) })
+	}
+}
+
 // system is one running Allot deployment: allotd on a fresh bbolt file, the
 // echo upstream, and one sidecar Envoy per cluster.
 type system struct {
 	t         *testing.T
+	art       artifact
 	adminURL  string
 	xdsPort   int
 	wasm      string
+	native    string // the dynamic module
 	allotd    *harness.Process
 	echoAddr  string
 	tokenFile string
@@ -37,11 +62,19 @@ type system struct {
 	args      []string // extra allotd flags, kept for restarts
 }
 
-// startSystem builds and starts allotd and the echo upstream.
+// startSystem builds and starts allotd and the echo upstream; its proxies
+// run the Wasm module.
 func startSystem(t *testing.T, allotdArgs ...string) *system {
 	t.Helper()
+	return startSystemFor(t, wasmArtifact, allotdArgs...)
+}
+
+// startSystemFor is startSystem for proxies running artifact a.
+func startSystemFor(t *testing.T, a artifact, allotdArgs ...string) *system {
+	t.Helper()
 	dir := t.TempDir()
-	s := &system{t: t, wasm: harness.BuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
+	s := &system{t: t, art: a, wasm: harness.BuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
+	s.native = harness.BuildNative(t, "./filter/native", "liballot.so")
 	s.tokenFile = filepath.Join(dir, "tokens.json")
 	tokens := fmt.Sprintf(`{"tokens":[{"name":"e2e","role":"admin","token":%q}]}`, adminToken)
 	if err := os.WriteFile(s.tokenFile, []byte(tokens), 0o600); err != nil {
@@ -67,6 +100,7 @@ func (s *system) startAllotd() {
 		"-db", s.dbPath,
 		"-tokens", s.tokenFile,
 		"-wasm-path", s.wasm,
+		"-native-path", s.native,
 		"-log-level", "debug",
 	}, extra...)
 	s.allotd = harness.StartProcess(s.t, "allotd", bin, args...)
@@ -81,27 +115,41 @@ type proxy struct {
 	sent      atomic.Int64
 }
 
-// startSidecar starts Envoy with envoy-configs/sidecar.yaml for cluster.
+// startSidecar starts Envoy with the system's artifact's sidecar bootstrap
+// (envoy-configs/sidecar.yaml or sidecar-native.yaml) for cluster.
 func (s *system) startSidecar(node, cluster string) *proxy {
 	s.t.Helper()
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	return startEnvoy(s.t, "envoy-configs/sidecar.yaml", s.xdsPort, s.wasm, node, cluster, map[string]string{
+	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
 		"port_value: 8081": "port_value: " + echoPort,
 	})
 }
 
+// filter is the path of the system's artifact's build.
+func (s *system) filter() string {
+	if s.art == nativeArtifact {
+		return s.native
+	}
+	return s.wasm
+}
+
 // startEnvoy starts Envoy from a bootstrap in envoy-configs/, moving its
-// fixed ports (listener 10000, admin 9901, xDS 18000) and paths (the Wasm
-// module, the access log) to per-test values; replace moves the rest.
-func startEnvoy(t *testing.T, bootstrap string, xdsPort int, wasm, node, cluster string, replace map[string]string) *proxy {
+// fixed ports (listener 10000, admin 9901, xDS 18000) and paths (the filter
+// module — bin/allot.wasm, or bin/liballot.so when filter is a .so — and
+// the access log) to per-test values; replace moves the rest.
+func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter, node, cluster string, replace map[string]string) *proxy {
 	t.Helper()
 	listen, admin := harness.FreePort(t), harness.FreePort(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
+	module := "bin/allot.wasm"
+	if strings.HasSuffix(filter, ".so") {
+		module = "bin/liballot.so"
+	}
 	r := map[string]string{
 		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
 		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
 		"port_value: 18000": fmt.Sprintf("port_value: %d", xdsPort),
-		"bin/allot.wasm":    wasm,
+		module:              filter,
 		"/dev/stdout":       accessLog,
 	}
 	for k, v := range replace {

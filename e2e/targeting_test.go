@@ -15,8 +15,10 @@ import (
 // ["svc-a"]) is served by the Envoy of cluster svc-a and never by the Envoy
 // of cluster svc-b, while an untargeted experiment reaches both. The admin
 // API's evaluate previews exactly that.
-func TestTargetingByService(t *testing.T) {
-	s := startSystem(t)
+func TestTargetingByService(t *testing.T) { forArtifacts(t, testTargetingByService) }
+
+func testTargetingByService(t *testing.T, art artifact) {
+	s := startSystemFor(t, art)
 	a := s.startSidecar("sidecar-a", "svc-a")
 	b := s.startSidecar("sidecar-b", "svc-b")
 
