@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
 )
@@ -182,12 +183,12 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 	}
 	for range 3 {
 		for _, n := range []int{1, 1000} {
-			e, err := startEnvoy(ctx, o.Envoy, p.raw, fmt.Sprintf("load-%d", n), boots[n], 1, o.EnvoyCPU)
+			e, err := startEnvoy(ctx, o.Envoy, p.raw, fmt.Sprintf("load-%d", n), boots[n], 1, o.EnvoyCPU, nil)
 			if err != nil {
 				return nil, err
 			}
 			ms := float64(e.ready.Microseconds()) / 1e3
-			e.stop()
+			e.Terminate()
 			if n == 1 {
 				lt.Ready1 = append(lt.Ready1, ms)
 			} else {
@@ -256,7 +257,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU)
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +265,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		// memory_allocator_manager) before every sample: V8 frees the
 		// module's compilation memory after /ready.
 		time.Sleep(2100 * time.Millisecond)
-		idle, _ := rssBytes(e.pid())
+		idle, _ := harness.ReadRSS(e.Pid())
 		switch c.name {
 		case "mem-minimal":
 			m.MinimalRSS = idle
@@ -272,7 +273,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			m.OneRSS = idle
 		}
 		if !c.fill {
-			e.stop()
+			e.Terminate()
 			continue
 		}
 		req := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
@@ -282,18 +283,18 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		r, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, req, 0)
 		fill := time.Since(t0)
 		if err != nil {
-			e.stop()
+			e.Terminate()
 			return nil, fmt.Errorf("%s fill: %w", c.name, err)
 		}
 		time.Sleep(2100 * time.Millisecond)
-		rss, _ := rssBytes(e.pid())
+		rss, _ := harness.ReadRSS(e.Pid())
 		if c.name == "mem-allot-1000" {
 			m.AllotIdle, m.AllotRSS, m.FillSeconds, m.Errors = idle, rss, fill.Seconds(), r.Errors
 			m.Misses = e.stat("wasmcustom.allot.cache_misses")
 		} else {
 			m.BaseRSS = rss
 		}
-		e.stop()
+		e.Terminate()
 	}
 	return m, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/e2e/harness"
 )
 
 // paired is the CPU cost per request measured with every variant's Envoy
@@ -225,13 +226,13 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		lat  []time.Duration
 	}
 	var rs []*running
-	var procs []*proc
+	var procs []*harness.Process
 	defer func() {
 		for _, r := range rs {
-			r.e.stop()
+			r.e.Terminate()
 		}
 		for _, pr := range procs {
-			pr.stop()
+			pr.Terminate()
 		}
 	}()
 	for i, v := range vs {
@@ -256,7 +257,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU)
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +283,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			c0, err := cpuNanos(r.e.pid())
+			c0, err := cpuNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}
@@ -290,7 +291,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err != nil {
 				return nil, fmt.Errorf("paired-%s: %w", r.v.ID, err)
 			}
-			c1, err := cpuNanos(r.e.pid())
+			c1, err := cpuNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}

@@ -74,13 +74,13 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	os.Remove(db)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	xds := "127.0.0.1:" + strconv.Itoa(xdsPort)
-	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, bins["allotd"],
+	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"],
 		"-admin-addr", admin, "-xds-addr", xds, "-db", db,
 		"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
 	if err != nil {
 		return nil, nil, err
 	}
-	defer allotd.stop()
+	defer allotd.Terminate()
 	if err := waitTCP(admin, allotd, 20*time.Second); err != nil {
 		return nil, nil, err
 	}
@@ -96,11 +96,11 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("prop-%d", i)
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, "--service-node", name, "--service-cluster", "prop")
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, nil, "--service-node", name, "--service-cluster", "prop")
 		if err != nil {
 			return nil, nil, err
 		}
-		defer e.stop()
+		defer e.Terminate()
 	}
 	if err := waitProxies(ctx, admin, 3); err != nil {
 		return nil, nil, err
@@ -110,12 +110,12 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return nil, nil, err
 	}
 
-	load, err := startProc("allot-xdsload", filepath.Join(p.raw, "xdsload.log"), o.LoadCPU, bins["allot-xdsload"],
+	load, err := startProc("allot-xdsload", filepath.Join(p.raw, "xdsload.log"), o.LoadCPU, nil, bins["allot-xdsload"],
 		"-addr", xds, "-clients", strconv.Itoa(propSimulated), "-conns", "50", "-cluster", "sim")
 	if err != nil {
 		return real, nil, err
 	}
-	defer load.stop()
+	defer load.Terminate()
 	if err := waitProxies(ctx, admin, 3+propSimulated); err != nil {
 		return real, nil, fmt.Errorf("simulated clients: %w", err)
 	}
