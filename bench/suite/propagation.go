@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/allotmesh/allot/e2e/harness"
 )
 
 // propagation is write→all-ACK latency of a configuration change, measured
@@ -55,10 +56,8 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	bins := map[string]string{}
 	for _, pkg := range []string{"allotd", "allot-xdsload"} {
 		out := filepath.Join(p.raw, "bin", pkg)
-		cmd := exec.CommandContext(ctx, o.Go, "build", "-o", out, "./control-plane/cmd/"+pkg)
-		cmd.Dir = o.Root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build (%v): %s", pkg, err, bytes.TrimSpace(b))
+		if err := harness.GoBuildTo(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
+			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build: %w", pkg, err)
 		}
 		bins[pkg] = out
 	}

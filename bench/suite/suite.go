@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,11 @@ type Options struct {
 	Base string
 	// VM, when set, makes the run the VM benchmark instead (vm.go): the
 	// modules in Node's V8 without Envoy, with Base beside this tree's.
-	VM      bool
+	VM bool
+	// Floors, when set, makes the run the floors diagnostic instead
+	// (floor.go, `make bench-floors`): the Wasm floors K and L and K's
+	// native counterpart M against the variants they explain.
+	Floors  bool
 	Command string    // the command line, for the report
 	Log     io.Writer `json:"-"`
 }
@@ -108,11 +113,16 @@ type variantInfo struct {
 	// NativeOf names the floor variant whose writes this one makes with
 	// Envoy's native filters.
 	NativeOf string `json:",omitempty"`
+	// Probe marks a floor of the native host.
+	Probe bool `json:",omitempty"`
+	// WasmTwin names the Wasm variant a dynamic-module variant does the
+	// work of.
+	WasmTwin string `json:",omitempty"`
 }
 
 // interleavedOnly says whether the variant was measured in the interleaved
 // section only (see variant.interleavedOnly).
-func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" }
+func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" || v.Probe }
 
 // Run runs the whole suite and writes the report.
 func Run(ctx context.Context, o Options) error {
@@ -124,7 +134,8 @@ func Run(ctx context.Context, o Options) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", args...) }
 
 	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
-		minWasm: filepath.Join(raw, "bin", "minwasm.wasm")}
+		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(o.Root, "bin", "liballot.so"),
+		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so")}
 	if _, err := os.Stat(p.allotWasm); err != nil {
 		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
 	}
@@ -136,6 +147,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Base != "" {
 		return runCompare(ctx, o, p, logf)
+	}
+	if o.Floors {
+		return runFloors(ctx, o, p, logf)
 	}
 	authzBin := filepath.Join(raw, "bin", "allot-authz")
 	res := &results{Started: start, Options: o, LoadBefore: loadavg()}
@@ -167,21 +181,22 @@ func Run(ctx context.Context, o Options) error {
 		res.Profiles = append(res.Profiles, hp)
 	}
 
-	// Bootstraps, once per variant.
-	var vs []variant
-	for _, v := range variants() {
-		if o.Only != "" && !strings.Contains(o.Only, v.ID) && v.ID != "A" {
-			continue
-		}
-		v, err := withExpect(v)
+	vs, err := selectVariants(o.Only, false)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		res.Variants = append(res.Variants, v.info())
+	}
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
+		cmds, err := buildModules(ctx, o, p)
 		if err != nil {
 			return err
 		}
-		vs = append(vs, v)
-		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf, v.nativeOf})
+		res.Commands = append(res.Commands, cmds...)
 	}
 	res.Commands = append(res.Commands,
-		fmt.Sprintf("taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", o.EnvoyCPU, o.Envoy),
+		fmt.Sprintf("[%s=<module's directory>] taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", moduleSearchPathEnv, o.EnvoyCPU, o.Envoy),
 		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-authz -addr 127.0.0.1:<port> -config bench/raw/authz-config.json   # variant D only", o.LoadCPU))
 	authzConfig := filepath.Join(raw, "authz-config.json")
 	if err := os.WriteFile(authzConfig, filterConfigJSON(50), 0o644); err != nil {
@@ -263,13 +278,35 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.WriteFile(filepath.Join(raw, "results.json"), b, 0o644); err != nil {
 		return err
 	}
-	report := renderReport(res)
+	report, err := renderReport(res)
+	if err != nil {
+		return err
+	}
 	path := filepath.Join(o.Root, "bench", "REPORT.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s in %v", path, res.Duration.Round(time.Second))
 	return nil
+}
+
+// selectVariants are A and the variants only names (all when empty), each
+// with its pre-flight expectation. The diagnostic variants (L, M) are left
+// out unless only names them or diagnostic is set.
+func selectVariants(only string, diagnostic bool) ([]variant, error) {
+	var vs []variant
+	for _, v := range variants() {
+		named := only != "" && strings.Contains(only, v.ID)
+		if v.ID != "A" && (only != "" && !named || v.diagnostic && !named && !diagnostic) {
+			continue
+		}
+		v, err := withExpect(v)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
 }
 
 // goBuild builds package pkg of the module in dir into out; with wasm, as
@@ -349,7 +386,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 		return r, err
 	}
-	e, err := startEnvoy(ctx, o.Envoy, p.raw, v.ID, bootPath, 1, o.EnvoyCPU, nil)
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, v.ID, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
 	if err != nil {
 		return r, err
 	}
