@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -37,14 +38,21 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 func renderReport(res *results) (string, error) { return execute("report", newReportView(res)) }
 
 // renderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.
-func renderFloors(res *results) (string, error) { return execute("floors-report", newReportView(res)) }
+func renderFloors(res *results) (string, error) {
+	v := newReportView(res)
+	v.Diagnostic = true
+	return execute("floors-report", v)
+}
+
+// blankLines are the runs of blank lines an optional section leaves behind.
+var blankLines = regexp.MustCompile(`\n{3,}`)
 
 func execute(name string, data any) (string, error) {
 	var b bytes.Buffer
 	if err := reportTmpl.ExecuteTemplate(&b, name, data); err != nil {
 		return "", fmt.Errorf("render %s: %w", name, err)
 	}
-	return b.String(), nil
+	return blankLines.ReplaceAllString(b.String(), "\n\n"), nil
 }
 
 // stat collects one figure of one variant across rounds, raw and against
@@ -182,6 +190,8 @@ type reportView struct {
 	ModuleRatio float64 // Allot's Wasm module's size over E's
 	// Resamples and WarmIDs are constants the prose quotes.
 	Resamples, WarmIDs int
+	// Diagnostic: the floors diagnostic's report, which has no targets.
+	Diagnostic bool
 }
 
 // targetRow is one target. Kind picks the template: "throughput", "own",
