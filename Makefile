@@ -164,10 +164,16 @@ test-reliability: envoy ## Slow suite: faults, soak, hostile input, fuzzing, SIG
 	$(GO) run ./e2e/cmd/allot-reliability-report -in $(BIN)/reliability.jsonl -out docs/RELIABILITY.md
 
 .PHONY: bench
-bench: envoy build-filter ## Benchmark Allot against the alternatives in real Envoy (pinned CPUs, ~14 min); writes bench/REPORT.md.
+bench: envoy build-filter build-native ## Benchmark Allot (Wasm and native) against the alternatives in real Envoy (pinned CPUs, gcc for the C module, ~17 min); writes bench/REPORT.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
+
+.PHONY: bench-floors
+bench-floors: envoy build-filter ## Diagnostic: the Wasm floors K, L and K's native counterpart M beside E, G–J, interleaved (~2 min); writes bench/raw/FLOORS.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
+	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -floors $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))
 
 # BASE is the git revision bench-compare measures the working tree against
 # (bench-vm: only when given); ROUNDS, when given, its rounds (default 20).

@@ -73,7 +73,7 @@ func compareVariants(only string) ([]variant, error) {
 			vs = append(vs, v)
 			continue
 		}
-		if v.allot == 0 || v.authz || !strings.Contains(only, v.ID) {
+		if v.allot == 0 || v.authz || v.module != nil || !strings.Contains(only, v.ID) {
 			continue
 		}
 		b := v
@@ -174,7 +174,7 @@ func buildBase(ctx context.Context, o Options, raw, rev, out string) (string, []
 	if err := errors.Join(xerr, archive.Wait()); err != nil {
 		return "", nil, fmt.Errorf("compare: git archive %s: %w", hash, err)
 	}
-	if err := goBuild(ctx, o.Go, src, out, "./filter", true); err != nil {
+	if err := goBuild(ctx, src, out, "./filter", true); err != nil {
 		return "", nil, fmt.Errorf("compare: build the filter of %s: %w", rev, err)
 	}
 	return hash, []string{

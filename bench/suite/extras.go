@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
 )
@@ -66,6 +67,7 @@ type micro struct {
 	Output        string       `json:"output"`
 	WasmBytes     int64        `json:"wasm_bytes"`
 	MinWasmBytes  int64        `json:"min_wasm_bytes"`
+	NativeBytes   int64        `json:"native_bytes,omitempty"`
 	ParseJSON     benchSummary `json:"parse_json"`
 	ParseStruct   benchSummary `json:"parse_struct"`
 	ConfigBytes   int          `json:"config_json_bytes"`
@@ -123,6 +125,9 @@ func runMicro(ctx context.Context, o Options, p *paths) (*micro, error) {
 	if st, err := os.Stat(p.minWasm); err == nil {
 		m.MinWasmBytes = st.Size()
 	}
+	if st, err := os.Stat(p.allotSO); err == nil {
+		m.NativeBytes = st.Size()
+	}
 
 	// on_configure's work for 1,000 experiments, natively: from the JSON
 	// and from the Struct encoding Envoy hands the plugin.
@@ -161,13 +166,32 @@ func runMicro(ctx context.Context, o Options, p *paths) (*micro, error) {
 type loadTime struct {
 	Ready1    []float64 `json:"ready_ms_1"`
 	Ready1000 []float64 `json:"ready_ms_1000"`
+	// The same with Allot's dynamic module.
+	NativeReady1    []float64 `json:"native_ready_ms_1,omitempty"`
+	NativeReady1000 []float64 `json:"native_ready_ms_1000,omitempty"`
 }
 
 func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error) {
 	lt := &loadTime{}
-	boots := map[int]string{}
-	for _, n := range []int{1, 1000} {
-		f, err := allotFilter(n)(p)
+	type boot struct {
+		name   string
+		path   string
+		module func(*paths) string
+		out    *[]float64
+	}
+	var boots []boot
+	for _, c := range []struct {
+		name    string
+		filters func(*paths) ([]any, error)
+		module  func(*paths) string
+		out     *[]float64
+	}{
+		{"allot-1", allotFilter(1), nil, &lt.Ready1},
+		{"allot-1000", allotFilter(1000), nil, &lt.Ready1000},
+		{"native-1", nativeAllot(1, false), allotSO, &lt.NativeReady1},
+		{"native-1000", nativeAllot(1000, false), allotSO, &lt.NativeReady1000},
+	} {
+		f, err := c.filters(p)
 		if err != nil {
 			return nil, err
 		}
@@ -175,24 +199,20 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 		if err != nil {
 			return nil, err
 		}
-		boots[n] = filepath.Join(p.raw, fmt.Sprintf("allot-%d.json", n))
-		if err := os.WriteFile(boots[n], b, 0o644); err != nil {
+		path := filepath.Join(p.raw, c.name+".json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
+		boots = append(boots, boot{c.name, path, c.module, c.out})
 	}
 	for range 3 {
-		for _, n := range []int{1, 1000} {
-			e, err := startEnvoy(ctx, o.Envoy, p.raw, fmt.Sprintf("load-%d", n), boots[n], 1, o.EnvoyCPU)
+		for _, b := range boots {
+			e, err := startEnvoy(ctx, o.Envoy, p.raw, "load-"+b.name, b.path, 1, o.EnvoyCPU, moduleEnv(variant{module: b.module}, p))
 			if err != nil {
 				return nil, err
 			}
-			ms := float64(e.ready.Microseconds()) / 1e3
-			e.stop()
-			if n == 1 {
-				lt.Ready1 = append(lt.Ready1, ms)
-			} else {
-				lt.Ready1000 = append(lt.Ready1000, ms)
-			}
+			*b.out = append(*b.out, float64(e.ready.Microseconds())/1e3)
+			e.Terminate()
 		}
 	}
 	return lt, nil
@@ -217,6 +237,14 @@ type memory struct {
 	Misses      int64   `json:"cache_misses"`
 	Errors      uint64  `json:"errors"`
 	HeadersEach float64 `json:"headers_per_request"`
+	// The same for Allot's dynamic module (bin/liballot.so): idle and
+	// after the fill, with the minimal Go module (N) idle beside it.
+	MinDynmodRSS int64   `json:"min_dynmod_rss,omitempty"`
+	NativeIdle   int64   `json:"native_rss_before_fill,omitempty"`
+	NativeRSS    int64   `json:"native_rss,omitempty"`
+	NativeFill   float64 `json:"native_fill_seconds,omitempty"`
+	NativeMisses int64   `json:"native_cache_misses,omitempty"`
+	NativeErrors uint64  `json:"native_errors,omitempty"`
 }
 
 const memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
@@ -228,21 +256,18 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		return nil, err
 	}
 	m.HeadersEach = hp.HeadersAdded
-	minimal := func(p *paths) ([]any, error) { return nil, nil }
-	for _, v := range variants() {
-		if v.ID == "E" {
-			minimal = v.filters
-		}
-	}
 	for _, c := range []struct {
 		name    string
 		filters func(*paths) ([]any, error)
 		fill    bool
+		module  func(*paths) string
 	}{
-		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true},
-		{"mem-minimal", minimal, false},
-		{"mem-allot-1", allotFilter(1), false},
-		{"mem-allot-1000", allotFilter(1000), true},
+		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true, nil},
+		{"mem-minimal", minWasm, false, nil},
+		{"mem-allot-1", allotFilter(1), false, nil},
+		{"mem-allot-1000", allotFilter(1000), true, nil},
+		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod},
+		{"mem-native-1000", nativeAllot(1000, false), true, allotSO},
 	} {
 		filters, err := c.filters(p)
 		if err != nil {
@@ -256,7 +281,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU)
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, moduleEnv(variant{module: c.module}, p))
 		if err != nil {
 			return nil, err
 		}
@@ -264,15 +289,17 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		// memory_allocator_manager) before every sample: V8 frees the
 		// module's compilation memory after /ready.
 		time.Sleep(2100 * time.Millisecond)
-		idle, _ := rssBytes(e.pid())
+		idle, _ := harness.ReadRSS(e.Pid())
 		switch c.name {
 		case "mem-minimal":
 			m.MinimalRSS = idle
 		case "mem-allot-1":
 			m.OneRSS = idle
+		case "mem-mindynmod":
+			m.MinDynmodRSS = idle
 		}
 		if !c.fill {
-			e.stop()
+			e.Terminate()
 			continue
 		}
 		req := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
@@ -282,18 +309,22 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		r, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, req, 0)
 		fill := time.Since(t0)
 		if err != nil {
-			e.stop()
+			e.Terminate()
 			return nil, fmt.Errorf("%s fill: %w", c.name, err)
 		}
 		time.Sleep(2100 * time.Millisecond)
-		rss, _ := rssBytes(e.pid())
-		if c.name == "mem-allot-1000" {
+		rss, _ := harness.ReadRSS(e.Pid())
+		switch c.name {
+		case "mem-allot-1000":
 			m.AllotIdle, m.AllotRSS, m.FillSeconds, m.Errors = idle, rss, fill.Seconds(), r.Errors
 			m.Misses = e.stat("wasmcustom.allot.cache_misses")
-		} else {
+		case "mem-native-1000":
+			m.NativeIdle, m.NativeRSS, m.NativeFill, m.NativeErrors = idle, rss, fill.Seconds(), r.Errors
+			m.NativeMisses = e.stat("wasmcustom.allot.cache_misses")
+		default:
 			m.BaseRSS = rss
 		}
-		e.stop()
+		e.Terminate()
 	}
 	return m, nil
 }

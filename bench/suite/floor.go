@@ -1,10 +1,13 @@
 package suite
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -115,4 +118,43 @@ func floorFilter(cfg func() []byte) func(*paths) ([]any, error) {
 		}
 		return typedFilter(ext)
 	}
+}
+
+// floorsDefault are the variants `make bench-floors` measures when -only
+// names none: the Wasm floors K and L, K's native counterpart M, and the
+// variants they explain.
+const floorsDefault = "EGHIJKLM"
+
+// runFloors is the floors diagnostic (`make bench-floors`, -floors): the
+// interleaved measurement alone, without latency slices, of the floor
+// variants and the variants they explain; it writes bench/raw/FLOORS.md.
+// make bench keeps K, which its targets use; L and M answered their
+// question (bench/README.md) and live here.
+func runFloors(ctx context.Context, o Options, p *paths, logf func(string, ...any)) error {
+	start := time.Now()
+	vs, err := selectVariants(cmp.Or(o.Only, floorsDefault), true)
+	if err != nil {
+		return err
+	}
+	res := &results{Started: start, Options: o, Machine: describeMachine(o), Commands: []string{o.Command}, LoadBefore: loadavg()}
+	for _, v := range vs {
+		res.Variants = append(res.Variants, v.info())
+	}
+	cmd := "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"
+	if err := goBuild(ctx, o.Root, p.minWasm, "./bench/minwasm", true); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	res.Commands = append(res.Commands, cmd)
+	rounds := cmp.Or(o.PairedRounds, pairedRounds)
+	logf("floors: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
+	if res.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {
+		return fmt.Errorf("floors: %w", err)
+	}
+	res.LoadAfter = loadavg()
+	res.Duration = time.Since(start)
+	report, err := renderFloors(res)
+	if err != nil {
+		return err
+	}
+	return writeOutputs(o, p.raw, "floors.json", res, "FLOORS.md", report, res.Duration, logf)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/e2e/harness"
 )
 
 // paired is the CPU cost per request measured with every variant's Envoy
@@ -35,6 +36,9 @@ type paired struct {
 	Alternate bool `json:"alternate,omitempty"`
 	// CPU[v] are variant v's Envoy CPU µs per request, one per round.
 	CPU map[string][]float64 `json:"cpu_us_per_req"`
+	// RPS[v] are variant v's closed-loop requests per second, one per
+	// round: its maximum throughput over the slice.
+	RPS map[string][]float64 `json:"rps"`
 	// Rate and RateSlice are the fixed rate and each latency slice's length.
 	Rate      float64       `json:"rate"`
 	RateSlice time.Duration `json:"rate_slice"`
@@ -214,7 +218,7 @@ type pairedPlan struct {
 // the load generator's CPU as in the rounds), checks each again, and
 // measures them in turn as plan says.
 func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string, plan pairedPlan) (*paired, error) {
-	res := &paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{},
+	res := &paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{}, RPS: map[string][]float64{},
 		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
 		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
 	type running struct {
@@ -225,13 +229,13 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		lat  []time.Duration
 	}
 	var rs []*running
-	var procs []*proc
+	var procs []*harness.Process
 	defer func() {
 		for _, r := range rs {
-			r.e.stop()
+			r.e.Terminate()
 		}
 		for _, pr := range procs {
-			pr.stop()
+			pr.Terminate()
 		}
 	}()
 	for i, v := range vs {
@@ -256,7 +260,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU)
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +286,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			c0, err := cpuNanos(r.e.pid())
+			c0, err := cpuNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}
@@ -290,7 +294,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err != nil {
 				return nil, fmt.Errorf("paired-%s: %w", r.v.ID, err)
 			}
-			c1, err := cpuNanos(r.e.pid())
+			c1, err := cpuNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}
@@ -299,9 +303,10 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 				return nil, fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
 			}
 			res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
+			res.RPS[r.v.ID] = append(res.RPS[r.v.ID], out.RPS())
 			// The floors and their native counterpart are there for their
 			// CPU; skipping their latency slices keeps make bench within
-			// its 15 minutes.
+			// its 20 minutes.
 			if !plan.latency || r.v.interleavedOnly() {
 				continue
 			}

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/allotmesh/allot/e2e/harness"
 )
 
 // propagation is write→all-ACK latency of a configuration change, measured
@@ -55,10 +56,8 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	bins := map[string]string{}
 	for _, pkg := range []string{"allotd", "allot-xdsload"} {
 		out := filepath.Join(p.raw, "bin", pkg)
-		cmd := exec.CommandContext(ctx, o.Go, "build", "-o", out, "./control-plane/cmd/"+pkg)
-		cmd.Dir = o.Root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build (%v): %s", pkg, err, bytes.TrimSpace(b))
+		if err := harness.GoBuildTo(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
+			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build: %w", pkg, err)
 		}
 		bins[pkg] = out
 	}
@@ -74,13 +73,13 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	os.Remove(db)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	xds := "127.0.0.1:" + strconv.Itoa(xdsPort)
-	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, bins["allotd"],
+	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"],
 		"-admin-addr", admin, "-xds-addr", xds, "-db", db,
 		"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
 	if err != nil {
 		return nil, nil, err
 	}
-	defer allotd.stop()
+	defer allotd.Terminate()
 	if err := waitTCP(admin, allotd, 20*time.Second); err != nil {
 		return nil, nil, err
 	}
@@ -96,11 +95,11 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("prop-%d", i)
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, "--service-node", name, "--service-cluster", "prop")
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, nil, "--service-node", name, "--service-cluster", "prop")
 		if err != nil {
 			return nil, nil, err
 		}
-		defer e.stop()
+		defer e.Terminate()
 	}
 	if err := waitProxies(ctx, admin, 3); err != nil {
 		return nil, nil, err
@@ -110,12 +109,12 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return nil, nil, err
 	}
 
-	load, err := startProc("allot-xdsload", filepath.Join(p.raw, "xdsload.log"), o.LoadCPU, bins["allot-xdsload"],
+	load, err := startProc("allot-xdsload", filepath.Join(p.raw, "xdsload.log"), o.LoadCPU, nil, bins["allot-xdsload"],
 		"-addr", xds, "-clients", strconv.Itoa(propSimulated), "-conns", "50", "-cluster", "sim")
 	if err != nil {
 		return real, nil, err
 	}
-	defer load.stop()
+	defer load.Terminate()
 	if err := waitProxies(ctx, admin, 3+propSimulated); err != nil {
 		return real, nil, fmt.Errorf("simulated clients: %w", err)
 	}

@@ -19,11 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/e2e/harness"
 )
 
 // Options configures a run. Durations are per variant per round.
@@ -50,7 +52,11 @@ type Options struct {
 	Base string
 	// VM, when set, makes the run the VM benchmark instead (vm.go): the
 	// modules in Node's V8 without Envoy, with Base beside this tree's.
-	VM      bool
+	VM bool
+	// Floors, when set, makes the run the floors diagnostic instead
+	// (floor.go, `make bench-floors`): the Wasm floors K and L and K's
+	// native counterpart M against the variants they explain.
+	Floors  bool
 	Command string    // the command line, for the report
 	Log     io.Writer `json:"-"`
 }
@@ -107,11 +113,16 @@ type variantInfo struct {
 	// NativeOf names the floor variant whose writes this one makes with
 	// Envoy's native filters.
 	NativeOf string `json:",omitempty"`
+	// Probe marks a floor of the native host.
+	Probe bool `json:",omitempty"`
+	// WasmTwin names the Wasm variant a dynamic-module variant does the
+	// work of.
+	WasmTwin string `json:",omitempty"`
 }
 
 // interleavedOnly says whether the variant was measured in the interleaved
 // section only (see variant.interleavedOnly).
-func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" }
+func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" || v.Probe }
 
 // Run runs the whole suite and writes the report.
 func Run(ctx context.Context, o Options) error {
@@ -123,7 +134,8 @@ func Run(ctx context.Context, o Options) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", args...) }
 
 	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
-		minWasm: filepath.Join(raw, "bin", "minwasm.wasm")}
+		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(o.Root, "bin", "liballot.so"),
+		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so")}
 	if _, err := os.Stat(p.allotWasm); err != nil {
 		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
 	}
@@ -135,6 +147,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Base != "" {
 		return runCompare(ctx, o, p, logf)
+	}
+	if o.Floors {
+		return runFloors(ctx, o, p, logf)
 	}
 	authzBin := filepath.Join(raw, "bin", "allot-authz")
 	res := &results{Started: start, Options: o, LoadBefore: loadavg()}
@@ -148,7 +163,7 @@ func Run(ctx context.Context, o Options) error {
 		{true, p.minWasm, "./bench/minwasm", "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"},
 		{false, authzBin, "./bench/cmd/allot-authz", "go build -trimpath -o bench/raw/bin/allot-authz ./bench/cmd/allot-authz"},
 	} {
-		if err := goBuild(ctx, o.Go, o.Root, b.out, b.pkg, b.wasm); err != nil {
+		if err := goBuild(ctx, o.Root, b.out, b.pkg, b.wasm); err != nil {
 			return fmt.Errorf("%s: %w", b.cmd, err)
 		}
 		res.Commands = append(res.Commands, b.cmd)
@@ -166,21 +181,22 @@ func Run(ctx context.Context, o Options) error {
 		res.Profiles = append(res.Profiles, hp)
 	}
 
-	// Bootstraps, once per variant.
-	var vs []variant
-	for _, v := range variants() {
-		if o.Only != "" && !strings.Contains(o.Only, v.ID) && v.ID != "A" {
-			continue
-		}
-		v, err := withExpect(v)
+	vs, err := selectVariants(o.Only, false)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		res.Variants = append(res.Variants, v.info())
+	}
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
+		cmds, err := buildModules(ctx, o, p)
 		if err != nil {
 			return err
 		}
-		vs = append(vs, v)
-		res.Variants = append(res.Variants, variantInfo{v.ID, v.Name, v.floorOf, v.nativeOf})
+		res.Commands = append(res.Commands, cmds...)
 	}
 	res.Commands = append(res.Commands,
-		fmt.Sprintf("taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", o.EnvoyCPU, o.Envoy),
+		fmt.Sprintf("[%s=<module's directory>] taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", moduleSearchPathEnv, o.EnvoyCPU, o.Envoy),
 		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-authz -addr 127.0.0.1:<port> -config bench/raw/authz-config.json   # variant D only", o.LoadCPU))
 	authzConfig := filepath.Join(raw, "authz-config.json")
 	if err := os.WriteFile(authzConfig, filterConfigJSON(50), 0o644); err != nil {
@@ -262,7 +278,10 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.WriteFile(filepath.Join(raw, "results.json"), b, 0o644); err != nil {
 		return err
 	}
-	report := renderReport(res)
+	report, err := renderReport(res)
+	if err != nil {
+		return err
+	}
 	path := filepath.Join(o.Root, "bench", "REPORT.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
@@ -271,21 +290,32 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// selectVariants are A and the variants only names (all when empty), each
+// with its pre-flight expectation. The diagnostic variants (L, M) are left
+// out unless only names them or diagnostic is set.
+func selectVariants(only string, diagnostic bool) ([]variant, error) {
+	var vs []variant
+	for _, v := range variants() {
+		named := only != "" && strings.Contains(only, v.ID)
+		if v.ID != "A" && (only != "" && !named || v.diagnostic && !named && !diagnostic) {
+			continue
+		}
+		v, err := withExpect(v)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
 // goBuild builds package pkg of the module in dir into out; with wasm, as
 // a proxy-wasm module (wasip1, c-shared), the way `make build-filter` does.
-func goBuild(ctx context.Context, goCmd, dir, out, pkg string, wasm bool) error {
-	args := []string{"build", "-trimpath", "-o", out, pkg}
-	var env []string
+func goBuild(ctx context.Context, dir, out, pkg string, wasm bool) error {
 	if wasm {
-		args = []string{"build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg}
-		env = []string{"GOOS=wasip1", "GOARCH=wasm"}
+		return harness.GoBuildTo(ctx, dir, out, pkg, []string{"-buildmode=c-shared", "-trimpath"}, "GOOS=wasip1", "GOARCH=wasm")
 	}
-	cmd := exec.CommandContext(ctx, goCmd, args...)
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%w\n%s", err, b)
-	}
-	return nil
+	return harness.GoBuildTo(ctx, dir, out, pkg, []string{"-trimpath"})
 }
 
 // withExpect gives an Allot variant the pre-flight's expectation: the
@@ -333,12 +363,12 @@ func ids(cold bool, seq uint64) func([]byte, uint64) []byte {
 
 func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, seq uint64, authzBin, authzConfig string) (r run, err error) {
 	r = run{Variant: v.ID, Round: round, Rate: o.Rate}
-	var authz *proc
+	var authz *harness.Process
 	if v.authz {
 		if authz, p.authzPort, err = startAuthz(o, p, "authz", authzBin, authzConfig); err != nil {
 			return r, err
 		}
-		defer authz.stop()
+		defer authz.Terminate()
 	}
 	filters, err := v.filters(p)
 	if err != nil {
@@ -356,15 +386,15 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 		return r, err
 	}
-	e, err := startEnvoy(ctx, o.Envoy, p.raw, v.ID, bootPath, 1, o.EnvoyCPU)
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, v.ID, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
 	if err != nil {
 		return r, err
 	}
-	defer e.stop()
+	defer e.Terminate()
 
 	// Correctness first: warm ids and, for cold variants, fresh ones.
 	if err := preflight(e.listener, checkIDs(v, 8, 97, "pre", seq), v.lean, v.expect); err != nil {
-		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.tail(10))
+		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.LogTail(10))
 	}
 
 	req := load.Request("/", requestHeaders, ids(v.cold, seq))
@@ -374,31 +404,31 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	}
 	base += 1 << 32
 
-	cpu0, _ := cpuTicks(e.pid())
+	cpu0, _ := cpuTicks(e.Pid())
 	var a0 int64
 	if authz != nil {
-		a0, _ = cpuTicks(authz.pid())
+		a0, _ = cpuTicks(authz.Pid())
 	}
 	mt, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, 0, req, base)
 	if err != nil {
 		return r, fmt.Errorf("max throughput: %w", err)
 	}
-	cpu1, _ := cpuTicks(e.pid())
+	cpu1, _ := cpuTicks(e.Pid())
 	base += 1 << 32
 	r.MaxRPS, r.MaxErrors = mt.RPS(), mt.Errors
 	r.CPUPerReq = perRequest(cpu1-cpu0, mt.Requests)
 	if authz != nil {
-		a1, _ := cpuTicks(authz.pid())
+		a1, _ := cpuTicks(authz.Pid())
 		r.AuthzCPU = perRequest(a1-a0, mt.Requests)
 	}
 
 	time.Sleep(200 * time.Millisecond)
-	cpu0, _ = cpuTicks(e.pid())
+	cpu0, _ = cpuTicks(e.Pid())
 	fr, err := load.FixedRate(ctx, e.listener, o.RateConns, o.Rate, o.Latency, req, base)
 	if err != nil {
 		return r, fmt.Errorf("fixed rate: %w", err)
 	}
-	cpu1, _ = cpuTicks(e.pid())
+	cpu1, _ = cpuTicks(e.Pid())
 	r.RateAchieved = float64(fr.Requests) / o.Latency.Seconds()
 	r.RateErrors = fr.Intended - fr.Requests
 	r.RateCPU = perRequest(cpu1-cpu0, fr.Requests)
@@ -407,7 +437,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 		r.Quantiles[q.name] = float64(fr.Quantile(q.q).Nanoseconds()) / 1e3
 	}
 	r.PacerLag = float64(fr.PacerLag.Nanoseconds()) / 1e3
-	r.RSS, _ = rssBytes(e.pid())
+	r.RSS, _ = harness.ReadRSS(e.Pid())
 	if v.allot > 0 {
 		time.Sleep(1100 * time.Millisecond) // counters flush once a second
 		r.CacheHits = e.stat("wasmcustom.allot.cache_hits")
@@ -418,18 +448,18 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 
 // startAuthz starts variant D's ext_authz service on the load generator's
 // CPU and waits until it listens.
-func startAuthz(o Options, p *paths, name, bin, config string) (*proc, int, error) {
+func startAuthz(o Options, p *paths, name, bin, config string) (*harness.Process, int, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, 0, err
 	}
-	authz, err := startProc(name, filepath.Join(p.raw, name+".log"), o.LoadCPU, bin,
+	authz, err := startProc(name, filepath.Join(p.raw, name+".log"), o.LoadCPU, nil, bin,
 		"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", config)
 	if err != nil {
 		return nil, 0, err
 	}
 	if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
-		authz.stop()
+		authz.Terminate()
 		return nil, 0, err
 	}
 	return authz, port, nil

@@ -63,18 +63,40 @@ type variant struct {
 	// with Envoy's native filters instead of from a Wasm VM; measured in
 	// the interleaved section only, like the floors.
 	nativeOf string
+	// probe marks a floor of the native host (N, O): measured in the
+	// interleaved section only, for its CPU, like the Wasm floors.
+	probe bool
+	// diagnostic marks a variant only `make bench-floors` (-floors)
+	// measures: its question is answered, and make bench's time goes to
+	// the targets.
+	diagnostic bool
+	// module is the Envoy dynamic module the variant loads (nil: none);
+	// Envoy finds it through moduleEnv.
+	module func(*paths) string
+	// wasmTwin names the Wasm variant a dynamic-module variant does the
+	// work of.
+	wasmTwin string
 }
 
 // interleavedOnly says whether v is measured in the interleaved section
-// only (the floors and their native counterpart), not in the rounds.
-func (v variant) interleavedOnly() bool { return v.floorOf != "" || v.nativeOf != "" }
+// only (the floors and their native counterpart), not in the rounds, and
+// there for its CPU only (no latency slices).
+func (v variant) interleavedOnly() bool { return v.floorOf != "" || v.nativeOf != "" || v.probe }
+
+// info is what the report keeps of v.
+func (v variant) info() variantInfo {
+	return variantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.wasmTwin}
+}
 
 // paths are the files and ports the filter configurations refer to.
 type paths struct {
 	allotWasm, minWasm string
 	baseWasm           string // a comparison's base build (compare.go)
-	authzPort          int
-	raw                string
+	// allotSO is Allot's dynamic module (make build-native); minDynmod
+	// and cDynmod are variants N's and O's, built by the suite.
+	allotSO, minDynmod, cDynmod string
+	authzPort                   int
+	raw                         string
 }
 
 func variants() []variant {
@@ -95,9 +117,23 @@ func variants() []variant {
 		{ID: "K", Name: "floor of G: E's read and hash, then the writes G makes for a typical unit, with the same host calls; none of Allot's work",
 			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "GH"},
 		{ID: "L", Name: "floor of I: as K, with the writes I makes (the dictionary and version headers)",
-			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "IJ"},
+			filters: floorFilter(func() []byte { return leanConfigJSON(50) }), expect: hashExpect, lean: true, floorOf: "IJ", diagnostic: true},
 		{ID: "M", Name: "K's writes made natively: header_mutation adds the same headers (constant values), set_filter_state stores the exposure value; no Wasm",
-			filters: nativeFilters(func() []byte { return filterConfigJSON(50) }), expect: nativeExpect, nativeOf: "K"},
+			filters: nativeFilters(func() []byte { return filterConfigJSON(50) }), expect: nativeExpect, nativeOf: "K", diagnostic: true},
+		{ID: "N", Name: "minimal Go dynamic module (bench/mindynmod): E's work on Envoy's native host",
+			filters: moduleFilter(minDynmod, nil), module: minDynmod, expect: hashExpect, probe: true, wasmTwin: "E"},
+		{ID: "O", Name: "N's work in C (bench/cdynmod): the floor of Envoy's native host",
+			filters: moduleFilter(cDynmod, nil), module: cDynmod, expect: hashExpect, probe: true},
+		{ID: "P", Name: "Allot native (bin/liballot.so), 1 running experiment", filters: nativeAllot(1, false), module: allotSO,
+			allot: 1, wasmTwin: "F"},
+		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids)", filters: nativeAllot(50, false), module: allotSO,
+			allot: 50, wasmTwin: "G"},
+		{ID: "R", Name: "Allot native, 50 experiments, cold cache (new user id per request)", filters: nativeAllot(50, false), module: allotSO,
+			allot: 50, cold: true, wasmTwin: "H"},
+		{ID: "S", Name: "as Q, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, true), module: allotSO,
+			allot: 50, lean: true, wasmTwin: "I"},
+		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, true), module: allotSO,
+			allot: 50, lean: true, cold: true, wasmTwin: "J"},
 	}
 }
 

@@ -77,7 +77,7 @@ func runVM(ctx context.Context, o Options, p *paths, logf func(string, ...any)) 
 	r := &vmResults{Started: start, Machine: describeMachine(o), Node: strings.TrimSpace(string(version)),
 		Tree: describeTree(o.Root), Commands: []string{o.Command}}
 	cmd := "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"
-	if err := goBuild(ctx, o.Go, o.Root, p.minWasm, "./bench/minwasm", true); err != nil {
+	if err := goBuild(ctx, o.Root, p.minWasm, "./bench/minwasm", true); err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	r.Commands = append(r.Commands, cmd)

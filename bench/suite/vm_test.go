@@ -107,7 +107,7 @@ func TestHostRunsModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	wasm := filepath.Join(t.TempDir(), "minwasm.wasm")
-	if err := goBuild(context.Background(), "go", root, wasm, "./bench/minwasm", true); err != nil {
+	if err := goBuild(context.Background(), root, wasm, "./bench/minwasm", true); err != nil {
 		t.Fatal(err)
 	}
 	vs, err := vmVariants(t.TempDir(), "F")

@@ -1,9 +1,9 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -102,17 +102,8 @@ func goBuild(pkg, name string, flags, env []string) (string, error) {
 	}
 	out := filepath.Join(sub, name)
 
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("build %s: go command not in PATH: %w", pkg, err)
-	}
-	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
-	cmd := exec.Command(goBin, args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), env...)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%s go %s: %w\n%s",
-			strings.Join(env, " "), strings.Join(args, " "), err, msg)
+	if err := GoBuildTo(context.Background(), root, out, pkg, flags, env...); err != nil {
+		return "", err
 	}
 	return out, nil
 }

@@ -1,13 +1,16 @@
 // Package harness starts, stops and waits on the real processes of an
 // end-to-end test: Envoy from the project venv, binaries built from this
 // repository (allotd, the filter's .wasm, allot-echo) and the in-process echo
-// upstream. Every helper takes a testing.TB, calls t.Helper, fails the test
-// with t.Fatalf instead of returning setup errors, and registers its cleanup
-// with t.Cleanup so that no process or port outlives the test.
+// upstream. Every helper that takes a testing.TB calls t.Helper, fails the
+// test with t.Fatalf instead of returning setup errors, and registers its
+// cleanup with t.Cleanup so that no process or port outlives the test.
 //
-// It is an ordinary package (not _test) so that e2e tests and benchmarks can
-// share it. Only tests may import it; it imports nothing from filter/ or
-// control-plane/.
+// It is an ordinary package (not _test) so that e2e tests and the benchmark
+// (bench/suite) share it. The helpers in launch.go take no testing.TB —
+// Launch, Terminate, PinnedCommand, ReadRSS, AdminStats, GoBuildTo,
+// BuildCShared return errors and leave stopping to the caller — because the
+// benchmark runs outside any test; keep them free of it. Only tests and the
+// benchmark may import it; it imports nothing from filter/ or control-plane/.
 package harness
 
 import (

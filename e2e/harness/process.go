@@ -47,24 +47,10 @@ func StartProcess(t testing.TB, name, bin string, args ...string) *Process {
 // Process. It overwrites cmd.Stdout and cmd.Stderr with the log file.
 func StartCmd(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
+	p, err := launch(name, filepath.Join(t.TempDir(), name+".log"), cmd)
 	if err != nil {
-		t.Fatalf("start %s: %v", name, err)
+		t.Fatal(err)
 	}
-	cmd.Stdout = f
-	cmd.Stderr = f
-	setProcAttr(cmd)
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start %s (%s): %v", name, cmd.Path, err)
-	}
-	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
 		exitedAlready := p.Exited()
 		killed := p.terminate()

@@ -1,6 +1,7 @@
-// Command allot-bench is `make bench`: it benchmarks Allot against the
-// alternatives (no filter, header_mutation, Lua, ext_authz, a minimal Go Wasm
-// filter) in real Envoy and writes bench/REPORT.md. See bench/README.md.
+// Command allot-bench is `make bench`: it benchmarks Allot, as a Wasm
+// module and as a native dynamic module, against the alternatives (no
+// filter, header_mutation, Lua, ext_authz, minimal Go and C filters) in real
+// Envoy and writes bench/REPORT.md. See bench/README.md.
 //
 // It pins itself (the load generator) to one CPU and Envoy to another, by
 // re-executing itself under taskset.
@@ -67,7 +68,7 @@ func parse(args []string) (suite.Options, error) {
 	o := suite.Options{Log: os.Stderr, Go: "go"}
 	fs.StringVar(&o.Root, "root", ".", "repository root")
 	fs.StringVar(&o.Envoy, "envoy", envOr("ENVOY_BIN", ".venv/bin/envoy"), "Envoy 1.40 binary")
-	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds (0: only the extra sections)")
+	fs.IntVar(&o.Rounds, "rounds", 2, "rounds of fresh Envoys (0: only the extra sections)")
 	fs.IntVar(&o.PairedRounds, "paired-rounds", 0, "rounds of the interleaved CPU measurement, every Envoy up at once (0: 10, or 20 with -base; -vm keeps its own)")
 	fs.DurationVar(&o.Throughput, "throughput", 5*time.Second, "max-throughput run per variant per round")
 	fs.DurationVar(&o.Latency, "latency", 4*time.Second, "fixed-rate run per variant per round")
@@ -81,6 +82,8 @@ func parse(args []string) (suite.Options, error) {
 	fs.BoolVar(&o.SkipExtras, "skip-extras", false, "skip micro-benchmarks, load time, memory and propagation")
 	fs.StringVar(&o.Base, "base", "", "instead of the report, compare bin/allot.wasm with the filter built from this git revision, "+
 		"side by side (-only picks the Allot variants, default GHIJ); writes bench/raw/COMPARE.md")
+	fs.BoolVar(&o.Floors, "floors", false, "instead of the report, measure the floors K and L and K's native counterpart M "+
+		"beside E and G–J in the interleaved section only (-only picks them, default EGHIJKLM); writes bench/raw/FLOORS.md")
 	fs.BoolVar(&o.VM, "vm", false, "instead of the report, time the modules' own work per request in Node's V8 without Envoy "+
 		"(with -base, beside that revision's filter; -only picks among F–J); writes bench/raw/VM.md")
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,90 @@
+package harness
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLaunchTerminate: a process started without a test logs to the given
+// file and is stopped by Terminate, which may be called again.
+func TestLaunchTerminate(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "sh.log")
+	p, err := Launch("sh", log, exec.Command("sh", "-c", "echo started; exec sleep 30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, func() error {
+		if b, _ := os.ReadFile(log); !strings.Contains(string(b), "started") {
+			return os.ErrNotExist
+		}
+		return nil
+	})
+	if p.Exited() {
+		t.Fatal("exited before Terminate")
+	}
+	if killed := p.Terminate(); killed {
+		t.Error("needed SIGKILL; sleep obeys SIGTERM")
+	}
+	if !p.Exited() || p.Terminate() {
+		t.Error("not stopped, or a second Terminate killed something")
+	}
+	if _, err := Launch("nope", log, exec.Command(filepath.Join(t.TempDir(), "missing"))); err == nil {
+		t.Error("Launch of a missing binary succeeded")
+	}
+}
+
+func TestPinnedCommand(t *testing.T) {
+	if got := PinnedCommand(1, "envoy", "-c", "x").Args; !slices.Equal(got, []string{"taskset", "-c", "1", "envoy", "-c", "x"}) {
+		t.Errorf("pinned: %q", got)
+	}
+	if got := PinnedCommand(-1, "envoy", "-c", "x").Args; !slices.Equal(got, []string{"envoy", "-c", "x"}) {
+		t.Errorf("unpinned: %q", got)
+	}
+}
+
+// TestAdminStats: the admin's JSON is decoded and the filter reaches it as
+// a query parameter.
+func TestAdminStats(t *testing.T) {
+	var query string
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		query = r.URL.RawQuery
+		w.Write([]byte(`{"stats":[{"name":"wasmcustom.allot.cache_hits","value":7}]}`))
+	}))
+	defer s.Close()
+	got, err := AdminStats(s.URL, `^wasmcustom\.allot\.`)
+	if err != nil || got["wasmcustom.allot.cache_hits"] != 7 {
+		t.Fatalf("AdminStats = %v, %v", got, err)
+	}
+	if query != `format=json&filter=%5Ewasmcustom%5C.allot%5C.` {
+		t.Errorf("query %q", query)
+	}
+}
+
+// TestBuildCShared builds a one-function shared object (gcc is what the
+// benchmark needs; without it the test has nothing to check).
+func TestBuildCShared(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil && os.Getenv("CC") == "" {
+		t.Skip("no C compiler")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.c"), []byte("int f(void) { return 1; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := BuildCShared(context.Background(), dir, "libf.so", "f.c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "libf.so")); err != nil {
+		t.Fatal(err)
+	}
+	if err := BuildCShared(context.Background(), dir, "libg.so", "missing.c"); err == nil {
+		t.Error("built from a missing source")
+	}
+}
