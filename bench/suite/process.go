@@ -1,16 +1,11 @@
 package suite
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +14,7 @@ import (
 	"github.com/allotmesh/allot/e2e/harness"
 )
 
-// client talks to Envoy's admin and the pre-flight requests; never through a
+// client sends the pre-flight requests and allotd's admin calls; never through a
 // proxy from the environment.
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
 
@@ -43,115 +38,40 @@ func exitErr(p *harness.Process) error {
 	return p.Wait()
 }
 
-// envoy is a running Envoy with its admin and listener addresses.
+// envoy is a running Envoy (harness.LaunchEnvoy) with its listener's
+// address.
 type envoy struct {
-	*harness.Process
-	admin, listener string
-	ready           time.Duration // from start to /ready LIVE
-	args            []string
+	*harness.Envoy
+	listener string
+	ready    time.Duration // from start to /ready LIVE
 }
 
 // startEnvoy runs Envoy with bootstrap on CPU cpu, env added to its
-// environment, and waits for /ready and the listener's bound port.
+// environment and extra arguments, and waits for /ready and the listener's
+// bound port; its log and admin address go to dir.
 func startEnvoy(ctx context.Context, bin, dir, name, bootstrapPath string, concurrency, cpu int, env []string, extra ...string) (*envoy, error) {
-	adminPath := filepath.Join(dir, name+".admin")
-	os.Remove(adminPath)
-	args := []string{"-c", bootstrapPath, "--concurrency", strconv.Itoa(concurrency),
-		"--disable-hot-restart", "--use-dynamic-base-id", "--admin-address-path", adminPath,
-		"-l", "warning", "--drain-time-s", "0", "--drain-strategy", "immediate"}
-	args = append(args, extra...)
 	start := time.Now()
-	p, err := startProc(name, filepath.Join(dir, name+".log"), cpu, env, bin, args...)
+	h, err := harness.LaunchEnvoy(ctx, harness.LaunchOptions{Bin: bin, Name: name, Dir: dir, CPU: cpu, Env: env,
+		Timeout: 60 * time.Second, EnvoyOptions: harness.EnvoyOptions{Bootstrap: bootstrapPath, Concurrency: concurrency, ExtraArgs: extra}})
 	if err != nil {
 		return nil, err
 	}
-	e := &envoy{Process: p, args: args}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if p.Exited() {
-			return nil, fmt.Errorf("envoy %s exited before ready: %v\n%s", name, exitErr(p), p.LogTail(20))
-		}
-		if err := e.checkReady(adminPath); err == nil {
-			e.ready = time.Since(start)
-			break
-		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			p.Terminate()
-			return nil, fmt.Errorf("envoy %s not ready: %v\n%s", name, err, p.LogTail(20))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := e.findListener(); err != nil {
-		p.Terminate()
+	e := &envoy{Envoy: h, ready: time.Since(start)}
+	if e.listener, err = h.Listener(); err != nil {
+		h.Terminate()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *envoy) checkReady(adminPath string) error {
-	if e.admin == "" {
-		b, err := os.ReadFile(adminPath)
-		if err != nil || len(bytes.TrimSpace(b)) == 0 {
-			return errors.New("admin address not written yet")
-		}
-		e.admin = "http://" + string(bytes.TrimSpace(b))
-	}
-	b, err := get(e.admin + "/ready")
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(string(b)) != "LIVE" {
-		return fmt.Errorf("state %q", b)
-	}
-	return nil
-}
-
-func (e *envoy) findListener() error {
-	b, err := get(e.admin + "/listeners?format=json")
-	if err != nil {
-		return err
-	}
-	var l struct {
-		ListenerStatuses []struct {
-			LocalAddress struct {
-				SocketAddress struct {
-					Address   string `json:"address"`
-					PortValue int    `json:"port_value"`
-				} `json:"socket_address"`
-			} `json:"local_address"`
-		} `json:"listener_statuses"`
-	}
-	if err := json.Unmarshal(b, &l); err != nil || len(l.ListenerStatuses) == 0 {
-		return fmt.Errorf("envoy listeners: %v: %s", err, b)
-	}
-	a := l.ListenerStatuses[0].LocalAddress.SocketAddress
-	e.listener = net.JoinHostPort(a.Address, strconv.Itoa(a.PortValue))
-	return nil
-}
-
 // stat returns one counter or gauge from the admin's /stats (0 when
 // absent).
 func (e *envoy) stat(name string) int64 {
-	st, err := harness.AdminStats(e.admin, "^"+regexp.QuoteMeta(name)+"$")
+	st, err := harness.AdminStats(e.AdminURL(), "^"+regexp.QuoteMeta(name)+"$")
 	if err != nil {
 		return 0
 	}
 	return st[name]
-}
-
-func get(url string) ([]byte, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != 200 {
-		return b, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return b, nil
 }
 
 // cpuTicks returns utime+stime of pid in clock ticks (USER_HZ, 100/s).

@@ -117,23 +117,7 @@ func StartEnvoy(t testing.TB, opts EnvoyOptions) *Envoy {
 
 	dir := t.TempDir()
 	adminPath := filepath.Join(dir, "admin-address")
-	args := []string{
-		"-c", opts.Bootstrap,
-		// Hot restart is what shares memory between Envoys on one host; with
-		// it disabled nothing is created in /dev/shm (with it enabled, every
-		// run would leave a segment behind). The dynamic base id keeps
-		// instances apart even if ExtraArgs or a future change enable it.
-		"--disable-hot-restart",
-		"--use-dynamic-base-id",
-		"--admin-address-path", adminPath,
-		"--service-node", opts.Node,
-		"--service-cluster", opts.Cluster,
-		"--concurrency", strconv.Itoa(opts.Concurrency),
-		"-l", opts.LogLevel,
-		"--drain-time-s", "0",
-		"--drain-strategy", "immediate",
-	}
-	args = append(args, opts.ExtraArgs...)
+	args := opts.args(adminPath)
 	name := "envoy"
 	if opts.Node != defaultNode {
 		name += "-" + opts.Node
@@ -159,6 +143,35 @@ func StartEnvoy(t testing.TB, opts EnvoyOptions) *Envoy {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// args is Envoy's command line for o, its admin address written to
+// adminPath. --service-node and --service-cluster are passed when set
+// (StartEnvoy always sets them; LaunchEnvoy only when asked).
+func (o EnvoyOptions) args(adminPath string) []string {
+	args := []string{
+		"-c", o.Bootstrap,
+		// Hot restart is what shares memory between Envoys on one host; with
+		// it disabled nothing is created in /dev/shm (with it enabled, every
+		// run would leave a segment behind). The dynamic base id keeps
+		// instances apart even if ExtraArgs or a future change enable it.
+		"--disable-hot-restart",
+		"--use-dynamic-base-id",
+		"--admin-address-path", adminPath,
+	}
+	if o.Node != "" {
+		args = append(args, "--service-node", o.Node)
+	}
+	if o.Cluster != "" {
+		args = append(args, "--service-cluster", o.Cluster)
+	}
+	args = append(args,
+		"--concurrency", strconv.Itoa(o.Concurrency),
+		"-l", o.LogLevel,
+		"--drain-time-s", "0",
+		"--drain-strategy", "immediate",
+	)
+	return append(args, o.ExtraArgs...)
 }
 
 func (o EnvoyOptions) withDefaults() EnvoyOptions {

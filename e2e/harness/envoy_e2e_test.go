@@ -28,3 +28,35 @@ func TestStartEnvoyFailsFastOnBadBootstrap(t *testing.T) {
 		t.Errorf("took %v to notice the exit; want well under the 30 s ready deadline", d)
 	}
 }
+
+// TestLaunchEnvoy starts real Envoy outside the test's cleanup, as the
+// benchmark does, finds its listener and stops it.
+func TestLaunchEnvoy(t *testing.T) {
+	boot := filepath.Join(t.TempDir(), "boot.yaml")
+	if err := os.WriteFile(boot, []byte(`admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
+static_resources:
+  listeners:
+  - name: l
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    filter_chains: [{filters: [{name: envoy.filters.network.tcp_proxy, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: t, cluster: c}}]}]
+  clusters: [{name: c, type: STATIC, load_assignment: {cluster_name: c}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := LaunchEnvoy(t.Context(), LaunchOptions{EnvoyOptions: EnvoyOptions{Bootstrap: boot},
+		Bin: EnvoyBinary(t), Name: "launched", Dir: t.TempDir(), CPU: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Terminate()
+	addr, err := e.Listener()
+	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
+		t.Errorf("Listener() = %q, %v", addr, err)
+	}
+	if st, err := AdminStats(e.AdminURL(), `^server\.live$`); err != nil || st["server.live"] != 1 {
+		t.Errorf("AdminStats = %v, %v", st, err)
+	}
+	if e.Terminate() || !e.Exited() {
+		t.Error("not stopped by SIGTERM")
+	}
+}

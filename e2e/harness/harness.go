@@ -7,9 +7,9 @@
 //
 // It is an ordinary package (not _test) so that e2e tests and the benchmark
 // (bench/suite) share it. The helpers in launch.go take no testing.TB —
-// Launch, Terminate, PinnedCommand, ReadRSS, AdminStats, GoBuildTo,
-// BuildCShared return errors and leave stopping to the caller — because the
-// benchmark runs outside any test; keep them free of it. Only tests and the
+// Launch, LaunchEnvoy, Terminate, PinnedCommand, Listener, ReadRSS,
+// AdminStats, GoBuildTo, BuildCShared return errors and leave stopping to the
+// caller — because the benchmark runs outside any test; keep them free of it. Only tests and the
 // benchmark may import it; it imports nothing from filter/ or control-plane/.
 package harness
 

@@ -3,12 +3,16 @@ package harness
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The helpers in this file need no testing.TB: they return errors, and the
@@ -117,4 +121,93 @@ func BuildCShared(ctx context.Context, dir, out string, srcs ...string) error {
 		return fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(args, " "), err, msg)
 	}
 	return nil
+}
+
+// LaunchOptions configures LaunchEnvoy: Envoy's own options as for
+// StartEnvoy, except that Node and Cluster are passed only when set, and
+// what a test would otherwise provide.
+type LaunchOptions struct {
+	EnvoyOptions
+	// Bin is the Envoy binary (see EnvoyBinary for a test's).
+	Bin string
+	// Name names the log and the admin-address file, Dir holds them.
+	Name, Dir string
+	// CPU pins Envoy to one CPU (PinnedCommand); negative: not pinned.
+	CPU int
+	// Env is added to Envoy's environment.
+	Env []string
+	// Timeout bounds the wait for /ready; default 30 s.
+	Timeout time.Duration
+}
+
+// LaunchEnvoy starts Envoy as StartEnvoy does, outside a test, and waits
+// until /ready answers LIVE, Envoy exits, ctx ends or the timeout passes;
+// on any of the last three it stops Envoy and returns an error with the
+// log's tail. The caller stops the Envoy it returns (Terminate).
+func LaunchEnvoy(ctx context.Context, o LaunchOptions) (*Envoy, error) {
+	opts := o.EnvoyOptions
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 1
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "warning"
+	}
+	adminPath := filepath.Join(o.Dir, o.Name+".admin")
+	os.Remove(adminPath)
+	cmd := PinnedCommand(o.CPU, o.Bin, opts.args(adminPath)...)
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
+	p, err := Launch(o.Name, filepath.Join(o.Dir, o.Name+".log"), cmd)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envoy{Process: p}
+	deadline := time.Now().Add(cmp.Or(o.Timeout, envoyReadyTimeout))
+	for {
+		if e.Exited() {
+			return nil, fmt.Errorf("envoy %s exited before ready: %v\n%s", o.Name, e.Wait(), e.LogTail(20))
+		}
+		err := e.ready(opts.AdminPort, adminPath)
+		if err == nil {
+			return e, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			e.Terminate()
+			return nil, fmt.Errorf("envoy %s not ready: %v\n%s", o.Name, cmp.Or(ctx.Err(), err), e.LogTail(20))
+		}
+		select {
+		case <-ctx.Done():
+		case <-e.Done():
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// Listener returns the address ("127.0.0.1:port") Envoy's first listener
+// is bound to, from the admin's /listeners: a bootstrap's port_value 0 gets
+// its port from the kernel.
+func (e *Envoy) Listener() (string, error) {
+	body, err := get(e.adminURL + "/listeners?format=json")
+	if err != nil {
+		return "", err
+	}
+	var l struct {
+		ListenerStatuses []struct {
+			LocalAddress struct {
+				SocketAddress struct {
+					Address   string `json:"address"`
+					PortValue int    `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"local_address"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return "", fmt.Errorf("envoy listeners: %w: %s", err, body)
+	}
+	if len(l.ListenerStatuses) == 0 {
+		return "", fmt.Errorf("envoy listeners: none: %s", body)
+	}
+	a := l.ListenerStatuses[0].LocalAddress.SocketAddress
+	return net.JoinHostPort(a.Address, strconv.Itoa(a.PortValue)), nil
 }

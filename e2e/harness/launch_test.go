@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -86,5 +87,26 @@ func TestBuildCShared(t *testing.T) {
 	}
 	if err := BuildCShared(context.Background(), dir, "libg.so", "missing.c"); err == nil {
 		t.Error("built from a missing source")
+	}
+}
+
+// TestLaunchEnvoyExitsEarly: an "Envoy" that exits at once is reported
+// with its log, not waited for until the timeout.
+func TestLaunchEnvoyExitsEarly(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "envoy")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho \"bad bootstrap: $*\"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := LaunchEnvoy(context.Background(), LaunchOptions{EnvoyOptions: EnvoyOptions{Bootstrap: "b.yaml"},
+		Bin: bin, Name: "e", Dir: t.TempDir(), CPU: -1, Timeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "exited before ready") || !strings.Contains(err.Error(), "bad bootstrap: -c b.yaml") {
+		t.Errorf("err = %v, want an early exit with the log", err)
+	}
+	if strings.Contains(fmt.Sprint(err), "--service-node") {
+		t.Errorf("LaunchEnvoy passed a node it was not given: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
 	}
 }
