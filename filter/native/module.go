@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,7 +162,7 @@ func (m *module) worker(i uint32) *worker {
 // keeps the previous one.
 func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if name != FilterName {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: filter_name "+quote(name)+", want "+quote(FilterName))
+		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: filter_name "+strconv.Quote(name)+", want "+strconv.Quote(FilterName))
 		return 0
 	}
 	cfg, err := plugin.ParseConfig(data)
@@ -269,4 +270,3 @@ func (m *module) workerIndex(f dynmod.Filter) uint32 {
 	return f.WorkerIndex()
 }
 
-func quote(s string) string { return `"` + s + `"` }
