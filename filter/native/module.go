@@ -269,4 +269,3 @@ func (m *module) workerIndex(f dynmod.Filter) uint32 {
 	}
 	return f.WorkerIndex()
 }
-
