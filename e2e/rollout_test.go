@@ -153,7 +153,7 @@ func (cp *controlPlane) waitState(node string, st xds.State) xds.ProxyStatus {
 // controlPlane instead of allotd.
 func rolloutSystem(t *testing.T) (*system, *controlPlane) {
 	t.Helper()
-	s := &system{t: t, wasm: harness.BuildWasm(t, "./filter"), echoAddr: harness.StartEcho(t), xdsPort: harness.FreePort(t)}
+	s := &system{t: t, art: wasmArtifact, wasm: harness.BuildWasm(t, "./filter"), echoAddr: harness.StartEcho(t), xdsPort: harness.FreePort(t)}
 	return s, startControlPlane(t, s.xdsPort, s.wasm)
 }
 
