@@ -12,16 +12,10 @@
 package main
 
 import (
+	"github.com/allotmesh/allot/bench/minimal"
 	"sync"
 
 	"github.com/allotmesh/allot/filter/dynmod"
-)
-
-// Wire names shared with the benchmark's expectations (bench/suite).
-const (
-	unitHeader = "x-user-id"
-	header     = "x-experiment-bench"
-	seed       = "bench"
 )
 
 func init() { dynmod.SetHandler(handler{}) }
@@ -51,25 +45,9 @@ func addVariation(f dynmod.Filter) {
 	*hp = f.RequestHeaders(*hp)
 	for i := range *hp {
 		k, v := dynmod.HeaderAt(*hp, i)
-		if k == unitHeader && v != "" {
-			f.AddRequestHeader(header, Variation(v))
+		if k == minimal.UnitHeader && v != "" {
+			f.AddRequestHeader(minimal.Header, minimal.Variation(v))
 			return
 		}
 	}
-}
-
-// Variation is GrowthBook's hash v1 of id with seed "bench" split 50/50:
-// FNV-1a 32 over id then seed, modulo 1000, below 500 is control.
-func Variation(id string) string {
-	h := uint32(2166136261)
-	for _, s := range [2]string{id, seed} {
-		for i := 0; i < len(s); i++ {
-			h ^= uint32(s[i])
-			h *= 16777619
-		}
-	}
-	if h%1000 < 500 {
-		return "control"
-	}
-	return "treatment"
 }

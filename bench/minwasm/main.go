@@ -16,17 +16,11 @@
 package main
 
 import (
+	"github.com/allotmesh/allot/bench/minimal"
 	"strings"
 
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/filter/abi"
-)
-
-// Wire names shared with the benchmark's expectations (bench/suite).
-const (
-	unitHeader = "x-user-id"
-	header     = "x-experiment-bench"
-	seed       = "bench"
 )
 
 func init() { abi.SetHandler(&handler{host: abi.NewHost()}) }
@@ -102,7 +96,7 @@ func (h *handler) OnConfigure(_ uint32, size int) bool {
 	return true
 }
 
-// OnRequestHeaders reads the unit id, hashes it and adds one header, or
+// OnRequestHeaders reads the unit id, hashes it and adds one minimal.Header, or
 // makes the script's writes.
 func (h *handler) OnRequestHeaders(uint32, int, bool) abi.Action {
 	pairs, err := h.host.GetHeaderMapPairs(abi.RequestHeaders)
@@ -110,12 +104,12 @@ func (h *handler) OnRequestHeaders(uint32, int, bool) abi.Action {
 		return abi.ActionContinue
 	}
 	for _, kv := range pairs {
-		if kv[0] == unitHeader && kv[1] != "" {
+		if kv[0] == minimal.UnitHeader && kv[1] != "" {
 			if h.script != nil {
-				h.replay(pairs, Variation(kv[1]))
+				h.replay(pairs, minimal.Variation(kv[1]))
 				break
 			}
-			h.host.AddHeaderMapValue(abi.RequestHeaders, header, Variation(kv[1]))
+			h.host.AddHeaderMapValue(abi.RequestHeaders, minimal.Header, minimal.Variation(kv[1]))
 			break
 		}
 	}
@@ -152,20 +146,4 @@ func (h *handler) value(w write, v string) string {
 	}
 	h.buf = append(append(append(h.buf[:0], w.before...), v...), w.after...)
 	return abi.StringView(h.buf)
-}
-
-// Variation is GrowthBook's hash v1 of id with seed "bench" split 50/50:
-// FNV-1a 32 over id then seed, modulo 1000, below 500 is control.
-func Variation(id string) string {
-	h := uint32(2166136261)
-	for _, s := range [2]string{id, seed} {
-		for i := 0; i < len(s); i++ {
-			h ^= uint32(s[i])
-			h *= 16777619
-		}
-	}
-	if h%1000 < 500 {
-		return "control"
-	}
-	return "treatment"
 }

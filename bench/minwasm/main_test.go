@@ -1,31 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/allotmesh/allot/bench/floor"
+	"github.com/allotmesh/allot/bench/minimal"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
-	"github.com/allotmesh/allot/filter/engine"
 )
-
-// TestVariationMatchesEngine pins the minimal filter's hash to Allot's
-// engine (GrowthBook hash v1), so variants E, C and F add the same header
-// value for the same id.
-func TestVariationMatchesEngine(t *testing.T) {
-	for i := range 2000 {
-		id := fmt.Sprintf("user-%d", i)
-		n, _ := engine.Hash(seed, id, 1)
-		want := "treatment"
-		if n < 0.5 {
-			want = "control"
-		}
-		if got := Variation(id); got != want {
-			t.Fatalf("Variation(%q) = %q, engine says %q", id, got, want)
-		}
-	}
-}
 
 func TestAddsHeader(t *testing.T) {
 	host := fakehost.New()
@@ -39,14 +21,14 @@ func TestAddsHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := out[len(out)-1]
-	if last[0] != header || last[1] != Variation("alice") {
-		t.Fatalf("last header = %v, want %s: %s", last, header, Variation("alice"))
+	if last[0] != minimal.Header || last[1] != minimal.Variation("alice") {
+		t.Fatalf("last minimal.Header = %v, want %s: %s", last, minimal.Header, minimal.Variation("alice"))
 	}
 }
 
 // TestReplaysScript: configured with a floor script, the filter makes the
 // script's writes (floor.Apply) with the script's host calls — one
-// proxy_set_header_map_pairs in rewrite mode, one add per header otherwise —
+// proxy_set_header_map_pairs in rewrite mode, one add per minimal.Header otherwise —
 // and no other header.
 func TestReplaysScript(t *testing.T) {
 	for _, sc := range []*floor.Script{
@@ -68,7 +50,7 @@ func TestReplaysScript(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, props := floor.Apply(sc, in, Variation(id))
+			want, props := floor.Apply(sc, in, minimal.Variation(id))
 			if !slices.Equal(out, want) {
 				t.Errorf("rewrite %v, %s: headers %q, want %q", sc.Rewrite, id, out, want)
 			}

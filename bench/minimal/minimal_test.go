@@ -1,4 +1,4 @@
-package main
+package minimal
 
 import (
 	"fmt"
@@ -7,13 +7,13 @@ import (
 	"github.com/allotmesh/allot/filter/engine"
 )
 
-// TestVariationMatchesEngine pins the module's hash to Allot's engine
-// (GrowthBook hash v1), so variants N, E and Allot's add the same header
-// value for the same id.
+// TestVariationMatchesEngine pins the minimal filters' hash to Allot's
+// engine (GrowthBook hash v1), so variants E, N and Allot's add the same
+// header value for the same id.
 func TestVariationMatchesEngine(t *testing.T) {
 	for i := range 2000 {
 		id := fmt.Sprintf("user-%d", i)
-		n, _ := engine.Hash(seed, id, 1)
+		n, _ := engine.Hash(Seed, id, 1)
 		want := "treatment"
 		if n < 0.5 {
 			want = "control"
