@@ -27,6 +27,8 @@ package dynmod
 
 import (
 	"sync/atomic"
+
+	"github.com/allotmesh/allot/filter/internal/panics"
 )
 
 // ABIVersion is the version string Envoy 1.40 expects from
@@ -58,34 +60,23 @@ type Handler interface {
 }
 
 var (
-	handler Handler
-	panics  atomic.Uint64
+	handler    Handler
+	recoveries atomic.Uint64
 )
 
 // SetHandler installs the hooks' receiver. Call it from main's init.
 func SetHandler(h Handler) { handler = h }
 
 // Panics is how many panics the hooks recovered since the module loaded.
-func Panics() uint64 { return panics.Load() }
+func Panics() uint64 { return recoveries.Load() }
 
 // recovered counts and logs a panic a hook recovered. The log is at error
 // level: a panic out of a Handler is a bug, never a request's fault, and it
 // is rare by construction (the plugin recovers its own).
 func recovered(hook string, v any) {
-	panics.Add(1)
+	recoveries.Add(1)
 	defer func() { recover() }() // the log must not panic out of the hook either
-	Log(LogError, "allot: panic recovered in "+hook+": "+panicString(v))
-}
-
-func panicString(v any) string {
-	switch v := v.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	default:
-		return "non-error panic value"
-	}
+	Log(LogError, "allot: panic recovered in "+hook+": "+panics.Message(v))
 }
 
 // LogLevel is envoy_dynamic_module_type_log_level.

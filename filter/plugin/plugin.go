@@ -16,6 +16,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/internal/panics"
 )
 
 // maxSingleWrites is the most header changes (forged assignment headers
@@ -124,7 +125,7 @@ func (p *Plugin) OnVMStart(uint32, int) bool { return true }
 func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.host.Log(abi.LogCritical, "allot: configuration rejected: panic: "+panicString(v))
+			p.host.Log(abi.LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
 			ok = false
 		}
 	}()
@@ -431,7 +432,7 @@ func (p *Plugin) failOpen(r *root, err error, v any) {
 	r.stats.failOpen++
 	defer func() { recover() }() // the log's: the scrub guards itself
 	p.scrub(r.cfg)
-	msg := "panic: " + panicString(v)
+	msg := "panic: " + panics.Message(v)
 	if err != nil {
 		msg = err.Error()
 	}
@@ -640,15 +641,4 @@ func appendOnce(list []string, s string) []string {
 		}
 	}
 	return append(list, s)
-}
-
-func panicString(v any) string {
-	switch v := v.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	default:
-		return "non-error panic value"
-	}
 }
