@@ -4,7 +4,6 @@ package main
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
@@ -156,20 +155,20 @@ func slicesEqual(a, b []string) bool {
 	return true
 }
 
-// attributes maps the property paths the native module answers to
+// attributes maps the property paths (two segments each) the native module answers to
 // Envoy's attribute ids; request.path, url_path, method, host and scheme
 // never get here (the plugin reads them from the header map).
-var attributes = map[string]dynmod.Attribute{
-	"request.referer":     dynmod.AttrRequestReferer,
-	"request.useragent":   dynmod.AttrRequestUserAgent,
-	"request.id":          dynmod.AttrRequestID,
-	"request.protocol":    dynmod.AttrRequestProtocol,
-	"request.query":       dynmod.AttrRequestQuery,
-	"source.address":      dynmod.AttrSourceAddress,
-	"source.port":         dynmod.AttrSourcePort,
-	"destination.address": dynmod.AttrDestinationAddress,
-	"destination.port":    dynmod.AttrDestinationPort,
-	"connection.id":       dynmod.AttrConnectionID,
+var attributes = map[[2]string]dynmod.Attribute{
+	{"request", "referer"}:     dynmod.AttrRequestReferer,
+	{"request", "useragent"}:   dynmod.AttrRequestUserAgent,
+	{"request", "id"}:          dynmod.AttrRequestID,
+	{"request", "protocol"}:    dynmod.AttrRequestProtocol,
+	{"request", "query"}:       dynmod.AttrRequestQuery,
+	{"source", "address"}:      dynmod.AttrSourceAddress,
+	{"source", "port"}:         dynmod.AttrSourcePort,
+	{"destination", "address"}: dynmod.AttrDestinationAddress,
+	{"destination", "port"}:    dynmod.AttrDestinationPort,
+	{"connection", "id"}:       dynmod.AttrConnectionID,
 }
 
 // intAttributes are the attributes Envoy answers as integers.
@@ -181,8 +180,11 @@ var intAttributes = map[dynmod.Attribute]bool{
 // modules expose; any other path (node.* included: the ABI has no access
 // to the node) is not found, so the attribute reads as missing.
 func (h *envoyHost) GetProperty(path ...string) ([]byte, error) {
-	id, ok := attributes[strings.Join(path, ".")]
-	if !ok || h.filter == 0 {
+	if len(path) != 2 || h.filter == 0 {
+		return nil, abi.ErrNotFound
+	}
+	id, ok := attributes[[2]string{path[0], path[1]}] // no key built per request
+	if !ok {
 		return nil, abi.ErrNotFound
 	}
 	if intAttributes[id] {
