@@ -18,8 +18,10 @@
 // Envoy reject the configuration).
 //
 // Envoy refuses the filter unless the module exports every HTTP-filter
-// hook, so the ones Allot has no use for are exported as no-ops
-// (exports.go).
+// hook. Only four are Go (exports.go): program-init, config-new,
+// config-destroy and request-headers. The rest, the stream's own
+// filter-new and filter-destroy among them, are C (hooks.c), so that a
+// request crosses from Envoy into Go once.
 //
 // This package imports only the standard library; it must never import
 // gRPC or net/http.
@@ -48,15 +50,12 @@ type Handler interface {
 	ConfigNew(c Config, name string, config []byte) uintptr
 	// ConfigDestroy releases a configuration: no stream uses it any more.
 	ConfigDestroy(handle uintptr)
-	// FilterNew is called for each stream of configuration handle; its
-	// non-zero result comes back as the stream's module value (0 makes
-	// Envoy close the stream).
-	FilterNew(handle uintptr, f Filter) uintptr
-	// RequestHeaders is called when a stream's request headers arrive;
-	// the stream always continues.
-	RequestHeaders(f Filter, module uintptr, endOfStream bool)
-	// FilterDestroy is called when a stream is gone.
-	FilterDestroy(module uintptr)
+	// RequestHeaders is called when a stream's request headers arrive,
+	// with the handle of the stream's configuration; the stream always
+	// continues. It is the only hook a request enters Go for: a stream
+	// keeps no state of its own, so creating and destroying one happens in
+	// C (hooks.c).
+	RequestHeaders(f Filter, handle uintptr, endOfStream bool)
 }
 
 var (

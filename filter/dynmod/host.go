@@ -52,6 +52,24 @@ extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counte
 #cgo nocallback envoy_dynamic_module_callback_http_filter_config_increment_counter
 
 static bool allot_envoy_present(void) { return envoy_dynamic_module_callback_log != NULL; }
+
+// allot_add_headers adds n request headers with one crossing from Go:
+// names and values lie back to back in data, lens[2i] and lens[2i+1] are
+// header i's name and value lengths. It stops at the first add Envoy
+// refuses and returns how many it added.
+static size_t allot_add_headers(uintptr_t filter, const char* data, const uint32_t* lens, size_t n) {
+  size_t off = 0;
+  for (size_t i = 0; i < n; i++) {
+    allot_buffer k = {data + off, lens[2 * i]};
+    off += lens[2 * i];
+    allot_buffer v = {data + off, lens[2 * i + 1]};
+    off += lens[2 * i + 1];
+    if (!envoy_dynamic_module_callback_http_add_header(filter, 0, k, v)) return i;
+  }
+  return n;
+}
+#cgo noescape allot_add_headers
+#cgo nocallback allot_add_headers
 */
 import "C"
 
@@ -151,6 +169,38 @@ func HeaderAt(h Headers, i int) (name, value string) {
 // AddRequestHeader appends a request header, keeping existing copies.
 func (f Filter) AddRequestHeader(name, value string) bool {
 	return bool(C.envoy_dynamic_module_callback_http_add_header(f.ptr(), requestHeaders, buf(name), buf(value)))
+}
+
+// HeaderBatch collects request headers for AddRequestHeaders: each call
+// from Go into Envoy costs a crossing of the Go runtime (the thread leaves
+// and re-enters the scheduler), so a batch of headers is added with one.
+type HeaderBatch struct {
+	data []byte
+	lens []uint32
+}
+
+// Reset empties b, keeping its memory.
+func (b *HeaderBatch) Reset() { b.data, b.lens = b.data[:0], b.lens[:0] }
+
+// Add appends a header to b (b copies name and value).
+func (b *HeaderBatch) Add(name, value string) {
+	b.data = append(append(b.data, name...), value...)
+	b.lens = append(b.lens, uint32(len(name)), uint32(len(value)))
+}
+
+// Len is the number of headers in b.
+func (b *HeaderBatch) Len() int { return len(b.lens) / 2 }
+
+// AddRequestHeaders appends b's headers in order, keeping existing copies,
+// and returns how many Envoy added: all of them, unless it refused one
+// (then it stops there).
+func (f Filter) AddRequestHeaders(b *HeaderBatch) int {
+	n := b.Len()
+	if n == 0 {
+		return 0
+	}
+	return int(C.allot_add_headers(f.ptr(), (*C.char)(unsafe.Pointer(unsafe.SliceData(b.data))),
+		(*C.uint32_t)(unsafe.SliceData(b.lens)), C.size_t(n)))
 }
 
 // RemoveRequestHeader removes every copy of a request header (set_header

@@ -232,13 +232,6 @@ func (m *module) ConfigDestroy(h uintptr) {
 	}
 }
 
-// FilterNew implements dynmod.Handler: a stream needs nothing of its own,
-// so its module value is the configuration's handle.
-func (m *module) FilterNew(h uintptr, _ dynmod.Filter) uintptr { return h }
-
-// FilterDestroy implements dynmod.Handler.
-func (m *module) FilterDestroy(uintptr) {}
-
 // RequestHeaders implements dynmod.Handler: the plugin's request path on
 // the stream's worker. The plugin recovers its own panics (it scrubs the
 // request and counts it); a panic here, outside it, reaches dynmod, which
@@ -253,6 +246,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
 	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
 	w.host.requests++
+	w.host.batch.Reset() // abi.HeaderBatcher: nothing queued survives a request
 	defer func() { w.host.filter, w.host.entry = 0, nil }()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e

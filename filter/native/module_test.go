@@ -46,19 +46,17 @@ func (f *fakeModule) host(i int) *fakehost.Host {
 	return f.hosts[w]
 }
 
-// request runs one stream of configuration h on worker i, as Envoy would:
-// filter-new, request-headers, filter-destroy. It returns the headers the
-// upstream sees.
+// request runs one stream of configuration h on worker i, as Envoy would
+// (filter-new and filter-destroy are C: the stream's module value is h).
+// It returns the headers the upstream sees.
 func (f *fakeModule) request(i int, h uintptr, headers [][2]string) [][2]string {
 	fh := f.host(i)
 	filter := dynmod.Filter(uint64(i)<<32 | 1)
-	m := f.FilterNew(h, filter)
 	w := f.worker(uint32(i))
 	w.mu.Lock() // the fake's map is the worker's: set it as Envoy would, on its thread
 	fh.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
 	w.mu.Unlock()
-	f.RequestHeaders(filter, m, true)
-	f.FilterDestroy(m)
+	f.RequestHeaders(filter, h, true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([][2]string(nil), fh.Headers[abi.RequestHeaders]...)

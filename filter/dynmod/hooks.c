@@ -1,0 +1,96 @@
+// The HTTP-filter hooks that never need Go. Envoy refuses a module unless it
+// exports every hook of the ABI (v0.2.0, Envoy 1.40:
+// source/extensions/dynamic_modules/abi/abi.h in envoyproxy/envoy), and it
+// calls most of them for every stream whether or not the module cares. Each
+// call into Go from an Envoy worker thread costs a cgo callback: the thread
+// takes a P from the Go scheduler and gives it back. So the hooks Allot has
+// no use for are plain C, and a stream's own hooks are too: a stream needs
+// no state of its own (its module value is its configuration's handle), so
+// filter-new and filter-destroy stay in C, and a request enters Go exactly
+// once, for its request headers (exports.go). docs/perf/native.md has the
+// measurement.
+//
+// Pointers the ABI types as pointers are uintptr_t here, as in the Go
+// hooks: the same registers. Status-returning hooks return 0, Continue.
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct { const char* ptr; size_t length; } allot_buffer;
+
+// A stream's module value is its configuration's handle (never 0: 0 would
+// make Envoy close the stream, and a configuration Envoy accepted has a
+// non-zero handle).
+uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t filter) {
+  return config;
+}
+
+void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {}
+
+// Allot has no per-route configuration: refuse one.
+uintptr_t envoy_dynamic_module_on_http_filter_per_route_config_new(allot_buffer name, allot_buffer config) {
+  return 0;
+}
+
+void envoy_dynamic_module_on_http_filter_per_route_config_destroy(uintptr_t config) {}
+
+int32_t envoy_dynamic_module_on_http_filter_request_body(uintptr_t f, uintptr_t m, bool eos) { return 0; }
+
+int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintptr_t m) { return 0; }
+
+int32_t envoy_dynamic_module_on_http_filter_response_headers(uintptr_t f, uintptr_t m, bool eos) { return 0; }
+
+int32_t envoy_dynamic_module_on_http_filter_response_body(uintptr_t f, uintptr_t m, bool eos) { return 0; }
+
+int32_t envoy_dynamic_module_on_http_filter_response_trailers(uintptr_t f, uintptr_t m) { return 0; }
+
+void envoy_dynamic_module_on_http_filter_stream_complete(uintptr_t f, uintptr_t m) {}
+
+int32_t envoy_dynamic_module_on_http_filter_local_reply(uintptr_t f, uintptr_t m, uint32_t code,
+                                                        allot_buffer details, bool reset) {
+  return 0;
+}
+
+void envoy_dynamic_module_on_http_filter_http_callout_done(uintptr_t f, uintptr_t m, uint64_t id, int32_t result,
+                                                           uintptr_t headers, size_t nh, uintptr_t body,
+                                                           size_t nb) {}
+
+void envoy_dynamic_module_on_http_filter_http_stream_headers(uintptr_t f, uintptr_t m, uint64_t id,
+                                                             uintptr_t headers, size_t n, bool eos) {}
+
+void envoy_dynamic_module_on_http_filter_http_stream_data(uintptr_t f, uintptr_t m, uint64_t id, uintptr_t data,
+                                                          size_t n, bool eos) {}
+
+void envoy_dynamic_module_on_http_filter_http_stream_trailers(uintptr_t f, uintptr_t m, uint64_t id,
+                                                              uintptr_t trailers, size_t n) {}
+
+void envoy_dynamic_module_on_http_filter_http_stream_complete(uintptr_t f, uintptr_t m, uint64_t id) {}
+
+void envoy_dynamic_module_on_http_filter_http_stream_reset(uintptr_t f, uintptr_t m, uint64_t id, int32_t reason) {}
+
+void envoy_dynamic_module_on_http_filter_scheduled(uintptr_t f, uintptr_t m, uint64_t id) {}
+
+void envoy_dynamic_module_on_http_filter_config_scheduled(uintptr_t c, uintptr_t h, uint64_t id) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_callout_done(uintptr_t c, uintptr_t h, uint64_t id,
+                                                                  int32_t result, uintptr_t headers, size_t nh,
+                                                                  uintptr_t body, size_t nb) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_stream_headers(uintptr_t c, uintptr_t h, uint64_t id,
+                                                                    uintptr_t headers, size_t n, bool eos) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_stream_data(uintptr_t c, uintptr_t h, uint64_t id,
+                                                                 uintptr_t data, size_t n, bool eos) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_stream_trailers(uintptr_t c, uintptr_t h, uint64_t id,
+                                                                     uintptr_t trailers, size_t n) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_stream_complete(uintptr_t c, uintptr_t h, uint64_t id) {}
+
+void envoy_dynamic_module_on_http_filter_config_http_stream_reset(uintptr_t c, uintptr_t h, uint64_t id,
+                                                                  int32_t reason) {}
+
+void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(uintptr_t f, uintptr_t m) {}
+
+void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(uintptr_t f, uintptr_t m) {}
