@@ -102,3 +102,41 @@ func Apply(sc *Script, in [][2]string, v string) (out [][2]string, props map[str
 	}
 	return out, props
 }
+
+// Replay is a Script compiled for replaying per request: each value is
+// split around its Var once, at configuration time.
+type Replay struct {
+	Rewrite        bool
+	Headers, Props []Value
+}
+
+// Value is one write of a Replay.
+type Value struct {
+	Name          string
+	before, after string
+	subst         bool
+}
+
+// Compile prepares sc for replaying.
+func (sc *Script) Compile() *Replay {
+	conv := func(ws []Write) []Value {
+		var c []Value
+		for _, w := range ws {
+			x := Value{Name: w.Name, before: w.Value}
+			if b, a, ok := strings.Cut(w.Value, Var); ok {
+				x.before, x.after, x.subst = b, a, true
+			}
+			c = append(c, x)
+		}
+		return c
+	}
+	return &Replay{Rewrite: sc.Rewrite, Headers: conv(sc.Headers), Props: conv(sc.Props)}
+}
+
+// Append appends w's value for variation v to buf.
+func (w *Value) Append(buf []byte, v string) []byte {
+	if !w.subst {
+		return append(buf, w.before...)
+	}
+	return append(append(append(buf, w.before...), v...), w.after...)
+}

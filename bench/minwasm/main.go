@@ -31,40 +31,9 @@ func main() {}
 type handler struct {
 	host abi.Host
 	// script, when configured, replaces the one header with its writes.
-	script *script
+	script *floor.Replay
 	enc    abi.PairsEncoder
 	buf    []byte
-}
-
-// script is a floor.Script ready to replay.
-type script struct {
-	rewrite        bool
-	headers, props []write
-}
-
-// write is one header or property; subst says whether before and after
-// surround the variation.
-type write struct {
-	name          string
-	before, after string
-	subst         bool
-}
-
-func compile(sc *floor.Script) *script {
-	out := &script{rewrite: sc.Rewrite}
-	conv := func(ws []floor.Write) []write {
-		var c []write
-		for _, w := range ws {
-			x := write{name: w.Name, before: w.Value}
-			if b, a, ok := strings.Cut(w.Value, floor.Var); ok {
-				x.before, x.after, x.subst = b, a, true
-			}
-			c = append(c, x)
-		}
-		return c
-	}
-	out.headers, out.props = conv(sc.Headers), conv(sc.Props)
-	return out
 }
 
 var _ abi.Handler = (*handler)(nil)
@@ -92,7 +61,7 @@ func (h *handler) OnConfigure(_ uint32, size int) bool {
 		h.host.Log(abi.LogCritical, "minwasm: "+err.Error())
 		return false
 	}
-	h.script = compile(sc)
+	h.script = sc.Compile()
 	return true
 }
 
@@ -119,31 +88,28 @@ func (h *handler) OnRequestHeaders(uint32, int, bool) abi.Action {
 // replay makes the script's writes, with v in place of every "$v".
 func (h *handler) replay(pairs [][2]string, v string) {
 	sc := h.script
-	if sc.rewrite {
+	if sc.Rewrite {
 		h.enc.Reset()
 		for _, kv := range pairs {
 			h.enc.Add(kv[0], kv[1])
 		}
-		for _, w := range sc.headers {
-			h.enc.Add(w.name, h.value(w, v))
+		for i := range sc.Headers {
+			h.enc.Add(sc.Headers[i].Name, h.value(&sc.Headers[i], v))
 		}
 		h.host.SetHeaderMapPairs(abi.RequestHeaders, h.enc.Bytes())
 	} else {
-		for _, w := range sc.headers {
-			h.host.AddHeaderMapValue(abi.RequestHeaders, w.name, h.value(w, v))
+		for i := range sc.Headers {
+			h.host.AddHeaderMapValue(abi.RequestHeaders, sc.Headers[i].Name, h.value(&sc.Headers[i], v))
 		}
 	}
-	for _, w := range sc.props {
-		h.host.SetProperty(w.name, abi.Bytes(h.value(w, v)))
+	for i := range sc.Props {
+		h.host.SetProperty(sc.Props[i].Name, abi.Bytes(h.value(&sc.Props[i], v)))
 	}
 }
 
 // value is w's value with v substituted, in h's scratch buffer (valid
 // until the next call).
-func (h *handler) value(w write, v string) string {
-	if !w.subst {
-		return w.before
-	}
-	h.buf = append(append(append(h.buf[:0], w.before...), v...), w.after...)
+func (h *handler) value(w *floor.Value, v string) string {
+	h.buf = w.Append(h.buf[:0], v)
 	return abi.StringView(h.buf)
 }

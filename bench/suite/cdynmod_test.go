@@ -15,16 +15,27 @@ import (
 )
 
 // TestCModuleExportsEveryHook: the C module (variant O) exports exactly the
-// hooks filter/dynmod exports, the set Envoy 1.40 requires of an HTTP
-// filter module.
+// hooks filter/dynmod exports — from Go (exports.go) and from C (hooks.c),
+// each hook once — the set Envoy 1.40 requires of an HTTP filter module.
 func TestCModuleExportsEveryHook(t *testing.T) {
 	root := repoRoot(t)
-	goHooks := matches(t, filepath.Join(root, "filter", "dynmod", "exports.go"), `^//export (envoy_dynamic_module_on_\w+)`)
+	dir := filepath.Join(root, "filter", "dynmod")
+	goHooks := matches(t, filepath.Join(dir, "exports.go"), `^//export (envoy_dynamic_module_on_\w+)`)
+	inC := matches(t, filepath.Join(dir, "hooks.c"), `^\w[^(]*\b(envoy_dynamic_module_on_\w+)\(`)
+	for _, h := range inC {
+		if slices.Contains(goHooks, h) {
+			t.Errorf("%s is in both exports.go and hooks.c", h)
+		}
+	}
+	if len(goHooks) != 4 {
+		t.Errorf("exports.go has %d hooks, want 4 (program-init, config new and destroy, request headers): %q", len(goHooks), goHooks)
+	}
+	all := append(goHooks, inC...)
 	cHooks := matches(t, filepath.Join(root, cModuleSource), `^EXPORT [^(]*\b(envoy_dynamic_module_on_\w+)\(`)
-	slices.Sort(goHooks)
+	slices.Sort(all)
 	slices.Sort(cHooks)
-	if len(goHooks) < 20 || !slices.Equal(goHooks, cHooks) {
-		t.Errorf("hooks differ:\nfilter/dynmod: %q\n%s: %q", goHooks, cModuleSource, cHooks)
+	if len(all) < 20 || !slices.Equal(all, cHooks) {
+		t.Errorf("hooks differ:\nfilter/dynmod: %q\n%s: %q", all, cModuleSource, cHooks)
 	}
 }
 

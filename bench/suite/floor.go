@@ -120,6 +120,21 @@ func floorFilter(cfg func() []byte) func(*paths) ([]any, error) {
 	}
 }
 
+// nativeFloorFilter is floorFilter's native counterpart: the minimal Go
+// dynamic module (bench/mindynmod) replays the same write script, given as
+// a google.protobuf.StringValue filter_config, with the callbacks Allot's
+// native module makes those writes with.
+func nativeFloorFilter(cfg func() []byte) func(*paths) ([]any, error) {
+	return func(p *paths) ([]any, error) {
+		sc, _, _, err := floorWrites(cfg())
+		if err != nil {
+			return nil, err
+		}
+		return moduleFilter(minDynmod, map[string]any{
+			"@type": "type.googleapis.com/google.protobuf.StringValue", "value": sc.String()})(p)
+	}
+}
+
 // floorsDefault are the variants `make bench-floors` measures when -only
 // names none: the Wasm floors K and L, K's native counterpart M, and the
 // variants they explain.
@@ -145,6 +160,13 @@ func runFloors(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	res.Commands = append(res.Commands, cmd)
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
+		cmds, err := buildModules(ctx, o, p)
+		if err != nil {
+			return err
+		}
+		res.Commands = append(res.Commands, cmds...)
+	}
 	rounds := cmp.Or(o.PairedRounds, pairedRounds)
 	logf("floors: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
 	if res.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {

@@ -47,9 +47,9 @@ func moduleEnv(v variant, p *paths) []string {
 
 // moduleFilter renders an http_filters entry loading the dynamic module so
 // (found as lib<name>.so through moduleEnv) with filter_config cfg, a
-// google.protobuf.Struct's JSON (nil: none). do_not_close is mandatory for
-// Go modules: a Go runtime cannot be unloaded.
-func moduleFilter(so func(*paths) string, cfg json.RawMessage) func(*paths) ([]any, error) {
+// google.protobuf.Any's JSON (nil: none). do_not_close is mandatory for Go
+// modules: a Go runtime cannot be unloaded.
+func moduleFilter(so func(*paths) string, cfg map[string]any) func(*paths) ([]any, error) {
 	return func(p *paths) ([]any, error) {
 		name := moduleName(so(p))
 		typed := map[string]any{
@@ -61,7 +61,7 @@ func moduleFilter(so func(*paths) string, cfg json.RawMessage) func(*paths) ([]a
 		}
 		if cfg != nil {
 			typed["filter_name"] = allotFilterName
-			typed["filter_config"] = map[string]any{"@type": "type.googleapis.com/google.protobuf.Struct", "value": cfg}
+			typed["filter_config"] = cfg
 		}
 		return []any{map[string]any{"name": allotFilterName, "typed_config": typed}}, nil
 	}
@@ -84,7 +84,7 @@ func nativeAllot(n int, lean bool) func(*paths) ([]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("native filter config: %w", err)
 		}
-		return moduleFilter(allotSO, js)(p)
+		return moduleFilter(allotSO, map[string]any{"@type": "type.googleapis.com/google.protobuf.Struct", "value": json.RawMessage(js)})(p)
 	}
 }
 

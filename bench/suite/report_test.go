@@ -63,8 +63,27 @@ func TestTargetRows(t *testing.T) {
 		}
 	}
 
-	// Without the extras, the memory targets say so.
+	// With N measured, each throughput row shows it; a missed limit N's
+	// whole interval misses too lies below the floor of any Go filter.
 	res := targetResults()
+	res.Variants = append(res.Variants, variantInfo{ID: "N", Probe: true})
+	res.Paired.RPS["N"] = steady(27000)
+	out, err = renderReport(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "report with N", out,
+		"(limit 0.70 ×). The floor of a Go filter on this host, N (the minimal Go dynamic module: one header, none of Allot's work): 0.68 × A, 95% interval 0.68–0.68 × | **met** |",
+		"(limit 1.00 ×). The floor of a Go filter on this host, N (the minimal Go dynamic module: one header, none of Allot's work): 0.84 × C, 95% interval 0.84–0.84 ×: the target lies below that floor | **missed** (below its floor) |")
+	res.Paired.RPS["N"] = steady(30000)
+	out, err = renderReport(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "report with N", out, "N (the minimal Go dynamic module: one header, none of Allot's work): 0.75 × A, 95% interval 0.75–0.75 × | **met** |")
+
+	// Without the extras, the memory targets say so.
+	res = targetResults()
 	res.Memory = nil
 	out, err = renderReport(res)
 	if err != nil {
@@ -92,9 +111,22 @@ func TestFloorsSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	contains(t, "floors section", out,
-		"| G | K | +19.0 µs (1.90 × E; 1.90–1.90 ×) | +40.0 µs (4.00 × E) | +21.0 µs (2.10 × E; +21.0 … +21.0) | ≤ 0.25 × E (2.5 µs) |",
-		"| J | L | +11.0 µs (1.10 × E; 1.10–1.10 ×) | +30.0 µs (3.00 × E) | +19.0 µs (1.90 × E; +19.0 … +19.0) | – |",
+		"| G | K | +19.0 µs (1.90 × E; 1.90–1.90 ×) | – | +40.0 µs (4.00 × E) | +21.0 µs (2.10 × E; +21.0 … +21.0) | ≤ 0.25 × E (2.5 µs) |",
+		"| J | L | +11.0 µs (1.10 × E; 1.10–1.10 ×) | – | +30.0 µs (3.00 × E) | +19.0 µs (1.90 × E; +19.0 … +19.0) | – |",
 	)
+
+	// A native floor is measured against N, and shows its throughput.
+	res.Variants = append(res.Variants, variantInfo{ID: "N"}, variantInfo{ID: "Q"}, variantInfo{ID: "U", FloorOf: "Q", FloorRef: "N"})
+	res.Paired.CPU["N"], res.Paired.CPU["Q"], res.Paired.CPU["U"] = round(5), round(20), round(15)
+	res.Paired.RPS = map[string][]float64{"A": {100, 100, 100}, "U": {60, 60, 60}}
+	out, err = renderFloors(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "floors section", out,
+		"| Q | U | +15.0 µs (3.00 × N; 3.00–3.00 ×) | 0.60 (0.60–0.60 ×) | +20.0 µs (4.00 × N) | +5.0 µs (1.00 × N; +5.0 … +5.0) | – |")
+	res.Variants = res.Variants[:len(res.Variants)-3]
+	res.Paired.RPS = nil
 	if strings.Contains(out, "Native counterpart") {
 		t.Errorf("a native counterpart paragraph without M:\n%s", out)
 	}

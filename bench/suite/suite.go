@@ -110,6 +110,8 @@ type variantInfo struct {
 	ID, Name string
 	// FloorOf lists the variants whose writes this floor variant replays.
 	FloorOf string `json:",omitempty"`
+	// FloorRef is the minimal filter the floor builds on (empty: E).
+	FloorRef string `json:",omitempty"`
 	// NativeOf names the floor variant whose writes this one makes with
 	// Envoy's native filters.
 	NativeOf string `json:",omitempty"`

@@ -59,6 +59,9 @@ type variant struct {
 	// replays (bench/floor), warm and cold. Floor variants are measured only in the
 	// interleaved section, which the targets use.
 	floorOf string
+	// floorRef is the minimal filter a floor variant builds on, the
+	// yardstick of its table row: E (the default) or N.
+	floorRef string
 	// nativeOf names the floor variant whose writes this variant makes
 	// with Envoy's native filters instead of from a Wasm VM; measured in
 	// the interleaved section only, like the floors.
@@ -85,7 +88,7 @@ func (v variant) interleavedOnly() bool { return v.floorOf != "" || v.nativeOf !
 
 // info is what the report keeps of v.
 func (v variant) info() variantInfo {
-	return variantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.wasmTwin}
+	return variantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, FloorRef: v.floorRef, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.wasmTwin}
 }
 
 // paths are the files and ports the filter configurations refer to.
@@ -134,6 +137,9 @@ func variants() []variant {
 			allot: 50, lean: true, wasmTwin: "I"},
 		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, true), module: allotSO,
 			allot: 50, lean: true, cold: true, wasmTwin: "J"},
+		{ID: "U", Name: "floor of Q: N's read and hash, then the writes Q makes for a typical unit, with the callbacks Allot native makes them with; none of Allot's work",
+			filters: nativeFloorFilter(func() []byte { return filterConfigJSON(50) }), module: minDynmod, expect: hashExpect,
+			floorOf: "QR", floorRef: "N"},
 	}
 }
 
