@@ -55,6 +55,11 @@ func (f *faultHost) AddHeaderMapValue(t abi.MapType, key, value string) error {
 	return f.envoyHost.AddHeaderMapValue(t, key, value)
 }
 
+func (f *faultHost) AddQueuedRequestHeaders() error {
+	f.fire("add")
+	return f.envoyHost.AddQueuedRequestHeaders()
+}
+
 func (f *faultHost) SetHeaderMapPairs(t abi.MapType, b []byte) error {
 	f.fire("set")
 	return f.envoyHost.SetHeaderMapPairs(t, b)

@@ -21,8 +21,9 @@ type envoyHost struct {
 	// calls from the next's).
 	requests uint64
 
-	hdrs  dynmod.Headers // Envoy's view of the headers (aliasing its memory)
-	data  []byte         // their copy, which pairs alias
+	batch dynmod.HeaderBatch // headers queued to add (abi.HeaderBatcher)
+	hdrs  dynmod.Headers     // Envoy's view of the headers (aliasing its memory)
+	data  []byte             // their copy, which pairs alias
 	pairs [][2]string
 }
 
@@ -72,6 +73,25 @@ func (h *envoyHost) GetHeaderMapPairs(t abi.MapType) ([][2]string, error) {
 		h.pairs = append(h.pairs, [2]string{ks, vs})
 	}
 	return h.pairs, nil
+}
+
+// QueueRequestHeader implements abi.HeaderBatcher.
+func (h *envoyHost) QueueRequestHeader(name, value string) { h.batch.Add(name, value) }
+
+// AddQueuedRequestHeaders implements abi.HeaderBatcher: the queued headers
+// go to Envoy with one call from Go (dynmod.Filter.AddRequestHeaders) —
+// about 0.35 µs less per header than one call each (docs/perf/native.md).
+func (h *envoyHost) AddQueuedRequestHeaders() error {
+	n := h.batch.Len()
+	added := 0
+	if h.filter != 0 {
+		added = h.filter.AddRequestHeaders(&h.batch)
+	}
+	h.batch.Reset()
+	if added != n {
+		return hostErr("http_add_header")
+	}
+	return nil
 }
 
 // AddHeaderMapValue implements abi.Host.

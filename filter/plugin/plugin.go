@@ -38,6 +38,9 @@ const TickMillis = 1000
 // worker thread), so it needs no locks.
 type Plugin struct {
 	host abi.Host
+	// batcher is host, when it adds several headers with one call: the
+	// plugin then adds its headers in one batch, however many.
+	batcher abi.HeaderBatcher
 	// roots are the plugin instances in this VM. Envoy keeps the old root
 	// serving its in-flight streams while a new configuration starts in a
 	// new root, so each stream remembers the root it was created under.
@@ -84,8 +87,10 @@ var _ abi.Handler = (*Plugin)(nil)
 
 // New returns a Plugin that talks to host.
 func New(host abi.Host) *Plugin {
+	b, _ := host.(abi.HeaderBatcher)
 	return &Plugin{
 		host:    host,
+		batcher: b,
 		roots:   map[uint32]*root{},
 		streams: map[uint32]*root{},
 		attrs:   engine.Attributes{},
@@ -270,9 +275,12 @@ func (p *Plugin) assign(r *root) error {
 	if cfg.Version != "" {
 		adds++
 	}
-	if adds > maxSingleWrites {
+	switch {
+	case p.batcher != nil:
+		err = p.addBatch(cfg, e, dict)
+	case adds > maxSingleWrites:
 		err = p.setMap(cfg, pairs, true, e, dict)
-	} else {
+	default:
 		err = p.addAll(cfg, e, dict)
 	}
 	if err != nil {
@@ -393,6 +401,26 @@ func (p *Plugin) addAll(cfg *Config, e entry, dict string) error {
 		}
 	}
 	return nil
+}
+
+// addBatch adds the headers addAll would, in the same order, with one
+// call into a host that batches (abi.HeaderBatcher); on a host error
+// failOpen takes back whatever was added.
+func (p *Plugin) addBatch(cfg *Config, e entry, dict string) error {
+	b := p.batcher
+	if cfg.PerExperimentHeaders {
+		for j := range e.assignments() {
+			i, v := e.at(j)
+			b.QueueRequestHeader(cfg.headerNames[i], cfg.values[i][v])
+		}
+	}
+	if len(dict) > 0 {
+		b.QueueRequestHeader(cfg.DictionaryHeader, dict)
+	}
+	if cfg.Version != "" {
+		b.QueueRequestHeader(cfg.VersionHeader, cfg.Version)
+	}
+	return b.AddQueuedRequestHeaders()
 }
 
 // removeAll removes every copy of each of names, one host call each. It

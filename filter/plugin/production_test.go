@@ -402,3 +402,52 @@ func TestSmallChangesUseSingleAdds(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchingHostAddsInOneCall: over a host that batches (the native
+// module's), the plugin adds every header of a request with one call,
+// however many (no map rebuild beyond maxSingleWrites), and the request
+// ends up with exactly the headers, in the order, it gets over a host that
+// does not. A batch Envoy refuses part-way fails open: nothing owned is
+// left, the forged header included, and the failure is counted.
+func TestBatchingHostAddsInOneCall(t *testing.T) {
+	cfg := experimentsEveryUnitIsIn(50)
+	plain, pp, proot := start(t, cfg)
+	b := fakehost.NewBatcher()
+	bp := New(b)
+	broot, ok := b.StartPlugin(bp, []byte(cfg))
+	if !ok {
+		t.Fatalf("configuration refused: %v", b.Logs)
+	}
+	for i := range 100 {
+		in := [][2]string{{"x-user-id", fmt.Sprintf("u%d", i)}, {"x-experiment-e01", "forged"}}
+		want, _ := plain.Request(pp, proot, in)
+		got, err := b.Request(bp, broot, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("request %d: batched\n%q\nunbatched\n%q", i, got, want)
+		}
+		if n := len(values(got, "x-experiment-e02")); n != 1 {
+			t.Fatalf("request %d: %d x-experiment-e02 headers", i, n)
+		}
+	}
+	if b.Batches != 100 || b.SetPairsCalls != 0 {
+		t.Fatalf("100 requests made %d batches and %d map rebuilds, want 100 and 0", b.Batches, b.SetPairsCalls)
+	}
+
+	b.Inject(fakehost.Fault{Call: "batch_add_header", Nth: 3})
+	got, err := b.Request(bp, broot, [][2]string{{"x-user-id", "u1"}, {"x-experiment-e01", "forged"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fired != 1 {
+		t.Fatalf("the fault fired %d times, want 1", b.Fired)
+	}
+	if owned := ownedHeaders(got); len(owned) != 0 {
+		t.Fatalf("after a refused batch the request carries %q", owned)
+	}
+	if bp.FailOpen(broot) != 1 {
+		t.Fatalf("FailOpen = %d, want 1", bp.FailOpen(broot))
+	}
+}

@@ -300,3 +300,45 @@ func (h *Host) newID() uint32 {
 	h.nextID++
 	return h.nextID
 }
+
+// Batcher is a Host that is also an abi.HeaderBatcher, as the native
+// module's host is: the headers a plugin queues are added by one call.
+// Inside that call each header is one "batch_add_header" for Fail and
+// Trace, so a fault can break a batch after some headers were added.
+type Batcher struct {
+	*Host
+	queue [][2]string
+	// Batches counts AddQueuedRequestHeaders calls.
+	Batches int
+}
+
+var _ abi.HeaderBatcher = (*Batcher)(nil)
+
+// NewBatcher is New, batching.
+func NewBatcher() *Batcher { return &Batcher{Host: New()} }
+
+// QueueRequestHeader implements abi.HeaderBatcher.
+func (b *Batcher) QueueRequestHeader(name, value string) {
+	b.queue = append(b.queue, [2]string{strings.Clone(name), strings.Clone(value)})
+}
+
+// AddQueuedRequestHeaders implements abi.HeaderBatcher.
+func (b *Batcher) AddQueuedRequestHeaders() error {
+	q := b.queue
+	b.queue = b.queue[:0]
+	b.Batches++
+	for _, kv := range q {
+		if err := b.fail("batch_add_header"); err != nil {
+			return err
+		}
+		b.Headers[abi.RequestHeaders] = append(b.Headers[abi.RequestHeaders], [2]string{strings.ToLower(kv[0]), kv[1]})
+	}
+	return nil
+}
+
+// Request is Host.Request, emptying the queue first as the native host
+// does at the start of every request hook.
+func (b *Batcher) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
+	b.queue = b.queue[:0]
+	return b.Host.Request(hd, root, headers)
+}
