@@ -22,9 +22,12 @@ type envoyHost struct {
 	requests uint64
 
 	batch dynmod.HeaderBatch // headers queued to add (abi.HeaderBatcher)
-	hdrs  dynmod.Headers     // Envoy's view of the headers (aliasing its memory)
-	data  []byte             // their copy, which pairs alias
-	pairs [][2]string
+	// statePath and stateKey are the last property set and its filter
+	// state key.
+	statePath, stateKey string
+	hdrs                dynmod.Headers // Envoy's view of the headers (aliasing its memory)
+	data                []byte         // their copy, which pairs alias
+	pairs               [][2]string
 }
 
 var _ abi.Host = (*envoyHost)(nil)
@@ -225,7 +228,10 @@ func (h *envoyHost) GetProperty(path ...string) ([]byte, error) {
 // the name the Wasm host gives it ("wasm." + path), so one access-log
 // format (%FILTER_STATE(wasm.allot:PLAIN)%) serves both artifacts.
 func (h *envoyHost) SetProperty(path string, value []byte) error {
-	if h.filter == 0 || !h.filter.SetFilterState(filterStatePrefix+path, value) {
+	if path != h.statePath { // the plugin sets one property: make its key once
+		h.statePath, h.stateKey = path, filterStatePrefix+path
+	}
+	if h.filter == 0 || !h.filter.SetFilterState(h.stateKey, value) {
 		return hostErr("http_set_filter_state_bytes")
 	}
 	return nil

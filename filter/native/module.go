@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,8 +196,17 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	}
 	next[h] = e
 	m.configs.Store(&next)
+	releaseMemory()
 	return h
 }
+
+// releaseMemory returns to the OS the heap a configuration change left
+// free: decoding and compiling a configuration allocates several times
+// what the compiled form keeps (5.4 MiB for 1,000 experiments), and Go's
+// scavenger would hand it back only gradually. It costs one collection,
+// on Envoy's main thread, per configuration change — never on the request
+// path.
+func releaseMemory() { debug.FreeOSMemory() }
 
 // noCounter marks a counter Envoy did not define.
 const noCounter = ^uint64(0)
@@ -230,6 +240,7 @@ func (m *module) ConfigDestroy(h uintptr) {
 		}
 		w.mu.Unlock()
 	}
+	releaseMemory()
 }
 
 // RequestHeaders implements dynmod.Handler: the plugin's request path on
