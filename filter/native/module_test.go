@@ -29,11 +29,11 @@ type fakeModule struct {
 func newFakeModule(workers int) *fakeModule {
 	f := &fakeModule{module: newModule(), hosts: map[*worker]*fakehost.Host{}}
 	f.newHost = func(w *worker) abi.Host {
-		h := fakehost.New()
+		b := fakehost.NewBatcher() // the native host batches its adds
 		f.mu.Lock()
-		f.hosts[w] = h
+		f.hosts[w] = b.Host
 		f.mu.Unlock()
-		return h
+		return b
 	}
 	f.ProgramInit(uint32(workers))
 	return f
@@ -228,7 +228,7 @@ func TestHostFaultFailsOpenOnWorker(t *testing.T) {
 	cfg := experimentsConfig("v1", 2)
 	h := m.ConfigNew(0, FilterName, []byte(cfg))
 	m.request(1, h, [][2]string{{"x-user-id", "warm"}})
-	m.host(1).Inject(fakehost.Fault{Call: "proxy_add_header_map_value", Nth: 1, Panic: true})
+	m.host(1).Inject(fakehost.Fault{Call: "batch_add_header", Nth: 1, Panic: true})
 	out := m.request(1, h, [][2]string{{"x-user-id", "u1"}, {"x-experiments", "forged"}})
 	if _, n := header(out, "x-experiments"); n != 0 {
 		t.Errorf("failed request kept an assignment header: %v", out)

@@ -428,8 +428,8 @@ func TestBatchingHostAddsInOneCall(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("request %d: batched\n%q\nunbatched\n%q", i, got, want)
 		}
-		if n := len(values(got, "x-experiment-e02")); n != 1 {
-			t.Fatalf("request %d: %d x-experiment-e02 headers", i, n)
+		if v := values(got, "x-experiment-e01"); len(v) != 1 || v[0] == "forged" {
+			t.Fatalf("request %d: x-experiment-e01 = %q, want the assignment alone", i, v)
 		}
 	}
 	if b.Batches != 100 || b.SetPairsCalls != 0 {
