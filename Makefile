@@ -170,7 +170,7 @@ bench: envoy build-filter build-native ## Benchmark Allot (Wasm and native) agai
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)
 
 .PHONY: bench-floors
-bench-floors: envoy build-filter ## Diagnostic: the Wasm floors K, L and K's native counterpart M beside E, G–J, interleaved (~2 min); writes bench/raw/FLOORS.md.
+bench-floors: envoy build-filter build-native ## Diagnostic: the Wasm floors K, L and K's native counterpart M beside E, G–J, interleaved (~2 min); writes bench/raw/FLOORS.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -floors $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))

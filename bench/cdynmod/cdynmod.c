@@ -11,8 +11,9 @@
 // uses, from source/extensions/dynamic_modules/abi/abi.h (ABI v0.2.0, Envoy
 // 1.40), with Envoy's pointer types as uintptr_t; and, since Envoy refuses
 // an HTTP filter module unless it exports every hook, it exports each of
-// those filter/dynmod/exports.go exports, the unused ones as no-ops
-// (TestExportsEveryHook keeps the two lists equal).
+// those filter/dynmod exports (from Go, exports.go, and from C, hooks.c),
+// the unused ones as no-ops (TestCModuleExportsEveryHook keeps the lists
+// equal).
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,10 +13,10 @@
 // Given a write script as its filter_config (bench/floor, in a
 // google.protobuf.StringValue), it instead makes, after the same read and
 // hash, the writes the script lists with the callbacks Allot's native module
-// uses for them: one add-header per header (Allot emulates a header-map
-// rewrite by adding what is new) and one filter-state write per property,
-// under the key Allot gives it ("wasm." + path). That is variant U, the
-// floor of Allot native's Q and R.
+// uses for them: every header in one batched call (dynmod.Filter.
+// AddRequestHeaders, as Allot's native host adds them) and one filter-state
+// write per property, under the key Allot gives it ("wasm." + path). That
+// is variant U, the floor of Allot native's Q and R.
 package main
 
 import (

@@ -11,9 +11,10 @@ import "C"
 
 import "unsafe"
 
-// The event hooks Envoy 1.40 resolves when it loads an HTTP filter module.
-// The ABI's pointer types are passed as uintptr_t here: the same registers.
-// Hooks that return a status return 0, Continue.
+// The four hooks that need Go, of those Envoy 1.40 resolves when it loads an
+// HTTP filter module (the others are C: hooks.c). The ABI's pointer types
+// are passed as uintptr_t here: the same registers. Hooks that return a
+// status return 0, Continue.
 
 //export envoy_dynamic_module_on_program_init
 func envoy_dynamic_module_on_program_init() (version *C.char) {

@@ -64,7 +64,7 @@ static size_t allot_add_headers(uintptr_t filter, const char* data, const uint32
     off += lens[2 * i];
     allot_buffer v = {data + off, lens[2 * i + 1]};
     off += lens[2 * i + 1];
-    if (!envoy_dynamic_module_callback_http_add_header(filter, 0, k, v)) return i;
+    if (!envoy_dynamic_module_callback_http_add_header(filter, 0, k, v)) return i;  // 0: request headers
   }
   return n;
 }
@@ -131,7 +131,7 @@ func (c Config) IncrementCounter(id, n uint64) bool {
 }
 
 // Filter is an envoy_dynamic_module_type_http_filter_envoy_ptr: Envoy's
-// side of one stream, valid until FilterDestroy. Its methods may be called
+// side of one stream, valid until Envoy's filter-destroy hook. Its methods may be called
 // only from the hooks of that stream, on its worker thread.
 type Filter uintptr
 

@@ -227,7 +227,9 @@ func (p *Plugin) request(r *root) abi.Action {
 // headers. Each of the two writes — the forged names removed, the headers
 // added — takes one host call per header when there are at most
 // maxSingleWrites, else one proxy_set_header_map_pairs; a request without
-// forged headers (the common case) makes no call for them.
+// forged headers (the common case) makes no call for them. Over a host that
+// batches (abi.HeaderBatcher: the native module's) the headers are added
+// with one call, however many.
 func (p *Plugin) assign(r *root) error {
 	cfg := r.cfg
 	p.strip = p.strip[:0] // before the read: failOpen must not see a previous request's names
