@@ -29,6 +29,7 @@ const (
 	CodeUnauthenticated  Code = "unauthenticated"
 	CodePermissionDenied Code = "permission_denied"
 	CodeTooLarge         Code = "payload_too_large"
+	CodeUnavailable      Code = "unavailable"
 	CodeInternal         Code = "internal"
 )
 
@@ -62,6 +63,10 @@ func toError(err error) *Error {
 		return &Error{Code: CodeConflict, Message: "revision conflict: the experiment changed since it was read; get it again and retry"}
 	case errors.Is(err, store.ErrInvalid):
 		return &Error{Code: CodeInvalid, Message: err.Error()}
+	case errors.Is(err, store.ErrUnavailable):
+		// The store names itself and why (no quorum, unreachable); the
+		// caller may retry, and a write may or may not have committed.
+		return &Error{Code: CodeUnavailable, Message: err.Error()}
 	}
 	return &Error{Code: CodeInternal, Message: "internal error"}
 }
@@ -81,6 +86,8 @@ func HTTPStatus(c Code) int {
 		return http.StatusForbidden
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -110,6 +117,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		c = codes.PermissionDenied
 	case CodeTooLarge:
 		c = codes.ResourceExhausted
+	case CodeUnavailable:
+		c = codes.Unavailable
 	default:
 		c = codes.Internal
 		log.Error("admin request failed", "transport", "grpc", "method", method, "error", err.Error())

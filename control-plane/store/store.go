@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -47,6 +48,10 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrClosed reports a call on a store that has been closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable reports that the store cannot be reached or cannot
+	// commit now (a replicated store without a quorum); the error names the
+	// store. A write that fails with it may or may not have committed.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Experiment is a stored experiment document.
@@ -155,4 +160,41 @@ type Store interface {
 	// Close releases the store and closes every Watch channel. Calling it
 	// more than once is allowed; later calls return nil.
 	Close() error
+}
+
+// CompactSpec checks the caller-supplied fields of e that every store
+// requires (a non-empty Key, a Spec that is exactly one JSON value) and
+// returns the Spec compacted, in fresh memory. The errors wrap ErrInvalid.
+func CompactSpec(e *Experiment) (json.RawMessage, error) {
+	switch {
+	case e.Key == "":
+		return nil, fmt.Errorf("empty key: %w", ErrInvalid)
+	case !json.Valid(e.Spec):
+		return nil, fmt.Errorf("spec is not valid JSON: %w", ErrInvalid)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, e.Spec); err != nil {
+		return nil, fmt.Errorf("spec: %w: %w", ErrInvalid, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// CheckExpect checks an expected revision of Update or Delete.
+func CheckExpect(expect int64) error {
+	if expect < 0 {
+		return fmt.Errorf("expected revision %d is negative: %w", expect, ErrInvalid)
+	}
+	return nil
+}
+
+// Marshal encodes v as compact JSON without HTML escaping, so that Spec
+// bytes round-trip unchanged: the encoding stores write.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -281,7 +281,7 @@ func (d *DB) Update(ctx context.Context, e *store.Experiment, expect int64, acto
 	}
 	spec, err := checkExperiment(e)
 	if err == nil {
-		err = checkExpect(expect)
+		err = store.CheckExpect(expect)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("update experiment %q: %w", e.Key, err)
@@ -318,7 +318,7 @@ func (d *DB) Update(ctx context.Context, e *store.Experiment, expect int64, acto
 
 // Delete implements store.Store.
 func (d *DB) Delete(ctx context.Context, key string, expect int64, actor string) error {
-	err := checkExpect(expect)
+	err := store.CheckExpect(expect)
 	if err == nil && key == "" {
 		err = fmt.Errorf("empty key: %w", store.ErrInvalid)
 	}
@@ -491,7 +491,7 @@ func (d *DB) update(ctx context.Context, actor string, fn func(tx *bbolt.Tx, rev
 			return err
 		}
 		c.Revision, c.Time, c.Actor = rev, now, actor
-		data, err := marshal(c)
+		data, err := store.Marshal(c)
 		if err != nil {
 			return fmt.Errorf("encode change: %w", err)
 		}
@@ -528,26 +528,10 @@ func closedErr(err error) error {
 // checkExperiment validates the caller-supplied fields of e and returns its
 // Spec compacted (and thereby copied).
 func checkExperiment(e *store.Experiment) (json.RawMessage, error) {
-	switch {
-	case e.Key == "":
-		return nil, fmt.Errorf("empty key: %w", store.ErrInvalid)
-	case len(e.Key) > bbolt.MaxKeySize:
+	if len(e.Key) > bbolt.MaxKeySize {
 		return nil, fmt.Errorf("key longer than %d bytes: %w", bbolt.MaxKeySize, store.ErrInvalid)
-	case !json.Valid(e.Spec):
-		return nil, fmt.Errorf("spec is not valid JSON: %w", store.ErrInvalid)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, e.Spec); err != nil {
-		return nil, fmt.Errorf("spec: %w: %w", store.ErrInvalid, err)
-	}
-	return buf.Bytes(), nil
-}
-
-func checkExpect(expect int64) error {
-	if expect < 0 {
-		return fmt.Errorf("expected revision %d is negative: %w", expect, store.ErrInvalid)
-	}
-	return nil
+	return store.CompactSpec(e)
 }
 
 // current returns the stored experiment under key and its encoding (copied
@@ -580,7 +564,7 @@ func getExperiment(tx *bbolt.Tx, key string) (*store.Experiment, error) {
 }
 
 func putExperiment(b *bbolt.Bucket, e *store.Experiment) (json.RawMessage, error) {
-	data, err := marshal(e)
+	data, err := store.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode experiment: %w", err)
 	}
@@ -598,18 +582,6 @@ func decodeExperiment(v []byte) (*store.Experiment, error) {
 		return nil, err
 	}
 	return &e, nil
-}
-
-// marshal encodes v as compact JSON without HTML escaping, so that Spec
-// bytes round-trip unchanged.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func revision(tx *bbolt.Tx) (int64, error) {

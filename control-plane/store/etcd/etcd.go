@@ -1,0 +1,680 @@
+// Package etcd implements store.Store on an etcd cluster through
+// go.etcd.io/etcd/client/v3: the store allotd uses when it runs as several
+// replicas.
+//
+// Layout under the store's prefix (DefaultPrefix unless WithPrefix):
+//
+//	meta/schema_version            "1"
+//	meta/revision                  the store revision, decimal
+//	experiments/<key>              Experiment as JSON
+//	history/<revision>             Change as JSON (revision zero-padded to 20 digits)
+//	key_history/<escaped key>/<revision>   the same Change (the per-key index)
+//
+// The store revision is Allot's own counter in meta/revision, not etcd's
+// revision: etcd counts every write to the cluster (replica and proxy
+// state, leases, other tenants), while the store.Store contract numbers
+// experiment writes 1, 2, 3… so that the audit history has no gaps and every
+// replica reading the cluster sees the same numbers.
+//
+// Every write is one etcd transaction: it compares the mod revisions of
+// meta/revision and of the experiment with those it read, and puts the
+// experiment, the next revision and the Change. A concurrent write makes
+// the comparison fail, and the write is retried on fresh reads, so writes
+// are serializable cluster-wide and a write commits with its audit entry or
+// not at all. etcd commits to a quorum's disks before answering.
+//
+// When the cluster has no quorum, writes fail fast (etcd's require-leader
+// mode) with an error wrapping store.ErrUnavailable that names the
+// endpoints, and reads fall back to the reachable member's last committed
+// state (a serializable read) so that the experiments stay readable.
+//
+// This package must not import anything from the control plane except store.
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/allotmesh/allot/control-plane/store"
+)
+
+// SchemaVersion is the layout version this package reads and writes. Open
+// refuses a prefix recorded with any other version.
+const SchemaVersion = 1
+
+// DefaultPrefix is the key prefix of the store in the etcd keyspace.
+const DefaultPrefix = "/allot/"
+
+// DefaultRequestTimeout bounds each call to the cluster.
+const DefaultRequestTimeout = 5 * time.Second
+
+var _ store.Store = (*Store)(nil)
+
+// Store is a store.Store backed by an etcd cluster. Create it with Open or
+// New.
+type Store struct {
+	cli     *clientv3.Client
+	owned   bool // Close closes cli
+	name    string
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+
+	closed  atomic.Bool
+	stop    context.CancelFunc // cancels every watch
+	stopCtx context.Context
+	watches sync.WaitGroup
+}
+
+type config struct {
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+}
+
+// Option configures Open and New.
+type Option func(*config)
+
+// WithPrefix sets the key prefix (DefaultPrefix by default); several stores
+// can share a cluster under different prefixes. A prefix must end in "/".
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithRequestTimeout bounds each call to the cluster (DefaultRequestTimeout
+// by default); d must be positive.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// WithClock sets the clock used to timestamp writes (time.Now by default).
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// Open connects to the cluster described by cfg, checks or records the
+// store's schema version, and returns the store; Close closes the client.
+func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("open etcd store: no endpoints: %w", store.ErrInvalid)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultRequestTimeout
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.WithoutCancel(ctx)
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open etcd store at %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	s, err := newStore(ctx, cli, true, opts)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New returns the store on an existing client, which the caller keeps
+// owning: Close leaves it open.
+func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Store, error) {
+	return newStore(ctx, cli, false, opts)
+}
+
+func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Option) (*Store, error) {
+	cfg := config{prefix: DefaultPrefix, timeout: DefaultRequestTimeout, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !strings.HasSuffix(cfg.prefix, "/") {
+		return nil, fmt.Errorf("open etcd store: prefix %q does not end in /: %w", cfg.prefix, store.ErrInvalid)
+	}
+	s := &Store{
+		cli: cli, owned: owned, prefix: cfg.prefix, timeout: cfg.timeout, now: cfg.now,
+		name: "etcd " + strings.Join(cli.Endpoints(), ","),
+	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	if err := s.initSchema(ctx); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("open %s prefix %q: %w", s.name, s.prefix, err)
+	}
+	return s, nil
+}
+
+// Name names the store in errors and logs: "etcd" and its endpoints.
+func (s *Store) Name() string { return s.name }
+
+// Client returns the store's etcd client, for the replica's other state in
+// the same cluster.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, "") }
+
+func (s *Store) schemaKey() string        { return s.key("meta/schema_version") }
+func (s *Store) revKey() string           { return s.key("meta/revision") }
+func (s *Store) expKey(key string) string { return s.key("experiments/", key) }
+func (s *Store) histKey(rev int64) string { return s.key("history/", revString(rev)) }
+func (s *Store) keyHistPrefix(key string) string {
+	return s.key("key_history/", url.PathEscape(key), "/")
+}
+
+func revString(rev int64) string { return fmt.Sprintf("%020d", rev) }
+
+func (s *Store) initSchema(ctx context.Context) error {
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	k := s.schemaKey()
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, strconv.Itoa(SchemaVersion))).
+		Else(clientv3.OpGet(k)).
+		Commit()
+	if err != nil {
+		return s.wrap(ctx, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) != 1 {
+		return errors.New("schema version vanished")
+	}
+	if v := string(kvs[0].Value); v != strconv.Itoa(SchemaVersion) {
+		return fmt.Errorf("schema version %s, this build supports %d", v, SchemaVersion)
+	}
+	return nil
+}
+
+// opContext bounds one call to the cluster, and makes it fail rather than
+// wait when the member it reaches has no leader.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return clientv3.WithRequireLeader(ctx), cancel
+}
+
+// check refuses calls on a closed store or with a done context.
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// wrap classifies an error of the client: the caller's own cancellation,
+// a closed store, a cluster that cannot serve (store.ErrUnavailable, naming
+// the store), a request etcd refuses as too large (store.ErrInvalid).
+func (s *Store) wrap(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case s.closed.Load():
+		return fmt.Errorf("%w: %w", store.ErrClosed, err)
+	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return ctx.Err()
+	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("%w: %s refuses the request as too large: %w", store.ErrInvalid, s.name, err)
+	case unavailable(err) || ctx.Err() != nil:
+		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, s.name, err)
+	}
+	return fmt.Errorf("%s: %w", s.name, err)
+}
+
+// unavailable reports whether err says the cluster cannot serve now.
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex,
+		rpctypes.ErrGRPCNoLeader, rpctypes.ErrGRPCLeaderChanged, rpctypes.ErrGRPCTimeout,
+		rpctypes.ErrGRPCTimeoutDueToLeaderFail, rpctypes.ErrGRPCTimeoutDueToConnectionLost, rpctypes.ErrGRPCNotCapable} {
+		if errors.Is(err, e) || err.Error() == e.Error() {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// get is one read of read: a key, or every key under a prefix.
+type get struct {
+	key    string
+	prefix bool
+}
+
+func (g get) op(serializable bool) clientv3.Op {
+	var opts []clientv3.OpOption
+	if g.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	return clientv3.OpGet(g.key, opts...)
+}
+
+// read runs gets in one read-only transaction, so they see one state.
+// When the cluster cannot serve a linearizable read (no quorum), it falls
+// back to the member's last committed state: a serializable read, answered
+// without a quorum.
+func (s *Store) read(ctx context.Context, gets ...get) (*clientv3.TxnResponse, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	ops := make([]clientv3.Op, len(gets))
+	for i, g := range gets {
+		ops[i] = g.op(false)
+	}
+	octx, cancel := s.opContext(ctx)
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	err = s.wrap(octx, err)
+	cancel()
+	if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+		return resp, err
+	}
+	for i, g := range gets {
+		ops[i] = g.op(true)
+	}
+	sctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, serr := s.cli.Txn(sctx).Then(ops...).Commit()
+	if serr != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, key string) (*store.Experiment, error) {
+	resp, err := s.read(ctx, get{key: s.expKey(key)})
+	if err != nil {
+		return nil, fmt.Errorf("get experiment %q: %w", key, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, fmt.Errorf("get experiment %q: %w", key, store.ErrNotFound)
+	}
+	e, err := decodeExperiment(kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("get experiment %q: decode: %w", key, err)
+	}
+	return e, nil
+}
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context) ([]*store.Experiment, int64, error) {
+	resp, err := s.read(ctx, get{key: s.revKey()}, get{key: s.key("experiments/"), prefix: true})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list experiments: %w", err)
+	}
+	rev, err := parseRevision(resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list experiments: %w", err)
+	}
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	list := make([]*store.Experiment, 0, len(kvs))
+	for _, kv := range kvs {
+		e, err := decodeExperiment(kv.Value)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list experiments: decode %q: %w", kv.Key, err)
+		}
+		list = append(list, e)
+	}
+	return list, rev, nil
+}
+
+// Revision implements store.Store.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.read(ctx, get{key: s.revKey()})
+	if err != nil {
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	rev, err := parseRevision(resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return 0, fmt.Errorf("read revision: %w", err)
+	}
+	return rev, nil
+}
+
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, key string) ([]store.Change, error) {
+	prefix := s.key("history/")
+	what := "history"
+	if key != "" {
+		prefix, what = s.keyHistPrefix(key), fmt.Sprintf("history of %q", key)
+	}
+	resp, err := s.read(ctx, get{key: prefix, prefix: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	changes := make([]store.Change, 0, len(kvs))
+	for _, kv := range kvs {
+		var c store.Change
+		if err := json.Unmarshal(kv.Value, &c); err != nil {
+			return nil, fmt.Errorf("%s: decode change %q: %w", what, kv.Key, err)
+		}
+		changes = append(changes, c)
+	}
+	return changes, nil
+}
+
+// Create implements store.Store.
+func (s *Store) Create(ctx context.Context, e *store.Experiment, actor string) (*store.Experiment, error) {
+	if e == nil {
+		return nil, fmt.Errorf("create experiment: nil experiment: %w", store.ErrInvalid)
+	}
+	spec, err := store.CompactSpec(e)
+	if err != nil {
+		return nil, fmt.Errorf("create experiment %q: %w", e.Key, err)
+	}
+	var out *store.Experiment
+	err = s.write(ctx, e.Key, actor, func(old *store.Experiment, _ []byte, rev int64, now time.Time) (*store.Change, error) {
+		if old != nil {
+			return nil, store.ErrExists
+		}
+		out = &store.Experiment{
+			Key: e.Key, Owner: e.Owner, Spec: spec,
+			Revision: rev, CreateRevision: rev, CreatedAt: now, UpdatedAt: now, CreatedBy: actor, UpdatedBy: actor,
+		}
+		return &store.Change{Key: e.Key, Op: store.OpCreate}, nil
+	}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("create experiment %q: %w", e.Key, err)
+	}
+	return out.Clone(), nil
+}
+
+// Update implements store.Store.
+func (s *Store) Update(ctx context.Context, e *store.Experiment, expect int64, actor string) (*store.Experiment, error) {
+	if e == nil {
+		return nil, fmt.Errorf("update experiment: nil experiment: %w", store.ErrInvalid)
+	}
+	spec, err := store.CompactSpec(e)
+	if err == nil {
+		err = store.CheckExpect(expect)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update experiment %q: %w", e.Key, err)
+	}
+	var out *store.Experiment
+	err = s.write(ctx, e.Key, actor, func(old *store.Experiment, before []byte, rev int64, now time.Time) (*store.Change, error) {
+		if err := compare(old, expect); err != nil {
+			return nil, err
+		}
+		out = &store.Experiment{
+			Key: e.Key, Owner: e.Owner, Spec: spec,
+			Revision: rev, CreateRevision: old.CreateRevision, CreatedAt: old.CreatedAt, UpdatedAt: now,
+			CreatedBy: old.CreatedBy, UpdatedBy: actor,
+		}
+		return &store.Change{Key: e.Key, Op: store.OpUpdate, Before: before}, nil
+	}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("update experiment %q: %w", e.Key, err)
+	}
+	return out.Clone(), nil
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, key string, expect int64, actor string) error {
+	err := store.CheckExpect(expect)
+	if err == nil && key == "" {
+		err = fmt.Errorf("empty key: %w", store.ErrInvalid)
+	}
+	if err == nil {
+		var none *store.Experiment
+		err = s.write(ctx, key, actor, func(old *store.Experiment, before []byte, _ int64, _ time.Time) (*store.Change, error) {
+			if err := compare(old, expect); err != nil {
+				return nil, err
+			}
+			return &store.Change{Key: key, Op: store.OpDelete, Before: before}, nil
+		}, &none)
+	}
+	if err != nil {
+		return fmt.Errorf("delete experiment %q: %w", key, err)
+	}
+	return nil
+}
+
+// compare enforces the compare-and-swap rule of Update and Delete.
+func compare(old *store.Experiment, expect int64) error {
+	if old == nil {
+		return store.ErrNotFound
+	}
+	if expect != 0 && old.Revision != expect {
+		return fmt.Errorf("%w: stored revision %d, expected %d", store.ErrConflict, old.Revision, expect)
+	}
+	return nil
+}
+
+// write commits one write: it reads the store revision and the experiment
+// under key, lets fn decide the write against them (fn sets *out to the
+// experiment to store, or leaves it nil to delete), and commits the
+// experiment, the next revision and the Change in one transaction on the
+// condition that neither key changed since the read; otherwise it reads
+// again and retries, until the write commits, fn refuses, or ctx or the
+// request timeout ends.
+func (s *Store) write(ctx context.Context, key, actor string,
+	fn func(old *store.Experiment, before []byte, rev int64, now time.Time) (*store.Change, error),
+	out **store.Experiment) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	rk, ek := s.revKey(), s.expKey(key)
+	for {
+		cur, err := s.cli.Txn(octx).Then(clientv3.OpGet(rk), clientv3.OpGet(ek)).Commit()
+		if err != nil {
+			return s.wrap(octx, err)
+		}
+		revKVs := cur.Responses[0].GetResponseRange().GetKvs()
+		rev, err := parseRevision(revKVs)
+		if err != nil {
+			return err
+		}
+		var revMod, expMod int64
+		if len(revKVs) == 1 {
+			revMod = revKVs[0].ModRevision
+		}
+		var (
+			old    *store.Experiment
+			before []byte
+		)
+		if kvs := cur.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			expMod = kvs[0].ModRevision
+			if old, err = decodeExperiment(kvs[0].Value); err != nil {
+				return fmt.Errorf("decode stored experiment: %w", err)
+			}
+			before = bytes.Clone(kvs[0].Value)
+		}
+		next := rev + 1
+		now := s.now().UTC().Round(0)
+		*out = nil
+		c, err := fn(old, before, next, now)
+		if err != nil {
+			return err
+		}
+		c.Revision, c.Time, c.Actor = next, now, actor
+		ops := []clientv3.Op{clientv3.OpPut(rk, strconv.FormatInt(next, 10))}
+		if *out != nil {
+			data, err := store.Marshal(*out)
+			if err != nil {
+				return fmt.Errorf("encode experiment: %w", err)
+			}
+			c.After = data
+			ops = append(ops, clientv3.OpPut(ek, string(data)))
+		} else {
+			ops = append(ops, clientv3.OpDelete(ek))
+		}
+		change, err := store.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("encode change: %w", err)
+		}
+		ops = append(ops,
+			clientv3.OpPut(s.histKey(next), string(change)),
+			clientv3.OpPut(s.keyHistPrefix(key)+revString(next), string(change)))
+		resp, err := s.cli.Txn(octx).
+			If(clientv3.Compare(clientv3.ModRevision(rk), "=", revMod), clientv3.Compare(clientv3.ModRevision(ek), "=", expMod)).
+			Then(ops...).
+			Commit()
+		if err != nil {
+			return s.wrap(octx, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+}
+
+// Watch implements store.Store. The first value is the store revision when
+// the watch starts; each later write delivers its revision. Over a broken
+// connection, a lost leader or a compacted history the watch reads the
+// current revision again and resumes from there.
+func (s *Store) Watch(ctx context.Context) <-chan int64 {
+	ch := make(chan int64, 1)
+	if s.closed.Load() || ctx.Err() != nil {
+		close(ch)
+		return ch
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.stopCtx, cancel)
+	s.watches.Add(1)
+	go func() {
+		defer s.watches.Done()
+		defer close(ch)
+		defer stop()
+		defer cancel()
+		s.watch(wctx, ch)
+	}()
+	return ch
+}
+
+func (s *Store) watch(ctx context.Context, ch chan int64) {
+	last := int64(-1)
+	send := func(rev int64) {
+		if rev <= last {
+			return
+		}
+		last = rev
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- rev
+	}
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		resp, err := s.read(ctx, get{key: s.revKey()})
+		if err == nil {
+			var rev int64
+			if rev, err = parseRevision(resp.Responses[0].GetResponseRange().GetKvs()); err == nil {
+				send(rev)
+				err = s.follow(ctx, resp.Header.Revision+1, send)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// follow delivers every change of meta/revision from etcd revision from on,
+// until the watch breaks.
+func (s *Store) follow(ctx context.Context, from int64, send func(int64)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range s.cli.Watch(wctx, s.revKey(), clientv3.WithRev(from)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			rev, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+			if err != nil {
+				return fmt.Errorf("meta/revision %q: %w", ev.Kv.Value, err)
+			}
+			send(rev)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("watch closed")
+}
+
+// Close implements store.Store: it ends every watch (closing its channel)
+// and closes the client if Open created it.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stop()
+	s.watches.Wait()
+	if !s.owned {
+		return nil
+	}
+	if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("close %s: %w", s.name, err)
+	}
+	return nil
+}
+
+func parseRevision(kvs []*mvccpb.KeyValue) (int64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	rev, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+	if err != nil || rev < 0 {
+		return 0, fmt.Errorf("corrupt store: meta/revision %q", kvs[0].Value)
+	}
+	return rev, nil
+}
+
+func decodeExperiment(v []byte) (*store.Experiment, error) {
+	var e store.Experiment
+	if err := json.Unmarshal(v, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
