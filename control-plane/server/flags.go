@@ -30,11 +30,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		logFormat string
 		tlsCert   string
 		tlsKey    string
+		storeURL  string
+		etcdOpts  etcdFlags
 	)
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin listen address: HTTP/JSON and gRPC admin API, /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
-	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing)")
+	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
+	fs.StringVar(&storeURL, "store", "", "replicated store instead of -db: etcd://host:2379,host2:2379 (every replica given the same cluster serves the whole mesh)")
+	etcdOpts.register(fs)
 	fs.StringVar(&tokens, "tokens", "", "admin API tokens file (JSON: {\"tokens\":[{\"name\",\"token\",\"role\",\"namespaces\"}]}); required")
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot Wasm filter module as the proxies running it (node metadata allot.artifact absent or \"wasm\") see it")
 	fs.StringVar(&native, "native-path", "bin/liballot.so", "path of the Allot native filter module (Envoy dynamic module) as the proxies running it (node metadata allot.artifact \"native\") see it")
@@ -93,6 +97,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
 	default:
 		return fmt.Errorf("-log-format: %q, want text or json", logFormat)
+	}
+	dbSet := false
+	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })
+	if storeURL != "" {
+		if dbSet {
+			return fmt.Errorf("-db and -store exclude each other: -db is the single-machine bbolt file, -store the replicated store")
+		}
+		return runEtcd(ctx, storeURL, etcdOpts, cfg)
 	}
 	db, err := bolt.Open(dbPath)
 	if err != nil {

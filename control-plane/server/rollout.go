@@ -11,7 +11,8 @@ import (
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-// rollouts adapts the xDS server's rollout tracking to admin.Rollouts.
+// rollouts adapts the xDS server's rollout tracking to admin.Rollouts when
+// allotd runs alone: its own proxies are the whole mesh.
 type rollouts struct{ x *xds.Server }
 
 func (r rollouts) Mark() map[string]string { return r.x.Targets() }
@@ -20,7 +21,12 @@ func (r rollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rol
 	if err := r.x.Refresh(ctx); err != nil {
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
-	ro, err := r.x.WaitFor(ctx, r.x.Targets().Changed(mark))
+	return rolloutResult(r.x.WaitFor(ctx, r.x.Targets().Changed(mark)))
+}
+
+// rolloutResult is a waited write's rollout with its result: applied,
+// timeout, rejected, unserved or error.
+func rolloutResult(ro xds.Rollout, err error) *adminv1.Rollout {
 	out := rolloutProto(ro)
 	switch {
 	case err == nil:
@@ -50,7 +56,7 @@ func rolloutProto(ro xds.Rollout) *adminv1.Rollout {
 	out := &adminv1.Rollout{Targets: map[string]string(ro.Targets)}
 	for _, p := range ro.Proxies {
 		ps := &adminv1.ProxyStatus{
-			NodeId: p.NodeID, Cluster: p.Cluster, Address: p.Address, State: string(p.State),
+			Replica: p.Replica, NodeId: p.NodeID, Cluster: p.Cluster, Address: p.Address, State: string(p.State),
 			TargetVersion: p.Target, SentVersion: p.Sent, AckedVersion: p.Acked, Pushes: int32(p.Pushes),
 			ConnectTime: ts(p.ConnectedAt), LastSeen: ts(p.LastSeen), AckedTime: ts(p.AckedAt),
 			Artifact: p.Artifact, Error: p.Error,

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/mesh"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
@@ -64,6 +65,12 @@ type Config struct {
 	Collectors []prometheus.Collector
 	// Ready, if set, receives the bound addresses once serving.
 	Ready func(Addrs)
+	// Registry, when set, makes this allotd one replica of several sharing
+	// a store: it publishes its proxies there, and rollouts and waited
+	// writes cover every replica's proxies.
+	Registry Registry
+	// ReplicaID names this replica in the registry.
+	ReplicaID string
 }
 
 // Addrs are the addresses allotd listens on.
@@ -136,7 +143,11 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	xsrv.Register(g)
 
 	adminLog := log.With("component", "admin")
-	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(rollouts{xsrv}))
+	var ro admin.Rollouts = rollouts{xsrv}
+	if cfg.Registry != nil {
+		ro = meshRollouts{x: xsrv, reg: cfg.Registry, b: b, st: db}
+	}
+	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro))
 	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
 	ag := grpc.NewServer(append(agrpc.ServerOptions(), creds...)...)
 	agrpc.Register(ag)
@@ -187,6 +198,11 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	}()
 	go func() { defer wg.Done(); syncLoop(ctx, db, xsrv, b, log) }()
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
+	if cfg.Registry != nil {
+		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
+		wg.Add(1)
+		go func() { defer wg.Done(); publishLoop(ctx, cfg.Registry, xsrv, b, self, log.With("component", "mesh")) }()
+	}
 	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil}
 	if grpcLn != nil {
 		addrs.AdminGRPC = grpcLn.Addr()
@@ -274,9 +290,19 @@ func syncLoop(ctx context.Context, st store.Store, x *xds.Server, b *builder, lo
 			}
 		case <-timer.C:
 		}
-		if err := x.Refresh(ctx); err != nil {
-			log.Error("refresh proxies", "error", err)
+		rev, err := st.Revision(ctx)
+		if err == nil {
+			err = x.Refresh(ctx)
 		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Error("refresh proxies", "error", err)
+			timer.Reset(time.Second) // the store may be back by then
+			continue
+		}
+		b.setApplied(rev)
 		next := b.nextBoundary()
 		d := time.Hour
 		if !next.IsZero() {
@@ -297,6 +323,43 @@ type builder struct {
 	mu   sync.Mutex
 	rev  int64
 	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
+
+	appliedMu  sync.Mutex
+	appliedRev int64         // every served snapshot is built from this store revision or a later one
+	appliedCh  chan struct{} // closed and replaced when appliedRev grows
+}
+
+// setApplied records that every cluster's snapshot is built from store
+// revision rev or later.
+func (b *builder) setApplied(rev int64) {
+	b.appliedMu.Lock()
+	defer b.appliedMu.Unlock()
+	if b.appliedCh == nil {
+		b.appliedCh = make(chan struct{})
+	}
+	if rev > b.appliedRev {
+		b.appliedRev = rev
+		close(b.appliedCh)
+		b.appliedCh = make(chan struct{})
+	}
+}
+
+// appliedRevision is the store revision every served snapshot is built
+// from, at least.
+func (b *builder) appliedRevision() int64 {
+	b.appliedMu.Lock()
+	defer b.appliedMu.Unlock()
+	return b.appliedRev
+}
+
+// applied returns a channel closed when the applied revision next grows.
+func (b *builder) applied() <-chan struct{} {
+	b.appliedMu.Lock()
+	defer b.appliedMu.Unlock()
+	if b.appliedCh == nil {
+		b.appliedCh = make(chan struct{})
+	}
+	return b.appliedCh
 }
 
 func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
@@ -324,6 +387,20 @@ func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
 	}
 	b.rev, b.exps = rev, out
 	return out, nil
+}
+
+// version returns the configuration version of cluster now, without
+// building its resources.
+func (b *builder) version(cluster string) (string, error) {
+	exps, err := b.experiments()
+	if err != nil {
+		return "", err
+	}
+	cfg, err := translate.FilterConfig(exps, cluster, b.now(), b.mesh)
+	if err != nil {
+		return "", err
+	}
+	return cfg.Version, nil
 }
 
 // build returns cluster's configuration in each artifact's resource: the

@@ -10,25 +10,28 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/peer"
+
+	"github.com/allotmesh/allot/control-plane/mesh"
 )
 
-// State is where a proxy stands with the configuration it should run.
-type State string
+// State is where a proxy stands with the configuration it should run; the
+// states are the mesh package's, shared by every replica.
+type State = mesh.State
 
 // The states of a proxy.
 const (
 	// StateApplied: the proxy acknowledged (ACK) the configuration.
-	StateApplied State = "applied"
+	StateApplied = mesh.StateApplied
 	// StatePending: the proxy has not answered the configuration yet.
-	StatePending State = "pending"
+	StatePending = mesh.StatePending
 	// StateRejected: the proxy refused the configuration (NACK) and keeps
 	// running its previous one.
-	StateRejected State = "rejected"
+	StateRejected = mesh.StateRejected
 	// StateUnserved: the proxy's node metadata names a filter artifact the
 	// server does not serve (ArtifactKey), so it is sent no configuration
 	// and keeps running whatever its bootstrap gave it; ProxyStatus.Error
 	// says why. The server never guesses an artifact for it.
-	StateUnserved State = "unserved"
+	StateUnserved = mesh.StateUnserved
 )
 
 // API names of the xDS services a proxy may use.
@@ -40,18 +43,14 @@ const (
 )
 
 // Rejection is a configuration version a proxy refused.
-type Rejection struct {
-	// Version is the rejected configuration version.
-	Version string `json:"version"`
-	// Error is the proxy's reason (the NACK's error_detail message).
-	Error string `json:"error"`
-	// At is when the NACK arrived.
-	At time.Time `json:"at"`
-}
+type Rejection = mesh.Rejection
 
 // ProxyStatus is one connected proxy, i.e. one xDS stream, as the server
 // sees it.
 type ProxyStatus struct {
+	// Replica is the allotd replica the proxy is connected to ("" for this
+	// server's own proxies when it runs alone).
+	Replica string `json:"replica,omitempty"`
 	// NodeID is the Envoy node id (--service-node).
 	NodeID string `json:"node_id"`
 	// Cluster is the Envoy node cluster (--service-cluster): the service.
@@ -160,6 +159,15 @@ func (s *Server) Proxies() []ProxyStatus {
 	}
 	sortProxies(out)
 	return out
+}
+
+// Changes returns a channel that is closed at the next change of any
+// proxy's or cluster's state (a connect, disconnect, push, ACK, NACK or new
+// snapshot).
+func (s *Server) Changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // notify wakes every WaitFor; s.mu must be held.

@@ -28,7 +28,8 @@
 // endpoints, and reads fall back to the reachable member's last committed
 // state (a serializable read) so that the experiments stay readable.
 //
-// This package must not import anything from the control plane except store.
+// This package must not import anything from the control plane except store
+// and mesh (the Registry, beside the experiments).
 package etcd
 
 import (
@@ -47,6 +48,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -121,6 +123,9 @@ func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Store, err
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultRequestTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop() // errors reach the caller; the client's own logs would repeat them
 	}
 	if cfg.Context == nil {
 		cfg.Context = context.WithoutCancel(ctx)

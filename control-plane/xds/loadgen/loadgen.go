@@ -9,6 +9,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -37,8 +38,11 @@ type Config struct {
 	// Conns is the number of gRPC connections the streams share (0: one
 	// per client, like Envoy).
 	Conns int
-	// Cluster is every client's node cluster; node ids are Cluster-<i>.
+	// Cluster is every client's node cluster.
 	Cluster string
+	// Node prefixes the node ids, <Node>-<i> (Cluster when empty): fleets
+	// of one cluster on several servers need prefixes of their own.
+	Node string
 	// ECDS uses the dedicated ECDS service instead of ADS.
 	ECDS bool
 }
@@ -120,7 +124,7 @@ func Connect(ctx context.Context, cfg Config) (*Fleet, error) {
 			f.Close()
 			return nil, fmt.Errorf("client %d: open stream: %w", i, err)
 		}
-		node := &corev3.Node{Id: fmt.Sprintf("%s-%d", cfg.Cluster, i), Cluster: cfg.Cluster}
+		node := &corev3.Node{Id: fmt.Sprintf("%s-%d", cmp.Or(cfg.Node, cfg.Cluster), i), Cluster: cfg.Cluster}
 		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: TypeURL, ResourceNames: []string{ResourceName}}); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("client %d: first request: %w", i, err)

@@ -1197,7 +1197,10 @@ type ProxyStatus struct {
 	// it gave.
 	Artifact string `protobuf:"bytes,14,opt,name=artifact,proto3" json:"artifact,omitempty"`
 	// error says why an unserved proxy is sent no configuration.
-	Error         string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,15,opt,name=error,proto3" json:"error,omitempty"`
+	// replica is the allotd replica the proxy is connected to, when allotd
+	// runs as several replicas on etcd (empty when it runs alone).
+	Replica       string `protobuf:"bytes,16,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1337,6 +1340,13 @@ func (x *ProxyStatus) GetError() string {
 	return ""
 }
 
+func (x *ProxyStatus) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
 var File_allot_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_allot_admin_v1_admin_proto_rawDesc = "" +
@@ -1426,7 +1436,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x1a:\n" +
 	"\fTargetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x04\n" +
 	"\vProxyStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
@@ -1444,7 +1454,8 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime\x12\x1a\n" +
 	"\bartifact\x18\x0e \x01(\tR\bartifact\x12\x14\n" +
-	"\x05error\x18\x0f \x01(\tR\x05error2\x8e\b\n" +
+	"\x05error\x18\x0f \x01(\tR\x05error\x12\x18\n" +
+	"\areplica\x18\x10 \x01(\tR\areplica2\x8e\b\n" +
 	"\fAdminService\x12\\\n" +
 	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
 	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +

@@ -1,0 +1,155 @@
+// Package mesh is the control plane's view of every proxy of the mesh when
+// allotd runs as several replicas: each replica publishes its own state
+// (the store revision its configuration is built from, the version it
+// serves each cluster) and its connected proxies' (what each acknowledged or
+// rejected) to a Registry, and any replica reads the whole mesh from it to
+// report a rollout or to wait until a write reached every proxy.
+//
+// It defines the records, the Registry interface (implemented on etcd, with
+// a lease per replica, by store/etcd) and the pure rules that decide where
+// a proxy stands. It imports only the standard library.
+package mesh
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// State is where a proxy stands with the configuration it should run.
+type State string
+
+// The states of a proxy.
+const (
+	// StateApplied: the proxy acknowledged (ACK) the configuration.
+	StateApplied State = "applied"
+	// StatePending: the proxy has not answered the configuration yet.
+	StatePending State = "pending"
+	// StateRejected: the proxy refused the configuration (NACK) and keeps
+	// running its previous one.
+	StateRejected State = "rejected"
+	// StateUnserved: the proxy runs a filter artifact its replica does not
+	// serve, so it is sent nothing.
+	StateUnserved State = "unserved"
+)
+
+// Rejection is a configuration version a proxy refused.
+type Rejection struct {
+	// Version is the rejected configuration version.
+	Version string `json:"version"`
+	// Error is the proxy's reason (the NACK's error_detail message).
+	Error string `json:"error"`
+	// At is when the NACK arrived.
+	At time.Time `json:"at"`
+}
+
+// Replica is what one allotd replica publishes about itself.
+type Replica struct {
+	// ID names the replica, unique in the mesh.
+	ID string `json:"id"`
+	// AdminAddr and XDSAddr are where it listens.
+	AdminAddr string `json:"admin_addr,omitempty"`
+	XDSAddr   string `json:"xds_addr,omitempty"`
+	// Revision is the store revision its configurations are built from
+	// (at least).
+	Revision int64 `json:"revision"`
+	// Targets is the version it serves to each cluster it has proxies of.
+	Targets map[string]string `json:"targets"`
+}
+
+// Proxy is one connected proxy (one xDS stream) as its replica publishes
+// it. It holds only what changes on connect, ACK, NACK and disconnect, so
+// that a replica writes it only then.
+type Proxy struct {
+	// Replica is the ID of the replica the proxy is connected to.
+	Replica string `json:"replica"`
+	// NodeID and Cluster identify the proxy (Envoy's node id and cluster).
+	NodeID  string `json:"node_id"`
+	Cluster string `json:"cluster"`
+	// Address is the stream's peer address, Stream its number on the replica.
+	Address string `json:"address,omitempty"`
+	Stream  int64  `json:"stream"`
+	// API is "ads" or "ecds"; Artifact the filter artifact the proxy runs.
+	API      string `json:"api,omitempty"`
+	Artifact string `json:"artifact,omitempty"`
+	// Acked is the version the proxy last acknowledged, AckedAt when.
+	Acked   string    `json:"acked,omitempty"`
+	AckedAt time.Time `json:"acked_at,omitzero"`
+	// Rejected is the last version the proxy refused.
+	Rejected *Rejection `json:"rejected,omitempty"`
+	// Unserved says why the proxy is sent nothing ("" when it is served).
+	Unserved string `json:"unserved,omitempty"`
+	// ConnectedAt is when the stream opened.
+	ConnectedAt time.Time `json:"connected_at"`
+}
+
+// Key identifies the proxy's record: its replica and stream.
+func (p Proxy) Key() string {
+	return p.Replica + "/" + p.NodeID + "/" + strconv.FormatInt(p.Stream, 10)
+}
+
+// View is the mesh as the registry holds it: the live replicas (their
+// leases held) and their proxies.
+type View struct {
+	// Replicas are the live replicas by ID.
+	Replicas map[string]Replica
+	// Proxies are the live replicas' proxies, one per node (see Dedup),
+	// sorted by cluster and node id.
+	Proxies []Proxy
+}
+
+// Dedup keeps one record per node id, sorted by cluster and node: the
+// newest connection's. A proxy that reconnected to another replica is
+// counted once even while its old replica's lease has not yet expired.
+func Dedup(ps []Proxy) []Proxy {
+	slices.SortFunc(ps, func(a, b Proxy) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.NodeID, b.NodeID),
+			b.ConnectedAt.Compare(a.ConnectedAt), cmp.Compare(a.Replica, b.Replica))
+	})
+	return slices.CompactFunc(ps, func(a, b Proxy) bool { return a.NodeID == b.NodeID && a.Cluster == b.Cluster })
+}
+
+// Registry holds every replica's published state, each under a lease of
+// its replica: when a replica stops renewing it (it died or lost the
+// store), its records disappear with the lease and its proxies leave the
+// live set.
+type Registry interface {
+	// Publish replaces this replica's record and its proxies' records,
+	// writing only what changed since the last Publish.
+	Publish(ctx context.Context, r Replica, proxies []Proxy) error
+	// View reads the whole mesh at one point in time.
+	View(ctx context.Context) (View, error)
+	// Watch returns a channel that receives after every change of the
+	// mesh (coalesced: one pending value at most); it is closed when ctx
+	// ends or the registry closes.
+	Watch(ctx context.Context) <-chan struct{}
+}
+
+// Where returns where p stands with a write committed at store revision
+// rev whose configuration for p's cluster has version target: applied if
+// p acknowledged target, or if p's replica has built from rev or later and
+// p acknowledged the version that replica serves now (a later write
+// superseded target); rejected likewise for a refusal; unserved if its
+// replica serves p nothing; pending otherwise. A replica that has not
+// caught up with rev never makes p applied except through target itself.
+func (v View) Where(p Proxy, target string, rev int64) State {
+	if p.Unserved != "" {
+		return StateUnserved
+	}
+	current := ""
+	if r, ok := v.Replicas[p.Replica]; ok && r.Revision >= rev {
+		current = r.Targets[p.Cluster]
+	}
+	switch {
+	case p.Acked != "" && (p.Acked == target || p.Acked == current):
+		return StateApplied
+	case p.Rejected != nil && (p.Rejected.Version == target || (current != "" && p.Rejected.Version == current)):
+		return StateRejected
+	}
+	return StatePending
+}
+
+// Current is the version p's replica serves p's cluster now ("" if unknown).
+func (v View) Current(p Proxy) string { return v.Replicas[p.Replica].Targets[p.Cluster] }

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allotmesh/allot/control-plane/store/etcd"
+)
+
+// etcdFlags are the options of -store etcd://.
+type etcdFlags struct {
+	ca, cert, key string
+	prefix        string
+	timeout       time.Duration
+	replicaID     string
+	leaseTTL      time.Duration
+}
+
+func (f *etcdFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.ca, "etcd-ca", "", "PEM CA `file` to verify the etcd members' certificates (connects over TLS)")
+	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (with -etcd-key; connects over TLS)")
+	fs.StringVar(&f.key, "etcd-key", "", "PEM private key `file` of -etcd-cert")
+	fs.StringVar(&f.prefix, "etcd-prefix", etcd.DefaultPrefix, "key prefix of Allot's data in etcd (replicas of one mesh share it)")
+	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write without a quorum fails after at most this long")
+	fs.StringVar(&f.replicaID, "replica-id", "", "this replica's name in the mesh registry, unique among the replicas (default: host name and -xds-addr)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", etcd.DefaultLeaseTTL, "how long a dead replica's proxies stay in the mesh's live set (its etcd lease's TTL)")
+}
+
+// clientConfig turns -store etcd://h1:2379,h2:2379 and the TLS flags into
+// an etcd client configuration.
+func (f *etcdFlags) clientConfig(storeURL string) (clientv3.Config, error) {
+	hosts, ok := strings.CutPrefix(storeURL, "etcd://")
+	if !ok || hosts == "" {
+		return clientv3.Config{}, fmt.Errorf("-store %q: want etcd://host:port[,host:port...]", storeURL)
+	}
+	var tlsCfg *tls.Config
+	if f.ca != "" || f.cert != "" || f.key != "" {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		if f.ca != "" {
+			pem, err := os.ReadFile(f.ca)
+			if err != nil {
+				return clientv3.Config{}, fmt.Errorf("-etcd-ca: %w", err)
+			}
+			tlsCfg.RootCAs = x509.NewCertPool()
+			if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
+				return clientv3.Config{}, fmt.Errorf("-etcd-ca %s: no PEM certificate", f.ca)
+			}
+		}
+		switch {
+		case f.cert != "" && f.key != "":
+			c, err := tls.LoadX509KeyPair(f.cert, f.key)
+			if err != nil {
+				return clientv3.Config{}, fmt.Errorf("-etcd-cert/-etcd-key: %w", err)
+			}
+			tlsCfg.Certificates = []tls.Certificate{c}
+		case f.cert != "" || f.key != "":
+			return clientv3.Config{}, fmt.Errorf("-etcd-cert and -etcd-key go together")
+		}
+	}
+	scheme := "http://"
+	if tlsCfg != nil {
+		scheme = "https://"
+	}
+	var eps []string
+	for h := range strings.SplitSeq(hosts, ",") {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return clientv3.Config{}, fmt.Errorf("-store %q: endpoint %q: %w", storeURL, h, err)
+		}
+		eps = append(eps, scheme+h)
+	}
+	return clientv3.Config{
+		Endpoints: eps, TLS: tlsCfg, DialTimeout: f.timeout,
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second,
+	}, nil
+}
+
+// runEtcd runs allotd as one replica on the etcd store.
+func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg Config) error {
+	cc, err := f.clientConfig(storeURL)
+	if err != nil {
+		return err
+	}
+	db, err := etcd.Open(ctx, cc, etcd.WithPrefix(f.prefix), etcd.WithRequestTimeout(f.timeout))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	id := f.replicaID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = host + "/" + cfg.XDSAddr
+	}
+	cfg.Registry, cfg.ReplicaID = db.Registry(id, f.leaseTTL), id
+	cfg.Logger.Info("store opened", "store", db.Name(), "prefix", f.prefix, "replica", id)
+	return Run(ctx, db, cfg)
+}

@@ -1,0 +1,124 @@
+package etcd_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/store/etcd"
+	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
+)
+
+// TestRegistry has two replicas publish to one cluster: each sees the
+// whole mesh, a republish of the same state writes nothing, a proxy that
+// moved to another replica counts once, and a replica that stops renewing
+// its lease (killed, not withdrawn) leaves the live set when it expires.
+func TestRegistry(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	open := func() *etcd.Store {
+		s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s1, s2 := open(), open()
+	r1, r2 := s1.Registry("r1", 2*time.Second), s2.Registry("r2", 2*time.Second)
+	watch := r1.Watch(ctx)
+	t0 := time.Now().UTC().Round(0)
+	p := func(node string, at time.Time) mesh.Proxy {
+		return mesh.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1", ConnectedAt: at}
+	}
+	rep := mesh.Replica{Revision: 3, Targets: map[string]string{"web": "v1"}}
+	if err := r1.Publish(ctx, rep, []mesh.Proxy{p("a", t0), p("b", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Publish(ctx, rep, []mesh.Proxy{p("c", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	v := view(t, r1)
+	if got := nodes(v); got != "a@r1 b@r1 c@r2" {
+		t.Fatalf("view %s, want a@r1 b@r1 c@r2", got)
+	}
+	if v.Replicas["r2"].Revision != 3 || v.Where(v.Proxies[2], "v1", 3) != mesh.StateApplied {
+		t.Fatalf("replica r2 %+v; proxy c %s", v.Replicas["r2"], v.Where(v.Proxies[2], "v1", 3))
+	}
+
+	// Republishing the same state writes nothing.
+	before := revision(t, s1)
+	if err := r1.Publish(ctx, rep, []mesh.Proxy{p("a", t0), p("b", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := revision(t, s1); after != before {
+		t.Errorf("an unchanged publish wrote: etcd revision %d → %d", before, after)
+	}
+
+	// b reconnects to r2 (r1 has not yet noticed): counted once, on r2.
+	if err := r2.Publish(ctx, rep, []mesh.Proxy{p("c", t0), p("b", t0.Add(time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodes(view(t, r1)); got != "a@r1 b@r2 c@r2" {
+		t.Fatalf("after b moved: %s, want a@r1 b@r2 c@r2", got)
+	}
+	select {
+	case <-watch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not signal")
+	}
+
+	// r1 dies: its client goes away without revoking the lease.
+	s1.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := nodes(view(t, r2))
+		if got == "b@r2 c@r2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after r1 died the view is %s, want b@r2 c@r2", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A withdrawn replica leaves at once.
+	if err := r2.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodes(view(t, r2)); got != "" {
+		t.Fatalf("after withdraw: %q, want empty", got)
+	}
+}
+
+func view(t *testing.T, r *etcd.Registry) mesh.View {
+	t.Helper()
+	v, err := r.View(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func nodes(v mesh.View) string {
+	out := ""
+	for i, p := range v.Proxies {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%s@%s", p.NodeID, p.Replica)
+	}
+	return out
+}
+
+func revision(t *testing.T, s *etcd.Store) int64 {
+	t.Helper()
+	resp, err := s.Client().Get(t.Context(), "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
