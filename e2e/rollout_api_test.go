@@ -21,6 +21,7 @@ type rolloutJSON struct {
 	Result  string `json:"result"`
 	Error   string `json:"error"`
 	Proxies []struct {
+		Replica         string `json:"replica"`
 		NodeID          string `json:"nodeId"`
 		Cluster         string `json:"cluster"`
 		State           string `json:"state"`

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,6 +73,18 @@ func startSystem(t *testing.T, allotdArgs ...string) *system {
 // startSystemFor is startSystem for proxies running artifact a.
 func startSystemFor(t *testing.T, a artifact, allotdArgs ...string) *system {
 	t.Helper()
+	s := prepareSystem(t, a)
+	s.xdsPort = harness.FreePort(t)
+	s.adminPort = harness.FreePort(t)
+	s.args = allotdArgs
+	s.startAllotd()
+	return s
+}
+
+// prepareSystem is startSystemFor without starting allotd: the builds,
+// tokens and echo upstream that several allotd replicas share.
+func prepareSystem(t *testing.T, a artifact) *system {
+	t.Helper()
 	dir := t.TempDir()
 	s := &system{t: t, art: a, wasm: harness.BuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
 	s.native = harness.BuildNative(t, "./filter/native", "liballot.so")
@@ -81,10 +94,6 @@ func startSystemFor(t *testing.T, a artifact, allotdArgs ...string) *system {
 		t.Fatal(err)
 	}
 	s.echoAddr = harness.StartEcho(t)
-	s.xdsPort = harness.FreePort(t)
-	s.adminPort = harness.FreePort(t)
-	s.args = allotdArgs
-	s.startAllotd()
 	return s
 }
 
@@ -94,15 +103,20 @@ func (s *system) startAllotd() {
 	bin := harness.Build(s.t, "./control-plane/cmd/allotd")
 	adminPort, extra := s.adminPort, s.args
 	s.adminURL = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	store := []string{"-db", s.dbPath}
+	if slices.Contains(extra, "-store") {
+		store = nil // a replica on etcd
+	}
 	args := append([]string{
 		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", adminPort),
 		"-xds-addr", fmt.Sprintf("127.0.0.1:%d", s.xdsPort),
-		"-db", s.dbPath,
+	}, store...)
+	args = append(append(args,
 		"-tokens", s.tokenFile,
 		"-wasm-path", s.wasm,
 		"-native-path", s.native,
 		"-log-level", "debug",
-	}, extra...)
+	), extra...)
 	s.allotd = harness.StartProcess(s.t, "allotd", bin, args...)
 	s.allotd.WaitHTTP(s.t, s.adminURL+"/readyz", 15*time.Second)
 }

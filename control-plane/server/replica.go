@@ -181,6 +181,21 @@ func (m meshRollouts) Status() *adminv1.Rollout {
 	}
 	out := rolloutProto(ro)
 	out.Result = "status"
+	out.Replicas = replicaStatuses(v)
+	return out
+}
+
+// replicaStatuses lists the live replicas of v, sorted by id.
+func replicaStatuses(v mesh.View) []*adminv1.ReplicaStatus {
+	count := map[string]int32{}
+	for _, p := range v.Proxies {
+		count[p.Replica]++
+	}
+	var out []*adminv1.ReplicaStatus
+	for _, id := range slices.Sorted(maps.Keys(v.Replicas)) {
+		r := v.Replicas[id]
+		out = append(out, &adminv1.ReplicaStatus{Id: id, AdminAddr: r.AdminAddr, XdsAddr: r.XDSAddr, Revision: r.Revision, Proxies: count[id]})
+	}
 	return out
 }
 

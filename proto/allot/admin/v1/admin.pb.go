@@ -1098,7 +1098,11 @@ type Rollout struct {
 	// proxies should run.
 	Targets map[string]string `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// proxies are the connected proxies concerned, sorted by cluster and node.
-	Proxies       []*ProxyStatus `protobuf:"bytes,4,rep,name=proxies,proto3" json:"proxies,omitempty"`
+	Proxies []*ProxyStatus `protobuf:"bytes,4,rep,name=proxies,proto3" json:"proxies,omitempty"`
+	// replicas are the live allotd replicas (their leases held) when allotd
+	// runs as several replicas on etcd, sorted by id; empty when it runs
+	// alone.
+	Replicas      []*ReplicaStatus `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1161,6 +1165,95 @@ func (x *Rollout) GetProxies() []*ProxyStatus {
 	return nil
 }
 
+func (x *Rollout) GetReplicas() []*ReplicaStatus {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// ReplicaStatus is one live allotd replica as the mesh registry holds it.
+type ReplicaStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the replica's -replica-id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// admin_addr and xds_addr are where it listens.
+	AdminAddr string `protobuf:"bytes,2,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	XdsAddr   string `protobuf:"bytes,3,opt,name=xds_addr,json=xdsAddr,proto3" json:"xds_addr,omitempty"`
+	// revision is the store revision its proxies' configurations are built
+	// from (at least).
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// proxies is how many proxies are connected to it.
+	Proxies       int32 `protobuf:"varint,5,opt,name=proxies,proto3" json:"proxies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaStatus) Reset() {
+	*x = ReplicaStatus{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaStatus) ProtoMessage() {}
+
+func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
+func (*ReplicaStatus) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReplicaStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetAdminAddr() string {
+	if x != nil {
+		return x.AdminAddr
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetXdsAddr() string {
+	if x != nil {
+		return x.XdsAddr
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetProxies() int32 {
+	if x != nil {
+		return x.Proxies
+	}
+	return 0
+}
+
 // ProxyStatus is one connected proxy's view of its configuration.
 type ProxyStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1207,7 +1300,7 @@ type ProxyStatus struct {
 
 func (x *ProxyStatus) Reset() {
 	*x = ProxyStatus{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1312,7 @@ func (x *ProxyStatus) String() string {
 func (*ProxyStatus) ProtoMessage() {}
 
 func (x *ProxyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1325,7 @@ func (x *ProxyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyStatus.ProtoReflect.Descriptor instead.
 func (*ProxyStatus) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProxyStatus) GetNodeId() string {
@@ -1428,15 +1521,23 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x127\n" +
 	"\x06before\x18\x06 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x06before\x125\n" +
 	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after\"\x13\n" +
-	"\x11GetRolloutRequest\"\xea\x01\n" +
+	"\x11GetRolloutRequest\"\xa5\x02\n" +
 	"\aRollout\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\tR\x06result\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12>\n" +
 	"\atargets\x18\x03 \x03(\v2$.allot.admin.v1.Rollout.TargetsEntryR\atargets\x125\n" +
-	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x1a:\n" +
+	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x129\n" +
+	"\breplicas\x18\x05 \x03(\v2\x1d.allot.admin.v1.ReplicaStatusR\breplicas\x1a:\n" +
 	"\fTargetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
+	"\rReplicaStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"admin_addr\x18\x02 \x01(\tR\tadminAddr\x12\x19\n" +
+	"\bxds_addr\x18\x03 \x01(\tR\axdsAddr\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12\x18\n" +
+	"\aproxies\x18\x05 \x01(\x05R\aproxies\"\xca\x04\n" +
 	"\vProxyStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
@@ -1483,7 +1584,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -1503,62 +1604,64 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*Change)(nil),                      // 15: allot.admin.v1.Change
 	(*GetRolloutRequest)(nil),           // 16: allot.admin.v1.GetRolloutRequest
 	(*Rollout)(nil),                     // 17: allot.admin.v1.Rollout
-	(*ProxyStatus)(nil),                 // 18: allot.admin.v1.ProxyStatus
-	nil,                                 // 19: allot.admin.v1.Rollout.TargetsEntry
-	(*v1.Experiment)(nil),               // 20: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 21: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 22: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
+	(*ReplicaStatus)(nil),               // 18: allot.admin.v1.ReplicaStatus
+	(*ProxyStatus)(nil),                 // 19: allot.admin.v1.ProxyStatus
+	nil,                                 // 20: allot.admin.v1.Rollout.TargetsEntry
+	(*v1.Experiment)(nil),               // 21: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 22: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 23: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 24: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	20, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	21, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	20, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	20, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	21, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	21, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	21, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	21, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	21, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	23, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	21, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	22, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	21, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	21, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	22, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	23, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	24, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	23, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	20, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	20, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	19, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
-	18, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
-	23, // 18: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	23, // 19: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	23, // 20: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	0,  // 21: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
-	1,  // 22: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
-	2,  // 23: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
-	4,  // 24: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
-	5,  // 25: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
-	7,  // 26: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
-	8,  // 27: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
-	9,  // 28: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
-	10, // 29: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
-	13, // 30: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	16, // 31: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
-	20, // 32: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	20, // 33: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 34: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	20, // 35: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 36: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	20, // 37: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	20, // 38: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	20, // 39: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 40: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 41: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	17, // 42: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	24, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	21, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	21, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	20, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	19, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
+	18, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
+	24, // 19: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	24, // 20: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	24, // 21: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	0,  // 22: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
+	1,  // 23: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
+	2,  // 24: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
+	4,  // 25: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
+	5,  // 26: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
+	7,  // 27: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
+	8,  // 28: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
+	9,  // 29: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
+	10, // 30: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
+	13, // 31: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
+	16, // 32: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
+	21, // 33: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
+	21, // 34: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
+	3,  // 35: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
+	21, // 36: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
+	6,  // 37: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
+	21, // 38: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
+	21, // 39: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
+	21, // 40: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
+	11, // 41: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
+	14, // 42: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
+	17, // 43: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -1572,7 +1675,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

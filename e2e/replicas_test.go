@@ -1,0 +1,316 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allotmesh/allot/e2e/harness"
+)
+
+// leaseTTL is the replicas' lease in these tests: how long a killed
+// replica's proxies stay in the live set.
+const leaseTTL = 3 * time.Second
+
+// etcdMember is one etcd server process.
+type etcdMember struct {
+	name         string
+	dir          string
+	client, peer int
+	proc         *harness.Process
+}
+
+func (m *etcdMember) endpoint() string { return fmt.Sprintf("127.0.0.1:%d", m.client) }
+
+// etcdCluster is a cluster of real etcd processes on loopback, built from
+// the etcd server module allotd's store uses.
+type etcdCluster struct {
+	t       *testing.T
+	bin     string
+	initial string
+	members []*etcdMember
+}
+
+func startEtcd(t *testing.T, n int) *etcdCluster {
+	t.Helper()
+	c := &etcdCluster{t: t, bin: harness.Build(t, "go.etcd.io/etcd/server/v3")}
+	var initial []string
+	for i := range n {
+		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir(), client: harness.FreePort(t), peer: harness.FreePort(t)}
+		c.members = append(c.members, m)
+		initial = append(initial, fmt.Sprintf("%s=http://127.0.0.1:%d", m.name, m.peer))
+	}
+	c.initial = strings.Join(initial, ",")
+	for i := range c.members {
+		c.start(i, "new")
+	}
+	for _, m := range c.members {
+		m.proc.WaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
+	}
+	return c
+}
+
+func (c *etcdCluster) start(i int, state string) {
+	m := c.members[i]
+	m.proc = harness.StartProcess(c.t, "etcd-"+m.name, c.bin,
+		"--name", m.name, "--data-dir", m.dir,
+		"--listen-client-urls", "http://"+m.endpoint(), "--advertise-client-urls", "http://"+m.endpoint(),
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
+		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
+		"--initial-cluster", c.initial, "--initial-cluster-state", state, "--initial-cluster-token", "allot-e2e",
+		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
+		"--log-level", "warn")
+}
+
+// storeFlag is allotd's -store for the cluster.
+func (c *etcdCluster) storeFlag() string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.endpoint())
+	}
+	return "etcd://" + strings.Join(eps, ",")
+}
+
+// replicated is Allot on several allotd replicas sharing an etcd cluster.
+type replicated struct {
+	t        *testing.T
+	etcd     *etcdCluster
+	replicas []*system
+}
+
+func startReplicated(t *testing.T, n int) *replicated {
+	t.Helper()
+	h := &replicated{t: t, etcd: startEtcd(t, 3)}
+	base := prepareSystem(t, wasmArtifact)
+	for i := range n {
+		s := *base
+		s.xdsPort, s.adminPort = harness.FreePort(t), harness.FreePort(t)
+		s.args = []string{"-store", h.etcd.storeFlag(), "-replica-id", fmt.Sprintf("r%d", i+1),
+			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}
+		s.startAllotd()
+		h.replicas = append(h.replicas, &s)
+	}
+	return h
+}
+
+// sidecar starts an Envoy whose xDS cluster is envoy-configs/xds-replicas.yaml
+// with replica home at priority 0 and the others at priority 1.
+func (h *replicated) sidecar(home int, node, cluster string) *proxy {
+	h.t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return string(b)
+	}
+	sidecar := read(wasmArtifact.sidecar)
+	tail := sidecar[strings.Index(sidecar, "  - name: allot_xds"):]
+	frag := read("envoy-configs/xds-replicas.yaml")
+	frag = frag[strings.Index(frag, "  - name: allot_xds"):]
+	order := []int{home}
+	for i := range h.replicas {
+		if i != home {
+			order = append(order, i)
+		}
+	}
+	var ports []string
+	for i, r := range order {
+		ports = append(ports, fmt.Sprintf("port_value: %d", 18000+i), fmt.Sprintf("port_value: %d", h.replicas[r].xdsPort))
+	}
+	frag = strings.NewReplacer(ports...).Replace(frag)
+	s := h.replicas[home]
+	_, echoPort, _ := splitHostPort(s.echoAddr)
+	return startEnvoy(h.t, wasmArtifact.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
+		"port_value: 8081": "port_value: " + echoPort,
+		tail:               frag,
+	})
+}
+
+// replicaOf polls replica via's GET /v1/rollout until node is listed once
+// and returns the replica it is connected to.
+func (h *replicated) replicaOf(via int, node string) string {
+	h.t.Helper()
+	var got string
+	harness.Eventually(h.t, 20*time.Second, func() error {
+		var ro struct {
+			Proxies []struct {
+				Replica string `json:"replica"`
+				NodeID  string `json:"nodeId"`
+			} `json:"proxies"`
+		}
+		if code := h.replicas[via].api("GET", "/v1/rollout", nil, &ro); code != http.StatusOK {
+			return fmt.Errorf("GET /v1/rollout: %d", code)
+		}
+		var on []string
+		for _, p := range ro.Proxies {
+			if p.NodeID == node {
+				on = append(on, p.Replica)
+			}
+		}
+		if len(on) != 1 {
+			return fmt.Errorf("replica %d lists %s %d times (%v)", via+1, node, len(on), on)
+		}
+		got = on[0]
+		return nil
+	})
+	return got
+}
+
+// TestReplicasRolloutAcrossTheMesh: three etcd members, three allotd
+// replicas and three Envoys, each streaming from a different replica. A
+// write waited for through any replica returns only after all three Envoys
+// acknowledged it: reading through each Envoy right after never shows a
+// stale assignment (20 writes). Then the replica serving Envoy 3 is killed
+// (SIGKILL): Envoy 3 keeps serving its assignments, reconnects to another
+// replica without being reconfigured, a waited write meanwhile neither
+// hangs nor counts Envoy 3 as applied on the dead replica, and once the
+// dead replica's lease expired Envoy 3 is listed once, on its new replica,
+// with the new configuration.
+func TestReplicasRolloutAcrossTheMesh(t *testing.T) {
+	h := startReplicated(t, 3)
+	var proxies []*proxy
+	for i := range 3 {
+		proxies = append(proxies, h.sidecar(i, fmt.Sprintf("ha-checkout-%d", i+1), "checkout-svc"))
+	}
+	for i := range 3 {
+		for via := range 3 {
+			if got, want := h.replicaOf(via, fmt.Sprintf("ha-checkout-%d", i+1)), fmt.Sprintf("r%d", i+1); got != want {
+				t.Fatalf("replica %d sees Envoy %d on %s, want %s", via+1, i+1, got, want)
+			}
+		}
+	}
+
+	var w waitedWrite
+	h.replicas[0].mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", checkoutRamp(0), &w)
+	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+		t.Fatalf("create with wait through replica 1: %+v", w.Rollout)
+	}
+	units := userIDs(2000)
+	assign := func(def map[string]any) map[string]string { return assignments(t, def, units) }
+	prev := assign(checkoutRamp(0))
+	revision := w.Experiment["revision"]
+	var slowest time.Duration
+	write := func(via int, def map[string]any, timeout string) waitedWrite {
+		t.Helper()
+		def["revision"] = revision
+		var w waitedWrite
+		h.replicas[via].mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait="+timeout, def, &w)
+		revision = w.Experiment["revision"]
+		return w
+	}
+	check := func(what string, ps []*proxy, want map[string]string, probe []string) {
+		t.Helper()
+		for i, p := range ps {
+			for _, u := range probe {
+				r, err := p.get(map[string][]string{"x-user-id": {u}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := r.Header("x-experiment-checkout"); len(v) != 1 || v[0] != want[u] {
+					t.Fatalf("%s: Envoy %d: %s got %q, want [%s]", what, i+1, u, v, want[u])
+				}
+			}
+		}
+	}
+	moved := func(want map[string]string) []string {
+		var probe []string
+		for _, u := range units {
+			if want[u] != prev[u] && len(probe) < 15 {
+				probe = append(probe, u)
+			}
+		}
+		return probe
+	}
+	for step := 1; step <= 20; step++ {
+		def := checkoutRamp(float64(step) / 40)
+		want := assign(def)
+		probe := moved(want)
+		via := step % 3
+		start := time.Now()
+		w := write(via, def, "10s")
+		slowest = max(slowest, time.Since(start))
+		if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+			t.Fatalf("step %d through replica %d: rollout %+v, want applied by 3 proxies", step, via+1, w.Rollout)
+		}
+		check(fmt.Sprintf("step %d, right after the write through replica %d returned", step, via+1), proxies, want, probe)
+		prev = want
+	}
+	t.Logf("20 waited writes through the 3 replicas in turn, each acknowledged by 3 Envoys on 3 replicas; slowest %v", slowest.Round(time.Millisecond))
+
+	// Kill the replica serving Envoy 3.
+	if err := h.replicas[2].allotd.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	check("right after its replica was killed", proxies[2:], prev, units[:50])
+
+	def := checkoutRamp(0.75)
+	want := assign(def)
+	probe := moved(want)
+	start := time.Now()
+	w = write(0, def, "15s")
+	took := time.Since(start)
+	if took > 16*time.Second {
+		t.Fatalf("a waited write with wait=15s took %v", took)
+	}
+	for _, p := range w.Rollout.Proxies {
+		if p.NodeID == "ha-checkout-3" && p.State == "applied" && p.Replica == "r3" {
+			t.Fatalf("the killed replica's proxy counted as applied: %+v", w.Rollout)
+		}
+	}
+	t.Logf("waited write after the kill: %s in %v (%d proxies)", w.Rollout.Result, took.Round(time.Millisecond), len(w.Rollout.Proxies))
+	check("after the waited write", proxies[:2], want, probe)
+
+	// Envoy 3 converges on another replica, and counts once there.
+	harness.Eventually(t, 30*time.Second, func() error {
+		for _, u := range probe {
+			r, err := proxies[2].get(map[string][]string{"x-user-id": {u}})
+			if err != nil {
+				return err
+			}
+			if v := r.Header("x-experiment-checkout"); len(v) != 1 || v[0] != want[u] {
+				st := proxies[2].Stats(t)
+				return fmt.Errorf("Envoy 3: %s got %q, want [%s] (xDS connected %d, healthy replicas %d of %d)", u, v, want[u],
+					st["control_plane.connected_state"], st["cluster.allot_xds.membership_healthy"], st["cluster.allot_xds.membership_total"])
+			}
+		}
+		return nil
+	})
+	t.Logf("Envoy 3 converged %v after its replica was killed", time.Since(killed).Round(time.Millisecond))
+	// The killed replica leaves the live set when its lease expires; Envoy
+	// 3 then counts once, on its new replica.
+	harness.Eventually(t, leaseTTL+10*time.Second, func() error {
+		var ro struct {
+			Replicas []struct {
+				ID string `json:"id"`
+			} `json:"replicas"`
+		}
+		h.replicas[0].mustAPI(http.StatusOK, "GET", "/v1/rollout", nil, &ro)
+		if len(ro.Replicas) != 2 || ro.Replicas[0].ID != "r1" || ro.Replicas[1].ID != "r2" {
+			return fmt.Errorf("live replicas %+v, want r1 and r2", ro.Replicas)
+		}
+		return nil
+	})
+	t.Logf("the killed replica left the live set %v after the kill (lease TTL %v)", time.Since(killed).Round(time.Millisecond), leaseTTL)
+	for via := range 2 {
+		if on := h.replicaOf(via, "ha-checkout-3"); on == "r3" {
+			t.Fatalf("replica %d lists Envoy 3 on the killed replica", via+1)
+		}
+	}
+	// And a waited write counts it, on its new replica.
+	w = write(1, checkoutRamp(0.5), "10s")
+	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+		t.Fatalf("waited write after failover: %+v", w.Rollout)
+	}
+}
