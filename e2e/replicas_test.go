@@ -314,3 +314,123 @@ func TestReplicasRolloutAcrossTheMesh(t *testing.T) {
 		t.Fatalf("waited write after failover: %+v", w.Rollout)
 	}
 }
+
+// TestReplicasSurviveEtcdFaults takes etcd members away under three
+// replicas serving three Envoys. With one member of three killed, writes
+// succeed. With two killed, a write fails fast with 503 naming the store,
+// reads return the last known state, /readyz says the store is unavailable,
+// and every Envoy keeps serving its assignments. When a member returns,
+// writes succeed again and a waited write reaches all three Envoys. Every
+// write that was acknowledged is present at the end.
+func TestReplicasSurviveEtcdFaults(t *testing.T) {
+	h := startReplicated(t, 3)
+	var proxies []*proxy
+	for i := range 3 {
+		proxies = append(proxies, h.sidecar(i, fmt.Sprintf("etcd-fault-%d", i+1), "checkout-svc"))
+		h.replicaOf(0, fmt.Sprintf("etcd-fault-%d", i+1))
+	}
+	var w waitedWrite
+	h.replicas[0].mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", checkoutRamp(0.5), &w)
+	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+		t.Fatalf("create with wait: %+v", w.Rollout)
+	}
+	units := userIDs(50)
+	want := assignments(t, checkoutRamp(0.5), units)
+	serving := func(what string) {
+		t.Helper()
+		for i, p := range proxies {
+			for _, u := range units {
+				r, err := p.get(map[string][]string{"x-user-id": {u}})
+				if err != nil {
+					t.Fatalf("%s: Envoy %d: %v", what, i+1, err)
+				}
+				if v := r.Header("x-experiment-checkout"); len(v) != 1 || v[0] != want[u] {
+					t.Fatalf("%s: Envoy %d: %s got %q, want [%s]", what, i+1, u, v, want[u])
+				}
+			}
+		}
+	}
+	acked := []string{"checkout"}
+	create := func(via int, key string) int {
+		t.Helper()
+		var out map[string]any
+		code := h.replicas[via].api("POST", "/v1/experiments", map[string]any{"key": key, "variations": []string{"a", "b"}}, &out)
+		if code == http.StatusCreated {
+			acked = append(acked, key)
+		}
+		return code
+	}
+
+	h.etcd.members[2].proc.Kill()
+	for i := range 6 {
+		if code := create(i%3, fmt.Sprintf("one-down-%d", i)); code != http.StatusCreated {
+			t.Fatalf("write %d through replica %d with one etcd member of three down: status %d", i, i%3+1, code)
+		}
+	}
+	serving("one etcd member down")
+
+	h.etcd.members[1].proc.Kill()
+	for via := range 3 {
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		start := time.Now()
+		code := h.replicas[via].api("POST", "/v1/experiments", map[string]any{"key": fmt.Sprintf("no-quorum-%d", via), "variations": []string{"a", "b"}}, &e)
+		took := time.Since(start)
+		if code != http.StatusServiceUnavailable || e.Error.Code != "unavailable" || !strings.Contains(e.Error.Message, "etcd") {
+			t.Fatalf("write through replica %d without quorum: %d %+v, want 503 naming etcd", via+1, code, e)
+		}
+		if took > 5*time.Second {
+			t.Errorf("write through replica %d without quorum failed after %v, want within -store-timeout (2s) and a margin", via+1, took)
+		}
+		var got map[string]any
+		if code := h.replicas[via].api("GET", "/v1/experiments/checkout", nil, &got); code != http.StatusOK {
+			t.Fatalf("read through replica %d without quorum: %d", via+1, code)
+		}
+		if code := h.replicas[via].api("GET", "/readyz", nil, nil); code != http.StatusServiceUnavailable {
+			t.Errorf("replica %d /readyz without quorum: %d, want 503", via+1, code)
+		}
+	}
+	serving("two etcd members of three down")
+
+	h.etcd.start(1, "existing")
+	harness.Eventually(t, 30*time.Second, func() error {
+		if code := create(0, "recovered"); code != http.StatusCreated {
+			return fmt.Errorf("write after a member returned: status %d", code)
+		}
+		return nil
+	})
+	want = assignments(t, checkoutRamp(0.25), units)
+	def := checkoutRamp(0.25)
+	def["revision"] = w.Experiment["revision"]
+	harness.Eventually(t, 30*time.Second, func() error {
+		var got map[string]any
+		h.replicas[2].mustAPI(http.StatusOK, "GET", "/v1/experiments/checkout", nil, &got)
+		def["revision"] = got["revision"]
+		if code := h.replicas[2].api("PUT", "/v1/experiments/checkout?wait=10s", def, &w); code != http.StatusOK {
+			return fmt.Errorf("waited write after recovery: %d", code)
+		}
+		if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+			return fmt.Errorf("waited write after recovery: %+v", w.Rollout)
+		}
+		return nil
+	})
+	serving("after recovery")
+	h.etcd.start(2, "existing")
+	for via := range 3 {
+		h.replicas[via].allotd.WaitHTTP(t, h.replicas[via].adminURL+"/readyz", 30*time.Second)
+	}
+
+	present := 0
+	for _, key := range acked {
+		if code := h.replicas[present%3].api("GET", "/v1/experiments/"+key, nil, nil); code == http.StatusOK {
+			present++
+		} else {
+			t.Errorf("acknowledged write %s is missing: GET %d", key, code)
+		}
+	}
+	t.Logf("%d acknowledged writes, %d present after the faults", len(acked), present)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -11,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 )
 
@@ -89,7 +92,24 @@ func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg Config) erro
 	if err != nil {
 		return err
 	}
-	db, err := etcd.Open(ctx, cc, etcd.WithPrefix(f.prefix), etcd.WithRequestTimeout(f.timeout))
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "allot_store_request_duration_seconds",
+		Help:    "Duration of the etcd store's calls by operation and result: ok (it answered, refusals included), unavailable, error.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"op", "result"})
+	observe := func(op string, d time.Duration, err error) {
+		result := "ok" // the store answered, refusals (not found, conflict...) included
+		switch {
+		case errors.Is(err, store.ErrUnavailable):
+			result = "unavailable"
+		case err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrExists) &&
+			!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrInvalid):
+			result = "error"
+		}
+		latency.WithLabelValues(op, result).Observe(d.Seconds())
+	}
+	cfg.Collectors = append(cfg.Collectors, latency)
+	db, err := etcd.Open(ctx, cc, etcd.WithPrefix(f.prefix), etcd.WithRequestTimeout(f.timeout), etcd.WithObserver(observe))
 	if err != nil {
 		return err
 	}

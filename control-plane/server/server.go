@@ -146,6 +146,10 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	var ro admin.Rollouts = rollouts{xsrv}
 	if cfg.Registry != nil {
 		ro = meshRollouts{x: xsrv, reg: cfg.Registry, b: b, st: db}
+		if err := reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}); err != nil {
+			closeAll(lns)
+			return fmt.Errorf("register replica collector: %w", err)
+		}
 	}
 	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro))
 	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
@@ -158,8 +162,8 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if _, err := db.Revision(r.Context()); err != nil {
-			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+		if err := ready(r.Context(), db, b); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
@@ -235,6 +239,47 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// quorumChecker is a store that can tell whether it can commit now
+// (store/etcd: a linearizable read), where its reads would fall back to a
+// member's last known state.
+type quorumChecker interface {
+	Check(ctx context.Context) error
+}
+
+// ready is /readyz: the store answers (with a quorum, for a replicated
+// store), and the configuration served to proxies is built from the
+// store's current revision (it may take up to a second to catch up with a
+// write just made).
+func ready(ctx context.Context, db store.Store, b *builder) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if c, ok := db.(quorumChecker); ok {
+		if err := c.Check(ctx); err != nil {
+			return fmt.Errorf("store unavailable: %w", err)
+		}
+	}
+	rev, err := db.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("store unavailable: %w", err)
+	}
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+	for {
+		applied := b.applied()
+		got := b.appliedRevision()
+		if got >= rev {
+			return nil
+		}
+		select {
+		case <-applied:
+		case <-deadline.C:
+			return fmt.Errorf("proxies' configuration is built from store revision %d, the store is at %d", got, rev)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // grpcOrHTTP sends HTTP/2 requests with a gRPC content type to g and

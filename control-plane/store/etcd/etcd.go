@@ -76,6 +76,7 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	now     func() time.Time
+	observe func(op string, d time.Duration, err error)
 
 	closed  atomic.Bool
 	stop    context.CancelFunc // cancels every watch
@@ -87,6 +88,13 @@ type config struct {
 	prefix  string
 	timeout time.Duration
 	now     func() time.Time
+	observe func(op string, d time.Duration, err error)
+}
+
+// WithObserver has observe called after every call of the store.Store
+// methods (op is the method's name, err its result), for latency metrics.
+func WithObserver(observe func(op string, d time.Duration, err error)) Option {
+	return func(c *config) { c.observe = observe }
 }
 
 // Option configures Open and New.
@@ -157,7 +165,7 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		return nil, fmt.Errorf("open etcd store: prefix %q does not end in /: %w", cfg.prefix, store.ErrInvalid)
 	}
 	s := &Store{
-		cli: cli, owned: owned, prefix: cfg.prefix, timeout: cfg.timeout, now: cfg.now,
+		cli: cli, owned: owned, prefix: cfg.prefix, timeout: cfg.timeout, now: cfg.now, observe: cfg.observe,
 		name: "etcd " + strings.Join(cli.Endpoints(), ","),
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
@@ -166,6 +174,25 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		return nil, fmt.Errorf("open %s prefix %q: %w", s.name, s.prefix, err)
 	}
 	return s, nil
+}
+
+// timed reports a call of op that started at start to the observer.
+func (s *Store) timed(op string, start time.Time, err error) {
+	if s.observe != nil {
+		s.observe(op, time.Since(start), err)
+	}
+}
+
+// Check reports whether the cluster can serve a linearizable read now,
+// without the fallback reads use: nil means the store has a quorum.
+func (s *Store) Check(ctx context.Context) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	_, err := s.cli.Get(octx, s.revKey())
+	return s.wrap(octx, err)
 }
 
 // Name names the store in errors and logs: "etcd" and its endpoints.
@@ -322,6 +349,13 @@ func (s *Store) read(ctx context.Context, gets ...get) (*clientv3.TxnResponse, e
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, key string) (*store.Experiment, error) {
+	start := time.Now()
+	e, err := s.get(ctx, key)
+	s.timed("get", start, err)
+	return e, err
+}
+
+func (s *Store) get(ctx context.Context, key string) (*store.Experiment, error) {
 	resp, err := s.read(ctx, get{key: s.expKey(key)})
 	if err != nil {
 		return nil, fmt.Errorf("get experiment %q: %w", key, err)
@@ -339,6 +373,13 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Experiment, error) 
 
 // List implements store.Store.
 func (s *Store) List(ctx context.Context) ([]*store.Experiment, int64, error) {
+	start := time.Now()
+	l, r, err := s.list(ctx)
+	s.timed("list", start, err)
+	return l, r, err
+}
+
+func (s *Store) list(ctx context.Context) ([]*store.Experiment, int64, error) {
 	resp, err := s.read(ctx, get{key: s.revKey()}, get{key: s.key("experiments/"), prefix: true})
 	if err != nil {
 		return nil, 0, fmt.Errorf("list experiments: %w", err)
@@ -361,6 +402,13 @@ func (s *Store) List(ctx context.Context) ([]*store.Experiment, int64, error) {
 
 // Revision implements store.Store.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
+	start := time.Now()
+	r, err := s.revision(ctx)
+	s.timed("revision", start, err)
+	return r, err
+}
+
+func (s *Store) revision(ctx context.Context) (int64, error) {
 	resp, err := s.read(ctx, get{key: s.revKey()})
 	if err != nil {
 		return 0, fmt.Errorf("read revision: %w", err)
@@ -374,6 +422,13 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 
 // History implements store.Store.
 func (s *Store) History(ctx context.Context, key string) ([]store.Change, error) {
+	start := time.Now()
+	h, err := s.history(ctx, key)
+	s.timed("history", start, err)
+	return h, err
+}
+
+func (s *Store) history(ctx context.Context, key string) ([]store.Change, error) {
 	prefix := s.key("history/")
 	what := "history"
 	if key != "" {
@@ -397,6 +452,13 @@ func (s *Store) History(ctx context.Context, key string) ([]store.Change, error)
 
 // Create implements store.Store.
 func (s *Store) Create(ctx context.Context, e *store.Experiment, actor string) (*store.Experiment, error) {
+	start := time.Now()
+	out, err := s.create(ctx, e, actor)
+	s.timed("create", start, err)
+	return out, err
+}
+
+func (s *Store) create(ctx context.Context, e *store.Experiment, actor string) (*store.Experiment, error) {
 	if e == nil {
 		return nil, fmt.Errorf("create experiment: nil experiment: %w", store.ErrInvalid)
 	}
@@ -423,6 +485,13 @@ func (s *Store) Create(ctx context.Context, e *store.Experiment, actor string) (
 
 // Update implements store.Store.
 func (s *Store) Update(ctx context.Context, e *store.Experiment, expect int64, actor string) (*store.Experiment, error) {
+	start := time.Now()
+	out, err := s.update(ctx, e, expect, actor)
+	s.timed("update", start, err)
+	return out, err
+}
+
+func (s *Store) update(ctx context.Context, e *store.Experiment, expect int64, actor string) (*store.Experiment, error) {
 	if e == nil {
 		return nil, fmt.Errorf("update experiment: nil experiment: %w", store.ErrInvalid)
 	}
@@ -453,6 +522,13 @@ func (s *Store) Update(ctx context.Context, e *store.Experiment, expect int64, a
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, key string, expect int64, actor string) error {
+	start := time.Now()
+	err := s.delete(ctx, key, expect, actor)
+	s.timed("delete", start, err)
+	return err
+}
+
+func (s *Store) delete(ctx context.Context, key string, expect int64, actor string) error {
 	err := store.CheckExpect(expect)
 	if err == nil && key == "" {
 		err = fmt.Errorf("empty key: %w", store.ErrInvalid)
