@@ -3,7 +3,7 @@
 // interface that every storage technology implements.
 //
 // Implementations live in packages named for the technology they wrap
-// (store/bolt, later store/etcd) and must pass the shared conformance suite in
+// (store/bolt, store/etcd) and must pass the shared conformance suite in
 // store/storetest. This package imports only the standard library; it must not
 // import any implementation, transport or Envoy package.
 //

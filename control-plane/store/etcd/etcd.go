@@ -566,6 +566,12 @@ func compare(old *store.Experiment, expect int64) error {
 // condition that neither key changed since the read; otherwise it reads
 // again and retries, until the write commits, fn refuses, or ctx or the
 // request timeout ends.
+//
+// A cluster that cannot serve for a moment (a leader election after a
+// member died) is retried with backoff within the request timeout. When a
+// commit's outcome is unknown (the leader changed while it was in flight),
+// the retry first reads the history entry the commit would have written:
+// the same bytes, timestamp and actor included, mean it committed.
 func (s *Store) write(ctx context.Context, key, actor string,
 	fn func(old *store.Experiment, before []byte, rev int64, now time.Time) (*store.Change, error),
 	out **store.Experiment) error {
@@ -575,10 +581,43 @@ func (s *Store) write(ctx context.Context, key, actor string,
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	rk, ek := s.revKey(), s.expKey(key)
-	for {
-		cur, err := s.cli.Txn(octx).Then(clientv3.OpGet(rk), clientv3.OpGet(ek)).Commit()
-		if err != nil {
+	var (
+		unknown     string // history key of a commit whose outcome is unknown
+		unknownData string
+		unknownOut  *store.Experiment
+	)
+	backoff := 20 * time.Millisecond
+	retry := func(err error) error { // nil: try again
+		werr := s.wrap(octx, err)
+		if !errors.Is(werr, store.ErrUnavailable) || octx.Err() != nil {
+			return werr
+		}
+		select {
+		case <-octx.Done():
 			return s.wrap(octx, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+		return nil
+	}
+	for {
+		reads := []clientv3.Op{clientv3.OpGet(rk), clientv3.OpGet(ek)}
+		if unknown != "" {
+			reads = append(reads, clientv3.OpGet(unknown))
+		}
+		cur, err := s.cli.Txn(octx).Then(reads...).Commit()
+		if err != nil {
+			if err := retry(err); err != nil {
+				return err
+			}
+			continue
+		}
+		if unknown != "" {
+			if kvs := cur.Responses[2].GetResponseRange().GetKvs(); len(kvs) == 1 && string(kvs[0].Value) == unknownData {
+				*out = unknownOut
+				return nil
+			}
+			unknown = ""
 		}
 		revKVs := cur.Responses[0].GetResponseRange().GetKvs()
 		rev, err := parseRevision(revKVs)
@@ -631,7 +670,11 @@ func (s *Store) write(ctx context.Context, key, actor string,
 			Then(ops...).
 			Commit()
 		if err != nil {
-			return s.wrap(octx, err)
+			unknown, unknownData, unknownOut = s.histKey(next), string(change), *out
+			if err := retry(err); err != nil {
+				return err
+			}
+			continue
 		}
 		if resp.Succeeded {
 			return nil
