@@ -99,18 +99,15 @@ func (m meshRollouts) clusters(ctx context.Context) []string {
 
 // targets are the versions this replica computes for clusters now; every
 // replica computes the same from the same store state.
-func (m meshRollouts) targets(clusters []string) xds.Targets {
-	out := xds.Targets{}
-	for _, c := range clusters {
-		if v, err := m.b.version(c); err == nil {
-			out[c] = v
-		}
-	}
-	return out
+func (m meshRollouts) targets(clusters []string) (xds.Targets, error) {
+	return m.b.versions(clusters)
 }
 
+// Mark is the versions before a write; if they cannot be computed, every
+// cluster counts as changed by it (nil).
 func (m meshRollouts) Mark() map[string]string {
-	return m.targets(m.clusters(context.Background()))
+	t, _ := m.targets(m.clusters(context.Background()))
+	return t
 }
 
 // Wait waits until every proxy of the mesh whose cluster's version the
@@ -133,7 +130,11 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		clusters = append(clusters, c)
 	}
 	slices.Sort(clusters)
-	targets := m.targets(slices.Compact(clusters)).Changed(mark)
+	after, err := m.targets(slices.Compact(clusters))
+	if err != nil {
+		return &adminv1.Rollout{Result: "error", Error: err.Error()}
+	}
+	targets := after.Changed(mark)
 	var waited map[string]bool // node ids, from the first view
 	for {
 		v, err := m.reg.View(ctx)

@@ -257,7 +257,7 @@ func ready(ctx context.Context, db store.Store, b *builder) error {
 	defer cancel()
 	if c, ok := db.(quorumChecker); ok {
 		if err := c.Check(ctx); err != nil {
-			return fmt.Errorf("store unavailable: %w", err)
+			return err // names the store and why
 		}
 	}
 	rev, err := db.Revision(ctx)
@@ -434,18 +434,22 @@ func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
 	return out, nil
 }
 
-// version returns the configuration version of cluster now, without
-// building its resources.
-func (b *builder) version(cluster string) (string, error) {
+// versions returns the configuration version of each cluster now, without
+// building their resources; clusters whose configuration fails are left
+// out (their proxies are reported against no target).
+func (b *builder) versions(clusters []string) (map[string]string, error) {
 	exps, err := b.experiments()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	cfg, err := translate.FilterConfig(exps, cluster, b.now(), b.mesh)
-	if err != nil {
-		return "", err
+	now := b.now()
+	out := make(map[string]string, len(clusters))
+	for _, c := range clusters {
+		if cfg, err := translate.FilterConfig(exps, c, now, b.mesh); err == nil {
+			out[c] = cfg.Version
+		}
 	}
-	return cfg.Version, nil
+	return out, nil
 }
 
 // build returns cluster's configuration in each artifact's resource: the
