@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,6 +68,35 @@ func (c *etcdCluster) start(i int, state string) {
 		"--initial-cluster", c.initial, "--initial-cluster-state", state, "--initial-cluster-token", "allot-e2e",
 		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
 		"--log-level", "warn")
+}
+
+// leader returns the index of the member that leads the cluster, from
+// etcd's own status endpoint.
+func (c *etcdCluster) leader() int {
+	c.t.Helper()
+	var id string
+	for i, m := range c.members {
+		resp, err := http.Post(fmt.Sprintf("http://%s/v3/maintenance/status", m.endpoint()), "application/json", strings.NewReader("{}"))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var st struct {
+			Header struct {
+				MemberID string `json:"member_id"`
+			} `json:"header"`
+			Leader string `json:"leader"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if id = st.Leader; st.Header.MemberID == st.Leader {
+			return i
+		}
+	}
+	c.t.Fatalf("no member leads (leader id %q)", id)
+	return -1
 }
 
 // storeFlag is allotd's -store for the cluster.
@@ -308,6 +339,13 @@ func TestReplicasRolloutAcrossTheMesh(t *testing.T) {
 			t.Fatalf("replica %d lists Envoy 3 on the killed replica", via+1)
 		}
 	}
+	// allotctl rollout shows each proxy's replica and the live replicas.
+	ctl := harness.Build(t, "./control-plane/cmd/allotctl")
+	out, err := exec.Command(ctl, "rollout", "--server", h.replicas[1].adminURL, "--token", adminToken).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "REPLICA") || !strings.Contains(string(out), "replica r1 ") ||
+		!strings.Contains(string(out), "replica r2 ") || strings.Contains(string(out), "replica r3 ") {
+		t.Fatalf("allotctl rollout: %v\n%s", err, out)
+	}
 	// And a waited write counts it, on its new replica.
 	w = write(1, checkoutRamp(0.5), "10s")
 	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
@@ -361,7 +399,9 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 		return code
 	}
 
-	h.etcd.members[2].proc.Kill()
+	// The leader goes first: the writes right after wait out the election.
+	leader := h.etcd.leader()
+	h.etcd.members[leader].proc.Kill()
 	for i := range 6 {
 		if code := create(i%3, fmt.Sprintf("one-down-%d", i)); code != http.StatusCreated {
 			t.Fatalf("write %d through replica %d with one etcd member of three down: status %d", i, i%3+1, code)
@@ -369,7 +409,8 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 	}
 	serving("one etcd member down")
 
-	h.etcd.members[1].proc.Kill()
+	second := (leader + 1) % 3
+	h.etcd.members[second].proc.Kill()
 	for via := range 3 {
 		var e struct {
 			Error struct {
@@ -396,7 +437,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 	}
 	serving("two etcd members of three down")
 
-	h.etcd.start(1, "existing")
+	h.etcd.start(second, "existing")
 	harness.Eventually(t, 30*time.Second, func() error {
 		if code := create(0, "recovered"); code != http.StatusCreated {
 			return fmt.Errorf("write after a member returned: status %d", code)
@@ -419,7 +460,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 		return nil
 	})
 	serving("after recovery")
-	h.etcd.start(2, "existing")
+	h.etcd.start(leader, "existing")
 	for via := range 3 {
 		h.replicas[via].allotd.WaitHTTP(t, h.replicas[via].adminURL+"/readyz", 30*time.Second)
 	}

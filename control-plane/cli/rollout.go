@@ -119,17 +119,30 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	// STATE stays the third column: scripts (and e2e/rollout_api_test.go) read it there.
-	fmt.Fprintln(tw, "NODE\tCLUSTER\tSTATE\tARTIFACT\tTARGET\tACKED\tERROR")
+	// REPLICA appears when allotd runs as replicas on etcd.
+	replicated := len(ro.GetReplicas()) > 0
+	header := "NODE\tCLUSTER\tSTATE\tARTIFACT\tTARGET\tACKED\tERROR"
+	if replicated {
+		header = "NODE\tCLUSTER\tSTATE\tARTIFACT\tTARGET\tACKED\tREPLICA\tERROR"
+	}
+	fmt.Fprintln(tw, header)
 	for _, p := range ro.GetProxies() {
 		msg := proxyError(p)
 		if len(msg) > 60 {
 			msg = msg[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), dash(p.GetArtifact()),
-			dash(p.GetTargetVersion()), dash(p.GetAckedVersion()), dash(msg))
+		cols := []string{p.GetNodeId(), p.GetCluster(), p.GetState(), dash(p.GetArtifact()), dash(p.GetTargetVersion()), dash(p.GetAckedVersion())}
+		if replicated {
+			cols = append(cols, dash(p.GetReplica()))
+		}
+		fmt.Fprintln(tw, strings.Join(append(cols, dash(msg)), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range ro.GetReplicas() {
+		fmt.Fprintf(env.Stdout, "replica %s (xDS %s, admin %s): %d proxies, store revision %d\n",
+			r.GetId(), r.GetXdsAddr(), r.GetAdminAddr(), r.GetProxies(), r.GetRevision())
 	}
 	for _, line := range byVersion(ro) {
 		fmt.Fprintln(env.Stdout, line)
