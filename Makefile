@@ -201,6 +201,15 @@ FILTER ?= wasm
 run: check-filter envoy build $(if $(filter native,$(FILTER)),build-native) ## Run the whole system locally: allotd, demo upstream, Envoy, two example experiments (FILTER=native: the native module).
 	FILTER=$(FILTER) ./scripts/run-demo.sh
 
+.PHONY: run-ha
+run-ha: envoy build etcd ## Run Allot replicated on loopback: 3 etcd members, 3 allotd replicas, 2 Envoys on different replicas.
+	./scripts/run-ha.sh
+
+.PHONY: etcd
+etcd: ## Build the etcd server (the go.mod tool go.etcd.io/etcd/server/v3) into bin/etcd.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
