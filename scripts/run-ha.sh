@@ -11,30 +11,8 @@ TOKEN=dev-admin-token-change-me
 STATE=tmp/run-ha
 mkdir -p "$STATE"
 
-for port in 2379 2380 22379 22380 32379 32380 8080 8082 8084 18000 18001 18002 10000 10001 9901 9902 8081; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "port 127.0.0.1:$port is already in use; stop what listens there first" >&2
-    exit 1
-  fi
-done
-
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  echo; echo "stopping..."
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup INT TERM EXIT
-
-wait_http() { # url what
-  for _ in $(seq 1 300); do
-    if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "$2 did not come up at $1; see $STATE/*.log" >&2
-  exit 1
-}
+source scripts/lib.sh
+require_free_ports 2379 2380 22379 22380 32379 32380 8080 8082 8084 18000 18001 18002 10000 10001 9901 9902 8081
 
 bin/allot-echo -addr 127.0.0.1:8081 >"$STATE/echo.log" 2>&1 & pids+=($!)
 
