@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -83,11 +82,6 @@ type Proxy struct {
 	Unserved string `json:"unserved,omitempty"`
 	// ConnectedAt is when the stream opened.
 	ConnectedAt time.Time `json:"connected_at"`
-}
-
-// Key identifies the proxy's record: its replica and stream.
-func (p Proxy) Key() string {
-	return p.Replica + "/" + p.NodeID + "/" + strconv.FormatInt(p.Stream, 10)
 }
 
 // View is the mesh as the registry holds it: the live replicas (their

@@ -187,6 +187,17 @@ func CheckExpect(expect int64) error {
 	return nil
 }
 
+// DecodeExperiment decodes an Experiment as Marshal encoded it.
+// json.Unmarshal copies into fresh memory, so the result never aliases v
+// (a bbolt transaction's pages, an etcd response).
+func DecodeExperiment(v []byte) (*Experiment, error) {
+	var e Experiment
+	if err := json.Unmarshal(v, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
 // Marshal encodes v as compact JSON without HTML escaping, so that Spec
 // bytes round-trip unchanged: the encoding stores write.
 func Marshal(v any) ([]byte, error) {

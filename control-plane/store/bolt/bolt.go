@@ -222,7 +222,7 @@ func (d *DB) List(ctx context.Context) ([]*store.Experiment, int64, error) {
 			return err
 		}
 		return tx.Bucket(bucketExperiments).ForEach(func(k, v []byte) error {
-			e, err := decodeExperiment(v)
+			e, err := store.DecodeExperiment(v)
 			if err != nil {
 				return fmt.Errorf("decode experiment %q: %w", k, err)
 			}
@@ -541,7 +541,7 @@ func current(b *bbolt.Bucket, key string, expect int64) (*store.Experiment, json
 	if v == nil {
 		return nil, nil, store.ErrNotFound
 	}
-	e, err := decodeExperiment(v)
+	e, err := store.DecodeExperiment(v)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decode stored experiment: %w", err)
 	}
@@ -556,7 +556,7 @@ func getExperiment(tx *bbolt.Tx, key string) (*store.Experiment, error) {
 	if v == nil {
 		return nil, store.ErrNotFound
 	}
-	e, err := decodeExperiment(v)
+	e, err := store.DecodeExperiment(v)
 	if err != nil {
 		return nil, fmt.Errorf("decode stored experiment: %w", err)
 	}
@@ -572,16 +572,6 @@ func putExperiment(b *bbolt.Bucket, e *store.Experiment) (json.RawMessage, error
 		return nil, fmt.Errorf("write experiment: %w", err)
 	}
 	return data, nil
-}
-
-// decodeExperiment decodes a stored experiment. json.Unmarshal copies into
-// fresh memory, so the result never aliases the transaction's pages.
-func decodeExperiment(v []byte) (*store.Experiment, error) {
-	var e store.Experiment
-	if err := json.Unmarshal(v, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
 }
 
 func revision(tx *bbolt.Tx) (int64, error) {

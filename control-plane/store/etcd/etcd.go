@@ -202,9 +202,6 @@ func (s *Store) Name() string { return s.name }
 // the same cluster.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-// Prefix returns the store's key prefix.
-func (s *Store) Prefix() string { return s.prefix }
-
 func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, "") }
 
 func (s *Store) schemaKey() string        { return s.key("meta/schema_version") }
@@ -364,7 +361,7 @@ func (s *Store) get(ctx context.Context, key string) (*store.Experiment, error) 
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("get experiment %q: %w", key, store.ErrNotFound)
 	}
-	e, err := decodeExperiment(kvs[0].Value)
+	e, err := store.DecodeExperiment(kvs[0].Value)
 	if err != nil {
 		return nil, fmt.Errorf("get experiment %q: decode: %w", key, err)
 	}
@@ -391,7 +388,7 @@ func (s *Store) list(ctx context.Context) ([]*store.Experiment, int64, error) {
 	kvs := resp.Responses[1].GetResponseRange().GetKvs()
 	list := make([]*store.Experiment, 0, len(kvs))
 	for _, kv := range kvs {
-		e, err := decodeExperiment(kv.Value)
+		e, err := store.DecodeExperiment(kv.Value)
 		if err != nil {
 			return nil, 0, fmt.Errorf("list experiments: decode %q: %w", kv.Key, err)
 		}
@@ -634,7 +631,7 @@ func (s *Store) write(ctx context.Context, key, actor string,
 		)
 		if kvs := cur.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 			expMod = kvs[0].ModRevision
-			if old, err = decodeExperiment(kvs[0].Value); err != nil {
+			if old, err = store.DecodeExperiment(kvs[0].Value); err != nil {
 				return fmt.Errorf("decode stored experiment: %w", err)
 			}
 			before = bytes.Clone(kvs[0].Value)
@@ -793,12 +790,4 @@ func parseRevision(kvs []*mvccpb.KeyValue) (int64, error) {
 		return 0, fmt.Errorf("corrupt store: meta/revision %q", kvs[0].Value)
 	}
 	return rev, nil
-}
-
-func decodeExperiment(v []byte) (*store.Experiment, error) {
-	var e store.Experiment
-	if err := json.Unmarshal(v, &e); err != nil {
-		return nil, err
-	}
-	return &e, nil
 }
