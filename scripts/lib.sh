@@ -1,6 +1,6 @@
-# Shared by run-demo.sh and run-ha.sh (sourced, after STATE is set): the
-# free-port check, the background processes stopped on exit, and the wait
-# for a component's HTTP endpoint.
+# Shared by run-demo.sh and run-ha.sh (sourced, after STATE and TOKEN are
+# set): the free-port check, the background processes stopped on exit, the
+# wait for a component's HTTP endpoint, and the example experiments.
 
 require_free_ports() { # port...
   for port in "$@"; do
@@ -28,4 +28,16 @@ wait_http() { # url what
   done
   echo "$2 did not come up at $1; see $STATE/*.log" >&2
   exit 1
+}
+
+create_examples() { # create-url where-they-are-stored
+  for f in examples/checkout-button.json examples/search-ranking.json; do
+    code=$(curl -sS -o "$STATE/create.out" -w '%{http_code}' -X POST "$1" \
+      -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' --data-binary "@$f")
+    case $code in
+      201) echo "created $(basename "$f" .json)" ;;
+      409) echo "$(basename "$f" .json) already exists in $2" ;;
+      *) echo "creating $f failed with $code: $(cat "$STATE/create.out")" >&2; exit 1 ;;
+    esac
+  done
 }

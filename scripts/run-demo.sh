@@ -35,15 +35,7 @@ wait_http http://127.0.0.1:8081/ "demo upstream"
 wait_http http://127.0.0.1:8080/readyz "allotd"
 wait_http http://127.0.0.1:9901/ready "envoy"
 
-for f in examples/checkout-button.json examples/search-ranking.json; do
-  code=$(curl -sS -o "$STATE/create.out" -w '%{http_code}' -X POST http://127.0.0.1:8080/v1/experiments \
-    -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' --data-binary "@$f")
-  case $code in
-    201) echo "created $(basename "$f" .json)" ;;
-    409) echo "$(basename "$f" .json) already exists in $STATE/allot.db" ;;
-    *) echo "creating $f failed with $code: $(cat "$STATE/create.out")" >&2; exit 1 ;;
-  esac
-done
+create_examples "http://127.0.0.1:8080/v1/experiments" "$STATE/allot.db"
 
 for _ in $(seq 1 100); do
   if curl -fsS -H 'x-user-id: alice' http://127.0.0.1:10000/ | grep -q 'x-experiment-checkout-button'; then break; fi

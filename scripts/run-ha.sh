@@ -59,15 +59,7 @@ done
 wait_http http://127.0.0.1:9901/ready "envoy 1"
 wait_http http://127.0.0.1:9902/ready "envoy 2"
 
-for f in examples/checkout-button.json examples/search-ranking.json; do
-  code=$(curl -sS -o "$STATE/create.out" -w '%{http_code}' -X POST 'http://127.0.0.1:8080/v1/experiments?wait=10s' \
-    -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' --data-binary "@$f")
-  case $code in
-    201) echo "created $(basename "$f" .json)" ;;
-    409) echo "$(basename "$f" .json) already exists in etcd" ;;
-    *) echo "creating $f failed with $code: $(cat "$STATE/create.out")" >&2; exit 1 ;;
-  esac
-done
+create_examples "http://127.0.0.1:8080/v1/experiments?wait=10s" "etcd"
 
 cat <<MSG
 
