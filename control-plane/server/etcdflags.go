@@ -33,7 +33,7 @@ func (f *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (with -etcd-key; connects over TLS)")
 	fs.StringVar(&f.key, "etcd-key", "", "PEM private key `file` of -etcd-cert")
 	fs.StringVar(&f.prefix, "etcd-prefix", etcd.DefaultPrefix, "key prefix of Allot's data in etcd (replicas of one mesh share it)")
-	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write without a quorum fails after at most this long")
+	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write retries through a leader election for at most this long, then fails with 503")
 	fs.StringVar(&f.replicaID, "replica-id", "", "this replica's name in the mesh registry, unique among the replicas (default: host name and -xds-addr)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", etcd.DefaultLeaseTTL, "how long a dead replica's proxies stay in the mesh's live set (its etcd lease's TTL)")
 }

@@ -23,9 +23,10 @@
 // are serializable cluster-wide and a write commits with its audit entry or
 // not at all. etcd commits to a quorum's disks before answering.
 //
-// When the cluster has no quorum, writes fail fast (etcd's require-leader
-// mode) with an error wrapping store.ErrUnavailable that names the
-// endpoints, and reads fall back to the reachable member's last committed
+// A write waits out a leader election (etcd's require-leader mode makes
+// each attempt fail at once; it retries with backoff); when the cluster
+// has no quorum for the whole request timeout it fails with an error
+// wrapping store.ErrUnavailable that names the endpoints. Reads fall back to the reachable member's last committed
 // state (a serializable read) so that the experiments stay readable.
 //
 // This package must not import anything from the control plane except store
