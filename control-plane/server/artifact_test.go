@@ -123,7 +123,7 @@ func filterVersion(t *testing.T, ext *corev3.TypedExtensionConfig) string {
 // resource; a proxy naming an unknown artifact gets nothing, and the admin
 // API's rollout reports it (result "unserved" for a waited write).
 func TestArtifactsThroughAllotd(t *testing.T) {
-	a := start(t, nil, "")
+	a := start(t)
 	wasm := connectProxy(t, a.XDS.String(), "shop-wasm", nil)
 	native := connectProxy(t, a.XDS.String(), "shop-native", "native")
 	odd := connectProxy(t, a.XDS.String(), "shop-odd", "wasm32")

@@ -2,15 +2,16 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 )
@@ -28,8 +29,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		meshFile  string
 		logLevel  slog.Level
 		logFormat string
-		tlsCert   string
-		tlsKey    string
+		tlsFiles  mtls.Files
+		tlsReload time.Duration
 		storeURL  string
 		etcdOpts  etcdFlags
 	)
@@ -43,8 +44,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot Wasm filter module as the proxies running it (node metadata allot.artifact absent or \"wasm\") see it")
 	fs.StringVar(&native, "native-path", "bin/liballot.so", "path of the Allot native filter module (Envoy dynamic module) as the proxies running it (node metadata allot.artifact \"native\") see it")
 	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without version and experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, savedGroups, cacheSize...), checked by the filter's own decoder at start-up")
-	fs.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only")
-	fs.StringVar(&tlsKey, "tls-key", "", "PEM private key `file` of -tls-cert")
+	fs.StringVar(&tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only (reloaded when it changes)")
+	fs.StringVar(&tlsFiles.Key, "tls-key", "", "PEM private key `file` of -tls-cert")
+	fs.StringVar(&tlsFiles.ClientCA, "xds-client-ca", "", "PEM `file` of the CAs that sign proxy certificates: xDS then requires a client certificate (mutual TLS) whose identity -xds-identities allows for the node's cluster (needs -tls-cert)")
+	fs.StringVar(&tlsFiles.Policy, "xds-identities", "", "proxy identity policy `file` (JSON): which certificate identity (SPIFFE ID or DNS name) may subscribe as which clusters, e.g. {\"proxies\":[{\"identity\":\"spiffe://example.org/cluster/{cluster}\"}]} (with -xds-client-ca)")
+	fs.DurationVar(&tlsReload, "tls-reload", 5*time.Second, "how often the TLS files and the identity policy are checked for changes; changed ones are used for new connections and requests without a restart")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -62,14 +66,14 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg.Tokens = t
 	switch {
-	case tlsCert != "" && tlsKey != "":
-		cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
-		if err != nil {
-			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
-		}
-		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	case tlsCert != "" || tlsKey != "":
+	case (tlsFiles.Cert == "") != (tlsFiles.Key == ""):
 		return fmt.Errorf("-tls-cert and -tls-key go together")
+	case tlsFiles.Cert == "" && (tlsFiles.ClientCA != "" || tlsFiles.Policy != ""):
+		return fmt.Errorf("-xds-client-ca and -xds-identities need -tls-cert and -tls-key: client certificates are verified over TLS")
+	case (tlsFiles.ClientCA == "") != (tlsFiles.Policy == ""):
+		return fmt.Errorf("-xds-client-ca and -xds-identities go together: the CAs verify a proxy's certificate, the policy says which clusters its identity may subscribe as")
+	case tlsReload <= 0:
+		return fmt.Errorf("-tls-reload: %v, want a positive duration", tlsReload)
 	}
 	abs, err := filepath.Abs(wasmPath)
 	if err != nil {
@@ -97,6 +101,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
 	default:
 		return fmt.Errorf("-log-format: %q, want text or json", logFormat)
+	}
+	if tlsFiles.Cert != "" {
+		r, err := mtls.Load(tlsFiles, cfg.Logger.With("component", "tls"))
+		if err != nil {
+			return err
+		}
+		cfg.TLS, cfg.XDSTLS = r.AdminTLS(), r.XDSTLS()
+		if r.MutualTLS() {
+			cfg.XDSStreamInterceptor = r.StreamInterceptor()
+		}
+		cfg.Collectors = append(cfg.Collectors, r.Collectors()...)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go r.Run(ctx, tlsReload)
 	}
 	dbSet := false
 	fs.Visit(func(f *flag.Flag) { dbSet = dbSet || f.Name == "db" })

@@ -60,6 +60,13 @@ type Config struct {
 	// TLS, when set, serves every listener (admin HTTP, admin gRPC, xDS)
 	// over TLS only; plaintext connections are refused.
 	TLS *tls.Config
+	// XDSTLS, when set, is the xDS listener's TLS configuration in place of
+	// TLS: mtls.Reloader.XDSTLS, which can require client certificates.
+	XDSTLS *tls.Config
+	// XDSStreamInterceptor, when set, wraps every xDS stream:
+	// mtls.Reloader.StreamInterceptor, which authorizes each request's node
+	// against the client certificate's identity.
+	XDSStreamInterceptor grpc.StreamServerInterceptor
 	// Collectors are extra Prometheus collectors exposed on /metrics
 	// beside allotd's own (Go runtime, process, admin API, experiments).
 	Collectors []prometheus.Collector
@@ -136,10 +143,20 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	if cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	g := grpc.NewServer(append([]grpc.ServerOption{
+	xdsOpts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, creds...)...)
+	}
+	switch {
+	case cfg.XDSTLS != nil:
+		xdsOpts = append(xdsOpts, grpc.Creds(credentials.NewTLS(cfg.XDSTLS)))
+	case cfg.TLS != nil:
+		xdsOpts = append(xdsOpts, creds...)
+	}
+	if cfg.XDSStreamInterceptor != nil {
+		xdsOpts = append(xdsOpts, grpc.StreamInterceptor(cfg.XDSStreamInterceptor))
+	}
+	g := grpc.NewServer(xdsOpts...)
 	xsrv.Register(g)
 
 	adminLog := log.With("component", "admin")
@@ -207,7 +224,8 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); publishLoop(ctx, cfg.Registry, xsrv, b, self, log.With("component", "mesh")) }()
 	}
-	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil}
+	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil,
+		"xds_client_certs", cfg.XDSStreamInterceptor != nil}
 	if grpcLn != nil {
 		addrs.AdminGRPC = grpcLn.Addr()
 		attrs = append(attrs, "admin_grpc_addr", addrs.AdminGRPC.String())

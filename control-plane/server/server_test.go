@@ -2,14 +2,8 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -27,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
@@ -34,8 +29,9 @@ import (
 
 const testToken = "server-test-token-0123456789"
 
-// start runs allotd in-process on loopback ports and returns its addresses.
-func start(t *testing.T, tlsCfg *tls.Config, grpcAddr string, extra ...prometheus.Collector) Addrs {
+// start runs allotd in-process on loopback ports and returns its addresses;
+// each of opts adjusts its configuration first.
+func start(t *testing.T, opts ...func(*Config)) Addrs {
 	t.Helper()
 	tokens, err := admin.ParseTokens([]byte(`{"tokens":[{"name":"root","role":"admin","token":"` + testToken + `"}]}`))
 	if err != nil {
@@ -49,14 +45,15 @@ func start(t *testing.T, tlsCfg *tls.Config, grpcAddr string, extra ...prometheu
 	ready := make(chan Addrs, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, db, Config{
-			AdminAddr: "127.0.0.1:0", AdminGRPCAddr: grpcAddr, XDSAddr: "127.0.0.1:0",
-			Tokens: tokens,
-			Mesh:   translate.Mesh{WasmPath: "/allot.wasm", NativePath: "/liballot.so"}, TLS: tlsCfg, Collectors: extra,
-			Ready: func(a Addrs) { ready <- a },
-		})
-	}()
+	cfg := Config{
+		AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Tokens: tokens,
+		Mesh:  translate.Mesh{WasmPath: "/allot.wasm", NativePath: "/liballot.so"},
+		Ready: func(a Addrs) { ready <- a },
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	go func() { done <- Run(ctx, db, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -92,7 +89,7 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 func TestMetricsHealthAndReflection(t *testing.T) {
 	extra := prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_test_extra_total", Help: "test collector"})
 	extra.Add(3)
-	a := start(t, nil, "127.0.0.1:0", extra)
+	a := start(t, func(c *Config) { c.AdminGRPCAddr, c.Collectors = "127.0.0.1:0", []prometheus.Collector{extra} })
 	base := "http://" + a.Admin.String()
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := get(t, http.DefaultClient, base+path); code != 200 || body != "ok\n" {
@@ -157,9 +154,12 @@ func TestMetricsHealthAndReflection(t *testing.T) {
 
 // TestTLS: with TLS configured every listener speaks TLS only.
 func TestTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
-	a := start(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, "")
-	clientTLS := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	ca := mtlstest.NewCA(t, "allotd")
+	cert := ca.Server(t).TLS
+	a := start(t, func(c *Config) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	})
+	clientTLS := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 
 	https := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}}
 	if code, _ := get(t, https, "https://"+a.Admin.String()+"/healthz"); code != 200 {
@@ -200,30 +200,4 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool trusting it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "allotd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

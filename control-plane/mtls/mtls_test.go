@@ -1,0 +1,148 @@
+package mtls
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
+)
+
+func TestParsePolicyErrors(t *testing.T) {
+	for _, tt := range []struct{ name, in, want string }{
+		{"not json", `{`, "proxy identity policy: unexpected EOF"},
+		{"unknown field", `{"proxies":[{"identity":"a","clusters":["b"],"cluster":"c"}]}`, `unknown field "cluster"`},
+		{"no proxies", `{"proxies":[]}`, "proxies: empty"},
+		{"empty identity", `{"proxies":[{"clusters":["b"]}]}`, "proxies[0].identity: empty"},
+		{"exact without clusters", `{"proxies":[{"identity":"a"}]}`, `proxies[0].clusters: empty; list the clusters "a" may subscribe as`},
+		{"pattern with clusters", `{"proxies":[{"identity":"spiffe://x/{cluster}","clusters":["b"]}]}`, "proxies[0].clusters: must be absent"},
+		{"two placeholders", `{"proxies":[{"identity":"spiffe://x/{cluster}/{cluster}"}]}`, "proxies[0].identity: \"spiffe://x/{cluster}/{cluster}\" has {cluster} 2 times"},
+		{"empty cluster", `{"proxies":[{"identity":"a","clusters":["b",""]}]}`, "proxies[0].clusters[1]: empty"},
+		{"every problem", `{"proxies":[{"identity":""},{"identity":"a"}]}`, "proxies[0].identity: empty\nproxies[1].clusters: empty"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParsePolicy([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParsePolicy: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPolicyAllowed(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"proxies":[
+	  {"identity":"spiffe://allot.test/cluster/{cluster}"},
+	  {"identity":"spiffe://allot.test/ns/{cluster}/sa/envoy"},
+	  {"identity":"spiffe://allot.test/sa/gateway","clusters":["edge","gateway"]},
+	  {"identity":"ops.allot.test","clusters":["*"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		ids     []string
+		cluster string
+		want    bool
+	}{
+		{"pattern, own cluster", []string{"spiffe://allot.test/cluster/checkout"}, "checkout", true},
+		{"pattern, other cluster", []string{"spiffe://allot.test/cluster/checkout"}, "payments", false},
+		{"pattern in the middle", []string{"spiffe://allot.test/ns/shop/sa/envoy"}, "shop", true},
+		{"pattern does not span segments", []string{"spiffe://allot.test/cluster/a/b"}, "a/b", false},
+		{"pattern needs a cluster", []string{"spiffe://allot.test/cluster/"}, "", false},
+		{"exact, listed cluster", []string{"spiffe://allot.test/sa/gateway"}, "edge", true},
+		{"exact, unlisted cluster", []string{"spiffe://allot.test/sa/gateway"}, "checkout", false},
+		{"wildcard", []string{"ops.allot.test"}, "anything", true},
+		{"any of several identities", []string{"unknown.allot.test", "spiffe://allot.test/cluster/checkout"}, "checkout", true},
+		{"prefix is not enough", []string{"spiffe://allot.test/sa/gateway-2"}, "edge", false},
+		{"no identity", nil, "checkout", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := p.Allowed(tt.ids, tt.cluster); got != tt.want {
+				t.Fatalf("Allowed(%v, %q) = %v, want %v", tt.ids, tt.cluster, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadRefusesIncompleteFiles(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		files Files
+		want  string
+	}{
+		{"no certificate", Files{Key: "k"}, "server certificate and key are required"},
+		{"client CAs without policy", Files{Cert: "c", Key: "k", ClientCA: "ca"}, "client CAs need a proxy identity policy"},
+		{"policy without client CAs", Files{Cert: "c", Key: "k", Policy: "p"}, "needs client CAs"},
+		{"missing file", Files{Cert: "/nonexistent/c.pem", Key: "/nonexistent/k.pem"}, "/nonexistent/c.pem"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Load(tt.files, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestReloadKeepsWhatDoesNotLoad: each part (certificate and key, client
+// CAs, policy) reloads on its own; one that does not load keeps the
+// previous one, and its failure is counted once.
+func TestReloadKeepsWhatDoesNotLoad(t *testing.T) {
+	dir := t.TempDir()
+	ca := mtlstest.NewCA(t, "allotd")
+	files := Files{ClientCA: filepath.Join(dir, "ca.pem"), Policy: filepath.Join(dir, "p.json")}
+	first := ca.Server(t)
+	files.Cert, files.Key = first.Write(t, dir, "server")
+	mtlstest.WriteFile(t, files.ClientCA, ca.PEM)
+	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"a","clusters":["x"]}]}`))
+	r, err := Load(files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("reload of unchanged files: %v", err)
+	}
+	if got := testutil.ToFloat64(r.reloads.WithLabelValues("loaded")); got != 0 {
+		t.Fatalf("unchanged files counted as %v reloads", got)
+	}
+
+	// A broken policy and a new certificate: the certificate is taken, the
+	// policy kept.
+	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"b"}]}`))
+	second := ca.Server(t)
+	second.Write(t, dir, "server")
+	for range 3 {
+		if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "proxies[0].clusters") {
+			t.Fatalf("Reload: %v, want the policy's error", err)
+		}
+	}
+	m := r.cur.Load()
+	if m.cert.Leaf.SerialNumber.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Error("the new certificate was held back by the broken policy")
+	}
+	if !m.policy.Allowed([]string{"a"}, "x") {
+		t.Error("the previous policy is no longer in use")
+	}
+	if got := testutil.ToFloat64(r.reloads.WithLabelValues("failed")); got != 1 {
+		t.Errorf("the same failure counted %v times, want once", got)
+	}
+
+	// A key that does not match the certificate: the certificate in use
+	// stays; the fixed policy is taken.
+	mtlstest.WriteFile(t, files.Key, first.KeyPEM)
+	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"b","clusters":["y"]}]}`))
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "with key") {
+		t.Fatalf("Reload: %v, want the key pair's error", err)
+	}
+	m = r.cur.Load()
+	if m.cert.Leaf.SerialNumber.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Error("a mismatched key replaced the certificate in use")
+	}
+	if !m.policy.Allowed([]string{"b"}, "y") || m.policy.Allowed([]string{"a"}, "x") {
+		t.Error("the fixed policy is not in use")
+	}
+	if m.xds.ClientAuth == 0 || m.xds.ClientCAs == nil || len(m.xds.Certificates) != 1 {
+		t.Error("the xDS TLS configuration lost its client certificate requirement")
+	}
+}

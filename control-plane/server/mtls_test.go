@@ -1,0 +1,277 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/allotmesh/allot/control-plane/mtls"
+	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
+)
+
+// subscribe opens an ADS stream to addr presenting cert (none if nil) as
+// node of cluster, asks for the Allot filter's configuration and returns
+// the first response. The stream stays open until hold is done.
+func subscribe(hold context.Context, addr string, roots *x509.CertPool, cert *tls.Certificate, node, cluster string) (*discoveryv3.DiscoveryResponse, error) {
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(hold)
+	go func() { <-ctx.Done(); conn.Close() }()
+	timer := time.AfterFunc(3*time.Second, cancel)
+	defer timer.Stop()
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err == nil {
+		err = s.Send(&discoveryv3.DiscoveryRequest{
+			Node:    &corev3.Node{Id: node, Cluster: cluster},
+			TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"},
+		})
+	}
+	var resp *discoveryv3.DiscoveryResponse
+	if err == nil || errors.Is(err, io.EOF) { // a stream the server ended: Recv has its status
+		resp, err = s.Recv()
+	}
+	if err != nil || hold.Err() != nil {
+		cancel()
+	}
+	return resp, err
+}
+
+// TestMutualTLSProxies: with client CAs and an identity policy, xDS serves
+// only proxies whose certificate's identity may subscribe as their node's
+// cluster; everyone else receives nothing and is never listed as a proxy.
+// The server certificate, the client CAs and the policy are reloaded from
+// disk while allotd runs.
+func TestMutualTLSProxies(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, proxyCA, otherCA := mtlstest.NewCA(t, "allotd"), mtlstest.NewCA(t, "proxies"), mtlstest.NewCA(t, "elsewhere")
+	files := mtls.Files{ClientCA: filepath.Join(dir, "proxy-ca.pem"), Policy: filepath.Join(dir, "identities.json")}
+	files.Cert, files.Key = serverCA.Server(t).Write(t, dir, "server")
+	mtlstest.WriteFile(t, files.ClientCA, proxyCA.PEM)
+	policy := `{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"}]}`
+	mtlstest.WriteFile(t, files.Policy, []byte(policy))
+	r, err := mtls.Load(files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx, 20*time.Millisecond)
+	a := start(t, func(c *Config) {
+		c.TLS, c.XDSTLS, c.XDSStreamInterceptor, c.Collectors = r.AdminTLS(), r.XDSTLS(), r.StreamInterceptor(), r.Collectors()
+	})
+	xdsAddr, roots := a.XDS.String(), serverCA.Pool()
+	checkout := proxyCA.Client(t, "spiffe://allot.test/cluster/checkout").TLS
+	payments := proxyCA.Client(t, "spiffe://allot.test/cluster/payments").TLS
+	team := proxyCA.Client(t, "spiffe://allot.test/team/payments").TLS
+	noSAN := proxyCA.Client(t).TLS
+	foreign := otherCA.Client(t, "spiffe://allot.test/cluster/checkout").TLS
+
+	// One authorized proxy stays connected throughout.
+	held, release := context.WithCancel(context.Background())
+	defer release()
+	if _, err := subscribe(held, xdsAddr, roots, &checkout, "held", "checkout"); err != nil {
+		t.Fatalf("authorized proxy: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		cert *tls.Certificate
+		want codes.Code // codes.OK: a configuration arrives
+	}{
+		{"own cluster", &checkout, codes.OK},
+		{"no certificate", nil, codes.Unavailable},
+		{"certificate of another cluster", &payments, codes.PermissionDenied},
+		{"identity the policy does not name", &team, codes.PermissionDenied},
+		{"certificate without an identity", &noSAN, codes.Unauthenticated},
+		{"certificate from another CA", &foreign, codes.Unavailable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := subscribe(ctx, xdsAddr, roots, tt.cert, "node-"+strings.ReplaceAll(tt.name, " ", "-"), "checkout")
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("subscribe as checkout: %v (code %v), want code %v", err, got, tt.want)
+			}
+			if tt.want == codes.OK && len(resp.GetResources()) != 1 {
+				t.Fatalf("got %d resources, want the filter's configuration", len(resp.GetResources()))
+			}
+			if tt.want != codes.OK && resp != nil {
+				t.Fatalf("a refused client received %v", resp)
+			}
+		})
+	}
+
+	// Only authorized proxies are tracked: a refused client cannot stand
+	// in a waited write's way.
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	metric := func(name string) string {
+		code, body := get(t, https, "https://"+a.Admin.String()+"/metrics")
+		if code != 200 {
+			t.Fatalf("/metrics: %d", code)
+		}
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, name+" ") {
+				return strings.TrimPrefix(l, name+" ")
+			}
+		}
+		return ""
+	}
+	if got := metric(`allot_xds_denied_streams_total{reason="identity"}`); got != "2" {
+		t.Errorf("identity denials: %q, want 2", got)
+	}
+	if got := metric(`allot_xds_denied_streams_total{reason="certificate"}`); got != "1" {
+		t.Errorf("certificate denials: %q, want 1 (the certificate without an identity)", got)
+	}
+
+	var rollout struct {
+		Proxies []json.RawMessage `json:"proxies"`
+	}
+	req, _ := http.NewRequest("GET", "https://"+a.Admin.String()+"/v1/rollout", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := https.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&rollout); err != nil {
+		t.Fatal(err)
+	}
+	if len(rollout.Proxies) != 2 || !strings.Contains(string(rollout.Proxies[0]), `"nodeId":"held"`) ||
+		!strings.Contains(string(rollout.Proxies[1]), `"nodeId":"node-own-cluster"`) {
+		t.Errorf("rollout lists %s, want the two authorized proxies (held, node-own-cluster)", rollout.Proxies)
+	}
+
+	eventually := func(what string, f func() error) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	asCheckout := func(cert *tls.Certificate) func() error {
+		return func() error {
+			once, done := context.WithCancel(ctx)
+			defer done()
+			_, err := subscribe(once, xdsAddr, roots, cert, "node-reload", "checkout")
+			return err
+		}
+	}
+
+	// The policy grows a rule: the team identity may now subscribe as
+	// checkout, without a restart.
+	policy = `{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"},
+	  {"identity":"spiffe://allot.test/team/payments","clusters":["checkout"]}]}`
+	mtlstest.WriteFile(t, files.Policy, []byte(policy))
+	eventually("team identity after the policy reload", asCheckout(&team))
+
+	// A policy that does not parse is not used: the previous one stays.
+	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/x"}]}`))
+	eventually("failed reload counted", func() error {
+		if got := metric(`allot_tls_reloads_total{result="failed"}`); got == "" || got == "0" {
+			return fmt.Errorf("failed reloads: %q", got)
+		}
+		return nil
+	})
+	if err := asCheckout(&team)(); err != nil {
+		t.Fatalf("after an invalid policy was written, the previous policy is gone: %v", err)
+	}
+	if err := asCheckout(&payments)(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("after an invalid policy was written: payments as checkout: %v, want PermissionDenied", err)
+	}
+
+	// Client CA rotation: the other CA's proxies are trusted once its
+	// certificate joins the bundle.
+	mtlstest.WriteFile(t, files.ClientCA, append(bytes.Clone(proxyCA.PEM), otherCA.PEM...))
+	eventually("certificate from the added CA", asCheckout(&foreign))
+
+	// Server certificate rotation: new connections see the new certificate.
+	next := serverCA.Server(t)
+	next.Write(t, dir, "server")
+	eventually("rotated server certificate", func() error {
+		c, err := tls.Dial("tcp", xdsAddr, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{checkout}, NextProtos: []string{"h2"}})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if got := c.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(next.Cert.SerialNumber) != 0 {
+			return fmt.Errorf("server certificate serial %v, want %v", got, next.Cert.SerialNumber)
+		}
+		return nil
+	})
+}
+
+// TestMainTLSFlags: the TLS flags that only work together are refused
+// apart, with the reason, before the store is opened; a complete set
+// starts.
+func TestMainTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := mtlstest.NewCA(t, "allotd")
+	cert, key := ca.Server(t).Write(t, dir, "server")
+	clientCA, policy := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "identities.json")
+	mtlstest.WriteFile(t, clientCA, ca.PEM)
+	mtlstest.WriteFile(t, policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"}]}`))
+	badPolicy := filepath.Join(dir, "bad.json")
+	mtlstest.WriteFile(t, badPolicy, []byte(`{"proxies":[{"identity":"x"}]}`))
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // "" starts
+	}{
+		{"cert without key", []string{"-tls-cert", cert}, "-tls-cert and -tls-key go together"},
+		{"client CA without TLS", []string{"-xds-client-ca", clientCA, "-xds-identities", policy}, "need -tls-cert and -tls-key"},
+		{"client CA without policy", []string{"-tls-cert", cert, "-tls-key", key, "-xds-client-ca", clientCA}, "-xds-client-ca and -xds-identities go together"},
+		{"policy without client CA", []string{"-tls-cert", cert, "-tls-key", key, "-xds-identities", policy}, "-xds-client-ca and -xds-identities go together"},
+		{"invalid policy", []string{"-tls-cert", cert, "-tls-key", key, "-xds-client-ca", clientCA, "-xds-identities", badPolicy}, "proxies[0].clusters"},
+		{"zero reload interval", []string{"-tls-cert", cert, "-tls-key", key, "-tls-reload", "0s"}, "-tls-reload"},
+		{"mutual TLS", []string{"-tls-cert", cert, "-tls-key", key, "-xds-client-ca", clientCA, "-xds-identities", policy}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sub := t.TempDir()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // a start that gets through returns at once
+			var stderr bytes.Buffer
+			err := Main(ctx, append(writeStartFiles(t, sub, "{}"), tt.args...), &stderr)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Main: %v\n%s", err, stderr.String())
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Main: %v, want an error containing %q", err, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(sub, "allot.db")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the store was opened: %v", err)
+			}
+		})
+	}
+}
