@@ -61,6 +61,9 @@ type system struct {
 	dbPath    string
 	adminPort int
 	args      []string // extra allotd flags, kept for restarts
+	// https, when set, reaches an admin listener serving TLS (-tls-cert):
+	// the admin URL is https and every call goes through it.
+	https *http.Client
 }
 
 // startSystem builds and starts allotd and the echo upstream; its proxies
@@ -102,7 +105,11 @@ func (s *system) startAllotd() {
 	s.t.Helper()
 	bin := harness.Build(s.t, "./control-plane/cmd/allotd")
 	adminPort, extra := s.adminPort, s.args
-	s.adminURL = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	scheme := "http"
+	if s.https != nil {
+		scheme = "https"
+	}
+	s.adminURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, adminPort)
 	store := []string{"-db", s.dbPath}
 	if slices.Contains(extra, "-store") {
 		store = nil // a replica on etcd
@@ -118,7 +125,7 @@ func (s *system) startAllotd() {
 		"-log-level", "debug",
 	), extra...)
 	s.allotd = harness.StartProcess(s.t, "allotd", bin, args...)
-	s.allotd.WaitHTTP(s.t, s.adminURL+"/readyz", 15*time.Second)
+	s.allotd.WaitHTTPWith(s.t, s.client(), s.adminURL+"/readyz", 15*time.Second)
 }
 
 // proxy is one Envoy started from a bootstrap in envoy-configs/.
@@ -186,6 +193,14 @@ func splitHostPort(addr string) (string, string, error) {
 	return addr, "", fmt.Errorf("no port in %q", addr)
 }
 
+// client is the HTTP client that reaches the admin API.
+func (s *system) client() *http.Client {
+	if s.https != nil {
+		return s.https
+	}
+	return http.DefaultClient
+}
+
 // api calls the admin API with the admin token and decodes a JSON answer
 // into out (if non-nil). It returns the status code.
 func (s *system) api(method, path string, body any, out any) int {
@@ -204,7 +219,7 @@ func (s *system) api(method, path string, body any, out any) int {
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -165,13 +165,20 @@ func (p *Process) terminate() (killed bool) {
 // The test fails if timeout passes first or if the process exits meanwhile.
 func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
 	t.Helper()
+	p.WaitHTTPWith(t, client, url, timeout)
+}
+
+// WaitHTTPWith is WaitHTTP through c, e.g. a client trusting the
+// process's TLS certificate.
+func (p *Process) WaitHTTPWith(t testing.TB, c *http.Client, url string, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
 		if p.Exited() {
 			t.Fatalf("%s exited (%v) before %s answered; last error: %v", p.name, p.waitErr, url, last)
 		}
-		last = get2xx(url)
+		last = get2xx(c, url)
 		if last == nil {
 			return
 		}
@@ -185,9 +192,9 @@ func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
 	}
 }
 
-// get2xx GETs url and returns an error unless the status is 2xx.
-func get2xx(url string) error {
-	resp, err := client.Get(url)
+// get2xx GETs url through c and returns an error unless the status is 2xx.
+func get2xx(c *http.Client, url string) error {
+	resp, err := c.Get(url)
 	if err != nil {
 		return err
 	}
