@@ -6,8 +6,8 @@
 // previous material in use). With client CAs configured, the xDS listener
 // requires a client certificate signed by one of them (mutual TLS), and
 // every xDS request's node cluster is authorized against the certificate's
-// identities: a rogue client gets nothing, and cannot pose as a proxy of a
-// cluster it does not belong to.
+// identities (and, if the policy binds identities to node ids, the node id):
+// a rogue client gets nothing, and cannot pose as a proxy it is not.
 //
 // It depends on gRPC, Prometheus and the Envoy core API, never on the
 // store, the admin API or the xDS server.
@@ -304,14 +304,14 @@ func (s *authorizedStream) RecvMsg(m any) error {
 		return s.deny(status.Error(codes.PermissionDenied, "xds: the first request must carry the node"))
 	}
 	cluster := n.GetNode().GetCluster()
-	if !s.r.cur.Load().policy.Allowed(s.ids, cluster) {
+	if !s.r.cur.Load().policy.Allowed(s.ids, cluster, n.GetNode().GetId()) {
 		addr := ""
 		if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
 			addr = p.Addr.String()
 		}
-		s.r.log.Warn("xDS stream denied: identity may not subscribe as the cluster", "identities", s.ids,
+		s.r.log.Warn("xDS stream denied: identity may not subscribe as the node", "identities", s.ids,
 			"cluster", cluster, "node_id", n.GetNode().GetId(), "address", addr, "method", s.method)
-		return s.deny(status.Errorf(codes.PermissionDenied, "xds: identity %v may not subscribe as cluster %q", s.ids, cluster))
+		return s.deny(status.Errorf(codes.PermissionDenied, "xds: identity %v may not subscribe as cluster %q, node %q", s.ids, cluster, n.GetNode().GetId()))
 	}
 	s.seen = true
 	return nil

@@ -18,7 +18,8 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"empty identity", `{"proxies":[{"clusters":["b"]}]}`, "proxies[0].identity: empty"},
 		{"exact without clusters", `{"proxies":[{"identity":"a"}]}`, `proxies[0].clusters: empty; list the clusters "a" may subscribe as`},
 		{"pattern with clusters", `{"proxies":[{"identity":"spiffe://x/{cluster}","clusters":["b"]}]}`, "proxies[0].clusters: must be absent"},
-		{"two placeholders", `{"proxies":[{"identity":"spiffe://x/{cluster}/{cluster}"}]}`, "proxies[0].identity: \"spiffe://x/{cluster}/{cluster}\" has {cluster} 2 times"},
+		{"two placeholders", `{"proxies":[{"identity":"spiffe://x/{cluster}/{cluster}"}]}`, "proxies[0].identity: \"spiffe://x/{cluster}/{cluster}\" has a placeholder more than once"},
+		{"node without clusters", `{"proxies":[{"identity":"spiffe://x/node/{node}"}]}`, "proxies[0].clusters: empty"},
 		{"empty cluster", `{"proxies":[{"identity":"a","clusters":["b",""]}]}`, "proxies[0].clusters[1]: empty"},
 		{"every problem", `{"proxies":[{"identity":""},{"identity":"a"}]}`, "proxies[0].identity: empty\nproxies[1].clusters: empty"},
 	} {
@@ -35,32 +36,40 @@ func TestPolicyAllowed(t *testing.T) {
 	p, err := ParsePolicy([]byte(`{"proxies":[
 	  {"identity":"spiffe://allot.test/cluster/{cluster}"},
 	  {"identity":"spiffe://allot.test/ns/{cluster}/sa/envoy"},
+	  {"identity":"spiffe://allot.test/c/{cluster}/node/{node}"},
+	  {"identity":"spiffe://allot.test/edge/{node}","clusters":["edge"]},
 	  {"identity":"spiffe://allot.test/sa/gateway","clusters":["edge","gateway"]},
 	  {"identity":"ops.allot.test","clusters":["*"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		name    string
-		ids     []string
-		cluster string
-		want    bool
+		name          string
+		ids           []string
+		cluster, node string
+		want          bool
 	}{
-		{"pattern, own cluster", []string{"spiffe://allot.test/cluster/checkout"}, "checkout", true},
-		{"pattern, other cluster", []string{"spiffe://allot.test/cluster/checkout"}, "payments", false},
-		{"pattern in the middle", []string{"spiffe://allot.test/ns/shop/sa/envoy"}, "shop", true},
-		{"pattern does not span segments", []string{"spiffe://allot.test/cluster/a/b"}, "a/b", false},
-		{"pattern needs a cluster", []string{"spiffe://allot.test/cluster/"}, "", false},
-		{"exact, listed cluster", []string{"spiffe://allot.test/sa/gateway"}, "edge", true},
-		{"exact, unlisted cluster", []string{"spiffe://allot.test/sa/gateway"}, "checkout", false},
-		{"wildcard", []string{"ops.allot.test"}, "anything", true},
-		{"any of several identities", []string{"unknown.allot.test", "spiffe://allot.test/cluster/checkout"}, "checkout", true},
-		{"prefix is not enough", []string{"spiffe://allot.test/sa/gateway-2"}, "edge", false},
-		{"no identity", nil, "checkout", false},
+		{"pattern, own cluster", []string{"spiffe://allot.test/cluster/checkout"}, "checkout", "n1", true},
+		{"pattern, other cluster", []string{"spiffe://allot.test/cluster/checkout"}, "payments", "n1", false},
+		{"pattern in the middle", []string{"spiffe://allot.test/ns/shop/sa/envoy"}, "shop", "n1", true},
+		{"pattern does not span segments", []string{"spiffe://allot.test/cluster/a/b"}, "a/b", "n1", false},
+		{"pattern needs a cluster", []string{"spiffe://allot.test/cluster/"}, "", "n1", false},
+		{"exact, listed cluster", []string{"spiffe://allot.test/sa/gateway"}, "edge", "n1", true},
+		{"exact, unlisted cluster", []string{"spiffe://allot.test/sa/gateway"}, "checkout", "n1", false},
+		{"wildcard", []string{"ops.allot.test"}, "anything", "n1", true},
+		{"any of several identities", []string{"unknown.allot.test", "spiffe://allot.test/cluster/checkout"}, "checkout", "n1", true},
+		{"prefix is not enough", []string{"spiffe://allot.test/sa/gateway-2"}, "edge", "n1", false},
+		{"no identity", nil, "checkout", "n1", false},
+		{"node pattern, own node", []string{"spiffe://allot.test/c/shop/node/shop-7"}, "shop", "shop-7", true},
+		{"node pattern, another node", []string{"spiffe://allot.test/c/shop/node/shop-7"}, "shop", "shop-8", false},
+		{"node pattern, another cluster", []string{"spiffe://allot.test/c/shop/node/shop-7"}, "cart", "shop-7", false},
+		{"node pattern, node with a slash", []string{"spiffe://allot.test/edge/a/b"}, "edge", "a/b", false},
+		{"node pattern with listed cluster", []string{"spiffe://allot.test/edge/gw-1"}, "edge", "gw-1", true},
+		{"node pattern with unlisted cluster", []string{"spiffe://allot.test/edge/gw-1"}, "shop", "gw-1", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := p.Allowed(tt.ids, tt.cluster); got != tt.want {
-				t.Fatalf("Allowed(%v, %q) = %v, want %v", tt.ids, tt.cluster, got, tt.want)
+			if got := p.Allowed(tt.ids, tt.cluster, tt.node); got != tt.want {
+				t.Fatalf("Allowed(%v, %q, %q) = %v, want %v", tt.ids, tt.cluster, tt.node, got, tt.want)
 			}
 		})
 	}
@@ -121,7 +130,7 @@ func TestReloadKeepsWhatDoesNotLoad(t *testing.T) {
 	if m.cert.Leaf.SerialNumber.Cmp(second.Cert.SerialNumber) != 0 {
 		t.Error("the new certificate was held back by the broken policy")
 	}
-	if !m.policy.Allowed([]string{"a"}, "x") {
+	if !m.policy.Allowed([]string{"a"}, "x", "n") {
 		t.Error("the previous policy is no longer in use")
 	}
 	if got := testutil.ToFloat64(r.reloads.WithLabelValues("failed")); got != 1 {
@@ -139,7 +148,7 @@ func TestReloadKeepsWhatDoesNotLoad(t *testing.T) {
 	if m.cert.Leaf.SerialNumber.Cmp(second.Cert.SerialNumber) != 0 {
 		t.Error("a mismatched key replaced the certificate in use")
 	}
-	if !m.policy.Allowed([]string{"b"}, "y") || m.policy.Allowed([]string{"a"}, "x") {
+	if !m.policy.Allowed([]string{"b"}, "y", "n") || m.policy.Allowed([]string{"a"}, "x", "n") {
 		t.Error("the fixed policy is not in use")
 	}
 	if m.xds.ClientAuth == 0 || m.xds.ClientCAs == nil || len(m.xds.Certificates) != 1 {

@@ -72,7 +72,8 @@ func TestMutualTLSProxies(t *testing.T) {
 	files := mtls.Files{ClientCA: filepath.Join(dir, "proxy-ca.pem"), Policy: filepath.Join(dir, "identities.json")}
 	files.Cert, files.Key = serverCA.Server(t).Write(t, dir, "server")
 	mtlstest.WriteFile(t, files.ClientCA, proxyCA.PEM)
-	policy := `{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"}]}`
+	policy := `{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"},
+	  {"identity":"spiffe://allot.test/gateway/{node}","clusters":["gateway"]}]}`
 	mtlstest.WriteFile(t, files.Policy, []byte(policy))
 	r, err := mtls.Load(files, nil)
 	if err != nil {
@@ -163,6 +164,16 @@ func TestMutualTLSProxies(t *testing.T) {
 		t.Errorf("rollout lists %s, want the two authorized proxies (held, node-own-cluster)", rollout.Proxies)
 	}
 
+	// A certificate bound to a node id serves that node only: it cannot
+	// pose as another proxy of its cluster.
+	gw1 := proxyCA.Client(t, "spiffe://allot.test/gateway/gw-1").TLS
+	if _, err := subscribe(ctx, xdsAddr, roots, &gw1, "gw-1", "gateway"); err != nil {
+		t.Fatalf("gw-1 as itself: %v", err)
+	}
+	if _, err := subscribe(ctx, xdsAddr, roots, &gw1, "gw-2", "gateway"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("gw-1's certificate as node gw-2: %v, want PermissionDenied", err)
+	}
+
 	eventually := func(what string, f func() error) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -189,6 +200,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	// The policy grows a rule: the team identity may now subscribe as
 	// checkout, without a restart.
 	policy = `{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"},
+	  {"identity":"spiffe://allot.test/gateway/{node}","clusters":["gateway"]},
 	  {"identity":"spiffe://allot.test/team/payments","clusters":["checkout"]}]}`
 	mtlstest.WriteFile(t, files.Policy, []byte(policy))
 	eventually("team identity after the policy reload", asCheckout(&team))
