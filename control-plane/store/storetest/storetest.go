@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RecreateAfterDelete", testRecreateAfterDelete},
 		{"RevisionMonotonic", testRevisionMonotonic},
 		{"History", testHistory},
+		{"HistoryReplaysToList", testHistoryReplays},
 		{"WatchDeliversRevisions", testWatch},
 		{"WatchCoalesces", testWatchCoalesces},
 		{"WatchClosesOnCancel", testWatchCancel},
@@ -539,6 +540,58 @@ func testHistory(t *testing.T, s store.Store) {
 	for i := 1; i < len(h); i++ {
 		if h[i].Time.Before(h[i-1].Time) {
 			t.Errorf("History()[%d].Time %v before [%d].Time %v", i, h[i].Time, i-1, h[i-1].Time)
+		}
+	}
+}
+
+// testHistoryReplays checks what a copy of a store relies on: the global
+// history, replayed, is exactly what List returns, and each key's history
+// (a deleted key's, one whose key needs escaping) is the global history's
+// changes of that key.
+func testHistoryReplays(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	odd := "team/exp ü%2F"
+	a := mustCreate(t, s, exp("a", "o", `{"v":1}`), "alice")
+	mustCreate(t, s, exp(odd, "o", `{"odd":true}`), "bob")
+	gone := mustCreate(t, s, exp("gone", "o", `{}`), "bob")
+	if _, err := s.Update(ctx, exp("a", "o", `{"v":2}`), a.Revision, "carol"); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Delete(ctx, "gone", gone.Revision, "dave"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	mustCreate(t, s, exp("gone", "o", `{"back":1}`), "erin")
+	if err := s.Delete(ctx, "gone", 0, "dave"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+
+	all := mustHistory(t, s, "")
+	if rev := mustRevision(t, s); int64(len(all)) != rev {
+		t.Fatalf("History() has %d changes at revision %d, want one per revision", len(all), rev)
+	}
+	replayed, err := store.Replay(all)
+	if err != nil {
+		t.Fatalf("Replay(History()): %v", err)
+	}
+	list, _, err := s.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(replayed) != len(list) {
+		t.Fatalf("Replay(History()) has %d experiments, List %d", len(replayed), len(list))
+	}
+	for i := range list {
+		checkExperiment(t, fmt.Sprintf("Replay(History())[%d]", i), replayed[i], list[i])
+	}
+	for _, key := range []string{"a", odd, "gone"} {
+		var want []store.Change
+		for _, c := range all {
+			if c.Key == key {
+				want = append(want, c)
+			}
+		}
+		if got := mustHistory(t, s, key); !reflect.DeepEqual(got, want) {
+			t.Errorf("History(%q) = %+v, want the global history's changes of the key %+v", key, got, want)
 		}
 	}
 }
