@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
+	"github.com/allotmesh/allot/control-plane/store/storetest"
 )
 
 // openAt opens the store under prefix and closes it when the test ends.
@@ -33,39 +33,6 @@ func mustOpenAt(t *testing.T, c *etcdtest.Cluster, prefix string, opts ...etcd.O
 		t.Fatalf("open %s: %v", prefix, err)
 	}
 	return s
-}
-
-// fill writes n changes to s over keys (creates, updates, deletes and
-// re-creates; the first key ends deleted) and returns its history.
-func fill(t *testing.T, s store.Store, n int, keys ...string) []store.Change {
-	t.Helper()
-	ctx := t.Context()
-	for i := 0; i < n; i++ {
-		k := keys[i%len(keys)]
-		e := &store.Experiment{Key: k, Owner: "team-" + k, Spec: json.RawMessage(fmt.Sprintf(`{"i":%d,"html":"<&>"}`, i))}
-		var err error
-		switch _, gerr := s.Get(ctx, k); {
-		case errors.Is(gerr, store.ErrNotFound):
-			_, err = s.Create(ctx, e, fmt.Sprintf("actor-%d", i%3))
-		case i%7 == 0 || (i == n-1 && k == keys[0]):
-			err = s.Delete(ctx, k, 0, "remover")
-		default:
-			_, err = s.Update(ctx, e, 0, "editor")
-		}
-		if err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-	}
-	if _, err := s.Get(ctx, keys[0]); err == nil {
-		if err := s.Delete(ctx, keys[0], 0, "remover"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h, err := s.History(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 // sameStore fails the test unless got answers Revision, List and History
@@ -113,7 +80,7 @@ func TestImport(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	src := mustOpenAt(t, c, "/src/")
-	history := fill(t, src, 130, importKeys...)
+	history := storetest.Fill(t, src, 130, importKeys...)
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
 	if u := dst.Unfinished(); u != nil {
 		t.Fatalf("Unfinished() of an empty prefix = %v", u)
@@ -176,7 +143,7 @@ func TestImportEmptyHistory(t *testing.T) {
 func TestImportRefusesNotEmpty(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	history := fill(t, mustOpenAt(t, c, "/src/"), 5, "a", "b")
+	history := storetest.Fill(t, mustOpenAt(t, c, "/src/"), 5, "a", "b")
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, s *etcd.Store)
@@ -220,7 +187,7 @@ func TestImportRefusesNotEmpty(t *testing.T) {
 // refused before anything is written.
 func TestImportRejectsBadHistory(t *testing.T) {
 	c := etcdtest.Start(t, 1)
-	history := fill(t, mustOpenAt(t, c, "/src/"), 5, "a", "b")
+	history := storetest.Fill(t, mustOpenAt(t, c, "/src/"), 5, "a", "b")
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
 	err := dst.Import(t.Context(), "src", append(history[:2:2], history[3:]...))
 	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "revision 4 follows 2") {
@@ -236,7 +203,7 @@ func TestImportRejectsBadHistory(t *testing.T) {
 func TestImportInterrupted(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	first := fill(t, mustOpenAt(t, c, "/first/"), 120, "p", "q", "r")
+	first := storetest.Fill(t, mustOpenAt(t, c, "/first/"), 120, "p", "q", "r")
 	huge, err := store.Marshal(&store.Experiment{Key: "huge", Spec: json.RawMessage(`"` + strings.Repeat("x", 1600<<10) + `"`),
 		Revision: int64(len(first)) + 1, CreateRevision: int64(len(first)) + 1})
 	if err != nil {
@@ -258,7 +225,7 @@ func TestImportInterrupted(t *testing.T) {
 		t.Fatalf("Unfinished() = %v, want the import from first.db", u)
 	}
 	src := mustOpenAt(t, c, "/second/")
-	if err := again.Import(ctx, "second.db", fill(t, src, 20, "a", "b")); err != nil {
+	if err := again.Import(ctx, "second.db", storetest.Fill(t, src, 20, "a", "b")); err != nil {
 		t.Fatalf("Import after an unfinished one: %v", err)
 	}
 	sameStore(t, mustOpenAt(t, c, "/dst/"), src)
@@ -270,7 +237,7 @@ func TestImportInterrupted(t *testing.T) {
 func TestImportFencedAgainstWriter(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	history := fill(t, mustOpenAt(t, c, "/src/"), 130, importKeys...)
+	history := storetest.Fill(t, mustOpenAt(t, c, "/src/"), 130, importKeys...)
 	running := mustOpenAt(t, c, "/dst/")
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
 	etcd.SetImportStep(dst, func(done int) {

@@ -62,6 +62,42 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 }
 
+// Fill writes n changes to s, cycling over keys — creates, updates,
+// deletes and re-creates, by several actors, with specs that encoding
+// could alter (<, &, >) — and one more delete if needed so that the first
+// key ends deleted, and returns s's whole history: a source for tests of
+// copies and imports.
+func Fill(t *testing.T, s store.Store, n int, keys ...string) []store.Change {
+	t.Helper()
+	ctx := t.Context()
+	for i := 0; i < n; i++ {
+		k := keys[i%len(keys)]
+		e := &store.Experiment{Key: k, Owner: "team-" + k, Spec: json.RawMessage(fmt.Sprintf(`{"i":%d,"html":"<&>"}`, i))}
+		var err error
+		switch _, gerr := s.Get(ctx, k); {
+		case errors.Is(gerr, store.ErrNotFound):
+			_, err = s.Create(ctx, e, fmt.Sprintf("actor-%d", i%3))
+		case i%7 == 0 || (i == n-1 && k == keys[0]):
+			err = s.Delete(ctx, k, 0, "remover")
+		default:
+			_, err = s.Update(ctx, e, 0, "editor")
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if _, err := s.Get(ctx, keys[0]); err == nil {
+		if err := s.Delete(ctx, keys[0], 0, "remover"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := s.History(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // exp builds an input experiment.
 func exp(key, owner, spec string) *store.Experiment {
 	return &store.Experiment{Key: key, Owner: owner, Spec: json.RawMessage(spec)}
