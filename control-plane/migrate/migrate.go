@@ -29,8 +29,10 @@ type Importer interface {
 	store.Store
 	// Import writes history, a store's History(ctx, "") oldest first, into
 	// the empty store, with the experiments it leaves behind and its
-	// revision; from names the source.
-	Import(ctx context.Context, from string, history []store.Change) error
+	// revision; from names the source. It calls verify once everything is
+	// written, and serves the copy (to other processes) only if verify
+	// returns nil.
+	Import(ctx context.Context, from string, history []store.Change, verify func(context.Context) error) error
 }
 
 // Summary counts what a store holds.
@@ -47,26 +49,33 @@ type Summary struct {
 
 // String reads "12 experiments, 57 changes of 15 keys, revision 57".
 func (s Summary) String() string {
-	return fmt.Sprintf("%d experiments, %d changes of %d keys, revision %d", s.Experiments, s.Changes, s.Keys, s.Revision)
+	return fmt.Sprintf("%s, %s of %s, revision %d",
+		count(s.Experiments, "experiment"), count(s.Changes, "change"), count(s.Keys, "key"), s.Revision)
 }
 
-// Copy imports src's complete history into dst, then Verifies that dst
-// answers exactly as src does. Nothing may write src meanwhile (allotd
-// migrate holds the bbolt file's lock). from names src in dst's marker and
-// in errors.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// Copy imports src's complete history into dst and, before dst finishes
+// the import, Verifies that dst answers exactly as src does. Nothing may
+// write src meanwhile (allotd migrate holds the bbolt file's lock). from
+// names src in dst's marker and in errors.
 func Copy(ctx context.Context, src store.Store, dst Importer, from string) (Summary, error) {
 	history, err := src.History(ctx, "")
 	if err != nil {
 		return Summary{}, fmt.Errorf("read %s: %w", from, err)
 	}
-	if err := dst.Import(ctx, from, history); err != nil {
-		return Summary{}, err
-	}
-	sum, err := Verify(ctx, src, dst)
-	if err != nil {
-		return sum, fmt.Errorf("the copy differs from %s: %w", from, err)
-	}
-	return sum, nil
+	var sum Summary
+	err = dst.Import(ctx, from, history, func(ctx context.Context) error {
+		var err error
+		sum, err = Verify(ctx, src, dst)
+		return err
+	})
+	return sum, err
 }
 
 // Verify reads src and dst through the store.Store interface — Revision,
@@ -75,59 +84,60 @@ func Copy(ctx context.Context, src store.Store, dst Importer, from string) (Summ
 // field by field, byte for byte. It returns src's Summary, and an error
 // listing the mismatches (up to MaxMismatches, then their count).
 func Verify(ctx context.Context, src, dst store.Store) (Summary, error) {
-	a, err := read(ctx, src)
-	if err != nil {
-		return Summary{}, fmt.Errorf("read the source: %w", err)
-	}
-	b, err := read(ctx, dst)
-	if err != nil {
-		return Summary{}, fmt.Errorf("read the target: %w", err)
-	}
 	var m mismatches
-	m.value("revision", a.rev, b.rev)
-	m.value("revision of the list", a.listRev, b.listRev)
-	m.value("experiments", len(a.list), len(b.list))
-	m.value("changes", len(a.history[""]), len(b.history[""]))
-	diffExperiments(&m, a.list, b.list)
-	srcKeys := keys(a.history[""])
-	for _, k := range keys(a.history[""], b.history[""]) {
-		what := "history"
-		if k != "" {
-			what = fmt.Sprintf("history of %q", k)
-		}
-		diffChanges(&m, what, a.history[k], b.history[k])
+	ra, rb, err := both(src, dst, func(s store.Store) (int64, error) { return s.Revision(ctx) })
+	if err != nil {
+		return Summary{}, err
 	}
-	sum := Summary{Experiments: len(a.list), Changes: len(a.history[""]), Keys: len(srcKeys) - 1, Revision: a.rev}
+	m.value("revision", ra, rb)
+
+	type listed struct {
+		list []*store.Experiment
+		rev  int64
+	}
+	la, lb, err := both(src, dst, func(s store.Store) (listed, error) {
+		list, rev, err := s.List(ctx)
+		return listed{list, rev}, err
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	m.value("revision of the list", la.rev, lb.rev)
+	m.value("experiments", len(la.list), len(lb.list))
+	diffExperiments(&m, la.list, lb.list)
+
+	ha, hb, err := both(src, dst, func(s store.Store) ([]store.Change, error) { return s.History(ctx, "") })
+	if err != nil {
+		return Summary{}, err
+	}
+	m.value("changes", len(ha), len(hb))
+	diffChanges(&m, "history", ha, hb)
+	sum := Summary{Experiments: len(la.list), Changes: len(ha), Keys: len(keys(ha)) - 1, Revision: ra}
+	// Each key's history is read and compared on its own (the global ones
+	// are dead by then), so that memory holds one key's at a time.
+	for _, k := range keys(ha, hb)[1:] {
+		ka, kb, err := both(src, dst, func(s store.Store) ([]store.Change, error) { return s.History(ctx, k) })
+		if err != nil {
+			return Summary{}, err
+		}
+		what := fmt.Sprintf("history of %q", k)
+		m.value(what+": changes", len(ka), len(kb))
+		diffChanges(&m, what, ka, kb)
+	}
 	return sum, m.err()
 }
 
-// contents is what Verify reads of one store.
-type contents struct {
-	rev, listRev int64
-	list         []*store.Experiment
-	history      map[string][]store.Change // by key; "" is the global history
-}
-
-func read(ctx context.Context, s store.Store) (*contents, error) {
-	c := &contents{history: map[string][]store.Change{}}
-	var err error
-	if c.rev, err = s.Revision(ctx); err != nil {
-		return nil, err
+// both reads src and dst with read.
+func both[T any](src, dst store.Store, read func(store.Store) (T, error)) (T, T, error) {
+	a, err := read(src)
+	if err != nil {
+		return a, a, fmt.Errorf("read the source: %w", err)
 	}
-	if c.list, c.listRev, err = s.List(ctx); err != nil {
-		return nil, err
+	b, err := read(dst)
+	if err != nil {
+		return a, b, fmt.Errorf("read the target: %w", err)
 	}
-	if c.history[""], err = s.History(ctx, ""); err != nil {
-		return nil, err
-	}
-	for _, ch := range c.history[""] {
-		if _, ok := c.history[ch.Key]; !ok {
-			if c.history[ch.Key], err = s.History(ctx, ch.Key); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return c, nil
+	return a, b, nil
 }
 
 // keys returns "" and every key the histories change, in the order of
@@ -168,9 +178,6 @@ func diffExperiments(m *mismatches, src, dst []*store.Experiment) {
 }
 
 func diffChanges(m *mismatches, what string, src, dst []store.Change) {
-	if what != "history" {
-		m.value(what+": changes", len(src), len(dst))
-	}
 	for i := range min(len(src), len(dst)) {
 		m.fields(fmt.Sprintf("%s[%d] (revision %d)", what, i, src[i].Revision), src[i], dst[i])
 	}

@@ -17,15 +17,16 @@ const migrateUsage = `Usage: allotd migrate -db allot.db -store etcd://host:2379
 Copies every experiment and its whole audit history, revisions unchanged,
 from the bbolt file of a single allotd into an empty etcd prefix, then reads
 both back and compares them. Stop the allotd using the file first; the file
-is opened read-only and never changed. A copy that fails midway is removed
-and started again by the next run.
+is opened read-only and never changed. allotd refuses to start on the prefix
+until the copy is verified; a copy that fails midway is removed and started
+again by the next run.
 
 Flags:
 `
 
 // Migrate runs "allotd migrate": it copies the bbolt file -db into the
-// empty etcd prefix of -store (etcd.Store.Import), verifies the copy
-// (migrate.Copy) and prints a summary to stdout.
+// empty etcd prefix of -store and verifies the copy (migrate.Copy into
+// etcd.Store.Import), and prints a summary to stdout.
 func Migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("allotd migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)

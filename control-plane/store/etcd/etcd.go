@@ -85,8 +85,8 @@ type Store struct {
 	now     func() time.Time
 	observe func(op string, d time.Duration, err error)
 
-	unfinished *Unfinished         // the marker of an unfinished Import Open found (only with ForImport)
-	importStep func(committed int) // tests: called after each committed step of Import but the last
+	unfinished *Unfinished       // the marker of an unfinished Import Open found (only with ForImport)
+	importStep func(written int) // tests: called after each transaction of Import writing data
 
 	closed  atomic.Bool
 	stop    context.CancelFunc // cancels every watch

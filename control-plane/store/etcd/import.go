@@ -78,20 +78,25 @@ func decodeMarker(kvs []*mvccpb.KeyValue) (*Unfinished, error) {
 //     write the history, its per-key index and then the experiments, each
 //     on the condition that the marker is still this Import's and that
 //     meta/revision is still absent;
-//  3. the last one writes meta/revision and deletes the marker, on the same
-//     condition.
+//  3. one writes meta/revision, on the same condition;
+//  4. verify, unless nil, checks the copy through this store (opened
+//     ForImport, it reads as any store);
+//  5. the last deletes the marker, on the condition that it is still this
+//     Import's and meta/revision still the imported one.
 //
-// Until the last step the store's revision is 0 and Open refuses the
-// prefix (ErrUnfinishedImport), so no allotd serves a partial copy; a
-// write by anyone else (an allotd on the prefix, another Import) makes the
-// next step fail instead of mixing with the copy. If Import fails midway,
-// the marker stays; the next Import on a store opened ForImport deletes
-// what it finds under the prefix's experiments, history and index, and
-// starts again. A prefix with data but no marker is never touched
+// Until the last step Open refuses the prefix (ErrUnfinishedImport), so no
+// allotd serves a partial or unverified copy; a write by anyone else (an
+// allotd already running on the prefix, another Import) makes the next
+// step fail instead of mixing with the copy. If Import fails or is
+// interrupted before the last step, the marker stays, and the next Import
+// on a store opened ForImport deletes what it finds under the prefix's
+// meta/revision, experiments, history and index, and starts again. A
+// prefix with a revision or data but no marker is never touched
 // (ErrNotEmpty).
 //
-// Import holds the whole history in memory, twice (decoded and encoded).
-func (s *Store) Import(ctx context.Context, from string, history []store.Change) error {
+// Import holds the history in memory as the caller passes it, and the
+// experiments; it encodes one transaction's keys at a time.
+func (s *Store) Import(ctx context.Context, from string, history []store.Change, verify func(context.Context) error) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -99,33 +104,46 @@ func (s *Store) Import(ctx context.Context, from string, history []store.Change)
 	if err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
-	var ops []clientv3.Op
-	for _, c := range history {
-		data, err := store.Marshal(c)
-		if err != nil {
-			return fmt.Errorf("import: encode change %d: %w", c.Revision, err)
-		}
-		ops = append(ops,
-			clientv3.OpPut(s.histKey(c.Revision), string(data)),
-			clientv3.OpPut(s.keyHistPrefix(c.Key)+revString(c.Revision), string(data)))
-	}
-	for _, e := range exps {
-		data, err := store.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("import: encode experiment %q: %w", e.Key, err)
-		}
-		ops = append(ops, clientv3.OpPut(s.expKey(e.Key), string(data)))
-	}
 	rev := int64(len(history))
-	if err := s.importOps(ctx, Unfinished{From: from, Revision: rev, Started: s.now().UTC().Round(0)}, ops); err != nil {
+	marker := Unfinished{From: from, Revision: rev, Started: s.now().UTC().Round(0)}
+	if err := s.importSteps(ctx, marker, s.importPuts(history, exps), verify); err != nil {
 		return fmt.Errorf("import revision %d from %s into %s prefix %q: %w", rev, from, s.name, s.prefix, err)
 	}
 	s.unfinished = nil
 	return nil
 }
 
-// importOps runs the steps of Import.
-func (s *Store) importOps(ctx context.Context, marker Unfinished, ops []clientv3.Op) error {
+// importPuts returns the puts of an import in order — each change under
+// history/ and under key_history/, then each experiment — as a function
+// of their index that encodes the put (store.Marshal); ok is false past
+// the last. Replay checked every document, so encoding cannot fail.
+func (s *Store) importPuts(history []store.Change, exps []*store.Experiment) func(i int) (op clientv3.Op, ok bool, err error) {
+	return func(i int) (clientv3.Op, bool, error) {
+		var (
+			key string
+			v   any
+		)
+		switch c := i / 2; {
+		case c < len(history) && i%2 == 0:
+			key, v = s.histKey(history[c].Revision), history[c]
+		case c < len(history):
+			key, v = s.keyHistPrefix(history[c].Key)+revString(history[c].Revision), history[c]
+		case i-2*len(history) < len(exps):
+			e := exps[i-2*len(history)]
+			key, v = s.expKey(e.Key), e
+		default:
+			return clientv3.Op{}, false, nil
+		}
+		data, err := store.Marshal(v)
+		if err != nil {
+			return clientv3.Op{}, false, fmt.Errorf("encode %s: %w", key, err)
+		}
+		return clientv3.OpPut(key, string(data)), true, nil
+	}
+}
+
+// importSteps runs the steps of Import, taking the puts from puts.
+func (s *Store) importSteps(ctx context.Context, marker Unfinished, puts func(int) (clientv3.Op, bool, error), verify func(context.Context) error) error {
 	fence, err := s.claim(ctx, marker)
 	if err != nil {
 		return err
@@ -135,41 +153,72 @@ func (s *Store) importOps(ctx context.Context, marker Unfinished, ops []clientv3
 		clientv3.Compare(clientv3.ModRevision(mk), "=", fence),
 		clientv3.Compare(clientv3.CreateRevision(rk), "=", 0),
 	}
-	done := 0
-	for len(ops) > 0 {
-		n, size := 0, 0
-		for n < len(ops) && n < maxTxnOps {
-			size += len(ops[n].KeyBytes()) + len(ops[n].ValueBytes())
-			if n > 0 && size > importTxnBytes {
-				break
-			}
-			n++
-		}
-		resp, err := s.txn(ctx, held, ops[:n]...)
-		if err == nil && !resp.Succeeded {
-			err = s.lost(ctx, marker)
-		}
-		if err != nil {
-			return fmt.Errorf("after %d of %d keys: %w", done, done+len(ops), err)
-		}
-		done += n
-		ops = ops[n:]
-		if s.importStep != nil {
-			s.importStep(done)
-		}
-	}
-	last := []clientv3.Op{clientv3.OpDelete(mk)}
+	revision := "" // meta/revision once imported: absent for an empty history
 	if marker.Revision > 0 {
-		last = append(last, clientv3.OpPut(rk, strconv.FormatInt(marker.Revision, 10)))
+		revision = strconv.FormatInt(marker.Revision, 10)
 	}
-	resp, err := s.txn(ctx, held, last...)
-	if err == nil && !resp.Succeeded {
-		// An attempt whose answer was lost may have committed: then the
-		// marker is gone and meta/revision holds the imported revision.
-		err = s.lost(ctx, marker)
+	// step runs one transaction under cmps; done says, when cmps fail,
+	// whether the fence state shows the step committed on an attempt whose
+	// answer was lost.
+	step := func(cmps []clientv3.Cmp, ops []clientv3.Op, done func(fenceState) bool) error {
+		resp, err := s.txn(ctx, cmps, ops...)
+		if err != nil || resp.Succeeded {
+			return err
+		}
+		st, err := s.fenceState(ctx)
+		if err != nil {
+			return err
+		}
+		if done != nil && done(st) {
+			return nil
+		}
+		return st.broken(fence)
 	}
+	for written := 0; ; {
+		var batch []clientv3.Op
+		for size := 0; len(batch) < maxTxnOps; {
+			op, ok, err := puts(written + len(batch))
+			if err != nil {
+				return fmt.Errorf("after %d keys: %w", written, err)
+			}
+			if size += len(op.KeyBytes()) + len(op.ValueBytes()); !ok || (len(batch) > 0 && size > importTxnBytes) {
+				break // op, if any, opens the next batch
+			}
+			batch = append(batch, op)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		if err := step(held, batch, nil); err != nil {
+			return fmt.Errorf("after %d keys: %w", written, err)
+		}
+		written += len(batch)
+		if s.importStep != nil {
+			s.importStep(written)
+		}
+	}
+	if revision != "" {
+		err := step(held, []clientv3.Op{clientv3.OpPut(rk, revision)}, func(st fenceState) bool {
+			return st.markerMod == fence && st.revision == revision
+		})
+		if err != nil {
+			return fmt.Errorf("write the revision: %w", err)
+		}
+	}
+	if verify != nil {
+		if err := verify(ctx); err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+	}
+	unchanged := held[1]
+	if revision != "" {
+		unchanged = clientv3.Compare(clientv3.Value(rk), "=", revision)
+	}
+	err = step([]clientv3.Cmp{held[0], unchanged}, []clientv3.Op{clientv3.OpDelete(mk)}, func(st fenceState) bool {
+		return st.marker == nil && st.revision == revision
+	})
 	if err != nil {
-		return fmt.Errorf("write the revision: %w", err)
+		return fmt.Errorf("remove the marker: %w", err)
 	}
 	return nil
 }
@@ -194,45 +243,42 @@ func (s *Store) claim(ctx context.Context, marker Unfinished) (int64, error) {
 	}
 	revKVs, markerKVs, replicaKVs := res(0).Kvs, res(1).Kvs, res(2).Kvs
 	exps, changes, index := res(3).Count, res(4).Count, res(5).Count
-	if len(replicaKVs) > 0 {
+	old, err := decodeMarker(markerKVs)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case len(replicaKVs) > 0:
 		var ids []string
 		for _, kv := range replicaKVs {
 			id, _ := url.PathUnescape(strings.TrimPrefix(string(kv.Key), replicas))
 			ids = append(ids, id)
 		}
 		return 0, fmt.Errorf("%w: allotd replicas %s are running on it", ErrNotEmpty, strings.Join(ids, ", "))
-	}
-	if len(revKVs) > 0 {
+	case old == nil && len(revKVs) > 0:
 		rev, err := parseRevision(revKVs)
 		if err != nil {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%w: it holds revision %d, %d experiments, %d changes", ErrNotEmpty, rev, exps, changes)
-	}
-	old, err := decodeMarker(markerKVs)
-	if err != nil {
-		return 0, err
-	}
-	if old == nil && exps+changes+index > 0 {
-		return 0, fmt.Errorf("%w: it holds %d experiments, %d changes and %d index keys, without a revision or the marker of an unfinished import",
+		return 0, fmt.Errorf("%w: it holds revision %d (experiments: %d, changes: %d)", ErrNotEmpty, rev, exps, changes)
+	case old == nil && exps+changes+index > 0:
+		return 0, fmt.Errorf("%w: it holds keys without a revision or the marker of an unfinished import (experiments: %d, changes: %d, index: %d)",
 			ErrNotEmpty, exps, changes, index)
 	}
 	data, err := json.Marshal(marker)
 	if err != nil {
 		return 0, fmt.Errorf("encode marker: %w", err)
 	}
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(rk), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(replicas), "=", 0).WithPrefix(),
-	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(replicas), "=", 0).WithPrefix()}
 	var ops []clientv3.Op
 	if old != nil {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(mk), "=", markerKVs[0].ModRevision))
+		ops = append(ops, clientv3.OpDelete(rk))
 		for _, a := range areas {
 			ops = append(ops, clientv3.OpDelete(a, clientv3.WithPrefix()))
 		}
 	} else {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(mk), "=", 0))
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(mk), "=", 0), clientv3.Compare(clientv3.CreateRevision(rk), "=", 0))
 		for _, a := range areas {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(a), "=", 0).WithPrefix())
 		}
@@ -252,32 +298,42 @@ func (s *Store) claim(ctx context.Context, marker Unfinished) (int64, error) {
 	return tresp.Header.Revision, nil
 }
 
-// lost explains why a step's condition failed: the marker is no longer
-// this Import's, or meta/revision appeared. It returns nil when the marker
-// is gone and meta/revision holds marker's revision: the last step
-// committed on an attempt whose answer was lost.
-func (s *Store) lost(ctx context.Context, marker Unfinished) error {
+// fenceState is what the conditions of an Import's steps read.
+type fenceState struct {
+	revision  string // meta/revision's value, "" when absent
+	marker    *Unfinished
+	markerMod int64
+}
+
+func (s *Store) fenceState(ctx context.Context) (fenceState, error) {
 	resp, err := s.txn(ctx, nil, clientv3.OpGet(s.revKey()), clientv3.OpGet(s.importKey()))
 	if err != nil {
-		return err
+		return fenceState{}, err
 	}
-	revKVs := resp.Responses[0].GetResponseRange().GetKvs()
-	now, err := decodeMarker(resp.Responses[1].GetResponseRange().GetKvs())
-	if err != nil {
-		return err
+	var st fenceState
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		st.revision = string(kvs[0].Value)
 	}
-	rev, err := parseRevision(revKVs)
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	if st.marker, err = decodeMarker(kvs); err != nil {
+		return fenceState{}, err
+	}
+	if len(kvs) == 1 {
+		st.markerMod = kvs[0].ModRevision
+	}
+	return st, nil
+}
+
+// broken explains why the fence of an Import whose marker was written at
+// fence no longer holds.
+func (st fenceState) broken(fence int64) error {
 	switch {
-	case err != nil:
-		return err
-	case now == nil && len(revKVs) == 1 && rev == marker.Revision:
-		return nil
-	case len(revKVs) == 1:
-		return fmt.Errorf("the store was written during the import (revision %d): is an allotd running on the prefix? Stop it, delete the prefix and import again", rev)
-	case now == nil:
+	case st.marker == nil:
 		return errors.New("the import's marker was deleted during the import")
+	case st.markerMod != fence:
+		return fmt.Errorf("another import took over the prefix: %s", st.marker)
 	}
-	return fmt.Errorf("another import took over the prefix: %s", now)
+	return fmt.Errorf("the store was written during the import (meta/revision %q): is an allotd running on the prefix? Stop it and import again", st.revision)
 }
 
 // txn runs one transaction of ops under cmps (none: a linearizable read),

@@ -1,8 +1,10 @@
 package etcd_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -87,16 +89,22 @@ func TestImport(t *testing.T) {
 	}
 	var steps int
 	etcd.SetImportStep(dst, func(int) { steps++ })
-	if err := dst.Import(ctx, "src", history); err != nil {
+	verified := false
+	verify := func(context.Context) error {
+		verified = true
+		sameStore(t, dst, src)
+		if _, err := openAt(t, c, "/dst/"); !errors.Is(err, etcd.ErrUnfinishedImport) {
+			t.Errorf("Open while the copy is verified: %v, want etcd.ErrUnfinishedImport", err)
+		}
+		return nil
+	}
+	if err := dst.Import(ctx, "src", history, verify); err != nil {
 		t.Fatalf("Import: %v", err)
 	}
-	if steps < 3 {
-		t.Errorf("Import took %d transactions before the last, want several (the test must cross the batch size)", steps)
+	if steps < 3 || !verified {
+		t.Errorf("Import took %d transactions of data (want several: the test must cross the batch size), verified %v", steps, verified)
 	}
 	sameStore(t, dst, src)
-	if err := etcd.Lost(ctx, dst, etcd.Unfinished{Revision: int64(len(history))}); err != nil {
-		t.Errorf("after the last step, Lost = %v; want nil (a last step whose answer was lost counts as committed)", err)
-	}
 
 	after := mustOpenAt(t, c, "/dst/")
 	e, err := after.Create(ctx, &store.Experiment{Key: "new", Spec: json.RawMessage(`{}`)}, "alice")
@@ -128,7 +136,7 @@ func TestImport(t *testing.T) {
 func TestImportEmptyHistory(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
-	if err := dst.Import(t.Context(), "nothing", nil); err != nil {
+	if err := dst.Import(t.Context(), "nothing", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := mustOpenAt(t, c, "/dst/")
@@ -153,7 +161,7 @@ func TestImportRefusesNotEmpty(t *testing.T) {
 			if _, err := s.Create(ctx, &store.Experiment{Key: "z", Spec: json.RawMessage(`{}`)}, "alice"); err != nil {
 				t.Fatal(err)
 			}
-		}, "revision 1, 1 experiments, 1 changes"},
+		}, "revision 1 (experiments: 1, changes: 1)"},
 		{"a live replica", func(t *testing.T, s *etcd.Store) {
 			if err := s.Registry("replica-a", 0).Publish(ctx, mesh.Replica{}, nil); err != nil {
 				t.Fatal(err)
@@ -163,7 +171,7 @@ func TestImportRefusesNotEmpty(t *testing.T) {
 			if _, err := s.Client().Put(ctx, "/"+t.Name()+"/history/00000000000000000001", "{}"); err != nil {
 				t.Fatal(err)
 			}
-		}, "0 experiments, 1 changes and 0 index keys, without a revision or the marker"},
+		}, "without a revision or the marker of an unfinished import (experiments: 0, changes: 1, index: 0)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +179,7 @@ func TestImportRefusesNotEmpty(t *testing.T) {
 			s := mustOpenAt(t, c, prefix, etcd.ForImport())
 			tt.prepare(t, s)
 			before, _ := s.Client().Get(ctx, prefix, clientv3.WithPrefix())
-			err := s.Import(ctx, "src", history)
+			err := s.Import(ctx, "src", history, nil)
 			if !errors.Is(err, etcd.ErrNotEmpty) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Import: %v; want etcd.ErrNotEmpty saying %q", err, tt.want)
 			}
@@ -189,7 +197,7 @@ func TestImportRejectsBadHistory(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	history := storetest.Fill(t, mustOpenAt(t, c, "/src/"), 5, "a", "b")
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
-	err := dst.Import(t.Context(), "src", append(history[:2:2], history[3:]...))
+	err := dst.Import(t.Context(), "src", append(history[:2:2], history[3:]...), nil)
 	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "revision 4 follows 2") {
 		t.Fatalf("Import of a history with a gap: %v, want store.ErrInvalid naming the gap", err)
 	}
@@ -211,7 +219,7 @@ func TestImportInterrupted(t *testing.T) {
 	}
 	first = append(first, store.Change{Revision: int64(len(first)) + 1, Key: "huge", Op: store.OpCreate, After: huge})
 	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
-	err = dst.Import(ctx, "first.db", first)
+	err = dst.Import(ctx, "first.db", first, nil)
 	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "too large") {
 		t.Fatalf("Import with a change etcd refuses: %v, want store.ErrInvalid (too large)", err)
 	}
@@ -225,7 +233,7 @@ func TestImportInterrupted(t *testing.T) {
 		t.Fatalf("Unfinished() = %v, want the import from first.db", u)
 	}
 	src := mustOpenAt(t, c, "/second/")
-	if err := again.Import(ctx, "second.db", storetest.Fill(t, src, 20, "a", "b")); err != nil {
+	if err := again.Import(ctx, "second.db", storetest.Fill(t, src, 20, "a", "b"), nil); err != nil {
 		t.Fatalf("Import after an unfinished one: %v", err)
 	}
 	sameStore(t, mustOpenAt(t, c, "/dst/"), src)
@@ -247,11 +255,77 @@ func TestImportFencedAgainstWriter(t *testing.T) {
 			}
 		}
 	})
-	err := dst.Import(ctx, "src", history)
+	err := dst.Import(ctx, "src", history, nil)
 	if err == nil || !strings.Contains(err.Error(), "written during the import") {
 		t.Fatalf("Import with a write in the middle: %v, want it to say the store was written during the import", err)
 	}
 	if _, err := openAt(t, c, "/dst/"); !errors.Is(err, etcd.ErrUnfinishedImport) {
 		t.Fatalf("Open after a fenced import: %v, want etcd.ErrUnfinishedImport", err)
 	}
+}
+
+// TestImportUnverified: a copy whose verification fails (or is
+// interrupted) is complete, revision included, but keeps its marker: Open
+// refuses it, and the next Import replaces it, meta/revision included.
+func TestImportUnverified(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	src := mustOpenAt(t, c, "/src/")
+	history := storetest.Fill(t, src, 30, "a", "b", "c")
+	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
+	wrong := errors.New("3 mismatches")
+	err := dst.Import(ctx, "src.db", append(history, storetest.Fill(t, src, 5, "d")[len(history):]...), func(context.Context) error { return wrong })
+	if !errors.Is(err, wrong) || !strings.Contains(err.Error(), "verify: 3 mismatches") {
+		t.Fatalf("Import whose verification fails: %v, want the verification's error", err)
+	}
+	if _, err := openAt(t, c, "/dst/"); !errors.Is(err, etcd.ErrUnfinishedImport) {
+		t.Fatalf("Open of an unverified copy: %v, want etcd.ErrUnfinishedImport", err)
+	}
+	again := mustOpenAt(t, c, "/dst/", etcd.ForImport())
+	if err := again.Import(ctx, "src.db", history, nil); err != nil {
+		t.Fatalf("Import over an unverified copy: %v", err)
+	}
+	// The source has 5 changes more than history now: compare with history.
+	s := mustOpenAt(t, c, "/dst/")
+	if rev, err := s.Revision(ctx); err != nil || rev != int64(len(history)) {
+		t.Fatalf("revision after the second Import %d (%v), want %d", rev, err, len(history))
+	}
+	if h := mustHistoryOf(t, s, ""); !reflect.DeepEqual(h, history) {
+		t.Fatalf("history after the second Import has %d changes, want the %d imported", len(h), len(history))
+	}
+	if h := mustHistoryOf(t, s, "d"); len(h) != 0 {
+		t.Fatalf("the first Import's key d still has %d changes", len(h))
+	}
+}
+
+// TestImportUnansweredSteps: when the transaction writing meta/revision or
+// the one removing the marker commits but its answer is lost, the retry's
+// condition fails; Import recognises its own commit from the state and
+// goes on. The test commits those two writes itself, just before Import's.
+func TestImportUnansweredSteps(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	src := mustOpenAt(t, c, "/src/")
+	history := storetest.Fill(t, src, 30, "a", "b", "c")
+	list, _, err := src.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := mustOpenAt(t, c, "/dst/", etcd.ForImport())
+	cli := dst.Client()
+	etcd.SetImportStep(dst, func(written int) {
+		if written == 2*len(history)+len(list) { // the data is written: the revision is next
+			if _, err := cli.Put(ctx, "/dst/meta/revision", fmt.Sprint(len(history))); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	err = dst.Import(ctx, "src", history, func(context.Context) error {
+		_, err := cli.Delete(ctx, "/dst/meta/import")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Import whose last two steps were committed unanswered: %v", err)
+	}
+	sameStore(t, mustOpenAt(t, c, "/dst/"), src)
 }
