@@ -19,7 +19,8 @@ import (
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 )
 
-// etcdFlags are the options of -store etcd://.
+// etcdFlags are the options of -store etcd://: the connection's (allotd
+// and allotd migrate) and the replica's (allotd only).
 type etcdFlags struct {
 	ca, cert, key string
 	prefix        string
@@ -28,12 +29,17 @@ type etcdFlags struct {
 	leaseTTL      time.Duration
 }
 
+// register defines the flags of the connection to etcd.
 func (f *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.ca, "etcd-ca", "", "PEM CA `file` to verify the etcd members' certificates (connects over TLS)")
 	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (with -etcd-key; connects over TLS)")
 	fs.StringVar(&f.key, "etcd-key", "", "PEM private key `file` of -etcd-cert")
 	fs.StringVar(&f.prefix, "etcd-prefix", etcd.DefaultPrefix, "key prefix of Allot's data in etcd (replicas of one mesh share it)")
-	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write retries through a leader election for at most this long, then fails with 503")
+	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write retries through a leader election for at most this long (allotd then answers 503)")
+}
+
+// registerReplica defines the flags of a replica in the mesh registry.
+func (f *etcdFlags) registerReplica(fs *flag.FlagSet) {
 	fs.StringVar(&f.replicaID, "replica-id", "", "this replica's name in the mesh registry, unique among the replicas (default: host name and -xds-addr)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", etcd.DefaultLeaseTTL, "how long a dead replica's proxies stay in the mesh's live set (its etcd lease's TTL)")
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,10 +17,24 @@ import (
 	"github.com/allotmesh/allot/control-plane/translate"
 )
 
-// Main parses allotd's command line and runs the server until ctx is done.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main parses allotd's command line and runs the server until ctx is done,
+// or runs the subcommand "allotd migrate" (see Migrate). -h prints the
+// usage to stderr and returns nil.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "migrate" {
+		return Migrate(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("allotd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage:
+  allotd [flags]          run the control plane
+  allotd migrate [flags]  copy a bbolt file's experiments and history into etcd (allotd migrate -h)
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	var (
 		cfg       Config
 		dbPath    string
@@ -40,6 +55,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
 	fs.StringVar(&storeURL, "store", "", "replicated store instead of -db: etcd://host:2379,host2:2379 (every replica given the same cluster serves the whole mesh)")
 	etcdOpts.register(fs)
+	etcdOpts.registerReplica(fs)
 	fs.StringVar(&tokens, "tokens", "", "admin API tokens file (JSON: {\"tokens\":[{\"name\",\"token\",\"role\",\"namespaces\"}]}); required")
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot Wasm filter module as the proxies running it (node metadata allot.artifact absent or \"wasm\") see it")
 	fs.StringVar(&native, "native-path", "bin/liballot.so", "path of the Allot native filter module (Envoy dynamic module) as the proxies running it (node metadata allot.artifact \"native\") see it")
@@ -52,7 +68,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpIsNoError(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
@@ -131,4 +147,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	defer db.Close()
 	cfg.Logger.Info("store opened", "db", dbPath)
 	return Run(ctx, db, cfg)
+}
+
+// helpIsNoError turns the flag package's answer to -h, after it printed
+// the usage, into success.
+func helpIsNoError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestMainRefusesBadMesh(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var stderr bytes.Buffer
-			err := Main(context.Background(), writeStartFiles(t, dir, tc.mesh), &stderr)
+			err := Main(context.Background(), writeStartFiles(t, dir, tc.mesh), io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("Main accepted the mesh settings")
 			}
@@ -74,7 +75,7 @@ func TestMainAcceptsMesh(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // serve nothing: Run returns at once once started
 	var stderr bytes.Buffer
-	if err := Main(ctx, writeStartFiles(t, t.TempDir(), string(mesh)), &stderr); err != nil {
+	if err := Main(ctx, writeStartFiles(t, t.TempDir(), string(mesh)), io.Discard, &stderr); err != nil {
 		t.Fatalf("Main: %v\n%s", err, stderr.String())
 	}
 }

@@ -271,7 +271,7 @@ func TestMainTLSFlags(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // a start that gets through returns at once
 			var stderr bytes.Buffer
-			err := Main(ctx, append(writeStartFiles(t, sub, "{}"), tt.args...), &stderr)
+			err := Main(ctx, append(writeStartFiles(t, sub, "{}"), tt.args...), io.Discard, &stderr)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("Main: %v\n%s", err, stderr.String())

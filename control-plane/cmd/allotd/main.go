@@ -1,5 +1,6 @@
 // Command allotd is the Allot control plane: the admin API for experiment
-// owners, the xDS server for Envoy proxies, and the embedded store.
+// owners, the xDS server for Envoy proxies, and the embedded store; "allotd
+// migrate" copies the embedded store into etcd.
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := server.Main(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := server.Main(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "allotd:", err)
 		os.Exit(1)
 	}

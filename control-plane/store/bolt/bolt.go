@@ -74,6 +74,7 @@ type DB struct {
 type config struct {
 	now         func() time.Time
 	lockTimeout time.Duration
+	readOnly    bool
 }
 
 // Option configures Open.
@@ -99,9 +100,17 @@ func WithLockTimeout(d time.Duration) Option {
 	}
 }
 
-// Open opens (creating if needed, along with its parent directories) the
-// bbolt file at path, checks or records its schema version, and returns the
-// store. It fails with an error wrapping ErrLocked if the file lock is not
+// WithReadOnly opens an existing store file without ever writing to it,
+// under a shared file lock: other read-only opens may share the file, a
+// writer (a running allotd) may not. Open then fails on a missing file or
+// one that is not an Allot store, and every write fails.
+func WithReadOnly() Option {
+	return func(c *config) { c.readOnly = true }
+}
+
+// Open opens (creating if needed, along with its parent directories, unless
+// WithReadOnly) the bbolt file at path, checks or records its schema
+// version, and returns the store. It fails with an error wrapping ErrLocked if the file lock is not
 // acquired within the lock timeout.
 func Open(path string, opts ...Option) (*DB, error) {
 	cfg := config{now: time.Now, lockTimeout: DefaultLockTimeout}
@@ -111,17 +120,19 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("open bolt db: empty path: %w", store.ErrInvalid)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("open bolt db %q: %w", path, err)
+	if !cfg.readOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("open bolt db %q: %w", path, err)
+		}
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: cfg.lockTimeout})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: cfg.lockTimeout, ReadOnly: cfg.readOnly})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("open bolt db %q: %w (waited %s): %w", path, ErrLocked, cfg.lockTimeout, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open bolt db %q: %w", path, err)
 	}
-	rev, err := initSchema(db)
+	rev, err := initSchema(db, cfg.readOnly)
 	if err != nil {
 		_ = db.Close() // the schema error is the one worth reporting
 		return nil, fmt.Errorf("open bolt db %q: %w", path, err)
@@ -136,8 +147,8 @@ func Open(path string, opts ...Option) (*DB, error) {
 }
 
 // initSchema checks the meta bucket of an existing store or initializes a new
-// one, and returns the current revision.
-func initSchema(db *bbolt.DB) (int64, error) {
+// one (unless readOnly), and returns the current revision.
+func initSchema(db *bbolt.DB, readOnly bool) (int64, error) {
 	var (
 		rev     int64
 		missing bool
@@ -171,6 +182,9 @@ func initSchema(db *bbolt.DB) (int64, error) {
 	})
 	if err != nil || !missing {
 		return rev, err
+	}
+	if readOnly {
+		return 0, fmt.Errorf("not an allot store: bucket %q missing", bucketMeta)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		meta, err := tx.CreateBucket(bucketMeta)

@@ -161,6 +161,71 @@ func TestOpenLocked(t *testing.T) {
 	}
 }
 
+// TestReadOnly: a read-only open reads everything, writes nothing (the
+// file's bytes stay the same), shares the file with other readers, waits
+// out a writer's lock (ErrLocked), and never creates a file.
+func TestReadOnly(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "allot.db")
+	w, err := bolt.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, &store.Experiment{Key: "a", Spec: json.RawMessage(`{}`)}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bolt.Open(path, bolt.WithReadOnly(), bolt.WithLockTimeout(100*time.Millisecond)); !errors.Is(err, bolt.ErrLocked) {
+		t.Fatalf("read-only Open beside a writer: %v, want ErrLocked", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r1 := openDB(t, path, bolt.WithReadOnly())
+	r2 := openDB(t, path, bolt.WithReadOnly())
+	for _, r := range []*bolt.DB{r1, r2} {
+		if rev, err := r.Revision(ctx); err != nil || rev != 1 {
+			t.Fatalf("Revision = %d, %v; want 1", rev, err)
+		}
+		if h, err := r.History(ctx, ""); err != nil || len(h) != 1 {
+			t.Fatalf("History = %d changes, %v; want 1", len(h), err)
+		}
+	}
+	if _, err := r1.Create(ctx, &store.Experiment{Key: "b", Spec: json.RawMessage(`{}`)}, "alice"); err == nil {
+		t.Fatal("Create on a read-only store succeeded")
+	}
+	if _, err := bolt.Open(path, bolt.WithLockTimeout(100*time.Millisecond)); !errors.Is(err, bolt.ErrLocked) {
+		t.Fatalf("writer Open beside a reader: %v, want ErrLocked", err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("a read-only store changed its file")
+	}
+
+	missing := filepath.Join(dir, "sub", "missing.db")
+	if _, err := bolt.Open(missing, bolt.WithReadOnly()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only Open of a missing file: %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only Open created %s", filepath.Dir(missing))
+	}
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bolt.Open(empty, bolt.WithReadOnly()); err == nil {
+		t.Error("read-only Open of an empty file succeeded")
+	}
+}
+
 func TestClock(t *testing.T) {
 	ctx := t.Context()
 	zone := time.FixedZone("UTC+2", 2*60*60)

@@ -6,6 +6,7 @@
 //
 //	meta/schema_version            "1"
 //	meta/revision                  the store revision, decimal
+//	meta/import                    only while an Import runs, or after one that did not finish (Unfinished as JSON)
 //	experiments/<key>              Experiment as JSON
 //	history/<revision>             Change as JSON (revision zero-padded to 20 digits)
 //	key_history/<escaped key>/<revision>   the same Change (the per-key index)
@@ -28,6 +29,11 @@
 // has no quorum for the whole request timeout it fails with an error
 // wrapping store.ErrUnavailable that names the endpoints. Reads fall back to the reachable member's last committed
 // state (a serializable read) so that the experiments stay readable.
+//
+// Import fills an empty prefix with another store's complete history, its
+// revisions unchanged (allotd migrate copies a bbolt file this way); see
+// Import for how a copy interrupted midway is kept from being served and
+// is started again.
 //
 // This package must not import anything from the control plane except store
 // and mesh (the Registry, beside the experiments).
@@ -79,6 +85,9 @@ type Store struct {
 	now     func() time.Time
 	observe func(op string, d time.Duration, err error)
 
+	unfinished *Unfinished       // the marker of an unfinished Import Open found (only with ForImport)
+	importStep func(written int) // tests: called after each transaction of Import writing data
+
 	closed  atomic.Bool
 	stop    context.CancelFunc // cancels every watch
 	stopCtx context.Context
@@ -86,10 +95,11 @@ type Store struct {
 }
 
 type config struct {
-	prefix  string
-	timeout time.Duration
-	now     func() time.Time
-	observe func(op string, d time.Duration, err error)
+	prefix    string
+	timeout   time.Duration
+	now       func() time.Time
+	observe   func(op string, d time.Duration, err error)
+	forImport bool
 }
 
 // WithObserver has observe called after every call of the store.Store
@@ -123,6 +133,12 @@ func WithClock(now func() time.Time) Option {
 		}
 	}
 }
+
+// ForImport lets Open and New open a prefix that an Import which did not
+// finish left behind (Unfinished reports it), so that Import can start
+// again; without it they refuse such a prefix with ErrUnfinishedImport, so
+// that no allotd serves a partial copy.
+func ForImport() Option { return func(c *config) { c.forImport = true } }
 
 // Open connects to the cluster described by cfg, checks or records the
 // store's schema version, and returns the store; Close closes the client.
@@ -170,7 +186,7 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		name: "etcd " + strings.Join(cli.Endpoints(), ","),
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
-	if err := s.initSchema(ctx); err != nil {
+	if err := s.initSchema(ctx, cfg.forImport); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("open %s prefix %q: %w", s.name, s.prefix, err)
 	}
@@ -207,6 +223,7 @@ func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(par
 
 func (s *Store) schemaKey() string        { return s.key("meta/schema_version") }
 func (s *Store) revKey() string           { return s.key("meta/revision") }
+func (s *Store) importKey() string        { return s.key("meta/import") }
 func (s *Store) expKey(key string) string { return s.key("experiments/", key) }
 func (s *Store) histKey(rev int64) string { return s.key("history/", revString(rev)) }
 func (s *Store) keyHistPrefix(key string) string {
@@ -215,28 +232,37 @@ func (s *Store) keyHistPrefix(key string) string {
 
 func revString(rev int64) string { return fmt.Sprintf("%020d", rev) }
 
-func (s *Store) initSchema(ctx context.Context) error {
+// initSchema records the schema version of a new prefix or checks that of
+// an existing one, and looks for the marker of an unfinished Import.
+func (s *Store) initSchema(ctx context.Context, forImport bool) error {
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	k := s.schemaKey()
+	k, mk := s.schemaKey(), s.importKey()
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, strconv.Itoa(SchemaVersion))).
-		Else(clientv3.OpGet(k)).
+		Then(clientv3.OpPut(k, strconv.Itoa(SchemaVersion)), clientv3.OpGet(mk)).
+		Else(clientv3.OpGet(k), clientv3.OpGet(mk)).
 		Commit()
 	if err != nil {
 		return s.wrap(ctx, err)
 	}
-	if resp.Succeeded {
-		return nil
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) != 1 {
+			return errors.New("schema version vanished")
+		}
+		if v := string(kvs[0].Value); v != strconv.Itoa(SchemaVersion) {
+			return fmt.Errorf("schema version %s, this build supports %d", v, SchemaVersion)
+		}
 	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) != 1 {
-		return errors.New("schema version vanished")
+	u, err := decodeMarker(resp.Responses[1].GetResponseRange().GetKvs())
+	switch {
+	case err != nil:
+		return err
+	case u != nil && !forImport:
+		return fmt.Errorf("%w: %s; import again (allotd migrate) or delete the prefix", ErrUnfinishedImport, u)
 	}
-	if v := string(kvs[0].Value); v != strconv.Itoa(SchemaVersion) {
-		return fmt.Errorf("schema version %s, this build supports %d", v, SchemaVersion)
-	}
+	s.unfinished = u
 	return nil
 }
 
@@ -584,20 +610,7 @@ func (s *Store) write(ctx context.Context, key, actor string,
 		unknownData string
 		unknownOut  *store.Experiment
 	)
-	backoff := 20 * time.Millisecond
-	retry := func(err error) error { // nil: try again
-		werr := s.wrap(octx, err)
-		if !errors.Is(werr, store.ErrUnavailable) || octx.Err() != nil {
-			return werr
-		}
-		select {
-		case <-octx.Done():
-			return s.wrap(octx, err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-		return nil
-	}
+	retry := s.retrier(octx)
 	for {
 		reads := []clientv3.Op{clientv3.OpGet(rk), clientv3.OpGet(ek)}
 		if unknown != "" {
@@ -677,6 +690,28 @@ func (s *Store) write(ctx context.Context, key, actor string,
 		if resp.Succeeded {
 			return nil
 		}
+	}
+}
+
+// retrier returns the retry rule of one call to the cluster bounded by
+// octx (from opContext): retry(err) returns nil when the call should be
+// made again, after a backoff — err says the cluster cannot serve for a
+// moment (a leader election) and octx has time left —, and otherwise err
+// classified by wrap.
+func (s *Store) retrier(octx context.Context) func(err error) error {
+	backoff := 20 * time.Millisecond
+	return func(err error) error {
+		werr := s.wrap(octx, err)
+		if !errors.Is(werr, store.ErrUnavailable) || octx.Err() != nil {
+			return werr
+		}
+		select {
+		case <-octx.Done():
+			return s.wrap(octx, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+		return nil
 	}
 }
 

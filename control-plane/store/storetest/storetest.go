@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RecreateAfterDelete", testRecreateAfterDelete},
 		{"RevisionMonotonic", testRevisionMonotonic},
 		{"History", testHistory},
+		{"HistoryReplaysToList", testHistoryReplays},
 		{"WatchDeliversRevisions", testWatch},
 		{"WatchCoalesces", testWatchCoalesces},
 		{"WatchClosesOnCancel", testWatchCancel},
@@ -59,6 +60,42 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 			tt.fn(t, open(t))
 		})
 	}
+}
+
+// Fill writes n changes to s, cycling over keys — creates, updates,
+// deletes and re-creates, by several actors, with specs that encoding
+// could alter (<, &, >) — and one more delete if needed so that the first
+// key ends deleted, and returns s's whole history: a source for tests of
+// copies and imports.
+func Fill(t *testing.T, s store.Store, n int, keys ...string) []store.Change {
+	t.Helper()
+	ctx := t.Context()
+	for i := 0; i < n; i++ {
+		k := keys[i%len(keys)]
+		e := &store.Experiment{Key: k, Owner: "team-" + k, Spec: json.RawMessage(fmt.Sprintf(`{"i":%d,"html":"<&>"}`, i))}
+		var err error
+		switch _, gerr := s.Get(ctx, k); {
+		case errors.Is(gerr, store.ErrNotFound):
+			_, err = s.Create(ctx, e, fmt.Sprintf("actor-%d", i%3))
+		case i%7 == 0 || (i == n-1 && k == keys[0]):
+			err = s.Delete(ctx, k, 0, "remover")
+		default:
+			_, err = s.Update(ctx, e, 0, "editor")
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if _, err := s.Get(ctx, keys[0]); err == nil {
+		if err := s.Delete(ctx, keys[0], 0, "remover"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := s.History(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // exp builds an input experiment.
@@ -539,6 +576,58 @@ func testHistory(t *testing.T, s store.Store) {
 	for i := 1; i < len(h); i++ {
 		if h[i].Time.Before(h[i-1].Time) {
 			t.Errorf("History()[%d].Time %v before [%d].Time %v", i, h[i].Time, i-1, h[i-1].Time)
+		}
+	}
+}
+
+// testHistoryReplays checks what a copy of a store relies on: the global
+// history, replayed, is exactly what List returns, and each key's history
+// (a deleted key's, one whose key needs escaping) is the global history's
+// changes of that key.
+func testHistoryReplays(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	odd := "team/exp ü%2F"
+	a := mustCreate(t, s, exp("a", "o", `{"v":1}`), "alice")
+	mustCreate(t, s, exp(odd, "o", `{"odd":true}`), "bob")
+	gone := mustCreate(t, s, exp("gone", "o", `{}`), "bob")
+	if _, err := s.Update(ctx, exp("a", "o", `{"v":2}`), a.Revision, "carol"); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Delete(ctx, "gone", gone.Revision, "dave"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	mustCreate(t, s, exp("gone", "o", `{"back":1}`), "erin")
+	if err := s.Delete(ctx, "gone", 0, "dave"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+
+	all := mustHistory(t, s, "")
+	if rev := mustRevision(t, s); int64(len(all)) != rev {
+		t.Fatalf("History() has %d changes at revision %d, want one per revision", len(all), rev)
+	}
+	replayed, err := store.Replay(all)
+	if err != nil {
+		t.Fatalf("Replay(History()): %v", err)
+	}
+	list, _, err := s.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(replayed) != len(list) {
+		t.Fatalf("Replay(History()) has %d experiments, List %d", len(replayed), len(list))
+	}
+	for i := range list {
+		checkExperiment(t, fmt.Sprintf("Replay(History())[%d]", i), replayed[i], list[i])
+	}
+	for _, key := range []string{"a", odd, "gone"} {
+		var want []store.Change
+		for _, c := range all {
+			if c.Key == key {
+				want = append(want, c)
+			}
+		}
+		if got := mustHistory(t, s, key); !reflect.DeepEqual(got, want) {
+			t.Errorf("History(%q) = %+v, want the global history's changes of the key %+v", key, got, want)
 		}
 	}
 }
