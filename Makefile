@@ -98,10 +98,10 @@ fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: lint
-lint: ## gofmt check and go vet (native, wasip1 and e2e builds).
+lint: ## gofmt check and go vet (native, wasip1, and e2e builds with the reliability suite).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/...
+	$(GO) vet -tags 'e2e reliability' ./e2e/...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
 
 # Standard packages the Wasm module must not link: fmt, os and their kin cost
@@ -155,7 +155,7 @@ test-e2e: envoy ## End-to-end tests against real Envoy $(ENVOY_VERSION) (fail, n
 	exit $${PIPESTATUS[0]}
 
 .PHONY: test-reliability
-test-reliability: envoy ## Slow suite: faults, soak, hostile input, fuzzing, SIGKILL durability; rewrites docs/RELIABILITY.md.
+test-reliability: envoy ## Slow suite: faults (control plane, allotd replicas, etcd members), soak, hostile input, fuzzing, SIGKILL durability; rewrites docs/RELIABILITY.md.
 	@mkdir -p $(BIN)
 	rm -f $(BIN)/reliability.jsonl
 	ALLOT_RELIABILITY_OUT=$(CURDIR)/$(BIN)/reliability.jsonl \

@@ -133,6 +133,7 @@ type proxy struct {
 	*harness.Envoy
 	URL       string // the listener, e.g. http://127.0.0.1:PORT
 	AccessLog string // the access log file
+	Node      string // its node id
 	sent      atomic.Int64
 }
 
@@ -181,7 +182,7 @@ func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter, node, clust
 		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"},
 	})
-	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen), AccessLog: accessLog}
+	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen), AccessLog: accessLog, Node: node}
 }
 
 func splitHostPort(addr string) (string, string, error) {
@@ -205,35 +206,51 @@ func (s *system) client() *http.Client {
 // into out (if non-nil). It returns the status code.
 func (s *system) api(method, path string, body any, out any) int {
 	s.t.Helper()
+	code, b, err := adminCall(s.client(), s.adminURL, method, path, body, out)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if code >= 300 {
+		s.t.Logf("%s %s: %d %s", method, path, code, b)
+	}
+	return code
+}
+
+// adminCall calls the admin API at base (e.g. http://127.0.0.1:PORT) with
+// the admin token and decodes a JSON answer into out (if non-nil). It
+// returns the status code and the body, or an error if no answer came or it
+// did not decode. It fails no test, so goroutines other than the test's can
+// call it.
+func adminCall(client *http.Client, base, method, path string, body, out any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			s.t.Fatal(err)
+			return 0, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, s.adminURL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
-		s.t.Fatal(err)
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client().Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, b, err
+	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
-			s.t.Fatalf("%s %s: decode %s: %v", method, path, b, err)
+			return resp.StatusCode, b, fmt.Errorf("decode %s: %w", b, err)
 		}
 	}
-	if resp.StatusCode >= 300 {
-		s.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	return resp.StatusCode
+	return resp.StatusCode, b, nil
 }
 
 // mustAPI is api that fails the test unless the status is want.
