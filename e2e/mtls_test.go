@@ -186,7 +186,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	if v := r.Header("x-experiment-checkout"); len(v) != 0 {
 		t.Fatalf("the rogue Envoy assigned %q: it received the experiments", v)
 	}
-	if n, _ := rogue.Stat(t, "extension_config_discovery.http_filter.allot.config_reload"); n != 0 {
+	if n := ecdsStat(t, rogue, "config_reload"); n != 0 {
 		t.Fatalf("the rogue Envoy applied %d configurations", n)
 	}
 	if nodes := m.rolloutNodes(); len(nodes) != 1 || nodes[0] != "checkout-1" {
@@ -197,6 +197,16 @@ func TestMutualTLSProxies(t *testing.T) {
 	resp, err := xdsWithoutCertificate(fmt.Sprintf("127.0.0.1:%d", m.xdsPort), &tls.Config{RootCAs: m.serverCA.Pool()})
 	if err == nil || resp != nil {
 		t.Fatalf("a client without a certificate: received %v, error %v", resp, err)
+	}
+	// Why, at the TLS level: the server's alert.
+	raw, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", m.xdsPort), &tls.Config{RootCAs: m.serverCA.Pool(), NextProtos: []string{"h2"}})
+	if err == nil {
+		raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = raw.Read(make([]byte, 1))
+		raw.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Fatalf("TLS without a client certificate: %v, want the alert \"certificate required\"", err)
 	}
 	t.Logf("client without a certificate: %v", err)
 

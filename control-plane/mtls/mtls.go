@@ -50,7 +50,7 @@ type Files struct {
 // material is what is in use: the server certificate, the client CAs and
 // the policy, each with the digest of the file contents it came from.
 type material struct {
-	sums      [3][sha256.Size]byte // of the cert and key, the client CAs, the policy
+	sums      [parts][sha256.Size]byte // of each part's files
 	cert      *tls.Certificate
 	clientCAs *x509.CertPool
 	policy    *Policy
@@ -62,10 +62,7 @@ type Reloader struct {
 	files Files
 	log   *slog.Logger
 	cur   atomic.Pointer[material]
-	mu    sync.Mutex // serializes Reload; guards lastErr
-	// lastErr is the last reload's error text: a failure is counted and
-	// logged once, not at every check while the files stay broken.
-	lastErr string
+	mu    sync.Mutex // serializes reloads
 
 	reloads  *prometheus.CounterVec
 	notAfter prometheus.GaugeFunc
@@ -94,19 +91,16 @@ func Load(files Files, log *slog.Logger) (*Reloader, error) {
 		}, []string{"result"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_xds_denied_streams_total",
-			Help: "xDS streams ended because the client certificate's identity may not subscribe as the node's cluster (reason identity), or because the certificate carries no identity (reason certificate).",
+			Help: "xDS streams ended because the client certificate's identity may not subscribe as the node (reason identity), the certificate carries no identity, expired or no longer verifies against the client CAs (reason certificate), or a request carried no node or another node than the stream's first (reason request).",
 		}, []string{"reason"}),
 	}
 	r.notAfter = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "allot_tls_certificate_expiry_timestamp_seconds",
 		Help: "When the server certificate in use expires (Unix time).",
 	}, func() float64 { return float64(r.cur.Load().cert.Leaf.NotAfter.Unix()) })
-	m, changed, err := r.load(&material{})
-	if err != nil {
+	m, _, errs := r.load(&material{})
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
-	}
-	if changed == 0 {
-		return nil, errors.New("mtls: nothing loaded") // unreachable: every part is new
 	}
 	r.cur.Store(m)
 	return r, nil
@@ -115,61 +109,65 @@ func Load(files Files, log *slog.Logger) (*Reloader, error) {
 // MutualTLS reports whether client certificates are required on xDS.
 func (r *Reloader) MutualTLS() bool { return r.files.ClientCA != "" }
 
+// The parts of the material, each loaded on its own.
+const (
+	partCert = iota // the server certificate with its key
+	partClientCAs
+	partPolicy
+	parts
+)
+
+var partNames = [parts]string{"server certificate", "client CAs", "proxy identity policy"}
+
 // load reads the files and returns old with every part whose file contents
-// changed and parse replaced, how many parts it replaced, and why the
-// others did not load. A part that does not load keeps old's, so a broken
+// changed and parse replaced, how many parts it replaced, and, per part,
+// why it did not load. A part that does not load keeps old's, so a broken
 // policy never holds back a certificate rotation.
-func (r *Reloader) load(old *material) (*material, int, error) {
+func (r *Reloader) load(old *material) (*material, int, [parts]error) {
+	var errs [parts]error
 	// read returns the files' contents and their digest.
-	read := func(paths ...string) ([][]byte, [sha256.Size]byte, error) {
+	read := func(part int, paths ...string) ([][]byte, [sha256.Size]byte, bool) {
 		h := sha256.New()
 		var bs [][]byte
 		var sum [sha256.Size]byte
 		for _, p := range paths {
 			b, err := os.ReadFile(p)
 			if err != nil {
-				return nil, sum, fmt.Errorf("mtls: %w", err)
+				errs[part] = fmt.Errorf("mtls: %s: %w", partNames[part], err)
+				return nil, sum, false
 			}
 			fmt.Fprintf(h, "%d:", len(b))
 			h.Write(b)
 			bs = append(bs, b)
 		}
 		h.Sum(sum[:0])
-		return bs, sum, nil
+		return bs, sum, sum != old.sums[part]
 	}
 	m := *old
 	changed := 0
-	var errs []error
-	if b, sum, err := read(r.files.Cert, r.files.Key); err != nil {
-		errs = append(errs, err)
-	} else if sum != old.sums[0] {
-		cert, err := tls.X509KeyPair(b[0], b[1])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("mtls: certificate %s with key %s: %w", r.files.Cert, r.files.Key, err))
+	if b, sum, ok := read(partCert, r.files.Cert, r.files.Key); ok {
+		if cert, err := tls.X509KeyPair(b[0], b[1]); err != nil {
+			errs[partCert] = fmt.Errorf("mtls: server certificate %s with key %s: %w", r.files.Cert, r.files.Key, err)
 		} else {
-			m.cert, m.sums[0] = &cert, sum
+			m.cert, m.sums[partCert] = &cert, sum
 			changed++
 		}
 	}
 	if r.files.ClientCA != "" {
-		if b, sum, err := read(r.files.ClientCA); err != nil {
-			errs = append(errs, err)
-		} else if sum != old.sums[1] {
+		if b, sum, ok := read(partClientCAs, r.files.ClientCA); ok {
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(b[0]) {
-				errs = append(errs, fmt.Errorf("mtls: client CAs %s: no PEM certificate found", r.files.ClientCA))
+				errs[partClientCAs] = fmt.Errorf("mtls: client CAs %s: no PEM certificate found", r.files.ClientCA)
 			} else {
-				m.clientCAs, m.sums[1] = pool, sum
+				m.clientCAs, m.sums[partClientCAs] = pool, sum
 				changed++
 			}
 		}
-		if b, sum, err := read(r.files.Policy); err != nil {
-			errs = append(errs, err)
-		} else if sum != old.sums[2] {
+		if b, sum, ok := read(partPolicy, r.files.Policy); ok {
 			if p, err := ParsePolicy(b[0]); err != nil {
-				errs = append(errs, fmt.Errorf("mtls: proxy identity policy %s:\n%w", r.files.Policy, err))
+				errs[partPolicy] = fmt.Errorf("mtls: proxy identity policy %s:\n%w", r.files.Policy, err)
 			} else {
-				m.policy, m.sums[2] = p, sum
+				m.policy, m.sums[partPolicy] = p, sum
 				changed++
 			}
 		}
@@ -180,48 +178,76 @@ func (r *Reloader) load(old *material) (*material, int, error) {
 			m.xds.ClientCAs, m.xds.ClientAuth = m.clientCAs, tls.RequireAndVerifyClientCert
 		}
 	}
-	return &m, changed, errors.Join(errs...)
+	return &m, changed, errs
 }
 
 // Reload reads the files again and puts every part whose contents changed
 // and parse (the certificate with its key, the client CAs, the policy) in
 // use for the next handshakes and xDS requests. A part that does not load
-// keeps the previous one in use; the error says why, and is counted and
-// logged once however often the same failure repeats (a certificate manager
-// may write the certificate before its key).
+// keeps the previous one in use; the error says why.
 func (r *Reloader) Reload() error {
+	errs := r.reload()
+	return errors.Join(errs[:]...)
+}
+
+func (r *Reloader) reload() [parts]error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, changed, err := r.load(r.cur.Load())
-	switch {
-	case err == nil:
-		r.lastErr = ""
-	case err.Error() != r.lastErr:
-		r.lastErr = err.Error()
-		r.reloads.WithLabelValues("failed").Inc()
-		r.log.Error("TLS files changed but do not load; the previous ones stay in use", "error", err)
-	}
+	m, changed, errs := r.load(r.cur.Load())
 	if changed > 0 {
 		r.cur.Store(m)
 		r.reloads.WithLabelValues("loaded").Add(float64(changed))
 		r.log.Info("TLS material reloaded", "cert", r.files.Cert, "not_after", m.cert.Leaf.NotAfter,
 			"client_ca", r.files.ClientCA, "policy", r.files.Policy)
 	}
-	return err
+	return errs
 }
 
-// Run reloads every interval until ctx is done.
+// Run reloads every interval until ctx is done. A part that fails to load
+// is counted (allot_tls_reloads_total{result="failed"}) and logged once,
+// when the same failure is still there at the next check: a certificate
+// manager replacing the certificate and then its key is not a failure,
+// and a broken file is not reported at every check.
 func (r *Reloader) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var f failures
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.Reload() // counted and logged by Reload
+		}
+		errs := r.reload()
+		for _, i := range f.observe(errs) {
+			r.reloads.WithLabelValues("failed").Inc()
+			r.log.Error("TLS file changed but does not load; the previous one stays in use", "part", partNames[i], "error", errs[i])
 		}
 	}
+}
+
+// failures decides which reload failures to report: one seen at two
+// checks in a row, once until it changes or clears.
+type failures struct{ last, reported [parts]string }
+
+// observe takes one check's errors and returns the parts to report.
+func (f *failures) observe(errs [parts]error) []int {
+	var out []int
+	for i, err := range errs {
+		now := ""
+		if err != nil {
+			now = err.Error()
+		}
+		if now != "" && now == f.last[i] && now != f.reported[i] {
+			out = append(out, i)
+			f.reported[i] = now
+		}
+		if now == "" {
+			f.reported[i] = ""
+		}
+		f.last[i] = now
+	}
+	return out
 }
 
 // AdminTLS is the configuration of the admin listener: the current server
@@ -239,7 +265,6 @@ func (r *Reloader) AdminTLS() *tls.Config {
 func (r *Reloader) XDSTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS12,
-		NextProtos:         []string{"h2"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.cur.Load().xds, nil },
 	}
 }
@@ -250,92 +275,148 @@ func (r *Reloader) Collectors() []prometheus.Collector {
 }
 
 // StreamInterceptor authorizes xDS streams when client certificates are
-// required (it passes every stream through otherwise): a stream without a
-// verified client certificate ends with UNAUTHENTICATED, and every request
-// whose node names a cluster the certificate's identities may not
-// subscribe as ends its stream with PERMISSION_DENIED before the xDS
-// server sees it, so the client receives nothing and is never tracked as a
-// proxy. The policy in use when a request arrives decides it.
+// required (it passes every stream through otherwise). A stream without a
+// verified client certificate that names an identity ends with
+// UNAUTHENTICATED. Every request is checked before the xDS server sees it,
+// and every response before it is sent, against the material in use then:
+// the certificate must still verify against the current client CAs and be
+// unexpired, and the current policy must allow its identities the node of
+// the stream's first request; a request naming another node is refused
+// too. A failed check ends the stream with PERMISSION_DENIED, so a refused
+// client receives nothing and is never tracked as a proxy, and a revoked
+// one is cut off at its next request or push.
 func (r *Reloader) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !r.MutualTLS() {
 			return handler(srv, ss)
 		}
-		ids, err := Identities(ss.Context())
+		chain, ids, err := peerCertificate(ss.Context())
 		if err != nil {
 			r.denied.WithLabelValues("certificate").Inc()
-			return status.Error(codes.Unauthenticated, err.Error())
+			return status.Error(codes.Unauthenticated, "xds: "+err.Error())
 		}
-		as := &authorizedStream{ServerStream: ss, r: r, ids: ids, method: info.FullMethod}
+		as := &authorizedStream{ServerStream: ss, r: r, chain: chain, ids: ids, method: info.FullMethod}
 		err = handler(srv, as)
 		if denied := as.denied.Load(); denied != nil {
-			// The xDS server ends a stream whose receive failed without an
-			// error of its own; the client is told why.
+			// The xDS server ends a stream whose receive or send failed
+			// without an error of its own; the client is told why.
 			return *denied
 		}
 		return err
 	}
 }
 
+// authorizedStream checks each request and response of one xDS stream.
+// RecvMsg and SendMsg run on different goroutines: mu guards the node and
+// the verification state.
 type authorizedStream struct {
 	grpc.ServerStream
 	r      *Reloader
+	chain  []*x509.Certificate // the peer's, leaf first
 	ids    []string
 	method string
-	seen   bool // a request carried a node
 	denied atomic.Pointer[error]
-}
 
-func (s *authorizedStream) deny(err error) error {
-	s.r.denied.WithLabelValues("identity").Inc()
-	s.denied.Store(&err)
-	return err
+	mu       sync.Mutex
+	node     *corev3.Node   // of the first request
+	verified *x509.CertPool // the client CAs the chain last verified against
 }
 
 func (s *authorizedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	n, ok := m.(interface{ GetNode() *corev3.Node })
-	if !ok || n.GetNode() == nil {
-		if s.seen {
-			return nil // the node of the stream's first request stands
-		}
-		return s.deny(status.Error(codes.PermissionDenied, "xds: the first request must carry the node"))
+	var node *corev3.Node
+	if n, ok := m.(interface{ GetNode() *corev3.Node }); ok {
+		node = n.GetNode()
 	}
-	cluster := n.GetNode().GetCluster()
-	if !s.r.cur.Load().policy.Allowed(s.ids, cluster, n.GetNode().GetId()) {
-		addr := ""
-		if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
-			addr = p.Addr.String()
-		}
-		s.r.log.Warn("xDS stream denied: identity may not subscribe as the node", "identities", s.ids,
-			"cluster", cluster, "node_id", n.GetNode().GetId(), "address", addr, "method", s.method)
-		return s.deny(status.Errorf(codes.PermissionDenied, "xds: identity %v may not subscribe as cluster %q, node %q", s.ids, cluster, n.GetNode().GetId()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.node == nil && node == nil:
+		return s.deny("request", "the first request must carry the node")
+	case s.node == nil:
+		s.node = node
+	case node != nil && (node.GetId() != s.node.GetId() || node.GetCluster() != s.node.GetCluster()):
+		return s.deny("request", fmt.Sprintf("the node changed within the stream, from %q of cluster %q to %q of cluster %q",
+			s.node.GetId(), s.node.GetCluster(), node.GetId(), node.GetCluster()))
 	}
-	s.seen = true
+	return s.check()
+}
+
+func (s *authorizedStream) SendMsg(m any) error {
+	s.mu.Lock()
+	err := s.check()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// check authorizes the stream's node with the material in use now; s.mu
+// must be held.
+func (s *authorizedStream) check() error {
+	if s.node == nil {
+		return s.deny("request", "a response before any request") // go-control-plane never does this
+	}
+	cur := s.r.cur.Load()
+	leaf := s.chain[0]
+	if now := time.Now(); now.After(leaf.NotAfter) {
+		return s.deny("certificate", fmt.Sprintf("the client certificate expired at %v", leaf.NotAfter))
+	}
+	if cur.clientCAs != s.verified {
+		inter := x509.NewCertPool()
+		for _, c := range s.chain[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: cur.clientCAs, Intermediates: inter,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return s.deny("certificate", "the client certificate no longer verifies against the client CAs: "+err.Error())
+		}
+		s.verified = cur.clientCAs
+	}
+	if !cur.policy.Allowed(s.ids, s.node.GetCluster(), s.node.GetId()) {
+		return s.deny("identity", fmt.Sprintf("identity %v may not subscribe as cluster %q, node %q", s.ids, s.node.GetCluster(), s.node.GetId()))
+	}
 	return nil
 }
 
-// Identities returns the identities of the verified client certificate of
-// ctx's gRPC peer: its URI SANs (SPIFFE IDs), then its DNS SANs.
-func Identities(ctx context.Context) ([]string, error) {
+// deny records why the stream ends, counts and logs it, and returns the
+// error to end it with.
+func (s *authorizedStream) deny(reason, why string) error {
+	s.r.denied.WithLabelValues(reason).Inc()
+	addr := ""
+	if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	s.r.log.Warn("xDS stream denied", "reason", reason, "why", why, "identities", s.ids,
+		"cluster", s.node.GetCluster(), "node_id", s.node.GetId(), "address", addr, "method", s.method)
+	err := status.Error(codes.PermissionDenied, "xds: "+why)
+	s.denied.CompareAndSwap(nil, &err)
+	return err
+}
+
+// peerCertificate returns the verified client certificate chain of ctx's
+// gRPC peer, leaf first, and the leaf's identities: its URI SANs (SPIFFE
+// IDs), then its DNS SANs.
+func peerCertificate(ctx context.Context) ([]*x509.Certificate, []string, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return nil, errors.New("no peer")
+		return nil, nil, errors.New("no peer")
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
-		return nil, errors.New("no verified client certificate")
+		return nil, nil, errors.New("no verified client certificate")
 	}
-	leaf := info.State.VerifiedChains[0][0]
+	chain := info.State.VerifiedChains[0]
 	var ids []string
-	for _, u := range leaf.URIs {
+	for _, u := range chain[0].URIs {
 		ids = append(ids, u.String())
 	}
-	ids = append(ids, leaf.DNSNames...)
+	ids = append(ids, chain[0].DNSNames...)
 	if len(ids) == 0 {
-		return nil, errors.New("the client certificate has no URI or DNS subject alternative name to identify it")
+		return nil, nil, errors.New("the client certificate has no URI or DNS subject alternative name to identify it")
 	}
-	return ids, nil
+	return chain, ids, nil
 }

@@ -5,15 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 )
 
-// The placeholders of an identity pattern. {cluster} stands for the
-// cluster: "spiffe://example.org/cluster/{cluster}" lets the certificate
-// with SPIFFE ID spiffe://example.org/cluster/checkout subscribe as cluster
-// checkout, and only as it. {node} stands for the node id, binding a
-// certificate to one proxy: ".../cluster/{cluster}/node/{node}".
+// The placeholders of an identity pattern, each a whole path segment of a
+// URI identity. {cluster} stands for the cluster:
+// "spiffe://example.org/cluster/{cluster}" lets the certificate with SPIFFE
+// ID spiffe://example.org/cluster/checkout subscribe as cluster checkout,
+// and only as it. {node} stands for the node id, binding a certificate to
+// one proxy: ".../cluster/{cluster}/node/{node}".
 const (
 	clusterVar = "{cluster}"
 	nodeVar    = "{node}"
@@ -29,9 +31,10 @@ type Policy struct {
 }
 
 type rule struct {
-	identity string   // exact, or a pattern with {cluster} and/or {node}
-	cluster  bool     // identity has {cluster}
-	node     bool     // identity has {node}
+	// segments is the identity split at "/"; a segment that is a
+	// placeholder matches the cluster or node id it stands for.
+	segments []string
+	cluster  bool     // a segment is {cluster}
 	clusters []string // allowed clusters without {cluster}, sorted; "*" allows every cluster
 }
 
@@ -50,17 +53,20 @@ type policyFile struct {
 }
 
 // ParsePolicy decodes a policy file. Each entry names an identity: exact,
-// or with a {cluster} placeholder standing for the cluster (then "clusters"
-// must be absent) and/or a {node} placeholder standing for the node id,
-// each at most once and each matching a value without "/"; an identity
-// without {cluster} lists the clusters it may subscribe as ("*": any).
-// Every problem is reported with its field path; unknown fields are errors.
+// or a URI with a {cluster} path segment standing for the cluster (then
+// "clusters" must be absent) and/or a {node} path segment standing for the
+// node id, each at most once; an identity without {cluster} lists the
+// clusters it may subscribe as ("*": any). Every problem is reported with
+// its field path; unknown fields and trailing data are errors.
 func ParsePolicy(b []byte) (*Policy, error) {
 	var f policyFile
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("proxy identity policy: %w", err)
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the policy object")
 	}
 	if len(f.Proxies) == 0 {
 		return nil, errors.New("proxies: empty, so no proxy could subscribe; list at least one identity")
@@ -69,22 +75,22 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	p := &Policy{}
 	for i, e := range f.Proxies {
 		field := fmt.Sprintf("proxies[%d]", i)
-		nc, nn := strings.Count(e.Identity, clusterVar), strings.Count(e.Identity, nodeVar)
-		switch {
-		case e.Identity == "":
+		if e.Identity == "" {
 			errs = append(errs, fmt.Errorf("%s.identity: empty", field))
 			continue
-		case nc > 1 || nn > 1:
-			errs = append(errs, fmt.Errorf("%s.identity: %q has a placeholder more than once", field, e.Identity))
+		}
+		r, err := parseIdentity(e.Identity)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s.identity: %q: %w", field, e.Identity, err))
 			continue
-		case nc == 1 && len(e.Clusters) > 0:
+		case r.cluster && len(e.Clusters) > 0:
 			errs = append(errs, fmt.Errorf("%s.clusters: must be absent when identity has %s (the cluster is what it matches)", field, clusterVar))
 			continue
-		case nc == 0 && len(e.Clusters) == 0:
+		case !r.cluster && len(e.Clusters) == 0:
 			errs = append(errs, fmt.Errorf("%s.clusters: empty; list the clusters %q may subscribe as, or \"*\"", field, e.Identity))
 			continue
 		}
-		r := rule{identity: e.Identity, cluster: nc == 1, node: nn == 1}
 		for j, c := range e.Clusters {
 			if c == "" {
 				errs = append(errs, fmt.Errorf("%s.clusters[%d]: empty", field, j))
@@ -99,10 +105,34 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	return p, nil
 }
 
+// parseIdentity splits an identity into segments and checks its
+// placeholders: whole segments after the URI's authority, each at most
+// once, and no other braces.
+func parseIdentity(id string) (rule, error) {
+	r := rule{segments: strings.Split(id, "/")}
+	seen := map[string]bool{}
+	for i, seg := range r.segments {
+		if !strings.ContainsAny(seg, "{}") {
+			continue
+		}
+		switch {
+		case seg != clusterVar && seg != nodeVar:
+			return r, fmt.Errorf("segment %q: a placeholder is a whole path segment, %s or %s", seg, clusterVar, nodeVar)
+		case !strings.Contains(id, "://") || i < 3:
+			return r, fmt.Errorf("%s: placeholders stand for path segments of a URI identity (spiffe://trust-domain/...)", seg)
+		case seen[seg]:
+			return r, fmt.Errorf("%s appears more than once", seg)
+		}
+		seen[seg] = true
+	}
+	r.cluster = seen[clusterVar]
+	return r, nil
+}
+
 // Allowed reports whether a proxy with identities ids may subscribe as
 // cluster with node id node.
 func (p *Policy) Allowed(ids []string, cluster, node string) bool {
-	if cluster == "" {
+	if !validValue(cluster) {
 		return false
 	}
 	for _, r := range p.rules {
@@ -115,22 +145,28 @@ func (p *Policy) Allowed(ids []string, cluster, node string) bool {
 	return false
 }
 
+// validValue reports whether v can stand for a placeholder: one non-empty
+// path segment.
+func validValue(v string) bool { return v != "" && !strings.ContainsAny(v, "/{}") }
+
 func (r rule) allows(id, cluster, node string) bool {
-	want := r.identity
-	if r.cluster {
-		if strings.Contains(cluster, "/") {
-			return false
-		}
-		want = strings.Replace(want, clusterVar, cluster, 1)
-	}
-	if r.node {
-		if node == "" || strings.Contains(node, "/") {
-			return false
-		}
-		want = strings.Replace(want, nodeVar, node, 1)
-	}
-	if id != want {
+	segs := strings.Split(id, "/")
+	if len(segs) != len(r.segments) {
 		return false
+	}
+	for i, want := range r.segments {
+		switch want {
+		case clusterVar:
+			want = cluster
+		case nodeVar:
+			if !validValue(node) {
+				return false
+			}
+			want = node
+		}
+		if segs[i] != want {
+			return false
+		}
 	}
 	if r.cluster {
 		return true

@@ -18,6 +18,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -174,6 +175,78 @@ func TestMutualTLSProxies(t *testing.T) {
 		t.Fatalf("gw-1's certificate as node gw-2: %v, want PermissionDenied", err)
 	}
 
+	// Every other way in: an ECDS-only stream and a delta stream with
+	// another cluster's certificate, a first request without a node, a
+	// node that changes within the stream, and the unary fetch.
+	for _, tt := range []struct {
+		name string
+		call func(conn *grpc.ClientConn, ctx context.Context) (int, error) // resources received
+		want codes.Code
+	}{
+		{"ECDS stream, another cluster's certificate", func(conn *grpc.ClientConn, ctx context.Context) (int, error) {
+			s, err := extensionv3.NewExtensionConfigDiscoveryServiceClient(conn).StreamExtensionConfigs(ctx)
+			if err != nil {
+				return 0, err
+			}
+			s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "checkout"}, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}})
+			r, err := s.Recv()
+			return len(r.GetResources()), err
+		}, codes.PermissionDenied},
+		{"delta stream, another cluster's certificate", func(conn *grpc.ClientConn, ctx context.Context) (int, error) {
+			s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+			if err != nil {
+				return 0, err
+			}
+			s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "checkout"}, TypeUrl: resource.ExtensionConfigType, ResourceNamesSubscribe: []string{"allot"}})
+			r, err := s.Recv()
+			return len(r.GetResources()), err
+		}, codes.PermissionDenied},
+		{"unary fetch", func(conn *grpc.ClientConn, ctx context.Context) (int, error) {
+			r, err := extensionv3.NewExtensionConfigDiscoveryServiceClient(conn).FetchExtensionConfigs(ctx,
+				&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "payments"}, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}})
+			return len(r.GetResources()), err
+		}, codes.Unimplemented},
+		{"first request without a node", func(conn *grpc.ClientConn, ctx context.Context) (int, error) {
+			s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+			if err != nil {
+				return 0, err
+			}
+			s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}})
+			r, err := s.Recv()
+			return len(r.GetResources()), err
+		}, codes.PermissionDenied},
+		{"node changed within the stream", func(conn *grpc.ClientConn, ctx context.Context) (int, error) {
+			s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+			if err != nil {
+				return 0, err
+			}
+			s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "payments-1", Cluster: "payments"}, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}})
+			first, err := s.Recv()
+			if err != nil {
+				return 0, fmt.Errorf("as its own node: %w", err)
+			}
+			s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "payments-2", Cluster: "payments"}, TypeUrl: resource.ExtensionConfigType,
+				ResourceNames: []string{"allot"}, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()})
+			r, err := s.Recv()
+			return len(r.GetResources()), err
+		}, codes.PermissionDenied},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(credentials.NewTLS(
+				&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{payments}})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			n, err := tt.call(conn, cctx)
+			if status.Code(err) != tt.want || n != 0 {
+				t.Fatalf("received %d resources, error %v; want none and code %v", n, err, tt.want)
+			}
+		})
+	}
+
 	eventually := func(what string, f func() error) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -239,6 +312,50 @@ func TestMutualTLSProxies(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Revocation: a stream open under the current policy is cut off at the
+	// next push once the policy no longer allows it.
+	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(credentials.NewTLS(
+		&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{checkout}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	open, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dreq := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "revoked", Cluster: "checkout"}, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}
+	open.Send(dreq)
+	first, err := open.Recv()
+	if err != nil {
+		t.Fatalf("before the revocation: %v", err)
+	}
+	dreq.VersionInfo, dreq.ResponseNonce = first.GetVersionInfo(), first.GetNonce()
+	open.Send(dreq) // ACK
+	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/team/payments","clusters":["checkout"]}]}`))
+	eventually("the revoking policy in use", func() error {
+		if _, err := subscribe(ctx, xdsAddr, roots, &checkout, "probe", "checkout"); status.Code(err) != codes.PermissionDenied {
+			return fmt.Errorf("checkout identity after the revocation: %v", err)
+		}
+		return nil
+	})
+	body := strings.NewReader(`{"key":"push","variations":["a","b"]}`)
+	post, _ := http.NewRequest("POST", "https://"+a.Admin.String()+"/v1/experiments", body)
+	post.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err = https.Do(post)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	if r, err := open.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("revoked stream at the next push: received %v, error %v; want PermissionDenied", r.GetVersionInfo(), err)
+	}
 }
 
 // TestMainTLSFlags: the TLS flags that only work together are refused

@@ -34,6 +34,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Builder returns the ECDS resource for proxies of one cluster and its
@@ -138,10 +140,29 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 	return s
 }
 
-// Register serves ADS and ECDS on g.
+// Register serves ADS and ECDS on g: their streams only. ECDS's unary
+// FetchExtensionConfigs is not served (UNIMPLEMENTED): go-control-plane would
+// answer it from the snapshots directly, past the stream callbacks that
+// track proxies and past any stream interceptor that authorizes them, and
+// Envoy never calls it.
 func (s *Server) Register(g *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
-	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, s.xds)
+	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, ecdsStreams{s.xds})
+}
+
+// ecdsStreams is the ECDS service with its streams only.
+type ecdsStreams struct{ xds serverv3.Server }
+
+func (e ecdsStreams) StreamExtensionConfigs(st extensionv3.ExtensionConfigDiscoveryService_StreamExtensionConfigsServer) error {
+	return e.xds.StreamExtensionConfigs(st)
+}
+
+func (e ecdsStreams) DeltaExtensionConfigs(st extensionv3.ExtensionConfigDiscoveryService_DeltaExtensionConfigsServer) error {
+	return e.xds.DeltaExtensionConfigs(st)
+}
+
+func (ecdsStreams) FetchExtensionConfigs(context.Context, *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "xds: FetchExtensionConfigs is not served; stream the configuration (ADS or ECDS)")
 }
 
 // onStreamRequest tracks the proxy and makes sure its cluster has
