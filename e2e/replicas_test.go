@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,92 +19,42 @@ import (
 // replica's proxies stay in the live set.
 const leaseTTL = 3 * time.Second
 
-// etcdMember is one etcd server process.
-type etcdMember struct {
-	name         string
-	dir          string
-	client, peer int
-	proc         *harness.Process
-}
-
-func (m *etcdMember) endpoint() string { return fmt.Sprintf("127.0.0.1:%d", m.client) }
-
-// etcdCluster is a cluster of real etcd processes on loopback, built from
-// the etcd server module allotd's store uses.
+// etcdCluster is harness.EtcdCluster's members running as the test's
+// processes: a member can be killed (procs[i].Kill) and restarted (start).
 type etcdCluster struct {
-	t       *testing.T
-	bin     string
-	initial string
-	members []*etcdMember
+	*harness.EtcdCluster
+	t     *testing.T
+	procs []*harness.Process
 }
 
 func startEtcd(t *testing.T, n int) *etcdCluster {
 	t.Helper()
-	c := &etcdCluster{t: t, bin: harness.Build(t, "go.etcd.io/etcd/server/v3")}
-	var initial []string
-	for i := range n {
-		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir(), client: harness.FreePort(t), peer: harness.FreePort(t)}
-		c.members = append(c.members, m)
-		initial = append(initial, fmt.Sprintf("%s=http://127.0.0.1:%d", m.name, m.peer))
+	layout, err := harness.NewEtcdCluster(harness.Build(t, harness.EtcdPackage), t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.initial = strings.Join(initial, ",")
-	for i := range c.members {
+	c := &etcdCluster{EtcdCluster: layout, t: t, procs: make([]*harness.Process, n)}
+	for i := range n {
 		c.start(i, "new")
 	}
-	for _, m := range c.members {
-		m.proc.WaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
+	if err := c.WaitHealthy(c.procs, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	return c
 }
 
 func (c *etcdCluster) start(i int, state string) {
-	m := c.members[i]
-	m.proc = harness.StartProcess(c.t, "etcd-"+m.name, c.bin,
-		"--name", m.name, "--data-dir", m.dir,
-		"--listen-client-urls", "http://"+m.endpoint(), "--advertise-client-urls", "http://"+m.endpoint(),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
-		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
-		"--initial-cluster", c.initial, "--initial-cluster-state", state, "--initial-cluster-token", "allot-e2e",
-		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
-		"--log-level", "warn")
+	c.procs[i] = harness.StartCmd(c.t, "etcd-"+c.Members[i].Name, c.Command(i, state))
 }
 
-// leader returns the index of the member that leads the cluster, from
-// etcd's own status endpoint.
+// leader returns the index of the member that leads the cluster.
 func (c *etcdCluster) leader() int {
 	c.t.Helper()
-	var id string
-	for i, m := range c.members {
-		resp, err := http.Post(fmt.Sprintf("http://%s/v3/maintenance/status", m.endpoint()), "application/json", strings.NewReader("{}"))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		var st struct {
-			Header struct {
-				MemberID string `json:"member_id"`
-			} `json:"header"`
-			Leader string `json:"leader"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if id = st.Leader; st.Header.MemberID == st.Leader {
-			return i
-		}
+	i, err := c.Leader()
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	c.t.Fatalf("no member leads (leader id %q)", id)
-	return -1
-}
-
-// storeFlag is allotd's -store for the cluster.
-func (c *etcdCluster) storeFlag() string {
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, m.endpoint())
-	}
-	return "etcd://" + strings.Join(eps, ",")
+	return i
 }
 
 // replicated is Allot on several allotd replicas sharing an etcd cluster.
@@ -122,7 +71,7 @@ func startReplicated(t *testing.T, n int) *replicated {
 	for i := range n {
 		s := *base
 		s.xdsPort, s.adminPort = harness.FreePort(t), harness.FreePort(t)
-		s.args = []string{"-store", h.etcd.storeFlag(), "-replica-id", fmt.Sprintf("r%d", i+1),
+		s.args = []string{"-store", h.etcd.StoreURL(), "-replica-id", fmt.Sprintf("r%d", i+1),
 			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}
 		s.startAllotd()
 		h.replicas = append(h.replicas, &s)
@@ -401,7 +350,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 
 	// The leader goes first: the writes right after wait out the election.
 	leader := h.etcd.leader()
-	h.etcd.members[leader].proc.Kill()
+	h.etcd.procs[leader].Kill()
 	for i := range 6 {
 		if code := create(i%3, fmt.Sprintf("one-down-%d", i)); code != http.StatusCreated {
 			t.Fatalf("write %d through replica %d with one etcd member of three down: status %d", i, i%3+1, code)
@@ -410,7 +359,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 	serving("one etcd member down")
 
 	second := (leader + 1) % 3
-	h.etcd.members[second].proc.Kill()
+	h.etcd.procs[second].Kill()
 	for via := range 3 {
 		var e struct {
 			Error struct {
