@@ -19,12 +19,20 @@ import (
 // replica's proxies stay in the live set.
 const leaseTTL = 3 * time.Second
 
-// etcdCluster is harness.EtcdCluster's members running as the test's
-// processes: a member can be killed (procs[i].Kill) and restarted (start).
+// etcdMember is one etcd server process.
+type etcdMember struct {
+	harness.EtcdMember
+	proc *harness.Process
+}
+
+func (m *etcdMember) endpoint() string { return m.Endpoint() }
+
+// etcdCluster is a cluster of real etcd processes on loopback, built from
+// the etcd server module allotd's store uses, laid out by harness.
 type etcdCluster struct {
-	*harness.EtcdCluster
-	t     *testing.T
-	procs []*harness.Process
+	t       *testing.T
+	layout  *harness.EtcdCluster
+	members []*etcdMember
 }
 
 func startEtcd(t *testing.T, n int) *etcdCluster {
@@ -33,29 +41,35 @@ func startEtcd(t *testing.T, n int) *etcdCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &etcdCluster{EtcdCluster: layout, t: t, procs: make([]*harness.Process, n)}
-	for i := range n {
+	c := &etcdCluster{t: t, layout: layout}
+	for _, m := range layout.Members {
+		c.members = append(c.members, &etcdMember{EtcdMember: m})
+	}
+	for i := range c.members {
 		c.start(i, "new")
 	}
-	if err := c.WaitHealthy(c.procs, 30*time.Second); err != nil {
-		t.Fatal(err)
+	for _, m := range c.members {
+		m.proc.WaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
 	}
 	return c
 }
 
 func (c *etcdCluster) start(i int, state string) {
-	c.procs[i] = harness.StartCmd(c.t, "etcd-"+c.Members[i].Name, c.Command(i, state))
+	c.members[i].proc = harness.StartCmd(c.t, "etcd-"+c.members[i].Name, c.layout.Command(i, state))
 }
 
 // leader returns the index of the member that leads the cluster.
 func (c *etcdCluster) leader() int {
 	c.t.Helper()
-	i, err := c.Leader()
+	i, err := c.layout.Leader()
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	return i
 }
+
+// storeFlag is allotd's -store for the cluster.
+func (c *etcdCluster) storeFlag() string { return c.layout.StoreURL() }
 
 // replicated is Allot on several allotd replicas sharing an etcd cluster.
 type replicated struct {
@@ -71,7 +85,7 @@ func startReplicated(t *testing.T, n int) *replicated {
 	for i := range n {
 		s := *base
 		s.xdsPort, s.adminPort = harness.FreePort(t), harness.FreePort(t)
-		s.args = []string{"-store", h.etcd.StoreURL(), "-replica-id", fmt.Sprintf("r%d", i+1),
+		s.args = []string{"-store", h.etcd.storeFlag(), "-replica-id", fmt.Sprintf("r%d", i+1),
 			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}
 		s.startAllotd()
 		h.replicas = append(h.replicas, &s)
@@ -350,7 +364,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 
 	// The leader goes first: the writes right after wait out the election.
 	leader := h.etcd.leader()
-	h.etcd.procs[leader].Kill()
+	h.etcd.members[leader].proc.Kill()
 	for i := range 6 {
 		if code := create(i%3, fmt.Sprintf("one-down-%d", i)); code != http.StatusCreated {
 			t.Fatalf("write %d through replica %d with one etcd member of three down: status %d", i, i%3+1, code)
@@ -359,7 +373,7 @@ func TestReplicasSurviveEtcdFaults(t *testing.T) {
 	serving("one etcd member down")
 
 	second := (leader + 1) % 3
-	h.etcd.procs[second].Kill()
+	h.etcd.members[second].proc.Kill()
 	for via := range 3 {
 		var e struct {
 			Error struct {
