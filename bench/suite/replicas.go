@@ -119,6 +119,10 @@ func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]stri
 		bins[name] = out
 	}
 	cmds = append(cmds, "go build -o bench/raw/bin/etcd "+harness.EtcdPackage)
+	if o.Allotd != "" {
+		bins["allotd"] = o.Allotd
+		cmds = append(cmds, "# allotd: "+o.Allotd+" (-allotd), not built from this tree")
+	}
 	return bins, cmds, nil
 }
 

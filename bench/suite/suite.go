@@ -63,8 +63,11 @@ type Options struct {
 	// ReplicaClients are the fleet sizes of the replicas section (nil:
 	// every size of ReplicaFleets).
 	ReplicaClients []int
-	Command        string    // the command line, for the report
-	Log            io.Writer `json:"-"`
+	// Allotd, when set, is the allotd binary the replicas section runs
+	// instead of building control-plane/cmd/allotd (to compare builds).
+	Allotd  string
+	Command string    // the command line, for the report
+	Log     io.Writer `json:"-"`
 }
 
 // run is one variant in one round.

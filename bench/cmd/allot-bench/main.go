@@ -99,6 +99,7 @@ func parse(args []string) (suite.Options, error) {
 		}
 		return nil
 	})
+	fs.StringVar(&o.Allotd, "allotd", "", "with -replicas: run this allotd binary instead of one built from the tree (to compare builds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
