@@ -175,6 +175,12 @@ bench-floors: envoy build-filter build-native ## Diagnostic: the Wasm floors K, 
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -floors $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))
 
+.PHONY: bench-replicas
+bench-replicas: ## Write → all-ACK latency: 3 allotd replicas on 3 etcd members, 1,000 then 10,000 simulated xDS clients (~2 min; CLIENTS=1000 picks the fleets); writes bench/raw/REPLICAS.md.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
+	$(BIN)/allot-bench -replicas $(if $(CLIENTS),-replica-clients $(CLIENTS))
+
 # BASE is the git revision bench-compare measures the working tree against
 # (bench-vm: only when given); ROUNDS, when given, its rounds (default 20).
 BASE ?= HEAD

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,33 +22,30 @@ const leaseTTL = 3 * time.Second
 
 // etcdMember is one etcd server process.
 type etcdMember struct {
-	name         string
-	dir          string
-	client, peer int
-	proc         *harness.Process
+	harness.EtcdMember
+	proc *harness.Process
 }
 
-func (m *etcdMember) endpoint() string { return fmt.Sprintf("127.0.0.1:%d", m.client) }
+func (m *etcdMember) endpoint() string { return m.Endpoint() }
 
 // etcdCluster is a cluster of real etcd processes on loopback, built from
-// the etcd server module allotd's store uses.
+// the etcd server module allotd's store uses, laid out by harness.
 type etcdCluster struct {
 	t       *testing.T
-	bin     string
-	initial string
+	layout  *harness.EtcdCluster
 	members []*etcdMember
 }
 
 func startEtcd(t *testing.T, n int) *etcdCluster {
 	t.Helper()
-	c := &etcdCluster{t: t, bin: harness.Build(t, "go.etcd.io/etcd/server/v3")}
-	var initial []string
-	for i := range n {
-		m := &etcdMember{name: fmt.Sprintf("m%d", i), dir: t.TempDir(), client: harness.FreePort(t), peer: harness.FreePort(t)}
-		c.members = append(c.members, m)
-		initial = append(initial, fmt.Sprintf("%s=http://127.0.0.1:%d", m.name, m.peer))
+	layout, err := harness.NewEtcdCluster(harness.Build(t, harness.EtcdPackage), t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.initial = strings.Join(initial, ",")
+	c := &etcdCluster{t: t, layout: layout}
+	for _, m := range layout.Members {
+		c.members = append(c.members, &etcdMember{EtcdMember: m})
+	}
 	for i := range c.members {
 		c.start(i, "new")
 	}
@@ -60,15 +56,7 @@ func startEtcd(t *testing.T, n int) *etcdCluster {
 }
 
 func (c *etcdCluster) start(i int, state string) {
-	m := c.members[i]
-	m.proc = harness.StartProcess(c.t, "etcd-"+m.name, c.bin,
-		"--name", m.name, "--data-dir", m.dir,
-		"--listen-client-urls", "http://"+m.endpoint(), "--advertise-client-urls", "http://"+m.endpoint(),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
-		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
-		"--initial-cluster", c.initial, "--initial-cluster-state", state, "--initial-cluster-token", "allot-e2e",
-		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
-		"--log-level", "warn")
+	c.members[i].proc = harness.StartCmd(c.t, "etcd-"+c.members[i].Name, c.layout.Command(i, state))
 }
 
 // restart starts killed member i again on its data and ports, and waits
@@ -79,43 +67,18 @@ func (c *etcdCluster) restart(i int) {
 	c.members[i].proc.WaitHTTP(c.t, fmt.Sprintf("http://%s/health", c.members[i].endpoint()), 30*time.Second)
 }
 
-// leader returns the index of the member that leads the cluster, from
-// etcd's own status endpoint.
+// leader returns the index of the member that leads the cluster.
 func (c *etcdCluster) leader() int {
 	c.t.Helper()
-	var id string
-	for i, m := range c.members {
-		resp, err := http.Post(fmt.Sprintf("http://%s/v3/maintenance/status", m.endpoint()), "application/json", strings.NewReader("{}"))
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		var st struct {
-			Header struct {
-				MemberID string `json:"member_id"`
-			} `json:"header"`
-			Leader string `json:"leader"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if id = st.Leader; st.Header.MemberID == st.Leader {
-			return i
-		}
+	i, err := c.layout.Leader()
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	c.t.Fatalf("no member leads (leader id %q)", id)
-	return -1
+	return i
 }
 
 // storeFlag is allotd's -store for the cluster.
-func (c *etcdCluster) storeFlag() string {
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, m.endpoint())
-	}
-	return "etcd://" + strings.Join(eps, ",")
-}
+func (c *etcdCluster) storeFlag() string { return c.layout.StoreURL() }
 
 // replicated is Allot on several allotd replicas sharing an etcd cluster.
 type replicated struct {

@@ -33,6 +33,7 @@ type spread struct {
 	AllAck  []float64 `json:"all_ack_ms"` // per write: until the last proxy ACKed
 	P50     float64   `json:"p50_ms"`
 	P99     float64   `json:"p99_ms"`
+	Max     float64   `json:"max_ms"`
 	Note    string    `json:"note,omitempty"`
 }
 
@@ -159,7 +160,7 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 		}
 		s.AllAck = append(s.AllAck, float64(d.Microseconds())/1e3)
 	}
-	s.P50, s.P99 = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99)
+	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
 	return s, nil
 }
 

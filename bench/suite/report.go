@@ -21,22 +21,32 @@ import (
 var reportTemplate string
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"mib":   mib,
-	"rr":    ratioRange,
-	"join":  strings.Join,
-	"utc":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"sec":   func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"med":   median,
-	"ms":    func(ns float64) float64 { return ns / 1e6 },
-	"add":   func(a, b float64) float64 { return a + b },
-	"sub":   func(a, b float64) float64 { return a - b },
-	"mul":   func(a, b float64) float64 { return a * b },
-	"minus": func(a, b int64) int64 { return a - b },
-	"int64": func(n int) int64 { return int64(n) },
+	"mib":    mib,
+	"rr":     ratioRange,
+	"join":   strings.Join,
+	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"sec":    func(d time.Duration) time.Duration { return d.Round(time.Second) },
+	"med":    median,
+	"ms":     func(ns float64) float64 { return ns / 1e6 },
+	"add":    func(a, b float64) float64 { return a + b },
+	"sub":    func(a, b float64) float64 { return a - b },
+	"mul":    func(a, b float64) float64 { return a * b },
+	"minus":  func(a, b int64) int64 { return a - b },
+	"int64":  func(n int) int64 { return int64(n) },
+	"div":    func(a, b float64) float64 { return a / b },
+	"ints":   func(xs []int) string { return joinInts(xs, " / ") },
+	"commas": thousands,
 }).Parse(reportTemplate))
 
 // renderReport is bench/REPORT.md.
 func renderReport(res *results) (string, error) { return execute("report", newReportView(res)) }
+
+// renderReplicas is bench/raw/REPLICAS.md, the replicas section alone.
+func renderReplicas(res *results) (string, error) {
+	v := &reportView{results: res}
+	v.Targets = replicaRows(res.Replicas)
+	return execute("replicas-report", v)
+}
 
 // renderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.
 func renderFloors(res *results) (string, error) {
@@ -219,7 +229,9 @@ type targetRow struct {
 	BelowFloor                   bool
 	// rss: the baseline and the variant in MiB.
 	Base, RSS float64
-	Reason    string
+	// replicas: the fleet's waited writes.
+	Fleet  *replicaSpread
+	Reason string
 }
 
 type floorRow struct {
@@ -391,6 +403,41 @@ func (v *reportView) targets() {
 	} else {
 		v.Targets = append(v.Targets, rssRow(rssWhat("Allot", "Wasm", rssLimitWasm), m.BaseRSS, m.AllotRSS, rssLimitWasm))
 	}
+	v.Targets = append(v.Targets, replicaRows(v.Replicas)...)
+}
+
+// replicaRows are the replicas section's targets: one per fleet of
+// ReplicaFleets, the p99 of its waited writes against its limit.
+func replicaRows(r *replicasResult) []targetRow {
+	var rows []targetRow
+	for _, f := range ReplicaFleets {
+		what := fmt.Sprintf("%d allotd replicas on %d etcd members, %s simulated xDS clients spread over them: write → all-ACK p99 ≤ %s",
+			replicaCount, replicaCount, thousands(f.Clients), limitText(f.TargetP99))
+		i := -1
+		if r != nil {
+			i = slices.IndexFunc(r.Fleets, func(s replicaSpread) bool { return s.Proxies == f.Clients })
+		}
+		switch {
+		case i >= 0:
+			s := &r.Fleets[i]
+			rows = append(rows, targetRow{Kind: "replicas", What: what, Fleet: s, Limit: s.TargetP99, Result: metMissed(s.P99 <= s.TargetP99)})
+		case r == nil:
+			rows = append(rows, unmeasured(what, "run without -skip-extras (or `make bench-replicas`)"))
+		case r.NotMeasured != "":
+			rows = append(rows, unmeasured(what, r.NotMeasured))
+		default:
+			rows = append(rows, unmeasured(what, "not among -replica-clients"))
+		}
+	}
+	return rows
+}
+
+// limitText is a latency limit as the targets state it: 250 ms, 1 s.
+func limitText(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
 }
 
 func unmeasured(what, reason string) targetRow {

@@ -56,7 +56,16 @@ type Options struct {
 	// Floors, when set, makes the run the floors diagnostic instead
 	// (floor.go, `make bench-floors`): the Wasm floors K and L and K's
 	// native counterpart M against the variants they explain.
-	Floors  bool
+	Floors bool
+	// Replicas, when set, makes the run the replicas section alone
+	// (replicas.go, `make bench-replicas`), written to bench/raw/REPLICAS.md.
+	Replicas bool
+	// ReplicaClients are the fleet sizes of the replicas section (nil:
+	// every size of ReplicaFleets).
+	ReplicaClients []int
+	// Allotd, when set, is the allotd binary the replicas section runs
+	// instead of building control-plane/cmd/allotd (to compare builds).
+	Allotd  string
 	Command string    // the command line, for the report
 	Log     io.Writer `json:"-"`
 }
@@ -89,21 +98,22 @@ var quantiles = []struct {
 // results is everything the report shows; it is also written to
 // bench/raw/results.json.
 type results struct {
-	Started    time.Time     `json:"started"`
-	Duration   time.Duration `json:"duration"`
-	Machine    machine       `json:"machine"`
-	Options    Options       `json:"options"`
-	Variants   []variantInfo `json:"variants"`
-	Runs       []run         `json:"runs"`
-	Paired     *paired       `json:"paired,omitempty"`
-	Profiles   []hostProfile `json:"host_profiles"`
-	Micro      *micro        `json:"micro,omitempty"`
-	Memory     *memory       `json:"memory,omitempty"`
-	LoadTime   *loadTime     `json:"load_time,omitempty"`
-	Propagate  propagation   `json:"propagation"`
-	Commands   []string      `json:"commands"`
-	LoadBefore string        `json:"loadavg_before"`
-	LoadAfter  string        `json:"loadavg_after"`
+	Started    time.Time       `json:"started"`
+	Duration   time.Duration   `json:"duration"`
+	Machine    machine         `json:"machine"`
+	Options    Options         `json:"options"`
+	Variants   []variantInfo   `json:"variants"`
+	Runs       []run           `json:"runs"`
+	Paired     *paired         `json:"paired,omitempty"`
+	Profiles   []hostProfile   `json:"host_profiles"`
+	Micro      *micro          `json:"micro,omitempty"`
+	Memory     *memory         `json:"memory,omitempty"`
+	LoadTime   *loadTime       `json:"load_time,omitempty"`
+	Propagate  propagation     `json:"propagation"`
+	Replicas   *replicasResult `json:"replicas,omitempty"`
+	Commands   []string        `json:"commands"`
+	LoadBefore string          `json:"loadavg_before"`
+	LoadAfter  string          `json:"loadavg_after"`
 }
 
 type variantInfo struct {
@@ -138,6 +148,9 @@ func Run(ctx context.Context, o Options) error {
 	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
 		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(o.Root, "bin", "liballot.so"),
 		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so")}
+	if o.Replicas { // allotd is only told the filter's path
+		return runReplicas(ctx, o, p, logf)
+	}
 	if _, err := os.Stat(p.allotWasm); err != nil {
 		return fmt.Errorf("allot filter not built (%v): run `make build-filter`", err)
 	}
@@ -269,6 +282,11 @@ func Run(ctx context.Context, o Options) error {
 			"bench/raw/bin/allotd -admin-addr 127.0.0.1:<port> -xds-addr 127.0.0.1:<port> -db bench/raw/propagation.db -tokens envoy-configs/dev-tokens.json -wasm-path bin/allot.wasm",
 			fmt.Sprintf("taskset -c %d bench/raw/bin/allot-xdsload -addr 127.0.0.1:<xds port> -clients %d -conns 50 -cluster sim", o.LoadCPU, propSimulated),
 			"curl -X POST -H 'Authorization: Bearer <admin token>' '127.0.0.1:<port>/v1/experiments?wait=30s' -d '{\"key\":\"prop-…\",…}'   # timed, 20 times")
+		if os.Getenv("ALLOT_BENCH_ONLY_PROPAGATION") == "" {
+			rep, cmds := measureReplicas(ctx, o, p, replicaFleets(o.ReplicaClients), logf)
+			res.Replicas = &rep
+			res.Commands = append(res.Commands, cmds...)
+		}
 	}
 
 	res.LoadAfter = loadavg()

@@ -54,8 +54,76 @@ type Replica struct {
 	// Revision is the store revision its configurations are built from
 	// (at least).
 	Revision int64 `json:"revision"`
-	// Targets is the version it serves to each cluster it has proxies of.
+	// Targets is the version it serves to each cluster it has proxies of
+	// ("" while a cluster's first build is under way): every cluster of
+	// its proxies is listed.
 	Targets map[string]string `json:"targets"`
+	// Proxies summarizes its proxies by cluster (Summarize), written after
+	// the proxies' own records: what lets a reader wait for a rollout
+	// without reading every proxy after every change (MaySettle).
+	Proxies map[string]Summary `json:"proxies,omitempty"`
+}
+
+// Summary counts a replica's proxies of one cluster by what they last
+// acknowledged and rejected.
+type Summary struct {
+	// Proxies is the number of the replica's proxies of the cluster.
+	Proxies int `json:"proxies"`
+	// Acked counts them by the version they acknowledged last.
+	Acked map[string]int `json:"acked,omitempty"`
+	// Rejected counts them by the version they rejected last.
+	Rejected map[string]int `json:"rejected,omitempty"`
+	// Unserved counts those the replica serves nothing.
+	Unserved int `json:"unserved,omitempty"`
+}
+
+// Summarize counts proxies (one replica's) by cluster.
+func Summarize(proxies []Proxy) map[string]Summary {
+	out := map[string]Summary{}
+	for _, p := range proxies {
+		s := out[p.Cluster]
+		s.Proxies++
+		switch {
+		case p.Unserved != "":
+			s.Unserved++
+		default:
+			if p.Acked != "" {
+				s.Acked = inc(s.Acked, p.Acked)
+			}
+			if p.Rejected != nil {
+				s.Rejected = inc(s.Rejected, p.Rejected.Version)
+			}
+		}
+		out[p.Cluster] = s
+	}
+	return out
+}
+
+func inc(m map[string]int, k string) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[k]++
+	return m
+}
+
+// MaySettle reports from r's summary whether each of its proxies of
+// cluster may stand applied, rejected or unserved (Where) with a write
+// committed at revision rev whose version for cluster is target. A proxy
+// that acknowledged one of the versions that count and rejected the other
+// is counted twice, so the answer may be true while one is pending, never
+// false while none is: it says when reading every proxy is worth it. A
+// replica without a summary (or without proxies of cluster) may settle.
+func (r Replica) MaySettle(cluster, target string, rev int64) bool {
+	s, ok := r.Proxies[cluster]
+	if !ok {
+		return true
+	}
+	n := s.Unserved + s.Acked[target] + s.Rejected[target]
+	if cur := r.Targets[cluster]; r.Revision >= rev && cur != "" && cur != target {
+		n += s.Acked[cur] + s.Rejected[cur]
+	}
+	return n >= s.Proxies
 }
 
 // Proxy is one connected proxy (one xDS stream) as its replica publishes
@@ -115,9 +183,17 @@ type Registry interface {
 	Publish(ctx context.Context, r Replica, proxies []Proxy) error
 	// View reads the whole mesh at one point in time.
 	View(ctx context.Context) (View, error)
-	// Watch returns a channel that receives after every change of the
-	// mesh (coalesced: one pending value at most); it is closed when ctx
-	// ends or the registry closes.
+	// Replicas reads the live replicas' records alone, without their
+	// proxies: what every replica serves (View.Replicas), at the cost of
+	// a few records whatever the size of the mesh.
+	Replicas(ctx context.Context) (map[string]Replica, error)
+	// Nodes reads the node ids of the live replicas' proxies (those View
+	// lists, whatever their state) without their records.
+	Nodes(ctx context.Context) (map[string]bool, error)
+	// Watch returns a channel that receives after every change of a
+	// replica's record (coalesced: one pending value at most) — which
+	// its replica rewrites, after its proxies' records, whenever their
+	// summary changes; it is closed when ctx ends or the registry closes.
 	Watch(ctx context.Context) <-chan struct{}
 }
 

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -49,5 +50,73 @@ func TestDedupKeepsNewestConnection(t *testing.T) {
 		if s := p.Cluster + "/" + p.NodeID + "@" + p.Replica; s != want[i] {
 			t.Errorf("[%d] = %s, want %s", i, s, want[i])
 		}
+	}
+}
+
+// TestMaySettle: a replica's summary says its proxies may be settled
+// whenever Where would find every one of them applied, rejected or
+// unserved, and says they are not when one is pending and none is counted
+// twice.
+func TestMaySettle(t *testing.T) {
+	caughtUp := Replica{ID: "r", Revision: 7, Targets: map[string]string{"web": "v8"}}
+	behind := Replica{ID: "r", Revision: 6, Targets: map[string]string{"web": "v6"}}
+	p := func(acked, rejected string) Proxy {
+		px := Proxy{Replica: "r", Cluster: "web", Acked: acked}
+		if rejected != "" {
+			px.Rejected = &Rejection{Version: rejected}
+		}
+		return px
+	}
+	tests := []struct {
+		name    string
+		replica Replica
+		proxies []Proxy
+		want    bool
+	}{
+		{"all acked the target", behind, []Proxy{p("v7", ""), p("v7", "")}, true},
+		{"the target and what a caught-up replica serves", caughtUp, []Proxy{p("v7", ""), p("v8", "")}, true},
+		{"what a lagging replica serves", behind, []Proxy{p("v7", ""), p("v6", "")}, false},
+		{"rejected the target", behind, []Proxy{p("v6", "v7"), p("v7", "")}, true},
+		{"rejected an older version", caughtUp, []Proxy{p("v6", "v5"), p("v8", "")}, false},
+		{"unserved", behind, []Proxy{{Replica: "r", Cluster: "web", Unserved: "artifact"}, p("v7", "")}, true},
+		{"no proxies of the cluster", behind, []Proxy{{Replica: "r", Cluster: "api", Acked: "v1"}}, true},
+		{"no summary (an older replica)", behind, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.replica
+			if tt.proxies != nil {
+				r.Proxies = Summarize(tt.proxies)
+			}
+			v := View{Replicas: map[string]Replica{"r": r}}
+			settled := true
+			for _, px := range tt.proxies {
+				if px.Cluster == "web" && v.Where(px, "v7", 7) == StatePending {
+					settled = false
+				}
+			}
+			if settled != tt.want {
+				t.Fatalf("the case is wrong: Where finds them settled: %v", settled)
+			}
+			if got := r.MaySettle("web", "v7", 7); got != tt.want {
+				t.Errorf("MaySettle = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	got := Summarize([]Proxy{
+		{Cluster: "web", Acked: "v1"},
+		{Cluster: "web", Acked: "v1", Rejected: &Rejection{Version: "v2"}},
+		{Cluster: "web", Unserved: "artifact"},
+		{Cluster: "api"},
+	})
+	want := map[string]Summary{
+		"web": {Proxies: 3, Acked: map[string]int{"v1": 2}, Rejected: map[string]int{"v2": 1}, Unserved: 1},
+		"api": {Proxies: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Summarize = %+v, want %+v", got, want)
 	}
 }

@@ -40,8 +40,16 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 		changed := x.Changes()
 		r := self
 		r.Revision = b.appliedRevision()
+		proxies := x.ProxiesUnordered()
 		r.Targets = x.Targets()
-		err := reg.Publish(ctx, r, meshProxies(x.Proxies()))
+		for _, p := range proxies {
+			if _, ok := r.Targets[p.Cluster]; !ok {
+				r.Targets[p.Cluster] = "" // its first build is under way
+			}
+		}
+		mp := meshProxies(proxies)
+		r.Proxies = mesh.Summarize(mp)
+		err := reg.Publish(ctx, r, mp)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			log.Warn("publish to the mesh registry", "error", err)
@@ -86,12 +94,17 @@ type meshRollouts struct {
 	st  store.Store
 }
 
-// clusters are the clusters of this replica's and the whole mesh's proxies.
+// clusters are the clusters of this replica's and the whole mesh's
+// proxies: those in every live replica's record (which lists the
+// clusters of all the proxies it publishes), not from a read of every
+// proxy.
 func (m meshRollouts) clusters(ctx context.Context) []string {
 	set := maps.Clone(m.x.Targets())
-	if v, err := m.reg.View(ctx); err == nil {
-		for _, p := range v.Proxies {
-			set[p.Cluster] = ""
+	if rs, err := m.reg.Replicas(ctx); err == nil {
+		for _, r := range rs {
+			for c := range r.Targets {
+				set[c] = ""
+			}
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
@@ -116,7 +129,29 @@ func (m meshRollouts) Mark() map[string]string {
 // it, or until ctx ends. Proxies that leave the live set (disconnected,
 // or their replica's lease expired) drop out; a proxy that reconnected to
 // another replica is still waited for, there.
+//
+// It reads every proxy only when the replicas' records, which summarize
+// their proxies, say the rollout may be complete (and at least every
+// fullReadEvery): reading 10,000 proxies after every change of the mesh
+// was most of a waited write's cost (docs/perf/replicas.md).
 func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+	// The proxies waited for are those live now, by node id (from the
+	// registry's keys alone), read while this replica pushes the write:
+	// a read waits behind the registry writes of the rollout under way.
+	type live struct {
+		nodes    map[string]bool
+		clusters []string
+		err      error
+	}
+	lc := make(chan live, 1)
+	go func() {
+		var l live
+		l.nodes, l.err = m.reg.Nodes(ctx)
+		if l.err == nil && mark == nil {
+			l.clusters = m.clusters(ctx) // Mark could not list them
+		}
+		lc <- l
+	}()
 	rev, err := m.st.Revision(ctx)
 	if err != nil {
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
@@ -125,8 +160,17 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
 	changes := m.reg.Watch(ctx)
-	clusters := m.clusters(ctx)
+	l := <-lc
+	if l.err != nil && ctx.Err() == nil {
+		return &adminv1.Rollout{Result: "error", Error: l.err.Error()}
+	}
+	// The mesh's clusters: those Mark computed versions for, and this
+	// replica's.
+	clusters := l.clusters
 	for c := range mark {
+		clusters = append(clusters, c)
+	}
+	for c := range m.x.Targets() {
 		clusters = append(clusters, c)
 	}
 	slices.Sort(clusters)
@@ -135,38 +179,86 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
 	targets := after.Changed(mark)
-	var waited map[string]bool // node ids, from the first view
-	for {
-		v, err := m.reg.View(ctx)
-		if err != nil && ctx.Err() == nil {
-			return &adminv1.Rollout{Result: "error", Error: err.Error()}
+	waited := l.nodes
+	var ro *xds.Rollout // from the last read of every proxy
+	report := func() *xds.Rollout {
+		if ro == nil { // none yet: where every proxy stands, if the registry answers
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			ro, _ = m.rollout(rctx, waited, targets, rev)
+			cancel()
 		}
-		if waited == nil && err == nil {
-			waited = map[string]bool{}
-			for _, p := range v.Proxies {
-				if _, ok := targets[p.Cluster]; ok {
-					waited[p.NodeID] = true
-				}
+		return ro
+	}
+	full := time.NewTicker(fullReadEvery)
+	defer full.Stop()
+	for force := false; ; {
+		read := force
+		if !read {
+			rs, err := m.reg.Replicas(ctx)
+			read = err != nil || maySettle(rs, targets, rev)
+		}
+		if read {
+			r, err := m.rollout(ctx, waited, targets, rev)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				return &adminv1.Rollout{Result: "error", Error: err.Error()}
+			case err == nil && r.Count(xds.StatePending) == 0:
+				return rolloutResult(*r, r.Err())
+			case err == nil:
+				ro = r
 			}
 		}
-		ro := xds.Rollout{Targets: targets, Proxies: []xds.ProxyStatus{}}
-		for _, p := range v.Proxies {
-			if waited[p.NodeID] {
-				ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
-			}
-		}
-		if ro.Count(xds.StatePending) == 0 && err == nil {
-			return rolloutResult(ro, ro.Err())
-		}
+		force = false
 		select {
 		case <-ctx.Done():
-			return rolloutResult(ro, errors.Join(ctx.Err(), ro.Err()))
+			r := report()
+			return rolloutResult(*r, errors.Join(ctx.Err(), r.Err()))
 		case _, ok := <-changes:
 			if !ok {
-				return rolloutResult(ro, errors.Join(context.Cause(ctx), ro.Err()))
+				r := report()
+				return rolloutResult(*r, errors.Join(context.Cause(ctx), r.Err()))
+			}
+		case <-full.C:
+			// Every proxy is read now and then whatever the summaries say:
+			// one that connected after the write counts there, but is not
+			// waited for.
+			force = true
+		}
+	}
+}
+
+// rollout reads every proxy of the mesh and reports the waited ones of
+// targets' clusters against a write committed at revision rev.
+func (m meshRollouts) rollout(ctx context.Context, waited map[string]bool, targets xds.Targets, rev int64) (*xds.Rollout, error) {
+	ro := &xds.Rollout{Targets: targets, Proxies: []xds.ProxyStatus{}}
+	v, err := m.reg.View(ctx)
+	if err != nil {
+		return ro, err
+	}
+	for _, p := range v.Proxies {
+		if _, ok := targets[p.Cluster]; ok && waited[p.NodeID] {
+			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
+		}
+	}
+	return ro, nil
+}
+
+// fullReadEvery is how often a waited write reads every proxy even when
+// the replicas' summaries say some are pending.
+const fullReadEvery = time.Second
+
+// maySettle reports whether every live replica's summary says its
+// proxies of targets' clusters may stand settled with a write committed
+// at revision rev (mesh.Replica.MaySettle).
+func maySettle(replicas map[string]mesh.Replica, targets xds.Targets, rev int64) bool {
+	for _, r := range replicas {
+		for c, v := range targets {
+			if !r.MaySettle(c, v, rev) {
+				return false
 			}
 		}
 	}
+	return true
 }
 
 // Status reports every proxy of the mesh against the version its replica
@@ -176,7 +268,7 @@ func (m meshRollouts) Status() *adminv1.Rollout {
 	if err != nil {
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
-	ro := xds.Rollout{Targets: xds.Targets{}, Proxies: []xds.ProxyStatus{}}
+	ro := xds.Rollout{Targets: xds.Targets{}, Proxies: make([]xds.ProxyStatus, 0, len(v.Proxies))}
 	for _, p := range v.Proxies {
 		cur := v.Current(p)
 		if cur != "" {

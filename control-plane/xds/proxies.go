@@ -149,6 +149,15 @@ func sortProxies(ps []ProxyStatus) {
 // by cluster, node id and stream, with its state against its cluster's
 // current version.
 func (s *Server) Proxies() []ProxyStatus {
+	out := s.ProxiesUnordered()
+	sortProxies(out)
+	return out
+}
+
+// ProxiesUnordered is Proxies in no particular order, for a caller that
+// keys them by node and stream (the mesh registry, after every change):
+// sorting thousands of proxies costs more than copying them.
+func (s *Server) ProxiesUnordered() []ProxyStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]ProxyStatus, 0, len(s.streams))
@@ -157,7 +166,6 @@ func (s *Server) Proxies() []ProxyStatus {
 			out = append(out, st.status(s.clusters[st.cluster]))
 		}
 	}
-	sortProxies(out)
 	return out
 }
 

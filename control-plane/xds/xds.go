@@ -125,7 +125,12 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 	}
 	s.metrics = newMetrics(s)
 	snapshots := cachev3.NewSnapshotCache(false, s.hash, cplog.LoggerFuncs{
-		DebugFunc: func(f string, a ...any) { s.log.Debug(fmt.Sprintf(f, a...), "component", "xds_cache") },
+		DebugFunc: func(f string, a ...any) {
+			// The cache logs every response at debug level: format only what is kept.
+			if s.log.Enabled(context.Background(), slog.LevelDebug) {
+				s.log.Debug(fmt.Sprintf(f, a...), "component", "xds_cache")
+			}
+		},
 		WarnFunc:  func(f string, a ...any) { s.log.Warn(fmt.Sprintf(f, a...), "component", "xds_cache") },
 		ErrorFunc: func(f string, a ...any) { s.log.Error(fmt.Sprintf(f, a...), "component", "xds_cache") },
 	})

@@ -98,6 +98,15 @@ var ports struct {
 // Prefer listening on 127.0.0.1:0 directly where the code allows it.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// freePort is FreePort for the helpers that take no testing.TB.
+func freePort() (int, error) {
 	ports.Lock()
 	defer ports.Unlock()
 	if ports.given == nil {
@@ -106,17 +115,16 @@ func FreePort(t testing.TB) int {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("find free port: %v", err)
+			return 0, fmt.Errorf("find free port: %w", err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		if err := ln.Close(); err != nil {
-			t.Fatalf("find free port: close listener: %v", err)
+			return 0, fmt.Errorf("find free port: close listener: %w", err)
 		}
 		if !ports.given[port] {
 			ports.given[port] = true
-			return port
+			return port, nil
 		}
 	}
-	t.Fatalf("find free port: 100 attempts returned ports already handed out")
-	return 0
+	return 0, errors.New("find free port: 100 attempts returned ports already handed out")
 }

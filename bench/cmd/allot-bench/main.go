@@ -86,6 +86,20 @@ func parse(args []string) (suite.Options, error) {
 		"beside E and G–J in the interleaved section only (-only picks them, default EGHIJKLM); writes bench/raw/FLOORS.md")
 	fs.BoolVar(&o.VM, "vm", false, "instead of the report, time the modules' own work per request in Node's V8 without Envoy "+
 		"(with -base, beside that revision's filter; -only picks among F–J); writes bench/raw/VM.md")
+	fs.BoolVar(&o.Replicas, "replicas", false, "instead of the report, measure only write → all-ACK latency with 3 allotd replicas on a 3-member etcd cluster "+
+		"and simulated xDS clients spread over them (`make bench` runs it too); writes bench/raw/REPLICAS.md")
+	fs.Func("replica-clients", "comma-separated fleet sizes of the replicas section (default 1000,10000)", func(v string) error {
+		o.ReplicaClients = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 3 {
+				return fmt.Errorf("%q: want a number of clients, at least 3 (one per replica)", f)
+			}
+			o.ReplicaClients = append(o.ReplicaClients, n)
+		}
+		return nil
+	})
+	fs.StringVar(&o.Allotd, "allotd", "", "with -replicas: run this allotd binary instead of one built from the tree (to compare builds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

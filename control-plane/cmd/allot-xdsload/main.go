@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Clients, "clients", 1000, "simulated proxies (streams)")
 	fs.IntVar(&cfg.Conns, "conns", 0, "gRPC connections shared by the streams (0: one per proxy)")
 	fs.StringVar(&cfg.Cluster, "cluster", "loadtest", "node cluster of every proxy")
+	fs.StringVar(&cfg.Node, "node", "", "node id prefix, <node>-<i> (default: -cluster); fleets on several replicas need one each")
 	fs.BoolVar(&cfg.ECDS, "ecds", false, "use the ECDS service instead of ADS")
 	versions := fs.Int("versions", 0, "exit after this many versions reached every proxy (0: run until interrupted)")
 	if err := fs.Parse(args); err != nil {

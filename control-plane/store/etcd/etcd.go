@@ -323,16 +323,21 @@ func unavailable(err error) bool {
 	return false
 }
 
-// get is one read of read: a key, or every key under a prefix.
+// get is one read of read: a key, or every key under a prefix; only the
+// keys if keysOnly.
 type get struct {
-	key    string
-	prefix bool
+	key      string
+	prefix   bool
+	keysOnly bool
 }
 
 func (g get) op(serializable bool) clientv3.Op {
 	var opts []clientv3.OpOption
 	if g.prefix {
 		opts = append(opts, clientv3.WithPrefix())
+	}
+	if g.keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
 	}
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())

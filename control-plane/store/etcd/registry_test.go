@@ -2,6 +2,10 @@ package etcd_test
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +62,10 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("an unchanged publish wrote: etcd revision %d → %d", before, after)
 	}
 
+	if got := nodeSet(t, r2); got != "a b c" {
+		t.Errorf("nodes %q, want a b c", got)
+	}
+
 	// b reconnects to r2 (r1 has not yet noticed): counted once, on r2.
 	if err := r2.Publish(ctx, rep, []mesh.Proxy{p("c", t0), p("b", t0.Add(time.Second))}); err != nil {
 		t.Fatal(err)
@@ -85,12 +93,64 @@ func TestRegistry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	if got := nodeSet(t, r2); got != "b c" {
+		t.Errorf("nodes after r1 died: %q, want b c", got)
+	}
+
 	// A withdrawn replica leaves at once.
 	if err := r2.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := nodes(view(t, r2)); got != "" {
 		t.Fatalf("after withdraw: %q, want empty", got)
+	}
+}
+
+// TestRegistryLargeFleet: a replica's thousands of proxies go to the
+// registry in transactions within etcd's request limits, come back whole,
+// and a publish after one proxy changed rewrites that proxy's shard alone.
+func TestRegistryLargeFleet(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	r := s.Registry("r1", 5*time.Second)
+	t0 := time.Now().UTC().Round(0)
+	// About 2 MiB of records: more than one transaction may carry.
+	proxies := make([]mesh.Proxy, 3000)
+	for i := range proxies {
+		proxies[i] = mesh.Proxy{NodeID: fmt.Sprintf("node-%04d", i), Cluster: "web", Stream: int64(i + 1), Acked: "v1",
+			Address: strings.Repeat("x", 600), ConnectedAt: t0}
+	}
+	rep := mesh.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
+	if err := r.Publish(ctx, rep, proxies); err != nil {
+		t.Fatal(err)
+	}
+	v := view(t, r)
+	if len(v.Proxies) != len(proxies) {
+		t.Fatalf("view lists %d proxies, want %d", len(v.Proxies), len(proxies))
+	}
+	for i, p := range v.Proxies {
+		want := proxies[i]
+		want.Replica = "r1"
+		if !reflect.DeepEqual(p, want) {
+			t.Fatalf("proxy %d: %+v, want %+v", i, p, want)
+		}
+	}
+
+	before := revision(t, s)
+	proxies[1234].Acked = "v2"
+	if err := r.Publish(ctx, rep, proxies); err != nil {
+		t.Fatal(err)
+	}
+	if after := revision(t, s); after != before+1 {
+		t.Errorf("one proxy changed: etcd revision %d → %d, want one write", before, after)
+	}
+	if p := view(t, r).Proxies[1234]; p.Acked != "v2" {
+		t.Errorf("proxy 1234 acked %q, want v2", p.Acked)
 	}
 }
 
@@ -101,6 +161,16 @@ func view(t *testing.T, r *etcd.Registry) mesh.View {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// nodeSet is Nodes, sorted and joined.
+func nodeSet(t *testing.T, r *etcd.Registry) string {
+	t.Helper()
+	ns, err := r.Nodes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(slices.Sorted(maps.Keys(ns)), " ")
 }
 
 func nodes(v mesh.View) string {

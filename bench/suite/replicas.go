@@ -1,0 +1,471 @@
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/allotmesh/allot/e2e/harness"
+)
+
+// The replicas section: write → all-ACK latency when allotd runs as
+// replicaCount replicas sharing a replicaCount-member etcd cluster, with N
+// simulated xDS clients spread evenly over the replicas. A waited write
+// returns when every live proxy of the whole mesh — read from the etcd
+// registry, whichever replica holds its stream — acknowledged it, so its
+// duration is write → last ACK across the mesh.
+const (
+	replicaCount = 3
+	// replicaLeaseTTL is allotd's -lease-ttl (its default).
+	replicaLeaseTTL = 10 * time.Second
+	// replicaConns is each fleet's gRPC connections, as propagation's.
+	replicaConns = 50
+	// replicaWait bounds each waited write (?wait=).
+	replicaWait = 30 * time.Second
+)
+
+// ReplicaFleets are the fleet sizes the replicas section measures, each
+// with its target on the write → all-ACK p99.
+var ReplicaFleets = []ReplicaFleet{
+	{Clients: 1000, Writes: 40, TargetP99: 250 * time.Millisecond},
+	{Clients: 10000, Writes: 20, TargetP99: time.Second},
+}
+
+// ReplicaFleet is one measurement of the replicas section.
+type ReplicaFleet struct {
+	// Clients is the number of simulated proxies over all replicas.
+	Clients int
+	// Writes is the number of waited writes timed.
+	Writes int
+	// TargetP99 bounds the write → all-ACK p99.
+	TargetP99 time.Duration
+}
+
+// replicasResult is the replicas section's figures.
+type replicasResult struct {
+	// NotMeasured says why, when a fleet could not be measured.
+	NotMeasured string `json:"not_measured,omitempty"`
+	Replicas    int    `json:"replicas"`
+	EtcdMembers int    `json:"etcd_members"`
+	// ServerCPU and ClientCPU are the CPUs etcd and allotd, and the
+	// simulated clients, are pinned to.
+	ServerCPU int             `json:"server_cpu"`
+	ClientCPU int             `json:"client_cpu"`
+	Fleets    []replicaSpread `json:"fleets"`
+}
+
+// replicaSpread is one fleet's waited writes.
+type replicaSpread struct {
+	spread
+	// TargetP99 is the target's bound on P99, ms.
+	TargetP99 float64 `json:"target_p99_ms"`
+	// PerReplica is how many proxies each replica held (r1, r2, ...).
+	PerReplica []int `json:"proxies_per_replica"`
+	// Applied is the fewest proxies a write's rollout counted as applied
+	// (every write must count them all).
+	Applied int `json:"applied_min"`
+	// Connect is how long the fleet took from the first client started
+	// to every proxy listed, by every replica, as applied.
+	Connect float64 `json:"connect_ms"`
+}
+
+// measureReplicas runs the replicas section over fleets; a fleet that
+// fails ends the section with NotMeasured set and the fleets measured so
+// far kept.
+func measureReplicas(ctx context.Context, o Options, p *paths, fleets []ReplicaFleet, logf func(string, ...any)) (replicasResult, []string) {
+	res := replicasResult{Replicas: replicaCount, EtcdMembers: replicaCount, ServerCPU: o.EnvoyCPU, ClientCPU: o.LoadCPU}
+	bins, cmds, err := buildReplicaBins(ctx, o, p)
+	if err != nil {
+		res.NotMeasured = err.Error()
+		return res, cmds
+	}
+	for _, f := range fleets {
+		logf("replicas: %d etcd members, %d allotd replicas, %d simulated clients, %d waited writes", replicaCount, replicaCount, f.Clients, f.Writes)
+		s, err := replicaRun(ctx, o, p, bins, f, logf)
+		if err != nil {
+			res.NotMeasured = fmt.Sprintf("%d clients: %v", f.Clients, err)
+			break
+		}
+		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms", f.Clients, s.P50, s.P99, s.Max)
+		res.Fleets = append(res.Fleets, *s)
+	}
+	cmds = append(cmds,
+		fmt.Sprintf("taskset -c %d bench/raw/bin/etcd --name m<i> --listen-client-urls http://127.0.0.1:<port> --initial-cluster m0=…,m1=…,m2=… --auto-compaction-mode periodic --auto-compaction-retention 1m   # 3 members", o.EnvoyCPU),
+		fmt.Sprintf("taskset -c %d bench/raw/bin/allotd -store etcd://127.0.0.1:<port>,… -replica-id r<i> -lease-ttl %v -admin-addr 127.0.0.1:<port> -xds-addr 127.0.0.1:<port> -tokens envoy-configs/dev-tokens.json   # 3 replicas", o.EnvoyCPU, replicaLeaseTTL),
+		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-xdsload -addr <replica i's xDS address> -clients <N/3> -conns %d -cluster sim -node r<i>-sim   # one per replica", o.LoadCPU, replicaConns),
+		"curl -X POST -H 'Authorization: Bearer <admin token>' '127.0.0.1:<replica (write mod 3)'s port>/v1/experiments?wait=30s' -d '{\"key\":\"rep-…\",…}'   # timed; GET /v1/rollout through the next replica checks all N applied")
+	return res, cmds
+}
+
+// buildReplicaBins builds allotd, allot-xdsload and the etcd server.
+func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]string, []string, error) {
+	bins := map[string]string{}
+	var cmds []string
+	for name, pkg := range map[string]string{
+		"allotd": "./control-plane/cmd/allotd", "allot-xdsload": "./control-plane/cmd/allot-xdsload", "etcd": harness.EtcdPackage,
+	} {
+		out := filepath.Join(p.raw, "bin", name)
+		if err := harness.GoBuildTo(ctx, o.Root, out, pkg, nil); err != nil {
+			return nil, cmds, fmt.Errorf("%s does not build: %w", pkg, err)
+		}
+		bins[name] = out
+	}
+	cmds = append(cmds, "go build -o bench/raw/bin/etcd "+harness.EtcdPackage)
+	if o.Allotd != "" {
+		bins["allotd"] = o.Allotd
+		cmds = append(cmds, "# allotd: "+o.Allotd+" (-allotd), not built from this tree")
+	}
+	return bins, cmds, nil
+}
+
+// replica is one running allotd replica.
+type replica struct {
+	id, admin, xds string
+	proc           *harness.Process
+}
+
+// replicaRun starts a fresh etcd cluster, the replicas and the fleets, and
+// times f.Writes waited writes, each through the next replica in turn.
+func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string, f ReplicaFleet, logf func(string, ...any)) (*replicaSpread, error) {
+	dir := filepath.Join(p.raw, fmt.Sprintf("replicas-%d", f.Clients))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cluster, err := harness.NewEtcdCluster(bins["etcd"], dir, replicaCount)
+	if err != nil {
+		return nil, err
+	}
+	var members []*harness.Process
+	defer func() {
+		for _, m := range members {
+			m.Terminate()
+		}
+	}()
+	for i, m := range cluster.Members {
+		cmd := cluster.Command(i, "new")
+		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, proc)
+	}
+	if err := cluster.WaitHealthy(members, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	var reps []replica
+	defer func() {
+		// Replicas first, so that none outlives its store.
+		for _, r := range reps {
+			r.proc.Terminate()
+		}
+	}()
+	for i := range replicaCount {
+		r := replica{id: fmt.Sprintf("r%d", i+1)}
+		ports := [2]int{}
+		for j := range ports {
+			if ports[j], err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bins["allotd"],
+			"-store", cluster.StoreURL(), "-replica-id", r.id, "-lease-ttl", replicaLeaseTTL.String(),
+			"-admin-addr", r.admin, "-xds-addr", r.xds,
+			"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		if err := waitReady(ctx, r, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+
+	// The fleets: an even share of the clients on each replica, node ids
+	// prefixed with the replica's id.
+	s := &replicaSpread{TargetP99: ms(f.TargetP99)}
+	s.Proxies, s.Writes = f.Clients, f.Writes
+	t0 := time.Now()
+	for i, r := range reps {
+		n := f.Clients / replicaCount
+		if i < f.Clients%replicaCount {
+			n++
+		}
+		s.PerReplica = append(s.PerReplica, n)
+		load, err := startProc("allot-xdsload-"+r.id, filepath.Join(dir, "xdsload-"+r.id+".log"), o.LoadCPU, nil, bins["allot-xdsload"],
+			"-addr", r.xds, "-clients", strconv.Itoa(n), "-conns", strconv.Itoa(min(replicaConns, n)), "-cluster", "sim", "-node", r.id+"-sim")
+		if err != nil {
+			return nil, err
+		}
+		defer load.Terminate()
+	}
+	// Every replica must see the whole fleet, applied.
+	for i := range reps {
+		if err := waitMesh(ctx, reps[i], reps, s.PerReplica, "", 120*time.Second); err != nil {
+			return nil, fmt.Errorf("the fleet connecting: %w", err)
+		}
+	}
+	s.Connect = ms(time.Since(t0))
+	logf("replicas: %d clients connected and applied in %.1f s", f.Clients, s.Connect/1e3)
+
+	s.Applied = f.Clients
+	for i := range f.Writes {
+		via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
+		d, ro, err := waitedWrite(ctx, via.admin, fmt.Sprintf("rep-%d-%d", f.Clients, i))
+		if err != nil {
+			return nil, fmt.Errorf("write %d through %s: %w", i, via.id, err)
+		}
+		if ro.Targets["sim"] == "" {
+			return nil, fmt.Errorf("write %d through %s: the rollout waited for no new version of cluster sim: %v", i, via.id, ro.Targets)
+		}
+		applied, err := checkRollout(ro, reps, s.PerReplica, ro.Targets["sim"])
+		s.Applied = min(s.Applied, applied)
+		if err != nil {
+			return nil, fmt.Errorf("write %d through %s: the waited write's rollout: %w", i, via.id, err)
+		}
+		// Cross-check, untimed: another replica's status lists the whole
+		// fleet on the written version.
+		if err := waitMesh(ctx, check, reps, s.PerReplica, ro.Targets["sim"], 0); err != nil {
+			return nil, fmt.Errorf("write %d through %s: status through %s right after: %w", i, via.id, check.id, err)
+		}
+		s.AllAck = append(s.AllAck, ms(d))
+	}
+	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
+	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
+		replicaCount, replicaCount, o.EnvoyCPU, thousands(f.Clients), joinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
+	return s, nil
+}
+
+// waitReady waits until the replica's /readyz answers 200.
+func waitReady(ctx context.Context, r replica, timeout time.Duration) error {
+	if err := waitTCP(r.admin, r.proc, timeout); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+r.admin+"/readyz", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		if r.proc.Exited() {
+			return fmt.Errorf("allotd %s exited: %v\n%s", r.id, exitErr(r.proc), r.proc.LogTail(20))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("allotd %s not ready within %v: %v", r.id, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rolloutJSON is the part of the admin API's Rollout the section reads.
+type rolloutJSON struct {
+	Result  string            `json:"result"`
+	Error   string            `json:"error"`
+	Targets map[string]string `json:"targets"`
+	Proxies []rolloutProxy    `json:"proxies"`
+}
+
+type rolloutProxy struct {
+	Replica string `json:"replica"`
+	NodeID  string `json:"nodeId"`
+	State   string `json:"state"`
+	Target  string `json:"targetVersion"`
+	Acked   string `json:"ackedVersion"`
+}
+
+// waitedWrite creates experiment key through admin with ?wait= and returns
+// how long the request took until its whole response was read, and the
+// rollout it reported.
+func waitedWrite(ctx context.Context, admin, key string) (time.Duration, *rolloutJSON, error) {
+	body := fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5]}`, key)
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+admin+"/v1/experiments?wait="+replicaWait.String(), strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := slowClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, nil, err
+	}
+	if resp.StatusCode != http.StatusCreated {
+		return 0, nil, fmt.Errorf("%s: %.300s", resp.Status, b)
+	}
+	var out struct {
+		Rollout rolloutJSON `json:"rollout"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return 0, nil, err
+	}
+	return d, &out.Rollout, nil
+}
+
+// slowClient is client with room for a waited write.
+var slowClient = &http.Client{Timeout: replicaWait + 10*time.Second, Transport: client.Transport}
+
+// checkRollout checks that ro counts every proxy of every fleet — on the
+// replica it was started on — as applied on version target (if not empty),
+// and returns how many it counted applied.
+func checkRollout(ro *rolloutJSON, reps []replica, perReplica []int, target string) (int, error) {
+	if ro.Result != "applied" && ro.Result != "status" {
+		return 0, fmt.Errorf("result %q (%s)", ro.Result, ro.Error)
+	}
+	applied := 0
+	count := map[string]int{}
+	seen := map[string]bool{}
+	var errs []error
+	for _, px := range ro.Proxies {
+		if seen[px.NodeID] {
+			errs = append(errs, fmt.Errorf("%s listed twice", px.NodeID))
+		}
+		seen[px.NodeID] = true
+		count[px.Replica]++
+		if !strings.HasPrefix(px.NodeID, px.Replica+"-sim-") {
+			errs = append(errs, fmt.Errorf("%s listed on replica %s", px.NodeID, px.Replica))
+		}
+		switch {
+		case px.State != "applied":
+			errs = append(errs, fmt.Errorf("%s is %s", px.NodeID, px.State))
+		case target != "" && (px.Target != target || px.Acked != target):
+			errs = append(errs, fmt.Errorf("%s acked %s with target %s, want %s", px.NodeID, px.Acked, px.Target, target))
+		default:
+			applied++
+		}
+	}
+	for i, r := range reps {
+		if count[r.id] != perReplica[i] {
+			errs = append(errs, fmt.Errorf("replica %s has %d proxies, want %d", r.id, count[r.id], perReplica[i]))
+		}
+	}
+	if len(errs) > 0 {
+		return applied, fmt.Errorf("%d of %d proxies applied: %w", applied, len(ro.Proxies), errors.Join(errs[:min(len(errs), 5)]...))
+	}
+	return applied, nil
+}
+
+// waitMesh polls GET /v1/rollout through r until it lists every fleet's
+// proxies applied (on version target, if not empty), for at most timeout
+// (once when timeout is 0).
+func waitMesh(ctx context.Context, r replica, reps []replica, perReplica []int, target string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ro, err := rolloutStatus(ctx, r.admin)
+		if err == nil {
+			_, err = checkRollout(ro, reps, perReplica, target)
+		}
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/v1/rollout", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := slowClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return nil, fmt.Errorf("GET /v1/rollout: %s: %s", resp.Status, b)
+	}
+	var ro rolloutJSON
+	if err := json.NewDecoder(resp.Body).Decode(&ro); err != nil {
+		return nil, err
+	}
+	return &ro, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// thousands formats n with commas: 10000 → 10,000.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func joinInts(xs []int, sep string) string {
+	var ss []string
+	for _, x := range xs {
+		ss = append(ss, thousands(x))
+	}
+	return strings.Join(ss, sep)
+}
+
+// replicaFleets are the fleets of sizes clients: ReplicaFleets' (with
+// their targets) where they list the size, else 20 writes and no target.
+// No sizes: every fleet of ReplicaFleets.
+func replicaFleets(clients []int) []ReplicaFleet {
+	if len(clients) == 0 {
+		return ReplicaFleets
+	}
+	var out []ReplicaFleet
+	for _, n := range clients {
+		f := ReplicaFleet{Clients: n, Writes: 20}
+		for _, known := range ReplicaFleets {
+			if known.Clients == n {
+				f = known
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// runReplicas is the replicas section alone (`make bench-replicas`,
+// -replicas): bench/raw/REPLICAS.md and replicas.json.
+func runReplicas(ctx context.Context, o Options, p *paths, logf func(string, ...any)) error {
+	start := time.Now()
+	res := &results{Started: start, Options: o, Machine: describeMachine(o), Commands: []string{o.Command}, LoadBefore: loadavg()}
+	rep, cmds := measureReplicas(ctx, o, p, replicaFleets(o.ReplicaClients), logf)
+	res.Replicas = &rep
+	res.Commands = append(res.Commands, cmds...)
+	res.LoadAfter = loadavg()
+	res.Duration = time.Since(start)
+	report, err := renderReplicas(res)
+	if err != nil {
+		return err
+	}
+	if err := writeOutputs(o, p.raw, "replicas.json", res, "REPLICAS.md", report, res.Duration, logf); err != nil {
+		return err
+	}
+	if rep.NotMeasured != "" {
+		return fmt.Errorf("replicas: %s", rep.NotMeasured)
+	}
+	return nil
+}
