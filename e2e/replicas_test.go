@@ -332,7 +332,7 @@ type failover struct {
 	homes     []string      // the replicas they moved to
 	write     time.Duration // the waited write (wait=15s) made right after the kill
 	result    string        // its rollout result
-	counted   int           // how many proxies it counted: an Envoy between two replicas is not waited for
+	counted   int           // how many proxies it counted: all, an Envoy between two replicas included
 	converged time.Duration // from the kill until every moved Envoy served that write
 	left      time.Duration // from the kill until the replica left the live set
 }
@@ -340,7 +340,8 @@ type failover struct {
 // failOver kills (SIGKILL) replica victim and checks what follows. The
 // Envoys it served keep serving their assignments; a waited write through
 // another replica (wait=15s) neither hangs nor counts them as applied on
-// the dead replica, and the other Envoys serve it when it returns; the
+// the dead replica, but waits for them to apply it on another replica:
+// every Envoy serves it when it returns; the
 // moved Envoys converge on other replicas without being reconfigured; once
 // the dead replica's lease expired every live replica lists each of them
 // once, on its new replica, and a waited write counts every Envoy applied.
@@ -404,7 +405,10 @@ func (r *ramp) failOver(victim int) failover {
 	}
 	f.write, f.result, f.counted = w.took, w.w.Rollout.Result, len(w.w.Rollout.Proxies)
 	t.Logf("waited write after the kill of %s: %s in %v (%d proxies)", dead, f.result, f.write.Round(time.Millisecond), len(w.w.Rollout.Proxies))
-	r.check("after the waited write", staying, w.probe)
+	if f.result != "applied" || f.counted != len(h.proxies) {
+		t.Fatalf("waited write after the kill of %s: %s, %d of %d proxies counted: %+v", dead, f.result, f.counted, len(h.proxies), w.w.Rollout)
+	}
+	r.check("right after the waited write", h.proxies, w.probe)
 
 	harness.Eventually(t, 30*time.Second, func() error {
 		for _, p := range moving {

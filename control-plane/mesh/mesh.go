@@ -188,8 +188,9 @@ type Registry interface {
 	// a few records whatever the size of the mesh.
 	Replicas(ctx context.Context) (map[string]Replica, error)
 	// Nodes reads the node ids of the live replicas' proxies (those View
-	// lists, whatever their state) without their records.
-	Nodes(ctx context.Context) (map[string]bool, error)
+	// lists, whatever their state) without their records, each with the
+	// replica it is connected to.
+	Nodes(ctx context.Context) (map[string]string, error)
 	// Watch returns a channel that receives after every change of a
 	// replica's record (coalesced: one pending value at most) — which
 	// its replica rewrites, after its proxies' records, whenever their

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -126,9 +127,13 @@ func (m meshRollouts) Mark() map[string]string {
 // Wait waits until every proxy of the mesh whose cluster's version the
 // write changed has acknowledged a version containing it (its target, or
 // what its replica serves after catching up with the write), or rejected
-// it, or until ctx ends. Proxies that leave the live set (disconnected,
-// or their replica's lease expired) drop out; a proxy that reconnected to
-// another replica is still waited for, there.
+// it, or until ctx ends. A proxy that disconnected from a live replica
+// drops out; one whose replica died (its lease expired) is still waited
+// for, pending, until it reconnects to another replica and applies the
+// write there, or ctx ends: its replica's death says nothing about the
+// proxy, which in all likelihood is failing over, still serving what it
+// had (counting it out would report a write applied that it does not yet
+// serve).
 //
 // It reads every proxy only when the replicas' records, which summarize
 // their proxies, say the rollout may be complete (and at least every
@@ -139,7 +144,7 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 	// registry's keys alone), read while this replica pushes the write:
 	// a read waits behind the registry writes of the rollout under way.
 	type live struct {
-		nodes    map[string]bool
+		nodes    map[string]string
 		clusters []string
 		err      error
 	}
@@ -179,7 +184,7 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
 	targets := after.Changed(mark)
-	waited := l.nodes
+	waited := &waitedProxies{replica: l.nodes, cluster: map[string]string{}}
 	var ro *xds.Rollout // from the last read of every proxy
 	report := func() *xds.Rollout {
 		if ro == nil { // none yet: where every proxy stands, if the registry answers
@@ -227,19 +232,52 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 	}
 }
 
+// waitedProxies are the proxies a waited write waits for, by node id,
+// with the replica each was last seen on and, once a read of every proxy
+// listed it, its cluster.
+type waitedProxies struct {
+	replica map[string]string
+	cluster map[string]string
+}
+
 // rollout reads every proxy of the mesh and reports the waited ones of
-// targets' clusters against a write committed at revision rev.
-func (m meshRollouts) rollout(ctx context.Context, waited map[string]bool, targets xds.Targets, rev int64) (*xds.Rollout, error) {
+// targets' clusters against a write committed at revision rev. A waited
+// proxy missing from the mesh whose last replica is no longer live is
+// pending: it is failing over (see Wait).
+func (m meshRollouts) rollout(ctx context.Context, waited *waitedProxies, targets xds.Targets, rev int64) (*xds.Rollout, error) {
 	ro := &xds.Rollout{Targets: targets, Proxies: []xds.ProxyStatus{}}
 	v, err := m.reg.View(ctx)
 	if err != nil {
 		return ro, err
 	}
+	seen := make(map[string]bool, len(v.Proxies))
 	for _, p := range v.Proxies {
-		if _, ok := targets[p.Cluster]; ok && waited[p.NodeID] {
+		if _, ok := waited.replica[p.NodeID]; !ok {
+			continue
+		}
+		seen[p.NodeID] = true
+		waited.replica[p.NodeID], waited.cluster[p.NodeID] = p.Replica, p.Cluster
+		if _, ok := targets[p.Cluster]; ok {
 			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
 		}
 	}
+	for node, r := range waited.replica {
+		if seen[node] {
+			continue
+		}
+		if _, live := v.Replicas[r]; live {
+			delete(waited.replica, node) // it disconnected from a live replica
+			continue
+		}
+		cluster, known := waited.cluster[node]
+		if _, ok := targets[cluster]; known && !ok {
+			continue // not affected by the write
+		}
+		ro.Proxies = append(ro.Proxies, xds.ProxyStatus{Replica: r, NodeID: node, Cluster: cluster,
+			Target: targets[cluster], State: xds.StatePending,
+			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", r)})
+	}
+	xds.SortProxies(ro.Proxies)
 	return ro, nil
 }
 

@@ -7,15 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/mesh"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/control-plane/xds"
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
 )
 
@@ -193,5 +196,78 @@ func TestReplicasShareOneMesh(t *testing.T) {
 	reps[0].call(t, "GET", "/v1/rollout", nil, &ro)
 	if len(ro.Proxies) != 8 {
 		t.Fatalf("after replica 3 stopped: %d proxies, want 8", len(ro.Proxies))
+	}
+}
+
+// TestWaitKeepsProxiesOfDeadReplicas: a waited proxy whose replica died
+// (its lease gone) before it reconnected elsewhere stays pending, named,
+// until it shows up on another replica; one that disconnected from a live
+// replica drops out; one of a cluster the write did not change is not
+// waited for.
+func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	open := func() *etcd.Store {
+		s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	r1, r2 := open().Registry("r1", 2*time.Second), open().Registry("r2", 2*time.Second)
+	t0 := time.Now().UTC().Round(0)
+	p := func(node, cluster, acked string) mesh.Proxy {
+		return mesh.Proxy{NodeID: node, Cluster: cluster, Stream: 1, Acked: acked, ConnectedAt: t0}
+	}
+	rep := mesh.Replica{Revision: 5, Targets: map[string]string{"web": "v2", "api": "a1"}}
+	publish := func(r *etcd.Registry, ps ...mesh.Proxy) {
+		t.Helper()
+		if err := r.Publish(ctx, rep, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(r1, p("stays", "web", "v2"), p("leaves", "web", "v1"))
+	publish(r2, p("moves", "web", "v1"), p("other", "api", "a1"))
+	m := meshRollouts{reg: r1}
+	nodes, err := r1.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := &waitedProxies{replica: nodes, cluster: map[string]string{}}
+	targets := xds.Targets{"web": "v2"}
+	states := func() string {
+		t.Helper()
+		ro, err := m.rollout(ctx, waited, targets, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ps := range ro.Proxies {
+			s := fmt.Sprintf("%s@%s=%s", ps.NodeID, ps.Replica, ps.State)
+			if ps.Error != "" {
+				s += "(" + ps.Error + ")"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	if got, want := states(), "leaves@r1=pending moves@r2=pending stays@r1=applied"; got != want {
+		t.Fatalf("before: %s, want %s", got, want)
+	}
+	// r2 dies (its lease revoked, as when it expires); "leaves" disconnects
+	// from r1, which lives on.
+	if err := r2.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish(r1, p("stays", "web", "v2"))
+	want := "moves@r2=pending(its replica r2 is gone (lease expired); waiting for it to reconnect to another) stays@r1=applied"
+	if got := states(); got != want {
+		t.Fatalf("after r2 died: %s, want %s", got, want)
+	}
+	// "moves" reconnects to r1 and applies the write there.
+	publish(r1, p("stays", "web", "v2"), p("moves", "web", "v2"))
+	if got, want := states(), "moves@r1=applied stays@r1=applied"; got != want {
+		t.Fatalf("after the failover: %s, want %s", got, want)
 	}
 }

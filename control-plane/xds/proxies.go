@@ -139,7 +139,9 @@ func (st *stream) status(target string) ProxyStatus {
 	return p
 }
 
-func sortProxies(ps []ProxyStatus) {
+// SortProxies sorts proxies by cluster, node id and stream, the order of
+// every listing of them.
+func SortProxies(ps []ProxyStatus) {
 	slices.SortFunc(ps, func(a, b ProxyStatus) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.NodeID, b.NodeID), cmp.Compare(a.Stream, b.Stream))
 	})
@@ -150,7 +152,7 @@ func sortProxies(ps []ProxyStatus) {
 // current version.
 func (s *Server) Proxies() []ProxyStatus {
 	out := s.ProxiesUnordered()
-	sortProxies(out)
+	SortProxies(out)
 	return out
 }
 

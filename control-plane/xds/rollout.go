@@ -118,7 +118,7 @@ func (s *Server) rolloutLocked(targets Targets, ids map[int64]bool) Rollout {
 		}
 		r.Proxies = append(r.Proxies, st.status(s.clusters[st.cluster]))
 	}
-	sortProxies(r.Proxies)
+	SortProxies(r.Proxies)
 	return r
 }
 

@@ -446,7 +446,7 @@ func (g *Registry) Replicas(ctx context.Context) (map[string]mesh.Replica, error
 }
 
 // Nodes implements mesh.Registry: one read of keys alone.
-func (g *Registry) Nodes(ctx context.Context) (map[string]bool, error) {
+func (g *Registry) Nodes(ctx context.Context) (map[string]string, error) {
 	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true, keysOnly: true},
 		get{key: g.nodesPrefix(), prefix: true, keysOnly: true})
 	if err != nil {
@@ -460,7 +460,7 @@ func (g *Registry) Nodes(ctx context.Context) (map[string]bool, error) {
 		}
 		live[id] = true
 	}
-	out := map[string]bool{}
+	out := map[string]string{}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream
 		if len(parts) != 3 {
@@ -471,8 +471,8 @@ func (g *Registry) Nodes(ctx context.Context) (map[string]bool, error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
 		}
-		if live[r] {
-			out[node] = true
+		if live[r] && out[node] < r { // a node on two replicas (it moved): either will do
+			out[node] = r
 		}
 	}
 	return out, nil
