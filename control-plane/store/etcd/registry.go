@@ -31,7 +31,7 @@ const maxTxnsInFlight = 8
 
 // maxTxnBytes bounds the keys and values of one transaction, under etcd's
 // default --max-request-bytes (1.5 MiB).
-const maxTxnBytes = 512 << 10
+const maxTxnBytes = 1 << 20
 
 // proxyShards is the number of records a replica's proxies are spread
 // over (by node id). One record per proxy made a rollout to 10,000 proxies
@@ -243,10 +243,11 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 	}
 	// The replica's record goes last: a reader that sees its summary of
 	// the proxies sees their records too.
-	err := g.commit(ctx, ops)
-	if err == nil && g.replica != replica {
-		err = g.commit(ctx, []clientv3.Op{clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease))})
+	var last []clientv3.Op
+	if g.replica != replica {
+		last = append(last, clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease)))
 	}
+	err := g.commit(ctx, ops, last...)
 	if err != nil {
 		g.forgetLocked() // what was written is unknown
 		return err
@@ -273,14 +274,10 @@ func sameProxy(a, b mesh.Proxy) bool {
 // commit runs ops in transactions of at most maxTxnOps operations and
 // maxTxnBytes (or one operation, if larger), up to maxTxnsInFlight of them
 // at once: etcd commits concurrent proposals together. Different keys
-// only: the order of the transactions does not matter.
-func (g *Registry) commit(ctx context.Context, ops []clientv3.Op) error {
-	var (
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, maxTxnsInFlight)
-		mu   sync.Mutex
-		errs []error
-	)
+// only: the order of the transactions does not matter. The operations of
+// last are committed after every other, in the last transaction.
+func (g *Registry) commit(ctx context.Context, ops []clientv3.Op, last ...clientv3.Op) error {
+	var batches [][]clientv3.Op
 	for len(ops) > 0 {
 		n, size := 0, 0
 		for n < len(ops) && n < maxTxnOps {
@@ -290,15 +287,33 @@ func (g *Registry) commit(ctx context.Context, ops []clientv3.Op) error {
 			}
 			n++
 		}
-		batch := ops[:n]
+		batches = append(batches, ops[:n])
 		ops = ops[n:]
+	}
+	if len(last) > 0 {
+		if n := len(batches); n > 0 && len(batches[n-1])+len(last) <= maxTxnOps {
+			batches[n-1] = append(batches[n-1][:len(batches[n-1]):len(batches[n-1])], last...)
+		} else {
+			batches = append(batches, last)
+		}
+	}
+	txn := func(batch []clientv3.Op) error {
+		octx, cancel := g.s.opContext(ctx)
+		defer cancel()
+		_, err := g.s.cli.Txn(octx).Then(batch...).Commit()
+		return g.s.wrap(octx, err)
+	}
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, maxTxnsInFlight)
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, batch := range batches[:max(len(batches)-1, 0)] {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			octx, cancel := g.s.opContext(ctx)
-			defer cancel()
-			_, err := g.s.cli.Txn(octx).Then(batch...).Commit()
-			if err = g.s.wrap(octx, err); err != nil {
+			if err := txn(batch); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -308,6 +323,9 @@ func (g *Registry) commit(ctx context.Context, ops []clientv3.Op) error {
 	wg.Wait()
 	if len(errs) > 0 {
 		return errs[0]
+	}
+	if len(batches) > 0 {
+		return txn(batches[len(batches)-1])
 	}
 	return nil
 }
