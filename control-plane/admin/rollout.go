@@ -107,15 +107,16 @@ func withRollout(result proto.Message, ro *adminv1.Rollout) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := map[string]json.RawMessage{"rollout": rb}
+	body := []byte("{")
 	if result != nil {
 		b, err := jsonOut.Marshal(result)
 		if err != nil {
 			return nil, err
 		}
-		body["experiment"] = b
+		body = append(append(append(body, `"experiment":`...), compactJSON(b)...), ',')
 	}
-	return body, nil
+	body = append(append(append(body, `"rollout":`...), compactJSON(rb)...), '}')
+	return json.RawMessage(body), nil
 }
 
 // setRolloutHeader attaches a gRPC write's rollout as response metadata.
