@@ -235,6 +235,7 @@ func (m meshRollouts) rollout(ctx context.Context, waited map[string]bool, targe
 	if err != nil {
 		return ro, err
 	}
+	ro.Proxies = make([]xds.ProxyStatus, 0, len(waited))
 	for _, p := range v.Proxies {
 		if _, ok := targets[p.Cluster]; ok && waited[p.NodeID] {
 			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
