@@ -105,13 +105,19 @@ func measureReplicas(ctx context.Context, o Options, p *paths, fleets []ReplicaF
 	return res, cmds
 }
 
-// buildReplicaBins builds allotd, allot-xdsload and the etcd server.
+// buildReplicaBins builds allotd (unless -allotd names one), allot-xdsload
+// and the etcd server.
 func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]string, []string, error) {
 	bins := map[string]string{}
 	var cmds []string
 	for name, pkg := range map[string]string{
 		"allotd": "./control-plane/cmd/allotd", "allot-xdsload": "./control-plane/cmd/allot-xdsload", "etcd": harness.EtcdPackage,
 	} {
+		if name == "allotd" && o.Allotd != "" {
+			bins[name] = o.Allotd
+			cmds = append(cmds, "# allotd: "+o.Allotd+" (-allotd), not built from this tree")
+			continue
+		}
 		out := filepath.Join(p.raw, "bin", name)
 		if err := harness.GoBuildTo(ctx, o.Root, out, pkg, nil); err != nil {
 			return nil, cmds, fmt.Errorf("%s does not build: %w", pkg, err)
@@ -119,10 +125,6 @@ func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]stri
 		bins[name] = out
 	}
 	cmds = append(cmds, "go build -o bench/raw/bin/etcd "+harness.EtcdPackage)
-	if o.Allotd != "" {
-		bins["allotd"] = o.Allotd
-		cmds = append(cmds, "# allotd: "+o.Allotd+" (-allotd), not built from this tree")
-	}
 	return bins, cmds, nil
 }
 

@@ -398,9 +398,38 @@ func (h *HTTP) write(w http.ResponseWriter, r *http.Request, status int, body an
 			h.writeError(w, r, err)
 			return
 		}
-		body = json.RawMessage(b)
+		body = json.RawMessage(compactJSON(b))
+	}
+	if b, ok := body.(json.RawMessage); ok { // compact already: as writeJSON would write it
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(append(b, '\n'))
+		return
 	}
 	writeJSON(w, status, body)
+}
+
+// compactJSON is json.Compact for JSON known to be valid (protojson's,
+// which puts a space after commas at random), in place and without
+// validating it: encoding/json compacting a waited write's rollout of
+// 10,000 proxies (3 MB) cost 5% of a replica's CPU (docs/perf/replicas.md).
+func compactJSON(b []byte) []byte {
+	out := b[:0]
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // writeError is the HTTP transport's single exit for errors. Unknown

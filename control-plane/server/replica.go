@@ -37,18 +37,20 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 	tick := time.NewTicker(republishEvery)
 	defer tick.Stop()
 	failing := false
+	var proxies []xds.ProxyStatus // reused: a rollout publishes thousands, several times
+	var mp []mesh.Proxy
 	for {
 		changed := x.Changes()
 		r := self
 		r.Revision = b.appliedRevision()
-		proxies := x.ProxiesUnordered()
+		proxies = x.AppendProxies(proxies[:0])
 		r.Targets = x.Targets()
 		for _, p := range proxies {
 			if _, ok := r.Targets[p.Cluster]; !ok {
 				r.Targets[p.Cluster] = "" // its first build is under way
 			}
 		}
-		mp := meshProxies(proxies)
+		mp = appendMeshProxies(mp[:0], proxies)
 		r.Proxies = mesh.Summarize(mp)
 		err := reg.Publish(ctx, r, mp)
 		switch {
@@ -74,16 +76,16 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 	}
 }
 
-func meshProxies(ps []xds.ProxyStatus) []mesh.Proxy {
-	out := make([]mesh.Proxy, len(ps))
-	for i, p := range ps {
-		out[i] = mesh.Proxy{
+// appendMeshProxies appends ps as the registry's records to dst.
+func appendMeshProxies(dst []mesh.Proxy, ps []xds.ProxyStatus) []mesh.Proxy {
+	for _, p := range ps {
+		dst = append(dst, mesh.Proxy{
 			NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,
 			Artifact: p.Artifact, Acked: p.Acked, AckedAt: p.AckedAt, Rejected: p.Rejected,
 			Unserved: p.Error, ConnectedAt: p.ConnectedAt,
-		}
+		})
 	}
-	return out
+	return dst
 }
 
 // meshRollouts implements admin.Rollouts for a replica: the proxies of
@@ -251,6 +253,7 @@ func (m meshRollouts) rollout(ctx context.Context, waited *waitedProxies, target
 		return ro, err
 	}
 	seen := make(map[string]bool, len(v.Proxies))
+	ro.Proxies = make([]xds.ProxyStatus, 0, len(waited.replica))
 	for _, p := range v.Proxies {
 		if _, ok := waited.replica[p.NodeID]; !ok {
 			continue

@@ -151,24 +151,25 @@ func SortProxies(ps []ProxyStatus) {
 // by cluster, node id and stream, with its state against its cluster's
 // current version.
 func (s *Server) Proxies() []ProxyStatus {
-	out := s.ProxiesUnordered()
+	out := s.AppendProxies(nil)
 	SortProxies(out)
 	return out
 }
 
-// ProxiesUnordered is Proxies in no particular order, for a caller that
-// keys them by node and stream (the mesh registry, after every change):
-// sorting thousands of proxies costs more than copying them.
-func (s *Server) ProxiesUnordered() []ProxyStatus {
+// AppendProxies appends what Proxies returns to dst, in no particular
+// order, for a caller that keys them by node and stream and reuses dst
+// (the mesh registry, after every change): sorting and allocating
+// thousands of proxies cost more than copying them.
+func (s *Server) AppendProxies(dst []ProxyStatus) []ProxyStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]ProxyStatus, 0, len(s.streams))
+	dst = slices.Grow(dst, len(s.streams))
 	for _, st := range s.streams {
 		if st.identified {
-			out = append(out, st.status(s.clusters[st.cluster]))
+			dst = append(dst, st.status(s.clusters[st.cluster]))
 		}
 	}
-	return out
+	return dst
 }
 
 // Changes returns a channel that is closed at the next change of any

@@ -231,6 +231,11 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 			return cmp.Or(cmp.Compare(a.p.NodeID, b.p.NodeID), cmp.Compare(a.p.Stream, b.p.Stream))
 		})
 		var b strings.Builder
+		n := len(es) + 1
+		for _, e := range es {
+			n += len(e.raw)
+		}
+		b.Grow(n)
 		b.WriteByte('[')
 		for i, e := range es {
 			if i > 0 {
