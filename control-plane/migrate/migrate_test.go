@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/migrate"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -30,16 +29,6 @@ func openBolt(t *testing.T, path string, opts ...bolt.Option) *bolt.DB {
 	return db
 }
 
-func openEtcd(t *testing.T, c *etcdtest.Cluster, opts ...etcd.Option) *etcd.Store {
-	t.Helper()
-	s, err := etcd.Open(t.Context(), clientv3.Config{Endpoints: c.Endpoints()}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // TestCopyBoltToEtcd copies a real bbolt file (a deleted experiment, a key
 // that needs escaping, more changes than one etcd transaction takes) into
 // a real etcd member: the copy verifies, its revision, experiments and
@@ -55,7 +44,7 @@ func TestCopyBoltToEtcd(t *testing.T) {
 	}
 	src := openBolt(t, path, bolt.WithReadOnly())
 	c := etcdtest.Start(t, 1)
-	dst := openEtcd(t, c, etcd.ForImport())
+	dst := c.Open(t, etcd.ForImport())
 
 	sum, err := migrate.Copy(ctx, src, dst, path)
 	if err != nil {
@@ -84,7 +73,7 @@ func TestCopyBoltToEtcd(t *testing.T) {
 		t.Fatalf("second Copy: %v, want etcd.ErrNotEmpty", err)
 	}
 
-	after := openEtcd(t, c)
+	after := c.Open(t)
 	e, err := after.Create(ctx, &store.Experiment{Key: "after", Spec: json.RawMessage(`{}`)}, "alice")
 	if err != nil || e.Revision != want.Revision+1 {
 		t.Fatalf("first write after the copy: %+v, %v; want revision %d", e, err, want.Revision+1)

@@ -207,15 +207,7 @@ func TestReplicasShareOneMesh(t *testing.T) {
 func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	open := func() *etcd.Store {
-		s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	r1, r2 := open().Registry("r1", 2*time.Second), open().Registry("r2", 2*time.Second)
+	r1, r2 := c.Open(t).Registry("r1", 2*time.Second), c.Open(t).Registry("r2", 2*time.Second)
 	t0 := time.Now().UTC().Round(0)
 	p := func(node, cluster, acked string) mesh.Proxy {
 		return mesh.Proxy{NodeID: node, Cluster: cluster, Stream: 1, Acked: acked, ConnectedAt: t0}

@@ -24,12 +24,7 @@ func opener(c *etcdtest.Cluster, opts ...etcd.Option) func(t *testing.T) store.S
 	return func(t *testing.T) store.Store {
 		t.Helper()
 		prefix := fmt.Sprintf("/allot-test/%d/", prefixes.Add(1))
-		s, err := etcd.Open(t.Context(), clientv3.Config{Endpoints: c.Endpoints()}, append(opts, etcd.WithPrefix(prefix))...)
-		if err != nil {
-			t.Fatalf("open etcd store: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return c.Open(t, append(opts, etcd.WithPrefix(prefix))...)
 	}
 }
 

@@ -23,15 +23,7 @@ import (
 func TestRegistry(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	open := func() *etcd.Store {
-		s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	s1, s2 := open(), open()
+	s1, s2 := c.Open(t), c.Open(t)
 	r1, r2 := s1.Registry("r1", 2*time.Second), s2.Registry("r2", 2*time.Second)
 	watch := r1.Watch(ctx)
 	t0 := time.Now().UTC().Round(0)
@@ -112,11 +104,7 @@ func TestRegistry(t *testing.T) {
 func TestRegistryLargeFleet(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	s, err := etcd.Open(ctx, clientv3.Config{Endpoints: c.Endpoints()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := c.Open(t)
 	r := s.Registry("r1", 5*time.Second)
 	t0 := time.Now().UTC().Round(0)
 	// About 2 MiB of records: more than one transaction may carry.

@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/allotmesh/allot/control-plane/store/etcd"
 )
 
 // StartTimeout bounds the start of a cluster or of a restarted member.
@@ -147,4 +150,16 @@ func freeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// Open opens an etcd store on every member of c, failing the test if it
+// cannot, and closes it when the test ends.
+func (c *Cluster) Open(t testing.TB, opts ...etcd.Option) *etcd.Store {
+	t.Helper()
+	s, err := etcd.Open(t.Context(), clientv3.Config{Endpoints: c.Endpoints()}, opts...)
+	if err != nil {
+		t.Fatalf("open etcd store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
