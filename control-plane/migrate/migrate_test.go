@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/allotmesh/allot/control-plane/migrate"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
