@@ -53,23 +53,14 @@ func sameStore(t *testing.T, got, want store.Store) {
 		t.Fatalf("List at %d = %+v\nwant at %d %+v (%v)", glr, gl, wlr, wl, err)
 	}
 	keys := map[string]bool{"": true}
-	for _, c := range mustHistoryOf(t, want, "") {
+	for _, c := range storetest.MustHistory(t, want, "") {
 		keys[c.Key] = true
 	}
 	for k := range keys {
-		if g, w := mustHistoryOf(t, got, k), mustHistoryOf(t, want, k); !reflect.DeepEqual(g, w) {
+		if g, w := storetest.MustHistory(t, got, k), storetest.MustHistory(t, want, k); !reflect.DeepEqual(g, w) {
 			t.Fatalf("History(%q) = %+v\nwant %+v", k, g, w)
 		}
 	}
-}
-
-func mustHistoryOf(t *testing.T, s store.Store, key string) []store.Change {
-	t.Helper()
-	h, err := s.History(t.Context(), key)
-	if err != nil {
-		t.Fatalf("History(%q): %v", key, err)
-	}
-	return h
 }
 
 var importKeys = []string{"gone", "a", "b.c", "team/exp ü%2F", "x_y-z"}
@@ -114,7 +105,7 @@ func TestImport(t *testing.T) {
 	if want := int64(len(history)) + 1; e.Revision != want {
 		t.Fatalf("first write after the import got revision %d, want %d", e.Revision, want)
 	}
-	h := mustHistoryOf(t, after, "")
+	h := storetest.MustHistory(t, after, "")
 	if last := h[len(h)-1]; len(h) != len(history)+1 || last.Key != "new" || last.Revision != e.Revision {
 		t.Fatalf("history after the write ends with %+v (%d changes), want the write", last, len(h))
 	}
@@ -127,7 +118,7 @@ func TestImport(t *testing.T) {
 	if err != nil || u.Revision != e.Revision+1 || u.CreateRevision != old.CreateRevision || !u.CreatedAt.Equal(old.CreatedAt) {
 		t.Fatalf("compare-and-swap update of imported %+v: %+v, %v", old, u, err)
 	}
-	if h := mustHistoryOf(t, after, old.Key); h[len(h)-1].Revision != u.Revision || h[len(h)-2].Revision != old.Revision {
+	if h := storetest.MustHistory(t, after, old.Key); h[len(h)-1].Revision != u.Revision || h[len(h)-2].Revision != old.Revision {
 		t.Fatalf("history of an imported key after an update ends with revisions %d, %d; want %d, %d",
 			h[len(h)-2].Revision, h[len(h)-1].Revision, old.Revision, u.Revision)
 	}
@@ -290,10 +281,10 @@ func TestImportUnverified(t *testing.T) {
 	if rev, err := s.Revision(ctx); err != nil || rev != int64(len(history)) {
 		t.Fatalf("revision after the second Import %d (%v), want %d", rev, err, len(history))
 	}
-	if h := mustHistoryOf(t, s, ""); !reflect.DeepEqual(h, history) {
+	if h := storetest.MustHistory(t, s, ""); !reflect.DeepEqual(h, history) {
 		t.Fatalf("history after the second Import has %d changes, want the %d imported", len(h), len(history))
 	}
-	if h := mustHistoryOf(t, s, "d"); len(h) != 0 {
+	if h := storetest.MustHistory(t, s, "d"); len(h) != 0 {
 		t.Fatalf("the first Import's key d still has %d changes", len(h))
 	}
 }

@@ -130,7 +130,9 @@ func mustRevision(t *testing.T, s store.Store) int64 {
 	return rev
 }
 
-func mustHistory(t *testing.T, s store.Store, key string) []store.Change {
+// MustHistory is s.History(key) ("" for every key), failing the test on
+// an error.
+func MustHistory(t *testing.T, s store.Store, key string) []store.Change {
 	t.Helper()
 	h, err := s.History(t.Context(), key)
 	if err != nil {
@@ -259,7 +261,7 @@ func testEmptyStore(t *testing.T, s store.Store) {
 	if len(list) != 0 || rev != 0 {
 		t.Errorf("List of a new store = %d experiments at revision %d, want 0 at 0", len(list), rev)
 	}
-	if h := mustHistory(t, s, ""); len(h) != 0 {
+	if h := MustHistory(t, s, ""); len(h) != 0 {
 		t.Errorf("History of a new store has %d changes, want 0", len(h))
 	}
 }
@@ -324,7 +326,7 @@ func testCreateExists(t *testing.T, s store.Store) {
 	if rev := mustRevision(t, s); rev != 1 {
 		t.Errorf("Revision after failed Create = %d, want 1", rev)
 	}
-	if h := mustHistory(t, s, ""); len(h) != 1 {
+	if h := MustHistory(t, s, ""); len(h) != 1 {
 		t.Errorf("History after failed Create has %d changes, want 1", len(h))
 	}
 }
@@ -377,7 +379,7 @@ func testUpdateCAS(t *testing.T, s store.Store) {
 	if rev := mustRevision(t, s); rev != 3 {
 		t.Errorf("Revision after conflicts = %d, want 3", rev)
 	}
-	if h := mustHistory(t, s, "a"); len(h) != 2 {
+	if h := MustHistory(t, s, "a"); len(h) != 2 {
 		t.Errorf("History(a) after conflicts has %d changes, want 2", len(h))
 	}
 }
@@ -450,7 +452,7 @@ func testRecreateAfterDelete(t *testing.T, s store.Store) {
 		t.Errorf("recreated experiment: Revision %d CreateRevision %d CreatedBy %q, want 3, 3, bob",
 			second.Revision, second.CreateRevision, second.CreatedBy)
 	}
-	h := mustHistory(t, s, "a")
+	h := MustHistory(t, s, "a")
 	var ops []string
 	for _, c := range h {
 		ops = append(ops, c.Op)
@@ -505,7 +507,7 @@ func testRevisionMonotonic(t *testing.T, s store.Store) {
 	}
 
 	// Each write's revision is exactly one more than the previous change's.
-	h := mustHistory(t, s, "")
+	h := MustHistory(t, s, "")
 	if int64(len(h)) != want {
 		t.Fatalf("History has %d changes, want %d", len(h), want)
 	}
@@ -555,24 +557,24 @@ func testHistory(t *testing.T, s store.Store) {
 			checkExperiment(t, fmt.Sprintf("%s[%d].After", name, i), decodeDoc(t, c.After), w.after)
 		}
 	}
-	check("History(a)", mustHistory(t, s, "a"), []entry{
+	check("History(a)", MustHistory(t, s, "a"), []entry{
 		{1, "a", store.OpCreate, "alice", nil, a1},
 		{3, "a", store.OpUpdate, "carol", a1, a2},
 		{4, "a", store.OpDelete, "dave", a2, nil},
 	})
-	check("History(b)", mustHistory(t, s, "b"), []entry{
+	check("History(b)", MustHistory(t, s, "b"), []entry{
 		{2, "b", store.OpCreate, "bob", nil, b1},
 	})
-	check("History()", mustHistory(t, s, ""), []entry{
+	check("History()", MustHistory(t, s, ""), []entry{
 		{1, "a", store.OpCreate, "alice", nil, a1},
 		{2, "b", store.OpCreate, "bob", nil, b1},
 		{3, "a", store.OpUpdate, "carol", a1, a2},
 		{4, "a", store.OpDelete, "dave", a2, nil},
 	})
-	if h := mustHistory(t, s, "never"); len(h) != 0 {
+	if h := MustHistory(t, s, "never"); len(h) != 0 {
 		t.Errorf("History(never) has %d changes, want 0", len(h))
 	}
-	h := mustHistory(t, s, "")
+	h := MustHistory(t, s, "")
 	for i := 1; i < len(h); i++ {
 		if h[i].Time.Before(h[i-1].Time) {
 			t.Errorf("History()[%d].Time %v before [%d].Time %v", i, h[i].Time, i-1, h[i-1].Time)
@@ -601,7 +603,7 @@ func testHistoryReplays(t *testing.T, s store.Store) {
 		t.Fatalf("Delete: %v", err)
 	}
 
-	all := mustHistory(t, s, "")
+	all := MustHistory(t, s, "")
 	if rev := mustRevision(t, s); int64(len(all)) != rev {
 		t.Fatalf("History() has %d changes at revision %d, want one per revision", len(all), rev)
 	}
@@ -626,7 +628,7 @@ func testHistoryReplays(t *testing.T, s store.Store) {
 				want = append(want, c)
 			}
 		}
-		if got := mustHistory(t, s, key); !reflect.DeepEqual(got, want) {
+		if got := MustHistory(t, s, key); !reflect.DeepEqual(got, want) {
 			t.Errorf("History(%q) = %+v, want the global history's changes of the key %+v", key, got, want)
 		}
 	}
@@ -744,11 +746,11 @@ func testCopies(t *testing.T, s store.Store) {
 	list[0].Key = "zzz"
 	checkExperiment(t, "Get after mutating List's result", mustGet(t, s, "a"), want)
 
-	h := mustHistory(t, s, "a")
+	h := MustHistory(t, s, "a")
 	orig := bytes.Clone(h[0].After)
 	h[0].After[0] = 'X'
 	h[0].Actor = "mallory"
-	h2 := mustHistory(t, s, "a")
+	h2 := MustHistory(t, s, "a")
 	if !bytes.Equal(h2[0].After, orig) || h2[0].Actor != "alice" {
 		t.Errorf("History changed after mutating a returned Change: %+v", h2[0])
 	}
@@ -826,7 +828,7 @@ func testConcurrentCAS(t *testing.T, s store.Store) {
 	if got := mustGet(t, s, "hot"); got.Revision != want || got.CreateRevision != 1 {
 		t.Errorf("final experiment Revision %d CreateRevision %d, want %d and 1", got.Revision, got.CreateRevision, want)
 	}
-	h := mustHistory(t, s, "hot")
+	h := MustHistory(t, s, "hot")
 	if int64(len(h)) != want {
 		t.Fatalf("History(hot) has %d changes, want %d", len(h), want)
 	}
