@@ -247,20 +247,6 @@ func TestMutualTLSProxies(t *testing.T) {
 		})
 	}
 
-	eventually := func(what string, f func() error) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			err := f()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", what, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	asCheckout := func(cert *tls.Certificate) func() error {
 		return func() error {
 			once, done := context.WithCancel(ctx)
@@ -276,11 +262,11 @@ func TestMutualTLSProxies(t *testing.T) {
 	  {"identity":"spiffe://allot.test/gateway/{node}","clusters":["gateway"]},
 	  {"identity":"spiffe://allot.test/team/payments","clusters":["checkout"]}]}`
 	mtlstest.WriteFile(t, files.Policy, []byte(policy))
-	eventually("team identity after the policy reload", asCheckout(&team))
+	eventually(t, 5*time.Second, "team identity after the policy reload", asCheckout(&team))
 
 	// A policy that does not parse is not used: the previous one stays.
 	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/x"}]}`))
-	eventually("failed reload counted", func() error {
+	eventually(t, 5*time.Second, "failed reload counted", func() error {
 		if got := metric(`allot_tls_reloads_total{result="failed"}`); got == "" || got == "0" {
 			return fmt.Errorf("failed reloads: %q", got)
 		}
@@ -296,12 +282,12 @@ func TestMutualTLSProxies(t *testing.T) {
 	// Client CA rotation: the other CA's proxies are trusted once its
 	// certificate joins the bundle.
 	mtlstest.WriteFile(t, files.ClientCA, append(bytes.Clone(proxyCA.PEM), otherCA.PEM...))
-	eventually("certificate from the added CA", asCheckout(&foreign))
+	eventually(t, 5*time.Second, "certificate from the added CA", asCheckout(&foreign))
 
 	// Server certificate rotation: new connections see the new certificate.
 	next := serverCA.Server(t)
 	next.Write(t, dir, "server")
-	eventually("rotated server certificate", func() error {
+	eventually(t, 5*time.Second, "rotated server certificate", func() error {
 		c, err := tls.Dial("tcp", xdsAddr, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{checkout}, NextProtos: []string{"h2"}})
 		if err != nil {
 			return err
@@ -336,7 +322,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	dreq.VersionInfo, dreq.ResponseNonce = first.GetVersionInfo(), first.GetNonce()
 	open.Send(dreq) // ACK
 	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/team/payments","clusters":["checkout"]}]}`))
-	eventually("the revoking policy in use", func() error {
+	eventually(t, 5*time.Second, "the revoking policy in use", func() error {
 		if _, err := subscribe(ctx, xdsAddr, roots, &checkout, "probe", "checkout"); status.Code(err) != codes.PermissionDenied {
 			return fmt.Errorf("checkout identity after the revocation: %v", err)
 		}

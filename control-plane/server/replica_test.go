@@ -133,20 +133,16 @@ func TestReplicasShareOneMesh(t *testing.T) {
 		fleets = append(fleets, f)
 	}
 	// Every replica sees all twelve proxies.
-	deadline := time.Now().Add(20 * time.Second)
-	for _, r := range reps {
-		for {
+	eventually(t, 20*time.Second, "every replica lists the twelve proxies", func() error {
+		for _, r := range reps {
 			var ro rolloutBody
 			r.call(t, "GET", "/v1/rollout", nil, &ro)
-			if len(ro.Proxies) == 12 {
-				break
+			if len(ro.Proxies) != 12 {
+				return fmt.Errorf("replica %s lists %d proxies, want 12: %+v", r.addrs.Admin, len(ro.Proxies), ro)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %s lists %d proxies, want 12: %+v", r.addrs.Admin, len(ro.Proxies), ro)
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 
 	var revision any
 	for step := range 5 {

@@ -72,6 +72,23 @@ func start(t *testing.T, opts ...func(*Config)) Addrs {
 	return Addrs{}
 }
 
+// eventually retries f every 20 ms until it returns nil, failing the test
+// with what and f's last error once timeout has passed.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func get(t *testing.T, c *http.Client, url string) (int, string) {
 	t.Helper()
 	resp, err := c.Get(url)
