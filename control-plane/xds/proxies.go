@@ -3,6 +3,7 @@ package xds
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -262,7 +263,9 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 		if since, ok := s.since[st.cluster]; ok && s.clusters[st.cluster] == st.sent {
 			s.metrics.ackLatency.Observe(now.Sub(since).Seconds())
 		}
-		s.log.Debug("proxy applied configuration", "node_id", st.node, "cluster", st.cluster, "version", st.sent)
+		// LogAttrs: no argument is boxed when debug is off (every ACK).
+		s.log.LogAttrs(context.Background(), slog.LevelDebug, "proxy applied configuration",
+			slog.String("node_id", st.node), slog.String("cluster", st.cluster), slog.String("version", st.sent))
 	default:
 		return
 	}
@@ -283,6 +286,7 @@ func (s *Server) onStreamResponse(_ context.Context, id int64, _ *discoveryv3.Di
 	}
 	st.sent, st.sentNonce, st.sentAt = resp.GetVersionInfo(), resp.GetNonce(), now
 	st.pushes++
-	s.log.Debug("configuration sent", "node_id", st.node, "cluster", st.cluster, "version", st.sent, "nonce", st.sentNonce)
+	s.log.LogAttrs(context.Background(), slog.LevelDebug, "configuration sent", slog.String("node_id", st.node),
+		slog.String("cluster", st.cluster), slog.String("version", st.sent), slog.String("nonce", st.sentNonce))
 	s.notify()
 }
