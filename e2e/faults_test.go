@@ -40,7 +40,7 @@ func startTraffic(t *testing.T, h *replicated) *traffic {
 	def := map[string]any{"key": "steady", "variations": []string{"a", "b", "c"}}
 	var w waitedWrite
 	h.replicas[0].mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", def, &w)
-	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != len(h.proxies) {
+	if !w.Rollout.appliedBy(len(h.proxies)) {
 		t.Fatalf("create steady with wait: %+v", w.Rollout)
 	}
 	units := userIDs(1000)

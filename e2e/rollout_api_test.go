@@ -18,8 +18,9 @@ import (
 
 // rolloutJSON is the admin API's Rollout in proto3 JSON.
 type rolloutJSON struct {
-	Result  string `json:"result"`
-	Error   string `json:"error"`
+	Result  string         `json:"result"`
+	Error   string         `json:"error"`
+	Counts  map[string]int `json:"counts"`
 	Proxies []struct {
 		Replica         string `json:"replica"`
 		NodeID          string `json:"nodeId"`
@@ -31,6 +32,13 @@ type rolloutJSON struct {
 		RejectionError  string `json:"rejectionError"`
 		Pushes          int    `json:"pushes"`
 	} `json:"proxies"`
+}
+
+// appliedBy reports whether r, a waited write's rollout, is applied by n
+// proxies: all counted applied, none listed (a waited write lists only the
+// proxies that did not apply).
+func (r rolloutJSON) appliedBy(n int) bool {
+	return r.Result == "applied" && r.Counts["applied"] == n && len(r.Counts) <= 1 && len(r.Proxies) == 0
 }
 
 // waitedWrite is the body of a write made with ?wait=.
@@ -54,7 +62,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 	s.waitConnected("api-checkout-1", "api-checkout-2", "api-checkout-3")
 	var w waitedWrite
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", checkoutRamp(0), &w)
-	if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+	if !w.Rollout.appliedBy(3) {
 		t.Fatalf("create with wait: %+v", w.Rollout)
 	}
 
@@ -76,7 +84,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 		start := time.Now()
 		s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait=10s", def, &w)
 		slowest = max(slowest, time.Since(start))
-		if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 3 {
+		if !w.Rollout.appliedBy(3) {
 			t.Fatalf("step %d: rollout %+v, want applied by 3 proxies", step, w.Rollout)
 		}
 		revision = w.Experiment["revision"]
@@ -103,6 +111,10 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 	s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout?wait=10s", def, &w)
 	if w.Rollout.Result != "rejected" {
 		t.Fatalf("write with a rejecting proxy: result %q (%s), want rejected", w.Rollout.Result, w.Rollout.Error)
+	}
+	if len(w.Rollout.Proxies) != 1 || w.Rollout.Proxies[0].NodeID != "api-checkout-bad" || w.Rollout.Proxies[0].RejectionError == "" ||
+		w.Rollout.Counts["applied"] != 3 || w.Rollout.Counts["rejected"] != 1 {
+		t.Fatalf("write with a rejecting proxy: %+v, want 3 applied and api-checkout-bad listed, rejected with its reason", w.Rollout)
 	}
 	var status rolloutJSON
 	s.mustAPI(http.StatusOK, "GET", "/v1/rollout", nil, &status)
@@ -160,7 +172,8 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = run("apply", "-f", file, "--wait", "10s")
-	if err == nil || !strings.Contains(out, "experiment/checkout configured") || !strings.Contains(out, "api-checkout-bad") {
+	if err == nil || !strings.Contains(out, "experiment/checkout configured") || !strings.Contains(out, "applied by 3/4 proxies") ||
+		!strings.Contains(out, "api-checkout-bad") {
 		t.Fatalf("allotctl apply --wait with a rejecting proxy: %v\n%s", err, out)
 	}
 }

@@ -146,6 +146,7 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 		var out struct {
 			Rollout struct {
 				Result  string            `json:"result"`
+				Counts  map[string]int    `json:"counts"`
 				Proxies []json.RawMessage `json:"proxies"`
 			} `json:"rollout"`
 		}
@@ -155,8 +156,9 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 		if resp.StatusCode/100 != 2 || err != nil {
 			return nil, fmt.Errorf("write %d: %s (%v)", i, resp.Status, err)
 		}
-		if out.Rollout.Result != "applied" || len(out.Rollout.Proxies) != proxies {
-			return nil, fmt.Errorf("write %d: rollout %q with %d proxies, want applied by %d", i, out.Rollout.Result, len(out.Rollout.Proxies), proxies)
+		if out.Rollout.Result != "applied" || out.Rollout.Counts["applied"] != proxies || len(out.Rollout.Proxies) != 0 {
+			return nil, fmt.Errorf("write %d: rollout %q applied by %d proxies (%d listed as not), want applied by %d",
+				i, out.Rollout.Result, out.Rollout.Counts["applied"], len(out.Rollout.Proxies), proxies)
 		}
 		s.AllAck = append(s.AllAck, float64(d.Microseconds())/1e3)
 	}

@@ -234,13 +234,15 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 		if ro.Targets["sim"] == "" {
 			return nil, fmt.Errorf("write %d through %s: the rollout waited for no new version of cluster sim: %v", i, via.id, ro.Targets)
 		}
-		applied, err := checkRollout(ro, reps, s.PerReplica, ro.Targets["sim"])
-		s.Applied = min(s.Applied, applied)
-		if err != nil {
-			return nil, fmt.Errorf("write %d through %s: the waited write's rollout: %w", i, via.id, err)
+		// A waited write counts the proxies and lists those that did not
+		// apply: there must be none.
+		s.Applied = min(s.Applied, ro.Counts["applied"])
+		if ro.Result != "applied" || ro.Counts["applied"] != f.Clients || len(ro.Proxies) != 0 {
+			return nil, fmt.Errorf("write %d through %s: the waited write's rollout: %s (%s), applied by %d of %d, %d listed as not",
+				i, via.id, ro.Result, ro.Error, ro.Counts["applied"], f.Clients, len(ro.Proxies))
 		}
 		// Cross-check, untimed: another replica's status lists the whole
-		// fleet on the written version.
+		// fleet, each proxy on its replica, on the written version.
 		if err := waitMesh(ctx, check, reps, s.PerReplica, ro.Targets["sim"], 0); err != nil {
 			return nil, fmt.Errorf("write %d through %s: status through %s right after: %w", i, via.id, check.id, err)
 		}
@@ -283,6 +285,7 @@ type rolloutJSON struct {
 	Result  string            `json:"result"`
 	Error   string            `json:"error"`
 	Targets map[string]string `json:"targets"`
+	Counts  map[string]int    `json:"counts"`
 	Proxies []rolloutProxy    `json:"proxies"`
 }
 

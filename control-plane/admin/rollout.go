@@ -63,7 +63,7 @@ func (s *Service) Await(ctx context.Context, wait time.Duration, write func() er
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ro := s.rollouts.Wait(ctx, mark)
-	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), "proxies", len(ro.GetProxies()))
+	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), "applied", ro.GetCounts()["applied"], "not_applied", len(ro.GetProxies()))
 	return ro, nil
 }
 

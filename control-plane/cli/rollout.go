@@ -71,13 +71,11 @@ func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
 	if ro == nil {
 		return nil
 	}
-	applied := 0
-	for _, p := range ro.GetProxies() {
-		if p.GetState() == "applied" {
-			applied++
-		}
+	total := int32(0)
+	for _, n := range ro.GetCounts() {
+		total += n
 	}
-	fmt.Fprintf(w, "%s: rollout %s, applied by %d/%d proxies\n", what, ro.GetResult(), applied, len(ro.GetProxies()))
+	fmt.Fprintf(w, "%s: rollout %s, applied by %d/%d proxies\n", what, ro.GetResult(), ro.GetCounts()["applied"], total)
 	if ro.GetResult() == "applied" {
 		return nil
 	}

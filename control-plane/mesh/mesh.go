@@ -126,6 +126,41 @@ func (r Replica) MaySettle(cluster, target string, rev int64) bool {
 	return n >= s.Proxies
 }
 
+// Applied counts, from r's summary, its proxies of cluster that stand
+// applied (Where) with a write committed at revision rev whose version for
+// cluster is target, and reports whether that is all of them. Each proxy
+// is counted by the version it acknowledged last, once, so unlike MaySettle
+// the count is exact; without a summary of cluster, all is false.
+func (r Replica) Applied(cluster, target string, rev int64) (n int, all bool) {
+	s, ok := r.Proxies[cluster]
+	if !ok {
+		return 0, false
+	}
+	n = s.Acked[target]
+	if cur := r.Targets[cluster]; r.Revision >= rev && cur != "" && cur != target {
+		n += s.Acked[cur]
+	}
+	return n, n == s.Proxies
+}
+
+// Node is where a node's proxy is connected, as the registry's keys say.
+type Node struct {
+	// Replica is the ID of its replica, Cluster its Envoy cluster.
+	Replica, Cluster string
+}
+
+// Roster is the mesh without its proxies' records, read at one point in
+// time: the live replicas' records, with their summaries, and where each
+// node is connected. It costs a fraction of a View.
+type Roster struct {
+	// Replicas are the live replicas by ID.
+	Replicas map[string]Replica
+	// Nodes are the live replicas' proxies by node id (a node connected
+	// to two replicas, while the lease of the one it left runs out, is
+	// listed on either).
+	Nodes map[string]Node
+}
+
 // Proxy is one connected proxy (one xDS stream) as its replica publishes
 // it. It holds only what changes on connect, ACK, NACK and disconnect, so
 // that a replica writes it only then.
@@ -187,10 +222,10 @@ type Registry interface {
 	// proxies: what every replica serves (View.Replicas), at the cost of
 	// a few records whatever the size of the mesh.
 	Replicas(ctx context.Context) (map[string]Replica, error)
-	// Nodes reads the node ids of the live replicas' proxies (those View
-	// lists, whatever their state) without their records, each with the
-	// replica it is connected to.
-	Nodes(ctx context.Context) (map[string]string, error)
+	// Roster reads the live replicas' records and where their proxies
+	// are connected (the proxies View lists, whatever their state),
+	// without the proxies' records.
+	Roster(ctx context.Context) (Roster, error)
 	// Watch returns a channel that receives after every change of a
 	// replica's record (coalesced: one pending value at most) — which
 	// its replica rewrites, after its proxies' records, whenever their

@@ -113,16 +113,17 @@ func (m meshRollouts) clusters(ctx context.Context) []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// targets are the versions this replica computes for clusters now; every
-// replica computes the same from the same store state.
-func (m meshRollouts) targets(clusters []string) (xds.Targets, error) {
-	return m.b.versions(clusters)
+// targets are the versions this replica computes for clusters now (as of
+// store revision atLeast or later, if positive); every replica computes the
+// same from the same store state.
+func (m meshRollouts) targets(clusters []string, atLeast int64) (xds.Targets, error) {
+	return m.b.versions(clusters, atLeast)
 }
 
 // Mark is the versions before a write; if they cannot be computed, every
 // cluster counts as changed by it (nil).
 func (m meshRollouts) Mark() map[string]string {
-	t, _ := m.targets(m.clusters(context.Background()))
+	t, _ := m.targets(m.clusters(context.Background()), 0)
 	return t
 }
 
@@ -137,23 +138,26 @@ func (m meshRollouts) Mark() map[string]string {
 // had (counting it out would report a write applied that it does not yet
 // serve).
 //
-// It reads every proxy only when the replicas' records, which summarize
-// their proxies, say the rollout may be complete (and at least every
-// fullReadEvery): reading 10,000 proxies after every change of the mesh
-// was most of a waited write's cost (docs/perf/replicas.md).
+// It follows the replicas' records, which summarize their proxies
+// (docs/perf/replicas.md): when they say every proxy concerned applied
+// the write, the node keys alone confirm it (settled), and no proxy's
+// record is read. It reads every proxy only when the summaries say the
+// rollout may have settled otherwise (a rejection, a proxy gone with its
+// replica), and at least every fullReadEvery.
 func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
-	// The proxies waited for are those live now, by node id (from the
-	// registry's keys alone), read while this replica pushes the write:
-	// a read waits behind the registry writes of the rollout under way.
+	// The proxies waited for are those live now, from the registry's keys
+	// alone, read while this replica pushes the write: a read waits
+	// behind the registry writes of the rollout under way.
 	type live struct {
-		nodes    map[string]string
+		nodes    map[string]mesh.Node
 		clusters []string
 		err      error
 	}
 	lc := make(chan live, 1)
 	go func() {
 		var l live
-		l.nodes, l.err = m.reg.Nodes(ctx)
+		ro, err := m.reg.Roster(ctx)
+		l.nodes, l.err = ro.Nodes, err
 		if l.err == nil && mark == nil {
 			l.clusters = m.clusters(ctx) // Mark could not list them
 		}
@@ -163,8 +167,13 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 	if err != nil {
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
-	if err := m.x.Refresh(ctx); err != nil {
-		return &adminv1.Rollout{Result: "error", Error: err.Error()}
+	// This replica pushes the write when its watch of the store delivers
+	// it (syncLoop); the write pushes it itself only if that is late (or
+	// fails, which Refresh then reports) rather than build it twice.
+	if !m.b.awaitApplied(ctx, rev, refreshAfter) {
+		if err := m.x.Refresh(ctx); err != nil {
+			return &adminv1.Rollout{Result: "error", Error: err.Error()}
+		}
 	}
 	changes := m.reg.Watch(ctx)
 	l := <-lc
@@ -181,12 +190,12 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		clusters = append(clusters, c)
 	}
 	slices.Sort(clusters)
-	after, err := m.targets(slices.Compact(clusters))
+	after, err := m.targets(slices.Compact(clusters), rev)
 	if err != nil {
 		return &adminv1.Rollout{Result: "error", Error: err.Error()}
 	}
 	targets := after.Changed(mark)
-	waited := &waitedProxies{replica: l.nodes, cluster: map[string]string{}}
+	waited := l.nodes
 	var ro *xds.Rollout // from the last read of every proxy
 	report := func() *xds.Rollout {
 		if ro == nil { // none yet: where every proxy stands, if the registry answers
@@ -202,6 +211,12 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 		read := force
 		if !read {
 			rs, err := m.reg.Replicas(ctx)
+			if err == nil && allApplied(rs, targets, rev) {
+				if n, ok := m.settled(ctx, waited, targets, rev); ok {
+					return &adminv1.Rollout{Result: "applied", Targets: targets, Proxies: []*adminv1.ProxyStatus{},
+						Counts: map[string]int32{string(xds.StateApplied): int32(n)}}
+				}
+			}
 			read = err != nil || maySettle(rs, targets, rev)
 		}
 		if read {
@@ -234,55 +249,102 @@ func (m meshRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1
 	}
 }
 
-// waitedProxies are the proxies a waited write waits for, by node id,
-// with the replica each was last seen on and, once a read of every proxy
-// listed it, its cluster.
-type waitedProxies struct {
-	replica map[string]string
-	cluster map[string]string
+// allApplied reports whether every live replica's summary says all its
+// proxies of targets' clusters applied a write committed at revision rev
+// (mesh.Replica.Applied).
+func allApplied(replicas map[string]mesh.Replica, targets xds.Targets, rev int64) bool {
+	for _, r := range replicas {
+		for c, v := range targets {
+			if _, ok := r.Proxies[c]; !ok {
+				continue // none of its proxies
+			}
+			if _, all := r.Applied(c, v, rev); !all {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settled reports whether every waited proxy of targets' clusters applied a
+// write committed at revision rev, from one read of the replicas' records
+// and the node keys (a Roster), and counts them. It cannot tell (false)
+// when a waited proxy's replica is gone and the proxy has not reappeared,
+// or when the summary of a waited proxy's replica does not say all its
+// proxies of that cluster applied; the caller then reads every proxy. A
+// waited proxy missing from a live replica disconnected: it drops out.
+func (m meshRollouts) settled(ctx context.Context, waited map[string]mesh.Node, targets xds.Targets, rev int64) (int, bool) {
+	ro, err := m.reg.Roster(ctx)
+	if err != nil {
+		return 0, false
+	}
+	n := 0
+	for node, was := range waited {
+		now, ok := ro.Nodes[node]
+		if !ok {
+			_, live := ro.Replicas[was.Replica]
+			if _, affected := targets[was.Cluster]; live || !affected {
+				continue
+			}
+			return 0, false
+		}
+		target, ok := targets[now.Cluster]
+		if !ok {
+			continue
+		}
+		if _, all := ro.Replicas[now.Replica].Applied(now.Cluster, target, rev); !all {
+			return 0, false
+		}
+		n++
+	}
+	return n, true
 }
 
 // rollout reads every proxy of the mesh and reports the waited ones of
-// targets' clusters against a write committed at revision rev. A waited
-// proxy missing from the mesh whose last replica is no longer live is
-// pending: it is failing over (see Wait).
-func (m meshRollouts) rollout(ctx context.Context, waited *waitedProxies, targets xds.Targets, rev int64) (*xds.Rollout, error) {
+// targets' clusters against a write committed at revision rev, and updates
+// where each waited proxy is. A waited proxy missing from the mesh whose
+// last replica is no longer live is pending: it is failing over (see
+// Wait); one missing from a live replica disconnected and drops out.
+func (m meshRollouts) rollout(ctx context.Context, waited map[string]mesh.Node, targets xds.Targets, rev int64) (*xds.Rollout, error) {
 	ro := &xds.Rollout{Targets: targets, Proxies: []xds.ProxyStatus{}}
 	v, err := m.reg.View(ctx)
 	if err != nil {
 		return ro, err
 	}
 	seen := make(map[string]bool, len(v.Proxies))
-	ro.Proxies = make([]xds.ProxyStatus, 0, len(waited.replica))
+	ro.Proxies = make([]xds.ProxyStatus, 0, len(waited))
 	for _, p := range v.Proxies {
-		if _, ok := waited.replica[p.NodeID]; !ok {
+		if _, ok := waited[p.NodeID]; !ok {
 			continue
 		}
 		seen[p.NodeID] = true
-		waited.replica[p.NodeID], waited.cluster[p.NodeID] = p.Replica, p.Cluster
+		waited[p.NodeID] = mesh.Node{Replica: p.Replica, Cluster: p.Cluster}
 		if _, ok := targets[p.Cluster]; ok {
 			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
 		}
 	}
-	for node, r := range waited.replica {
+	for node, at := range waited {
 		if seen[node] {
 			continue
 		}
-		if _, live := v.Replicas[r]; live {
-			delete(waited.replica, node) // it disconnected from a live replica
+		if _, live := v.Replicas[at.Replica]; live {
+			delete(waited, node) // it disconnected from a live replica
 			continue
 		}
-		cluster, known := waited.cluster[node]
-		if _, ok := targets[cluster]; known && !ok {
+		if _, ok := targets[at.Cluster]; !ok {
 			continue // not affected by the write
 		}
-		ro.Proxies = append(ro.Proxies, xds.ProxyStatus{Replica: r, NodeID: node, Cluster: cluster,
-			Target: targets[cluster], State: xds.StatePending,
-			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", r)})
+		ro.Proxies = append(ro.Proxies, xds.ProxyStatus{Replica: at.Replica, NodeID: node, Cluster: at.Cluster,
+			Target: targets[at.Cluster], State: xds.StatePending,
+			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", at.Replica)})
 	}
 	xds.SortProxies(ro.Proxies)
 	return ro, nil
 }
+
+// refreshAfter is how long a waited write waits for its replica's own
+// push of the write before it pushes it itself.
+const refreshAfter = time.Second
 
 // fullReadEvery is how often a waited write reads every proxy even when
 // the replicas' summaries say some are pending.
@@ -319,6 +381,7 @@ func (m meshRollouts) Status() *adminv1.Rollout {
 	}
 	out := rolloutProto(ro)
 	out.Result = "status"
+	out.Counts = stateCounts(ro)
 	out.Replicas = replicaStatuses(v)
 	return out
 }

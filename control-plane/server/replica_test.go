@@ -72,8 +72,10 @@ func (r *replica) stop() {
 
 // rolloutBody is a waited write's or GET /v1/rollout's rollout.
 type rolloutBody struct {
-	Result  string `json:"result"`
-	Error   string `json:"error"`
+	Result  string            `json:"result"`
+	Error   string            `json:"error"`
+	Targets map[string]string `json:"targets"`
+	Counts  map[string]int    `json:"counts"`
 	Proxies []struct {
 		Replica       string `json:"replica"`
 		NodeID        string `json:"nodeId"`
@@ -161,13 +163,19 @@ func TestReplicasShareOneMesh(t *testing.T) {
 		if code := reps[0].call(t, method, path, def, &w); code != want {
 			t.Fatalf("step %d: %s %s: %d %+v", step, method, path, code, w)
 		}
-		if w.Rollout.Result != "applied" || len(w.Rollout.Proxies) != 12 {
-			t.Fatalf("step %d: rollout %+v, want applied by 12 proxies", step, w.Rollout)
+		if w.Rollout.Result != "applied" || w.Rollout.Counts["applied"] != 12 || len(w.Rollout.Counts) != 1 || len(w.Rollout.Proxies) != 0 {
+			t.Fatalf("step %d: rollout %+v, want applied by 12 proxies, none listed", step, w.Rollout)
 		}
 		revision = w.Experiment["revision"]
-		target := w.Rollout.Proxies[0].TargetVersion
+		target := w.Rollout.Targets["web"]
+		// Right after, another replica lists all twelve on it.
+		var st rolloutBody
+		reps[1].call(t, "GET", "/v1/rollout", nil, &st)
+		if len(st.Proxies) != 12 || st.Counts["applied"] != 12 {
+			t.Fatalf("step %d: status right after: %+v, want 12 applied", step, st)
+		}
 		replicas := map[string]int{}
-		for _, p := range w.Rollout.Proxies {
+		for _, p := range st.Proxies {
 			replicas[p.Replica]++
 			if p.State != "applied" || p.AckedVersion != target {
 				t.Fatalf("step %d: proxy %+v, want applied %s", step, p, target)
@@ -193,6 +201,16 @@ func TestReplicasShareOneMesh(t *testing.T) {
 	if len(ro.Proxies) != 8 {
 		t.Fatalf("after replica 3 stopped: %d proxies, want 8", len(ro.Proxies))
 	}
+	var w struct {
+		Rollout rolloutBody `json:"rollout"`
+	}
+	def := map[string]any{"key": "checkout", "variations": []string{"a", "b"}, "weights": []float64{0.5, 0.5}, "revision": revision}
+	if code := reps[1].call(t, "PUT", "/v1/experiments/checkout?wait=10s", def, &w); code != http.StatusOK {
+		t.Fatalf("write after replica 3 stopped: %d %+v", code, w)
+	}
+	if w.Rollout.Result != "applied" || w.Rollout.Counts["applied"] != 8 {
+		t.Fatalf("write after replica 3 stopped: rollout %+v, want applied by 8", w.Rollout)
+	}
 }
 
 // TestWaitKeepsProxiesOfDeadReplicas: a waited proxy whose replica died
@@ -211,6 +229,8 @@ func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	rep := mesh.Replica{Revision: 5, Targets: map[string]string{"web": "v2", "api": "a1"}}
 	publish := func(r *etcd.Registry, ps ...mesh.Proxy) {
 		t.Helper()
+		rep := rep
+		rep.Proxies = mesh.Summarize(ps)
 		if err := r.Publish(ctx, rep, ps); err != nil {
 			t.Fatal(err)
 		}
@@ -218,17 +238,23 @@ func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	publish(r1, p("stays", "web", "v2"), p("leaves", "web", "v1"))
 	publish(r2, p("moves", "web", "v1"), p("other", "api", "a1"))
 	m := meshRollouts{reg: r1}
-	nodes, err := r1.Nodes(ctx)
+	roster, err := r1.Roster(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := &waitedProxies{replica: nodes, cluster: map[string]string{}}
+	waited := roster.Nodes
 	targets := xds.Targets{"web": "v2"}
+	// states is where the waited proxies stand by a read of every proxy,
+	// and what the replicas' summaries and the node keys say (settled).
 	states := func() string {
 		t.Helper()
+		n, ok := m.settled(ctx, waited, targets, 5)
 		ro, err := m.rollout(ctx, waited, targets, 5)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if want := ro.Count(xds.StateApplied) == len(ro.Proxies); ok != want || ok && n != len(ro.Proxies) {
+			t.Errorf("settled: %d, %v; every proxy read: %d of %d applied", n, ok, ro.Count(xds.StateApplied), len(ro.Proxies))
 		}
 		var out []string
 		for _, ps := range ro.Proxies {

@@ -25,9 +25,11 @@ func (r rollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rol
 }
 
 // rolloutResult is a waited write's rollout with its result: applied,
-// timeout, rejected, unserved or error.
+// timeout, rejected, unserved or error. It counts every proxy and lists
+// those that did not apply.
 func rolloutResult(ro xds.Rollout, err error) *adminv1.Rollout {
-	out := rolloutProto(ro)
+	out := rolloutProto(xds.Rollout{Targets: ro.Targets, Proxies: ro.Unfinished()})
+	out.Counts = stateCounts(ro)
 	switch {
 	case err == nil:
 		out.Result = "applied"
@@ -47,8 +49,19 @@ func rolloutResult(ro xds.Rollout, err error) *adminv1.Rollout {
 }
 
 func (r rollouts) Status() *adminv1.Rollout {
-	out := rolloutProto(r.x.Status())
+	ro := r.x.Status()
+	out := rolloutProto(ro)
 	out.Result = "status"
+	out.Counts = stateCounts(ro)
+	return out
+}
+
+// stateCounts counts ro's proxies by state.
+func stateCounts(ro xds.Rollout) map[string]int32 {
+	out := map[string]int32{}
+	for _, p := range ro.Proxies {
+		out[string(p.State)]++
+	}
 	return out
 }
 

@@ -415,6 +415,26 @@ func (b *builder) appliedRevision() int64 {
 	return b.appliedRev
 }
 
+// awaitApplied waits until every served snapshot is built from store
+// revision rev or later, for at most d, and reports whether it is.
+func (b *builder) awaitApplied(ctx context.Context, rev int64, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		ch := b.applied()
+		if b.appliedRevision() >= rev {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // applied returns a channel closed when the applied revision next grows.
 func (b *builder) applied() <-chan struct{} {
 	b.appliedMu.Lock()
@@ -425,15 +445,23 @@ func (b *builder) applied() <-chan struct{} {
 	return b.appliedCh
 }
 
-func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
+// experiments returns the stored experiments as of the store's latest
+// revision (asked of the store), or, if atLeast is positive, as of revision
+// atLeast or later: the ones already read, if that recent, without a round
+// trip to the store (which a waited write makes while the mesh's pushes
+// keep it busy).
+func (b *builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error) {
 	ctx := context.Background()
-	rev, err := b.store.Revision(ctx)
-	if err != nil {
-		return nil, err
+	rev := atLeast
+	if rev <= 0 {
+		var err error
+		if rev, err = b.store.Revision(ctx); err != nil {
+			return nil, err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.exps != nil && rev == b.rev {
+	if b.exps != nil && b.rev >= rev {
 		return b.exps, nil
 	}
 	items, rev, err := b.store.List(ctx)
@@ -452,11 +480,12 @@ func (b *builder) experiments() ([]*experimentv1.Experiment, error) {
 	return out, nil
 }
 
-// versions returns the configuration version of each cluster now, without
+// versions returns the configuration version of each cluster now (as of
+// store revision atLeast or later, if positive: see experiments), without
 // building their resources; clusters whose configuration fails are left
 // out (their proxies are reported against no target).
-func (b *builder) versions(clusters []string) (map[string]string, error) {
-	exps, err := b.experiments()
+func (b *builder) versions(clusters []string, atLeast int64) (map[string]string, error) {
+	exps, err := b.experiments(atLeast)
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +502,7 @@ func (b *builder) versions(clusters []string) (map[string]string, error) {
 // build returns cluster's configuration in each artifact's resource: the
 // same filter configuration, hence one version, for Wasm and native proxies.
 func (b *builder) build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
-	exps, err := b.experiments()
+	exps, err := b.experiments(0)
 	if err != nil {
 		return "", nil, err
 	}
@@ -498,7 +527,7 @@ func (b *builder) build(cluster string) (string, map[string]*corev3.TypedExtensi
 
 // nextBoundary is the earliest start or end time after now (zero if none).
 func (b *builder) nextBoundary() time.Time {
-	exps, err := b.experiments()
+	exps, err := b.experiments(0)
 	if err != nil {
 		return b.now().Add(time.Second) // retry soon
 	}

@@ -50,7 +50,9 @@ var _ mesh.Registry = (*Registry)(nil)
 //	mesh/proxies/<replica>/<shard>        the replica's proxies whose node id hashes to shard
 //	                                      (proxyShards of them): a JSON array of mesh.Proxy,
 //	                                      sorted by node id and stream
-//	mesh/nodes/<replica>/<node>/<stream>  empty, one per proxy (node escaped): what Nodes reads
+//	mesh/nodes/<replica>/<node>/<stream>/<cluster>
+//	                                      empty, one per proxy (node and cluster escaped):
+//	                                      what Roster reads
 //
 // Every key a replica writes is attached to a lease of its own, kept alive
 // by the client. When the replica dies or loses the cluster for longer than
@@ -127,7 +129,8 @@ func (g *Registry) shardKey(shard int) string {
 }
 
 func (g *Registry) nodeKey(p mesh.Proxy) string {
-	return g.nodesPrefix() + url.PathEscape(g.id) + "/" + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10)
+	return g.nodesPrefix() + url.PathEscape(g.id) + "/" + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10) +
+		"/" + url.PathEscape(p.Cluster)
 }
 
 // shardOf is the shard of a node's records.
@@ -196,6 +199,10 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 		case sameProxy(e.p, p):
 			e.gen = g.gen
 			continue
+		case e.p.Cluster != p.Cluster: // the stream's node moved to another cluster
+			ops = append(ops, clientv3.OpDelete(e.nodeKey))
+			e.nodeKey = g.nodeKey(p)
+			ops = append(ops, clientv3.OpPut(e.nodeKey, "", clientv3.WithLease(g.lease)))
 		}
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -468,37 +475,38 @@ func (g *Registry) Replicas(ctx context.Context) (map[string]mesh.Replica, error
 	return out, nil
 }
 
-// Nodes implements mesh.Registry: one read of keys alone.
-func (g *Registry) Nodes(ctx context.Context) (map[string]string, error) {
-	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true, keysOnly: true},
+// Roster implements mesh.Registry: one read of the replicas' records and
+// the node keys alone.
+func (g *Registry) Roster(ctx context.Context) (mesh.Roster, error) {
+	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true},
 		get{key: g.nodesPrefix(), prefix: true, keysOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("read the mesh registry: %w", err)
+		return mesh.Roster{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
-	live := map[string]bool{}
+	ro := mesh.Roster{Replicas: map[string]mesh.Replica{}, Nodes: map[string]mesh.Node{}}
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		id, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), g.replicasPrefix()))
+		r, err := decodeReplica(kv.Key, kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
+			return mesh.Roster{}, err
 		}
-		live[id] = true
+		ro.Replicas[r.ID] = r
 	}
-	out := map[string]string{}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("read the mesh registry: key %q: want replica/node/stream", kv.Key)
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream, cluster
+		if len(parts) != 4 {
+			return mesh.Roster{}, fmt.Errorf("read the mesh registry: key %q: want replica/node/stream/cluster", kv.Key)
 		}
 		r, err1 := url.PathUnescape(parts[0])
 		node, err2 := url.PathUnescape(parts[1])
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
+		cluster, err3 := url.PathUnescape(parts[3])
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return mesh.Roster{}, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
 		}
-		if live[r] && out[node] < r { // a node on two replicas (it moved): either will do
-			out[node] = r
+		if _, live := ro.Replicas[r]; live && ro.Nodes[node].Replica < r { // a node on two replicas (it moved): either will do
+			ro.Nodes[node] = mesh.Node{Replica: r, Cluster: cluster}
 		}
 	}
-	return out, nil
+	return ro, nil
 }
 
 func decodeReplica(key, value []byte) (mesh.Replica, error) {

@@ -54,8 +54,8 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("an unchanged publish wrote: etcd revision %d → %d", before, after)
 	}
 
-	if got := nodeSet(t, r2); got != "a b c" {
-		t.Errorf("nodes %q, want a b c", got)
+	if got := nodeSet(t, r2); got != "a@r1/web b@r1/web c@r2/web" {
+		t.Errorf("nodes %q, want a@r1/web b@r1/web c@r2/web", got)
 	}
 
 	// b reconnects to r2 (r1 has not yet noticed): counted once, on r2.
@@ -85,8 +85,8 @@ func TestRegistry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	if got := nodeSet(t, r2); got != "b c" {
-		t.Errorf("nodes after r1 died: %q, want b c", got)
+	if got := nodeSet(t, r2); got != "b@r2/web c@r2/web" {
+		t.Errorf("nodes after r1 died: %q, want b@r2/web c@r2/web", got)
 	}
 
 	// A withdrawn replica leaves at once.
@@ -151,14 +151,22 @@ func view(t *testing.T, r *etcd.Registry) mesh.View {
 	return v
 }
 
-// nodeSet is Nodes, sorted and joined.
+// nodeSet is Roster's nodes as node@replica/cluster, sorted and joined,
+// after checking that it lists the same replicas as View.
 func nodeSet(t *testing.T, r *etcd.Registry) string {
 	t.Helper()
-	ns, err := r.Nodes(t.Context())
+	ro, err := r.Roster(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(slices.Sorted(maps.Keys(ns)), " ")
+	if got, want := slices.Sorted(maps.Keys(ro.Replicas)), slices.Sorted(maps.Keys(view(t, r).Replicas)); !slices.Equal(got, want) {
+		t.Errorf("roster replicas %v, view replicas %v", got, want)
+	}
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(ro.Nodes)) {
+		out = append(out, n+"@"+ro.Nodes[n].Replica+"/"+ro.Nodes[n].Cluster)
+	}
+	return strings.Join(out, " ")
 }
 
 func nodes(v mesh.View) string {

@@ -1097,12 +1097,19 @@ type Rollout struct {
 	// targets maps each Envoy cluster to the configuration version its
 	// proxies should run.
 	Targets map[string]string `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// proxies are the connected proxies concerned, sorted by cluster and node.
+	// proxies are connected proxies concerned, sorted by cluster and node:
+	// all of them in a GetRollout snapshot; in a waited write's rollout only
+	// those that did not apply (pending, rejected, unserved), since counts
+	// has them all (a mesh of 10,000 proxies would otherwise answer every
+	// write with all 10,000).
 	Proxies []*ProxyStatus `protobuf:"bytes,4,rep,name=proxies,proto3" json:"proxies,omitempty"`
 	// replicas are the live allotd replicas (their leases held) when allotd
 	// runs as several replicas on etcd, sorted by id; empty when it runs
 	// alone.
-	Replicas      []*ReplicaStatus `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []*ReplicaStatus `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// counts are the proxies concerned by state (applied, pending, rejected,
+	// unserved; a state no proxy is in is left out).
+	Counts        map[string]int32 `protobuf:"bytes,6,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1168,6 +1175,13 @@ func (x *Rollout) GetProxies() []*ProxyStatus {
 func (x *Rollout) GetReplicas() []*ReplicaStatus {
 	if x != nil {
 		return x.Replicas
+	}
+	return nil
+}
+
+func (x *Rollout) GetCounts() map[string]int32 {
+	if x != nil {
+		return x.Counts
 	}
 	return nil
 }
@@ -1521,16 +1535,20 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x127\n" +
 	"\x06before\x18\x06 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x06before\x125\n" +
 	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after\"\x13\n" +
-	"\x11GetRolloutRequest\"\xa5\x02\n" +
+	"\x11GetRolloutRequest\"\x9d\x03\n" +
 	"\aRollout\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\tR\x06result\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12>\n" +
 	"\atargets\x18\x03 \x03(\v2$.allot.admin.v1.Rollout.TargetsEntryR\atargets\x125\n" +
 	"\aproxies\x18\x04 \x03(\v2\x1b.allot.admin.v1.ProxyStatusR\aproxies\x129\n" +
-	"\breplicas\x18\x05 \x03(\v2\x1d.allot.admin.v1.ReplicaStatusR\breplicas\x1a:\n" +
+	"\breplicas\x18\x05 \x03(\v2\x1d.allot.admin.v1.ReplicaStatusR\breplicas\x12;\n" +
+	"\x06counts\x18\x06 \x03(\v2#.allot.admin.v1.Rollout.CountsEntryR\x06counts\x1a:\n" +
 	"\fTargetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8f\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x8f\x01\n" +
 	"\rReplicaStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1584,7 +1602,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -1607,61 +1625,63 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*ReplicaStatus)(nil),               // 18: allot.admin.v1.ReplicaStatus
 	(*ProxyStatus)(nil),                 // 19: allot.admin.v1.ProxyStatus
 	nil,                                 // 20: allot.admin.v1.Rollout.TargetsEntry
-	(*v1.Experiment)(nil),               // 21: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 22: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 23: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 24: google.protobuf.Timestamp
+	nil,                                 // 21: allot.admin.v1.Rollout.CountsEntry
+	(*v1.Experiment)(nil),               // 22: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 23: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 24: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	21, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	22, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	21, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	21, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	22, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	23, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	24, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	22, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	23, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	22, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	22, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	23, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	23, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	23, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	23, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	23, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	24, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	25, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	24, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	21, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	21, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	25, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	22, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	22, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
 	20, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
 	19, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
 	18, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	24, // 19: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	24, // 20: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	24, // 21: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	0,  // 22: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
-	1,  // 23: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
-	2,  // 24: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
-	4,  // 25: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
-	5,  // 26: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
-	7,  // 27: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
-	8,  // 28: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
-	9,  // 29: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
-	10, // 30: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
-	13, // 31: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	16, // 32: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
-	21, // 33: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	21, // 34: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 35: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	21, // 36: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 37: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	21, // 38: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	21, // 39: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	21, // 40: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 41: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 42: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	17, // 43: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	21, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	25, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	25, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	25, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	0,  // 23: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
+	1,  // 24: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
+	2,  // 25: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
+	4,  // 26: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
+	5,  // 27: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
+	7,  // 28: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
+	8,  // 29: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
+	9,  // 30: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
+	10, // 31: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
+	13, // 32: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
+	16, // 33: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
+	22, // 34: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
+	22, // 35: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
+	3,  // 36: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
+	22, // 37: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
+	6,  // 38: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
+	22, // 39: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
+	22, // 40: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
+	22, // 41: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
+	11, // 42: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
+	14, // 43: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
+	17, // 44: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -1675,7 +1695,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
