@@ -53,3 +53,38 @@ func BenchmarkHash(b *testing.B) {
 		Hash("checkout-v2", "user-12345678", 2)
 	}
 }
+
+// benchmarkAssignStrings is the proxy's cache-miss path: the condition
+// outcomes are known for the request's targeting, each unit is only hashed.
+func benchmarkAssignStrings(b *testing.B, n int) {
+	s := mustCompile(b, benchConfig(n))
+	refs := s.Referenced()
+	vals := make([][]string, 64)
+	for i := range vals {
+		a := benchAttrs(i)
+		for _, name := range refs {
+			v, _ := a[name].(string)
+			vals[i] = append(vals[i], v)
+		}
+	}
+	o := s.Outcomes(nil, benchAttrs(0))
+	dst := make([]int32, 0, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		dst = s.AssignStrings(dst[:0], vals[i%len(vals)], o)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/experiment")
+}
+
+func BenchmarkAssignStrings50(b *testing.B) { benchmarkAssignStrings(b, 50) }
+
+func BenchmarkOutcomes50(b *testing.B) {
+	s := mustCompile(b, benchConfig(50))
+	attrs := benchAttrs(0)
+	var o Outcomes
+	b.ReportAllocs()
+	for b.Loop() {
+		o = s.Outcomes(o, attrs)
+	}
+}
