@@ -71,6 +71,16 @@ type Experiment struct {
 	// Ranges give each variation's bucket range directly, replacing
 	// Weights and Coverage.
 	Ranges [][]float64 `json:"ranges,omitempty"`
+	// BucketVersion is the version of the experiment's sticky buckets: a
+	// stored assignment is reused only when it was made for this version.
+	// At least 0.
+	BucketVersion int `json:"bucketVersion,omitempty"`
+	// MinBucketVersion excludes a unit holding a sticky bucket of an older
+	// version (below it) from the experiment. In [0, BucketVersion].
+	MinBucketVersion int `json:"minBucketVersion,omitempty"`
+	// DisableStickyBucketing makes the experiment ignore stored sticky
+	// buckets and record none.
+	DisableStickyBucketing bool `json:"disableStickyBucketing,omitempty"`
 }
 
 // Filter is one element of Experiment.Filters.
@@ -330,6 +340,16 @@ func compileExperiment(p string, e *Experiment, groups map[string][]any, slots *
 	}
 	if e.HashAttribute != "" && strings.TrimSpace(e.HashAttribute) != e.HashAttribute {
 		fail(".hashAttribute", strconv.Quote(e.HashAttribute)+" has surrounding spaces")
+	}
+	if e.BucketVersion < 0 {
+		fail(".bucketVersion", strconv.Itoa(e.BucketVersion)+" is negative")
+	}
+	switch {
+	case e.MinBucketVersion < 0:
+		fail(".minBucketVersion", strconv.Itoa(e.MinBucketVersion)+" is negative")
+	case e.MinBucketVersion > max(e.BucketVersion, 0):
+		fail(".minBucketVersion", strconv.Itoa(e.MinBucketVersion)+" is above bucketVersion "+strconv.Itoa(e.BucketVersion)+
+			": every unit's new sticky bucket would be blocked")
 	}
 
 	if e.Ranges != nil {
