@@ -303,7 +303,7 @@ func confRun(t *testing.T, c []RawMessage) {
 		t.Logf("Compile would reject: %v", err)
 	}
 	var r Assignment
-	comp.eval(&r, attrs, nil, nil, nil, &unitHash{})
+	comp.eval(&r, attrs, nil, nil, nil, &unitHash{}, nil)
 	var gotValue any
 	if r.VariationID < len(e.Variations) {
 		gotValue = decode[any](t, e.Variations[r.VariationID])
