@@ -488,7 +488,7 @@ func confStickyBucket(t *testing.T, c []RawMessage) {
 	case want != nil && got == nil:
 		t.Errorf("no experiment result, want %v", want)
 	case want != nil:
-		wantValue, _ := renderVariation(RawMessage(mustJSON(t, want["value"])))
+		wantValue, _ := renderVariation(decode[map[string]RawMessage](t, c[4])["value"])
 		check := func(field string, got, want any) {
 			t.Helper()
 			if !reflect.DeepEqual(got, want) {
@@ -530,24 +530,11 @@ func checkStickyStrings(t *testing.T, set *Set, attrs map[string]any, docs Stick
 	}
 	got, gotChanges := set.AssignStringsSticky(nil, vals, set.Outcomes(nil, attrs), docs, nil)
 	for i := range a {
-		want := int32(-1)
-		if a[i].InExperiment {
-			want = int32(a[i].VariationID)
-		}
-		if got[i] != want {
+		if got[i] != variationOf(a[i]) {
 			t.Errorf("AssignStringsSticky = %v, AssignSticky %+v", got, a[i])
 		}
 	}
 	if !slices.Equal(gotChanges, changes) {
 		t.Errorf("AssignStringsSticky changes %+v, AssignSticky %+v", gotChanges, changes)
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -94,10 +94,7 @@ func TestAssignSticky(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustCompile(t, `{"experiments":[`+tc.exps+`]}`)
 			a, changes := s.AssignSticky(nil, tc.attrs, tc.docs, nil)
-			got := int32(-1)
-			if a[0].InExperiment {
-				got = int32(a[0].VariationID)
-			}
+			got := variationOf(a[0])
 			if got != tc.want || a[0].StickyBucketUsed != tc.sticky || a[0].HashUsed != tc.hash {
 				t.Errorf("AssignSticky = variation %d, stickyBucketUsed %v, hashUsed %v; want %d, %v, %v",
 					got, a[0].StickyBucketUsed, a[0].HashUsed, tc.want, tc.sticky, tc.hash)
@@ -165,15 +162,7 @@ func TestAssignStringsStickyEqualsAssignSticky(t *testing.T) {
 	for trial := range 100 {
 		s := randomSet(t, r, 1+r.IntN(20))
 		for range 20 {
-			refs := s.Referenced()
-			vals := make([]string, len(refs))
-			attrs := Attributes{}
-			for i, name := range refs {
-				vals[i] = pick[name][r.IntN(len(pick[name]))]
-				if vals[i] != "" {
-					attrs[name] = vals[i]
-				}
-			}
+			vals, attrs := randomUnit(r, s.Referenced(), pick)
 			d := StickyDocs{}
 			for _, name := range []string{"id", "device"} {
 				for _, v := range pick[name][1:] {
@@ -190,11 +179,7 @@ func TestAssignStringsStickyEqualsAssignSticky(t *testing.T) {
 			want, wantChanges := s.AssignSticky(nil, attrs, d, nil)
 			got, changes := s.AssignStringsSticky(nil, vals, s.Outcomes(nil, attrs), d, nil)
 			for i, a := range want {
-				v := int32(-1)
-				if a.InExperiment {
-					v = int32(a.VariationID)
-				}
-				if got[i] != v {
+				if got[i] != variationOf(a) {
 					t.Fatalf("trial %d, attrs %v, docs %v, %s: AssignStringsSticky %d, AssignSticky %+v", trial, attrs, d, a.Key, got[i], a)
 				}
 			}
