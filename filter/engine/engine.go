@@ -586,13 +586,14 @@ const (
 // eval is GrowthBook's run(experiment) minus the SDK-only steps (URL
 // targeting, query-string and context overrides, QA mode, prerequisites).
 // It fills the zero Assignment r in place. docs are the unit's sticky-bucket
-// documents by slot (Set.stickyDocs); nil when it has none.
-func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, strs []string, memo []int8, u *unitHash, docs []map[string]string) {
+// documents by slot (Set.stickyDocs); nil when it has none. held is what
+// the document of the hashed value holds (stickyBucket).
+func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, strs []string, memo []int8, u *unitHash, docs []map[string]string) (held int32) {
 	r.Key = c.key
 	r.HashAttribute, r.HashValue = c.hashInput(attrs, slots, strs)
-	sb := stickyNone
+	sb, held := stickyNone, stickyNone
 	if docs != nil && c.sticky != nil && r.HashValue != "" {
-		sb = c.stickyBucket(docs)
+		sb, held = c.stickyBucket(docs, r.HashAttribute != c.hashAttr)
 	}
 	var used uint8
 	r.VariationID, r.InExperiment, used = c.decide(r.HashValue, sb, attrs, slots, strs, memo, u)
@@ -600,6 +601,7 @@ func (c *compiled) eval(r *Assignment, attrs map[string]any, slots []any, strs [
 	if len(c.values) > 0 {
 		r.Value = c.values[r.VariationID]
 	}
+	return held
 }
 
 // hashInput returns the attribute hashed for the unit and its value: the
@@ -816,9 +818,9 @@ func (s *Set) AssignSticky(dst []Assignment, attrs Attributes, docs StickyDocs, 
 		c := &s.exps[i]
 		dst = append(dst, Assignment{})
 		r := &dst[len(dst)-1]
-		c.eval(r, m, slots, nil, memo, &u, byslot)
+		held := c.eval(r, m, slots, nil, memo, &u, byslot)
 		if c.sticky != nil && r.InExperiment && r.HashUsed {
-			changes = c.record(changes, i, r.HashAttribute, r.HashValue, r.VariationID, byslot)
+			changes = c.record(changes, i, r.HashAttribute, r.HashValue, r.VariationID, held)
 		}
 	}
 	return dst, changes
@@ -917,14 +919,14 @@ func (s *Set) AssignStringsSticky(dst []int32, vals []string, o Outcomes, docs S
 		v := int32(-1)
 		c := &s.exps[i]
 		attr, hv := c.hashInput(nil, nil, strs)
-		sb := stickyNone
+		sb, held := stickyNone, stickyNone
 		if byslot != nil && c.sticky != nil && hv != "" {
-			sb = c.stickyBucket(byslot)
+			sb, held = c.stickyBucket(byslot, attr != c.hashAttr)
 		}
 		if variation, in, used := c.decide(hv, sb, nil, nil, strs, o, &u); in {
 			v = int32(variation)
 			if c.sticky != nil && used&usedHash != 0 {
-				changes = c.record(changes, i, attr, hv, variation, byslot)
+				changes = c.record(changes, i, attr, hv, variation, held)
 			}
 		}
 		dst = append(dst, v)

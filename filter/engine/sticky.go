@@ -182,6 +182,9 @@ func (s *Set) compileSticky(exps []Experiment) {
 		if sb.fallbackSlot < 0 {
 			sb.fallbackSlot = idSlot
 		}
+		if sb.fallbackSlot == c.hashSlot {
+			sb.fallbackSlot = -1 // the same document: read it once
+		}
 		sticky = append(sticky, sb)
 		c.sticky = &sticky[len(sticky)-1]
 	}
@@ -191,33 +194,45 @@ func (s *Set) compileSticky(exps []Experiment) {
 // variation the unit's stored bucket gives, stickyNone or stickyBlocked.
 // docs are the unit's documents by slot (Set.stickyDocs). The document of
 // the hash attribute wins over the fallback document's for the same key.
-func (c *compiled) stickyBucket(docs []map[string]string) int32 {
-	sb := c.sticky
+// held is the variation the document of the hashed attribute's value (the
+// fallback's when viaFallback) holds for the key, stickyNone if none: what
+// record compares, so that it needs no lookup of its own.
+func (c *compiled) stickyBucket(docs []map[string]string, viaFallback bool) (sb, held int32) {
+	st := c.sticky
 	primary := docs[c.hashSlot]
 	var secondary map[string]string
-	if sb.fallbackSlot >= 0 {
-		secondary = docs[sb.fallbackSlot]
+	if st.fallbackSlot >= 0 {
+		secondary = docs[st.fallbackSlot]
 	}
 	if primary == nil && secondary == nil {
-		return stickyNone
+		return stickyNone, stickyNone
 	}
-	if sb.minBucketVersion > 0 && (sb.blockedBy(primary) || sb.blockedBy(secondary)) {
-		return stickyBlocked
+	if st.minBucketVersion > 0 && (st.blockedBy(primary) || st.blockedBy(secondary)) {
+		return stickyBlocked, stickyNone
 	}
-	key, ok := primary[sb.key]
+	key, ok := primary[st.key]
+	inPrimary := ok
 	if !ok {
-		key, ok = secondary[sb.key]
+		key, ok = secondary[st.key]
 	}
 	if !ok {
-		return stickyNone
+		return stickyNone, stickyNone
 	}
 	// The key of a variation Allot wrote is its index; anything else
 	// (another index, another experiment definition's key) is not an
 	// assignment, as in GrowthBook.
+	sb = stickyNone
 	if n, ok := decimal(key); ok && n < len(c.values) {
-		return int32(n)
+		sb = int32(n)
 	}
-	return stickyNone
+	// Hashed on the fallback, the unit has no hash attribute value, hence
+	// no primary document: the secondary one is the fallback's.
+	if inPrimary || viaFallback {
+		held = sb
+	} else {
+		held = stickyNone
+	}
+	return sb, held
 }
 
 // blockedBy reports whether m holds an assignment of the experiment for a
@@ -253,18 +268,11 @@ func decimal(s string) (int, bool) {
 
 // record appends the change that stores c's assignment of the unit to
 // variation, hashed on attr's value, unless the document of that value
-// already holds it (docs by slot, nil when the unit has none).
-func (c *compiled) record(changes []StickyChange, i int, attr, value string, variation int, docs []map[string]string) []StickyChange {
-	sb := c.sticky
-	key := sb.variationKeys[variation]
-	if docs != nil {
-		slot := c.hashSlot
-		if attr != c.hashAttr {
-			slot = c.fallbackSlot
-		}
-		if v, ok := docs[slot][sb.key]; ok && v == key {
-			return changes
-		}
+// already holds it (held, from stickyBucket).
+func (c *compiled) record(changes []StickyChange, i int, attr, value string, variation int, held int32) []StickyChange {
+	if int32(variation) == held {
+		return changes
 	}
-	return append(changes, StickyChange{Experiment: i, Attribute: attr, Value: value, Key: sb.key, Variation: key})
+	st := c.sticky
+	return append(changes, StickyChange{Experiment: i, Attribute: attr, Value: value, Key: st.key, Variation: st.variationKeys[variation]})
 }
