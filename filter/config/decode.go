@@ -163,6 +163,9 @@ var experimentFields = []field{
 	{json: "force", proto: "force", kind: kindInt32},
 	{json: "filters", proto: "filters", kind: kindList},
 	{json: "ranges", proto: "ranges", kind: kindList},
+	{json: "bucketVersion", proto: "bucket_version", kind: kindInt32},
+	{json: "minBucketVersion", proto: "min_bucket_version", kind: kindInt32},
+	{json: "disableStickyBucketing", proto: "disable_sticky_bucketing", kind: kindBool},
 
 	{json: "status", proto: "status", reject: controlPlaneOnly},
 	{json: "description", proto: "description", reject: controlPlaneOnly},
@@ -286,6 +289,12 @@ func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool
 		e.Filters = d.listValue(v, 3)
 	case "ranges":
 		e.Ranges = d.ranges(v)
+	case "bucketVersion":
+		e.BucketVersion = int(d.integer(v, 32))
+	case "minBucketVersion":
+		e.MinBucketVersion = int(d.integer(v, 32))
+	case "disableStickyBucketing":
+		e.DisableStickyBucketing = d.boolean(v)
 	default:
 		return false
 	}

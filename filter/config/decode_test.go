@@ -37,9 +37,13 @@ var decodeSeeds = []string{
 	  "versionHeader":null,"cacheSize":null,"disableExposureState":null,"assignmentHeaders":null,"cacheMaxBytes":null}`,
 	`{"experiments":[{"key":"k","variations":["a",1,true,null,{"x":[1]}],"weights":[0.5,"0.5"],"coverage":0.5,"hashAttribute":"h",
 	  "fallbackAttribute":"f","hashVersion":2,"seed":"s","namespace":["n",0,1],"condition":{"b":1,"a":{"$in":[1]}},"force":1,
-	  "filters":[{"seed":"s","ranges":[[0,1]]}],"ranges":[[0,0.5],[0.5,1]]}]}`,
+	  "filters":[{"seed":"s","ranges":[[0,1]]}],"ranges":[[0,0.5],[0.5,1]],"bucketVersion":3,"minBucketVersion":"2",
+	  "disableStickyBucketing":true}]}`,
 	`{"experiments":[{"key":"k","hash_attribute":"h","fallback_attribute":"f","hash_version":"2","force":null,"coverage":null,
-	  "namespace":null,"condition":null,"filters":null,"ranges":null,"variations":null,"weights":null}]}`,
+	  "namespace":null,"condition":null,"filters":null,"ranges":null,"variations":null,"weights":null,"bucket_version":1,
+	  "min_bucket_version":1e0,"disable_sticky_bucketing":false}]}`,
+	`{"experiments":[{"bucketVersion":null,"minBucketVersion":null,"disableStickyBucketing":null}]}`,
+	`{"experiments":[{"bucketVersion":-1,"minBucketVersion":2147483648,"disableStickyBucketing":"true"}]}`,
 	// Control-plane and output-only fields: defaults, then values.
 	`{"experiments":[{"status":"","description":"","owner":"","services":[],"startTime":null,"endTime":null,"revision":"0",
 	  "createTime":null,"updateTime":null,"createdBy":"","updatedBy":""}]}`,
@@ -133,8 +137,9 @@ func dump(t *testing.T, f *Filter) string {
 		if e.Force != nil {
 			force = fmt.Sprint(*e.Force)
 		}
-		fmt.Fprintf(&b, "experiment %q %q %#v %s %q %q %d %q %s %s %s %s %#v\n", e.Key, vars, e.Weights, cov, e.HashAttribute,
-			e.FallbackAttribute, e.HashVersion, e.Seed, raw(e.Namespace), raw(e.Condition), force, raw(e.Filters), e.Ranges)
+		fmt.Fprintf(&b, "experiment %q %q %#v %s %q %q %d %q %s %s %s %s %#v %d %d %v\n", e.Key, vars, e.Weights, cov, e.HashAttribute,
+			e.FallbackAttribute, e.HashVersion, e.Seed, raw(e.Namespace), raw(e.Condition), force, raw(e.Filters), e.Ranges,
+			e.BucketVersion, e.MinBucketVersion, e.DisableStickyBucketing)
 	}
 	if f.SavedGroups != nil {
 		keys := make([]string, 0, len(f.SavedGroups))
@@ -176,7 +181,8 @@ func fromProto(t *testing.T, pb *filterv1.FilterConfig) (f Filter, rejected []st
 	}
 	for _, e := range pb.Experiments {
 		x := engine.Experiment{Key: e.Key, HashAttribute: e.HashAttribute, FallbackAttribute: e.FallbackAttribute,
-			HashVersion: int(e.HashVersion), Seed: e.Seed}
+			HashVersion: int(e.HashVersion), Seed: e.Seed, BucketVersion: int(e.BucketVersion),
+			MinBucketVersion: int(e.MinBucketVersion), DisableStickyBucketing: e.DisableStickyBucketing}
 		for _, v := range e.Variations {
 			x.Variations = append(x.Variations, marshal(v))
 		}

@@ -158,7 +158,10 @@ func encodeFilter(t *testing.T, f *Filter, protoNames bool) []byte {
 	for _, e := range f.Experiments {
 		x := jsonx.Object{{Key: "key", Value: e.Key}, {Key: name("hashAttribute", "hash_attribute"), Value: e.HashAttribute},
 			{Key: name("fallbackAttribute", "fallback_attribute"), Value: e.FallbackAttribute},
-			{Key: name("hashVersion", "hash_version"), Value: float64(e.HashVersion)}, {Key: "seed", Value: e.Seed}}
+			{Key: name("hashVersion", "hash_version"), Value: float64(e.HashVersion)}, {Key: "seed", Value: e.Seed},
+			{Key: name("bucketVersion", "bucket_version"), Value: float64(e.BucketVersion)},
+			{Key: name("minBucketVersion", "min_bucket_version"), Value: float64(e.MinBucketVersion)},
+			{Key: name("disableStickyBucketing", "disable_sticky_bucketing"), Value: e.DisableStickyBucketing}}
 		vars := []any{}
 		for _, v := range e.Variations {
 			vars = append(vars, raw(v))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,3 +54,75 @@ func BenchmarkHash(b *testing.B) {
 		Hash("checkout-v2", "user-12345678", 2)
 	}
 }
+
+// benchmarkAssignStrings is the proxy's cache-miss path: the condition
+// outcomes are known for the request's targeting, each unit is only hashed.
+func benchmarkAssignStrings(b *testing.B, n int) {
+	s := mustCompile(b, benchConfig(n))
+	refs := s.Referenced()
+	vals := make([][]string, 64)
+	for i := range vals {
+		a := benchAttrs(i)
+		for _, name := range refs {
+			v, _ := a[name].(string)
+			vals[i] = append(vals[i], v)
+		}
+	}
+	o := s.Outcomes(nil, benchAttrs(0))
+	dst := make([]int32, 0, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		dst = s.AssignStrings(dst[:0], vals[i%len(vals)], o)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/experiment")
+}
+
+func BenchmarkAssignStrings50(b *testing.B) { benchmarkAssignStrings(b, 50) }
+
+func BenchmarkOutcomes50(b *testing.B) {
+	s := mustCompile(b, benchConfig(50))
+	attrs := benchAttrs(0)
+	var o Outcomes
+	b.ReportAllocs()
+	for b.Loop() {
+		o = s.Outcomes(o, attrs)
+	}
+}
+
+// benchmarkAssignStringsSticky is the cache-miss path with sticky
+// bucketing, for a unit with a document holding a third of its
+// assignments, or without documents (withDocs false).
+func benchmarkAssignStringsSticky(b *testing.B, n int, withDocs bool) {
+	s := mustCompile(b, benchConfig(n))
+	refs := s.Referenced()
+	vals := make([][]string, 64)
+	docs := make([]StickyDocs, 64)
+	for i := range vals {
+		a := benchAttrs(i)
+		for _, name := range refs {
+			v, _ := a[name].(string)
+			vals[i] = append(vals[i], v)
+		}
+		if withDocs {
+			m := map[string]string{}
+			for j := 0; j < n; j += 3 {
+				m[StickyKey("exp-"+strconv.Itoa(j), 0)] = "1"
+			}
+			id := a["id"].(string)
+			docs[i] = StickyDocs{StickyDocKey("id", id): {AttributeName: "id", AttributeValue: id, Assignments: m}}
+		}
+	}
+	o := s.Outcomes(nil, benchAttrs(0))
+	dst := make([]int32, 0, n)
+	changes := make([]StickyChange, 0, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		dst, changes = s.AssignStringsSticky(dst[:0], vals[i%len(vals)], o, docs[i%len(docs)], changes[:0])
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/experiment")
+}
+
+func BenchmarkAssignStringsSticky50(b *testing.B)       { benchmarkAssignStringsSticky(b, 50, true) }
+func BenchmarkAssignStringsStickyNoDocs50(b *testing.B) { benchmarkAssignStringsSticky(b, 50, false) }

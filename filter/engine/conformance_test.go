@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -21,7 +22,11 @@ import (
 // invalid input. "run" cases go through compileExperiment's lenient result —
 // the same evaluation Compile's sets use, keeping raw variation values — and,
 // whenever Compile accepts the definition, through Compile and Set.Assign too.
-// Only cases needing SDK-only features are skipped, each with its reason.
+// "stickyBucket" cases express their experiment as a feature's rules: each
+// rule becomes the experiment GrowthBook's evalFeature builds from it, run
+// with AssignSticky (and AssignStringsSticky) over the documents a GrowthBook
+// client would load for the unit. Only cases needing SDK-only features are
+// skipped, each with its reason.
 
 const casesEnv = "ALLOT_GROWTHBOOK_CASES"
 
@@ -71,6 +76,7 @@ func TestConformance(t *testing.T) {
 		{"getEqualWeights", confEqualWeights, func(c []RawMessage) string { return "n=" + string(c[0]) }},
 		{"evalCondition", confEvalCondition, nil},
 		{"run", confRun, nil},
+		{"stickyBucket", confStickyBucket, nil},
 	}
 	counts := map[string]*tally{}
 	for _, sec := range sections {
@@ -256,8 +262,6 @@ func sdkOnly(ctx, exp map[string]RawMessage) string {
 		return "context enabled=false (SDK-only global kill switch; Allot disables per experiment with status)"
 	case ctx["features"] != nil || exp["parentConditions"] != nil:
 		return "prerequisite feature flags (SDK-only: Allot has no feature flags)"
-	case ctx["stickyBucketAssignmentDocs"] != nil || ctx["stickyBucketService"] != nil:
-		return "sticky buckets (SDK-only)"
 	case exp["urlPatterns"] != nil:
 		return "URL targeting (SDK-only)"
 	}
@@ -272,7 +276,9 @@ func confRun(t *testing.T, c []RawMessage) {
 		t.Skip("needs " + reason)
 	}
 	for k := range ctx {
-		if k != "attributes" && k != "savedGroups" && k != "qaMode" {
+		// Documents without a sticky-bucket service (which JSON cannot
+		// carry) are ignored by the reference: so they are here.
+		if k != "attributes" && k != "savedGroups" && k != "qaMode" && k != "stickyBucketAssignmentDocs" {
 			t.Fatalf("unhandled context key %q", k)
 		}
 	}
@@ -303,7 +309,7 @@ func confRun(t *testing.T, c []RawMessage) {
 		t.Logf("Compile would reject: %v", err)
 	}
 	var r Assignment
-	comp.eval(&r, attrs, nil, nil, nil, &unitHash{})
+	comp.eval(&r, attrs, nil, nil, nil, &unitHash{}, nil)
 	var gotValue any
 	if r.VariationID < len(e.Variations) {
 		gotValue = decode[any](t, e.Variations[r.VariationID])
@@ -343,4 +349,192 @@ func notSent(exp map[string]RawMessage) bool {
 		return true
 	}
 	return false
+}
+
+// feature is a GrowthBook feature definition, as far as stickyBucket cases
+// use it: the experiment result, not the feature's value, is compared.
+type feature struct {
+	Rules []map[string]RawMessage `json:"rules"`
+}
+
+// ruleFields are the experiment-rule fields the stickyBucket harness maps,
+// and what becomes of them. Any other field fails the case, so that a new
+// one in the suite is noticed.
+var ruleFields = map[string]string{
+	"key": "experiment", "variations": "experiment", "weights": "experiment", "coverage": "experiment",
+	"hashAttribute": "experiment", "fallbackAttribute": "experiment", "hashVersion": "experiment",
+	"seed": "experiment", "namespace": "experiment", "condition": "experiment", "ranges": "experiment",
+	"bucketVersion": "experiment", "minBucketVersion": "experiment", "disableStickyBucketing": "experiment",
+	"filters": "checked before the experiment, as evalFeature does, and by it",
+	"meta":    "variation keys: must be the indexes, Allot's keys",
+	"phase":   "informational", "name": "informational", "id": "informational",
+}
+
+// ruleExperiment is the experiment GrowthBook's evalFeature builds from an
+// experiment rule of feature id: rule.key, or the feature id.
+func ruleExperiment(t *testing.T, id string, rule map[string]RawMessage) Experiment {
+	t.Helper()
+	if rule["variations"] == nil {
+		t.Fatalf("unhandled rule without variations (a force or rollout rule): %v", rule)
+	}
+	e := map[string]RawMessage{}
+	for k, v := range rule {
+		what, ok := ruleFields[k]
+		if !ok {
+			t.Fatalf("unhandled rule field %q", k)
+		}
+		if what == "experiment" || k == "filters" {
+			e[k] = v
+		}
+	}
+	if e["key"] == nil || str(e["key"]) == "" {
+		e["key"] = RawMessage(strconv.Quote(id))
+	}
+	if raw := rule["meta"]; raw != nil {
+		for i, m := range decode[[]map[string]any](t, raw) {
+			if k, ok := m["key"].(string); ok && k != strconv.Itoa(i) {
+				t.Skipf("needs variation meta key %q for variation %d (Allot's variation key is its index)", k, i)
+			}
+		}
+	}
+	js, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode[Experiment](t, js)
+}
+
+// confStickyBucket: [name, context, stored documents, feature id,
+// experiment result or null, documents after].
+func confStickyBucket(t *testing.T, c []RawMessage) {
+	ctx := decode[map[string]RawMessage](t, c[1])
+	for k := range ctx {
+		// The context's own documents are replaced by the service's, as
+		// GrowthBook's refreshStickyBuckets does.
+		if k != "attributes" && k != "features" && k != "stickyBucketAssignmentDocs" {
+			t.Fatalf("unhandled context key %q", k)
+		}
+	}
+	attrs := decode[map[string]any](t, ctx["attributes"])
+	features := decode[map[string]feature](t, ctx["features"])
+	stored := decode[[]StickyDoc](t, c[2])
+	id := decode[string](t, c[3])
+	want := decode[map[string]any](t, c[4])
+	wantDocs := decode[StickyDocs](t, c[5])
+
+	// The documents a GrowthBook client loads: those of its identifier
+	// attributes (every experiment rule's hash attribute, "id" by default,
+	// and fallback attribute) for the unit's values.
+	ids := map[string]bool{}
+	for _, f := range features {
+		for _, rule := range f.Rules {
+			if rule["variations"] != nil {
+				ha := str(rule["hashAttribute"])
+				if rule["hashAttribute"] == nil || ha == "" {
+					ha = "id"
+				}
+				ids[ha] = true
+				if fa := rule["fallbackAttribute"]; fa != nil && str(fa) != "" {
+					ids[str(fa)] = true
+				}
+			}
+		}
+	}
+	docs := StickyDocs{}
+	for _, d := range stored {
+		if ids[d.AttributeName] && d.AttributeValue == hashValue(attrs[d.AttributeName]) {
+			docs[StickyDocKey(d.AttributeName, d.AttributeValue)] = d
+		}
+	}
+
+	// evalFeature: the first rule whose experiment the unit is in decides;
+	// each experiment stores its assignment before the next runs.
+	f, ok := features[id]
+	if !ok {
+		t.Fatalf("feature %q not in the context", id)
+	}
+	var got *Assignment
+	var seed string
+	var hashVersion int
+	for _, rule := range f.Rules {
+		e := ruleExperiment(t, id, rule)
+		set, err := Compile(Config{Experiments: []Experiment{e}})
+		if err != nil {
+			t.Fatalf("Compile: %v", err)
+		}
+		if set.exps[0].filteredOut(attrs, nil, nil, &unitHash{}) {
+			continue // evalFeature skips the rule before running its experiment
+		}
+		a, changes := set.AssignSticky(nil, attrs, docs, nil)
+		checkStickyStrings(t, set, attrs, docs, a, changes)
+		for _, ch := range changes {
+			if v, ok := docs[StickyDocKey(ch.Attribute, ch.Value)].Assignments[ch.Key]; ok && v == ch.Variation {
+				t.Errorf("change %+v reported, but the document holds it already", ch)
+			}
+		}
+		docs = docs.Apply(changes)
+		if a[0].InExperiment {
+			got, seed, hashVersion = &a[0], e.Seed, max(e.HashVersion, 1)
+			if seed == "" {
+				seed = e.Key
+			}
+			break
+		}
+	}
+
+	switch {
+	case want == nil && got != nil:
+		t.Errorf("in experiment %+v, want no experiment result", *got)
+	case want != nil && got == nil:
+		t.Errorf("no experiment result, want %v", want)
+	case want != nil:
+		wantValue, _ := renderVariation(decode[map[string]RawMessage](t, c[4])["value"])
+		check := func(field string, got, want any) {
+			t.Helper()
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s = %v, want %v", field, got, want)
+			}
+		}
+		check("value", got.Value, wantValue)
+		check("variationId", float64(got.VariationID), want["variationId"])
+		check("key", strconv.Itoa(got.VariationID), want["key"])
+		check("inExperiment", got.InExperiment, want["inExperiment"])
+		check("hashUsed", got.HashUsed, want["hashUsed"])
+		check("stickyBucketUsed", got.StickyBucketUsed, want["stickyBucketUsed"])
+		check("hashAttribute", got.HashAttribute, want["hashAttribute"])
+		check("hashValue", got.HashValue, hashValue(want["hashValue"]))
+		if b, ok := want["bucket"].(float64); ok {
+			n, _ := Hash(seed, got.HashValue, hashVersion)
+			if !near(n, b, 1e-9) {
+				t.Errorf("bucket = %v, want %v", n, b)
+			}
+		}
+	}
+	if !reflect.DeepEqual(docs, wantDocs) {
+		t.Errorf("documents after:\n got %v\nwant %v", docs, wantDocs)
+	}
+}
+
+// checkStickyStrings checks that AssignStringsSticky agrees with
+// AssignSticky's assignments a and changes when every attribute is a
+// string.
+func checkStickyStrings(t *testing.T, set *Set, attrs map[string]any, docs StickyDocs, a []Assignment, changes []StickyChange) {
+	t.Helper()
+	vals := make([]string, 0, len(set.Referenced()))
+	for _, name := range set.Referenced() {
+		v, ok := attrs[name].(string)
+		if !ok && attrs[name] != nil {
+			return
+		}
+		vals = append(vals, v)
+	}
+	got, gotChanges := set.AssignStringsSticky(nil, vals, set.Outcomes(nil, attrs), docs, nil)
+	for i := range a {
+		if got[i] != variationOf(a[i]) {
+			t.Errorf("AssignStringsSticky = %v, AssignSticky %+v", got, a[i])
+		}
+	}
+	if !slices.Equal(gotChanges, changes) {
+		t.Errorf("AssignStringsSticky changes %+v, AssignSticky %+v", gotChanges, changes)
+	}
 }

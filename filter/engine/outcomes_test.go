@@ -86,14 +86,7 @@ func TestAssignStringsEqualsAssign(t *testing.T) {
 		s := randomSet(t, r, 1+r.IntN(40))
 		refs := s.Referenced()
 		for range 30 {
-			vals := make([]string, len(refs))
-			attrs := Attributes{}
-			for i, name := range refs {
-				vals[i] = pick[name][r.IntN(len(pick[name]))]
-				if vals[i] != "" {
-					attrs[name] = vals[i]
-				}
-			}
+			vals, attrs := randomUnit(r, refs, pick)
 			// Outcomes see only the condition attributes.
 			condAttrs := Attributes{}
 			for _, name := range s.ConditionAttributes() {
@@ -104,17 +97,36 @@ func TestAssignStringsEqualsAssign(t *testing.T) {
 			want := s.Assign(nil, attrs)
 			got := s.AssignStrings(nil, vals, s.Outcomes(nil, condAttrs))
 			for i, a := range want {
-				v := int32(-1)
-				if a.InExperiment {
-					v = int32(a.VariationID)
-				}
-				if got[i] != v {
+				if got[i] != variationOf(a) {
 					t.Fatalf("trial %d, attrs %v, %s: AssignStrings %d, Assign %+v",
 						trial, attrs, a.Key, got[i], a)
 				}
 			}
 		}
 	}
+}
+
+// randomUnit picks a value of every attribute refs names from pick ("" for
+// absent): the values as AssignStrings takes them and as Attributes.
+func randomUnit(r *rand.Rand, refs []string, pick map[string][]string) ([]string, Attributes) {
+	vals := make([]string, len(refs))
+	attrs := Attributes{}
+	for i, name := range refs {
+		vals[i] = pick[name][r.IntN(len(pick[name]))]
+		if vals[i] != "" {
+			attrs[name] = vals[i]
+		}
+	}
+	return vals, attrs
+}
+
+// variationOf is a's variation as AssignStrings reports it: -1 when not in
+// the experiment.
+func variationOf(a Assignment) int32 {
+	if !a.InExperiment {
+		return -1
+	}
+	return int32(a.VariationID)
 }
 
 func TestConditionAttributes(t *testing.T) {

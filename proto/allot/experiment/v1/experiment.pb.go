@@ -82,6 +82,18 @@ type Experiment struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// end_time, when set, is when the experiment stops assigning.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// bucket_version is the version of the experiment's sticky buckets
+	// (GrowthBook's bucketVersion): a unit's stored assignment is reused only
+	// when it was made for this version, so raising it re-randomizes units
+	// without changing the key. At least 0; default 0.
+	BucketVersion int32 `protobuf:"varint,20,opt,name=bucket_version,json=bucketVersion,proto3" json:"bucket_version,omitempty"`
+	// min_bucket_version excludes units whose stored sticky bucket was made
+	// for an older version (below it) from the experiment. At least 0 and at
+	// most bucket_version; default 0 (nobody excluded).
+	MinBucketVersion int32 `protobuf:"varint,21,opt,name=min_bucket_version,json=minBucketVersion,proto3" json:"min_bucket_version,omitempty"`
+	// disable_sticky_bucketing makes the experiment ignore stored sticky
+	// buckets and record none: every unit is assigned by its hash alone.
+	DisableStickyBucketing bool `protobuf:"varint,22,opt,name=disable_sticky_bucketing,json=disableStickyBucketing,proto3" json:"disable_sticky_bucketing,omitempty"`
 	// revision is the store revision of the last write (output only; send it
 	// back on update for optimistic concurrency).
 	Revision int64 `protobuf:"varint,100,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -260,6 +272,27 @@ func (x *Experiment) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Experiment) GetBucketVersion() int32 {
+	if x != nil {
+		return x.BucketVersion
+	}
+	return 0
+}
+
+func (x *Experiment) GetMinBucketVersion() int32 {
+	if x != nil {
+		return x.MinBucketVersion
+	}
+	return 0
+}
+
+func (x *Experiment) GetDisableStickyBucketing() bool {
+	if x != nil {
+		return x.DisableStickyBucketing
+	}
+	return false
+}
+
 func (x *Experiment) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
@@ -299,7 +332,7 @@ var File_allot_experiment_v1_experiment_proto protoreflect.FileDescriptor
 
 const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\n" +
-	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\a\n" +
+	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\b\n" +
 	"\n" +
 	"Experiment\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
@@ -324,7 +357,10 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\bservices\x18\x11 \x03(\tR\bservices\x129\n" +
 	"\n" +
 	"start_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1a\n" +
+	"\bend_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12%\n" +
+	"\x0ebucket_version\x18\x14 \x01(\x05R\rbucketVersion\x12,\n" +
+	"\x12min_bucket_version\x18\x15 \x01(\x05R\x10minBucketVersion\x128\n" +
+	"\x18disable_sticky_bucketing\x18\x16 \x01(\bR\x16disableStickyBucketing\x12\x1a\n" +
 	"\brevision\x18d \x01(\x03R\brevision\x12;\n" +
 	"\vcreate_time\x18e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
