@@ -13,20 +13,11 @@ import (
 	"github.com/allotmesh/allot/control-plane/migrate"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
+	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/store/storetest"
 )
-
-func openBolt(t *testing.T, path string, opts ...bolt.Option) *bolt.DB {
-	t.Helper()
-	db, err := bolt.Open(path, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // TestCopyBoltToEtcd copies a real bbolt file (a deleted experiment, a key
 // that needs escaping, more changes than one etcd transaction takes) into
@@ -36,12 +27,12 @@ func openBolt(t *testing.T, path string, opts ...bolt.Option) *bolt.DB {
 func TestCopyBoltToEtcd(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "allot.db")
-	w := openBolt(t, path)
+	w := bolttest.Open(t, path)
 	history := storetest.Fill(t, w, 150, "deleted", "checkout.button-color", "team/exp ü%2F", "x_y-z")
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	src := openBolt(t, path, bolt.WithReadOnly())
+	src := bolttest.Open(t, path, bolt.WithReadOnly())
 	c := etcdtest.Start(t, 1)
 	dst := c.Open(t, etcd.ForImport())
 
@@ -90,9 +81,9 @@ func TestVerifyFindsMismatches(t *testing.T) {
 	ctx := t.Context()
 	clock := func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC) }
 	dir := t.TempDir()
-	src := openBolt(t, filepath.Join(dir, "src.db"), bolt.WithClock(clock))
-	dst := openBolt(t, filepath.Join(dir, "dst.db"), bolt.WithClock(clock))
-	same := openBolt(t, filepath.Join(dir, "same.db"), bolt.WithClock(clock))
+	src := bolttest.Open(t, filepath.Join(dir, "src.db"), bolt.WithClock(clock))
+	dst := bolttest.Open(t, filepath.Join(dir, "dst.db"), bolt.WithClock(clock))
+	same := bolttest.Open(t, filepath.Join(dir, "same.db"), bolt.WithClock(clock))
 	create := func(s store.Store, key, actor string) {
 		t.Helper()
 		if _, err := s.Create(ctx, &store.Experiment{Key: key, Spec: json.RawMessage(`{}`)}, actor); err != nil {

@@ -18,33 +18,19 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
+	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/store/storetest"
 )
 
-// openDB opens a store at path and closes it when the test ends.
-func openDB(t *testing.T, path string, opts ...bolt.Option) *bolt.DB {
-	t.Helper()
-	db, err := bolt.Open(path, opts...)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return db
-}
-
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		return openDB(t, filepath.Join(t.TempDir(), "allot.db"))
+		return bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 	})
 }
 
 func TestOpenCreatesParentDirectories(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a", "b", "c", "allot.db")
-	db := openDB(t, path)
+	db := bolttest.Open(t, path)
 	if db.Path() != path {
 		t.Errorf("Path() = %q, want %q", db.Path(), path)
 	}
@@ -82,7 +68,7 @@ func TestReopenPersists(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
-	db = openDB(t, path)
+	db = bolttest.Open(t, path)
 	if rev, err := db.Revision(ctx); err != nil || rev != 4 {
 		t.Fatalf("Revision after reopen = %d, %v; want 4", rev, err)
 	}
@@ -128,7 +114,7 @@ func TestReopenPersists(t *testing.T) {
 
 func TestOpenLocked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "allot.db")
-	openDB(t, path)
+	bolttest.Open(t, path)
 
 	tests := []struct {
 		name    string
@@ -186,8 +172,8 @@ func TestReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r1 := openDB(t, path, bolt.WithReadOnly())
-	r2 := openDB(t, path, bolt.WithReadOnly())
+	r1 := bolttest.Open(t, path, bolt.WithReadOnly())
+	r2 := bolttest.Open(t, path, bolt.WithReadOnly())
 	for _, r := range []*bolt.DB{r1, r2} {
 		if rev, err := r.Revision(ctx); err != nil || rev != 1 {
 			t.Fatalf("Revision = %d, %v; want 1", rev, err)
@@ -230,7 +216,7 @@ func TestClock(t *testing.T) {
 	ctx := t.Context()
 	zone := time.FixedZone("UTC+2", 2*60*60)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 123456789, zone)
-	db := openDB(t, filepath.Join(t.TempDir(), "allot.db"), bolt.WithClock(func() time.Time { return now }))
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"), bolt.WithClock(func() time.Time { return now }))
 
 	created, err := db.Create(ctx, &store.Experiment{Key: "a", Spec: json.RawMessage(`{}`)}, "alice")
 	if err != nil {
@@ -268,7 +254,7 @@ func TestClock(t *testing.T) {
 // including characters that encoding/json would HTML-escape by default.
 func TestSpecBytesPreserved(t *testing.T) {
 	ctx := t.Context()
-	db := openDB(t, filepath.Join(t.TempDir(), "allot.db"))
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 	spec := `{"cond":"a<b && c>d","name":"日本","n":1.50}`
 	if _, err := db.Create(ctx, &store.Experiment{Key: "a", Spec: json.RawMessage(" " + spec + "\n")}, "alice"); err != nil {
 		t.Fatalf("Create: %v", err)
@@ -444,7 +430,7 @@ func TestCrashDurability(t *testing.T) {
 
 	// ...and at the store level: every acknowledged write is there, and the
 	// revision, experiments and history agree.
-	db := openDB(t, path)
+	db := bolttest.Open(t, path)
 	ctx := t.Context()
 	for _, key := range acked {
 		if _, err := db.Get(ctx, key); err != nil {
