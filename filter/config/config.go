@@ -65,7 +65,41 @@ type Filter struct {
 	Experiments       []engine.Experiment
 	SavedGroups       map[string]engine.RawMessage
 	Attributes        []Attribute
+	// StickyCookie, when set, turns sticky bucketing on.
+	StickyCookie *StickyCookie
 }
+
+// StickyCookie is allot.filter.v1.StickyCookie: the cookie that carries a
+// unit's sticky assignments and the keys that sign it. Defaults fills its
+// defaults.
+type StickyCookie struct {
+	Name           string
+	Keys           []SigningKey
+	Path           string
+	Domain         string
+	MaxAgeSeconds  int
+	SameSite       string
+	Insecure       bool
+	ScriptReadable bool
+}
+
+// SigningKey is allot.filter.v1.SigningKey.
+type SigningKey struct {
+	ID     string
+	Secret []byte
+}
+
+// Sticky cookie defaults and bounds.
+const (
+	DefaultStickyCookiePath   = "/"
+	DefaultStickyCookieMaxAge = 365 * 24 * 3600
+	DefaultStickySameSite     = "Lax"
+	// MinSigningKeyBytes is the shortest secret a signing key may have:
+	// SHA-256's output size (RFC 2104 advises no less).
+	MinSigningKeyBytes = 32
+	// MaxSigningKeyID is the longest key id: ids travel in every cookie.
+	MaxSigningKeyID = 16
+)
 
 // Attribute is allot.filter.v1.Attribute: a name and exactly one source.
 type Attribute struct {
@@ -129,6 +163,13 @@ func (f *Filter) Defaults() {
 	}
 	if f.AssignmentHeaders == "" || f.AssignmentHeaders == AssignmentHeadersUnspecified {
 		f.AssignmentHeaders = AssignmentHeadersAll
+	}
+	if c := f.StickyCookie; c != nil {
+		c.Path = or(c.Path, DefaultStickyCookiePath)
+		c.SameSite = or(c.SameSite, DefaultStickySameSite)
+		if c.MaxAgeSeconds == 0 {
+			c.MaxAgeSeconds = DefaultStickyCookieMaxAge
+		}
 	}
 }
 
@@ -200,7 +241,95 @@ func (f *Filter) Check() error {
 			fail(p+".header", strconv.Quote(a.Header)+" is an assignment header (headerPrefix, dictionaryHeader or versionHeader), which the filter removes from every request")
 		}
 	}
+	if c := f.StickyCookie; c != nil {
+		errs = append(errs, c.check())
+	}
 	return errors.Join(errs...)
+}
+
+// check validates the sticky cookie's settings; unset ones are valid
+// (their defaults apply), except the name and the keys.
+func (c *StickyCookie) check() error {
+	var errs []error
+	fail := func(path, msg string) {
+		errs = append(errs, &engine.FieldError{Path: "stickyCookie." + path, Message: msg})
+	}
+	switch {
+	case c.Name == "":
+		fail("name", "is required")
+	case !isToken(c.Name):
+		fail("name", strconv.Quote(c.Name)+" is not a cookie name (an RFC 6265 token)")
+	}
+	if c.Path != "" && (c.Path[0] != '/' || !cookieAttrValue(c.Path)) {
+		fail("path", strconv.Quote(c.Path)+" is not a path starting with /")
+	}
+	if c.Domain != "" && !cookieAttrValue(c.Domain) {
+		fail("domain", strconv.Quote(c.Domain)+" is not a domain")
+	}
+	switch c.SameSite {
+	case "", "Lax", "Strict":
+	case "None":
+		if c.Insecure {
+			fail("sameSite", `"None" requires Secure: unset insecure`)
+		}
+	default:
+		fail("sameSite", strconv.Quote(c.SameSite)+` is not "Lax", "Strict" or "None"`)
+	}
+	if len(c.Keys) == 0 {
+		fail("keys", "at least one signing key is required (allotd: -sticky-keys)")
+	}
+	seen := map[string]bool{}
+	for i, k := range c.Keys {
+		p := "keys[" + strconv.Itoa(i) + "]"
+		switch {
+		case k.ID == "":
+			fail(p+".id", "is required")
+		case len(k.ID) > MaxSigningKeyID || !keyID(k.ID):
+			fail(p+".id", strconv.Quote(k.ID)+" is not 1 to "+strconv.Itoa(MaxSigningKeyID)+" characters of A-Z a-z 0-9 _ -")
+		case seen[k.ID]:
+			fail(p+".id", strconv.Quote(k.ID)+" is given twice")
+		}
+		seen[k.ID] = true
+		if len(k.Secret) < MinSigningKeyBytes {
+			fail(p+".secret", strconv.Itoa(len(k.Secret))+" bytes, at least "+strconv.Itoa(MinSigningKeyBytes))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isToken reports whether s is an RFC 7230 token, as RFC 6265 requires of
+// a cookie name.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`()<>@,;:\"/[]?={}`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// cookieAttrValue reports whether s may be a cookie attribute's value:
+// visible ASCII without ';'.
+func cookieAttrValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == ';' {
+			return false
+		}
+	}
+	return true
+}
+
+// keyID reports whether s holds only A-Z a-z 0-9 _ -: the characters a
+// cookie value may carry unencoded.
+func keyID(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidHeaderName reports whether s is a non-empty lowercase HTTP token, as

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"math"
 	"slices"
@@ -96,11 +97,12 @@ const (
 	kindInt64
 	kindDouble
 	kindEnum
-	kindMessage   // Experiment or Attribute
+	kindMessage   // Experiment, Attribute, StickyCookie or SigningKey
 	kindValue     // google.protobuf.Value
 	kindStruct    // google.protobuf.Struct
 	kindList      // google.protobuf.ListValue
 	kindTimestamp // google.protobuf.Timestamp
+	kindBytes     // bytes: base64 text
 )
 
 // field is one field of a message: its two names, its type and, when the
@@ -135,6 +137,25 @@ var filterFields = []field{
 	{json: "disableExposureState", proto: "disable_exposure_state", kind: kindBool},
 	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum},
 	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32},
+	{json: "stickyCookie", proto: "sticky_cookie", kind: kindMessage},
+}
+
+// stickyCookieFields are StickyCookie's fields.
+var stickyCookieFields = []field{
+	{json: "name", proto: "name"},
+	{json: "keys", proto: "keys", kind: kindMessage, repeated: true},
+	{json: "path", proto: "path"},
+	{json: "domain", proto: "domain"},
+	{json: "maxAgeSeconds", proto: "max_age_seconds", kind: kindInt32},
+	{json: "sameSite", proto: "same_site"},
+	{json: "insecure", proto: "insecure", kind: kindBool},
+	{json: "scriptReadable", proto: "script_readable", kind: kindBool},
+}
+
+// signingKeyFields are SigningKey's fields.
+var signingKeyFields = []field{
+	{json: "id", proto: "id"},
+	{json: "secret", proto: "secret", kind: kindBytes},
 }
 
 // attributeFields are Attribute's fields.
@@ -193,8 +214,69 @@ func (d *decoder) set(m any, name string, v any) bool {
 		return d.attributeField(m, name, v)
 	case *engine.Experiment:
 		return d.experimentField(m, name, v)
+	case *StickyCookie:
+		return d.stickyCookieField(m, name, v)
+	case *SigningKey:
+		return d.signingKeyField(m, name, v)
 	}
 	return false
+}
+
+func (d *decoder) stickyCookieField(c *StickyCookie, name string, v any) bool {
+	switch name {
+	case "name":
+		c.Name = d.str(v)
+	case "keys":
+		if n := arrayLen(v); n > 0 {
+			c.Keys = make([]SigningKey, n)
+		}
+		d.list(v, func(i int, x any) { d.message(x, signingKeyFields, &c.Keys[i]) })
+	case "path":
+		c.Path = d.str(v)
+	case "domain":
+		c.Domain = d.str(v)
+	case "maxAgeSeconds":
+		c.MaxAgeSeconds = int(d.integer(v, 32))
+	case "sameSite":
+		c.SameSite = d.str(v)
+	case "insecure":
+		c.Insecure = d.boolean(v)
+	case "scriptReadable":
+		c.ScriptReadable = d.boolean(v)
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) signingKeyField(k *SigningKey, name string, v any) bool {
+	switch name {
+	case "id":
+		k.ID = d.str(v)
+	case "secret":
+		k.Secret = d.bytes(v)
+	default:
+		return false
+	}
+	return true
+}
+
+// bytes decodes a bytes field: base64 text, standard or URL-safe, padded
+// or not, as protojson reads it.
+func (d *decoder) bytes(v any) []byte {
+	s := d.str(v)
+	enc := base64.StdEncoding
+	if strings.ContainsAny(s, "-_") {
+		enc = base64.URLEncoding
+	}
+	if len(s)%4 != 0 {
+		enc = enc.WithPadding(base64.NoPadding)
+	}
+	b, err := enc.DecodeString(s)
+	if err != nil {
+		d.fail("not base64")
+	}
+	return b
 }
 
 func (d *decoder) filterField(f *Filter, name string, v any) bool {
@@ -229,6 +311,9 @@ func (d *decoder) filterField(f *Filter, name string, v any) bool {
 		f.AssignmentHeaders = d.enum(v)
 	case "cacheMaxBytes":
 		f.CacheMaxBytes = int(d.integer(v, 32))
+	case "stickyCookie":
+		f.StickyCookie = &StickyCookie{}
+		d.message(v, stickyCookieFields, f.StickyCookie)
 	default:
 		return false
 	}

@@ -472,6 +472,8 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 			return kindDouble
 		case protoreflect.EnumKind:
 			return kindEnum
+		case protoreflect.BytesKind:
+			return kindBytes
 		case protoreflect.MessageKind:
 			switch fd.Message().FullName() {
 			case "google.protobuf.Value":
@@ -482,7 +484,7 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 				return kindList
 			case "google.protobuf.Timestamp":
 				return kindTimestamp
-			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute":
+			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute", "allot.filter.v1.StickyCookie", "allot.filter.v1.SigningKey":
 				return kindMessage
 			}
 		}
@@ -496,6 +498,8 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 		{(&filterv1.FilterConfig{}).ProtoReflect().Descriptor(), infos(filterFields, &Filter{})},
 		{(&filterv1.Attribute{}).ProtoReflect().Descriptor(), infos(attributeFields, &Attribute{})},
 		{(&experimentv1.Experiment{}).ProtoReflect().Descriptor(), infos(experimentFields, &engine.Experiment{})},
+		{(&filterv1.StickyCookie{}).ProtoReflect().Descriptor(), infos(stickyCookieFields, &StickyCookie{})},
+		{(&filterv1.SigningKey{}).ProtoReflect().Descriptor(), infos(signingKeyFields, &SigningKey{})},
 	} {
 		fds := m.md.Fields()
 		for i := range fds.Len() {

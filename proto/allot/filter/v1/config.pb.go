@@ -133,6 +133,12 @@ type FilterConfig struct {
 	// (1 MiB, which holds the default 10,000 entries of a unit in ~15
 	// experiments); a negative value leaves only cache_size.
 	CacheMaxBytes int32 `protobuf:"varint,12,opt,name=cache_max_bytes,json=cacheMaxBytes,proto3" json:"cache_max_bytes,omitempty"`
+	// sticky_cookie turns sticky bucketing on: the filter keeps each unit's
+	// sticky assignments (GrowthBook's sticky-bucket documents) in a signed
+	// cookie it sets on the response, and reuses them instead of hashing, so
+	// that changing an experiment's weights does not move units already
+	// assigned. Unset: the filter neither reads nor writes sticky buckets.
+	StickyCookie  *StickyCookie `protobuf:"bytes,13,opt,name=sticky_cookie,json=stickyCookie,proto3" json:"sticky_cookie,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -251,6 +257,186 @@ func (x *FilterConfig) GetCacheMaxBytes() int32 {
 	return 0
 }
 
+func (x *FilterConfig) GetStickyCookie() *StickyCookie {
+	if x != nil {
+		return x.StickyCookie
+	}
+	return nil
+}
+
+// StickyCookie is the cookie that carries a unit's sticky assignments, and
+// the keys that sign it (HMAC-SHA-256).
+type StickyCookie struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the cookie's name: an RFC 6265 token, e.g. "allot_sb".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// keys sign and verify the cookie: the first signs every cookie the
+	// filter sets, every key verifies (a cookie names the key that signed
+	// it). At least one; allotd fills them from -sticky-keys.
+	Keys []*SigningKey `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// path is the cookie's Path attribute; default "/".
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// domain is the cookie's Domain attribute; default none (host-only).
+	Domain string `protobuf:"bytes,4,opt,name=domain,proto3" json:"domain,omitempty"`
+	// max_age_seconds is the cookie's Max-Age; 0 means the default
+	// (31,536,000: a year); a negative value sets a session cookie (no
+	// Max-Age).
+	MaxAgeSeconds int32 `protobuf:"varint,5,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
+	// same_site is the cookie's SameSite attribute: "Lax" (the default),
+	// "Strict" or "None" (which requires Secure).
+	SameSite string `protobuf:"bytes,6,opt,name=same_site,json=sameSite,proto3" json:"same_site,omitempty"`
+	// insecure leaves out the Secure attribute, so that browsers send the
+	// cookie over plain HTTP: for development only.
+	Insecure bool `protobuf:"varint,7,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	// script_readable leaves out the HttpOnly attribute, so that page scripts
+	// can read the cookie.
+	ScriptReadable bool `protobuf:"varint,8,opt,name=script_readable,json=scriptReadable,proto3" json:"script_readable,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *StickyCookie) Reset() {
+	*x = StickyCookie{}
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StickyCookie) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StickyCookie) ProtoMessage() {}
+
+func (x *StickyCookie) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StickyCookie.ProtoReflect.Descriptor instead.
+func (*StickyCookie) Descriptor() ([]byte, []int) {
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StickyCookie) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StickyCookie) GetKeys() []*SigningKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *StickyCookie) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StickyCookie) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *StickyCookie) GetMaxAgeSeconds() int32 {
+	if x != nil {
+		return x.MaxAgeSeconds
+	}
+	return 0
+}
+
+func (x *StickyCookie) GetSameSite() string {
+	if x != nil {
+		return x.SameSite
+	}
+	return ""
+}
+
+func (x *StickyCookie) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+func (x *StickyCookie) GetScriptReadable() bool {
+	if x != nil {
+		return x.ScriptReadable
+	}
+	return false
+}
+
+// SigningKey is one HMAC-SHA-256 key of the sticky cookie.
+type SigningKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the key in the cookies it signs: 1 to 16 characters of
+	// A-Z a-z 0-9 _ -, unique among the keys.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// secret is the key: at least 32 bytes.
+	Secret        []byte `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SigningKey) Reset() {
+	*x = SigningKey{}
+	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SigningKey) ProtoMessage() {}
+
+func (x *SigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
+func (*SigningKey) Descriptor() ([]byte, []int) {
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SigningKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SigningKey) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
 // Attribute says where one attribute's value comes from. Values are strings;
 // an absent or empty value is missing.
 type Attribute struct {
@@ -272,7 +458,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +470,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +483,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Attribute) GetName() string {
@@ -389,7 +575,7 @@ var File_allot_filter_v1_config_proto protoreflect.FileDescriptor
 
 const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc0\x05\n" +
+	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x84\x06\n" +
 	"\fFilterConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vunit_header\x18\x02 \x01(\tR\n" +
@@ -407,10 +593,24 @@ const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\x16disable_exposure_state\x18\n" +
 	" \x01(\bR\x14disableExposureState\x12Q\n" +
 	"\x12assignment_headers\x18\v \x01(\x0e2\".allot.filter.v1.AssignmentHeadersR\x11assignmentHeaders\x12&\n" +
-	"\x0fcache_max_bytes\x18\f \x01(\x05R\rcacheMaxBytes\x1aZ\n" +
+	"\x0fcache_max_bytes\x18\f \x01(\x05R\rcacheMaxBytes\x12B\n" +
+	"\rsticky_cookie\x18\r \x01(\v2\x1d.allot.filter.v1.StickyCookieR\fstickyCookie\x1aZ\n" +
 	"\x10SavedGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x93\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x89\x02\n" +
+	"\fStickyCookie\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\x04keys\x18\x02 \x03(\v2\x1b.allot.filter.v1.SigningKeyR\x04keys\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x16\n" +
+	"\x06domain\x18\x04 \x01(\tR\x06domain\x12&\n" +
+	"\x0fmax_age_seconds\x18\x05 \x01(\x05R\rmaxAgeSeconds\x12\x1b\n" +
+	"\tsame_site\x18\x06 \x01(\tR\bsameSite\x12\x1a\n" +
+	"\binsecure\x18\a \x01(\bR\binsecure\x12'\n" +
+	"\x0fscript_readable\x18\b \x01(\bR\x0escriptReadable\"4\n" +
+	"\n" +
+	"SigningKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\"\x93\x01\n" +
 	"\tAttribute\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\x06header\x18\x02 \x01(\tH\x00R\x06header\x12\x18\n" +
@@ -436,26 +636,30 @@ func file_allot_filter_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_allot_filter_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_allot_filter_v1_config_proto_goTypes = []any{
 	(AssignmentHeaders)(0),     // 0: allot.filter.v1.AssignmentHeaders
 	(*FilterConfig)(nil),       // 1: allot.filter.v1.FilterConfig
-	(*Attribute)(nil),          // 2: allot.filter.v1.Attribute
-	nil,                        // 3: allot.filter.v1.FilterConfig.SavedGroupsEntry
-	(*v1.Experiment)(nil),      // 4: allot.experiment.v1.Experiment
-	(*structpb.ListValue)(nil), // 5: google.protobuf.ListValue
+	(*StickyCookie)(nil),       // 2: allot.filter.v1.StickyCookie
+	(*SigningKey)(nil),         // 3: allot.filter.v1.SigningKey
+	(*Attribute)(nil),          // 4: allot.filter.v1.Attribute
+	nil,                        // 5: allot.filter.v1.FilterConfig.SavedGroupsEntry
+	(*v1.Experiment)(nil),      // 6: allot.experiment.v1.Experiment
+	(*structpb.ListValue)(nil), // 7: google.protobuf.ListValue
 }
 var file_allot_filter_v1_config_proto_depIdxs = []int32{
-	4, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
-	3, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
-	2, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
+	6, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
+	5, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
+	4, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
 	0, // 3: allot.filter.v1.FilterConfig.assignment_headers:type_name -> allot.filter.v1.AssignmentHeaders
-	5, // 4: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2, // 4: allot.filter.v1.FilterConfig.sticky_cookie:type_name -> allot.filter.v1.StickyCookie
+	3, // 5: allot.filter.v1.StickyCookie.keys:type_name -> allot.filter.v1.SigningKey
+	7, // 6: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_allot_filter_v1_config_proto_init() }
@@ -463,7 +667,7 @@ func file_allot_filter_v1_config_proto_init() {
 	if File_allot_filter_v1_config_proto != nil {
 		return
 	}
-	file_allot_filter_v1_config_proto_msgTypes[1].OneofWrappers = []any{
+	file_allot_filter_v1_config_proto_msgTypes[3].OneofWrappers = []any{
 		(*Attribute_Header)(nil),
 		(*Attribute_Cookie)(nil),
 		(*Attribute_Query)(nil),
@@ -475,7 +679,7 @@ func file_allot_filter_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_filter_v1_config_proto_rawDesc), len(file_allot_filter_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
