@@ -36,7 +36,7 @@ func main() {}
 // handler implements dynmod.Handler with the least possible work.
 type handler struct {
 	mu sync.Mutex
-	// scripts holds each configuration's script by handle − 1 (nil: no
+	// scripts holds each configuration's script by handle/2 − 1 (nil: no
 	// script); it only grows, and requests read it without a lock.
 	scripts atomic.Pointer[[]*replay]
 }
@@ -85,12 +85,12 @@ func (h *handler) ConfigNew(_ dynmod.Config, _ string, config []byte) uintptr {
 	}
 	next = append(next, r)
 	h.scripts.Store(&next)
-	return uintptr(len(next))
+	return uintptr(len(next))<<1 | dynmod.Stateless // no state per stream
 }
 
 // RequestHeaders reads the unit id, hashes it and adds one header, or
 // makes the script's writes.
-func (h *handler) RequestHeaders(f dynmod.Filter, handle uintptr, _ bool) {
+func (h *handler) RequestHeaders(f dynmod.Filter, _ dynmod.Stream, handle uintptr, _ bool) {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
 	s.headers = f.RequestHeaders(s.headers)
@@ -99,7 +99,7 @@ func (h *handler) RequestHeaders(f dynmod.Filter, handle uintptr, _ bool) {
 		if k != minimal.UnitHeader || v == "" {
 			continue
 		}
-		r := (*h.scripts.Load())[handle-1]
+		r := (*h.scripts.Load())[handle>>1-1]
 		if r == nil {
 			f.AddRequestHeader(minimal.Header, minimal.Variation(v))
 			return

@@ -43,6 +43,9 @@ func (*handler) OnVMStart(uint32, int) bool     { return true }
 func (*handler) OnDelete(uint32)                {}
 func (*handler) OnTick(uint32)                  {}
 
+// OnResponseHeaders does nothing: the export is the ABI layer's.
+func (*handler) OnResponseHeaders(uint32, int, bool) abi.Action { return abi.ActionContinue }
+
 // OnConfigure reads an optional write script. Variant E's configuration is
 // an empty Struct: no script.
 func (h *handler) OnConfigure(_ uint32, size int) bool {

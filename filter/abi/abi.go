@@ -180,6 +180,9 @@ type Handler interface {
 	OnConfigure(rootID uint32, configSize int) bool
 	// OnRequestHeaders is called when a stream's request headers arrive.
 	OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) Action
+	// OnResponseHeaders is called when a stream's response headers are
+	// about to go downstream.
+	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) Action
 	// OnDelete is called when a context is gone.
 	OnDelete(id uint32)
 	// OnTick is called periodically on root contexts after SetTickPeriod.

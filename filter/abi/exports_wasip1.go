@@ -6,9 +6,10 @@ import "unsafe"
 
 // The callbacks Envoy calls. Only those Allot needs are exported: every
 // export the host finds is a host→Go crossing it makes on every stream, so
-// response, body and trailer callbacks are deliberately absent, and so is
+// body and trailer callbacks are deliberately absent, and so is
 // proxy_on_done (without it the host treats every context as done at once;
-// roots flush their counters in proxy_on_delete instead).
+// roots flush their counters in proxy_on_delete instead). Response headers
+// are exported for sticky bucketing's Set-Cookie (exports_response_wasip1.go).
 
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}

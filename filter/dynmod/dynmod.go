@@ -51,12 +51,28 @@ type Handler interface {
 	// ConfigDestroy releases a configuration: no stream uses it any more.
 	ConfigDestroy(handle uintptr)
 	// RequestHeaders is called when a stream's request headers arrive,
-	// with the handle of the stream's configuration; the stream always
-	// continues. It is the only hook a request enters Go for: a stream
-	// keeps no state of its own, so creating and destroying one happens in
-	// C (hooks.c).
-	RequestHeaders(f Filter, handle uintptr, endOfStream bool)
+	// with the handle of the stream's configuration and, if the handle is
+	// even, the stream's state (else 0); the stream always continues. It
+	// is the only hook a request enters Go for: creating and destroying a
+	// stream and its response hooks are C (hooks.c).
+	RequestHeaders(f Filter, s Stream, handle uintptr, endOfStream bool)
 }
+
+// Handles. ConfigNew's handle says, by its low bit, whether the
+// configuration's streams keep state: an odd handle's keep none (a
+// stream's module value is the handle), and its responses touch no memory
+// of the module's; an even handle's each get a small C struct in which the
+// request hook may leave one response header (Stream.SetResponseHeader)
+// for the response-headers hook to add, in C.
+const (
+	// Stateless is the bit ConfigNew sets in the handle of a configuration
+	// whose streams keep no state.
+	Stateless uintptr = 1
+)
+
+// Stream is the state of one stream of an even-handled configuration
+// (hooks.c's allot_stream), valid during the stream's hooks; 0: none.
+type Stream uintptr
 
 var (
 	handler    Handler

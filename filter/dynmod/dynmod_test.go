@@ -12,7 +12,7 @@ type panicky struct{}
 func (panicky) ProgramInit(uint32)                       { panic("program init") }
 func (panicky) ConfigNew(Config, string, []byte) uintptr { panic("config new") }
 func (panicky) ConfigDestroy(uintptr)                    { panic(errString("config destroy")) }
-func (panicky) RequestHeaders(Filter, uintptr, bool)     { panic(42) }
+func (panicky) RequestHeaders(Filter, Stream, uintptr, bool) { panic(42) }
 
 type errString string
 

@@ -5,7 +5,8 @@ package dynmod
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct { const char* ptr; size_t length; } allot_buffer;
+#include "stream.h"
+#cgo nocallback allot_stream_config
 */
 import "C"
 
@@ -64,9 +65,19 @@ func envoy_dynamic_module_on_http_filter_request_headers(f, m C.uintptr_t, endOf
 		}
 	}()
 	if handler != nil {
-		handler.RequestHeaders(Filter(f), uintptr(m), bool(endOfStream))
+		s, h := streamOf(uintptr(m))
+		handler.RequestHeaders(Filter(f), s, h, bool(endOfStream))
 	}
 	return 0
+}
+
+// streamOf resolves a stream's module value (hooks.c): an odd value is its
+// configuration's handle, an even one its allot_stream.
+func streamOf(m uintptr) (Stream, uintptr) {
+	if m&1 == 1 {
+		return 0, m
+	}
+	return Stream(m), uintptr(C.allot_stream_config(C.uintptr_t(m)))
 }
 
 // goString copies an Envoy buffer into a Go string.

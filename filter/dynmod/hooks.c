@@ -12,21 +12,42 @@
 //
 // Pointers the ABI types as pointers are uintptr_t here, as in the Go
 // hooks: the same registers. Status-returning hooks return 0, Continue.
+//
+// A configuration whose handle is odd keeps no state per stream: a
+// stream's module value is the handle itself. A configuration whose handle
+// is even gives each stream an allot_stream (stream.h), where the request
+// hook may leave a response header that the response-headers hook adds,
+// here in C: a response never enters Go.
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
-typedef struct { const char* ptr; size_t length; } allot_buffer;
+#include "stream.h"
+
+extern bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t header_type, allot_buffer key,
+                                                          allot_buffer value) __attribute__((weak));
 
 // A stream's module value is its configuration's handle (never 0: 0 would
 // make Envoy close the stream, and a configuration Envoy accepted has a
-// non-zero handle).
+// non-zero handle), or, for an even handle, its allot_stream (0 if it
+// cannot be allocated: Envoy then ends the stream, as it would on any
+// allocation failure).
 uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t filter) {
-  return config;
+  if (config & 1) return config;
+  allot_stream* s = calloc(1, sizeof(allot_stream));
+  if (s == NULL) return 0;
+  s->config = config;
+  return (uintptr_t)s;
 }
 
-void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {}
+void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {
+  if (module & 1) return;
+  allot_stream* s = (allot_stream*)module;
+  free(s->header);
+  free(s);
+}
 
 // Allot has no per-route configuration: refuse one.
 uintptr_t envoy_dynamic_module_on_http_filter_per_route_config_new(allot_buffer name, allot_buffer config) {
@@ -39,7 +60,18 @@ int32_t envoy_dynamic_module_on_http_filter_request_body(uintptr_t f, uintptr_t 
 
 int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintptr_t m) { return 0; }
 
-int32_t envoy_dynamic_module_on_http_filter_response_headers(uintptr_t f, uintptr_t m, bool eos) { return 0; }
+// The response header the request hook left, if any, goes downstream.
+int32_t envoy_dynamic_module_on_http_filter_response_headers(uintptr_t f, uintptr_t m, bool eos) {
+  if (m & 1) return 0;
+  allot_stream* s = (allot_stream*)m;
+  if (s->header == NULL) return 0;
+  allot_buffer k = {s->header, s->name_length};
+  allot_buffer v = {s->header + s->name_length, s->value_length};
+  envoy_dynamic_module_callback_http_add_header(f, 2, k, v);  // 2: response headers
+  free(s->header);
+  s->header = NULL;
+  return 0;
+}
 
 int32_t envoy_dynamic_module_on_http_filter_response_body(uintptr_t f, uintptr_t m, bool eos) { return 0; }
 

@@ -6,9 +6,9 @@ package dynmod
 #include <stdint.h>
 #include <stdlib.h>
 
-// The ABI's buffers and headers; module- and Envoy-owned buffers share a
-// layout.
-typedef struct { const char* ptr; size_t length; } allot_buffer;
+// The ABI's buffers (allot_buffer, in stream.h) and headers; module- and
+// Envoy-owned buffers share a layout.
+#include "stream.h"
 typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
 
 // The callbacks Allot calls, declared weak: Envoy resolves them at dlopen,
@@ -70,6 +70,10 @@ static size_t allot_add_headers(uintptr_t filter, const char* data, const uint32
 }
 #cgo noescape allot_add_headers
 #cgo nocallback allot_add_headers
+
+#cgo noescape allot_stream_set_header
+#cgo nocallback allot_stream_set_header
+#cgo nocallback allot_stream_config
 */
 import "C"
 
@@ -243,6 +247,17 @@ func (f Filter) WorkerIndex() uint32 {
 // defined (Config.DefineCounter).
 func (f Filter) IncrementCounter(id, n uint64) bool {
 	return C.envoy_dynamic_module_callback_http_filter_increment_counter(f.ptr(), C.size_t(id), nil, 0, C.uint64_t(n)) == 0
+}
+
+// SetResponseHeader leaves a response header for the stream's
+// response-headers hook to add (one: a second call replaces the first),
+// copying name and value; false if there is no stream state or no memory.
+func (s Stream) SetResponseHeader(name, value string) bool {
+	if s == 0 {
+		return false
+	}
+	return bool(C.allot_stream_set_header(C.uintptr_t(s), (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)),
+		(*C.char)(unsafe.Pointer(unsafe.StringData(value))), C.size_t(len(value))))
 }
 
 // concurrency asks Envoy for its number of workers (main thread only).

@@ -43,6 +43,9 @@ type module struct {
 	// release returns freed heap to the OS after configuration changes
 	// (releaseSoonLocked); guarded by mu.
 	release *time.Timer
+	// cookies are the Set-Cookie values requests left, in tests; guarded
+	// by mu.
+	cookies []string
 }
 
 // entry is one compiled configuration.
@@ -191,7 +194,12 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	defer m.mu.Unlock()
 	m.next++
 	e.id = m.next
-	h := uintptr(e.id)
+	// Only a sticky configuration's streams keep state: the cookie its
+	// request hook leaves for the response (dynmod's handles).
+	h := uintptr(e.id)<<1 | dynmod.Stateless
+	if cfg.Sticky() {
+		h = uintptr(e.id) << 1
+	}
 	old := *m.configs.Load()
 	next := make(map[uintptr]*entry, len(old)+1)
 	for k, v := range old {
@@ -265,8 +273,9 @@ func (m *module) ConfigDestroy(h uintptr) {
 // RequestHeaders implements dynmod.Handler: the plugin's request path on
 // the stream's worker. The plugin recovers its own panics (it scrubs the
 // request and counts it); a panic here, outside it, reaches dynmod, which
-// recovers it too.
-func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
+// recovers it too. A sticky cookie the request leaves goes into the
+// stream's state, for its response.
+func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ bool) {
 	e := (*m.configs.Load())[h]
 	if e == nil {
 		return
@@ -283,6 +292,21 @@ func (m *module) RequestHeaders(f dynmod.Filter, h uintptr, _ bool) {
 		w.plugin.Install(e.id, e.cfg)
 	}
 	w.plugin.RequestHeaders(e.id)
+	if sc := w.plugin.SetCookie(); sc != "" {
+		m.respond(s, sc)
+	}
+}
+
+// respond leaves a sticky cookie for the stream's response; tests record
+// it instead (their streams are not hooks.c's).
+func (m *module) respond(s dynmod.Stream, setCookie string) {
+	if m.newHost != nil {
+		m.mu.Lock()
+		m.cookies = append(m.cookies, strings.Clone(setCookie))
+		m.mu.Unlock()
+		return
+	}
+	s.SetResponseHeader(plugin.SetCookieHeader, setCookie)
 }
 
 // workerIndex asks Envoy for the stream's worker; tests, whose filter

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
 	"runtime"
 	"strings"
@@ -56,7 +58,7 @@ func (f *fakeModule) request(i int, h uintptr, headers [][2]string) [][2]string 
 	w.mu.Lock() // the fake's map is the worker's: set it as Envoy would, on its thread
 	fh.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
 	w.mu.Unlock()
-	f.RequestHeaders(filter, h, true)
+	f.RequestHeaders(filter, 0, h, true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([][2]string(nil), fh.Headers[abi.RequestHeaders]...)
@@ -180,9 +182,10 @@ func TestWorkersShareOneConfiguration(t *testing.T) {
 	if evaluated != served.Load() || failOpen != 0 {
 		t.Errorf("counted %d evaluated and %d failed open, want %d and 0", evaluated, failOpen, served.Load())
 	}
+	newest := (*m.configs.Load())[handles[updates]].id
 	for w := range workers {
 		for id := range m.worker(uint32(w)).roots {
-			if uintptr(id) != handles[updates] {
+			if id != newest {
 				t.Errorf("worker %d keeps the root of destroyed configuration %d", w, id)
 			}
 		}
@@ -262,5 +265,32 @@ func TestUpdatesStartNoGoroutine(t *testing.T) {
 	}
 	if n := len(*m.configs.Load()); n != 1 {
 		t.Errorf("%d configurations kept, want 1", n)
+	}
+}
+
+// TestStickyHandles: only a sticky configuration's streams keep state (an
+// even handle); a request that assigns a new unit leaves its cookie for
+// the response, one that carries it back leaves none.
+func TestStickyHandles(t *testing.T) {
+	m := newFakeModule(2)
+	plain := m.ConfigNew(0, FilterName, []byte(experimentsConfig("v1", 2)))
+	secret := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("k"), 32))
+	sticky := m.ConfigNew(0, FilterName, []byte(`{"version":"s","stickyCookie":{"name":"sb","keys":[{"id":"k","secret":"`+secret+`"}]},
+		"experiments":[{"key":"e","variations":["a","b"]}]}`))
+	if plain&dynmod.Stateless == 0 || sticky == 0 || sticky&dynmod.Stateless != 0 {
+		t.Fatalf("handles %#x (plain), %#x (sticky): want odd and even", plain, sticky)
+	}
+	m.request(0, plain, [][2]string{{"x-user-id", "u1"}})
+	if len(m.cookies) != 0 {
+		t.Fatalf("plain configuration left cookies %q", m.cookies)
+	}
+	m.request(0, sticky, [][2]string{{"x-user-id", "u1"}})
+	if len(m.cookies) != 1 || !strings.HasPrefix(m.cookies[0], "sb=k.") {
+		t.Fatalf("sticky configuration left %q, want one sb cookie", m.cookies)
+	}
+	nv, _, _ := strings.Cut(m.cookies[0], ";")
+	m.request(1, sticky, [][2]string{{"x-user-id", "u1"}, {"cookie", nv}})
+	if len(m.cookies) != 1 {
+		t.Fatalf("the cookie returned (on another worker) left %q", m.cookies[1:])
 	}
 }

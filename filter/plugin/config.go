@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/filter/config"
+	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
 )
 
@@ -81,6 +82,15 @@ type Config struct {
 	// condAttrs are the indices of the attributes conditions read: the
 	// key of the condition-outcome cache.
 	condAttrs []int
+
+	// jar is the sticky cookie's, nil without sticky bucketing. Its value
+	// is read like a cookie attribute's, into the slot after the
+	// attributes' (nvals-1), so that it is part of the assignment cache's
+	// key.
+	jar *cookie.Jar
+	// nvals is the number of values a request reads: len(attrs), plus
+	// one for the sticky cookie.
+	nvals int
 }
 
 // ParseConfig decodes and compiles a plugin configuration with
@@ -130,6 +140,12 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.plan(refs, mapAttributes(f.Attributes))
 	for _, name := range set.ConditionAttributes() {
 		c.condAttrs = append(c.condAttrs, slices.Index(refs, name))
+	}
+	c.nvals = len(c.attrs)
+	if f.StickyCookie != nil {
+		c.jar = cookie.New(f.StickyCookie)
+		c.cookies[c.jar.Name()] = append(c.cookies[c.jar.Name()], c.nvals)
+		c.nvals++
 	}
 	return c, nil
 }
@@ -229,6 +245,10 @@ func (c *Config) plan(referenced []string, mapped map[string]attr) {
 	}
 }
 
+// Sticky reports whether the configuration has sticky bucketing on: then
+// a request may leave a Set-Cookie for its response (Plugin.SetCookie).
+func (c *Config) Sticky() bool { return c.jar != nil }
+
 // Len is the number of experiments in the configuration.
 func (c *Config) Len() int { return len(c.headerNames) }
 
@@ -254,4 +274,26 @@ func lowerByte(b byte) byte {
 		return b + 'a' - 'A'
 	}
 	return b
+}
+
+// prune drops from a unit's sticky documents what it no longer needs, so
+// that its cookie fits: first the documents of values the unit no longer
+// has (another user signed in on the same browser before), then the
+// assignments of experiments the configuration does not have (stopped or
+// deleted). vals are the request's attribute values. It runs only when a
+// cookie would be too long, so it may take its time.
+func (c *Config) prune(docs engine.StickyDocs, vals []string) {
+	for k, d := range docs {
+		i := slices.IndexFunc(c.attrs, func(a attr) bool { return a.name == d.AttributeName })
+		if i < 0 || vals[i] != d.AttributeValue {
+			delete(docs, k)
+		}
+	}
+	for _, d := range docs {
+		for k := range d.Assignments {
+			if j := strings.LastIndex(k, "__"); j < 0 || !slices.Contains(c.keys, k[:j]) {
+				delete(d.Assignments, k)
+			}
+		}
+	}
 }

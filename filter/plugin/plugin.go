@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/internal/panics"
 )
@@ -61,6 +62,13 @@ type Plugin struct {
 	strip   []string
 	attrs   engine.Attributes
 	scratch []int32 // variation per experiment, -1: not in
+	changes []engine.StickyChange
+	// setCookie is the request's Set-Cookie for its response, empty if
+	// none: the unit's new sticky cookie.
+	setCookie []byte
+	// pending holds the Set-Cookie of each stream whose response has not
+	// begun yet (proxy-wasm: a stream's callbacks come one at a time).
+	pending map[uint32]string
 
 	vm vmMetrics
 }
@@ -187,9 +195,47 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 // OnRequestHeaders implements abi.Handler. It always continues the stream:
 // on any internal error or panic the request passes through without
 // assignment headers, forged ones removed (failOpen), and is counted once.
+// A request that changed its unit's sticky assignments leaves their
+// cookie for the stream's response.
 func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
-	return p.request(p.stream(id))
+	a := p.request(p.stream(id))
+	if len(p.setCookie) > 0 {
+		if p.pending == nil {
+			p.pending = map[uint32]string{}
+		}
+		p.pending[id] = string(p.setCookie)
+	}
+	return a
 }
+
+// SetCookieHeader is the header that carries the sticky cookie.
+const SetCookieHeader = "set-cookie"
+
+// OnResponseHeaders implements abi.Handler: a stream whose request left a
+// sticky cookie gets it as a Set-Cookie header; any other returns at once
+// (a mesh without sticky bucketing pays only the call). It always
+// continues the stream, and a failure to add the header costs the unit
+// only its cookie.
+func (p *Plugin) OnResponseHeaders(id uint32, _ int, _ bool) abi.Action {
+	if len(p.pending) == 0 {
+		return abi.ActionContinue
+	}
+	v, ok := p.pending[id]
+	if !ok {
+		return abi.ActionContinue
+	}
+	delete(p.pending, id)
+	if err := guard(func() error { return p.host.AddHeaderMapValue(abi.ResponseHeaders, SetCookieHeader, v) }); err != nil {
+		defer func() { recover() }()
+		p.host.Log(abi.LogDebug, "allot: sticky cookie not set: "+err.Error())
+	}
+	return abi.ActionContinue
+}
+
+// SetCookie is the Set-Cookie value the last request left for its
+// response ("" if none), for a host that keeps it with the stream itself
+// (the native module). It is valid until the next request.
+func (p *Plugin) SetCookie() string { return abi.StringView(p.setCookie) }
 
 // RequestHeaders runs the request path of OnRequestHeaders for a stream of
 // root rootID, for a host that keeps no stream contexts (the native
@@ -207,6 +253,7 @@ func (p *Plugin) Configured(rootID uint32) bool {
 
 // request is the request path for a stream of root r (nil: none).
 func (p *Plugin) request(r *root) abi.Action {
+	p.setCookie = p.setCookie[:0]
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}
@@ -240,7 +287,7 @@ func (p *Plugin) assign(r *root) error {
 	// One pass finds the forged names and copies the header attributes'
 	// values (a copy cannot fail); the forged headers are removed before
 	// anything that parses input or can fail does.
-	vals := p.values(len(cfg.attrs))
+	vals := p.values(cfg.nvals)
 	for _, kv := range pairs {
 		name := kv[0]
 		if cfg.isAssignmentHeader(name) {
@@ -460,7 +507,8 @@ var errPanic = errors.New("panic in a host call")
 //go:noinline
 func (p *Plugin) failOpen(r *root, err error, v any) {
 	r.stats.failOpen++
-	defer func() { recover() }() // the log's: the scrub guards itself
+	p.setCookie = p.setCookie[:0] // an unassigned request changes no sticky assignment
+	defer func() { recover() }()  // the log's: the scrub guards itself
 	p.scrub(r.cfg)
 	msg := "panic: " + panics.Message(v)
 	if err != nil {
@@ -541,8 +589,8 @@ func (p *Plugin) lookup(r *root, vals []string) entry {
 		}
 	}
 	r.stats.misses++
-	e := p.compute(r, vals)
-	if r.cache != nil {
+	e, keep := p.compute(r, vals)
+	if r.cache != nil && keep {
 		r.cache.add(h, e)
 	}
 	return e
@@ -554,10 +602,18 @@ const maxTargeting = 1024
 
 // compute evaluates every experiment for one set of attribute values and
 // lays the result out as an entry in p's scratch memory, valid until the
-// next compute: the cache copies it, nothing allocates.
-func (p *Plugin) compute(r *root, vals []string) entry {
+// next compute: the cache copies it, nothing allocates. keep is whether
+// the cache may keep it: not when it left a sticky cookie to set, or
+// ignored a bad one, so that every such request is evaluated (and
+// counted) again.
+func (p *Plugin) compute(r *root, vals []string) (e entry, keep bool) {
 	cfg := r.cfg
-	p.scratch = cfg.set.AssignStrings(p.scratch[:0], vals, p.outcomes(r, vals))
+	keep = true
+	if cfg.jar == nil {
+		p.scratch = cfg.set.AssignStrings(p.scratch[:0], vals, p.outcomes(r, vals))
+	} else {
+		keep = p.sticky(r, vals)
+	}
 	p.data = p.data[:0]
 	n := 0
 	for _, i := range cfg.byKey {
@@ -567,7 +623,43 @@ func (p *Plugin) compute(r *root, vals []string) entry {
 		}
 	}
 	p.data = append(p.data, p.key...)
-	return entry{data: abi.StringView(p.data), n: n, keyLen: len(p.key)}
+	return entry{data: abi.StringView(p.data), n: n, keyLen: len(p.key)}, keep
+}
+
+// sticky is compute's evaluation with sticky bucketing: it opens the
+// unit's sticky cookie (the last of vals), evaluates with its documents
+// and, when the unit's sticky assignments changed, seals the documents
+// with the changes into p.setCookie. It reports whether the result may be
+// cached: only when the cookie was valid or absent and nothing changed.
+//
+//go:noinline
+func (p *Plugin) sticky(r *root, vals []string) bool {
+	cfg := r.cfg
+	n := len(cfg.attrs)
+	docs, st := cfg.jar.Open(vals[n])
+	switch st {
+	case cookie.Invalid:
+		r.stats.stickyInvalid++
+	case cookie.Oversized:
+		r.stats.stickyOversized++
+	}
+	p.scratch, p.changes = cfg.set.AssignStringsSticky(p.scratch[:0], vals[:n], p.outcomes(r, vals), docs, p.changes[:0])
+	if len(p.changes) == 0 {
+		return st == cookie.Absent || st == cookie.Valid
+	}
+	docs = docs.Apply(p.changes)
+	out, ok := cfg.jar.Seal(p.setCookie[:0], docs)
+	if !ok {
+		cfg.prune(docs, vals)
+		out, ok = cfg.jar.Seal(p.setCookie[:0], docs)
+	}
+	if !ok {
+		r.stats.stickyDropped++
+		return false
+	}
+	p.setCookie = out
+	r.stats.stickyWritten++
+	return false
 }
 
 // dictionary is the dictionary header's value for e, built in p's scratch
@@ -625,6 +717,9 @@ func hashBytes(b []byte) uint64 {
 // goes (there is no proxy_on_done: the wasip1 build does not export it, to
 // save a VM crossing per stream).
 func (p *Plugin) OnDelete(id uint32) {
+	if len(p.pending) > 0 {
+		delete(p.pending, id) // a stream reset before its response
+	}
 	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
 		*s = streamSlot{}
 		return

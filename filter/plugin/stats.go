@@ -15,6 +15,23 @@ const (
 	MetricFailOpen    = "allot.fail_open"
 )
 
+// Metric names of sticky bucketing, defined only by configurations with a
+// sticky cookie.
+const (
+	// MetricStickyInvalid counts evaluations that ignored a sticky cookie
+	// which was malformed, signed by no configured key, or altered.
+	MetricStickyInvalid = "allot.sticky_cookie_invalid"
+	// MetricStickyOversized counts evaluations that ignored a sticky
+	// cookie longer than cookie.MaxValue.
+	MetricStickyOversized = "allot.sticky_cookie_oversized"
+	// MetricStickyWritten counts responses given a new sticky cookie (the
+	// unit's sticky assignments changed).
+	MetricStickyWritten = "allot.sticky_cookie_written"
+	// MetricStickyDropped counts sticky cookies not written because they
+	// would be longer than cookie.MaxValue even after pruning.
+	MetricStickyDropped = "allot.sticky_cookie_dropped"
+)
+
 // VariationMetric names the counter of units assigned to variation v of
 // experiment key.
 func VariationMetric(key string, v int) string {
@@ -24,11 +41,21 @@ func VariationMetric(key string, v int) string {
 // stats are a root's counters, accumulated in memory and flushed on tick.
 type stats struct {
 	evaluated, hits, misses, failOpen int64
-	variations                        [][]int64 // [experiment][variation]
+	// sticky cookies: invalid, oversized, written, dropped
+	stickyInvalid, stickyOversized, stickyWritten, stickyDropped int64
+	variations                                                   [][]int64 // [experiment][variation]
 
-	ids        [4]uint32 // evaluated, hits, misses, failOpen
+	ids        [8]uint32 // of the fixed counters, in fixed's order
+	nfixed     int       // fixed counters defined: 4, or 8 with a sticky cookie
 	varIDs     [][]uint32
 	defineFail bool
+}
+
+// fixed lists the counters every configuration has, then those of sticky
+// bucketing, in MetricNames' order.
+func (s *stats) fixed() [8]*int64 {
+	return [8]*int64{&s.evaluated, &s.hits, &s.misses, &s.failOpen,
+		&s.stickyInvalid, &s.stickyOversized, &s.stickyWritten, &s.stickyDropped}
 }
 
 // MetricNames lists every counter a root with configuration c defines,
@@ -36,6 +63,9 @@ type stats struct {
 // the plugin (the native module, at configuration time) declares these.
 func (c *Config) MetricNames() []string {
 	names := []string{MetricEvaluated, MetricCacheHits, MetricCacheMisses, MetricFailOpen}
+	if c.jar != nil {
+		names = append(names, MetricStickyInvalid, MetricStickyOversized, MetricStickyWritten, MetricStickyDropped)
+	}
 	for i, key := range c.keys {
 		for v := range c.values[i] {
 			names = append(names, VariationMetric(key, v))
@@ -55,8 +85,12 @@ func (s *stats) define(h abi.Host, cfg *Config) {
 		}
 		ids = append(ids, id)
 	}
-	copy(s.ids[:], ids)
-	ids = ids[len(s.ids):]
+	s.nfixed = 4
+	if cfg.jar != nil {
+		s.nfixed = 8
+	}
+	copy(s.ids[:], ids[:s.nfixed])
+	ids = ids[s.nfixed:]
 	s.variations = make([][]int64, cfg.Len())
 	s.varIDs = make([][]uint32, cfg.Len())
 	for i := range cfg.keys {
@@ -73,11 +107,13 @@ func (s *stats) define(h abi.Host, cfg *Config) {
 func (r *root) flush(h abi.Host) {
 	s := &r.stats
 	if r.cfg == nil || s.defineFail {
-		*s = stats{ids: s.ids, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail}
+		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail}
 		return
 	}
-	for i, n := range []*int64{&s.evaluated, &s.hits, &s.misses, &s.failOpen} {
-		if *n != 0 {
+	for i, n := range s.fixed() {
+		if i >= s.nfixed {
+			*n = 0
+		} else if *n != 0 {
 			h.IncrementMetric(s.ids[i], *n)
 			*n = 0
 		}

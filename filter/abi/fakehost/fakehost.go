@@ -280,20 +280,34 @@ func (h *Host) Configure(hd abi.Handler, root uint32, config []byte) bool {
 var ErrPaused = errors.New("fakehost: request headers callback paused the stream")
 
 // Request runs one stream under root as Envoy does for this module:
-// proxy_on_context_create, proxy_on_request_headers, proxy_on_delete. (The
+// proxy_on_context_create, proxy_on_request_headers,
+// proxy_on_response_headers (of an empty response), proxy_on_delete. (The
 // module exports no proxy_on_done, so Envoy never calls it.) It returns the
 // request headers as the upstream would see them.
 func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
+	req, _, err := h.Exchange(hd, root, headers, nil)
+	return req, err
+}
+
+// Exchange is Request with a response: it returns the request headers as
+// the upstream would see them and the response headers as the client
+// would.
+func (h *Host) Exchange(hd abi.Handler, root uint32, request, response [][2]string) (req, resp [][2]string, err error) {
 	id := h.newID()
 	hd.OnContextCreate(id, root)
-	h.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
-	action := hd.OnRequestHeaders(id, len(headers), true)
-	hd.OnDelete(id)
-	out := h.Headers[abi.RequestHeaders]
-	if action != abi.ActionContinue {
-		return out, ErrPaused
+	h.Headers[abi.RequestHeaders] = append([][2]string(nil), request...)
+	action := hd.OnRequestHeaders(id, len(request), true)
+	req = h.Headers[abi.RequestHeaders]
+	h.Headers[abi.ResponseHeaders] = append([][2]string(nil), response...)
+	if a := hd.OnResponseHeaders(id, len(response), true); a != abi.ActionContinue {
+		action = a
 	}
-	return out, nil
+	resp = h.Headers[abi.ResponseHeaders]
+	hd.OnDelete(id)
+	if action != abi.ActionContinue {
+		return req, resp, ErrPaused
+	}
+	return req, resp, nil
 }
 
 func (h *Host) newID() uint32 {
@@ -341,4 +355,10 @@ func (b *Batcher) AddQueuedRequestHeaders() error {
 func (b *Batcher) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]string, error) {
 	b.queue = b.queue[:0]
 	return b.Host.Request(hd, root, headers)
+}
+
+// Exchange is Host.Exchange, emptying the queue first.
+func (b *Batcher) Exchange(hd abi.Handler, root uint32, request, response [][2]string) (req, resp [][2]string, err error) {
+	b.queue = b.queue[:0]
+	return b.Host.Exchange(hd, root, request, response)
 }
