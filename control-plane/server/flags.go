@@ -42,6 +42,7 @@ Flags:
 		wasmPath  string
 		native    string
 		meshFile  string
+		keysFile  string
 		logLevel  slog.Level
 		logFormat string
 		tlsFiles  mtls.Files
@@ -60,6 +61,7 @@ Flags:
 	fs.StringVar(&wasmPath, "wasm-path", "bin/allot.wasm", "path of the Allot Wasm filter module as the proxies running it (node metadata allot.artifact absent or \"wasm\") see it")
 	fs.StringVar(&native, "native-path", "bin/liballot.so", "path of the Allot native filter module (Envoy dynamic module) as the proxies running it (node metadata allot.artifact \"native\") see it")
 	fs.StringVar(&meshFile, "mesh", "", "mesh settings file: the filter settings every proxy receives (JSON, allot.filter.v1.FilterConfig without version and experiments: unitHeader, headerPrefix, dictionaryHeader, versionHeader, attributes, savedGroups, cacheSize...), checked by the filter's own decoder at start-up")
+	fs.StringVar(&keysFile, "sticky-keys", "", "sticky cookie key `file` (JSON: {\"keys\":[{\"id\",\"secret\":\"<base64, 32+ bytes>\"}]}; the first signs, every key verifies): required when the mesh settings set stickyCookie; read at start-up")
 	fs.StringVar(&tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) `file`: with -tls-key, every listener serves TLS only (reloaded when it changes)")
 	fs.StringVar(&tlsFiles.Key, "tls-key", "", "PEM private key `file` of -tls-cert")
 	fs.StringVar(&tlsFiles.ClientCA, "xds-client-ca", "", "PEM `file` of the CAs that sign proxy certificates: xDS then requires a client certificate (mutual TLS) whose identity -xds-identities allows for the node's cluster (needs -tls-cert)")
@@ -107,6 +109,21 @@ Flags:
 		}
 		if cfg.Mesh.Filter, err = translate.ParseMesh(b); err != nil {
 			return fmt.Errorf("-mesh %s: invalid mesh settings:\n%w", meshFile, err)
+		}
+	}
+	sticky := cfg.Mesh.Filter.GetStickyCookie() != nil
+	switch {
+	case sticky && keysFile == "":
+		return fmt.Errorf("-mesh %s sets stickyCookie: -sticky-keys is required (the keys that sign the cookie)", meshFile)
+	case !sticky && keysFile != "":
+		return fmt.Errorf("-sticky-keys is given but the mesh settings (-mesh) set no stickyCookie: the keys would sign nothing")
+	case sticky:
+		b, err := os.ReadFile(keysFile)
+		if err != nil {
+			return fmt.Errorf("-sticky-keys: %w", err)
+		}
+		if cfg.Mesh.StickyKeys, err = translate.ParseStickyKeys(b); err != nil {
+			return fmt.Errorf("-sticky-keys %s: invalid key file:\n%w", keysFile, err)
 		}
 	}
 	opts := &slog.HandlerOptions{Level: logLevel}

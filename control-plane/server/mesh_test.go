@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"os"
@@ -24,6 +25,53 @@ var meshCases = []struct {
 		"attributes": [{"name": "a", "header": "x-a"}, {"name": "a", "cookie": "c"}, {"name": "b"}]}`,
 		[]string{"version:", "experiments:", "versionHeader:", "attributes[1].name:", "attributes[2]:"}},
 	{"wrong type", `{"cacheSize": "big"}`, []string{"cacheSize"}},
+	{"sticky cookie without -sticky-keys", `{"stickyCookie": {"name": "sb"}}`, []string{"-sticky-keys is required"}},
+	{"keys in the mesh settings", `{"stickyCookie": {"name": "sb", "keys": [{"id": "k", "secret": "` + strings.Repeat("A", 44) + `"}]}}`,
+		[]string{"stickyCookie.keys: come from allotd -sticky-keys"}},
+	{"bad cookie settings", `{"stickyCookie": {"name": "a b", "sameSite": "lax", "path": "x"}}`,
+		[]string{"stickyCookie.name:", "stickyCookie.sameSite:", "stickyCookie.path:"}},
+}
+
+// TestMainStickyKeys: -sticky-keys is read at start-up, every problem
+// named; it goes with a mesh that sets stickyCookie, and only with one.
+func TestMainStickyKeys(t *testing.T) {
+	secret := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("k"), 32))
+	for _, tc := range []struct {
+		name, mesh, keys string
+		want             []string // nil: accepted
+	}{
+		{"good", `{"stickyCookie": {"name": "sb"}}`, `{"keys": [{"id": "k2", "secret": "` + secret + `"}, {"id": "k1", "secret": "` + secret + `"}]}`, nil},
+		{"every problem", `{"stickyCookie": {"name": "sb"}}`, `{"keys": [{"id": "k.1", "secret": "c2hvcnQ="}, {"secret": "` + secret + `"}]}`,
+			[]string{"keys[0].id:", "keys[0].secret: 5 bytes, at least 32", "keys[1].id: is required"}},
+		{"no keys", `{"stickyCookie": {"name": "sb"}}`, `{"keys": []}`, []string{"keys: at least one key is required"}},
+		{"unknown field", `{"stickyCookie": {"name": "sb"}}`, `{"keys": [{"id": "k", "secret": "` + secret + `", "expires": 1}]}`, []string{"unknown field \"expires\""}},
+		{"no sticky cookie", `{}`, `{"keys": [{"id": "k", "secret": "` + secret + `"}]}`, []string{"set no stickyCookie"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			keys := filepath.Join(dir, "keys.json")
+			if err := os.WriteFile(keys, []byte(tc.keys), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := Main(ctx, append(writeStartFiles(t, dir, tc.mesh), "-sticky-keys", keys), io.Discard, io.Discard)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Main: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Main accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
 }
 
 // writeStartFiles writes a tokens file and a mesh file and returns the

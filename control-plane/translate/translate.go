@@ -10,8 +10,10 @@
 package translate
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,6 +65,11 @@ type Mesh struct {
 	// version and experiments must be empty. Nil means the filter's
 	// defaults. ParseMesh builds it from a mesh settings file.
 	Filter *filterv1.FilterConfig
+	// StickyKeys sign the sticky cookie (Filter.StickyCookie), the first
+	// signing, every one verifying; ParseStickyKeys reads them from
+	// allotd's -sticky-keys file. They are not mesh settings: the settings
+	// file may be shared and versioned, a key file is a secret.
+	StickyKeys []*filterv1.SigningKey
 }
 
 // ParseMesh decodes a mesh settings file (allotd -mesh, allotctl eval
@@ -76,7 +83,16 @@ func ParseMesh(data []byte) (*filterv1.FilterConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	errs := []error{f.Check()}
+	var errs []error
+	if c := f.StickyCookie; c != nil {
+		// The keys come from allotd's key file; the rest of the cookie's
+		// settings are checked with a stand-in key.
+		if len(c.Keys) > 0 {
+			errs = append(errs, &engine.FieldError{Path: "stickyCookie.keys", Message: "come from allotd -sticky-keys (a secret), must be empty in the mesh settings"})
+		}
+		c.Keys = []config.SigningKey{{ID: "settings", Secret: make([]byte, config.MinSigningKeyBytes)}}
+	}
+	errs = append(errs, f.Check())
 	cfg := &filterv1.FilterConfig{}
 	if err := protojson.Unmarshal(data, cfg); err != nil {
 		errs = append(errs, fmt.Errorf("decode as allot.filter.v1.FilterConfig: %w", err))
@@ -87,6 +103,41 @@ func ParseMesh(data []byte) (*filterv1.FilterConfig, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// ParseStickyKeys decodes a sticky cookie key file (allotd -sticky-keys):
+//
+//	{"keys": [{"id": "2026-11", "secret": "<base64, at least 32 bytes>"}, ...]}
+//
+// The first key signs every cookie the proxies set, every key verifies:
+// to rotate, add the new key second (every proxy then accepts its cookies),
+// then move it first, then drop the old one once its cookies have expired.
+// Every problem is reported at once, each with its field path.
+func ParseStickyKeys(data []byte) ([]*filterv1.SigningKey, error) {
+	var file struct {
+		Keys []struct {
+			ID     string `json:"id"`
+			Secret []byte `json:"secret"`
+		} `json:"keys"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&file); err != nil {
+		return nil, fmt.Errorf("decode sticky keys: %w", err)
+	}
+	if len(file.Keys) == 0 {
+		return nil, &engine.FieldError{Path: "keys", Message: "at least one key is required"}
+	}
+	keys := make([]config.SigningKey, len(file.Keys))
+	out := make([]*filterv1.SigningKey, len(file.Keys))
+	for i, k := range file.Keys {
+		keys[i] = config.SigningKey{ID: k.ID, Secret: k.Secret}
+		out[i] = &filterv1.SigningKey{Id: k.ID, Secret: k.Secret}
+	}
+	if err := config.CheckKeys("keys", keys); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ValidateMesh checks what only the control plane requires of the mesh
@@ -155,6 +206,9 @@ func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time
 	if mesh.Filter != nil {
 		cfg = proto.Clone(mesh.Filter).(*filterv1.FilterConfig)
 		cfg.Version, cfg.Experiments = "", nil
+		if cfg.StickyCookie != nil {
+			cfg.StickyCookie.Keys = mesh.StickyKeys // part of the version: a new key reaches every proxy
+		}
 	}
 	for _, e := range exps {
 		if !Running(e, now) || !AppliesTo(e, cluster) {

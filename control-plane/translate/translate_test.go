@@ -2,6 +2,7 @@ package translate
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -318,6 +319,46 @@ func TestParseMesh(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStickyKeys: the key file's keys reach every proxy's configuration in
+// order, a new key is a new version, and the mesh settings may not carry
+// keys of their own.
+func TestStickyKeys(t *testing.T) {
+	secret := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("s"), 32))
+	keys, err := ParseStickyKeys([]byte(`{"keys": [{"id": "new", "secret": "` + secret + `"}, {"id": "old", "secret": "` + secret + `"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := ParseMesh([]byte(`{"stickyCookie": {"name": "allot_sb", "sameSite": "Strict"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(settings.StickyCookie.Keys); n != 0 {
+		t.Fatalf("ParseMesh kept %d stand-in keys", n)
+	}
+	exps := []*experimentv1.Experiment{{Key: "k", Variations: []*structpb.Value{structpb.NewStringValue("a"), structpb.NewStringValue("b")}}}
+	cfg, err := FilterConfig(exps, "c", time.Now(), Mesh{Filter: settings, StickyKeys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.StickyCookie.GetKeys(); len(got) != 2 || got[0].Id != "new" || got[1].Id != "old" {
+		t.Fatalf("keys %v, want new then old", got)
+	}
+	f, _, err := Compile(cfg)
+	if err != nil {
+		t.Fatalf("the filter refuses the configuration: %v", err)
+	}
+	if f.StickyCookie.Name != "allot_sb" || f.StickyCookie.SameSite != "Strict" || len(f.StickyCookie.Keys[0].Secret) != 32 {
+		t.Errorf("decoded %+v", f.StickyCookie)
+	}
+	rotated, _ := FilterConfig(exps, "c", time.Now(), Mesh{Filter: settings, StickyKeys: keys[1:]})
+	if rotated.Version == cfg.Version {
+		t.Error("another key set gave the same version")
+	}
+	if _, err := ParseMesh([]byte(`{"stickyCookie": {"name": "sb", "keys": [{"id": "k", "secret": "` + secret + `"}]}}`)); err == nil || !strings.Contains(err.Error(), "stickyCookie.keys: come from allotd -sticky-keys") {
+		t.Errorf("keys in the mesh settings: %v", err)
 	}
 }
 

@@ -278,9 +278,20 @@ func (c *StickyCookie) check() error {
 	if len(c.Keys) == 0 {
 		fail("keys", "at least one signing key is required (allotd: -sticky-keys)")
 	}
+	errs = append(errs, CheckKeys("stickyCookie.keys", c.Keys))
+	return errors.Join(errs...)
+}
+
+// CheckKeys validates signing keys, each problem an *engine.FieldError
+// under path ("stickyCookie.keys", or a key file's "keys"): ids of 1 to
+// MaxSigningKeyID characters of A-Z a-z 0-9 _ -, unique, and secrets of at
+// least MinSigningKeyBytes.
+func CheckKeys(path string, keys []SigningKey) error {
+	var errs []error
+	fail := func(p, msg string) { errs = append(errs, &engine.FieldError{Path: p, Message: msg}) }
 	seen := map[string]bool{}
-	for i, k := range c.Keys {
-		p := "keys[" + strconv.Itoa(i) + "]"
+	for i, k := range keys {
+		p := path + "[" + strconv.Itoa(i) + "]"
 		switch {
 		case k.ID == "":
 			fail(p+".id", "is required")

@@ -9,9 +9,9 @@ import (
 // panicky panics in every hook.
 type panicky struct{}
 
-func (panicky) ProgramInit(uint32)                       { panic("program init") }
-func (panicky) ConfigNew(Config, string, []byte) uintptr { panic("config new") }
-func (panicky) ConfigDestroy(uintptr)                    { panic(errString("config destroy")) }
+func (panicky) ProgramInit(uint32)                           { panic("program init") }
+func (panicky) ConfigNew(Config, string, []byte) uintptr     { panic("config new") }
+func (panicky) ConfigDestroy(uintptr)                        { panic(errString("config destroy")) }
 func (panicky) RequestHeaders(Filter, Stream, uintptr, bool) { panic(42) }
 
 type errString string
