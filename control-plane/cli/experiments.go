@@ -371,13 +371,28 @@ func runList(ctx context.Context, env *Env, args []string) error {
 // writeTable prints experiments as a table.
 func writeTable(w io.Writer, exps []*experimentv1.Experiment) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tSCHEDULE\tREVISION\tUPDATED\tBY")
+	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tBUCKETS\tSCHEDULE\tREVISION\tUPDATED\tBY")
 	for _, e := range exps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
 			e.GetKey(), dash(e.GetOwner()), translate.Status(e), dash(strings.Join(e.GetServices(), ",")),
-			variations(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
+			variations(e), buckets(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
 	}
 	return tw.Flush()
+}
+
+// buckets renders the sticky bucketing of an experiment in one word (a
+// column scripts can split on spaces): "v2" (bucketVersion), then
+// ",min=v2" when minBucketVersion is set and ",sticky=off" when
+// disableStickyBucketing is.
+func buckets(e *experimentv1.Experiment) string {
+	s := "v" + strconv.Itoa(int(e.GetBucketVersion()))
+	if m := e.GetMinBucketVersion(); m != 0 {
+		s += ",min=v" + strconv.Itoa(int(m))
+	}
+	if e.GetDisableStickyBucketing() {
+		s += ",sticky=off"
+	}
+	return s
 }
 
 func dash(s string) string {
