@@ -139,15 +139,26 @@ func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time
 	}
 	want := proto.Clone(e).(*experimentv1.Experiment)
 	want.Revision = stored.GetRevision()
-	if body, err = protojson.Marshal(want); err != nil {
-		return applyResult{}, nil, err
-	}
-	b, err := c.do(ctx, "PUT", withWait("/v1/experiments/"+url.PathEscape(e.GetKey()), wait), body)
+	updated, ro, err := putExperiment(ctx, c, want, wait)
 	if err != nil {
 		return applyResult{}, nil, err
 	}
-	updated, ro, err := decodeWritten(b, wait)
-	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, err
+	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, nil
+}
+
+// putExperiment writes e over the stored experiment on the condition that it is
+// still at e's revision (the API answers a conflict otherwise), and
+// returns what the server stored and, with wait, how it rolled out.
+func putExperiment(ctx context.Context, c *client, e *experimentv1.Experiment, wait time.Duration) (*experimentv1.Experiment, *adminv1.Rollout, error) {
+	body, err := protojson.Marshal(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := c.do(ctx, "PUT", withWait("/v1/experiments/"+url.PathEscape(e.GetKey()), wait), body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeWritten(b, wait)
 }
 
 // sameDefinition reports whether the file's definition equals the stored
