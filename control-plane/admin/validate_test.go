@@ -49,6 +49,15 @@ func TestValidate(t *testing.T) {
 		{"saved group unknown without the mesh", `{"key": "k", "variations": ["a", "b"], "condition": {"id": {"$inGroup": "beta"}}}`,
 			translate.Mesh{}, []string{`condition.id.$inGroup: unknown saved group "beta"`}},
 		{"saved group from the mesh", `{"key": "k", "variations": ["a", "b"], "condition": {"id": {"$inGroup": "beta"}}}`, groups, nil},
+		{"sticky bucketing", `{"key": "k", "variations": ["a", "b"], "bucketVersion": 2, "minBucketVersion": 2, "disableStickyBucketing": true}`,
+			translate.Mesh{}, nil},
+		{"bucket versions negative", `{"key": "k", "variations": ["a", "b"], "bucketVersion": -1, "minBucketVersion": -2}`, translate.Mesh{}, []string{
+			"bucketVersion: -1 is negative",
+			"minBucketVersion: -2 is negative",
+		}},
+		{"minBucketVersion above bucketVersion", `{"key": "k", "variations": ["a", "b"], "bucketVersion": 1, "minBucketVersion": 2}`, translate.Mesh{}, []string{
+			"minBucketVersion: 2 is above bucketVersion 1: every unit's new sticky bucket would be blocked",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,6 +44,8 @@ var commands = []command{
 	{"start", "start a draft or paused experiment", transition("start", "Sets a draft or paused experiment running.")},
 	{"pause", "pause a running experiment", transition("pause", "Pauses a running experiment: nobody is assigned until it starts again.")},
 	{"stop", "stop an experiment for good", transition("stop", "Stops a draft, running or paused experiment for good.")},
+	{"weights", "change an experiment's weights; assigned units keep their variation (or --rebucket, --exclude-previous)", runWeights},
+	{"rebucket", "re-randomize every unit of an experiment (--exclude-previous: and exclude units assigned before)", runRebucket},
 	{"history", "print the audit history of one or every experiment", runHistory},
 }
 

@@ -139,15 +139,26 @@ func apply(ctx context.Context, c *client, e *experimentv1.Experiment, wait time
 	}
 	want := proto.Clone(e).(*experimentv1.Experiment)
 	want.Revision = stored.GetRevision()
-	if body, err = protojson.Marshal(want); err != nil {
-		return applyResult{}, nil, err
-	}
-	b, err := c.do(ctx, "PUT", withWait("/v1/experiments/"+url.PathEscape(e.GetKey()), wait), body)
+	updated, ro, err := putExperiment(ctx, c, want, wait)
 	if err != nil {
 		return applyResult{}, nil, err
 	}
-	updated, ro, err := decodeWritten(b, wait)
-	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, err
+	return applyResult{e.GetKey(), "configured", updated.GetRevision()}, ro, nil
+}
+
+// putExperiment writes e over the stored experiment on the condition that it is
+// still at e's revision (the API answers a conflict otherwise), and
+// returns what the server stored and, with wait, how it rolled out.
+func putExperiment(ctx context.Context, c *client, e *experimentv1.Experiment, wait time.Duration) (*experimentv1.Experiment, *adminv1.Rollout, error) {
+	body, err := protojson.Marshal(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := c.do(ctx, "PUT", withWait("/v1/experiments/"+url.PathEscape(e.GetKey()), wait), body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeWritten(b, wait)
 }
 
 // sameDefinition reports whether the file's definition equals the stored
@@ -371,13 +382,28 @@ func runList(ctx context.Context, env *Env, args []string) error {
 // writeTable prints experiments as a table.
 func writeTable(w io.Writer, exps []*experimentv1.Experiment) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tSCHEDULE\tREVISION\tUPDATED\tBY")
+	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tBUCKETS\tSCHEDULE\tREVISION\tUPDATED\tBY")
 	for _, e := range exps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
 			e.GetKey(), dash(e.GetOwner()), translate.Status(e), dash(strings.Join(e.GetServices(), ",")),
-			variations(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
+			variations(e), buckets(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
 	}
 	return tw.Flush()
+}
+
+// buckets renders the sticky bucketing of an experiment in one word (a
+// column scripts can split on spaces): "v2" (bucketVersion), then
+// ",min=v2" when minBucketVersion is set and ",sticky=off" when
+// disableStickyBucketing is.
+func buckets(e *experimentv1.Experiment) string {
+	s := "v" + strconv.Itoa(int(e.GetBucketVersion()))
+	if m := e.GetMinBucketVersion(); m != 0 {
+		s += ",min=v" + strconv.Itoa(int(m))
+	}
+	if e.GetDisableStickyBucketing() {
+		s += ",sticky=off"
+	}
+	return s
 }
 
 func dash(s string) string {

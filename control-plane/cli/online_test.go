@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -145,6 +147,70 @@ func TestConnectionResolution(t *testing.T) {
 	}
 	if _, err := run("list", "--config", filepath.Join(t.TempDir(), "missing.json")); err == nil {
 		t.Error("--config with a missing file succeeded")
+	}
+}
+
+// TestRebucketReassigns checks, through the admin API's preview (which
+// holds no sticky buckets: what a unit without an assignment of the
+// current version gets, i.e. every unit after a rebucket), why rebucket
+// sets a new seed: with the seed kept and the weights unchanged, every unit
+// hashes back to its variation; with the new seed about half of them move
+// (two equal variations).
+func TestRebucketReassigns(t *testing.T) {
+	t.Setenv("ALLOT_SERVER", startAPI(t))
+	t.Setenv("ALLOT_TOKEN", "admin-token-0123456789")
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := Run(context.Background(), args, strings.NewReader(stdin), &out, &errOut); err != nil {
+			t.Fatalf("allotctl %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
+		}
+		return out.String()
+	}
+	file := filepath.Join(t.TempDir(), "exp.json")
+	if err := os.WriteFile(file, []byte(`{"key": "banner", "owner": "team-a", "variations": ["a", "b"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("", "apply", "-f", file)
+	var units strings.Builder
+	const n = 400
+	for i := range n {
+		fmt.Fprintf(&units, "{\"id\": \"u%d\"}\n", i)
+	}
+	assign := func() []int {
+		t.Helper()
+		var got []int
+		for line := range strings.Lines(run(units.String(), "eval", "--server", os.Getenv("ALLOT_SERVER"), "--attributes-file", "-")) {
+			var r struct {
+				Assignments []struct {
+					VariationID int `json:"variationId"`
+				} `json:"assignments"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil || len(r.Assignments) != 1 {
+				t.Fatalf("eval line %q: %v", line, err)
+			}
+			got = append(got, r.Assignments[0].VariationID)
+		}
+		return got
+	}
+	moved := func(a, b []int) int {
+		m := 0
+		for i := range a {
+			if a[i] != b[i] {
+				m++
+			}
+		}
+		return m
+	}
+	v0 := assign()
+	run("", "rebucket", "banner", "--keep-seed")
+	if m := moved(v0, assign()); m != 0 {
+		t.Errorf("rebucket --keep-seed moved %d of %d units, want 0", m, n)
+	}
+	run("", "rebucket", "banner")
+	if m := moved(v0, assign()); m < n*35/100 || m > n*65/100 {
+		t.Errorf("rebucket moved %d of %d units, want about half", m, n)
 	}
 }
 
