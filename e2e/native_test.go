@@ -61,10 +61,7 @@ func TestNativeAttributes(t *testing.T) {
 // request's x-allot-test-fault header names.
 func TestNativePanicRecovered(t *testing.T) {
 	p := startStaticNative(t, nativeConfig, "allotfault")
-	many := map[string][]string{}
-	for i := range 45 { // more than 40 forged names: removed with one map rewrite
-		many[fmt.Sprintf("x-experiment-forged-%d", i)] = []string{"forged"}
-	}
+	many := manyForged()
 	cases := []struct {
 		call   string
 		forged map[string][]string
@@ -115,4 +112,14 @@ func TestNativePanicRecovered(t *testing.T) {
 	if p.Process.Exited() {
 		t.Fatal("envoy exited")
 	}
+}
+
+// manyForged is 45 forged assignment headers: more names than the filter
+// removes one call each (40), so it removes them with one map rewrite.
+func manyForged() map[string][]string {
+	many := map[string][]string{}
+	for i := range 45 {
+		many[fmt.Sprintf("x-experiment-forged-%d", i)] = []string{"forged"}
+	}
+	return many
 }

@@ -31,12 +31,15 @@ type artifact struct {
 	name    string // "wasm" or "native": the node metadata allot.artifact
 	sidecar string // bootstraps in envoy-configs/
 	gateway string
+	routing string
 }
 
 var (
-	wasmArtifact   = artifact{"wasm", "envoy-configs/sidecar.yaml", "envoy-configs/gateway.yaml"}
-	nativeArtifact = artifact{"native", "envoy-configs/sidecar-native.yaml", "envoy-configs/gateway-native.yaml"}
-	artifacts      = []artifact{wasmArtifact, nativeArtifact}
+	wasmArtifact = artifact{"wasm", "envoy-configs/sidecar.yaml", "envoy-configs/gateway.yaml",
+		"envoy-configs/gateway-routing.yaml"}
+	nativeArtifact = artifact{"native", "envoy-configs/sidecar-native.yaml", "envoy-configs/gateway-native.yaml",
+		"envoy-configs/gateway-routing-native.yaml"}
+	artifacts = []artifact{wasmArtifact, nativeArtifact}
 )
 
 // forArtifacts runs f once per artifact, as subtests named for it.

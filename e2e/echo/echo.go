@@ -29,6 +29,9 @@ type Response struct {
 	// Headers holds every other request header under its lowercased name,
 	// values in the order received.
 	Headers map[string][]string `json:"headers"`
+	// Server is the address the request arrived on ("127.0.0.1:8081"): it
+	// tells which upstream answered when Envoy routes to several.
+	Server string `json:"server,omitempty"`
 }
 
 // Header returns the values of the request header name, matched
@@ -63,6 +66,9 @@ func serveEcho(w http.ResponseWriter, r *http.Request) {
 		Path:    r.URL.RequestURI(),
 		Host:    r.Host,
 		Headers: make(map[string][]string, len(r.Header)),
+	}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		resp.Server = a.String()
 	}
 	for name, values := range r.Header {
 		key := strings.ToLower(name)

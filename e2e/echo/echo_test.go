@@ -138,7 +138,7 @@ func TestStartShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Path != "/ping?q=1" || got.Host != s.Addr() || !slices.Equal(got.Header("x-test"), []string{"1"}) {
+	if got.Path != "/ping?q=1" || got.Host != s.Addr() || got.Server != s.Addr() || !slices.Equal(got.Header("x-test"), []string{"1"}) {
 		t.Errorf("got %+v", got)
 	}
 

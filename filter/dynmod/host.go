@@ -28,6 +28,7 @@ extern uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(uintp
 extern int32_t envoy_dynamic_module_callback_http_filter_config_define_counter(uintptr_t config, allot_buffer name, allot_buffer* label_names, size_t label_names_length, size_t* id) ALLOT_WEAK;
 extern int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintptr_t filter, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
 extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counter(uintptr_t config, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
+extern void envoy_dynamic_module_callback_http_clear_route_cache(uintptr_t filter) ALLOT_WEAK;
 
 // A request's callbacks make no call back into Go and keep no pointer.
 #cgo noescape envoy_dynamic_module_callback_log
@@ -50,6 +51,7 @@ extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counte
 #cgo nocallback envoy_dynamic_module_callback_http_filter_increment_counter
 #cgo noescape envoy_dynamic_module_callback_http_filter_config_increment_counter
 #cgo nocallback envoy_dynamic_module_callback_http_filter_config_increment_counter
+#cgo nocallback envoy_dynamic_module_callback_http_clear_route_cache
 
 static bool allot_envoy_present(void) { return envoy_dynamic_module_callback_log != NULL; }
 
@@ -211,6 +213,16 @@ func (f Filter) AddRequestHeaders(b *HeaderBatch) int {
 // with a null value).
 func (f Filter) RemoveRequestHeader(name string) bool {
 	return bool(C.envoy_dynamic_module_callback_http_set_header(f.ptr(), requestHeaders, buf(name), C.allot_buffer{}))
+}
+
+// ClearRouteCache drops the route Envoy chose for the stream, so the
+// router chooses again from the request headers as they are now. Envoy
+// chooses a route before the first filter runs, from the headers as they
+// arrived, and does not clear it after a dynamic module changes them (it
+// does after a Wasm filter's changes). Outside the request path it does
+// nothing.
+func (f Filter) ClearRouteCache() {
+	C.envoy_dynamic_module_callback_http_clear_route_cache(f.ptr())
 }
 
 // AttributeString reads a string attribute; the result aliases Envoy's

@@ -28,6 +28,9 @@ type envoyHost struct {
 	hdrs                dynmod.Headers // Envoy's view of the headers (aliasing its memory)
 	data                []byte         // their copy, which pairs alias
 	pairs               [][2]string
+	// changed is set once the request hook has asked Envoy to add or
+	// remove a request header (endRequest).
+	changed bool
 }
 
 var _ abi.Host = (*envoyHost)(nil)
@@ -87,7 +90,8 @@ func (h *envoyHost) QueueRequestHeader(name, value string) { h.batch.Add(name, v
 func (h *envoyHost) AddQueuedRequestHeaders() error {
 	n := h.batch.Len()
 	added := 0
-	if h.filter != 0 {
+	if h.filter != 0 && n > 0 {
+		h.changed = true
 		added = h.filter.AddRequestHeaders(&h.batch)
 	}
 	h.batch.Reset()
@@ -99,7 +103,11 @@ func (h *envoyHost) AddQueuedRequestHeaders() error {
 
 // AddHeaderMapValue implements abi.Host.
 func (h *envoyHost) AddHeaderMapValue(t abi.MapType, key, value string) error {
-	if t != abi.RequestHeaders || h.filter == 0 || !h.filter.AddRequestHeader(key, value) {
+	if t != abi.RequestHeaders || h.filter == 0 {
+		return hostErr("http_add_header")
+	}
+	h.changed = true
+	if !h.filter.AddRequestHeader(key, value) {
 		return hostErr("http_add_header")
 	}
 	return nil
@@ -107,10 +115,29 @@ func (h *envoyHost) AddHeaderMapValue(t abi.MapType, key, value string) error {
 
 // RemoveHeaderMapValue implements abi.Host.
 func (h *envoyHost) RemoveHeaderMapValue(t abi.MapType, key string) error {
-	if t != abi.RequestHeaders || h.filter == 0 || !h.filter.RemoveRequestHeader(key) {
+	if t != abi.RequestHeaders || h.filter == 0 {
+		return hostErr("http_set_header")
+	}
+	h.changed = true
+	if !h.filter.RemoveRequestHeader(key) {
 		return hostErr("http_set_header")
 	}
 	return nil
+}
+
+// endRequest ends a request hook. If the plugin changed the request
+// headers (removed a client's assignment headers, added its own, scrubbed
+// them after a failure), Envoy is asked to choose the stream's route again:
+// it chose one from the headers as they arrived, before any filter ran,
+// and clears it by itself only after a Wasm filter's changes. So a route
+// that matches x-experiment-<key> sees the assignment, never a forged
+// header. The stream is then forgotten.
+func (h *envoyHost) endRequest() {
+	if h.changed && h.filter != 0 {
+		h.filter.ClearRouteCache()
+	}
+	h.changed = false
+	h.filter, h.entry = 0, nil
 }
 
 // SetHeaderMapPairs implements abi.Host. Envoy's dynamic modules have no

@@ -271,10 +271,11 @@ func (m *module) ConfigDestroy(h uintptr) {
 }
 
 // RequestHeaders implements dynmod.Handler: the plugin's request path on
-// the stream's worker. The plugin recovers its own panics (it scrubs the
-// request and counts it); a panic here, outside it, reaches dynmod, which
-// recovers it too. A sticky cookie the request leaves goes into the
-// stream's state, for its response.
+// the stream's worker, then, if it changed the headers, the route chosen
+// again (envoyHost.endRequest). The plugin recovers its own panics (it
+// scrubs the request and counts it); a panic here, outside it, reaches
+// dynmod, which recovers it too. A sticky cookie the request leaves goes
+// into the stream's state, for its response.
 func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ bool) {
 	e := (*m.configs.Load())[h]
 	if e == nil {
@@ -286,7 +287,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	w.host.filter, w.host.entry = f, e
 	w.host.requests++
 	w.host.batch.Reset() // abi.HeaderBatcher: nothing queued survives a request
-	defer func() { w.host.filter, w.host.entry = 0, nil }()
+	defer w.host.endRequest()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
