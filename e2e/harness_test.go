@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -58,15 +57,6 @@ static_resources:
               socket_address: { address: 127.0.0.1, port_value: 8081 }
 `
 
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func TestEnvoyProxiesToEcho(t *testing.T) {
 	tests := []struct {
 		name string
@@ -87,7 +77,7 @@ func TestEnvoyProxiesToEcho(t *testing.T) {
 			if tt.fixedAdmin {
 				adminPort = harness.FreePort(t)
 			}
-			bootstrap := harness.RenderBootstrap(t, writeFile(t, "envoy.yaml", proxyBootstrap), map[string]string{
+			bootstrap := harness.RenderBootstrap(t, harness.WriteFile(t, "envoy.yaml", proxyBootstrap), map[string]string{
 				"port_value: 9901":  fmt.Sprintf("port_value: %d", adminPort),
 				"port_value: 10000": fmt.Sprintf("port_value: %d", listenPort),
 				"port_value: 8081":  "port_value: " + echoPort,

@@ -128,3 +128,14 @@ func freePort() (int, error) {
 	}
 	return 0, errors.New("find free port: 100 attempts returned ports already handed out")
 }
+
+// WriteFile writes content to a file name in a fresh temporary directory
+// of the test and returns its path.
+func WriteFile(t testing.TB, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
