@@ -53,3 +53,15 @@ func TestNoHandler(t *testing.T) {
 		t.Errorf("request_headers returned %d, want 0", s)
 	}
 }
+
+// TestStreamOf: an odd module value is the configuration's handle with no
+// stream state; 0 (state Envoy could not be given) has neither, and is
+// never read.
+func TestStreamOf(t *testing.T) {
+	for _, m := range []uintptr{0, 1, 7, 1<<20 | Stateless} {
+		s, h := streamOf(m)
+		if s != 0 || h != m {
+			t.Errorf("streamOf(%#x) = %v, %#x; want no stream, handle %#x", m, s, h, m)
+		}
+	}
+}

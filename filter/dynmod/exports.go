@@ -72,9 +72,11 @@ func envoy_dynamic_module_on_http_filter_request_headers(f, m C.uintptr_t, endOf
 }
 
 // streamOf resolves a stream's module value (hooks.c): an odd value is its
-// configuration's handle, an even one its allot_stream.
+// configuration's handle, an even one its allot_stream; 0 (a stream whose
+// state could not be allocated) has neither, and no configuration has
+// handle 0.
 func streamOf(m uintptr) (Stream, uintptr) {
-	if m&1 == 1 {
+	if m&1 == 1 || m == 0 {
 		return 0, m
 	}
 	return Stream(m), uintptr(C.allot_stream_config(C.uintptr_t(m)))

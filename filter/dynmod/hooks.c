@@ -32,8 +32,8 @@ extern bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int3
 // A stream's module value is its configuration's handle (never 0: 0 would
 // make Envoy close the stream, and a configuration Envoy accepted has a
 // non-zero handle), or, for an even handle, its allot_stream (0 if it
-// cannot be allocated: Envoy then ends the stream, as it would on any
-// allocation failure).
+// cannot be allocated: Envoy 1.40 still calls the stream's hooks, with 0,
+// and each hook here and in exports.go passes such a stream through).
 uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t filter) {
   if (config & 1) return config;
   allot_stream* s = calloc(1, sizeof(allot_stream));
@@ -43,7 +43,7 @@ uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t fi
 }
 
 void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {
-  if (module & 1) return;
+  if (module == 0 || (module & 1)) return;
   allot_stream* s = (allot_stream*)module;
   free(s->header);
   free(s);
@@ -62,7 +62,7 @@ int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintpt
 
 // The response header the request hook left, if any, goes downstream.
 int32_t envoy_dynamic_module_on_http_filter_response_headers(uintptr_t f, uintptr_t m, bool eos) {
-  if (m & 1) return 0;
+  if (m == 0 || (m & 1)) return 0;
   allot_stream* s = (allot_stream*)m;
   if (s->header == NULL) return 0;
   allot_buffer k = {s->header, s->name_length};
