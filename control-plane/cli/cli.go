@@ -45,6 +45,7 @@ var commands = []command{
 	{"pause", "pause a running experiment", transition("pause", "Pauses a running experiment: nobody is assigned until it starts again.")},
 	{"stop", "stop an experiment for good", transition("stop", "Stops a draft, running or paused experiment for good.")},
 	{"history", "print the audit history of one or every experiment", runHistory},
+	{"whoami", "print the token's name, role and owner namespaces", runWhoAmI},
 }
 
 func init() {
