@@ -251,7 +251,7 @@ func (b *browser) signIn(token, who string) {
 }
 
 // narrow checks the page needs no horizontal scrolling on a phone, and
-// screenshots it as name.
+// screenshots it as name unless name is empty.
 func (b *browser) narrow(name string) {
 	b.t.Helper()
 	b.do(chromedp.EmulateViewport(narrowWidth, narrowHeight))
@@ -261,7 +261,9 @@ func (b *browser) narrow(name string) {
 		}
 		return nil
 	})
-	b.screenshot(name)
+	if name != "" {
+		b.screenshot(name)
+	}
 	b.do(chromedp.EmulateViewport(wideWidth, wideHeight))
 }
 
@@ -408,7 +410,7 @@ func TestConsole(t *testing.T) {
 	b.click("#evaluate")
 	b.waitText("#headers", "x-experiment-console-checkout: "+got[0], 10*time.Second)
 	b.screenshot("preview")
-	b.narrow("preview-narrow")
+	b.narrow("")
 
 	// An invalid weight: the API's field error shows beside the weights,
 	// and nothing changes.
@@ -421,6 +423,7 @@ func TestConsole(t *testing.T) {
 		t.Errorf("form errors: %q, want the API's message", msg)
 	}
 	b.screenshot("edit-error")
+	b.narrow("")
 	var e map[string]any
 	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/console-checkout", nil, &e)
 	if e["updateTime"] != e["createTime"] {
@@ -498,7 +501,7 @@ func TestConsole(t *testing.T) {
 		t.Errorf("the create: %q, want its actor", got)
 	}
 	b.screenshot("history")
-	b.narrow("history-narrow")
+	b.narrow("")
 
 	// The rollout view: every proxy with its cluster and version; one that
 	// rejects the configuration is shown with Envoy's reason.
@@ -513,7 +516,7 @@ func TestConsole(t *testing.T) {
 	}
 	b.waitFor(`table.targets tr[data-cluster="search-svc"]`, 5*time.Second)
 	b.screenshot("rollout")
-	b.narrow("rollout-narrow")
+	b.narrow("")
 
 	t.Run("reader", func(t *testing.T) {
 		rb := b.in(b.tab(b.ctx))
