@@ -341,7 +341,8 @@ func pauseProxies(t *testing.T, ps ...*proxy) (resume func()) {
 // proxy that rejects the configuration in the rollout view with Envoy's
 // reason. Every page works on a phone-sized screen. A reader signed in in
 // another tab is shown every change as disabled, with the reason, and the
-// API refuses the change the console would send.
+// API refuses the change the console would send. Last, alice deletes the
+// experiment.
 //
 // With ALLOT_CONSOLE_SCREENSHOTS=docs/console, it writes the screenshots
 // of docs/console/.
@@ -552,4 +553,16 @@ func TestConsole(t *testing.T) {
 			t.Errorf("after the reader's attempts: %v, want revision %v, paused", e, paused)
 		}
 	})
+
+	// Delete asks to confirm, then waits for the proxies: none had to
+	// change, since a paused experiment is in no configuration.
+	b.open("#/experiments/console-checkout")
+	b.waitFor("#action-delete:enabled", 10*time.Second)
+	b.click("#action-delete")
+	b.click("#confirm-delete")
+	b.waitText("main", "Deleted.", 30*time.Second)
+	b.waitText(".outcome", "no connected proxy's configuration had to change", 5*time.Second)
+	if code := s.api("GET", "/v1/experiments/console-checkout", nil, nil); code != http.StatusNotFound {
+		t.Errorf("after the console's delete: GET %d, want 404", code)
+	}
 }

@@ -117,7 +117,7 @@ export function outcome(ro, seconds) {
   let text;
   switch (ro.result) {
     case 'applied':
-      text = total ? `applied by ${applied} of ${total} proxies` : 'applied (no connected proxy runs it)';
+      text = total ? `applied by ${applied} of ${total} proxies` : 'applied: no connected proxy\'s configuration had to change';
       break;
     case 'timeout':
       text = `not applied everywhere within ${seconds} s: ${applied} of ${total} proxies applied it`;
