@@ -33,10 +33,10 @@ func runWhoAmI(ctx context.Context, env *Env, args []string) error {
 	return tw.Flush()
 }
 
-// getDocument runs a subcommand that takes no argument and reads one document:
-// it parses args, GETs path, and prints the document itself when -o asks
-// for json or yaml. It returns the body for the caller's table, or nil
-// when nothing is left to do (help printed, the document printed, or an
+// getDocument runs a subcommand that takes no argument and reads one
+// document: it parses args, GETs path, and prints the document itself when
+// -o asks for json or yaml. It returns the body for the caller's table, or
+// nil when nothing is left to do (help or the document printed, or an
 // error).
 func getDocument(ctx context.Context, env *Env, name, usage, path string, args []string) ([]byte, error) {
 	fs, conn := newFlagSet(env, name, usage, true)
