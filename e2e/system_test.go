@@ -21,8 +21,14 @@ import (
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
-// adminToken is the admin token every e2e system is started with.
-const adminToken = "e2e-admin-token-0123456789"
+// The tokens every e2e system is started with: an admin (the API calls of
+// the tests), an owner of namespace team-a and a reader (the web console's
+// tests sign in with them).
+const (
+	adminToken  = "e2e-admin-token-0123456789"
+	ownerToken  = "e2e-alice-token-0123456789"
+	readerToken = "e2e-reader-token-0123456789"
+)
 
 // artifact is one of the filter's two builds. Every e2e test of filter
 // behaviour runs against both (forArtifacts); a system's proxies run the
@@ -95,7 +101,9 @@ func prepareSystem(t *testing.T, a artifact) *system {
 	s := &system{t: t, art: a, wasm: harness.BuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
 	s.native = harness.BuildNative(t, "./filter/native", "liballot.so")
 	s.tokenFile = filepath.Join(dir, "tokens.json")
-	tokens := fmt.Sprintf(`{"tokens":[{"name":"e2e","role":"admin","token":%q}]}`, adminToken)
+	tokens := fmt.Sprintf(`{"tokens":[{"name":"e2e","role":"admin","token":%q},
+		{"name":"alice","role":"owner","namespaces":["team-a"],"token":%q},
+		{"name":"dash","role":"reader","token":%q}]}`, adminToken, ownerToken, readerToken)
 	if err := os.WriteFile(s.tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ cat <<MSG
 Allot is running ($FILTER artifact: $MODULE, bootstrap $BOOTSTRAP):
   Envoy listener  127.0.0.1:10000   (admin 127.0.0.1:9901)
   allotd          admin API 127.0.0.1:8080, xDS 127.0.0.1:18000, store $STATE/allot.db
+  web console     http://127.0.0.1:8080/ui/
+                  sign in with $TOKEN (admin),
+                  dev-growth-token-change-me (owner of growth) or dev-reader-token-change-me (reader)
   demo upstream   127.0.0.1:8081    (echoes the request headers it receives)
 
 See the assignments the service receives:

@@ -869,3 +869,43 @@ allot_experiments{status="stopped"} 1
 		}
 	}
 }
+
+// TestWhoAmI: every token learns its own name, role and namespaces over
+// both transports, the same on each; no token is unauthenticated.
+func TestWhoAmI(t *testing.T) {
+	e := newEnv(t, nil)
+	tests := []struct {
+		name, token string
+		want        *adminv1.Caller
+	}{
+		{"admin", adminToken, &adminv1.Caller{Name: "root", Role: "admin"}},
+		{"owner", aliceToken, &adminv1.Caller{Name: "alice", Role: "owner", Namespaces: []string{"team-a"}}},
+		{"reader", readerToken, &adminv1.Caller{Name: "dashboard", Role: "reader"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got struct {
+				Name       string   `json:"name"`
+				Role       string   `json:"role"`
+				Namespaces []string `json:"namespaces"`
+			}
+			e.mustDo(http.StatusOK, tc.token, "GET", "/v1/whoami", "", &got)
+			if got.Name != tc.want.Name || got.Role != tc.want.Role || !slices.Equal(got.Namespaces, tc.want.Namespaces) {
+				t.Errorf("GET /v1/whoami: %+v, want %v", got, tc.want)
+			}
+			c, err := e.client.WhoAmI(ctx(tc.token), &adminv1.WhoAmIRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Name != tc.want.Name || c.Role != tc.want.Role || !slices.Equal(c.Namespaces, tc.want.Namespaces) {
+				t.Errorf("WhoAmI: %v, want %v", c, tc.want)
+			}
+		})
+	}
+	if code, b := e.do("", "GET", "/v1/whoami", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/whoami without a token: %d %s, want 401", code, b)
+	}
+	if _, err := e.client.WhoAmI(ctx(""), &adminv1.WhoAmIRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("WhoAmI without a token: %v, want UNAUTHENTICATED", err)
+	}
+}

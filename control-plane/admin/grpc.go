@@ -225,3 +225,12 @@ func (g *GRPC) GetHistory(ctx context.Context, req *adminv1.GetHistoryRequest) (
 	}
 	return &adminv1.GetHistoryResponse{Changes: changes}, nil
 }
+
+// WhoAmI implements adminv1.AdminServiceServer.
+func (g *GRPC) WhoAmI(ctx context.Context, _ *adminv1.WhoAmIRequest) (*adminv1.Caller, error) {
+	c, err := g.svc.WhoAmI(ctx, principalFrom(ctx))
+	if err != nil {
+		return nil, toStatus(g.log, "WhoAmI", err)
+	}
+	return c, nil
+}

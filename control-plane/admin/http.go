@@ -36,6 +36,8 @@ const MaxBodyBytes = 1 << 20
 //	POST   /v1/evaluate                        EvaluateExperiments (body: EvaluateExperimentsRequest)
 //	GET    /v1/experiments/{key}/history       GetHistory of one experiment
 //	GET    /v1/history                         GetHistory of every experiment
+//	GET    /v1/rollout                         GetRollout
+//	GET    /v1/whoami                          WhoAmI (the caller's name, role, namespaces)
 //
 // Bodies are the proto3 JSON form of allot.admin.v1 / allot.experiment.v1
 // messages; unknown fields are rejected. Errors are {"error": Error}.
@@ -93,6 +95,7 @@ func NewHTTP(svc *Service, tokens *Tokens, opts ...Option) *HTTP {
 	h.route("GET /v1/experiments/{key}/history", "GetHistory", h.history)
 	h.route("GET /v1/history", "GetHistory", h.history)
 	h.route("GET /v1/rollout", "GetRollout", h.rollout)
+	h.route("GET /v1/whoami", "WhoAmI", h.whoami)
 	h.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -216,6 +219,11 @@ func (h *HTTP) create(r *http.Request, p *Principal) (int, any, error) {
 func (h *HTTP) rollout(r *http.Request, p *Principal) (int, any, error) {
 	ro, err := h.svc.Rollout(r.Context(), p)
 	return http.StatusOK, ro, err
+}
+
+func (h *HTTP) whoami(r *http.Request, p *Principal) (int, any, error) {
+	c, err := h.svc.WhoAmI(r.Context(), p)
+	return http.StatusOK, c, err
 }
 
 func (h *HTTP) get(r *http.Request, p *Principal) (int, any, error) {

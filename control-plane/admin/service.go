@@ -189,6 +189,15 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	return FromStore(se)
 }
 
+// WhoAmI returns the caller as its token authenticates it, so a client
+// can tell what it may change before trying (CanWrite decides the same).
+func (s *Service) WhoAmI(_ context.Context, p *Principal) (*adminv1.Caller, error) {
+	if p == nil {
+		return nil, errorf(CodeUnauthenticated, "missing or invalid bearer token")
+	}
+	return &adminv1.Caller{Name: p.Name, Role: string(p.Role), Namespaces: slices.Clone(p.Namespaces)}, nil
+}
+
 // Get returns one experiment.
 func (s *Service) Get(ctx context.Context, p *Principal, key string) (*experimentv1.Experiment, error) {
 	if !p.CanRead() {

@@ -96,20 +96,9 @@ allot.artifact names an artifact allotd does not serve) with allotd's.
 `
 
 func runRollout(ctx context.Context, env *Env, args []string) error {
-	fs, conn := newFlagSet(env, "rollout", rolloutUsage, true)
-	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
+	b, err := getDocument(ctx, env, "rollout", rolloutUsage, "/v1/rollout", args)
+	if b == nil {
 		return err
-	}
-	c, err := conn.client()
-	if err != nil {
-		return err
-	}
-	b, err := c.do(ctx, "GET", "/v1/rollout", nil)
-	if err != nil {
-		return fmt.Errorf("rollout: %w", err)
-	}
-	if conn.output != "table" {
-		return writeData(env.Stdout, conn.output, b)
 	}
 	ro := &adminv1.Rollout{}
 	if err := protojson.Unmarshal(b, ro); err != nil {

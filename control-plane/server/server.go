@@ -1,10 +1,10 @@
 // Package server assembles allotd: Main parses its command line, checks the
 // mesh settings with the filter's own decoder and opens the bbolt store;
-// Run serves the admin API (HTTP/JSON, gRPC, /metrics and health checks on
-// one listener, optionally gRPC on a dedicated one too) and xDS on another,
-// optionally all over TLS, over any store.Store, and keeps every connected
-// proxy's configuration in step with the store and the experiments'
-// schedules.
+// Run serves the admin API (HTTP/JSON, gRPC, the web console at /ui/,
+// /metrics and health checks on one listener, optionally gRPC on a
+// dedicated one too) and xDS on another, optionally all over TLS, over any
+// store.Store, and keeps every connected proxy's configuration in step with
+// the store and the experiments' schedules.
 package server
 
 import (
@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/console"
 	"github.com/allotmesh/allot/control-plane/mesh"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -174,7 +175,14 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	agrpc.Register(ag)
 	reflection.Register(ag)
 
+	ui, err := console.Handler()
+	if err != nil {
+		closeAll(lns)
+		return err
+	}
 	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, ui)
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	mux.Handle("/v1/", admin.NewHTTP(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics)))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/console"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -216,5 +217,31 @@ func TestTLS(t *testing.T) {
 				t.Errorf("TLS call: %v", err)
 			}
 		})
+	}
+}
+
+// TestConsoleMounted: the admin listener serves the web console at /ui/
+// (no token needed for the page; the API it calls needs one) under its
+// Content-Security-Policy, and / leads there.
+func TestConsoleMounted(t *testing.T) {
+	a := start(t)
+	base := "http://" + a.Admin.String()
+	resp, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != console.Prefix || !strings.Contains(string(body), "Allot console") {
+		t.Fatalf("GET / ended at %s with %d", resp.Request.URL, resp.StatusCode)
+	}
+	if got := resp.Header.Get("Content-Security-Policy"); got != console.ContentSecurityPolicy {
+		t.Errorf("Content-Security-Policy %q", got)
+	}
+	if code, _ := get(t, http.DefaultClient, base+"/ui/js/app.js"); code != 200 {
+		t.Errorf("/ui/js/app.js: %d", code)
+	}
+	if code, body := get(t, http.DefaultClient, base+"/v1/whoami"); code != http.StatusUnauthorized {
+		t.Errorf("the API behind the console without a token: %d %s, want 401", code, body)
 	}
 }

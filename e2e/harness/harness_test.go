@@ -274,3 +274,18 @@ func TestBinaryName(t *testing.T) {
 		}
 	}
 }
+
+// TestChromiumBinaryFailsWithoutBrowser: no browser is a failure naming
+// how to install one, never a skip.
+func TestChromiumBinaryFailsWithoutBrowser(t *testing.T) {
+	t.Setenv("CHROME_BIN", "")
+	t.Setenv("PATH", t.TempDir())
+	fatal := capture(t, func(tb testing.TB) { ChromiumBinary(tb) })
+	if !strings.Contains(fatal, "make chromium") {
+		t.Errorf("fatal = %q, want a failure telling to run make chromium", fatal)
+	}
+	t.Setenv("CHROME_BIN", filepath.Join(t.TempDir(), "missing"))
+	if fatal := capture(t, func(tb testing.TB) { ChromiumBinary(tb) }); !strings.Contains(fatal, "CHROME_BIN") {
+		t.Errorf("fatal = %q, want a failure naming CHROME_BIN", fatal)
+	}
+}

@@ -1046,6 +1046,110 @@ func (x *Change) GetAfter() *v1.Experiment {
 	return nil
 }
 
+// WhoAmIRequest asks who the caller is.
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+// Caller is an authenticated caller: what its token may do.
+type Caller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the token's name, recorded as the actor of its changes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// role is admin (writes every experiment), owner (writes the experiments
+	// of its namespaces) or reader (writes nothing). Every role reads
+	// everything.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// namespaces are the owner namespaces an owner token writes; empty for
+	// the other roles.
+	Namespaces    []string `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Caller) Reset() {
+	*x = Caller{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Caller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Caller) ProtoMessage() {}
+
+func (x *Caller) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Caller.ProtoReflect.Descriptor instead.
+func (*Caller) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Caller) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Caller) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Caller) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
 // GetRolloutRequest asks for the rollout status of every connected proxy.
 type GetRolloutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1055,7 +1159,7 @@ type GetRolloutRequest struct {
 
 func (x *GetRolloutRequest) Reset() {
 	*x = GetRolloutRequest{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1171,7 @@ func (x *GetRolloutRequest) String() string {
 func (*GetRolloutRequest) ProtoMessage() {}
 
 func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1184,7 @@ func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
 func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 // Rollout is the state of a configuration change across the proxies.
@@ -1116,7 +1220,7 @@ type Rollout struct {
 
 func (x *Rollout) Reset() {
 	*x = Rollout{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1232,7 @@ func (x *Rollout) String() string {
 func (*Rollout) ProtoMessage() {}
 
 func (x *Rollout) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1245,7 @@ func (x *Rollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
 func (*Rollout) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Rollout) GetResult() string {
@@ -1205,7 +1309,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1321,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1334,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReplicaStatus) GetId() string {
@@ -1314,7 +1418,7 @@ type ProxyStatus struct {
 
 func (x *ProxyStatus) Reset() {
 	*x = ProxyStatus{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1430,7 @@ func (x *ProxyStatus) String() string {
 func (*ProxyStatus) ProtoMessage() {}
 
 func (x *ProxyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1443,7 @@ func (x *ProxyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyStatus.ProtoReflect.Descriptor instead.
 func (*ProxyStatus) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProxyStatus) GetNodeId() string {
@@ -1534,7 +1638,14 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12.\n" +
 	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x127\n" +
 	"\x06before\x18\x06 \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x06before\x125\n" +
-	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after\"\x13\n" +
+	"\x05after\x18\a \x01(\v2\x1f.allot.experiment.v1.ExperimentR\x05after\"\x0f\n" +
+	"\rWhoAmIRequest\"P\n" +
+	"\x06Caller\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x03 \x03(\tR\n" +
+	"namespaces\"\x13\n" +
 	"\x11GetRolloutRequest\"\x9d\x03\n" +
 	"\aRollout\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\tR\x06result\x12\x14\n" +
@@ -1574,7 +1685,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime\x12\x1a\n" +
 	"\bartifact\x18\x0e \x01(\tR\bartifact\x12\x14\n" +
 	"\x05error\x18\x0f \x01(\tR\x05error\x12\x18\n" +
-	"\areplica\x18\x10 \x01(\tR\areplica2\x8e\b\n" +
+	"\areplica\x18\x10 \x01(\tR\areplica2\xcf\b\n" +
 	"\fAdminService\x12\\\n" +
 	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
 	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +
@@ -1588,7 +1699,8 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"GetHistory\x12!.allot.admin.v1.GetHistoryRequest\x1a\".allot.admin.v1.GetHistoryResponse\x12H\n" +
 	"\n" +
-	"GetRollout\x12!.allot.admin.v1.GetRolloutRequest\x1a\x17.allot.admin.v1.RolloutB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
+	"GetRollout\x12!.allot.admin.v1.GetRolloutRequest\x1a\x17.allot.admin.v1.Rollout\x12?\n" +
+	"\x06WhoAmI\x12\x1d.allot.admin.v1.WhoAmIRequest\x1a\x16.allot.admin.v1.CallerB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_allot_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1602,7 +1714,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -1620,41 +1732,43 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*GetHistoryRequest)(nil),           // 13: allot.admin.v1.GetHistoryRequest
 	(*GetHistoryResponse)(nil),          // 14: allot.admin.v1.GetHistoryResponse
 	(*Change)(nil),                      // 15: allot.admin.v1.Change
-	(*GetRolloutRequest)(nil),           // 16: allot.admin.v1.GetRolloutRequest
-	(*Rollout)(nil),                     // 17: allot.admin.v1.Rollout
-	(*ReplicaStatus)(nil),               // 18: allot.admin.v1.ReplicaStatus
-	(*ProxyStatus)(nil),                 // 19: allot.admin.v1.ProxyStatus
-	nil,                                 // 20: allot.admin.v1.Rollout.TargetsEntry
-	nil,                                 // 21: allot.admin.v1.Rollout.CountsEntry
-	(*v1.Experiment)(nil),               // 22: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 23: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 24: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
+	(*WhoAmIRequest)(nil),               // 16: allot.admin.v1.WhoAmIRequest
+	(*Caller)(nil),                      // 17: allot.admin.v1.Caller
+	(*GetRolloutRequest)(nil),           // 18: allot.admin.v1.GetRolloutRequest
+	(*Rollout)(nil),                     // 19: allot.admin.v1.Rollout
+	(*ReplicaStatus)(nil),               // 20: allot.admin.v1.ReplicaStatus
+	(*ProxyStatus)(nil),                 // 21: allot.admin.v1.ProxyStatus
+	nil,                                 // 22: allot.admin.v1.Rollout.TargetsEntry
+	nil,                                 // 23: allot.admin.v1.Rollout.CountsEntry
+	(*v1.Experiment)(nil),               // 24: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 25: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 26: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	22, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	23, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	22, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	22, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	23, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	23, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	23, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	23, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	23, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	24, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	25, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	24, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	25, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	24, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	24, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	25, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	25, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	25, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	25, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	25, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	26, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	27, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	25, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	22, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	22, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	20, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
-	19, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
-	18, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	21, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
-	25, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	25, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	25, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	27, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	24, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	24, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	22, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	21, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
+	20, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
+	23, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	27, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	27, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	27, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
 	0,  // 23: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
 	1,  // 24: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
 	2,  // 25: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
@@ -1665,20 +1779,22 @@ var file_allot_admin_v1_admin_proto_depIdxs = []int32{
 	9,  // 30: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
 	10, // 31: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
 	13, // 32: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	16, // 33: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
-	22, // 34: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	22, // 35: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 36: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	22, // 37: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 38: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	22, // 39: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	22, // 40: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	22, // 41: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 42: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 43: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	17, // 44: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
+	18, // 33: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
+	16, // 34: allot.admin.v1.AdminService.WhoAmI:input_type -> allot.admin.v1.WhoAmIRequest
+	24, // 35: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
+	24, // 36: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
+	3,  // 37: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
+	24, // 38: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
+	6,  // 39: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
+	24, // 40: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
+	24, // 41: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
+	24, // 42: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
+	11, // 43: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
+	14, // 44: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
+	19, // 45: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
+	17, // 46: allot.admin.v1.AdminService.WhoAmI:output_type -> allot.admin.v1.Caller
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -1695,7 +1811,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

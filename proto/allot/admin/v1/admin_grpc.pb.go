@@ -46,6 +46,7 @@ const (
 	AdminService_EvaluateExperiments_FullMethodName = "/allot.admin.v1.AdminService/EvaluateExperiments"
 	AdminService_GetHistory_FullMethodName          = "/allot.admin.v1.AdminService/GetHistory"
 	AdminService_GetRollout_FullMethodName          = "/allot.admin.v1.AdminService/GetRollout"
+	AdminService_WhoAmI_FullMethodName              = "/allot.admin.v1.AdminService/WhoAmI"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -86,6 +87,10 @@ type AdminServiceClient interface {
 	// version its cluster should run: applied, pending or rejected (with
 	// Envoy's reason).
 	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// WhoAmI returns the caller as its token authenticates it: name, role
+	// and owner namespaces, so a client (the web console) can tell what the
+	// caller may change before trying. Every token may call it.
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Caller, error)
 }
 
 type adminServiceClient struct {
@@ -206,6 +211,16 @@ func (c *adminServiceClient) GetRollout(ctx context.Context, in *GetRolloutReque
 	return out, nil
 }
 
+func (c *adminServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Caller, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Caller)
+	err := c.cc.Invoke(ctx, AdminService_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -244,6 +259,10 @@ type AdminServiceServer interface {
 	// version its cluster should run: applied, pending or rejected (with
 	// Envoy's reason).
 	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
+	// WhoAmI returns the caller as its token authenticates it: name, role
+	// and owner namespaces, so a client (the web console) can tell what the
+	// caller may change before trying. Every token may call it.
+	WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -286,6 +305,9 @@ func (UnimplementedAdminServiceServer) GetHistory(context.Context, *GetHistoryRe
 }
 func (UnimplementedAdminServiceServer) GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
+}
+func (UnimplementedAdminServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -506,6 +528,24 @@ func _AdminService_GetRollout_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -556,6 +596,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRollout",
 			Handler:    _AdminService_GetRollout_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _AdminService_WhoAmI_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

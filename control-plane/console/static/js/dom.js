@@ -1,0 +1,80 @@
+// DOM helpers. Every text goes in through textContent or attributes, never
+// as HTML, so nothing an experiment or the API holds can inject markup.
+
+// h builds an element: h('a', {href: '#/x', class: 'btn', onclick: f}, 'text', child, [more]).
+// Attributes that are null, undefined or false are left out; true sets an
+// empty attribute.
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (v === true) el.setAttribute(k, '');
+    else el.setAttribute(k, String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c == null || c === false || c === '') continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+}
+
+// fill replaces el's children.
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+// fmtTime renders an RFC 3339 time in the browser's time zone, to the second.
+export function fmtTime(s) {
+  if (!s) return '—';
+  const d = new Date(s);
+  if (Number.isNaN(d.getTime())) return s;
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+// badge is a coloured label for a status (draft, running, ...) or a
+// proxy state (applied, pending, ...).
+export function badge(word) {
+  return h('span', {class: `badge badge-${word}`}, word);
+}
+
+// shortVersion is a configuration version cut to 12 characters.
+export function shortVersion(v) {
+  return v ? v.slice(0, 12) : '—';
+}
+
+// value renders a JSON value compactly: strings quoted, lists spaced.
+export function value(v) {
+  if (v === undefined) return '';
+  if (Array.isArray(v)) return `[${v.map(value).join(', ')}]`;
+  if (v && typeof v === 'object') return JSON.stringify(v);
+  return JSON.stringify(v);
+}
+
+// table builds a table whose cells carry their column's label, so that a
+// narrow screen can show each row as a card. rows are [{attrs, cells}]:
+// attrs go on the <tr>, cells are in column order.
+export function table(columns, rows, cls = '') {
+  return h('table', {class: `cards ${cls}`},
+    h('thead', null, h('tr', null, columns.map((c) => h('th', {scope: 'col'}, c)))),
+    h('tbody', null, rows.map((r) => h('tr', r.attrs,
+      r.cells.map((c, i) => h('td', {'data-label': columns[i], class: r.classes?.[i]}, c))))));
+}
+
+// errorBox shows an API error: its message and every detail, as the API
+// wrote them.
+export function errorBox(err, what) {
+  const details = err.details || [];
+  return h('div', {class: 'error', role: 'alert'},
+    h('p', null, what ? `${what}: ` : '', err.message || String(err),
+      err.status ? h('span', {class: 'muted'}, ` (${err.status} ${err.code})`) : null),
+    details.length ? h('ul', null, details.map((d) => h('li', null, d))) : null);
+}
