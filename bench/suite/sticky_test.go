@@ -10,6 +10,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
@@ -24,6 +25,48 @@ func variantByID(t *testing.T, id string) variant {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestStickyRowsPairLikeWithLike: every stickiness row sets a variant
+// against a baseline on the same artifact, with the same experiments and
+// the same state of the cache (a cold variant's or a pool larger than the
+// cache both miss it); exactly one of the two is a cost variant, measured
+// in the interleaved section only; and each native sticky variant has the
+// traffic of its Wasm twin.
+func TestStickyRowsPairLikeWithLike(t *testing.T) {
+	misses := func(v variant) bool { return v.cold || v.units() > config.DefaultCacheSize }
+	for _, r := range stickyRows {
+		x := variantByID(t, r.x)
+		if !strings.Contains(r.what, "("+r.x) {
+			t.Errorf("row %s: its text does not name it: %q", r.x, r.what)
+		}
+		if (x.module != nil) != (r.artifact == "native") {
+			t.Errorf("row %s: artifact %s, module %v", r.x, r.artifact, x.module != nil)
+		}
+		if r.base == "" {
+			continue
+		}
+		b := variantByID(t, r.base)
+		if x.allot != 50 || b.allot != 50 || (x.module == nil) != (b.module == nil) || misses(x) != misses(b) || x.lean || b.lean {
+			t.Errorf("row %s against %s: experiments %d/%d, native %v/%v, cache missing %v/%v",
+				r.x, r.base, x.allot, b.allot, x.module != nil, b.module != nil, misses(x), misses(b))
+		}
+		if x.cost == b.cost || !(x.cost && x.interleavedOnly() || b.cost && b.interleavedOnly()) {
+			t.Errorf("row %s against %s: cost %v/%v, want exactly one, measured interleaved only", r.x, r.base, x.cost, b.cost)
+		}
+	}
+	for _, v := range variants() {
+		if v.returning && (!v.sticky || v.cold) {
+			t.Errorf("%s: returning units need a sticky cookie made ahead: sticky %v, cold %v", v.ID, v.sticky, v.cold)
+		}
+		if v.module == nil || !v.sticky {
+			continue
+		}
+		w := variantByID(t, v.wasmTwin)
+		if !w.sticky || w.returning != v.returning || w.cold != v.cold || w.pool != v.pool {
+			t.Errorf("%s and its Wasm twin %q send different traffic", v.ID, v.wasmTwin)
+		}
+	}
 }
 
 // exchangeRaw sends the load generator's request number i of v to Allot
