@@ -32,22 +32,32 @@ type RequestFunc func(dst []byte, i uint64) []byte
 
 // Request returns a RequestFunc for GET path with the fixed headers and, when
 // appendID is non-nil, an x-user-id header whose value appendID(dst, i)
-// appends (without allocating, so the generator stays cheap).
-func Request(path string, headers [][2]string, appendID func(dst []byte, i uint64) []byte) RequestFunc {
+// appends (without allocating, so the generator stays cheap), then each of
+// the varying headers more whose Append is non-nil (a unit's cookie).
+func Request(path string, headers [][2]string, appendID func(dst []byte, i uint64) []byte, more ...Header) RequestFunc {
 	var fixed []byte
 	fixed = fmt.Appendf(fixed, "GET %s HTTP/1.1\r\nhost: bench\r\n", path)
 	for _, h := range headers {
 		fixed = fmt.Appendf(fixed, "%s: %s\r\n", h[0], h[1])
 	}
+	varied := slices.DeleteFunc(append([]Header{{Name: "x-user-id", Append: appendID}}, more...), func(h Header) bool { return h.Append == nil })
 	return func(dst []byte, i uint64) []byte {
 		dst = append(dst, fixed...)
-		if appendID != nil {
-			dst = append(dst, "x-user-id: "...)
-			dst = appendID(dst, i)
+		for _, h := range varied {
+			dst = append(dst, h.Name...)
+			dst = append(dst, ": "...)
+			dst = h.Append(dst, i)
 			dst = append(dst, "\r\n"...)
 		}
 		return append(dst, "\r\n"...)
 	}
+}
+
+// Header is a request header whose value varies per request: Append
+// appends request number i's value to dst, without allocating.
+type Header struct {
+	Name   string
+	Append func(dst []byte, i uint64) []byte
 }
 
 // Result is one run's outcome.

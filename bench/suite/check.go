@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,8 +45,10 @@ func engineExpect(n int) (func(id string) (string, error), error) {
 }
 
 // preflight sends one request per id and compares x-seen (the route's echo
-// of x-experiment-bench) with what the variant must add.
-func preflight(listener string, ids []string, lean bool, expect func(string) (string, error)) error {
+// of x-experiment-bench) with what variant v must add, and the response's
+// Set-Cookie with the one v must set (none but for new units with a sticky
+// cookie); a returning unit's request carries its cookie.
+func preflight(listener string, v variant, ids []string) error {
 	for _, id := range ids {
 		req, err := http.NewRequest("GET", "http://"+listener+"/", nil)
 		if err != nil {
@@ -56,28 +59,46 @@ func preflight(listener string, ids []string, lean bool, expect func(string) (st
 		for _, h := range requestHeaders {
 			req.Header.Set(h[0], h[1])
 		}
+		if v.cookie != nil {
+			c, err := v.cookie(id)
+			if err != nil {
+				return err
+			}
+			req.Header.Set("cookie", c)
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("pre-flight request: %w", err)
 		}
 		resp.Body.Close()
-		want, err := expect(id)
+		want, err := v.expect(id)
 		if err != nil {
 			return err
 		}
 		seen, name := seenHeader, benchHeader
-		if lean {
+		if v.lean {
 			seen, name = seenDictHeader, dictHeader
 		}
 		got := resp.Header.Get(seen)
 		if got == "-" { // Envoy's formatter renders a missing header as "-"
 			got = ""
 		}
-		if lean {
+		if v.lean {
 			got = dictMember(got, "bench")
 		}
 		if resp.StatusCode != 200 || got != want {
 			return fmt.Errorf("pre-flight for x-user-id %q: status %d, %s %q, want %q", id, resp.StatusCode, name, resp.Header.Get(seen), want)
+		}
+		var wantSC []string
+		if v.setCookie != nil {
+			sc, err := v.setCookie(id)
+			if err != nil {
+				return err
+			}
+			wantSC = []string{sc}
+		}
+		if gotSC := resp.Header.Values("set-cookie"); !slices.Equal(gotSC, wantSC) {
+			return fmt.Errorf("pre-flight for x-user-id %q: Set-Cookie %q, want %q", id, gotSC, wantSC)
 		}
 	}
 	return nil

@@ -73,7 +73,7 @@ func compareVariants(only string) ([]variant, error) {
 			vs = append(vs, v)
 			continue
 		}
-		if v.allot == 0 || v.authz || v.module != nil || !strings.Contains(only, v.ID) {
+		if v.allot == 0 || v.authz || v.module != nil || v.noResponse || !strings.Contains(only, v.ID) {
 			continue
 		}
 		b := v

@@ -186,10 +186,10 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 		module  func(*paths) string
 		out     *[]float64
 	}{
-		{"allot-1", allotFilter(1), nil, &lt.Ready1},
-		{"allot-1000", allotFilter(1000), nil, &lt.Ready1000},
-		{"native-1", nativeAllot(1, false), allotSO, &lt.NativeReady1},
-		{"native-1000", nativeAllot(1000, false), allotSO, &lt.NativeReady1000},
+		{"allot-1", wasmAllot(mainWasm, 1, typical), nil, &lt.Ready1},
+		{"allot-1000", wasmAllot(mainWasm, 1000, typical), nil, &lt.Ready1000},
+		{"native-1", nativeAllot(1, typical), allotSO, &lt.NativeReady1},
+		{"native-1000", nativeAllot(1000, typical), allotSO, &lt.NativeReady1000},
 	} {
 		f, err := c.filters(p)
 		if err != nil {
@@ -264,10 +264,10 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 	}{
 		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true, nil},
 		{"mem-minimal", minWasm, false, nil},
-		{"mem-allot-1", allotFilter(1), false, nil},
-		{"mem-allot-1000", allotFilter(1000), true, nil},
+		{"mem-allot-1", wasmAllot(mainWasm, 1, typical), false, nil},
+		{"mem-allot-1000", wasmAllot(mainWasm, 1000, typical), true, nil},
 		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod},
-		{"mem-native-1000", nativeAllot(1000, false), true, allotSO},
+		{"mem-native-1000", nativeAllot(1000, typical), true, allotSO},
 	} {
 		filters, err := c.filters(p)
 		if err != nil {

@@ -160,13 +160,11 @@ func runFloors(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	res.Commands = append(res.Commands, cmd)
-	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
-		cmds, err := buildModules(ctx, o, p)
-		if err != nil {
-			return err
-		}
-		res.Commands = append(res.Commands, cmds...)
+	cmds, err := buildFor(ctx, o, p, vs)
+	if err != nil {
+		return err
 	}
+	res.Commands = append(res.Commands, cmds...)
 	rounds := cmp.Or(o.PairedRounds, pairedRounds)
 	logf("floors: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
 	if res.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {

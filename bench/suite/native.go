@@ -10,7 +10,6 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/e2e/harness"
-	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
 // The native variants load Envoy dynamic modules (ABI v0.2.0, Envoy 1.40):
@@ -68,17 +67,13 @@ func moduleFilter(so func(*paths) string, cfg map[string]any) func(*paths) ([]an
 }
 
 // nativeAllot renders Allot's dynamic module with the FilterConfig of the
-// Wasm variants with n experiments (lean: as leanFilter), as the JSON the
-// control plane renders (translate.ConfigJSON) in the filter_config Struct.
-func nativeAllot(n int, lean bool) func(*paths) ([]any, error) {
+// Wasm variants with n experiments in shape s, as the JSON the control
+// plane renders (translate.ConfigJSON) in the filter_config Struct.
+func nativeAllot(n int, s shape) func(*paths) ([]any, error) {
 	return func(p *paths) ([]any, error) {
-		cfg, err := filterConfig(n)
+		cfg, err := allotConfig(n, s)
 		if err != nil {
 			return nil, err
-		}
-		if lean {
-			cfg.AssignmentHeaders = filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY
-			cfg.DisableExposureState = true
 		}
 		js, err := translate.ConfigJSON(cfg)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/load"
 	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/filter/plugin"
 )
 
 // paired is the CPU cost per request measured with every variant's Envoy
@@ -51,7 +52,16 @@ type paired struct {
 	SliceLatency map[string][]map[string]float64 `json:"slice_latency_us"`
 	// Late counts requests the schedule asked for that did not complete.
 	Late map[string]uint64 `json:"late,omitempty"`
+	// Counters[v] are Allot variant v's counters (allotCounters, without
+	// the "allot." prefix) after its last slice, its pre-flight and
+	// warm-up included: what its requests did (cache hits, cookies set).
+	Counters map[string]map[string]int64 `json:"counters,omitempty"`
 }
+
+// allotCounters are Allot's counters the interleaved section reads at its
+// end (a native worker flushes on a request a second after its last flush,
+// so its last second's counts may be missing: the report uses shares).
+var allotCounters = []string{plugin.MetricCacheHits, plugin.MetricCacheMisses, plugin.MetricStickyWritten, plugin.MetricStickyInvalid}
 
 // add is variant id's CPU addition over A: the median of per-round
 // differences.
@@ -267,10 +277,12 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		r := &running{v: v, e: e}
 		rs = append(rs, r)
 		seq := uint64(1000 + i)
-		if err := preflight(e.listener, checkIDs(v, 4, 131, "paired", seq), v.lean, v.expect); err != nil {
+		if err := preflight(e.listener, v, checkIDs(v, 4, 131, "paired", seq)); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		r.req = load.Request("/", requestHeaders, ids(v.cold, seq))
+		if r.req, err = v.request(seq); err != nil {
+			return nil, err
+		}
 		if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0); err != nil {
 			return nil, fmt.Errorf("%s warm-up: %w", name, err)
 		}
@@ -325,6 +337,19 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			}
 			res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], qs)
 			res.Late[r.v.ID] += fr.Intended - fr.Requests
+		}
+	}
+	if slices.ContainsFunc(rs, func(r *running) bool { return r.v.allot > 0 && !r.v.authz }) {
+		time.Sleep(1100 * time.Millisecond) // counters flush once a second
+		res.Counters = map[string]map[string]int64{}
+		for _, r := range rs {
+			if r.v.allot == 0 || r.v.authz {
+				continue
+			}
+			res.Counters[r.v.ID] = map[string]int64{}
+			for _, name := range allotCounters {
+				res.Counters[r.v.ID][strings.TrimPrefix(name, "allot.")] = r.e.stat(metricsNamespace + "." + name)
+			}
 		}
 	}
 	if !plan.latency {

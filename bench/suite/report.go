@@ -176,6 +176,22 @@ var (
 	}
 )
 
+// stickyRows are what sticky bucketing costs each artifact (#23): each
+// variant x against the baseline base measured in the same interleaved
+// rounds, with the same 50 experiments and requests but for what the row
+// changes. The issue sets no limit on them: they are reported, not judged.
+// A row without a baseline states x alone.
+var stickyRows = []struct{ artifact, what, x, base string }{
+	{"Wasm", "no sticky cookie: the proxy_on_response_headers export, which every stream crosses (G, the default build, against Y, the same module built without the export)", "G", "Y"},
+	{"Wasm", "returning units, warm cache: every request carries its unit's valid cookie (V against G)", "V", "G"},
+	{"Wasm", "returning units, cache missing: the cookie verified and decoded and the experiments evaluated sticky on every request (W against H)", "W", "H"},
+	{"Wasm", "new units: no cookie, every response sets one (X against H)", "X", "H"},
+	{"native", "no sticky cookie: the configuration's streams keep no state, and the response hook is C that returns at once — no stream enters Go for its response; Envoy requires the hook, so there is no build without it (Q, over A)", "Q", ""},
+	{"native", "returning units, warm cache (v against Q)", "v", "Q"},
+	{"native", "returning units, cache missing (w against R)", "w", "R"},
+	{"native", "new units: every response sets a cookie, from the stream's C state (x against R)", "x", "R"},
+}
+
 // rssLimitNative and rssLimitWasm are the memory targets: Envoy's RSS with
 // 1,000 experiments and every cache full at --concurrency 2 over A's.
 const (
@@ -191,6 +207,7 @@ type reportView struct {
 	// Counterparts compares each floor with its native counterpart (M).
 	Counterparts []counterpart
 	Twins        []twinRow
+	Sticky       []stickyRow
 	// NativeFloor is N − O: Go's runtime and cgo over C for the same work.
 	NativeFloor *twinRow
 	Rounds      []roundRow
@@ -202,8 +219,8 @@ type reportView struct {
 	Pooled      []pooledRow
 	Profiles    []profileRow
 	ModuleRatio float64 // Allot's Wasm module's size over E's
-	// Resamples and WarmIDs are constants the prose quotes.
-	Resamples, WarmIDs int
+	// Resamples, WarmIDs and StickyPool are constants the prose quotes.
+	Resamples, WarmIDs, StickyPool int
 	// Diagnostic: the floors diagnostic's report, which has no targets.
 	Diagnostic bool
 }
@@ -263,6 +280,26 @@ type twinRow struct {
 	NatA, NatALo, NatAHi float64 // native's throughput × A
 }
 
+// stickyRow is one of stickyRows, measured.
+type stickyRow struct {
+	Artifact, What, X, Base string
+	XAdd, BaseAdd           float64
+	// X − Base per round: the median and its 95% interval.
+	Diff, Lo, Hi float64
+	// X's addition over A to Base's, with its 95% interval (HasRatio:
+	// Base adds something).
+	Ratio, RatioLo, RatioHi float64
+	HasRatio                bool
+	// X's closed-loop throughput to Base's, per round: the median and its
+	// 95% interval.
+	RPS, RPSLo, RPSHi float64
+	// Of X's evaluated requests: the share that hit the cache, and the
+	// cookies set per request (HasCounters: the run read them).
+	Hits, Written float64
+	Invalid       int64
+	HasCounters   bool
+}
+
 type roundRow struct {
 	ID                           string
 	RPS, RPSA, CPU, Add, XE, RSS float64
@@ -298,10 +335,11 @@ type profileRow struct {
 }
 
 func newReportView(res *results) *reportView {
-	v := &reportView{results: res, Resamples: ciResamples, WarmIDs: warmIDs}
+	v := &reportView{results: res, Resamples: ciResamples, WarmIDs: warmIDs, StickyPool: stickyPool}
 	v.targets()
 	v.floors()
 	v.twins()
+	v.sticky()
 	v.rounds()
 	v.interleaved()
 	for _, hp := range res.Profiles {
@@ -571,6 +609,52 @@ func (v *reportView) twins() {
 	}
 	if r, ok := twin("O", "N"); ok {
 		v.NativeFloor = &r
+	}
+}
+
+// sticky are the stickiness rows the run measured; none unless it measured
+// a variant against its baseline.
+func (v *reportView) sticky() {
+	pr := v.Paired
+	if pr == nil {
+		return
+	}
+	against := false
+	for _, t := range stickyRows {
+		x, ok := pr.add(t.x)
+		if !ok || !v.Has(t.x) || t.base != "" && !v.Has(t.base) {
+			continue
+		}
+		row := stickyRow{Artifact: t.artifact, What: t.what, X: t.x, Base: t.base, XAdd: x}
+		if t.base != "" {
+			d, ok := pr.between(t.x, t.base)
+			if !ok {
+				continue
+			}
+			row.BaseAdd, _ = pr.add(t.base)
+			row.Diff = median(d)
+			row.Lo, row.Hi = bootstrapMedian(d)
+			if row.BaseAdd > 0 {
+				row.Ratio, row.HasRatio = x/row.BaseAdd, true
+				row.RatioLo, row.RatioHi, _ = pr.ratioCI(t.x, t.base)
+			}
+			if r, ok := ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
+				row.RPS = median(r)
+				row.RPSLo, row.RPSHi = bootstrapMedian(r)
+			}
+			against = true
+		}
+		c := pr.Counters[t.x]
+		if n := c["cache_hits"] + c["cache_misses"]; n > 0 {
+			row.HasCounters = true
+			row.Hits = float64(c["cache_hits"]) / float64(n)
+			row.Written = float64(c["sticky_cookie_written"]) / float64(n)
+			row.Invalid = c["sticky_cookie_invalid"]
+		}
+		v.Sticky = append(v.Sticky, row)
+	}
+	if !against {
+		v.Sticky = nil
 	}
 }
 

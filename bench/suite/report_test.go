@@ -259,3 +259,45 @@ func contains(t *testing.T, what, out string, wants ...string) {
 		}
 	}
 }
+
+// TestStickyRows: each stickiness row sets its variant against its
+// baseline of the same rounds — the difference with its interval, the
+// ratio of the additions, the throughput, Allot's counters as shares —
+// the native sticky-off row states Q alone, and a row whose variants the
+// run did not measure is left out.
+func TestStickyRows(t *testing.T) {
+	counters := func(hits, misses, written int64) map[string]int64 {
+		return map[string]int64{"cache_hits": hits, "cache_misses": misses, "sticky_cookie_written": written}
+	}
+	res := &results{
+		Variants: []variantInfo{{ID: "A"}, {ID: "G"}, {ID: "H"}, {ID: "Q", WasmTwin: "G"}, {ID: "R", WasmTwin: "H"},
+			{ID: "V", Cost: true}, {ID: "W", Cost: true}, {ID: "X", Cost: true}, {ID: "Y", Cost: true}, {ID: "v", Cost: true, WasmTwin: "V"}},
+		Paired: &paired{Rounds: 10, CPU: map[string][]float64{"A": steady(20), "G": steady(40), "H": steady(50), "Q": steady(30),
+			"R": steady(34), "V": steady(44), "W": steady(60), "X": steady(65), "Y": steady(39), "v": steady(33)},
+			RPS: map[string][]float64{"A": steady(40000), "G": steady(20000), "H": steady(16000), "Q": steady(30000),
+				"V": steady(18000), "W": steady(12000), "X": steady(12000), "Y": steady(20000), "v": steady(27000)},
+			Counters: map[string]map[string]int64{"V": counters(999, 1, 0), "X": counters(0, 500, 500)}},
+	}
+	out, err := renderReport(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "report", out,
+		"### Stickiness: what sticky bucketing costs",
+		"(G, the default build, against Y, the same module built without the export) | G | Y | +19.0 | +20.0 | +1.0 (+1.0 … +1.0) | 1.05 (1.05–1.05 ×) | 1.00 (1.00–1.00 ×) | – |",
+		"(V against G) | V | G | +20.0 | +24.0 | +4.0 (+4.0 … +4.0) | 1.20 (1.20–1.20 ×) | 0.90 (0.90–0.90 ×) | 99.9% hits, 0.00 cookies set per request |",
+		"(W against H) | W | H | +30.0 | +40.0 | +10.0 (+10.0 … +10.0) | 1.33 (1.33–1.33 ×) | 0.75 (0.75–0.75 ×) | – |",
+		"(X against H) | X | H | +30.0 | +45.0 | +15.0 (+15.0 … +15.0) | 1.50 (1.50–1.50 ×) | 0.75 (0.75–0.75 ×) | 0.0% hits, 1.00 cookies set per request |",
+		"(Q, over A) | Q | – | – | +10.0 | – | – | – | – |",
+		"(v against Q) | v | Q | +10.0 | +13.0 | +3.0 (+3.0 … +3.0) | 1.30 (1.30–1.30 ×) | 0.90 (0.90–0.90 ×) | – |",
+	)
+	for _, gone := range []string{"(w against R)", "(x against R)"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("a row the run did not measure: %q", gone)
+		}
+	}
+	res.Variants = res.Variants[:5]
+	if out, err := renderReport(res); err != nil || strings.Contains(out, "### Stickiness") {
+		t.Errorf("a stickiness section without the sticky variants (%v):\n%s", err, out)
+	}
+}

@@ -130,11 +130,15 @@ type variantInfo struct {
 	// WasmTwin names the Wasm variant a dynamic-module variant does the
 	// work of.
 	WasmTwin string `json:",omitempty"`
+	// Cost marks a variant of the stickiness rows.
+	Cost bool `json:",omitempty"`
 }
 
 // interleavedOnly says whether the variant was measured in the interleaved
 // section only (see variant.interleavedOnly).
-func (v variantInfo) interleavedOnly() bool { return v.FloorOf != "" || v.NativeOf != "" || v.Probe }
+func (v variantInfo) interleavedOnly() bool {
+	return v.FloorOf != "" || v.NativeOf != "" || v.Probe || v.Cost
+}
 
 // Run runs the whole suite and writes the report.
 func Run(ctx context.Context, o Options) error {
@@ -147,7 +151,8 @@ func Run(ctx context.Context, o Options) error {
 
 	p := &paths{allotWasm: filepath.Join(o.Root, "bin", "allot.wasm"), raw: raw,
 		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(o.Root, "bin", "liballot.so"),
-		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so")}
+		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so"),
+		noRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm")}
 	if o.Replicas { // allotd is only told the filter's path
 		return runReplicas(ctx, o, p, logf)
 	}
@@ -203,13 +208,11 @@ func Run(ctx context.Context, o Options) error {
 	for _, v := range vs {
 		res.Variants = append(res.Variants, v.info())
 	}
-	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
-		cmds, err := buildModules(ctx, o, p)
-		if err != nil {
-			return err
-		}
-		res.Commands = append(res.Commands, cmds...)
+	cmds, err := buildFor(ctx, o, p, vs)
+	if err != nil {
+		return err
 	}
+	res.Commands = append(res.Commands, cmds...)
 	res.Commands = append(res.Commands,
 		fmt.Sprintf("[%s=<module's directory>] taskset -c %d %s -c bench/raw/<variant>.json --concurrency 1 --disable-hot-restart --use-dynamic-base-id --admin-address-path bench/raw/<variant>.admin -l warning --drain-time-s 0 --drain-strategy immediate", moduleSearchPathEnv, o.EnvoyCPU, o.Envoy),
 		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-authz -addr 127.0.0.1:<port> -config bench/raw/authz-config.json   # variant D only", o.LoadCPU))
@@ -329,6 +332,28 @@ func selectVariants(only string, diagnostic bool) ([]variant, error) {
 	return vs, nil
 }
 
+// buildFor builds what the variants vs load besides bin/allot.wasm and
+// the minimal Wasm filter: the dynamic modules (buildModules) and Y's
+// module (buildNoResponse). It returns the commands, for the report.
+func buildFor(ctx context.Context, o Options, p *paths, vs []variant) ([]string, error) {
+	var cmds []string
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
+		c, err := buildModules(ctx, o, p)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c...)
+	}
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.noResponse }) {
+		c, err := buildNoResponse(ctx, o, p)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c)
+	}
+	return cmds, nil
+}
+
 // goBuild builds package pkg of the module in dir into out; with wasm, as
 // a proxy-wasm module (wasip1, c-shared), the way `make build-filter` does.
 func goBuild(ctx context.Context, dir, out, pkg string, wasm bool) error {
@@ -339,7 +364,8 @@ func goBuild(ctx context.Context, dir, out, pkg string, wasm bool) error {
 }
 
 // withExpect gives an Allot variant the pre-flight's expectation: the
-// engine's assignment of each id.
+// engine's assignment of each id and, with a sticky cookie, the cookies
+// sent and set (withCookies).
 func withExpect(v variant) (variant, error) {
 	if v.allot > 0 {
 		exp, err := engineExpect(v.allot)
@@ -348,7 +374,7 @@ func withExpect(v variant) (variant, error) {
 		}
 		v.expect = exp
 	}
-	return v, nil
+	return withCookies(v)
 }
 
 func checkTools(o Options) error {
@@ -364,9 +390,9 @@ func checkTools(o Options) error {
 	return nil
 }
 
-// ids returns the x-user-id generator: warm variants cycle through 1,000
-// ids; cold ones never repeat one (seq makes them unique per run).
-func ids(cold bool, seq uint64) func([]byte, uint64) []byte {
+// ids returns the x-user-id generator: warm variants cycle through units
+// ids (unitID); cold ones never repeat one (seq makes them unique per run).
+func ids(cold bool, units int, seq uint64) func([]byte, uint64) []byte {
 	if cold {
 		return func(dst []byte, i uint64) []byte {
 			dst = append(dst, "cold-"...)
@@ -375,11 +401,17 @@ func ids(cold bool, seq uint64) func([]byte, uint64) []byte {
 			return strconv.AppendUint(dst, i, 10)
 		}
 	}
-	return func(dst []byte, i uint64) []byte {
-		dst = append(dst, "user-"...)
-		return strconv.AppendUint(dst, i%warmIDs, 10)
-	}
+	n := uint64(units)
+	return func(dst []byte, i uint64) []byte { return appendUnitID(dst, i%n) }
 }
+
+// appendUnitID appends warm unit n's id, user-<n>.
+func appendUnitID(dst []byte, n uint64) []byte {
+	return strconv.AppendUint(append(dst, "user-"...), n, 10)
+}
+
+// unitID is warm unit n's id.
+func unitID(n uint64) string { return string(appendUnitID(nil, n)) }
 
 func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, seq uint64, authzBin, authzConfig string) (r run, err error) {
 	r = run{Variant: v.ID, Round: round, Rate: o.Rate}
@@ -413,11 +445,14 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	defer e.Terminate()
 
 	// Correctness first: warm ids and, for cold variants, fresh ones.
-	if err := preflight(e.listener, checkIDs(v, 8, 97, "pre", seq), v.lean, v.expect); err != nil {
+	if err := preflight(e.listener, v, checkIDs(v, 8, 97, "pre", seq)); err != nil {
 		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.LogTail(10))
 	}
 
-	req := load.Request("/", requestHeaders, ids(v.cold, seq))
+	req, err := v.request(seq)
+	if err != nil {
+		return r, err
+	}
 	base := seq << 40
 	if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Warmup, 0, req, base); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)

@@ -53,8 +53,28 @@ type variant struct {
 	// Lean configures Allot with the dictionary header only and no
 	// exposure filter state; the pre-flight reads the dictionary.
 	lean bool
+	// sticky configures Allot with the bench's sticky cookie (sticky.go).
+	// Its requests carry no cookie (new units: every response sets one)
+	// unless returning is set: then each carries its unit's valid cookie,
+	// as a browser does after its first response.
+	sticky, returning bool
+	// pool is how many user ids a warm variant cycles through (0:
+	// warmIDs).
+	pool int
+	// noResponse runs Allot's Wasm module built with -tags
+	// allot_noresponse (p.noRespWasm): without the proxy_on_response_headers
+	// export.
+	noResponse bool
+	// cost marks a variant of the stickiness rows (report.go stickyRows),
+	// set against a baseline measured in the same rounds: measured in the
+	// interleaved section only, for its CPU and throughput.
+	cost bool
 	// Expect is the x-seen value wanted for a user id.
 	expect func(id string) (string, error)
+	// cookie, when set, is the Cookie header the pre-flight sends for a
+	// user id; setCookie the Set-Cookie its response must carry (nil:
+	// none). withCookies sets them for the sticky variants.
+	cookie, setCookie func(id string) (string, error)
 	// FloorOf names the Allot variants whose writes this floor variant
 	// replays (bench/floor), warm and cold. Floor variants are measured only in the
 	// interleaved section, which the targets use.
@@ -82,19 +102,25 @@ type variant struct {
 }
 
 // interleavedOnly says whether v is measured in the interleaved section
-// only (the floors and their native counterpart), not in the rounds, and
-// there for its CPU only (no latency slices).
-func (v variant) interleavedOnly() bool { return v.floorOf != "" || v.nativeOf != "" || v.probe }
+// only (the floors, their native counterpart and the stickiness variants),
+// not in the rounds, and there for its CPU only (no latency slices).
+func (v variant) interleavedOnly() bool {
+	return v.floorOf != "" || v.nativeOf != "" || v.probe || v.cost
+}
 
 // info is what the report keeps of v.
 func (v variant) info() variantInfo {
-	return variantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, FloorRef: v.floorRef, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.wasmTwin}
+	return variantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, FloorRef: v.floorRef, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.wasmTwin,
+		Cost: v.cost}
 }
 
 // paths are the files and ports the filter configurations refer to.
 type paths struct {
 	allotWasm, minWasm string
 	baseWasm           string // a comparison's base build (compare.go)
+	// noRespWasm is Allot's module built with -tags allot_noresponse
+	// (variant Y), built by the suite.
+	noRespWasm string
 	// allotSO is Allot's dynamic module (make build-native); minDynmod
 	// and cDynmod are variants N's and O's, built by the suite.
 	allotSO, minDynmod, cDynmod string
@@ -112,11 +138,11 @@ func variants() []variant {
 		{ID: "D", Name: "ext_authz (gRPC) to a local Go service running Allot's engine, 50 experiments", filters: extAuthz,
 			authz: true, allot: 50},
 		{ID: "E", Name: "minimal Go Wasm filter: hash one id, add one header", filters: minWasm, expect: hashExpect},
-		{ID: "F", Name: "Allot, 1 running experiment", filters: allotFilter(1), allot: 1},
-		{ID: "G", Name: "Allot, 50 experiments, warm cache (1,000 user ids)", filters: allotFilter(50), allot: 50},
-		{ID: "H", Name: "Allot, 50 experiments, cold cache (new user id per request)", filters: allotFilter(50), allot: 50, cold: true},
-		{ID: "I", Name: "as G, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true},
-		{ID: "J", Name: "as H, lean: dictionary header only, no exposure filter state", filters: leanFilter(50), allot: 50, lean: true, cold: true},
+		{ID: "F", Name: "Allot, 1 running experiment", filters: wasmAllot(mainWasm, 1, typical), allot: 1},
+		{ID: "G", Name: "Allot, 50 experiments, warm cache (1,000 user ids)", filters: wasmAllot(mainWasm, 50, typical), allot: 50},
+		{ID: "H", Name: "Allot, 50 experiments, cold cache (new user id per request)", filters: wasmAllot(mainWasm, 50, typical), allot: 50, cold: true},
+		{ID: "I", Name: "as G, lean: dictionary header only, no exposure filter state", filters: wasmAllot(mainWasm, 50, lean), allot: 50, lean: true},
+		{ID: "J", Name: "as H, lean: dictionary header only, no exposure filter state", filters: wasmAllot(mainWasm, 50, lean), allot: 50, lean: true, cold: true},
 		{ID: "K", Name: "floor of G: E's read and hash, then the writes G makes for a typical unit, with the same host calls; none of Allot's work",
 			filters: floorFilter(func() []byte { return filterConfigJSON(50) }), expect: hashExpect, floorOf: "GH"},
 		{ID: "L", Name: "floor of I: as K, with the writes I makes (the dictionary and version headers)",
@@ -127,19 +153,35 @@ func variants() []variant {
 			filters: moduleFilter(minDynmod, nil), module: minDynmod, expect: hashExpect, probe: true, wasmTwin: "E"},
 		{ID: "O", Name: "N's work in C (bench/cdynmod): the floor of Envoy's native host",
 			filters: moduleFilter(cDynmod, nil), module: cDynmod, expect: hashExpect, probe: true},
-		{ID: "P", Name: "Allot native (bin/liballot.so), 1 running experiment", filters: nativeAllot(1, false), module: allotSO,
+		{ID: "P", Name: "Allot native (bin/liballot.so), 1 running experiment", filters: nativeAllot(1, typical), module: allotSO,
 			allot: 1, wasmTwin: "F"},
-		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids)", filters: nativeAllot(50, false), module: allotSO,
+		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids)", filters: nativeAllot(50, typical), module: allotSO,
 			allot: 50, wasmTwin: "G"},
-		{ID: "R", Name: "Allot native, 50 experiments, cold cache (new user id per request)", filters: nativeAllot(50, false), module: allotSO,
+		{ID: "R", Name: "Allot native, 50 experiments, cold cache (new user id per request)", filters: nativeAllot(50, typical), module: allotSO,
 			allot: 50, cold: true, wasmTwin: "H"},
-		{ID: "S", Name: "as Q, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, true), module: allotSO,
+		{ID: "S", Name: "as Q, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, lean), module: allotSO,
 			allot: 50, lean: true, wasmTwin: "I"},
-		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, true), module: allotSO,
+		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, lean), module: allotSO,
 			allot: 50, lean: true, cold: true, wasmTwin: "J"},
 		{ID: "U", Name: "floor of Q: N's read and hash, then the writes Q makes for a typical unit, with the callbacks Allot native makes them with; none of Allot's work",
 			filters: nativeFloorFilter(func() []byte { return filterConfigJSON(50) }), module: minDynmod, expect: hashExpect,
 			floorOf: "QR", floorRef: "N"},
+		// The stickiness rows: each against the baseline report.go's
+		// stickyRows names, measured in the same interleaved rounds.
+		{ID: "V", Name: "as G with a sticky cookie, returning units: every request carries its unit's valid cookie (warm cache)",
+			filters: wasmAllot(mainWasm, 50, sticky), allot: 50, sticky: true, returning: true, cost: true},
+		{ID: "W", Name: "as V, cache missing: " + thousands(stickyPool) + " units each with its valid cookie, cycled (more than the cache holds): verify, decode and sticky evaluation on every request",
+			filters: wasmAllot(mainWasm, 50, sticky), allot: 50, sticky: true, returning: true, pool: stickyPool, cost: true},
+		{ID: "X", Name: "as H with a sticky cookie, new units: no cookie, so every response sets one",
+			filters: wasmAllot(mainWasm, 50, sticky), allot: 50, sticky: true, cold: true, cost: true},
+		{ID: "Y", Name: "G on allot.wasm built with -tags allot_noresponse: no proxy_on_response_headers export",
+			filters: wasmAllot(noRespWasm, 50, typical), allot: 50, noResponse: true, cost: true},
+		{ID: "v", Name: "V on Allot native", filters: nativeAllot(50, sticky), module: allotSO,
+			allot: 50, sticky: true, returning: true, cost: true, wasmTwin: "V"},
+		{ID: "w", Name: "W on Allot native", filters: nativeAllot(50, sticky), module: allotSO,
+			allot: 50, sticky: true, returning: true, pool: stickyPool, cost: true, wasmTwin: "W"},
+		{ID: "x", Name: "X on Allot native", filters: nativeAllot(50, sticky), module: allotSO,
+			allot: 50, sticky: true, cold: true, cost: true, wasmTwin: "X"},
 	}
 }
 
@@ -299,14 +341,49 @@ func typedFilter(ext *corev3.TypedExtensionConfig) ([]any, error) {
 
 func minWasm(p *paths) ([]any, error) { return wasmFilter(p.minWasm, nil) }
 
-func allotFilter(n int) func(*paths) ([]any, error) {
+func mainWasm(p *paths) string   { return p.allotWasm }
+func noRespWasm(p *paths) string { return p.noRespWasm }
+
+// wasmAllot renders Allot's Wasm module wasm(p) with the n-experiment
+// FilterConfig in shape s.
+func wasmAllot(wasm func(*paths) string, n int, s shape) func(*paths) ([]any, error) {
 	return func(p *paths) ([]any, error) {
-		cfg, err := filterConfig(n)
+		cfg, err := allotConfig(n, s)
 		if err != nil {
 			return nil, err
 		}
-		return wasmFilter(p.allotWasm, cfg)
+		return wasmFilter(wasm(p), cfg)
 	}
+}
+
+// shape is how a variant's FilterConfig departs from the typical one.
+type shape int
+
+const (
+	// typical is filterConfigJSON's configuration.
+	typical shape = iota
+	// lean switches off the two per-request costs a mesh admin can: one
+	// header per assignment (only the dictionary is added) and the
+	// exposure filter state (the access log reads the dictionary header).
+	lean
+	// sticky adds the bench's sticky cookie (sticky.go).
+	sticky
+)
+
+// allotConfig is the n-experiment FilterConfig in shape s.
+func allotConfig(n int, s shape) (*filterv1.FilterConfig, error) {
+	cfg, err := filterConfig(n)
+	if err != nil {
+		return nil, err
+	}
+	switch s {
+	case lean:
+		cfg.AssignmentHeaders = filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY
+		cfg.DisableExposureState = true
+	case sticky:
+		cfg.StickyCookie = stickyCookie()
+	}
+	return cfg, nil
 }
 
 // experimentsJSON returns n experiments with typical targeting. Experiment 0
@@ -351,22 +428,7 @@ func filterConfigJSON(n int) []byte {
 		{"name":"version","header":"x-app-version"}],"experiments":%s}`, n, experimentsJSON(n))
 }
 
-// leanFilter is allotFilter with the two per-request costs a mesh admin can
-// switch off: one header per assignment (only the dictionary is added) and
-// the exposure filter state (the access log reads the dictionary header).
-func leanFilter(n int) func(*paths) ([]any, error) {
-	return func(p *paths) ([]any, error) {
-		cfg, err := filterConfig(n)
-		if err != nil {
-			return nil, err
-		}
-		cfg.AssignmentHeaders = filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY
-		cfg.DisableExposureState = true
-		return wasmFilter(p.allotWasm, cfg)
-	}
-}
-
-// leanConfigJSON is filterConfigJSON(n) configured as leanFilter.
+// leanConfigJSON is filterConfigJSON(n) in the lean shape.
 func leanConfigJSON(n int) []byte {
 	return append([]byte(`{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","disableExposureState":true,`), filterConfigJSON(n)[1:]...)
 }

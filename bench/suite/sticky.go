@@ -1,0 +1,259 @@
+package suite
+
+// The stickiness rows (#23): what sticky bucketing costs each artifact —
+// reading a unit's cookie, verifying and decoding it, evaluating with it,
+// sealing a changed unit's new cookie and setting it on the response — and
+// what the Wasm module's proxy_on_response_headers export costs every
+// stream of a mesh that does not use stickiness. Variants V–Y and v–x
+// (variants.go), each set against a baseline measured in the same
+// interleaved rounds (report.go stickyRows).
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/config"
+	"github.com/allotmesh/allot/filter/plugin"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
+)
+
+const (
+	stickyCookieName = "allot_sb"
+	stickyKeyID      = "bench"
+	// stickyPool is how many units the cache-missing returning variants
+	// (W, w) cycle through, each with its cookie: twice the cache's
+	// default bound on entries, so that taking them in order misses the
+	// LRU cache on every request.
+	stickyPool = 2 * config.DefaultCacheSize
+	// responseExport is the Wasm export that carries the Set-Cookie, which
+	// the allot_noresponse build leaves out.
+	responseExport = "proxy_on_response_headers"
+)
+
+// stickySecret is the bench's signing key: config.MinSigningKeyBytes long.
+var stickySecret = []byte("allot-bench-sticky-cookie-key-32")
+
+// stickyCookie is the sticky configuration's cookie: every attribute at
+// its default (Path=/, a year's Max-Age, Secure, HttpOnly, SameSite=Lax),
+// as a mesh with stickiness would set it.
+func stickyCookie() *filterv1.StickyCookie {
+	return &filterv1.StickyCookie{Name: stickyCookieName, Keys: []*filterv1.SigningKey{{Id: stickyKeyID, Secret: stickySecret}}}
+}
+
+// units is how many user ids a warm variant cycles through.
+func (v variant) units() int {
+	if v.pool > 0 {
+		return v.pool
+	}
+	return warmIDs
+}
+
+// request is the load generator's request for v in the run numbered seq:
+// the attributes' headers, x-user-id and, for returning units, the unit's
+// cookie.
+func (v variant) request(seq uint64) (load.RequestFunc, error) {
+	var more []load.Header
+	if v.returning {
+		if v.cold {
+			return nil, fmt.Errorf("variant %s: returning units need a cookie made ahead, a cold variant's ids are new", v.ID)
+		}
+		table, err := stickyCookies()
+		if err != nil {
+			return nil, err
+		}
+		n := uint64(v.units())
+		more = append(more, load.Header{Name: "cookie", Append: func(dst []byte, i uint64) []byte { return append(dst, table[i%n]...) }})
+	}
+	return load.Request("/", requestHeaders, ids(v.cold, v.units(), seq), more...), nil
+}
+
+// cookieJar is what a browser keeps of Allot's sticky cookie: the
+// Set-Cookie that Allot's plugin, run natively on the fake host with the
+// sticky configuration (translate.ConfigJSON, the bytes the native
+// variants get), sets on a new unit's first response. The pre-flight
+// compares Envoy's Set-Cookie with it (new units) and sends it back
+// (returning units); the load generator sends it back from stickyCookies.
+type cookieJar struct {
+	mu   sync.Mutex
+	host *fakehost.Host
+	p    *plugin.Plugin
+	root uint32
+}
+
+// jar is the suite's cookie jar, made on first use.
+var jar = sync.OnceValues(func() (*cookieJar, error) {
+	cfg, err := allotConfig(50, sticky)
+	if err != nil {
+		return nil, err
+	}
+	js, err := translate.ConfigJSON(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sticky configuration: %w", err)
+	}
+	j := &cookieJar{host: fakehost.New()}
+	j.p = plugin.New(j.host)
+	root, ok := j.host.StartPlugin(j.p, js)
+	if !ok {
+		return nil, fmt.Errorf("sticky configuration refused on the fake host: %v", j.host.Logs)
+	}
+	j.root = root
+	return j, nil
+})
+
+// setCookie is the Set-Cookie value Allot sets on unit id's response when
+// its request carries no cookie.
+func (j *cookieJar) setCookie(id string) (string, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, resp, err := j.host.Exchange(j.p, j.root, benchRequest(id), [][2]string{{":status", "200"}})
+	if err != nil {
+		return "", err
+	}
+	var sc []string
+	for _, h := range resp {
+		if h[0] == plugin.SetCookieHeader {
+			sc = append(sc, h[1])
+		}
+	}
+	if len(sc) != 1 {
+		return "", fmt.Errorf("sticky cookie of %s: Set-Cookie %q, want one", id, sc)
+	}
+	return sc[0], nil
+}
+
+// cookie is the Cookie header a browser sends after that response: the
+// Set-Cookie's name=value.
+func (j *cookieJar) cookie(id string) (string, error) {
+	sc, err := j.setCookie(id)
+	nv, _, _ := strings.Cut(sc, ";")
+	return nv, err
+}
+
+// stickyCookies are the Cookie headers of units user-0 … user-<stickyPool
+// − 1>, made once: the returning variants' requests carry them, the warm
+// ones the first warmIDs.
+var stickyCookies = sync.OnceValues(func() ([]string, error) {
+	j, err := jar()
+	if err != nil {
+		return nil, err
+	}
+	table := make([]string, stickyPool)
+	for i := range table {
+		if table[i], err = j.cookie(unitID(uint64(i))); err != nil {
+			return nil, err
+		}
+	}
+	return table, nil
+})
+
+// withCookies gives a sticky variant its pre-flight's cookies: returning
+// units send theirs and must get none back; new units send none and must
+// get exactly the one Allot sets natively.
+func withCookies(v variant) (variant, error) {
+	if !v.sticky {
+		return v, nil
+	}
+	j, err := jar()
+	if err != nil {
+		return v, err
+	}
+	if v.returning {
+		v.cookie = j.cookie
+	} else {
+		v.setCookie = j.setCookie
+	}
+	return v, nil
+}
+
+// buildNoResponse builds variant Y's module, Allot's filter with -tags
+// allot_noresponse, into p.noRespWasm, and checks that it lacks the
+// response export bin/allot.wasm has: otherwise Y would measure nothing.
+// It returns the command, for the report.
+func buildNoResponse(ctx context.Context, o Options, p *paths) (string, error) {
+	if err := harness.GoBuildTo(ctx, o.Root, p.noRespWasm, "./filter", []string{"-buildmode=c-shared", "-trimpath", "-tags", "allot_noresponse"},
+		"GOOS=wasip1", "GOARCH=wasm"); err != nil {
+		return "", err
+	}
+	for _, m := range []struct {
+		path string
+		want bool
+	}{{p.allotWasm, true}, {p.noRespWasm, false}} {
+		b, err := os.ReadFile(m.path)
+		if err != nil {
+			return "", err
+		}
+		names, err := wasmExports(b)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", m.path, err)
+		}
+		if slices.Contains(names, responseExport) != m.want {
+			return "", fmt.Errorf("%s: exports %s: %v, want %v", m.path, responseExport, !m.want, m.want)
+		}
+	}
+	return "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -tags allot_noresponse -o bench/raw/bin/allot-noresponse.wasm ./filter", nil
+}
+
+// wasmExports lists the names a WebAssembly module exports (its export
+// section, id 7).
+func wasmExports(b []byte) ([]string, error) {
+	if !bytes.HasPrefix(b, []byte("\x00asm\x01\x00\x00\x00")) {
+		return nil, errors.New("not a WebAssembly module (version 1)")
+	}
+	b = b[8:]
+	errShort := errors.New("truncated WebAssembly module")
+	uleb := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	for len(b) > 0 {
+		id := b[0]
+		b = b[1:]
+		size, ok := uleb()
+		if !ok || size > uint64(len(b)) {
+			return nil, errShort
+		}
+		sec, rest := b[:size], b[size:]
+		if id != 7 {
+			b = rest
+			continue
+		}
+		b = sec
+		count, ok := uleb()
+		if !ok {
+			return nil, errShort
+		}
+		var names []string
+		for range count {
+			n, ok := uleb()
+			if !ok || n > uint64(len(b)) {
+				return nil, errShort
+			}
+			names = append(names, string(b[:n]))
+			b = b[n:]
+			if len(b) < 1 {
+				return nil, errShort
+			}
+			b = b[1:]                 // the kind
+			if _, ok := uleb(); !ok { // the index
+				return nil, errShort
+			}
+		}
+		return names, nil
+	}
+	return nil, nil
+}
