@@ -52,9 +52,9 @@ and nothing changes.
 
 // stickyNote ends the usage of rebucket and weights.
 const stickyNote = `
-A unit holds assignments only where the filter stores sticky buckets
-(filter/README.md, "Sticky bucketing"); a unit holding none is assigned by
-its hash. A definitions file applied later with "allotctl apply" sets
+A unit holds assignments only where the mesh settings set a sticky cookie
+and its browser returned the cookie (filter/README.md, "The sticky
+cookie"); a unit holding none is assigned by its hash. A definitions file applied later with "allotctl apply" sets
 bucketVersion, minBucketVersion, seed and weights back to the file's:
 copy them from "allotctl get KEY -o yaml" into the file.
 `
