@@ -66,9 +66,10 @@ const (
 // Jar reads and writes one configuration's sticky cookie. It is read-only
 // once made, so workers share it.
 type Jar struct {
-	name  string
-	keys  []key // keys[0] signs
-	attrs string
+	name   string
+	signed []byte // "<name>=", what every tag's message starts with
+	keys   []key  // keys[0] signs
+	attrs  string
 }
 
 type key struct {
@@ -79,7 +80,7 @@ type key struct {
 // New prepares the jar of a checked configuration's sticky cookie
 // (config.Filter.Check, Defaults applied).
 func New(c *config.StickyCookie) *Jar {
-	j := &Jar{name: c.Name}
+	j := &Jar{name: c.Name, signed: []byte(c.Name + "=")}
 	for _, k := range c.Keys {
 		j.keys = append(j.keys, key{id: k.ID, mac: mac.NewKey(k.Secret)})
 	}
@@ -153,7 +154,7 @@ func (j *Jar) Open(value string) (engine.StickyDocs, Status) {
 
 // sign is the HMAC of "<name>=<signed>".
 func (j *Jar) sign(k *key, signed string) [mac.Size]byte {
-	return k.mac.Sum([]byte(j.name), []byte{'='}, []byte(signed))
+	return k.mac.Sum(j.signed, []byte(signed))
 }
 
 // Seal appends to dst the Set-Cookie header value that stores docs:
