@@ -13,7 +13,7 @@ import (
 // overlap), writes the result into a temporary directory and returns the new
 // path. It moves fixed ports and paths to per-test values, e.g.
 //
-//	harness.RenderBootstrap(t, "envoy-configs/envoy.yaml", map[string]string{
+//	harness.RenderBootstrap(t, "envoy-configs/sidecar.yaml", map[string]string{
 //		"port_value: 10000": fmt.Sprintf("port_value: %d", harness.FreePort(t)),
 //	})
 //
