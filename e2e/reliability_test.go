@@ -27,6 +27,23 @@ type record struct {
 	Result  string `json:"result"`
 	Lost    int    `json:"lost"` // acknowledged writes or requests lost
 	Command string `json:"command"`
+	// Artifact is the filter build the row ran against ("wasm" or
+	// "native"), from the subtest forArtifacts named; empty when the row is
+	// not about one.
+	Artifact string `json:"artifact,omitempty"`
+}
+
+// artifactOf returns the artifact whose name is one of the subtest names
+// of test (e.g. "TestReliabilitySoak/native"), or "".
+func artifactOf(test string) string {
+	for _, part := range strings.Split(test, "/")[1:] {
+		for _, a := range artifacts {
+			if part == a.name {
+				return a.name
+			}
+		}
+	}
+	return ""
 }
 
 var recordMu sync.Mutex
@@ -39,7 +56,7 @@ func report(t *testing.T, section, what, result string, lost int) {
 	if path == "" {
 		return
 	}
-	rec := record{Section: section, Test: t.Name(), What: what, Result: result, Lost: lost,
+	rec := record{Section: section, Test: t.Name(), What: what, Result: result, Lost: lost, Artifact: artifactOf(t.Name()),
 		Command: fmt.Sprintf("go test -tags 'e2e reliability' -count=1 -run '^%s$' ./e2e/", strings.SplitN(t.Name(), "/", 2)[0])}
 	b, _ := json.Marshal(rec)
 	recordMu.Lock()

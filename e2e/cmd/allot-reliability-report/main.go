@@ -16,12 +16,13 @@ import (
 )
 
 type record struct {
-	Section string `json:"section"`
-	Test    string `json:"test"`
-	What    string `json:"what"`
-	Result  string `json:"result"`
-	Lost    int    `json:"lost"`
-	Command string `json:"command"`
+	Section  string `json:"section"`
+	Test     string `json:"test"`
+	What     string `json:"what"`
+	Result   string `json:"result"`
+	Lost     int    `json:"lost"`
+	Command  string `json:"command"`
+	Artifact string `json:"artifact,omitempty"` // "wasm", "native", or "" when the row is not about one filter build
 }
 
 var sections = []struct{ key, title string }{
@@ -73,21 +74,36 @@ func run(in, out string) error {
 		"Last run: %s on %s/%s, %d CPUs.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	fmt.Fprintf(&b, "**Data lost: %d** (acknowledged writes missing after a crash, or requests failed) across %d checks.\n\n", lost, n)
 	fmt.Fprintf(&b, "Every line is a test in `e2e/` (build tags `e2e reliability`); the command after it reproduces it. "+
-		"`make test-reliability` runs them all and rewrites this file; CI runs it on every submission.\n")
+		"`make test-reliability` runs them all and rewrites this file; CI runs it on every submission. "+
+		"The filter column names the build a row ran against (Wasm or native; – where the row is not about one).\n")
 	for _, s := range sections {
 		recs := bySection[s.key]
 		if len(recs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\n## %s\n\n| what | result | lost | reproduce |\n|---|---|---|---|\n", s.title)
+		fmt.Fprintf(&b, "\n## %s\n\n| what | filter | result | lost | reproduce |\n|---|---|---|---|---|\n", s.title)
 		for _, r := range recs {
-			fmt.Fprintf(&b, "| %s | %s | %d | `%s` |\n", cell(r.What), cell(r.Result), r.Lost, r.Command)
+			fmt.Fprintf(&b, "| %s | %s | %s | %d | `%s` |\n", cell(r.What), artifactLabel(r.Artifact), cell(r.Result), r.Lost, r.Command)
 		}
 	}
 	if err := os.MkdirAll(dir(out), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+// artifactLabel names a row's filter build: Wasm, native, or – for a row
+// about the control plane or both builds alike.
+func artifactLabel(a string) string {
+	switch a {
+	case "wasm":
+		return "Wasm"
+	case "native":
+		return "native"
+	case "":
+		return "–"
+	}
+	return cell(a)
 }
 
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
