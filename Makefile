@@ -108,11 +108,18 @@ fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: lint
-lint: ## gofmt check and go vet (native, wasip1, and e2e builds with the reliability suite).
+lint: lint-tree ## The tree checks, gofmt check and go vet (native, wasip1, and e2e builds with the reliability suite).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags 'e2e reliability' ./e2e/...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
+
+# TREE is the repository lint-tree checks (default: this one).
+TREE ?= $(CURDIR)
+
+.PHONY: lint-tree
+lint-tree: ## Refuse merge-conflict markers in tracked files and relative Markdown links to a missing file or heading.
+	$(GO) run ./tools/treelint -C '$(TREE)'
 
 # Standard packages the Wasm module must not link: fmt, os and their kin cost
 # hundreds of KB of module, and each MB costs Envoy ~16 MiB of RSS.
