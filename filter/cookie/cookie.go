@@ -298,19 +298,27 @@ func appendString(dst []byte, s string) []byte {
 // keeping the documents of the request's values (vals[i] of attribute
 // names[i]); ok is false for anything encode cannot have written (another
 // format, a length past the end, trailing bytes). The documents it drops
-// cost no allocation and at most one hash each.
+// cost no allocation.
 func decode(b []byte, vk *mac.Key, names, vals []string) (docs engine.StickyDocs, ok bool) {
 	if len(b) == 0 || b[0] != format {
 		return nil, false
 	}
 	r := reader{b: b[1:]}
 	n := r.count()
+	// Documents are sorted by name: those of one attribute are adjacent
+	// and share the request value's hash, so a cookie costs at most one
+	// hash per attribute, however many documents it holds.
+	last := -1
+	var h [mac.Size]byte
 	for range n {
 		name, hash := r.next(), r.fixed(macSize)
 		value := ""
 		for i, nm := range names {
 			if nm == string(name) && vals[i] != "" && !r.bad {
-				if h := valueHash(vk, nm, vals[i]); string(h[:macSize]) == string(hash) {
+				if i != last {
+					h, last = valueHash(vk, nm, vals[i]), i
+				}
+				if string(h[:macSize]) == string(hash) {
 					value = vals[i]
 				}
 				break
