@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -28,8 +30,10 @@ var stickySecret = bytes.Repeat([]byte("e2e-sticky-key!!"), 2)
 // gets green; raising bucketVersion re-buckets the first unit (its cookie
 // then holds both versions), and raising minBucketVersion past its stored
 // buckets excludes it, as GrowthBook defines; a forged or tampered cookie
-// is ignored and counted; a request without cookies is assigned exactly as
-// without stickiness.
+// is ignored and counted, and so is one of the previous format (values in
+// clear), which is replaced; a request without cookies is assigned exactly
+// as without stickiness. No cookie holds its unit's id in clear, and a
+// unit sent another's cookie gets a cookie of its own document alone.
 func TestStickyBucketing(t *testing.T) { forArtifacts(t, testStickyBucketing) }
 
 func testStickyBucketing(t *testing.T, a artifact) {
@@ -99,7 +103,9 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	}
 
 	// Without cookies, the assignment is the engine's by hash, as without
-	// stickiness, and every response carries the unit's new cookie.
+	// stickiness, and every response carries the unit's new cookie, which
+	// holds the unit's id only hashed: neither its value nor its decoded
+	// payload has the id in clear.
 	units := userIDs(200)
 	want := assignments(t, def, units)
 	var alice string
@@ -107,6 +113,12 @@ func testStickyBucketing(t *testing.T, a artifact) {
 		v, set := send(u, "")
 		if v != want[u] || set == "" {
 			t.Fatalf("%s without a cookie: %q, Set-Cookie %q; want %q and a cookie", u, v, set, want[u])
+		}
+		if p, ok := cookie.Payload(set); !ok || strings.Contains(set, u) || bytes.Contains(p, []byte(u)) {
+			t.Fatalf("%s's cookie %q (payload %q) holds its id in clear", u, set, p)
+		}
+		if d := openCookie(t, set, u); len(d) != 1 || d[engine.StickyDocKey("id", u)].Assignments["button__0"] == "" {
+			t.Fatalf("%s's cookie holds %v, want its own document of button__0", u, d)
 		}
 		if alice == "" && v == "blue" {
 			alice = u
@@ -153,9 +165,27 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if v, _ := send(alice, bobJar); v != "green" {
 		t.Fatalf("%s with bob's cookie: %q, want green (bob's cookie holds nothing of alice's)", alice, v)
 	}
+	// A new unit on alice's browser (sent her cookie) gets a cookie of
+	// its own document alone: nothing of alice's, not even hashed.
+	_, daveJar := send("dave", jar)
+	if d, p := openCookie(t, daveJar, "dave"), payloadOf(daveJar); len(d) != 1 || p[1] != 1 {
+		t.Fatalf("dave's cookie, made from alice's: %v (payload %q), want dave's one document", d, p)
+	}
 	harness.Eventually(t, 5*time.Second, func() error {
 		if got := g.Stats(t)["wasmcustom."+plugin.MetricStickyInvalid]; got != before+2 {
 			return fmt.Errorf("%s = %d, want %d", plugin.MetricStickyInvalid, got, before+2)
+		}
+		return nil
+	})
+	// A cookie of the previous format (alice's id in clear), signed by the
+	// system's key: ignored, counted as stale, replaced by a cookie of the
+	// current format.
+	if v, set := send(alice, oldFormatCookie(t, alice)); v != "green" || set == "" || payloadOf(set)[0] != 2 {
+		t.Fatalf("%s with an old-format cookie: %q, Set-Cookie %q; want green (by hash) and a fresh cookie of format 2", alice, v, set)
+	}
+	harness.Eventually(t, 5*time.Second, func() error {
+		if got := g.Stats(t)["wasmcustom."+plugin.MetricStickyStale]; got != 1 {
+			return fmt.Errorf("%s = %d, want 1", plugin.MetricStickyStale, got)
 		}
 		return nil
 	})
@@ -167,7 +197,7 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if v != "green" || jar1 == "" {
 		t.Fatalf("bucketVersion 1: %q, Set-Cookie %q; want green and a new cookie", v, jar1)
 	}
-	docs := openCookie(t, jar1)[engine.StickyDocKey("id", alice)].Assignments
+	docs := openCookie(t, jar1, alice)[engine.StickyDocKey("id", alice)].Assignments
 	if docs["button__0"] != "0" || docs["button__1"] != "1" {
 		t.Fatalf("cookie after re-bucketing holds %v, want button__0=0 and button__1=1", docs)
 	}
@@ -198,16 +228,40 @@ func otherKeyCookie(t *testing.T, unit string) string {
 	return nv
 }
 
+// oldFormatCookie is the cookie the filter set before format 2 for unit
+// holding button__0 = 0 (blue), signed with the system's key: format 1,
+// the attribute value in clear. The tag is made with crypto/hmac, an
+// oracle of the filter's own HMAC.
+func oldFormatCookie(t *testing.T, unit string) string {
+	t.Helper()
+	p := []byte{1, 1, 2, 'i', 'd', byte(len(unit))}
+	p = append(p, unit...)
+	p = append(append(p, 1, 11), "button__0"...)
+	p = append(p, 1, '0')
+	v := "k1." + base64.RawURLEncoding.EncodeToString(p)
+	m := hmac.New(sha256.New, stickySecret)
+	m.Write([]byte("allot_sb=" + v))
+	return "allot_sb=" + v + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+}
+
 // openCookie verifies and decodes a sticky cookie ("name=value") with the
-// system's key.
-func openCookie(t *testing.T, nv string) engine.StickyDocs {
+// system's key: the documents it holds for unit.
+func openCookie(t *testing.T, nv, unit string) engine.StickyDocs {
 	t.Helper()
 	_, v, _ := strings.Cut(nv, "=")
-	docs, st := cookie.New(stickyCookie(t, stickySecret)).Open(v)
+	docs, st := cookie.New(stickyCookie(t, stickySecret)).Open(v, []string{"id"}, []string{unit})
 	if st != cookie.Valid {
 		t.Fatalf("cookie %q: %v", nv, st)
 	}
 	return docs
+}
+
+// payloadOf is a sticky cookie's decoded payload, at least two bytes.
+func payloadOf(nv string) []byte {
+	if p, ok := cookie.Payload(nv); ok {
+		return p
+	}
+	return []byte{0, 0}
 }
 
 // stickyCookie is the e2e mesh's cookie settings with secret as key k1.

@@ -88,6 +88,9 @@ type Config struct {
 	// attributes' (nvals-1), so that it is part of the assignment cache's
 	// key.
 	jar *cookie.Jar
+	// names are the attributes' names, in attrs' order: what the jar
+	// matches a cookie's documents against.
+	names []string
 	// nvals is the number of values a request reads: len(attrs), plus
 	// one for the sticky cookie.
 	nvals int
@@ -143,7 +146,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.nvals = len(c.attrs)
 	if f.StickyCookie != nil {
-		c.jar = cookie.New(f.StickyCookie)
+		c.jar, c.names = cookie.New(f.StickyCookie), refs
 		c.cookies[c.jar.Name()] = append(c.cookies[c.jar.Name()], c.nvals)
 		c.nvals++
 	}
@@ -276,19 +279,12 @@ func lowerByte(b byte) byte {
 	return b
 }
 
-// prune drops from a unit's sticky documents what it no longer needs, so
-// that its cookie fits: first the documents of values the unit no longer
-// has (another user signed in on the same browser before), then the
-// assignments of experiments the configuration does not have (stopped or
-// deleted). vals are the request's attribute values. It runs only when a
-// cookie would be too long, so it may take its time.
-func (c *Config) prune(docs engine.StickyDocs, vals []string) {
-	for k, d := range docs {
-		i := slices.IndexFunc(c.attrs, func(a attr) bool { return a.name == d.AttributeName })
-		if i < 0 || vals[i] != d.AttributeValue {
-			delete(docs, k)
-		}
-	}
+// prune drops from a unit's sticky documents the assignments of
+// experiments the configuration does not have (stopped or deleted), so
+// that its cookie fits. The documents are the request's own already (the
+// jar keeps no other). It runs only when a cookie would be too long, so
+// it may take its time.
+func (c *Config) prune(docs engine.StickyDocs) {
 	for _, d := range docs {
 		for k := range d.Assignments {
 			if j := strings.LastIndex(k, "__"); j < 0 || !slices.Contains(c.keys, k[:j]) {

@@ -627,21 +627,24 @@ func (p *Plugin) compute(r *root, vals []string) (e entry, keep bool) {
 }
 
 // sticky is compute's evaluation with sticky bucketing: it opens the
-// unit's sticky cookie (the last of vals), evaluates with its documents
-// and, when the unit's sticky assignments changed, seals the documents
-// with the changes into p.setCookie. It reports whether the result may be
-// cached: only when the cookie was valid or absent and nothing changed.
+// unit's sticky cookie (the last of vals), keeping the documents of the
+// request's attribute values only, evaluates with them and, when the
+// unit's sticky assignments changed, seals them with the changes into
+// p.setCookie. It reports whether the result may be cached: only when the
+// cookie was valid or absent and nothing changed.
 //
 //go:noinline
 func (p *Plugin) sticky(r *root, vals []string) bool {
 	cfg := r.cfg
 	n := len(cfg.attrs)
-	docs, st := cfg.jar.Open(vals[n])
+	docs, st := cfg.jar.Open(vals[n], cfg.names, vals[:n])
 	switch st {
 	case cookie.Invalid:
 		r.stats.stickyInvalid++
 	case cookie.Oversized:
 		r.stats.stickyOversized++
+	case cookie.Stale:
+		r.stats.stickyStale++
 	}
 	p.scratch, p.changes = cfg.set.AssignStringsSticky(p.scratch[:0], vals[:n], p.outcomes(r, vals), docs, p.changes[:0])
 	if len(p.changes) == 0 {
@@ -650,7 +653,7 @@ func (p *Plugin) sticky(r *root, vals []string) bool {
 	docs = docs.Apply(p.changes)
 	out, ok := cfg.jar.Seal(p.setCookie[:0], docs)
 	if !ok {
-		cfg.prune(docs, vals)
+		cfg.prune(docs)
 		out, ok = cfg.jar.Seal(p.setCookie[:0], docs)
 	}
 	if !ok {

@@ -24,6 +24,9 @@ const (
 	// MetricStickyOversized counts evaluations that ignored a sticky
 	// cookie longer than cookie.MaxValue.
 	MetricStickyOversized = "allot.sticky_cookie_oversized"
+	// MetricStickyStale counts evaluations that ignored a sticky cookie
+	// of the previous format (cookie.Stale: attribute values in clear).
+	MetricStickyStale = "allot.sticky_cookie_stale_format"
 	// MetricStickyWritten counts responses given a new sticky cookie (the
 	// unit's sticky assignments changed).
 	MetricStickyWritten = "allot.sticky_cookie_written"
@@ -41,21 +44,21 @@ func VariationMetric(key string, v int) string {
 // stats are a root's counters, accumulated in memory and flushed on tick.
 type stats struct {
 	evaluated, hits, misses, failOpen int64
-	// sticky cookies: invalid, oversized, written, dropped
-	stickyInvalid, stickyOversized, stickyWritten, stickyDropped int64
-	variations                                                   [][]int64 // [experiment][variation]
+	// sticky cookies: invalid, oversized, stale, written, dropped
+	stickyInvalid, stickyOversized, stickyStale, stickyWritten, stickyDropped int64
+	variations                                                                [][]int64 // [experiment][variation]
 
-	ids        [8]uint32 // of the fixed counters, in fixed's order
-	nfixed     int       // fixed counters defined: 4, or 8 with a sticky cookie
+	ids        [9]uint32 // of the fixed counters, in fixed's order
+	nfixed     int       // fixed counters defined: 4, or 9 with a sticky cookie
 	varIDs     [][]uint32
 	defineFail bool
 }
 
 // fixed lists the counters every configuration has, then those of sticky
 // bucketing, in MetricNames' order.
-func (s *stats) fixed() [8]*int64 {
-	return [8]*int64{&s.evaluated, &s.hits, &s.misses, &s.failOpen,
-		&s.stickyInvalid, &s.stickyOversized, &s.stickyWritten, &s.stickyDropped}
+func (s *stats) fixed() [9]*int64 {
+	return [9]*int64{&s.evaluated, &s.hits, &s.misses, &s.failOpen,
+		&s.stickyInvalid, &s.stickyOversized, &s.stickyStale, &s.stickyWritten, &s.stickyDropped}
 }
 
 // MetricNames lists every counter a root with configuration c defines,
@@ -64,7 +67,7 @@ func (s *stats) fixed() [8]*int64 {
 func (c *Config) MetricNames() []string {
 	names := []string{MetricEvaluated, MetricCacheHits, MetricCacheMisses, MetricFailOpen}
 	if c.jar != nil {
-		names = append(names, MetricStickyInvalid, MetricStickyOversized, MetricStickyWritten, MetricStickyDropped)
+		names = append(names, MetricStickyInvalid, MetricStickyOversized, MetricStickyStale, MetricStickyWritten, MetricStickyDropped)
 	}
 	for i, key := range c.keys {
 		for v := range c.values[i] {
@@ -87,7 +90,7 @@ func (s *stats) define(h abi.Host, cfg *Config) {
 	}
 	s.nfixed = 4
 	if cfg.jar != nil {
-		s.nfixed = 8
+		s.nfixed = len(s.ids)
 	}
 	copy(s.ids[:], ids[:s.nfixed])
 	ids = ids[s.nfixed:]

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -119,7 +120,7 @@ func TestStickyAcrossWeightChange(t *testing.T) {
 		t.Fatalf("bucketVersion 1: %q, want green (re-bucketed)", v)
 	}
 	jar2 := cookieOf(t, sc)
-	docs, st := decodeCookie(t, jar2)
+	docs, st := decodeCookie(t, jar2, alice)
 	if st != cookie.Valid || docs[engine.StickyDocKey("id", alice)].Assignments["checkout__0"] != "0" || docs[engine.StickyDocKey("id", alice)].Assignments["checkout__1"] != "1" {
 		t.Fatalf("cookie after re-bucketing: %v %v, want checkout__0=0 and checkout__1=1", st, docs)
 	}
@@ -135,14 +136,16 @@ func TestStickyAcrossWeightChange(t *testing.T) {
 	}
 }
 
-func decodeCookie(t *testing.T, nv string) (engine.StickyDocs, cookie.Status) {
+// decodeCookie opens a sticky cookie ("name=value") for unit id: the
+// documents it holds for that id.
+func decodeCookie(t *testing.T, nv, id string) (engine.StickyDocs, cookie.Status) {
 	t.Helper()
 	f, _, err := config.Parse([]byte(stickyConfig("0,1", 0, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, v, _ := strings.Cut(nv, "=")
-	return cookie.New(f.StickyCookie).Open(v)
+	return cookie.New(f.StickyCookie).Open(v, []string{"id"}, []string{id})
 }
 
 // TestStickyBadCookies: a forged, tampered, foreign-key or oversized
@@ -265,20 +268,21 @@ func TestStickyFailOpenSetsNoCookie(t *testing.T) {
 	}
 }
 
-// TestStickyPrune: a cookie that would be too long keeps the unit's own
-// documents of experiments the configuration has.
+// TestStickyPrune: a cookie that would be too long loses the assignments
+// of experiments the configuration no longer has, and keeps the unit's
+// own.
 func TestStickyPrune(t *testing.T) {
 	cfg := stickyConfig("0.5,0.5", 0, 0)
 	h, p, root := start(t, cfg)
 	f, _, _ := config.Parse([]byte(cfg))
 	jar := cookie.New(f.StickyCookie)
-	// The longest cookie of other units' documents of retired
-	// experiments that still fits.
+	// The longest cookie of erin's assignments of retired experiments
+	// that still fits.
 	var ch []engine.StickyChange
 	var big []byte
 	for _, size := range []string{"retired-experiment-%03d", "r%d"} { // coarse, then fine
 		for i := 0; ; i++ {
-			c := engine.StickyChange{Attribute: "id", Value: fmt.Sprintf("someone-else-%03d", i%10), Key: fmt.Sprintf(size, i) + "__0", Variation: "1"}
+			c := engine.StickyChange{Attribute: "id", Value: "erin", Key: fmt.Sprintf(size, i) + "__0", Variation: "1"}
 			b, ok := jar.Seal(nil, engine.StickyDocs{}.Apply(append(ch, c)))
 			if !ok {
 				break
@@ -291,7 +295,7 @@ func TestStickyPrune(t *testing.T) {
 	if v == "" || len(sc) != 1 {
 		t.Fatalf("assignment %q, Set-Cookie %q", v, sc)
 	}
-	docs, st := decodeCookie(t, cookieOf(t, sc))
+	docs, st := decodeCookie(t, cookieOf(t, sc), "erin")
 	if st != cookie.Valid || len(docs) != 1 || len(docs[engine.StickyDocKey("id", "erin")].Assignments) != 1 {
 		t.Errorf("pruned cookie: %v %v, want erin's one assignment", st, docs)
 	}
@@ -321,3 +325,135 @@ func TestStickyConfigErrors(t *testing.T) {
 }
 
 var _ = abi.ResponseHeaders
+
+// privateConfig has a sticky experiment hashing the unit id and one
+// hashing its e-mail address.
+func privateConfig(weights string) string {
+	return fmt.Sprintf(`{"version":"p%s","stickyCookie":{"name":"allot_sb","insecure":true,"keys":[{"id":"k1","secret":%q}]},
+		"attributes":[{"name":"email","header":"x-email"}],
+		"experiments":[{"key":"checkout","variations":["blue","green"],"weights":[%s]},
+		{"key":"newsletter","variations":["weekly","daily"],"weights":[%s],"hashAttribute":"email"}]}`,
+		weights, stickySecret, weights, weights)
+}
+
+// TestStickyCookieHoldsNoClearValue: the cookie carries neither the unit
+// id nor the e-mail address it was assigned by, in its value or in its
+// decoded payload, and still keeps the unit in both experiments after the
+// weights change.
+func TestStickyCookieHoldsNoClearValue(t *testing.T) {
+	h, p, root := start(t, privateConfig("0.5,0.5"))
+	const id, email = "alice-7f3a9c", "alice.smith@example.com"
+	send := func(c string) (map[string]string, []string) {
+		t.Helper()
+		req := [][2]string{{":path", "/"}, {"x-user-id", id}, {"x-email", email}}
+		if c != "" {
+			req = append(req, [2]string{"cookie", c})
+		}
+		up, down, err := h.Exchange(p, root, req, [][2]string{{":status", "200"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, k := range []string{"checkout", "newsletter"} {
+			if v := values(up, "x-experiment-"+k); len(v) == 1 {
+				got[k] = v[0]
+			}
+		}
+		return got, values(down, "set-cookie")
+	}
+	first, sc := send("")
+	if len(first) != 2 {
+		t.Fatalf("assignments %v, want both experiments", first)
+	}
+	jar := cookieOf(t, sc)
+	payload, ok := cookie.Payload(jar)
+	if !ok {
+		t.Fatalf("cookie %q has no payload", jar)
+	}
+	for _, clear := range []string{id, email, "alice"} {
+		if strings.Contains(sc[0], clear) || bytes.Contains(payload, []byte(clear)) {
+			t.Errorf("cookie %q (payload %q) holds %q in clear", sc[0], payload, clear)
+		}
+	}
+	// Both experiments go to the other variation for new units: the
+	// cookie's hashed documents must still keep this unit where it was.
+	flipped := "1,0"
+	if first["checkout"] == "blue" {
+		flipped = "0,1"
+	}
+	if !h.Configure(p, root, []byte(privateConfig(flipped))) {
+		t.Fatalf("weights %s refused: %v", flipped, h.Logs)
+	}
+	if got, sc := send(jar); got["checkout"] != first["checkout"] || len(sc) != 0 {
+		t.Errorf("after weights %s with the cookie: %v, Set-Cookie %q; want checkout %q kept, no new cookie", flipped, got, sc, first["checkout"])
+	}
+}
+
+// TestStickyCookieOneUnit: a response's cookie holds the documents of the
+// request's own unit only. Unit B sent unit A's cookie (a shared browser)
+// gets a cookie with B's document alone: nothing of A's, not even hashed,
+// so A sent B's cookie later keeps nothing.
+func TestStickyCookieOneUnit(t *testing.T) {
+	h, p, root := start(t, stickyConfig("0.5,0.5", 0, 0))
+	alice := "alice-shared-browser"
+	for i := 0; expected(t, stickyConfig("0.5,0.5", 0, 0), alice)["checkout"] != "blue"; i++ {
+		alice = fmt.Sprintf("alice-shared-browser-%d", i)
+	}
+	_, sc := exchange(t, h, p, root, alice, "")
+	aliceJar := cookieOf(t, sc)
+	_, sc = exchange(t, h, p, root, "bob-shared-browser", aliceJar)
+	bobJar := cookieOf(t, sc)
+	payload, _ := cookie.Payload(bobJar)
+	if bytes.Contains(payload, []byte(alice)) {
+		t.Errorf("bob's cookie holds alice's id: %q", payload)
+	}
+	// Format 2: the format byte, then the number of documents.
+	if len(payload) < 2 || payload[1] != 1 {
+		t.Errorf("bob's cookie payload %q: want exactly one document", payload)
+	}
+	// The cookie is the one bob gets on a browser of his own.
+	if _, sc := exchange(t, h, p, root, "bob-shared-browser", ""); cookieOf(t, sc) != bobJar {
+		t.Errorf("bob's cookie from alice's browser %q, from his own %q: want the same", bobJar, cookieOf(t, sc))
+	}
+	if !h.Configure(p, root, []byte(stickyConfig("0,1", 0, 0))) {
+		t.Fatal("0/100 refused")
+	}
+	if v, _ := exchange(t, h, p, root, alice, bobJar); v != "green" {
+		t.Errorf("alice with bob's cookie after 0/100: %q, want green (bob's cookie keeps nothing of alice's)", v)
+	}
+	if v, _ := exchange(t, h, p, root, alice, aliceJar); v != "blue" {
+		t.Errorf("alice with her own cookie after 0/100: %q, want blue", v)
+	}
+}
+
+// oldFormatCookie is a sticky cookie of format 1 (documents with attribute
+// values in clear), as the filter set it before format 2, for stickyConfig's
+// key: unit u0 (blue at 50/50) holding checkout__0 = 0.
+const oldFormatCookie = "allot_sb=k1.AQECaWQCdTABC2NoZWNrb3V0X18wATA.rvjZq8Ha37ztPJ1dYDihRw"
+
+// TestStickyOldFormat: a cookie of the previous format verifies but is
+// ignored and counted as stale (not invalid); the unit is assigned by hash
+// and given a cookie of the current format, which then keeps it.
+func TestStickyOldFormat(t *testing.T) {
+	h, p, root := start(t, stickyConfig("0,1", 0, 0))
+	if u := unitIn(t, "blue"); u != "u0" {
+		t.Fatalf("the fixture is u0's, blue at 50/50; unitIn found %q", u)
+	}
+	v, sc := exchange(t, h, p, root, "u0", oldFormatCookie)
+	if v != "green" || len(sc) != 1 {
+		t.Fatalf("old-format cookie at 0/100: %q, Set-Cookie %q; want green (by hash) and a fresh cookie", v, sc)
+	}
+	fresh := cookieOf(t, sc)
+	if b, ok := cookie.Payload(fresh); !ok || b[0] != 2 {
+		t.Errorf("fresh cookie's payload %q, want format 2", b)
+	}
+	p.OnTick(root)
+	for metric, want := range map[string]int64{MetricStickyStale: 1, MetricStickyInvalid: 0, MetricFailOpen: 0, MetricStickyWritten: 1} {
+		if got := h.Counter(metric); got != want {
+			t.Errorf("%s = %d, want %d", metric, got, want)
+		}
+	}
+	if v, sc := exchange(t, h, p, root, "u0", fresh); v != "green" || len(sc) != 0 {
+		t.Errorf("with the fresh cookie: %q, Set-Cookie %q; want green, no new cookie", v, sc)
+	}
+}
