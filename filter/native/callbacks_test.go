@@ -62,15 +62,20 @@ var stubs = map[string]string{
 }`,
 }
 
-// buildModule builds filter/native as Envoy loads it, a c-shared object.
-func buildModule(t *testing.T, dir string) string {
+// buildModule builds filter/native as Envoy loads it, a c-shared object
+// (with AddressSanitizer if asan).
+func buildModule(t *testing.T, dir string, asan bool) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	so := filepath.Join(dir, "liballot.so")
-	cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", so, ".")
+	args := []string{"build", "-buildmode=c-shared", "-o", so}
+	if asan {
+		args = append(args, "-asan")
+	}
+	cmd := exec.Command(goTool, append(args, ".")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
@@ -79,8 +84,9 @@ func buildModule(t *testing.T, dir string) string {
 }
 
 // buildHost builds envoyhost exporting every callback in callbacks but
-// omit.
-func buildHost(t *testing.T, dir string, callbacks []string, omit string) string {
+// omit (with AddressSanitizer if asan: a module built with -asan needs its
+// runtime in the host).
+func buildHost(t *testing.T, dir string, callbacks []string, omit string, asan bool) string {
 	t.Helper()
 	var src strings.Builder
 	src.WriteString("#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n\n")
@@ -104,7 +110,11 @@ func buildHost(t *testing.T, dir string, callbacks []string, omit string) string
 		cc = "gcc"
 	}
 	bin := filepath.Join(dir, "envoyhost")
-	cmd := exec.Command(cc, "-std=gnu11", "-rdynamic", "-o", bin, filepath.Join("testdata", "envoyhost.c"), stubsFile, "-ldl")
+	args := []string{"-std=gnu11", "-rdynamic", "-o", bin, filepath.Join("testdata", "envoyhost.c"), stubsFile, "-ldl"}
+	if asan {
+		args = append(args, "-fsanitize=address")
+	}
+	cmd := exec.Command(cc, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, out)
 	}
@@ -113,14 +123,25 @@ func buildHost(t *testing.T, dir string, callbacks []string, omit string) string
 
 // TestMissingCallbackRefused loads the built module in a host that
 // exports every callback the module imports (its undefined dynamic
-// symbols) but one, as an Envoy of another ABI might, for each one: the module must not call the missing one (a jump to address
-// 0, which would crash Envoy) but refuse every configuration, naming the
-// callback and the ABI it was built for — through Envoy's log, or on
-// standard error when the missing callback is the log itself. With every
-// callback present, it accepts the configuration.
+// symbols) but one, as an Envoy of another ABI might, for each one: the
+// module must not call the missing one (a jump to address 0, which would
+// crash Envoy) but refuse every configuration, naming the callback and the
+// ABI it was built for — through Envoy's log, or on standard error when
+// the missing callback is the log itself. With every callback present, it
+// accepts the configuration. Where Go supports -asan, it runs again with
+// the module and the host under AddressSanitizer.
 func TestMissingCallbackRefused(t *testing.T) {
-	dir := t.TempDir()
-	so := buildModule(t, dir)
+	t.Run("plain", func(t *testing.T) { testMissingCallbackRefused(t, false) })
+	t.Run("asan", func(t *testing.T) {
+		if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+			t.Skipf("go build -asan does not support %s/%s", runtime.GOOS, runtime.GOARCH)
+		}
+		testMissingCallbackRefused(t, true)
+	})
+}
+
+func testMissingCallbackRefused(t *testing.T, asan bool) {
+	so := buildModule(t, t.TempDir(), asan)
 	callbacks := importedCallbacks(t, so)
 	const config = `{"version":"v1","experiments":[{"key":"split","variations":["a","b"],"weights":[0.5,0.5]}]}`
 	for _, omit := range append([]string{""}, callbacks...) {
@@ -130,7 +151,7 @@ func TestMissingCallbackRefused(t *testing.T) {
 		}
 		t.Run(strings.TrimPrefix(name, "envoy_dynamic_module_callback_"), func(t *testing.T) {
 			hostDir := t.TempDir()
-			bin := buildHost(t, hostDir, callbacks, omit)
+			bin := buildHost(t, hostDir, callbacks, omit, asan)
 			var stdout, stderr strings.Builder
 			cmd := exec.Command(bin, so, config)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
