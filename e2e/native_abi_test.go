@@ -66,18 +66,8 @@ func TestNativeMissingCallbackRefused(t *testing.T) {
 			t.Setenv(unresolvedEnv, tc.unresolved) // Envoy inherits it
 			ecds := filepath.Join(t.TempDir(), "allot-ecds.yaml")
 			writeECDS(t, ecds, so, `{"version":"e1","experiments":[{"key":"split","variations":["a","b"],"weights":[0.5,0.5]}]}`)
-			echo := harness.StartEcho(t)
-			_, echoPort, _ := splitHostPort(echo)
-			listen, admin := harness.FreePort(t), harness.FreePort(t)
-			boot := harness.RenderBootstrap(t, "e2e/testdata/native-ecds-file.yaml", map[string]string{
-				"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
-				"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
-				"port_value: 8081":  "port_value: " + echoPort,
-				"ECDS_PATH":         ecds,
-			})
-			e := harness.StartEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2})
-			p := &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
-
+			p := startNativeBootstrap(t, "e2e/testdata/native-ecds-file.yaml", map[string]string{"ECDS_PATH": ecds})
+			e := p.Envoy
 			const reloads, fails = "extension_config_discovery.http_filter.allot.update_success",
 				"extension_config_discovery.http_filter.allot.update_rejected"
 			for i, version := range []string{"e1", "e2"} {
