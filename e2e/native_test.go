@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -23,16 +24,28 @@ const nativeConfig = `{"version":"n1","attributes":[{"name":"ip","property":"sou
 func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
 	t.Helper()
 	so := harness.BuildNative(t, "./filter/native", "liballot.so", tags...)
+	return startNativeBootstrap(t, "e2e/testdata/native-static.yaml", map[string]string{
+		"bin/liballot.so": so,
+		"FILTER_CONFIG":   strings.ReplaceAll(config, "'", "''"),
+	})
+}
+
+// startNativeBootstrap runs Envoy (two workers) with the bootstrap at path
+// in front of a fresh echo upstream: its listener, admin and upstream
+// ports (10000, 9901, 8081) moved to free ones, and replace's other
+// replacements made.
+func startNativeBootstrap(t *testing.T, path string, replace map[string]string) *proxy {
+	t.Helper()
 	echo := harness.StartEcho(t)
 	_, echoPort, _ := splitHostPort(echo)
 	listen, admin := harness.FreePort(t), harness.FreePort(t)
-	boot := harness.RenderBootstrap(t, "e2e/testdata/native-static.yaml", map[string]string{
+	r := map[string]string{
 		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
 		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
 		"port_value: 8081":  "port_value: " + echoPort,
-		"bin/liballot.so":   so,
-		"FILTER_CONFIG":     strings.ReplaceAll(config, "'", "''"),
-	})
+	}
+	maps.Copy(r, replace)
+	boot := harness.RenderBootstrap(t, path, r)
 	e := harness.StartEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2})
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
 }

@@ -11,6 +11,13 @@
 // Envoy dlopens; the callbacks are resolved against the Envoy executable at
 // load time. They are declared weak, so a test binary links without Envoy
 // and never calls them: tests drive a Handler with a fake host instead.
+// Weak, a callback an Envoy lacks (another ABI: Envoy only warns about the
+// version) is NULL rather than a load error, so the module checks them all
+// (one list, ALLOT_CALLBACKS in callbacks.h, declares them and is what the
+// check walks): while any is missing it calls none, the Handler is never
+// initialized, and config-new refuses every configuration with a critical
+// log naming the missing ones and the ABI (on standard error if the log
+// callback is one of them).
 //
 // Every hook recovers a panic: one that escaped would abort Envoy. A panic a
 // Handler lets escape is counted (Panics) and the hook answers as if the

@@ -3,6 +3,11 @@
 package dynmod
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +31,7 @@ func (e errString) Error() string { return string(e) }
 func TestEveryHookRecovers(t *testing.T) {
 	SetHandler(panicky{})
 	t.Cleanup(func() { SetHandler(nil) })
+	resolveAll(t)
 	before := Panics()
 	if v := envoy_dynamic_module_on_program_init(); v != abiVersion {
 		t.Errorf("program_init returned %v, want the ABI version", v)
@@ -63,5 +69,97 @@ func TestStreamOf(t *testing.T) {
 		if s != 0 || h != m {
 			t.Errorf("streamOf(%#x) = %v, %#x; want no stream, handle %#x", m, s, h, m)
 		}
+	}
+}
+
+// resolveAll makes the hooks behave, for the test, as if every callback
+// into Envoy resolved (in a test binary none does).
+func resolveAll(t *testing.T) {
+	t.Helper()
+	saved := unresolved
+	unresolved = func() []string { return nil }
+	t.Cleanup(func() { unresolved = saved })
+}
+
+// recording records which hooks reached it.
+type recording struct{ calls []string }
+
+func (r *recording) ProgramInit(uint32) { r.calls = append(r.calls, "program_init") }
+func (r *recording) ConfigNew(Config, string, []byte) uintptr {
+	r.calls = append(r.calls, "config_new")
+	return 7
+}
+func (r *recording) ConfigDestroy(uintptr) { r.calls = append(r.calls, "config_destroy") }
+func (r *recording) RequestHeaders(Filter, Stream, uintptr, bool) {
+	r.calls = append(r.calls, "request_headers")
+}
+
+// TestUnresolvedCallbackRefused: while a callback into Envoy is missing,
+// program-init still answers the ABI version but initializes nothing (the
+// Handler's ProgramInit would ask Envoy for its concurrency), and
+// config-new refuses every configuration without reaching the Handler;
+// with all of them resolved, both reach it. (filter/native's
+// TestMissingCallbackRefused loads the built module in a host lacking each
+// one.)
+func TestUnresolvedCallbackRefused(t *testing.T) {
+	for _, missing := range [][]string{nil, {"envoy_dynamic_module_callback_http_clear_route_cache"}} {
+		r := &recording{}
+		SetHandler(r)
+		saved := unresolved
+		unresolved = func() []string { return missing }
+		v := envoy_dynamic_module_on_program_init()
+		h := envoy_dynamic_module_on_http_filter_config_new(1, buf("allot"), buf("{}"))
+		unresolved = saved
+		SetHandler(nil)
+		if v != abiVersion {
+			t.Errorf("missing %q: program_init returned %v, want the ABI version", missing, v)
+		}
+		want, wantHandle := []string{"program_init", "config_new"}, 7
+		if len(missing) > 0 {
+			want, wantHandle = nil, 0
+		}
+		if !slices.Equal(r.calls, want) || int(h) != wantHandle {
+			t.Errorf("missing %q: the handler got %q and config_new returned %d; want %q and %d", missing, r.calls, h, want, wantHandle)
+		}
+	}
+}
+
+// TestNothingResolvesInTestBinary: the check sees what is missing — in a
+// test binary, linked without Envoy, every callback.
+func TestNothingResolvesInTestBinary(t *testing.T) {
+	if got, want := unresolvedCallbacks(), callbackNames(); !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("unresolved callbacks %q, want every listed one %q", got, want)
+	}
+}
+
+// TestCallbacksListed: every callback into Envoy that this package names,
+// in Go, C or a header, is in ALLOT_CALLBACKS (callbacks.h), the list the
+// check walks, and the list names nothing else: a callback declared
+// outside it would escape the check, and config-new would accept a
+// configuration in an Envoy that lacks it.
+func TestCallbacksListed(t *testing.T) {
+	re := regexp.MustCompile(`\benvoy_dynamic_module_callback_\w+`)
+	var named []string
+	for _, glob := range []string{"*.go", "*.c", "*.h"} {
+		files, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			named = append(named, re.FindAllString(string(b), -1)...)
+		}
+	}
+	slices.Sort(named)
+	named = slices.Compact(named)
+	listed := slices.Sorted(slices.Values(callbackNames()))
+	if !slices.Equal(named, listed) {
+		t.Errorf("callbacks named in filter/dynmod:\n%q\nlisted in ALLOT_CALLBACKS:\n%q", named, listed)
 	}
 }

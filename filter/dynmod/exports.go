@@ -10,7 +10,12 @@ package dynmod
 */
 import "C"
 
-import "unsafe"
+import (
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+)
 
 // The four hooks that need Go, of those Envoy 1.40 resolves when it loads an
 // HTTP filter module (the others are C: hooks.c). The ABI's pointer types
@@ -25,6 +30,15 @@ func envoy_dynamic_module_on_program_init() (version *C.char) {
 			version = abiVersion // NULL would make Envoy unload the module
 		}
 	}()
+	// Without every callback, the module makes no call into Envoy: the
+	// Handler is not initialized, and config-new refuses every
+	// configuration, saying why. NULL here would make Envoy refuse only
+	// the first load: the module stays resident (a Go runtime cannot be
+	// unloaded), and Envoy 1.40 skips program-init when it finds a module
+	// resident, so every later load reaches config-new anyway.
+	if len(unresolved()) > 0 {
+		return abiVersion
+	}
 	if handler != nil {
 		handler.ProgramInit(concurrency())
 	}
@@ -39,6 +53,10 @@ func envoy_dynamic_module_on_http_filter_config_new(c C.uintptr_t, name, config 
 			h = 0
 		}
 	}()
+	if missing := unresolved(); len(missing) > 0 {
+		refuse(missing)
+		return 0
+	}
 	if handler == nil {
 		return 0
 	}
@@ -69,6 +87,24 @@ func envoy_dynamic_module_on_http_filter_request_headers(f, m C.uintptr_t, endOf
 		handler.RequestHeaders(Filter(f), s, h, bool(endOfStream))
 	}
 	return 0
+}
+
+// unresolved names the callbacks into Envoy that did not resolve when
+// Envoy loaded the module, found once: the module calls none of them, and
+// refuses every configuration while any is missing. Tests replace it.
+var unresolved = sync.OnceValue(unresolvedCallbacks)
+
+// refuse says, at critical level, that a configuration is rejected
+// because Envoy lacks the callbacks missing: through Envoy's log, or on
+// standard error when Envoy lacks its log callback too.
+func refuse(missing []string) {
+	msg := "allot: configuration rejected: this Envoy lacks callbacks the module calls: " + strings.Join(missing, ", ") +
+		" (the module is built for Envoy's dynamic-modules ABI " + ABIVersion + ", Envoy 1.40)"
+	if inEnvoy() {
+		Log(LogCritical, msg)
+		return
+	}
+	os.Stderr.WriteString(msg + "\n")
 }
 
 // streamOf resolves a stream's module value (hooks.c): an odd value is its

@@ -24,10 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "stream.h"
-
-extern bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t header_type, allot_buffer key,
-                                                          allot_buffer value) __attribute__((weak));
+#include "callbacks.h"
 
 // A stream's module value is its configuration's handle (never 0: 0 would
 // make Envoy close the stream, and a configuration Envoy accepted has a

@@ -6,29 +6,9 @@ package dynmod
 #include <stdint.h>
 #include <stdlib.h>
 
-// The ABI's buffers (allot_buffer, in stream.h) and headers; module- and
-// Envoy-owned buffers share a layout.
-#include "stream.h"
-typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
-
-// The callbacks Allot calls, declared weak: Envoy resolves them at dlopen,
-// a test binary links without them (and never calls them).
-#define ALLOT_WEAK __attribute__((weak))
-extern void envoy_dynamic_module_callback_log(int32_t level, allot_buffer message) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_log_enabled(int32_t level) ALLOT_WEAK;
-extern uint32_t envoy_dynamic_module_callback_get_concurrency(void) ALLOT_WEAK;
-extern size_t envoy_dynamic_module_callback_http_get_headers_size(uintptr_t filter, int32_t header_type) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_get_headers(uintptr_t filter, int32_t header_type, allot_header* result) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t header_type, allot_buffer key, allot_buffer value) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_set_header(uintptr_t filter, int32_t header_type, allot_buffer key, allot_buffer value) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_filter_get_attribute_string(uintptr_t filter, int32_t id, allot_buffer* result) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_filter_get_attribute_int(uintptr_t filter, int32_t id, uint64_t* result) ALLOT_WEAK;
-extern bool envoy_dynamic_module_callback_http_set_filter_state_bytes(uintptr_t filter, allot_buffer key, allot_buffer value) ALLOT_WEAK;
-extern uint32_t envoy_dynamic_module_callback_http_filter_get_worker_index(uintptr_t filter) ALLOT_WEAK;
-extern int32_t envoy_dynamic_module_callback_http_filter_config_define_counter(uintptr_t config, allot_buffer name, allot_buffer* label_names, size_t label_names_length, size_t* id) ALLOT_WEAK;
-extern int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintptr_t filter, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
-extern int32_t envoy_dynamic_module_callback_http_filter_config_increment_counter(uintptr_t config, size_t id, allot_buffer* label_values, size_t label_values_length, uint64_t value) ALLOT_WEAK;
-extern void envoy_dynamic_module_callback_http_clear_route_cache(uintptr_t filter) ALLOT_WEAK;
+// The callbacks into Envoy, declared weak (callbacks.h); allot_buffer and
+// allot_header, the ABI's buffers and headers.
+#include "callbacks.h"
 
 // A request's callbacks make no call back into Go and keep no pointer.
 #cgo noescape envoy_dynamic_module_callback_log
@@ -87,9 +67,31 @@ import (
 // the hook returns, so it lives in C memory for good.
 var abiVersion = C.CString(ABIVersion)
 
-// inEnvoy reports whether the callbacks resolved, i.e. the module runs
-// inside Envoy rather than a test binary.
+// inEnvoy reports whether Envoy's log callback resolved, i.e. the module
+// runs inside Envoy rather than a test binary (unresolvedCallbacks tells
+// whether every other one did).
 func inEnvoy() bool { return bool(C.allot_envoy_present()) }
+
+// unresolvedCallbacks names the callbacks into Envoy (ALLOT_CALLBACKS in
+// callbacks.h) that did not resolve, in the list's order.
+func unresolvedCallbacks() []string {
+	var missing []string
+	for i := range C.allot_callback_count() {
+		if !C.allot_callback_resolved(i) {
+			missing = append(missing, C.GoString(C.allot_callback_name(i)))
+		}
+	}
+	return missing
+}
+
+// callbackNames names every callback in ALLOT_CALLBACKS.
+func callbackNames() []string {
+	names := make([]string, C.allot_callback_count())
+	for i := range names {
+		names[i] = C.GoString(C.allot_callback_name(C.size_t(i)))
+	}
+	return names
+}
 
 // Header map types (envoy_dynamic_module_type_http_header_type).
 const requestHeaders = 0

@@ -1,0 +1,20 @@
+// The table of the callbacks into Envoy that the module calls, made from
+// ALLOT_CALLBACKS (callbacks.h): each one's name and address, NULL if it
+// did not resolve.
+
+#include "callbacks.h"
+
+typedef struct {
+  const char* name;
+  void (*address)(void);
+} allot_callback;
+
+#define ALLOT_CALLBACK_ENTRY(ret, name, params) {#name, (void (*)(void))name},
+static const allot_callback allot_callbacks[] = {ALLOT_CALLBACKS(ALLOT_CALLBACK_ENTRY)};
+#undef ALLOT_CALLBACK_ENTRY
+
+size_t allot_callback_count(void) { return sizeof(allot_callbacks) / sizeof(allot_callbacks[0]); }
+
+const char* allot_callback_name(size_t i) { return i < allot_callback_count() ? allot_callbacks[i].name : NULL; }
+
+bool allot_callback_resolved(size_t i) { return i < allot_callback_count() && allot_callbacks[i].address != NULL; }
