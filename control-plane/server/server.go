@@ -162,9 +162,10 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 
 	adminLog := log.With("component", "admin")
 	var ro admin.Rollouts = rollouts{xsrv}
+	publishFailures := newPublishFailures()
 	if cfg.Registry != nil {
 		ro = meshRollouts{x: xsrv, reg: cfg.Registry, b: b, st: db}
-		if err := reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}); err != nil {
+		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}), reg.Register(publishFailures)); err != nil {
 			closeAll(lns)
 			return fmt.Errorf("register replica collector: %w", err)
 		}
@@ -230,7 +231,10 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	if cfg.Registry != nil {
 		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
 		wg.Add(1)
-		go func() { defer wg.Done(); publishLoop(ctx, cfg.Registry, xsrv, b, self, log.With("component", "mesh")) }()
+		go func() {
+			defer wg.Done()
+			publishLoop(ctx, cfg.Registry, xsrv, b, self, publishFailures, log.With("component", "mesh"))
+		}()
 	}
 	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil,
 		"xds_client_certs", cfg.XDSStreamInterceptor != nil}
