@@ -50,6 +50,9 @@ type Config struct {
 	AdminGRPCAddr string
 	// XDSAddr is the xDS listen address (gRPC: ADS and ECDS).
 	XDSAddr string
+	// XDSClusterGrace is how long a cluster no proxy is connected for
+	// keeps its snapshots (xds.WithClusterGrace; 0: xds.DefaultClusterGrace).
+	XDSClusterGrace time.Duration
 	// Tokens authenticates the admin API's callers.
 	Tokens *admin.Tokens
 	// Mesh shapes what proxies receive.
@@ -133,7 +136,7 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
-	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
+	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace))
 	for _, c := range xsrv.Collectors() {
 		if err := reg.Register(c); err != nil {
 			closeAll(lns)
