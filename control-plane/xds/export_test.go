@@ -33,3 +33,7 @@ func ClusterState(s *Server) int {
 
 // ForgetIdle runs one pass of the forgetting of idle clusters now.
 func ForgetIdle(s *Server) { s.forgetIdle() }
+
+// Held counts the watches the cache holds and the node hashes it keeps
+// for them.
+func Held(s *Server) (watches, nodes int) { return s.cache.heldCount(), s.cache.heldNodes() }

@@ -33,6 +33,18 @@ func TestIdleClustersForgotten(t *testing.T) {
 		if r := c.next(); r.GetVersionInfo() != "v0" {
 			t.Fatalf("stream %d: version %q, want v0", i, r.GetVersionInfo())
 		}
+		if i%10 == 0 {
+			// It reconnects running v0: its request is held (holdCache).
+			c.close()
+			c = connectArtifact(t, s.addr, apis[i%2], fmt.Sprintf("throwaway-%d", i), names[i], artifacts[i/2%2])
+			c.request("v0", "", "")
+			eventually(t, func() error {
+				if w, _ := xds.Held(s.Server); w != 1 {
+					return fmt.Errorf("%d held watches, want 1", w)
+				}
+				return nil
+			})
+		}
 		if n := xds.Snapshots(s.Server, names[i:i+1]); n != 2 {
 			t.Fatalf("stream %d: its cluster has %d snapshots, want 2 (one per artifact)", i, n)
 		}
@@ -47,6 +59,9 @@ func TestIdleClustersForgotten(t *testing.T) {
 	})
 	if n := xds.Snapshots(s.Server, names); n != 0 {
 		t.Errorf("%d snapshots of the throwaway clusters left, want 0", n)
+	}
+	if w, n := xds.Held(s.Server); w != 0 || n != 0 {
+		t.Errorf("%d held watches of %d node hashes left, want none", w, n)
 	}
 	if got := s.Targets(); len(got) != 1 || got["shop"] != "v0" {
 		t.Errorf("targets %d clusters (shop %q), want shop alone", len(got), got["shop"])
