@@ -15,6 +15,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/control-plane/xds"
 )
 
 // Main parses allotd's command line and runs the server until ctx is done,
@@ -53,6 +54,7 @@ Flags:
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin listen address: HTTP/JSON and gRPC admin API, /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
+	fs.DurationVar(&cfg.XDSClusterGrace, "xds-cluster-grace", xds.DefaultClusterGrace, "how long a proxy cluster (service) with no proxy connected keeps its configuration snapshots before it is forgotten (built again when a proxy of it connects)")
 	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
 	fs.StringVar(&storeURL, "store", "", "replicated store instead of -db: etcd://host:2379,host2:2379 (every replica given the same cluster serves the whole mesh)")
 	etcdOpts.register(fs)
@@ -92,6 +94,8 @@ Flags:
 		return fmt.Errorf("-xds-client-ca and -xds-identities go together: the CAs verify a proxy's certificate, the policy says which clusters its identity may subscribe as")
 	case tlsReload <= 0:
 		return fmt.Errorf("-tls-reload: %v, want a positive duration", tlsReload)
+	case cfg.XDSClusterGrace <= 0:
+		return fmt.Errorf("-xds-cluster-grace: %v, want a positive duration", cfg.XDSClusterGrace)
 	}
 	abs, err := filepath.Abs(wasmPath)
 	if err != nil {

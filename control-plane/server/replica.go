@@ -31,12 +31,42 @@ type Registry interface {
 // return without waiting for a change.
 const republishEvery = time.Second
 
+// A failed publish is tried again after publishRetryFirst, then after
+// twice as long each time up to publishRetryMax, whether or not anything
+// changed meanwhile (changes wait for the retry: it publishes the state of
+// that moment). An etcd leader election takes about a second; a
+// publishRetryMax under the default lease TTL (10 s) keeps the replica's
+// records alive through one that keeps failing for a few seconds.
+const (
+	publishRetryFirst = 50 * time.Millisecond
+	publishRetryMax   = 2 * time.Second
+)
+
+// publishRetry is the wait before the next publish after failures failed
+// ones in a row (at least one).
+func publishRetry(failures int) time.Duration {
+	d := publishRetryFirst
+	for i := 1; i < failures && d < publishRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, publishRetryMax)
+}
+
+// newPublishFailures is the counter of failed publishes (each is retried).
+func newPublishFailures() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "allot_replica_publish_failures_total",
+		Help: "Publishes of this replica's records to the mesh registry that failed; each is retried with backoff.",
+	})
+}
+
 // publishLoop publishes this replica's state and its proxies' to reg after
-// every change, until ctx ends; then it withdraws them.
-func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, self mesh.Replica, log *slog.Logger) {
+// every change, and again after a failure (counted in failed) with backoff,
+// until ctx ends; then it withdraws them.
+func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, self mesh.Replica, failed prometheus.Counter, log *slog.Logger) {
 	tick := time.NewTicker(republishEvery)
 	defer tick.Stop()
-	failing := false
+	failures := 0                 // in a row
 	var proxies []xds.ProxyStatus // reused: a rollout publishes thousands, several times
 	var mp []mesh.Proxy
 	for {
@@ -54,12 +84,22 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 		r.Proxies = mesh.Summarize(mp)
 		err := reg.Publish(ctx, r, mp)
 		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			log.Warn("publish to the mesh registry", "error", err)
-			failing = true
-		case err == nil && failing:
-			log.Info("publishing to the mesh registry again")
-			failing = false
+		case err != nil && ctx.Err() == nil:
+			failed.Inc()
+			failures++
+			if failures == 1 {
+				log.Warn("publish to the mesh registry", "error", err)
+			}
+		case err == nil && failures > 0:
+			log.Info("publishing to the mesh registry again", "failed_publishes", failures)
+			failures = 0
+		}
+		applied, ticks := b.applied(), tick.C
+		var retry *time.Timer
+		var retried <-chan time.Time
+		if failures > 0 {
+			retry = time.NewTimer(publishRetry(failures))
+			retried, changed, applied, ticks = retry.C, nil, nil, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -70,8 +110,12 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 			cancel()
 			return
 		case <-changed:
-		case <-b.applied():
-		case <-tick.C:
+		case <-applied:
+		case <-ticks:
+		case <-retried:
+		}
+		if retry != nil {
+			retry.Stop()
 		}
 	}
 }

@@ -50,6 +50,9 @@ type Config struct {
 	AdminGRPCAddr string
 	// XDSAddr is the xDS listen address (gRPC: ADS and ECDS).
 	XDSAddr string
+	// XDSClusterGrace is how long a cluster no proxy is connected for
+	// keeps its snapshots (xds.WithClusterGrace; 0: xds.DefaultClusterGrace).
+	XDSClusterGrace time.Duration
 	// Tokens authenticates the admin API's callers.
 	Tokens *admin.Tokens
 	// Mesh shapes what proxies receive.
@@ -133,7 +136,7 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
-	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")))
+	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace))
 	for _, c := range xsrv.Collectors() {
 		if err := reg.Register(c); err != nil {
 			closeAll(lns)
@@ -162,9 +165,10 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 
 	adminLog := log.With("component", "admin")
 	var ro admin.Rollouts = rollouts{xsrv}
+	publishFailures := newPublishFailures()
 	if cfg.Registry != nil {
 		ro = meshRollouts{x: xsrv, reg: cfg.Registry, b: b, st: db}
-		if err := reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}); err != nil {
+		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}), reg.Register(publishFailures)); err != nil {
 			closeAll(lns)
 			return fmt.Errorf("register replica collector: %w", err)
 		}
@@ -230,7 +234,10 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	if cfg.Registry != nil {
 		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
 		wg.Add(1)
-		go func() { defer wg.Done(); publishLoop(ctx, cfg.Registry, xsrv, b, self, log.With("component", "mesh")) }()
+		go func() {
+			defer wg.Done()
+			publishLoop(ctx, cfg.Registry, xsrv, b, self, publishFailures, log.With("component", "mesh"))
+		}()
 	}
 	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil,
 		"xds_client_certs", cfg.XDSStreamInterceptor != nil}

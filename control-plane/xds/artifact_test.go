@@ -55,10 +55,10 @@ func (b *artifactVersions) build(cluster string) (string, map[string]*corev3.Typ
 	return v, out, nil
 }
 
-func startArtifactServer(t *testing.T, b *artifactVersions) *testServer {
+func startArtifactServer(t *testing.T, b *artifactVersions, opts ...xds.Option) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	x := xds.NewArtifacts(ctx, b.build)
+	x := xds.NewArtifacts(ctx, b.build, opts...)
 	g := grpc.NewServer()
 	x.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -72,7 +72,7 @@ func (c *holdCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	c.held[node][id] = w
 	return func() {
 		c.mu.Lock()
-		delete(c.held[node], id)
+		c.unholdLocked(node, id)
 		cancel := w.cancel
 		w.cancel = func() {}
 		c.mu.Unlock()
@@ -134,7 +134,7 @@ func (c *holdCache) SetSnapshot(ctx context.Context, node string, snap cachev3.R
 		if snap.GetVersion(w.req.GetTypeUrl()) == w.version {
 			continue
 		}
-		delete(c.held[node], id)
+		c.unholdLocked(node, id)
 		cancel, err := c.SnapshotCache.CreateWatch(w.req, w.sub, w.out)
 		if err != nil {
 			return err
@@ -150,11 +150,28 @@ func (c *holdCache) ClearSnapshot(node string) {
 	defer c.mu.Unlock()
 	c.SnapshotCache.ClearSnapshot(node)
 	for id, w := range c.held[node] {
-		delete(c.held[node], id)
+		c.unholdLocked(node, id)
 		if cancel, err := c.SnapshotCache.CreateWatch(w.req, w.sub, w.out); err == nil {
 			w.cancel = cancel
 		}
 	}
+}
+
+// unholdLocked forgets held watch id of node, and node once it holds
+// none: a node hash per cluster ever seen would outlive the cluster
+// (Server.forgetIdle). c.mu must be held.
+func (c *holdCache) unholdLocked(node string, id int64) {
+	delete(c.held[node], id)
+	if len(c.held[node]) == 0 {
+		delete(c.held, node)
+	}
+}
+
+// heldNodes is the number of node hashes with held watches (for tests).
+func (c *holdCache) heldNodes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
 }
 
 // heldCount is the number of held watches (for tests).

@@ -99,7 +99,8 @@ type stream struct {
 	lastSeen    time.Time
 	node        string
 	cluster     string
-	identified  bool // a request with the node arrived
+	identified  bool   // a request with the node arrived
+	requested   string // the cluster of the last request (the snapshot it watches)
 	artifact    string
 	unserved    string // why the proxy's artifact is not served ("": it is)
 
@@ -228,6 +229,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 		return
 	}
 	st.lastSeen = now
+	st.requested = req.GetNode().GetCluster()
 	if !st.identified {
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()

@@ -5,7 +5,9 @@
 // that a cluster's version changed. Each proxy receives the resource of the
 // artifact its node metadata names (ArtifactKey; Wasm when absent); a proxy
 // naming an artifact the server does not serve receives nothing and is
-// reported (StateUnserved).
+// reported (StateUnserved). A cluster none of whose proxies has been
+// connected for a grace period is forgotten, snapshots and all
+// (WithClusterGrace), and built again when one of them connects.
 //
 // It tracks every connected proxy (what it was sent, acknowledged or
 // rejected), lets a caller wait until a change reached every proxy
@@ -67,13 +69,21 @@ type Server struct {
 	metrics *metrics
 
 	refreshMu sync.Mutex // serializes build+set, so an older build never overwrites a newer one
+	grace     time.Duration
 
 	mu       sync.Mutex
 	clusters map[string]string    // cluster → version of its current snapshots (one per artifact)
 	since    map[string]time.Time // cluster → when its current snapshots were set
+	idle     map[string]time.Time // cluster → since when no stream uses it (forgetIdle)
 	streams  map[int64]*stream    // open xDS streams
+	deltas   map[int64]string     // open delta xDS streams → the cluster of their last request
 	changed  chan struct{}        // closed and replaced on every tracked change
 }
+
+// DefaultClusterGrace is how long a cluster no stream uses keeps its
+// snapshots (WithClusterGrace): long enough for its proxies to reconnect
+// after a restart of theirs or a failover without a rebuild.
+const DefaultClusterGrace = time.Minute
 
 // Option configures a Server.
 type Option func(*Server)
@@ -83,6 +93,20 @@ func WithLogger(l *slog.Logger) Option {
 	return func(s *Server) {
 		if l != nil {
 			s.log = l
+		}
+	}
+}
+
+// WithClusterGrace sets how long a cluster keeps its snapshots once no
+// stream uses it (DefaultClusterGrace if d is not positive). Then it is
+// forgotten: its snapshots are cleared, Refresh no longer builds it, and
+// it leaves Targets; a proxy of it that connects later has its snapshots
+// built again. It is forgotten between d and 1.25·d after its last stream
+// closed.
+func WithClusterGrace(d time.Duration) Option {
+	return func(s *Server) {
+		if d > 0 {
+			s.grace = d
 		}
 	}
 }
@@ -112,9 +136,12 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		hash:     nodeHash{served: map[string]bool{}},
 		log:      slog.New(slog.DiscardHandler),
 		now:      time.Now,
+		grace:    DefaultClusterGrace,
 		clusters: map[string]string{},
 		since:    map[string]time.Time{},
+		idle:     map[string]time.Time{},
 		streams:  map[int64]*stream{},
+		deltas:   map[int64]string{},
 		changed:  make(chan struct{}),
 	}
 	for _, a := range served {
@@ -141,7 +168,9 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		StreamRequestFunc:      s.onStreamRequest,
 		StreamResponseFunc:     s.onStreamResponse,
 		StreamDeltaRequestFunc: s.onDeltaRequest,
+		DeltaStreamClosedFunc:  s.onDeltaClosed,
 	})
+	go s.forgetLoop(ctx)
 	return s
 }
 
@@ -180,8 +209,87 @@ func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) er
 // onDeltaRequest makes sure a delta-xDS proxy's cluster has a snapshot.
 // Delta streams are served but not tracked: Envoy's ADS with api_type GRPC
 // (our bootstraps) is state of the world.
-func (s *Server) onDeltaRequest(_ int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+	s.mu.Lock()
+	s.deltas[id] = req.GetNode().GetCluster() // in use before it is ensured (see forgetIdle)
+	s.mu.Unlock()
 	return s.ensureCluster(req.GetNode().GetCluster())
+}
+
+func (s *Server) onDeltaClosed(id int64, _ *corev3.Node) {
+	s.mu.Lock()
+	delete(s.deltas, id)
+	s.mu.Unlock()
+}
+
+// forgetLoop forgets idle clusters (forgetIdle) every quarter of the grace
+// period until ctx ends.
+func (s *Server) forgetLoop(ctx context.Context) {
+	tick := time.NewTicker(max(s.grace/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.forgetIdle()
+		}
+	}
+}
+
+// forgetIdle forgets every cluster that no stream has used for the grace
+// period: its snapshots (one per artifact) leave the cache, and its
+// version, since-time and idle-time leave the server, so that throwaway
+// cluster names cost nothing once their streams are gone. A cluster is in
+// use while an open stream's last request named it (or its first did:
+// what the proxy is listed under).
+//
+// It holds refreshMu: a Refresh never builds a cluster being forgotten,
+// and a stream's request marks its cluster in use (track, under s.mu)
+// before ensureCluster takes refreshMu; so either this sees the stream
+// and keeps the cluster, or ensureCluster runs after and builds it again.
+func (s *Server) forgetIdle() {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	used := make(map[string]bool, len(s.clusters))
+	for _, st := range s.streams {
+		if st.identified {
+			used[st.cluster], used[st.requested] = true, true
+		}
+	}
+	for _, c := range s.deltas {
+		used[c] = true
+	}
+	now := s.now()
+	forgot := 0
+	for c := range s.clusters {
+		since, idle := s.idle[c]
+		switch {
+		case used[c]:
+			delete(s.idle, c)
+		case !idle:
+			s.idle[c] = now
+		case now.Sub(since) >= s.grace:
+			for _, a := range s.served {
+				s.cache.ClearSnapshot(snapshotKey(a, c))
+			}
+			delete(s.clusters, c)
+			delete(s.since, c)
+			delete(s.idle, c)
+			forgot++
+			s.log.Debug("cluster forgotten: no proxy used it", "cluster", c, "idle", now.Sub(since))
+		}
+	}
+	for c := range s.idle {
+		if _, ok := s.clusters[c]; !ok {
+			delete(s.idle, c) // its first build failed
+		}
+	}
+	if forgot > 0 {
+		s.notify()
+	}
 }
 
 // ensureCluster builds the first snapshots of a cluster not seen before.
@@ -204,8 +312,9 @@ func (s *Server) ensureCluster(cluster string) error {
 	return s.refreshLocked(context.Background(), cluster)
 }
 
-// Refresh rebuilds the snapshot of every cluster seen so far and pushes
-// those whose version changed.
+// Refresh rebuilds the snapshot of every cluster known (connected
+// proxies', and those of the grace period) and pushes those whose version
+// changed.
 func (s *Server) Refresh(ctx context.Context) error {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()

@@ -73,10 +73,10 @@ type testServer struct {
 	reg  *prometheus.Registry
 }
 
-func startServer(t *testing.T, b *versions) *testServer {
+func startServer(t *testing.T, b *versions, opts ...xds.Option) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	x := xds.New(ctx, b.build)
+	x := xds.New(ctx, b.build, opts...)
 	g := grpc.NewServer()
 	x.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

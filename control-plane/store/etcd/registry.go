@@ -58,7 +58,9 @@ var _ mesh.Registry = (*Registry)(nil)
 // by the client. When the replica dies or loses the cluster for longer than
 // the lease's TTL, etcd deletes its keys, and its proxies leave the live
 // set. A shard is rewritten only when one of its proxies changed, a node
-// key only when its proxy connects or disconnects; etcd's auto-compaction
+// key only when its proxy connects or disconnects; after a failed publish
+// (or with a new lease) the next one also deletes whatever of the
+// replica's keys it does not write (reconcileLocked); etcd's auto-compaction
 // (see the mesh admin docs) bounds the history of their changes.
 type Registry struct {
 	s   *Store
@@ -74,6 +76,15 @@ type Registry struct {
 	replica string
 	proxies map[proxyID]*publishedProxy
 	gen     uint64
+	// unknown is set while what etcd holds under the replica's prefixes
+	// may differ from what was written (before the first publish, after a
+	// failed one, with a new lease): the next publish reads the replica's
+	// keys and deletes those it does not write (reconcileLocked).
+	unknown bool
+
+	// txnHook, when set (tests), runs each transaction of a publish in
+	// place of commit(): its error is the transaction's.
+	txnHook func(ops []clientv3.Op, commit func() error) error
 
 	// decoded holds the shards the last View decoded, by key, so that a
 	// View decodes only the shards that changed since.
@@ -115,7 +126,8 @@ func (s *Store) Registry(id string, ttl time.Duration) *Registry {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	return &Registry{s: s, id: id, ttl: ttl, proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{}}
+	return &Registry{s: s, id: id, ttl: ttl, proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{},
+		unknown: true}
 }
 
 func (g *Registry) replicasPrefix() string { return g.s.key("mesh/replicas/") }
@@ -124,13 +136,15 @@ func (g *Registry) nodesPrefix() string    { return g.s.key("mesh/nodes/") }
 
 func (g *Registry) replicaKey(id string) string { return g.replicasPrefix() + url.PathEscape(id) }
 
-func (g *Registry) shardKey(shard int) string {
-	return g.proxiesPrefix() + url.PathEscape(g.id) + "/" + strconv.Itoa(shard)
-}
+// ownShards and ownNodes are the prefixes of the replica's own shard and
+// node keys.
+func (g *Registry) ownShards() string { return g.proxiesPrefix() + url.PathEscape(g.id) + "/" }
+func (g *Registry) ownNodes() string  { return g.nodesPrefix() + url.PathEscape(g.id) + "/" }
+
+func (g *Registry) shardKey(shard int) string { return g.ownShards() + strconv.Itoa(shard) }
 
 func (g *Registry) nodeKey(p mesh.Proxy) string {
-	return g.nodesPrefix() + url.PathEscape(g.id) + "/" + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10) +
-		"/" + url.PathEscape(p.Cluster)
+	return g.ownNodes() + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10) + "/" + url.PathEscape(p.Cluster)
 }
 
 // shardOf is the shard of a node's records.
@@ -253,6 +267,14 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 		b.WriteByte(']')
 		ops = append(ops, clientv3.OpPut(g.shardKey(shard), b.String(), clientv3.WithLease(g.lease)))
 	}
+	if g.unknown {
+		stale, err := g.reconcileLocked(ctx)
+		if err != nil {
+			g.forgetLocked()
+			return err
+		}
+		ops = append(ops, stale...)
+	}
 	// The replica's record goes last: a reader that sees its summary of
 	// the proxies sees their records too.
 	var last []clientv3.Op
@@ -265,14 +287,51 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 		return err
 	}
 	g.replica = replica
+	g.unknown = false
 	return nil
 }
 
 // forgetLocked forgets what was written, so that the next Publish writes
-// every record.
+// every record and reconciles the replica's keys (the records of proxies
+// that left meanwhile are still in etcd, under a lease that lives on).
 func (g *Registry) forgetLocked() {
 	g.replica = ""
 	clear(g.proxies)
+	g.unknown = true
+}
+
+// reconcileLocked returns the deletions of the replica's keys in etcd that
+// the publish under way does not write: the node keys and shards of
+// proxies that left while a commit failed (its outcome unknown) or under
+// an earlier lease. It reads the keys alone (one read of about 100 bytes
+// per proxy), and only when g.unknown: a publish after a successful one
+// knows what etcd holds. g.proxies must hold this publish's proxies; as
+// they were forgotten before, the publish puts every key it keeps, and
+// deletes none, so that no key is both deleted and written.
+func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, error) {
+	// A linearizable read, never the serializable fallback of Store.read:
+	// a member behind the cluster would miss the keys to delete.
+	octx, cancel := g.s.opContext(ctx)
+	defer cancel()
+	nodes, shards := get{key: g.ownNodes(), prefix: true, keysOnly: true}, get{key: g.ownShards(), prefix: true, keysOnly: true}
+	resp, err := g.s.cli.Txn(octx).Then(nodes.op(false), shards.op(false)).Commit()
+	if err = g.s.wrap(octx, err); err != nil {
+		return nil, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
+	}
+	keep := make(map[string]bool, len(g.proxies)+proxyShards)
+	for _, e := range g.proxies {
+		keep[e.nodeKey] = true
+		keep[g.shardKey(e.shard)] = true
+	}
+	var ops []clientv3.Op
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			if !keep[string(kv.Key)] {
+				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			}
+		}
+	}
+	return ops, nil
 }
 
 // sameProxy reports whether a and b are the same record, which encode
@@ -310,10 +369,16 @@ func (g *Registry) commit(ctx context.Context, ops []clientv3.Op, last ...client
 		}
 	}
 	txn := func(batch []clientv3.Op) error {
-		octx, cancel := g.s.opContext(ctx)
-		defer cancel()
-		_, err := g.s.cli.Txn(octx).Then(batch...).Commit()
-		return g.s.wrap(octx, err)
+		commit := func() error {
+			octx, cancel := g.s.opContext(ctx)
+			defer cancel()
+			_, err := g.s.cli.Txn(octx).Then(batch...).Commit()
+			return g.s.wrap(octx, err)
+		}
+		if g.txnHook != nil {
+			return g.txnHook(batch, commit)
+		}
+		return commit()
 	}
 	var (
 		wg   sync.WaitGroup

@@ -1,6 +1,8 @@
 package etcd_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -187,4 +189,103 @@ func revision(t *testing.T, s *etcd.Store) int64 {
 		t.Fatal(err)
 	}
 	return resp.Header.Revision
+}
+
+// TestRegistryFailedPublishLeavesNoGhost: a proxy leaves while the
+// replica's registry commit fails (as in an etcd leader election); the
+// next successful publish removes its node key and its record, whether
+// the failed transaction was applied or not, so that neither Roster nor
+// View keeps a ghost that every waited write would wait for.
+func TestRegistryFailedPublishLeavesNoGhost(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	s := c.Open(t)
+	injected := errors.New("injected: etcdserver: leader changed")
+	for i, tc := range []struct {
+		name string
+		txn  func(ops []clientv3.Op, commit func() error) error
+	}{
+		{"not applied", func([]clientv3.Op, func() error) error { return injected }},
+		{"applied, reported failed", func(_ []clientv3.Op, commit func() error) error {
+			if err := commit(); err != nil {
+				return err
+			}
+			return injected
+		}},
+		{"first of two leaves", nil}, // b leaves in the failed publish, c in the next
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			id := fmt.Sprintf("r%d", i)
+			r := s.Registry(id, 5*time.Second)
+			// One replica at a time in the registry: each subtest's nodes
+			// are a, b and c.
+			defer r.Withdraw(context.WithoutCancel(ctx))
+			p := func(node string) mesh.Proxy { return mesh.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1"} }
+			rep := mesh.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
+			// a and b have records of their own (different shards), so that
+			// no later write of a's rewrites b's by chance.
+			if err := r.Publish(ctx, rep, []mesh.Proxy{p("a"), p("b"), p("c")}); err != nil {
+				t.Fatal(err)
+			}
+			if n := countKeys(t, s, "mesh/proxies/"+id+"/"); n != 3 {
+				t.Fatalf("%d shard records for a, b and c, want 3 (pick other node names)", n)
+			}
+			txn := tc.txn
+			if txn == nil {
+				txn = func([]clientv3.Op, func() error) error { return injected }
+			}
+			etcd.SetRegistryTxn(r, txn)
+			if err := r.Publish(ctx, rep, []mesh.Proxy{p("a"), p("c")}); !errors.Is(err, injected) {
+				t.Fatalf("publish with a failing commit: %v, want the injected error", err)
+			}
+			etcd.SetRegistryTxn(r, nil)
+			want := []mesh.Proxy{p("a"), p("c")}
+			if tc.txn == nil {
+				want = want[:1]
+			}
+			if err := r.Publish(ctx, rep, want); err != nil {
+				t.Fatal(err)
+			}
+			wantNodes, wantView := "a@"+id+"/web c@"+id+"/web", "a@"+id+" c@"+id
+			if tc.txn == nil {
+				wantNodes, wantView = "a@"+id+"/web", "a@"+id
+			}
+			if got := nodeSet(t, r); got != wantNodes {
+				t.Errorf("roster %q after the next publish, want %q", got, wantNodes)
+			}
+			if got := nodes(view(t, r)); got != wantView {
+				t.Errorf("view %q after the next publish, want %q", got, wantView)
+			}
+			if n, want := countKeys(t, s, "mesh/nodes/"+id+"/"), len(want); n != want {
+				t.Errorf("%d node keys, want %d", n, want)
+			}
+			if n, want := countKeys(t, s, "mesh/proxies/"+id+"/"), len(want); n != want {
+				t.Errorf("%d shard records, want %d", n, want)
+			}
+			// Known again: an unchanged publish writes nothing.
+			before := revision(t, s)
+			if err := r.Publish(ctx, rep, want); err != nil {
+				t.Fatal(err)
+			}
+			if after := revision(t, s); after != before {
+				t.Errorf("an unchanged publish after the reconciliation wrote: etcd revision %d → %d", before, after)
+			}
+		})
+	}
+}
+
+// countKeys is the number of keys under prefix (within any store prefix).
+func countKeys(t *testing.T, s *etcd.Store, prefix string) int {
+	t.Helper()
+	resp, err := s.Client().Get(t.Context(), "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), prefix) {
+			n++
+		}
+	}
+	return n
 }
