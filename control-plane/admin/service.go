@@ -254,7 +254,9 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 // Update replaces an experiment. e.Revision must equal the stored revision
 // (optimistic concurrency: a stale one is CodeConflict and nothing
 // changes); the owner of both the stored and the new definition must be
-// writable by p, and a status change must be an allowed transition.
+// writable by p, and a status change must be an allowed transition. The
+// write is a compare-and-swap on the revision the owner was checked on, so
+// a concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
 	if e.Revision <= 0 {
 		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"revision: required: send the revision you read (optimistic concurrency)"}}
@@ -262,6 +264,9 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	cur, err := s.store.Get(ctx, e.Key)
 	if err != nil {
 		return nil, err
+	}
+	if e.Revision != cur.Revision {
+		return nil, fmt.Errorf("update %q at revision %d, current %d: %w", e.Key, e.Revision, cur.Revision, store.ErrConflict)
 	}
 	if !p.CanWrite(cur.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, cur.Owner)
@@ -286,7 +291,7 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Update(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, e.Revision, p.Name)
+	se, err := s.store.Update(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, cur.Revision, p.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -294,16 +299,21 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	return FromStore(se)
 }
 
-// Delete removes an experiment; a non-zero revision must match.
+// Delete removes an experiment; a non-zero revision must match. The delete
+// is a compare-and-swap on the revision the owner was checked on, so a
+// concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision int64) error {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return err
 	}
+	if revision != 0 && revision != cur.Revision {
+		return fmt.Errorf("delete %q at revision %d, current %d: %w", key, revision, cur.Revision, store.ErrConflict)
+	}
 	if !p.CanWrite(cur.Owner) {
 		return s.deny(ctx, p, "delete", key, cur.Owner)
 	}
-	if err := s.store.Delete(ctx, key, revision, p.Name); err != nil {
+	if err := s.store.Delete(ctx, key, cur.Revision, p.Name); err != nil {
 		return err
 	}
 	s.log.InfoContext(ctx, "experiment deleted", "key", key, "principal", p.Name)
@@ -345,6 +355,7 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 
 // transition moves an experiment to status to. A non-zero revision must
 // match; an experiment already in status to is returned unchanged (no write).
+// The write is a compare-and-swap on the revision the owner was checked on.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {

@@ -1,0 +1,4 @@
+package admin
+
+// ErrorOf is toError, for the external tests.
+var ErrorOf = toError
