@@ -69,11 +69,14 @@ func NewService(st store.Store, log *slog.Logger, opts ...ServiceOption) *Servic
 
 // Validate checks an experiment as the API accepts it, returning an *Error
 // listing every problem with its field path. The control plane's own
-// fields (status, services, schedule) are checked here; the definition is
-// checked by what a proxy runs: translate.Definition(e) alone in a filter
-// configuration with the mesh's saved groups, through translate.Compile.
+// fields (status, services, schedule) and every bound of the document
+// (limits.go) are checked here; the definition is checked by what a proxy
+// runs: translate.Definition(e) alone in a filter configuration with the
+// mesh's saved groups, through translate.Compile. The bounds of each
+// service the experiment applies to depend on the other experiments; the
+// Service checks them on every write that leaves an experiment running.
 func Validate(e *experimentv1.Experiment, mesh translate.Mesh) error {
-	var details []string
+	details := checkBounds(e)
 	cfg := &filterv1.FilterConfig{Experiments: []*experimentv1.Experiment{translate.Definition(e)}}
 	if mesh.Filter != nil {
 		cfg.SavedGroups = mesh.Filter.SavedGroups
@@ -175,6 +178,9 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 		return nil, s.deny(ctx, p, "create", e.Key, e.Owner)
 	}
 	if err := Validate(e, s.mesh); err != nil {
+		return nil, err
+	}
+	if err := s.checkServices(ctx, e, 0); err != nil {
 		return nil, err
 	}
 	b, err := spec(e)
@@ -287,6 +293,9 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if from, to := translate.Status(old), translate.Status(e); from != to && !allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
 	}
+	if err := s.checkServices(ctx, e, cur.Revision); err != nil {
+		return nil, err
+	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
@@ -356,6 +365,9 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 // transition moves an experiment to status to. A non-zero revision must
 // match; an experiment already in status to is returned unchanged (no write).
 // The write is a compare-and-swap on the revision the owner was checked on.
+// Only a start checks the bounds of the services (checkServices): a pause
+// or a stop never adds to them, and the document bound counts the longest
+// status, so the emergency brake cannot be refused for size.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
@@ -379,6 +391,9 @@ func (s *Service) transition(ctx context.Context, p *Principal, op, key string, 
 		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, transitionsHelp)
 	}
 	e.Status = to
+	if err := s.checkServices(ctx, e, cur.Revision); err != nil {
+		return nil, err
+	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
