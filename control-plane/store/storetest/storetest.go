@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WatchClosesOnClose", testWatchClose},
 		{"ReturnsCopies", testCopies},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
+		{"LargestSpec", testLargestSpec},
 		{"InvalidInput", testInvalidInput},
 		{"CanceledContext", testCanceledContext},
 		{"ClosedStore", testClosedStore},
@@ -919,4 +920,47 @@ func testClosedStore(t *testing.T, s store.Store) {
 	_, err = s.Create(ctx, exp("b", "o", `{}`), "alice")
 	wantErr(t, "Create after Close", err, store.ErrClosed)
 	awaitClosed(t, s.Watch(ctx))
+}
+
+// testLargestSpec: a Spec of store.MaxSpecBytes, the largest the admin API
+// lets through, with the longest owner and actor, goes through every write
+// (an update carries it about five times) and reads back unchanged.
+func testLargestSpec(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	spec := func(fill byte) json.RawMessage {
+		b := append([]byte(`{"description":"`), bytes.Repeat([]byte{fill}, store.MaxSpecBytes-len(`{"description":""}`))...)
+		return append(b, `"}`...)
+	}
+	owner := string(bytes.Repeat([]byte{'o'}, 128))
+	actor := string(bytes.Repeat([]byte{'a'}, 128))
+	e := &store.Experiment{Key: "big", Owner: owner, Spec: spec('x')}
+	if len(e.Spec) != store.MaxSpecBytes {
+		t.Fatalf("spec is %d bytes, want %d", len(e.Spec), store.MaxSpecBytes)
+	}
+	c, err := s.Create(ctx, e, actor)
+	if err != nil {
+		t.Fatalf("create the largest spec: %v", err)
+	}
+	e.Spec = spec('y')
+	u, err := s.Update(ctx, e, c.Revision, actor)
+	if err != nil {
+		t.Fatalf("update the largest spec: %v", err)
+	}
+	got, err := s.Get(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Spec, spec('y')) || got.Revision != u.Revision {
+		t.Fatalf("read back %d bytes at revision %d, want the %d written at %d", len(got.Spec), got.Revision, store.MaxSpecBytes, u.Revision)
+	}
+	if err := s.Delete(ctx, "big", u.Revision, actor); err != nil {
+		t.Fatalf("delete the largest spec: %v", err)
+	}
+	h, err := s.History(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 3 {
+		t.Fatalf("history has %d changes, want create, update, delete", len(h))
+	}
 }
