@@ -21,6 +21,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
 // TestValidateBounds: every field of a document is accepted at its bound
@@ -273,4 +274,48 @@ func TestServiceHeaderBudget(t *testing.T) {
 			t.Errorf("after checkout's experiment stopped: %v", err)
 		}
 	})
+}
+
+// TestExperimentsPerService: a service runs at most
+// MaxExperimentsPerService experiments (in the dictionary-only header mode,
+// where 1,000 short ones fit the header budget); a draft, or the same
+// experiment on another service, is not refused.
+func TestExperimentsPerService(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	for i := range admin.MaxExperimentsPerService {
+		e := exp(fmt.Sprintf("e%d", i), "team-a", 0)
+		e.Services = []string{"checkout"}
+		e.Variations = []*structpb.Value{structpb.NewStringValue("a"), structpb.NewStringValue("b")}
+		spec, err := protojson.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Create(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: spec}, "seed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mesh := translate.Mesh{WasmPath: "/allot.wasm", Filter: &filterv1.FilterConfig{AssignmentHeaders: filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY}}
+	s := admin.NewService(db, nil, admin.WithMesh(mesh))
+	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
+	one := func(key, status string, services ...string) *experimentv1.Experiment {
+		e := exp(key, "team-a", 0)
+		e.Status, e.Services = status, services
+		return e
+	}
+	_, err = s.Create(ctx, root, one("more", "", "search", "checkout"))
+	want := fmt.Sprintf(`services[1]: service "checkout": %d running experiments, limit %d`, admin.MaxExperimentsPerService+1, admin.MaxExperimentsPerService)
+	if got := admin.ErrorOf(err); err == nil || !slices.Equal(got.Details, []string{want}) {
+		t.Fatalf("one experiment too many: %v, want only %q", err, want)
+	}
+	if _, err := s.Create(ctx, root, one("more", translate.StatusDraft, "checkout")); err != nil {
+		t.Errorf("a draft does not run: %v", err)
+	}
+	if _, err := s.Create(ctx, root, one("other", "", "search")); err != nil {
+		t.Errorf("another service: %v", err)
+	}
 }
