@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -181,18 +182,22 @@ func (h headers) bytes(l load) int {
 // is, against the experiments stored now; base is the revision of e's key
 // the write replaces (0: e is new), and any other stored revision is a
 // conflict. A service already over a bound may still take a write that
-// does not add to it. Nothing is checked when e does not run.
-func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment, base int64) error {
+// does not add to it. It returns the context to write with: based on the
+// revision of the store it checked (store.WithBase), so that a write to
+// another experiment in between makes the write store.ErrStale rather than
+// pass a bound (retryStale runs it again). Nothing is checked when e does
+// not run.
+func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment, base int64) (context.Context, error) {
 	if translate.Status(e) != translate.StatusRunning {
-		return nil
+		return ctx, nil
 	}
-	items, _, err := s.store.List(ctx)
+	items, rev, err := s.store.List(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h, err := meshHeaders(s.mesh)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var (
 		old    *experimentv1.Experiment
@@ -201,13 +206,13 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 	for _, se := range items {
 		x, err := FromStore(se)
 		if err != nil {
-			return fmt.Errorf("stored experiment %q: %w", se.Key, err)
+			return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
 		}
 		switch {
 		case x.Key == e.Key && base == 0:
-			return fmt.Errorf("create experiment %q: %w", e.Key, store.ErrExists)
+			return nil, fmt.Errorf("create experiment %q: %w", e.Key, store.ErrExists)
 		case x.Key == e.Key && se.Revision != base:
-			return fmt.Errorf("experiment %q at revision %d, stored %d: %w", e.Key, base, se.Revision, store.ErrConflict)
+			return nil, fmt.Errorf("experiment %q at revision %d, stored %d: %w", e.Key, base, se.Revision, store.ErrConflict)
 		case x.Key == e.Key:
 			old = x
 		case translate.Status(x) == translate.StatusRunning:
@@ -268,9 +273,25 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 		}
 	}
 	if len(details) > 0 {
-		return &Error{Code: CodeInvalid, Message: "invalid experiment", Details: details}
+		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: details}
 	}
-	return nil
+	return store.WithBase(ctx, rev), nil
+}
+
+// staleRetries bounds how many times retryStale runs a write.
+const staleRetries = 8
+
+// retryStale runs write, a write decided on the whole store (checkServices),
+// again while it fails because another write committed between its read
+// and its write (store.ErrStale), at most staleRetries times in all; then
+// the error stands (a conflict).
+func retryStale[T any](write func() (T, error)) (T, error) {
+	for i := 1; ; i++ {
+		v, err := write()
+		if !errors.Is(err, store.ErrStale) || i == staleRetries {
+			return v, err
+		}
+	}
 }
 
 // applies reports whether e reaches the proxies of service ("": a service

@@ -16,7 +16,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/store/bolt"
+	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
@@ -125,11 +125,7 @@ func TestLargestDocumentLifecycle(t *testing.T) {
 	}{
 		{"etcd", func(t *testing.T) store.Store { return etcdtest.Start(t, 1).Open(t) }},
 		{"bolt", func(t *testing.T) store.Store {
-			db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 			return db
 		}},
 	}
@@ -210,11 +206,7 @@ func TestServiceHeaderBudget(t *testing.T) {
 		return e
 	}
 	newService := func(t *testing.T) *admin.Service {
-		db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
+		db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 		return admin.NewService(db, nil, admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
 	}
 	refused := func(t *testing.T, err error, want string) {
@@ -281,11 +273,7 @@ func TestServiceHeaderBudget(t *testing.T) {
 // where 1,000 short ones fit the header budget); a draft, or the same
 // experiment on another service, is not refused.
 func TestExperimentsPerService(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 	ctx := context.Background()
 	for i := range admin.MaxExperimentsPerService {
 		e := exp(fmt.Sprintf("e%d", i), "team-a", 0)
@@ -307,7 +295,7 @@ func TestExperimentsPerService(t *testing.T) {
 		e.Status, e.Services = status, services
 		return e
 	}
-	_, err = s.Create(ctx, root, one("more", "", "search", "checkout"))
+	_, err := s.Create(ctx, root, one("more", "", "search", "checkout"))
 	want := fmt.Sprintf(`services[1]: service "checkout": %d running experiments, limit %d`, admin.MaxExperimentsPerService+1, admin.MaxExperimentsPerService)
 	if got := admin.ErrorOf(err); err == nil || !slices.Equal(got.Details, []string{want}) {
 		t.Fatalf("one experiment too many: %v, want only %q", err, want)
@@ -317,5 +305,43 @@ func TestExperimentsPerService(t *testing.T) {
 	}
 	if _, err := s.Create(ctx, root, one("other", "", "search")); err != nil {
 		t.Errorf("another service: %v", err)
+	}
+}
+
+// TestServiceHeaderBudgetConcurrentWrite: another experiment written to the
+// same service between the service's read of the store and its write
+// cannot take the service past its bound: the write, based on the
+// revision it checked, is checked again and refused.
+func TestServiceHeaderBudgetConcurrentWrite(t *testing.T) {
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
+	st := &interleavingStore{Store: db}
+	s := admin.NewService(st, nil, admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
+	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
+	big := func(key string) *experimentv1.Experiment {
+		e := exp(key, "team-a", 0)
+		e.Variations[1] = structpb.NewStringValue(strings.Repeat("t", admin.MaxVariationValueBytes))
+		e.Services = []string{"checkout"}
+		return e
+	}
+	ctx := context.Background()
+	st.hook = func() {
+		spec, err := protojson.Marshal(big("one"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := db.Create(ctx, &store.Experiment{Key: "one", Owner: "team-a", Spec: spec}, "other-replica"); err != nil {
+			t.Errorf("the concurrent create: %v", err)
+		}
+	}
+	_, err := s.Create(ctx, root, big("two"))
+	if got := admin.ErrorOf(err); err == nil || got.Code != admin.CodeInvalid ||
+		!slices.ContainsFunc(got.Details, func(d string) bool {
+			return strings.HasPrefix(d, `services[0]: service "checkout": a request could receive`)
+		}) {
+		t.Fatalf("create racing another create on checkout: %v, want invalid naming checkout", err)
+	}
+	if _, err := s.Get(ctx, root, "two"); codeOf(err) != admin.CodeNotFound {
+		t.Errorf("two was stored: %v", err)
 	}
 }

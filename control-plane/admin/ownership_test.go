@@ -8,7 +8,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/store/bolt"
+	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/translate"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -77,11 +77,7 @@ func TestOwnershipCheckedOnTheWrittenRevision(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
+			db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 			st := &interleavingStore{Store: db}
 			svc := admin.NewService(st, nil, admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
 			ctx := context.Background()

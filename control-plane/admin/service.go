@@ -180,14 +180,17 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err := Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
-	if err := s.checkServices(ctx, e, 0); err != nil {
-		return nil, err
-	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Create(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, p.Name)
+	se, err := retryStale(func() (*store.Experiment, error) {
+		wctx, err := s.checkServices(ctx, e, 0)
+		if err != nil {
+			return nil, err
+		}
+		return s.store.Create(wctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, p.Name)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +267,10 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 // write is a compare-and-swap on the revision the owner was checked on, so
 // a concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) { return s.update(ctx, p, e) })
+}
+
+func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
 	if e.Revision <= 0 {
 		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"revision: required: send the revision you read (optimistic concurrency)"}}
 	}
@@ -293,14 +300,15 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if from, to := translate.Status(old), translate.Status(e); from != to && !allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
 	}
-	if err := s.checkServices(ctx, e, cur.Revision); err != nil {
+	wctx, err := s.checkServices(ctx, e, cur.Revision)
+	if err != nil {
 		return nil, err
 	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Update(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, cur.Revision, p.Name)
+	se, err := s.store.Update(wctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, cur.Revision, p.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -369,6 +377,10 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 // or a stop never adds to them, and the document bound counts the longest
 // status, so the emergency brake cannot be refused for size.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to) })
+}
+
+func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -391,14 +403,15 @@ func (s *Service) transition(ctx context.Context, p *Principal, op, key string, 
 		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, transitionsHelp)
 	}
 	e.Status = to
-	if err := s.checkServices(ctx, e, cur.Revision); err != nil {
+	wctx, err := s.checkServices(ctx, e, cur.Revision)
+	if err != nil {
 		return nil, err
 	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Update(ctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, p.Name)
+	se, err := s.store.Update(wctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, p.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -640,6 +640,9 @@ func (s *Store) write(ctx context.Context, key, actor string,
 		if err != nil {
 			return err
 		}
+		if err := store.CheckBase(ctx, rev); err != nil {
+			return err // the commit's comparison of meta/revision makes the check atomic
+		}
 		var revMod, expMod int64
 		if len(revKVs) == 1 {
 			revMod = revKVs[0].ModRevision

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ReturnsCopies", testCopies},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"LargestSpec", testLargestSpec},
+		{"WriteBase", testWriteBase},
 		{"InvalidInput", testInvalidInput},
 		{"CanceledContext", testCanceledContext},
 		{"ClosedStore", testClosedStore},
@@ -962,5 +963,42 @@ func testLargestSpec(t *testing.T, s store.Store) {
 	}
 	if len(h) != 3 {
 		t.Fatalf("history has %d changes, want create, update, delete", len(h))
+	}
+}
+
+// testWriteBase: a write under store.WithBase commits only while the store
+// is at its base revision; after any other write it fails with ErrStale (a
+// conflict) and writes nothing.
+func testWriteBase(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	spec := json.RawMessage(`{"v":1}`)
+	a, err := s.Create(ctx, &store.Experiment{Key: "a", Spec: spec}, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	based := store.WithBase(ctx, a.Revision)
+	b, err := s.Create(based, &store.Experiment{Key: "b", Spec: spec}, "t")
+	if err != nil {
+		t.Fatalf("create at the base revision: %v", err)
+	}
+	stale := store.WithBase(ctx, a.Revision) // b was written since
+	writes := map[string]func() error{
+		"create": func() error { _, err := s.Create(stale, &store.Experiment{Key: "c", Spec: spec}, "t"); return err },
+		"update": func() error {
+			_, err := s.Update(stale, &store.Experiment{Key: "a", Spec: spec}, a.Revision, "t")
+			return err
+		},
+		"delete": func() error { return s.Delete(stale, "a", 0, "t") },
+	}
+	for name, write := range writes {
+		if err := write(); !errors.Is(err, store.ErrStale) || !errors.Is(err, store.ErrConflict) {
+			t.Errorf("%s based on a past revision: %v, want ErrStale (a conflict)", name, err)
+		}
+	}
+	if rev, err := s.Revision(ctx); err != nil || rev != b.Revision {
+		t.Errorf("revision after the stale writes = %d, %v; want %d (nothing written)", rev, err, b.Revision)
+	}
+	if _, err := s.Update(store.WithBase(ctx, b.Revision), &store.Experiment{Key: "a", Spec: spec}, a.Revision, "t"); err != nil {
+		t.Errorf("update at the current revision: %v", err)
 	}
 }
