@@ -96,7 +96,7 @@ func checkBounds(e *experimentv1.Experiment) []string {
 		}
 	}
 	if n, err := documentBytes(e); err != nil {
-		details = append(details, "encode: "+err.Error())
+		details = append(details, "experiment: not encodable as JSON: "+err.Error())
 	} else {
 		over("experiment", n, store.MaxSpecBytes, "bytes as compact JSON (with the longest status)")
 	}
