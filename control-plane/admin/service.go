@@ -69,11 +69,14 @@ func NewService(st store.Store, log *slog.Logger, opts ...ServiceOption) *Servic
 
 // Validate checks an experiment as the API accepts it, returning an *Error
 // listing every problem with its field path. The control plane's own
-// fields (status, services, schedule) are checked here; the definition is
-// checked by what a proxy runs: translate.Definition(e) alone in a filter
-// configuration with the mesh's saved groups, through translate.Compile.
+// fields (status, services, schedule) and every bound of the document
+// (limits.go) are checked here; the definition is checked by what a proxy
+// runs: translate.Definition(e) alone in a filter configuration with the
+// mesh's saved groups, through translate.Compile. The bounds of each
+// service the experiment applies to depend on the other experiments; the
+// Service checks them on every write that leaves an experiment running.
 func Validate(e *experimentv1.Experiment, mesh translate.Mesh) error {
-	var details []string
+	details := checkBounds(e)
 	cfg := &filterv1.FilterConfig{Experiments: []*experimentv1.Experiment{translate.Definition(e)}}
 	if mesh.Filter != nil {
 		cfg.SavedGroups = mesh.Filter.SavedGroups
@@ -181,7 +184,13 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Create(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, p.Name)
+	se, err := retryStale(func() (*store.Experiment, error) {
+		wctx, err := s.checkServices(ctx, e, 0)
+		if err != nil {
+			return nil, err
+		}
+		return s.store.Create(wctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, p.Name)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -254,14 +263,23 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 // Update replaces an experiment. e.Revision must equal the stored revision
 // (optimistic concurrency: a stale one is CodeConflict and nothing
 // changes); the owner of both the stored and the new definition must be
-// writable by p, and a status change must be an allowed transition.
+// writable by p, and a status change must be an allowed transition. The
+// write is a compare-and-swap on the revision the owner was checked on, so
+// a concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) { return s.update(ctx, p, e) })
+}
+
+func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
 	if e.Revision <= 0 {
 		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: []string{"revision: required: send the revision you read (optimistic concurrency)"}}
 	}
 	cur, err := s.store.Get(ctx, e.Key)
 	if err != nil {
 		return nil, err
+	}
+	if e.Revision != cur.Revision {
+		return nil, fmt.Errorf("update %q at revision %d, current %d: %w", e.Key, e.Revision, cur.Revision, store.ErrConflict)
 	}
 	if !p.CanWrite(cur.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, cur.Owner)
@@ -282,11 +300,15 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if from, to := translate.Status(old), translate.Status(e); from != to && !allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
 	}
+	wctx, err := s.checkServices(ctx, e, cur.Revision)
+	if err != nil {
+		return nil, err
+	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Update(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, e.Revision, p.Name)
+	se, err := s.store.Update(wctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: b}, cur.Revision, p.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -294,16 +316,21 @@ func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	return FromStore(se)
 }
 
-// Delete removes an experiment; a non-zero revision must match.
+// Delete removes an experiment; a non-zero revision must match. The delete
+// is a compare-and-swap on the revision the owner was checked on, so a
+// concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision int64) error {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return err
 	}
+	if revision != 0 && revision != cur.Revision {
+		return fmt.Errorf("delete %q at revision %d, current %d: %w", key, revision, cur.Revision, store.ErrConflict)
+	}
 	if !p.CanWrite(cur.Owner) {
 		return s.deny(ctx, p, "delete", key, cur.Owner)
 	}
-	if err := s.store.Delete(ctx, key, revision, p.Name); err != nil {
+	if err := s.store.Delete(ctx, key, cur.Revision, p.Name); err != nil {
 		return err
 	}
 	s.log.InfoContext(ctx, "experiment deleted", "key", key, "principal", p.Name)
@@ -345,7 +372,15 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 
 // transition moves an experiment to status to. A non-zero revision must
 // match; an experiment already in status to is returned unchanged (no write).
+// The write is a compare-and-swap on the revision the owner was checked on.
+// Only a start checks the bounds of the services (checkServices): a pause
+// or a stop never adds to them, and the document bound counts the longest
+// status, so the emergency brake cannot be refused for size.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to) })
+}
+
+func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -368,11 +403,15 @@ func (s *Service) transition(ctx context.Context, p *Principal, op, key string, 
 		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, transitionsHelp)
 	}
 	e.Status = to
+	wctx, err := s.checkServices(ctx, e, cur.Revision)
+	if err != nil {
+		return nil, err
+	}
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
 	}
-	se, err := s.store.Update(ctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, p.Name)
+	se, err := s.store.Update(wctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, p.Name)
 	if err != nil {
 		return nil, err
 	}

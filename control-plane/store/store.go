@@ -11,7 +11,8 @@
 // update or delete) increments it by exactly one, stamps the written
 // experiment with it, and records one audit Change in the same transaction.
 // Revisions make optimistic concurrency (compare-and-swap on Update and
-// Delete) and change watching possible without locks held across requests.
+// Delete, and on the whole store with WithBase) and change watching possible
+// without locks held across requests.
 package store
 
 import (
@@ -54,7 +55,40 @@ var (
 	// commit now (a replicated store without a quorum); the error names the
 	// store. A write that fails with it may or may not have committed.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrStale reports that a write under WithBase found another write
+	// committed since its base revision; nothing was written. It wraps
+	// ErrConflict.
+	ErrStale = fmt.Errorf("%w: the store changed since the revision the write is based on", ErrConflict)
 )
+
+type baseKey struct{}
+
+// WithBase returns ctx for a write decided on the whole store as it was at
+// revision rev (what List returned with rev): the write commits only if no
+// other write committed since, in the same transaction that checks it, and
+// fails with ErrStale otherwise. Every store honours it (storetest).
+func WithBase(ctx context.Context, rev int64) context.Context {
+	return context.WithValue(ctx, baseKey{}, rev)
+}
+
+// CheckBase is a store's check of WithBase: inside a write's transaction,
+// with cur the store revision the transaction read, it returns ErrStale
+// when ctx carries a base other than cur.
+func CheckBase(ctx context.Context, cur int64) error {
+	if base, ok := ctx.Value(baseKey{}).(int64); ok && base != cur {
+		return fmt.Errorf("store at revision %d, write based on %d: %w", cur, base, ErrStale)
+	}
+	return nil
+}
+
+// MaxSpecBytes is the largest Spec, compacted, that the admin API lets an
+// owner write (admin.Validate enforces it, naming the field). Every store
+// must carry a document of this size through every write: an update sends
+// it about five times (the experiment, and the Change with its Before and
+// After twice: the history and its per-key index), 320 KiB plus metadata,
+// well inside etcd's default request limit (--max-request-bytes, 1.5 MiB).
+// The conformance suite (storetest) writes one to every store.
+const MaxSpecBytes = 64 << 10
 
 // Experiment is a stored experiment document.
 //

@@ -528,6 +528,18 @@ func decodeFilter(v any) (Filter, error) {
 	return f, nil
 }
 
+// RenderVariation returns a variation as the filter writes it into its
+// assignment header: a string as is, a number or boolean canonically. The
+// error says why raw is not a valid header value. Compile renders every
+// variation this way; the control plane measures header sizes with it.
+func RenderVariation(raw RawMessage) (string, error) {
+	v, msg := renderVariation(raw)
+	if msg != "" {
+		return v, errors.New(msg)
+	}
+	return v, nil
+}
+
 // renderVariation renders a variation as its header value; msg explains why
 // it is invalid (the lenient rendering is still returned).
 func renderVariation(raw RawMessage) (value, msg string) {

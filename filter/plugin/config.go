@@ -125,7 +125,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.values[i] = set.Variations(i)
 		c.dictValues[i] = make([]string, len(c.values[i]))
 		for v, value := range c.values[i] {
-			c.dictValues[i][v] = ", " + key + "=" + sfString(value)
+			c.dictValues[i][v] = DictionaryMember(key, value)
 		}
 	}
 	// Keys are unique (Compile checks). Sorting the keys themselves reuses

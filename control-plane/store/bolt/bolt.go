@@ -498,6 +498,9 @@ func (d *DB) update(ctx context.Context, actor string, fn func(tx *bbolt.Tx, rev
 		if err != nil {
 			return err
 		}
+		if err := store.CheckBase(ctx, cur); err != nil {
+			return err
+		}
 		rev = cur + 1
 		now := d.now().UTC().Round(0)
 		c, err := fn(tx, rev, now)

@@ -286,7 +286,8 @@ func (s *Store) check(ctx context.Context) error {
 
 // wrap classifies an error of the client: the caller's own cancellation,
 // a closed store, a cluster that cannot serve (store.ErrUnavailable, naming
-// the store), a request etcd refuses as too large (store.ErrInvalid).
+// the store), a request etcd or its client refuses as too large
+// (store.ErrInvalid).
 func (s *Store) wrap(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -295,12 +296,20 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", store.ErrClosed, err)
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return ctx.Err()
-	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge):
+	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), clientTooLarge(err):
 		return fmt.Errorf("%w: %s refuses the request as too large: %w", store.ErrInvalid, s.name, err)
 	case unavailable(err) || ctx.Err() != nil:
 		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, s.name, err)
 	}
 	return fmt.Errorf("%s: %w", s.name, err)
+}
+
+// clientTooLarge reports whether err is the gRPC client's refusal to send
+// a message over its limit (clientv3.Config.MaxCallSendMsgSize, 2 MiB by
+// default); etcd's own ResourceExhausted errors (a full database) are not.
+func clientTooLarge(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
 }
 
 // unavailable reports whether err says the cluster cannot serve now.
@@ -639,6 +648,9 @@ func (s *Store) write(ctx context.Context, key, actor string,
 		rev, err := parseRevision(revKVs)
 		if err != nil {
 			return err
+		}
+		if err := store.CheckBase(ctx, rev); err != nil {
+			return err // the commit's comparison of meta/revision makes the check atomic
 		}
 		var revMod, expMod int64
 		if len(revKVs) == 1 {

@@ -171,3 +171,21 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestTooLargeIsInvalid: a write larger than etcd takes, whether the
+// server refuses it (--max-request-bytes, 1.5 MiB by default) or the
+// client does before sending (its 2 MiB message limit), is invalid input
+// naming the cause, not an unknown (internal) error, and writes nothing.
+func TestTooLargeIsInvalid(t *testing.T) {
+	s := etcdtest.Start(t, 1).Open(t)
+	for _, n := range []int{400 << 10, 3 << 20} { // update: ~5 copies past the server's limit; create: past the client's
+		spec := []byte(`"` + strings.Repeat("x", n) + `"`)
+		c, err := s.Create(t.Context(), &store.Experiment{Key: fmt.Sprintf("big-%d", n), Spec: spec}, "t")
+		if err == nil {
+			_, err = s.Update(t.Context(), &store.Experiment{Key: c.Key, Spec: spec}, c.Revision, "t")
+		}
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "too large") {
+			t.Errorf("%d-byte spec: %v, want store.ErrInvalid (too large)", n, err)
+		}
+	}
+}

@@ -51,6 +51,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"WatchClosesOnClose", testWatchClose},
 		{"ReturnsCopies", testCopies},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
+		{"LargestSpec", testLargestSpec},
+		{"WriteBase", testWriteBase},
 		{"InvalidInput", testInvalidInput},
 		{"CanceledContext", testCanceledContext},
 		{"ClosedStore", testClosedStore},
@@ -919,4 +921,84 @@ func testClosedStore(t *testing.T, s store.Store) {
 	_, err = s.Create(ctx, exp("b", "o", `{}`), "alice")
 	wantErr(t, "Create after Close", err, store.ErrClosed)
 	awaitClosed(t, s.Watch(ctx))
+}
+
+// testLargestSpec: a Spec of store.MaxSpecBytes, the largest the admin API
+// lets through, with the longest owner and actor, goes through every write
+// (an update carries it about five times) and reads back unchanged.
+func testLargestSpec(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	spec := func(fill byte) json.RawMessage {
+		b := append([]byte(`{"description":"`), bytes.Repeat([]byte{fill}, store.MaxSpecBytes-len(`{"description":""}`))...)
+		return append(b, `"}`...)
+	}
+	owner := string(bytes.Repeat([]byte{'o'}, 128))
+	actor := string(bytes.Repeat([]byte{'a'}, 128))
+	e := &store.Experiment{Key: "big", Owner: owner, Spec: spec('x')}
+	if len(e.Spec) != store.MaxSpecBytes {
+		t.Fatalf("spec is %d bytes, want %d", len(e.Spec), store.MaxSpecBytes)
+	}
+	c, err := s.Create(ctx, e, actor)
+	if err != nil {
+		t.Fatalf("create the largest spec: %v", err)
+	}
+	e.Spec = spec('y')
+	u, err := s.Update(ctx, e, c.Revision, actor)
+	if err != nil {
+		t.Fatalf("update the largest spec: %v", err)
+	}
+	got, err := s.Get(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Spec, spec('y')) || got.Revision != u.Revision {
+		t.Fatalf("read back %d bytes at revision %d, want the %d written at %d", len(got.Spec), got.Revision, store.MaxSpecBytes, u.Revision)
+	}
+	if err := s.Delete(ctx, "big", u.Revision, actor); err != nil {
+		t.Fatalf("delete the largest spec: %v", err)
+	}
+	h, err := s.History(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 3 {
+		t.Fatalf("history has %d changes, want create, update, delete", len(h))
+	}
+}
+
+// testWriteBase: a write under store.WithBase commits only while the store
+// is at its base revision; after any other write it fails with ErrStale (a
+// conflict) and writes nothing.
+func testWriteBase(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	spec := json.RawMessage(`{"v":1}`)
+	a, err := s.Create(ctx, &store.Experiment{Key: "a", Spec: spec}, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	based := store.WithBase(ctx, a.Revision)
+	b, err := s.Create(based, &store.Experiment{Key: "b", Spec: spec}, "t")
+	if err != nil {
+		t.Fatalf("create at the base revision: %v", err)
+	}
+	stale := store.WithBase(ctx, a.Revision) // b was written since
+	writes := map[string]func() error{
+		"create": func() error { _, err := s.Create(stale, &store.Experiment{Key: "c", Spec: spec}, "t"); return err },
+		"update": func() error {
+			_, err := s.Update(stale, &store.Experiment{Key: "a", Spec: spec}, a.Revision, "t")
+			return err
+		},
+		"delete": func() error { return s.Delete(stale, "a", 0, "t") },
+	}
+	for name, write := range writes {
+		if err := write(); !errors.Is(err, store.ErrStale) || !errors.Is(err, store.ErrConflict) {
+			t.Errorf("%s based on a past revision: %v, want ErrStale (a conflict)", name, err)
+		}
+	}
+	if rev, err := s.Revision(ctx); err != nil || rev != b.Revision {
+		t.Errorf("revision after the stale writes = %d, %v; want %d (nothing written)", rev, err, b.Revision)
+	}
+	if _, err := s.Update(store.WithBase(ctx, b.Revision), &store.Experiment{Key: "a", Spec: spec}, a.Revision, "t"); err != nil {
+		t.Errorf("update at the current revision: %v", err)
+	}
 }

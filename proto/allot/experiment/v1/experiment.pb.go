@@ -30,7 +30,11 @@ const (
 
 // Experiment is one A/B experiment: a definition (GrowthBook's experiment
 // model plus Allot's fields) and output-only metadata kept by the control
-// plane.
+// plane. The admin API refuses an experiment over 65,536 bytes as compact
+// proto3 JSON without its output-only fields (counted with the longest
+// status, "running"), and one whose running experiments of a service could
+// add more than 16,384 bytes of headers to a request of that service, or be
+// more than 1,000 (control-plane/README.md, "Limits").
 type Experiment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key names the experiment and is the suffix of its header
@@ -38,7 +42,8 @@ type Experiment struct {
 	// [a-z][a-z0-9._-]{0,62}.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// variations are the values a unit can be assigned, one header value each:
-	// strings, or numbers and booleans rendered canonically.
+	// strings, or numbers and booleans rendered canonically. 2 to 64 of them,
+	// each at most 4,096 bytes as rendered.
 	Variations []*structpb.Value `protobuf:"bytes,2,rep,name=variations,proto3" json:"variations,omitempty"`
 	// weights are the traffic share of each variation; they sum to 1. Empty
 	// means equal weights.
@@ -47,13 +52,14 @@ type Experiment struct {
 	// unset means 1.
 	Coverage *float64 `protobuf:"fixed64,4,opt,name=coverage,proto3,oneof" json:"coverage,omitempty"`
 	// hash_attribute names the attribute that identifies the unit; default
-	// "id" (the unit header).
+	// "id" (the unit header). At most 128 bytes.
 	HashAttribute string `protobuf:"bytes,5,opt,name=hash_attribute,json=hashAttribute,proto3" json:"hash_attribute,omitempty"`
-	// fallback_attribute is hashed whenever hash_attribute is missing or empty.
+	// fallback_attribute is hashed whenever hash_attribute is missing or
+	// empty. At most 128 bytes.
 	FallbackAttribute string `protobuf:"bytes,6,opt,name=fallback_attribute,json=fallbackAttribute,proto3" json:"fallback_attribute,omitempty"`
 	// hash_version selects GrowthBook's hash algorithm: 1 (default) or 2.
 	HashVersion int32 `protobuf:"varint,7,opt,name=hash_version,json=hashVersion,proto3" json:"hash_version,omitempty"`
-	// seed salts the hash; default: the key.
+	// seed salts the hash; default: the key. At most 256 bytes.
 	Seed string `protobuf:"bytes,8,opt,name=seed,proto3" json:"seed,omitempty"`
 	// namespace is [id, start, end]: only units whose namespace hash falls in
 	// [start, end) take part, so experiments in one namespace can exclude each
@@ -71,12 +77,15 @@ type Experiment struct {
 	// status is draft, running, paused or stopped; only running experiments
 	// assign units. Empty means running.
 	Status string `protobuf:"bytes,14,opt,name=status,proto3" json:"status,omitempty"`
-	// description says what the experiment tests, for people.
+	// description says what the experiment tests, for people. At most 4,096
+	// bytes.
 	Description string `protobuf:"bytes,15,opt,name=description,proto3" json:"description,omitempty"`
-	// owner is the owner namespace the experiment belongs to.
+	// owner is the owner namespace the experiment belongs to. At most 128
+	// bytes.
 	Owner string `protobuf:"bytes,16,opt,name=owner,proto3" json:"owner,omitempty"`
 	// services selects which proxies receive the experiment, matched against
-	// the Envoy node's cluster; empty means every proxy.
+	// the Envoy node's cluster; empty means every proxy. At most 64 names,
+	// each 1 to 253 bytes.
 	Services []string `protobuf:"bytes,17,rep,name=services,proto3" json:"services,omitempty"`
 	// start_time, when set, is when the experiment starts assigning.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
