@@ -39,7 +39,8 @@ const (
 type Rejection struct {
 	// Version is the rejected configuration version.
 	Version string `json:"version"`
-	// Error is the proxy's reason (the NACK's error_detail message).
+	// Error is the proxy's reason (the NACK's error_detail message, cut
+	// to 1 KiB by the xDS server).
 	Error string `json:"error"`
 	// At is when the NACK arrived.
 	At time.Time `json:"at"`
