@@ -13,6 +13,7 @@ package mesh
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"time"
 )
@@ -38,7 +39,8 @@ const (
 type Rejection struct {
 	// Version is the rejected configuration version.
 	Version string `json:"version"`
-	// Error is the proxy's reason (the NACK's error_detail message).
+	// Error is the proxy's reason (the NACK's error_detail message, cut
+	// to 1 KiB by the xDS server).
 	Error string `json:"error"`
 	// At is when the NACK arrived.
 	At time.Time `json:"at"`
@@ -75,7 +77,17 @@ type Summary struct {
 	Rejected map[string]int `json:"rejected,omitempty"`
 	// Unserved counts those the replica serves nothing.
 	Unserved int `json:"unserved,omitempty"`
+	// Other counts the acknowledgements and rejections left out of Acked
+	// and Rejected, each of which keeps its MaxSummaryVersions most
+	// common versions: what bounds the replica's record whatever
+	// versions its proxies report.
+	Other int `json:"other,omitempty"`
 }
+
+// MaxSummaryVersions is the most versions a Summary's Acked, and its
+// Rejected, list. A rollout has two or three versions in flight in a
+// cluster; more come only from proxies reporting versions of their own.
+const MaxSummaryVersions = 4
 
 // Summarize counts proxies (one replica's) by cluster.
 func Summarize(proxies []Proxy) map[string]Summary {
@@ -96,7 +108,32 @@ func Summarize(proxies []Proxy) map[string]Summary {
 		}
 		out[p.Cluster] = s
 	}
+	for c, s := range out {
+		var n int
+		s.Acked, n = keepCommon(s.Acked)
+		s.Other += n
+		s.Rejected, n = keepCommon(s.Rejected)
+		s.Other += n
+		out[c] = s
+	}
 	return out
+}
+
+// keepCommon keeps the MaxSummaryVersions versions of m with the most
+// proxies (ties to the smaller version) and returns how many proxies the
+// others counted.
+func keepCommon(m map[string]int) (map[string]int, int) {
+	if len(m) <= MaxSummaryVersions {
+		return m, 0
+	}
+	vs := slices.Collect(maps.Keys(m))
+	slices.SortFunc(vs, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	other := 0
+	for _, v := range vs[MaxSummaryVersions:] {
+		other += m[v]
+		delete(m, v)
+	}
+	return m, other
 }
 
 func inc(m map[string]int, k string) map[string]int {
@@ -111,7 +148,8 @@ func inc(m map[string]int, k string) map[string]int {
 // cluster may stand applied, rejected or unserved (Where) with a write
 // committed at revision rev whose version for cluster is target. A proxy
 // that acknowledged one of the versions that count and rejected the other
-// is counted twice, so the answer may be true while one is pending, never
+// is counted twice, and every proxy whose version the summary left out
+// (Other) counts, so the answer may be true while one is pending, never
 // false while none is: it says when reading every proxy is worth it. A
 // replica without a summary (or without proxies of cluster) may settle.
 func (r Replica) MaySettle(cluster, target string, rev int64) bool {
@@ -119,7 +157,7 @@ func (r Replica) MaySettle(cluster, target string, rev int64) bool {
 	if !ok {
 		return true
 	}
-	n := s.Unserved + s.Acked[target] + s.Rejected[target]
+	n := s.Unserved + s.Other + s.Acked[target] + s.Rejected[target]
 	if cur := r.Targets[cluster]; r.Revision >= rev && cur != "" && cur != target {
 		n += s.Acked[cur] + s.Rejected[cur]
 	}

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -118,5 +119,39 @@ func TestSummarize(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Summarize = %+v, want %+v", got, want)
+	}
+}
+
+// TestSummarizeBounded: a cluster's summary keeps its MaxSummaryVersions
+// most common versions, acknowledged and rejected, and counts the rest in
+// Other, so that proxies reporting versions of their own cannot grow
+// their replica's record; MaySettle still never says false when every
+// proxy settled, and Applied is never all when some version is left out.
+func TestSummarizeBounded(t *testing.T) {
+	var ps []Proxy
+	for range 3 {
+		ps = append(ps, Proxy{Cluster: "web", Acked: "v7"}, Proxy{Cluster: "web", Acked: "v6", Rejected: &Rejection{Version: "v7"}})
+	}
+	for i := range 10 {
+		v := fmt.Sprintf("own-%d", i)
+		ps = append(ps, Proxy{Cluster: "web", Acked: v, Rejected: &Rejection{Version: v}})
+	}
+	s := Summarize(ps)["web"]
+	if len(s.Acked) != MaxSummaryVersions || len(s.Rejected) != MaxSummaryVersions {
+		t.Fatalf("summary keeps %d acked and %d rejected versions, want %d each: %+v", len(s.Acked), len(s.Rejected), MaxSummaryVersions, s)
+	}
+	if s.Acked["v7"] != 3 || s.Acked["v6"] != 3 || s.Rejected["v7"] != 3 {
+		t.Errorf("the most common versions are not kept: %+v", s)
+	}
+	// Acked: v7, v6 and 2 of the 10 own kept, 8 left out; rejected: v7 and 3 own kept, 7 left out.
+	if s.Proxies != 16 || s.Other != 8+7 {
+		t.Errorf("proxies %d other %d, want 16 and 15", s.Proxies, s.Other)
+	}
+	r := Replica{Revision: 7, Targets: map[string]string{"web": "v7"}, Proxies: map[string]Summary{"web": s}}
+	if !r.MaySettle("web", "v7", 7) {
+		t.Error("MaySettle = false with versions left out of the summary")
+	}
+	if _, all := r.Applied("web", "v7", 7); all {
+		t.Error("Applied says all applied while proxies run their own versions")
 	}
 }

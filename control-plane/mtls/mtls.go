@@ -338,7 +338,7 @@ func (s *authorizedStream) RecvMsg(m any) error {
 	case s.node == nil:
 		s.node = node
 	case node != nil && (node.GetId() != s.node.GetId() || node.GetCluster() != s.node.GetCluster()):
-		return s.deny("request", fmt.Sprintf("the node changed within the stream, from %q of cluster %q to %q of cluster %q",
+		return s.deny("request", fmt.Sprintf("the node changed within the stream, from %.256q of cluster %.256q to %.256q of cluster %.256q",
 			s.node.GetId(), s.node.GetCluster(), node.GetId(), node.GetCluster()))
 	}
 	return s.check()
@@ -377,7 +377,7 @@ func (s *authorizedStream) check() error {
 		s.verified = cur.clientCAs
 	}
 	if !cur.policy.Allowed(s.ids, s.node.GetCluster(), s.node.GetId()) {
-		return s.deny("identity", fmt.Sprintf("identity %v may not subscribe as cluster %q, node %q", s.ids, s.node.GetCluster(), s.node.GetId()))
+		return s.deny("identity", fmt.Sprintf("identity %v may not subscribe as cluster %.256q, node %.256q", s.ids, s.node.GetCluster(), s.node.GetId()))
 	}
 	return nil
 }
@@ -390,8 +390,11 @@ func (s *authorizedStream) deny(reason, why string) error {
 	if p, ok := peer.FromContext(s.Context()); ok && p.Addr != nil {
 		addr = p.Addr.String()
 	}
+	// The node's id and cluster as sent, before the xDS server's limits
+	// (control-plane/README.md) check them: at most 256 characters each.
 	s.r.log.Warn("xDS stream denied", "reason", reason, "why", why, "identities", s.ids,
-		"cluster", s.node.GetCluster(), "node_id", s.node.GetId(), "address", addr, "method", s.method)
+		"cluster", fmt.Sprintf("%.256s", s.node.GetCluster()), "node_id", fmt.Sprintf("%.256s", s.node.GetId()),
+		"address", addr, "method", s.method)
 	err := status.Error(codes.PermissionDenied, "xds: "+why)
 	s.denied.CompareAndSwap(nil, &err)
 	return err

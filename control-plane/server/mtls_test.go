@@ -125,6 +125,14 @@ func TestMutualTLSProxies(t *testing.T) {
 		})
 	}
 
+	// A denial quotes the node as sent, before the xDS limits check it:
+	// cut, so that a 100 KB cluster name is not logged or answered whole.
+	if _, err := subscribe(ctx, xdsAddr, roots, &checkout, "long", strings.Repeat("c", 100_000)); status.Code(err) != codes.PermissionDenied ||
+		len(status.Convert(err).Message()) > 1024 {
+		t.Fatalf("checkout's certificate as a cluster of 100 KB: code %v, a message of %d bytes; want PermissionDenied in at most 1 KiB",
+			status.Code(err), len(status.Convert(err).Message()))
+	}
+
 	// Only authorized proxies are tracked: a refused client cannot stand
 	// in a waited write's way.
 	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
@@ -140,8 +148,8 @@ func TestMutualTLSProxies(t *testing.T) {
 		}
 		return ""
 	}
-	if got := metric(`allot_xds_denied_streams_total{reason="identity"}`); got != "2" {
-		t.Errorf("identity denials: %q, want 2", got)
+	if got := metric(`allot_xds_denied_streams_total{reason="identity"}`); got != "3" {
+		t.Errorf("identity denials: %q, want 3 (another cluster's certificate, an identity the policy does not name, the long cluster)", got)
 	}
 	if got := metric(`allot_xds_denied_streams_total{reason="certificate"}`); got != "1" {
 		t.Errorf("certificate denials: %q, want 1 (the certificate without an identity)", got)

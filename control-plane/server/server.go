@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -82,7 +83,28 @@ type Config struct {
 	Registry Registry
 	// ReplicaID names this replica in the registry.
 	ReplicaID string
+	// AdminReadTimeout bounds the reading of a request's headers and
+	// body on the admin listener (0: DefaultAdminReadTimeout).
+	AdminReadTimeout time.Duration
 }
+
+// Limits of the admin listener (control-plane/README.md, Listeners). A
+// request body is bounded by admin.MaxBodyBytes (413).
+const (
+	// DefaultAdminReadTimeout bounds the reading of a request: its headers
+	// and its body (admin.MaxBodyBytes at 35 KB/s). It is not the whole
+	// request's bound (http.Server.ReadTimeout), which would cancel a
+	// waited write still waiting once it passed.
+	DefaultAdminReadTimeout = 30 * time.Second
+	// adminWriteTimeout bounds a request from its headers to the end of
+	// its response: the longest wait a write accepts, and time to spare.
+	adminWriteTimeout = admin.MaxWait + 30*time.Second
+	// adminIdleTimeout closes a keep-alive connection idle this long.
+	adminIdleTimeout = 2 * time.Minute
+	// adminMaxHeaderBytes bounds a request's headers (a token is 100
+	// bytes).
+	adminMaxHeaderBytes = 64 << 10
+)
 
 // Addrs are the addresses allotd listens on.
 type Addrs struct {
@@ -147,10 +169,7 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	if cfg.TLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	xdsOpts := []grpc.ServerOption{
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
+	xdsOpts := xds.ServerOptions()
 	switch {
 	case cfg.XDSTLS != nil:
 		xdsOpts = append(xdsOpts, grpc.Creds(credentials.NewTLS(cfg.XDSTLS)))
@@ -175,7 +194,11 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	}
 	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro))
 	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
-	ag := grpc.NewServer(append(agrpc.ServerOptions(), creds...)...)
+	agOpts := append(agrpc.ServerOptions(), creds...)
+	agOpts = append(agOpts, grpc.ConnectionTimeout(10*time.Second),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: adminIdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second}))
+	ag := grpc.NewServer(agOpts...)
 	agrpc.Register(ag)
 	reflection.Register(ag)
 
@@ -197,9 +220,16 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 		}
 		w.Write([]byte("ok\n"))
 	})
+	readTimeout := cfg.AdminReadTimeout
+	if readTimeout <= 0 {
+		readTimeout = DefaultAdminReadTimeout
+	}
 	hsrv := &http.Server{
-		Handler:           grpcOrHTTP(ag, mux),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           bodyDeadline(grpcOrHTTP(ag, mux), readTimeout),
+		ReadHeaderTimeout: min(10*time.Second, readTimeout),
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		Protocols:         new(http.Protocols),
 		TLSConfig:         cfg.TLS,
@@ -325,6 +355,42 @@ func grpcOrHTTP(g *grpc.Server, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// bodyDeadline gives a request with a body until d from its start to have
+// sent it all, then lifts the deadline: a slow body is cut (its connection
+// closed), a waited write keeps its connection while it waits.
+// http.Server.ReadTimeout cannot do this: its deadline stays on the
+// connection while the handler runs, and the server cancels the request's
+// context when it passes.
+func bodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
+			r.Body = &liftAtEOF{ReadCloser: r.Body, lift: func() { rc.SetReadDeadline(time.Time{}) }}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// liftAtEOF calls lift once its body has been read to the end.
+type liftAtEOF struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *liftAtEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }
 
 // listen opens the admin, xDS and (if configured) dedicated admin gRPC

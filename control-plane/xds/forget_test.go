@@ -11,11 +11,11 @@ import (
 	"github.com/allotmesh/allot/control-plane/xds"
 )
 
-// TestIdleClustersForgotten: 200 short-lived streams with throwaway 4 KB
-// cluster names leave no cluster, no snapshot and no per-cluster state
-// behind once the grace period has passed, while the cluster of a proxy
-// that stays connected is kept and still pushed; a throwaway cluster that
-// comes back is built again.
+// TestIdleClustersForgotten: 200 short-lived streams with throwaway
+// cluster names at their limit (xds.MaxClusterBytes) leave no cluster, no
+// snapshot and no per-cluster state behind once the grace period has
+// passed, while the cluster of a proxy that stays connected is kept and
+// still pushed; a throwaway cluster that comes back is built again.
 func TestIdleClustersForgotten(t *testing.T) {
 	const grace = 200 * time.Millisecond
 	s := startArtifactServer(t, &artifactVersions{versions: &versions{v: map[string]string{}}}, xds.WithClusterGrace(grace))
@@ -27,7 +27,7 @@ func TestIdleClustersForgotten(t *testing.T) {
 	apis := []string{xds.APIADS, xds.APIECDS}
 	artifacts := []any{nil, xds.ArtifactNative}
 	for i := range names {
-		names[i] = fmt.Sprintf("%03d-", i) + strings.Repeat("x", 4096-4)
+		names[i] = fmt.Sprintf("%03d-", i) + strings.Repeat("x", xds.MaxClusterBytes-4)
 		c := connectArtifact(t, s.addr, apis[i%2], fmt.Sprintf("throwaway-%d", i), names[i], artifacts[i/2%2])
 		c.request("", "", "")
 		if r := c.next(); r.GetVersionInfo() != "v0" {

@@ -13,6 +13,7 @@ type metrics struct {
 	nacks      prometheus.Counter
 	pushes     prometheus.Counter
 	pushErrors prometheus.Counter
+	overLimit  *prometheus.CounterVec
 	proxies    *proxyCollector
 }
 
@@ -36,6 +37,11 @@ func newMetrics(s *Server) *metrics {
 			Name: "allot_xds_push_errors_total",
 			Help: "Cluster configurations that could not be built or set; their proxies keep the previous one.",
 		}),
+		overLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_xds_over_limit_total",
+			Help: "Inputs from proxies over their limit (control-plane/README.md, Limits on what proxies send), by field " +
+				"and what was done: refused (the stream ends), truncated (kept cut, with a marker) or ignored.",
+		}, []string{"field", "action"}),
 		proxies: &proxyCollector{
 			s: s,
 			byState: prometheus.NewDesc("allot_xds_proxies",
@@ -50,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 // prometheus.MustRegister(x.Collectors()...).
 func (s *Server) Collectors() []prometheus.Collector {
 	m := s.metrics
-	return []prometheus.Collector{m.ackLatency, m.nacks, m.pushes, m.pushErrors, m.proxies}
+	return []prometheus.Collector{m.ackLatency, m.nacks, m.pushes, m.pushErrors, m.overLimit, m.proxies}
 }
 
 // proxyCollector computes the proxy gauges at scrape time.

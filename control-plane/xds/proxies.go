@@ -218,6 +218,17 @@ func (s *Server) onStreamClosed(id int64, _ *corev3.Node) {
 	s.notify()
 }
 
+// untrack forgets stream id, whose request was refused: its stream ends
+// and it is never listed.
+func (s *Server) untrack(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.streams[id]; ok {
+		delete(s.streams, id)
+		s.notify()
+	}
+}
+
 // track records what a request tells about its proxy: who it is, and
 // whether it acknowledges or rejects the last configuration sent.
 func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
@@ -236,7 +247,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 		a, err := nodeArtifact(req.GetNode())
 		st.artifact, st.unserved = a, s.hash.unservedReason(a, err, s.served)
 		s.log.Info("proxy connected", "node_id", st.node, "cluster", st.cluster, "artifact", st.artifact, "stream", id,
-			"address", st.addr, "api", st.api, "version", req.GetVersionInfo())
+			"address", st.addr, "api", st.api, "version", clip(req.GetVersionInfo(), MaxVersionBytes))
 		if st.unserved != "" {
 			s.log.Warn("proxy runs an artifact this server does not serve", "node_id", st.node, "cluster", st.cluster,
 				"artifact", st.artifact, "error", st.unserved)
@@ -249,17 +260,17 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 	case req.GetResponseNonce() == "":
 		// The first request of the stream says what the proxy runs, e.g. after
 		// a reconnect; nothing sent here yet.
-		if v := req.GetVersionInfo(); v != "" {
+		if v := s.version(req.GetVersionInfo()); v != "" {
 			st.acked, st.ackedAt = v, now
 		}
 	case req.GetResponseNonce() != st.sentNonce:
 		// Answers an older response; the server ignores it too.
 		return
 	case req.GetErrorDetail() != nil:
-		st.rejected = &Rejection{Version: st.sent, Error: req.GetErrorDetail().GetMessage(), At: now}
+		st.rejected = &Rejection{Version: st.sent, Error: s.rejection(req.GetErrorDetail().GetMessage()), At: now}
 		s.metrics.nacks.Inc()
 		s.log.Warn("proxy rejected configuration", "node_id", st.node, "cluster", st.cluster, "version", st.sent,
-			"running", req.GetVersionInfo(), "error", st.rejected.Error)
+			"running", clip(req.GetVersionInfo(), MaxVersionBytes), "error", st.rejected.Error)
 	case req.GetVersionInfo() == st.sent:
 		st.acked, st.ackedAt = st.sent, now
 		if since, ok := s.since[st.cluster]; ok && s.clusters[st.cluster] == st.sent {

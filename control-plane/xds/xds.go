@@ -68,6 +68,8 @@ type Server struct {
 	xds     serverv3.Server
 	metrics *metrics
 
+	maxClusters int // MaxClusters, or lower (WithMaxClusters)
+
 	refreshMu sync.Mutex // serializes build+set, so an older build never overwrites a newer one
 	grace     time.Duration
 
@@ -93,6 +95,17 @@ func WithLogger(l *slog.Logger) Option {
 	return func(s *Server) {
 		if l != nil {
 			s.log = l
+		}
+	}
+}
+
+// WithMaxClusters lowers the number of clusters the server tracks below
+// MaxClusters (a test's; never above it: the bound of the replica's record
+// in the mesh registry counts on it).
+func WithMaxClusters(n int) Option {
+	return func(s *Server) {
+		if n > 0 && n < MaxClusters {
+			s.maxClusters = n
 		}
 	}
 }
@@ -144,6 +157,7 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		deltas:   map[int64]string{},
 		changed:  make(chan struct{}),
 	}
+	s.maxClusters = MaxClusters
 	for _, a := range served {
 		s.hash.served[a] = true
 	}
@@ -199,17 +213,29 @@ func (ecdsStreams) FetchExtensionConfigs(context.Context, *discoveryv3.Discovery
 	return nil, status.Error(codes.Unimplemented, "xds: FetchExtensionConfigs is not served; stream the configuration (ADS or ECDS)")
 }
 
-// onStreamRequest tracks the proxy and makes sure its cluster has
-// snapshots before the cache answers its request.
+// onStreamRequest refuses a proxy over a limit (admit), tracks it and
+// makes sure its cluster has snapshots before the cache answers its
+// request. A proxy whose cluster is refused (one too many) or cannot be
+// built is untracked at once: its stream ends, and it is never listed.
 func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) error {
+	if err := s.admit(req.GetNode()); err != nil {
+		return err
+	}
 	s.track(id, req)
-	return s.ensureCluster(req.GetNode().GetCluster())
+	if err := s.ensureCluster(req.GetNode().GetCluster()); err != nil {
+		s.untrack(id)
+		return err
+	}
+	return nil
 }
 
 // onDeltaRequest makes sure a delta-xDS proxy's cluster has a snapshot.
 // Delta streams are served but not tracked: Envoy's ADS with api_type GRPC
 // (our bootstraps) is state of the world.
 func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := s.admit(req.GetNode()); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.deltas[id] = req.GetNode().GetCluster() // in use before it is ensured (see forgetIdle)
 	s.mu.Unlock()
@@ -292,7 +318,9 @@ func (s *Server) forgetIdle() {
 	}
 }
 
-// ensureCluster builds the first snapshots of a cluster not seen before.
+// ensureCluster builds the first snapshots of a cluster not seen before,
+// unless the server tracks maxClusters already: checked under refreshMu,
+// the only lock clusters are added under, so never exceeded.
 //
 // Builds are serialized by refreshMu, and a Refresh takes its list of
 // clusters under refreshMu too: a write's Refresh either runs before this
@@ -305,9 +333,13 @@ func (s *Server) ensureCluster(cluster string) error {
 	defer s.refreshMu.Unlock()
 	s.mu.Lock()
 	_, known := s.clusters[cluster]
+	n := len(s.clusters)
 	s.mu.Unlock()
 	if known {
 		return nil
+	}
+	if n >= s.maxClusters {
+		return s.refuseCluster(cluster, n)
 	}
 	return s.refreshLocked(context.Background(), cluster)
 }

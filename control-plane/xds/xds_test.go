@@ -77,7 +77,7 @@ func startServer(t *testing.T, b *versions, opts ...xds.Option) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	x := xds.New(ctx, b.build, opts...)
-	g := grpc.NewServer()
+	g := grpc.NewServer(xds.ServerOptions()...)
 	x.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
