@@ -28,6 +28,8 @@ const (
 	adminToken  = "e2e-admin-token-0123456789"
 	ownerToken  = "e2e-alice-token-0123456789"
 	readerToken = "e2e-reader-token-0123456789"
+	// bobToken is an owner of namespace team-b.
+	bobToken = "e2e-bob-token-0123456789"
 )
 
 // artifact is one of the filter's two builds. Every e2e test of filter
@@ -103,7 +105,8 @@ func prepareSystem(t *testing.T, a artifact) *system {
 	s.tokenFile = filepath.Join(dir, "tokens.json")
 	tokens := fmt.Sprintf(`{"tokens":[{"name":"e2e","role":"admin","token":%q},
 		{"name":"alice","role":"owner","namespaces":["team-a"],"token":%q},
-		{"name":"dash","role":"reader","token":%q}]}`, adminToken, ownerToken, readerToken)
+		{"name":"bob","role":"owner","namespaces":["team-b"],"token":%q},
+		{"name":"dash","role":"reader","token":%q}]}`, adminToken, ownerToken, bobToken, readerToken)
 	if err := os.WriteFile(s.tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +236,11 @@ func (s *system) api(method, path string, body any, out any) int {
 // did not decode. It fails no test, so goroutines other than the test's can
 // call it.
 func adminCall(client *http.Client, base, method, path string, body, out any) (int, []byte, error) {
+	return adminCallAs(client, base, adminToken, method, path, body, out)
+}
+
+// adminCallAs is adminCall with another token.
+func adminCallAs(client *http.Client, base, token, method, path string, body, out any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -245,7 +253,7 @@ func adminCall(client *http.Client, base, method, path string, body, out any) (i
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
