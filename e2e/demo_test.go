@@ -194,17 +194,51 @@ func parseDemoSteps(out string) ([]demoStep, error) {
 	return steps, nil
 }
 
+// TestParseDemoSteps: the commands are the indented lines of each
+// paragraph after the first; a paragraph that prints no command, or text
+// after its commands, is an error rather than a step skipped.
+func TestParseDemoSteps(t *testing.T) {
+	const head = "created x\n\nAllot is running:\n  allotd  127.0.0.1:8080\n\n"
+	const tail = "\nLogs are in tmp/. Press Ctrl-C to stop.\n02:00:00 allotd-1 exited\n"
+	for _, tc := range []struct {
+		name, out string
+		want      []demoStep
+		err       string
+	}{
+		{"steps", head + "See it:\n  curl a\n  curl b\n\nKill it\n(really):\n  kill 1\n" + tail,
+			[]demoStep{{"See it:", []string{"curl a", "curl b"}}, {"Kill it (really):", []string{"kill 1"}}}, ""},
+		{"no command", head + "See it:\n  curl a\n\nJust words.\n" + tail, nil, "prints no command"},
+		{"text after commands", head + "See it:\n  curl a\nand more\n" + tail, nil, "after its commands"},
+		{"no instructions", "created x\n", nil, "no \"Allot is running\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseDemoSteps(tc.out)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !slices.EqualFunc(got, tc.want, func(a, b demoStep) bool {
+				return a.say == b.say && slices.Equal(a.cmds, b.cmds)
+			}) {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
 // step returns step i after checking that it is the step the test expects:
-// one of its commands contains want. A failure means the demo's
-// instructions changed and this test must follow.
-func (d *demo) step(i int, want string) demoStep {
+// n commands, one of which contains want. A failure means the demo's
+// instructions changed and this test must follow, running every command.
+func (d *demo) step(i, n int, want string) demoStep {
 	d.t.Helper()
 	if i >= len(d.steps) {
 		d.t.Fatalf("the demo printed %d steps; want step %d with a command containing %q", len(d.steps), i+1, want)
 	}
 	s := d.steps[i]
-	if !slices.ContainsFunc(s.cmds, func(c string) bool { return strings.Contains(c, want) }) {
-		d.t.Fatalf("step %d (%q) prints %q; want a command containing %q", i+1, s.say, s.cmds, want)
+	if len(s.cmds) != n || !slices.ContainsFunc(s.cmds, func(c string) bool { return strings.Contains(c, want) }) {
+		d.t.Fatalf("step %d (%q) prints %q; want %d commands, one containing %q", i+1, s.say, s.cmds, n, want)
 	}
 	return s
 }
@@ -369,7 +403,7 @@ func TestDemoRun(t *testing.T) {
 			const header = "x-experiment-checkout-button"
 
 			// See the assignments: alice and bob each get one variation.
-			see := d.step(0, "curl")
+			see := d.step(0, 2, "curl")
 			for _, c := range see.cmds {
 				if v := echoHeader(t, d.run(c), header); v != "blue" && v != "green" {
 					t.Fatalf("%s: %s %q, want blue or green", c, header, v)
@@ -378,13 +412,13 @@ func TestDemoRun(t *testing.T) {
 			alice := echoHeader(t, d.run(see.cmds[0]), header)
 
 			// The forged header never reaches the service: alice keeps hers.
-			forged := d.step(1, header+": forged")
+			forged := d.step(1, 1, header+": forged")
 			if got := echoHeader(t, d.run(forged.cmds[0]), header); got != alice {
 				t.Fatalf("%s: %s %q, want alice's own %q", forged.cmds[0], header, got, alice)
 			}
 
 			// The ramp: both users see green within a second or so.
-			d.runAll(d.step(2, "allotctl apply"), "experiment/checkout-button configured")
+			d.runAll(d.step(2, 2, "allotctl apply"), "experiment/checkout-button configured")
 			for _, c := range see.cmds {
 				harness.Eventually(t, 5*time.Second, func() error {
 					if v := echoHeader(t, d.run(c), header); v != "green" {
@@ -395,7 +429,7 @@ func TestDemoRun(t *testing.T) {
 			}
 
 			// The listings.
-			lists := d.step(3, "allotctl list")
+			lists := d.step(3, 4, "allotctl list")
 			for _, c := range lists.cmds {
 				out := d.run(c)
 				switch {
@@ -494,14 +528,14 @@ func TestDemoRunHA(t *testing.T) {
 	}
 
 	// The mesh: demo-1 on r1, demo-2 on r2.
-	first := d.step(0, "allotctl rollout")
+	first := d.step(0, 1, "allotctl rollout")
 	rollout(first.cmds[0], 10*time.Second, func(rows []rolloutRow, _ map[string]int) error {
 		return on(rows, func(node, r string) bool { return r == "r"+strings.TrimPrefix(node, "demo-") })
 	})
 
 	// A waited write through r1, applied by both.
-	d.runAll(d.step(1, "--wait"), "rollout applied, applied by 2/2 proxies")
-	serve := d.step(2, "curl")
+	d.runAll(d.step(1, 2, "--wait"), "rollout applied, applied by 2/2 proxies")
+	serve := d.step(2, 2, "curl")
 	for _, c := range serve.cmds {
 		if v := echoHeader(t, d.run(c), header); v != "green" {
 			t.Fatalf("%s: %s %q, want green", c, header, v)
@@ -510,13 +544,13 @@ func TestDemoRunHA(t *testing.T) {
 
 	// Kill replica 1: the demo goes on.
 	r1 := pidOf("allotd-1")
-	kill := d.step(3, "kill -9")
+	kill := d.step(3, 1, "kill -9")
 	d.run(kill.cmds[0])
 	d.waitLog(fmt.Sprintf("allotd-1 (pid %d) exited; the rest keeps running", r1), 10*time.Second)
 	d.alive("when replica 1 was killed")
 
 	// Envoy 1 keeps serving, and moves to r2 or r3.
-	moved := d.step(4, "allotctl rollout")
+	moved := d.step(4, 2, "allotctl rollout")
 	for _, c := range moved.cmds {
 		if !strings.Contains(c, "allotctl rollout") {
 			if v := echoHeader(t, d.run(c), header); v != "green" {
@@ -534,9 +568,9 @@ func TestDemoRunHA(t *testing.T) {
 
 	// Kill etcd member 1: writes go on, waited on both Envoys.
 	m1 := pidOf("etcd-1")
-	d.run(d.step(5, "kill -9").cmds[0])
+	d.run(d.step(5, 1, "kill -9").cmds[0])
 	d.waitLog(fmt.Sprintf("etcd-1 (pid %d) exited; the rest keeps running", m1), 10*time.Second)
-	blue := d.step(6, "--wait")
+	blue := d.step(6, 3, "--wait")
 	for _, c := range blue.cmds {
 		out := d.run(c)
 		switch {
@@ -555,7 +589,7 @@ func TestDemoRunHA(t *testing.T) {
 	// SIGUSR1 restarts both: r1 serves again, at the store's latest
 	// revision (a dead r1 stays listed, at an older one, until its lease
 	// expires), and m1 is healthy.
-	restart := d.step(7, "kill -USR1")
+	restart := d.step(7, 2, "kill -USR1")
 	d.run(restart.cmds[0])
 	d.waitLog("restarted etcd-1", 10*time.Second)
 	d.waitLog("restarted allotd-1", 10*time.Second)
