@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -611,4 +612,43 @@ func TestDemoRunHA(t *testing.T) {
 		t.Fatalf("the demo printed %d steps, this test ran 8: %+v", len(d.steps), d.steps)
 	}
 	d.stop()
+}
+
+// TestDemoPortsChecked: a demo refuses, naming the variable or the port,
+// ports it was given that are not ports, too few or too many of them, and
+// a port in use — before it starts anything.
+func TestDemoPortsChecked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		script, env, want string
+	}{
+		{"scripts/run-ha.sh", "ETCD_CLIENT_PORTS=2379 22379", "ETCD_CLIENT_PORTS: want 3 port(s), got '2379 22379'"},
+		{"scripts/run-ha.sh", "ENVOY_PORTS=10000 10001 10002", "ENVOY_PORTS: want 2 port(s)"},
+		{"scripts/run-ha.sh", "ALLOTD_XDS_PORTS=18000 x 18002", "ALLOTD_XDS_PORTS: 'x' is not a port number"},
+		{"scripts/run-demo.sh", "ECHO_PORT=65536", "ECHO_PORT: '65536' is not a port number"},
+		{"scripts/run-demo.sh", "ALLOTD_ADMIN_PORTS=0", "ALLOTD_ADMIN_PORTS: '0' is not a port number"},
+		{"scripts/run-demo.sh", fmt.Sprintf("ENVOY_PORTS=%d", busy), fmt.Sprintf("port 127.0.0.1:%d is already in use", busy)},
+	} {
+		t.Run(tc.script+" "+tc.env, func(t *testing.T) {
+			root := repoPath(t, ".")
+			cmd := exec.Command(filepath.Join(root, tc.script))
+			// BIN holds a stand-in for the filter module, which run-demo.sh
+			// looks for first.
+			bin := t.TempDir()
+			if err := os.WriteFile(filepath.Join(bin, "allot.wasm"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd.Env = append(os.Environ(), "STATE_DIR="+t.TempDir(), "BIN="+bin, tc.env)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("%s with %s: %v, want exit status 1 and %q:\n%s", tc.script, tc.env, err, tc.want, out)
+			}
+		})
+	}
 }

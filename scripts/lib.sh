@@ -17,8 +17,12 @@ ports() {
   fi
   for port in "${got[@]}"; do
     case $port in
-      '' | *[!0-9]*) echo "$name: '$port' is not a port number" >&2; exit 1 ;;
+      '' | *[!0-9]* | 0*) echo "$name: '$port' is not a port number (1-65535)" >&2; exit 1 ;;
     esac
+    if [ "${#port}" -gt 5 ] || [ "$port" -gt 65535 ]; then
+      echo "$name: '$port' is not a port number (1-65535)" >&2
+      exit 1
+    fi
   done
 }
 
