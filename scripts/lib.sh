@@ -55,13 +55,17 @@ trap 'cleanup 130' INT
 trap 'cleanup 143' TERM
 trap cleanup EXIT
 
-wait_http() { # url what: returns non-zero, naming what, if url does not answer 2xx within 30 s
+wait_http() { # url what [pid: fail at once when that process is gone]
   for _ in $(seq 1 300); do
     if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+    if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then
+      echo "$2 exited while starting; see $STATE/*.log" >&2
+      exit 1
+    fi
     sleep 0.1
   done
   echo "$2 did not come up at $1; see $STATE/*.log" >&2
-  return 1
+  exit 1
 }
 
 # render_bootstrap SRC OLD=NEW...: SRC with each "port_value: OLD" made

@@ -39,15 +39,18 @@ require_free_ports "$LISTENER" "$ENVOY_ADMIN" "$ADMIN" "$XDS" "$ECHO_PORT"
 render_bootstrap "$BOOTSTRAP" 10000="$LISTENER" 9901="$ENVOY_ADMIN" 18000="$XDS" 8081="$ECHO_PORT" >"$STATE/envoy.yaml"
 
 "$BIN/allot-echo" -addr "127.0.0.1:$ECHO_PORT" >"$STATE/echo.log" 2>&1 &
+echo_pid=$!
 "$BIN/allotd" -admin-addr "127.0.0.1:$ADMIN" -xds-addr "127.0.0.1:$XDS" -db "$STATE/allot.db" \
   -tokens envoy-configs/dev-tokens.json -mesh envoy-configs/mesh.json \
   -wasm-path "$BIN/allot.wasm" -native-path "$BIN/liballot.so" >"$STATE/allotd.log" 2>&1 &
+allotd_pid=$!
 "$ENVOY_BIN" -c "$STATE/envoy.yaml" --use-dynamic-base-id --disable-hot-restart \
   -l warning >"$STATE/envoy.log" 2>&1 &
+envoy_pid=$!
 
-wait_http "http://127.0.0.1:$ECHO_PORT/" "demo upstream" || exit 1
-wait_http "http://127.0.0.1:$ADMIN/readyz" "allotd" || exit 1
-wait_http "http://127.0.0.1:$ENVOY_ADMIN/ready" "envoy" || exit 1
+wait_http "http://127.0.0.1:$ECHO_PORT/" "demo upstream" "$echo_pid"
+wait_http "http://127.0.0.1:$ADMIN/readyz" "allotd" "$allotd_pid"
+wait_http "http://127.0.0.1:$ENVOY_ADMIN/ready" "envoy" "$envoy_pid"
 
 create_examples "http://127.0.0.1:$ADMIN/v1/experiments" "$STATE/allot.db"
 

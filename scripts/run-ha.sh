@@ -127,11 +127,11 @@ health() {
 }
 
 for name in etcd-1 etcd-2 etcd-3; do start "$name"; done
-for name in etcd-1 etcd-2 etcd-3; do wait_http "$(health "$name")" "etcd member $name" || exit 1; done
+for name in etcd-1 etcd-2 etcd-3; do wait_http "$(health "$name")" "etcd member $name" "${pid_of[$name]}"; done
 for name in echo allotd-1 allotd-2 allotd-3; do start "$name"; done
-for name in echo allotd-1 allotd-2 allotd-3; do wait_http "$(health "$name")" "$name" || exit 1; done
+for name in echo allotd-1 allotd-2 allotd-3; do wait_http "$(health "$name")" "$name" "${pid_of[$name]}"; done
 for name in envoy-1 envoy-2; do start "$name"; done
-for name in envoy-1 envoy-2; do wait_http "$(health "$name")" "$name" || exit 1; done
+for name in envoy-1 envoy-2; do wait_http "$(health "$name")" "$name" "${pid_of[$name]}"; done
 
 A1=${ALLOTD_ADMIN_PORTS[0]} A2=${ALLOTD_ADMIN_PORTS[1]} A3=${ALLOTD_ADMIN_PORTS[2]}
 E1=${ENVOY_PORTS[0]} E2=${ENVOY_PORTS[1]}
