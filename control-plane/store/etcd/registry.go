@@ -106,7 +106,7 @@ type Registry struct {
 	// record; gen counts the publishes.
 	replica  string
 	clusters map[string]string
-	parts    map[int][]string
+	parts    map[int]shardParts
 	proxies  map[proxyID]*publishedProxy
 	gen      uint64
 	// unknown is set while what etcd holds under the replica's prefixes
@@ -143,6 +143,13 @@ type publishedProxy struct {
 	gen     uint64
 }
 
+// shardParts are the parts of a shard as written: each one's value and
+// first proxy.
+type shardParts struct {
+	values []string
+	first  []proxyID
+}
+
 // decodedShard is a part decoded from its value at etcd revision mod (a
 // key's value at a revision never changes); gen is the last View that
 // read it.
@@ -176,7 +183,7 @@ func (s *Store) Registry(id string, ttl time.Duration) *Registry {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	return &Registry{s: s, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int][]string{},
+	return &Registry{s: s, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int]shardParts{},
 		proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{}, unknown: true}
 }
 
@@ -327,24 +334,23 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 			shards[e.shard] = append(shards[e.shard], e)
 		}
 	}
+	groups := make([][]clientv3.Op, 0, len(ops)+len(dirty))
+	for _, op := range ops {
+		groups = append(groups, []clientv3.Op{op})
+	}
 	for shard := range dirty {
 		es := shards[shard]
 		slices.SortFunc(es, func(a, b *publishedProxy) int {
 			return cmp.Or(cmp.Compare(a.p.NodeID, b.p.NodeID), cmp.Compare(a.p.Stream, b.p.Stream))
 		})
-		parts, old := cutParts(es), g.parts[shard]
-		for i, part := range parts {
-			if i >= len(old) || old[i] != part {
-				ops = append(ops, clientv3.OpPut(g.partKey(shard, i), part, clientv3.WithLease(g.lease)))
-			}
-		}
-		for i := len(parts); i < len(old); i++ {
-			ops = append(ops, clientv3.OpDelete(g.partKey(shard, i)))
-		}
-		if len(parts) == 0 {
+		old, now := g.parts[shard], cutParts(es)
+		if len(now.values) == 0 {
 			delete(g.parts, shard)
 		} else {
-			g.parts[shard] = parts
+			g.parts[shard] = now
+		}
+		if ops := g.partOps(shard, old, now); len(ops) > 0 {
+			groups = append(groups, ops)
 		}
 	}
 	var clusterOps []clientv3.Op
@@ -366,16 +372,22 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 			g.forgetLocked()
 			return err
 		}
-		ops = append(ops, stale...)
+		for _, op := range stale {
+			groups = append(groups, []clientv3.Op{op})
+		}
 	}
 	// The cluster records follow the proxies' records, and the replica's
 	// record follows them: a reader that sees a summary of the proxies
 	// sees their records too, and Watch signals once all are written.
-	var last []clientv3.Op
+	var last [][]clientv3.Op
 	if g.replica != replica || len(clusterOps) > 0 {
-		last = append(last, clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease)))
+		last = append(last, []clientv3.Op{clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease))})
 	}
-	err := g.commit(ctx, ops, clusterOps, last)
+	clusterGroups := make([][]clientv3.Op, len(clusterOps))
+	for i, op := range clusterOps {
+		clusterGroups[i] = []clientv3.Op{op}
+	}
+	err := g.commit(ctx, groups, clusterGroups, last)
 	if err != nil {
 		g.forgetLocked() // what was written is unknown
 		return err
@@ -385,11 +397,11 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 	return nil
 }
 
-// cutParts returns the values of the parts of a shard whose proxies are es
-// (sorted): JSON arrays of their records, each at most maxPartBytes unless
-// it holds one proxy only.
-func cutParts(es []*publishedProxy) []string {
-	var parts []string
+// cutParts returns the parts of a shard whose proxies are es (sorted):
+// JSON arrays of their records, each at most maxPartBytes unless it holds
+// one proxy only.
+func cutParts(es []*publishedProxy) shardParts {
+	var sp shardParts
 	for len(es) > 0 {
 		n, size := 0, 1
 		for n < len(es) && (n == 0 || size+len(es[n].raw)+1 <= maxPartBytes) {
@@ -406,10 +418,86 @@ func cutParts(es []*publishedProxy) []string {
 			b.Write(e.raw)
 		}
 		b.WriteByte(']')
-		parts = append(parts, b.String())
+		sp.values = append(sp.values, b.String())
+		sp.first = append(sp.first, proxyID{es[0].p.NodeID, es[0].p.Stream})
 		es = es[n:]
 	}
-	return parts
+	return sp
+}
+
+// partOps returns the writes that turn a shard's parts from old into now:
+// the parts whose value changed are put, those beyond now's deleted. They
+// commit in one transaction when they fit; when they do not (a shard past
+// maxTxnBytes), in the order partOrder gives, so that no reader ever
+// misses a proxy that moved from one part to another: a waited write
+// would take it for disconnected, and stop waiting for it.
+func (g *Registry) partOps(shard int, old, now shardParts) []clientv3.Op {
+	var ops []clientv3.Op
+	for _, i := range partOrder(old.first, now.first) {
+		switch {
+		case i >= len(now.values):
+			ops = append(ops, clientv3.OpDelete(g.partKey(shard, i)))
+		case i >= len(old.values) || old.values[i] != now.values[i]:
+			ops = append(ops, clientv3.OpPut(g.partKey(shard, i), now.values[i], clientv3.WithLease(g.lease)))
+		}
+	}
+	return ops
+}
+
+// partOrder orders the parts of a shard, given the first proxy of each
+// part before (old) and after (now) a change, so that a proxy's new part
+// comes before its old one. Parts are cut from the proxies in order, so a
+// proxy moves only across the boundaries between its old and its new part,
+// each of which moved the same way: the start of part k+1 moving down
+// (to a smaller proxy, or from none) moves proxies from part k into k+1,
+// which goes first; moving up, part k goes first. Each boundary orders
+// two neighbours only, so the order exists.
+func partOrder(old, now []proxyID) []int {
+	n := max(len(old), len(now))
+	// start is the first proxy of part k, or none (nil: after every proxy).
+	start := func(ids []proxyID, k int) *proxyID {
+		if k < len(ids) {
+			return &ids[k]
+		}
+		return nil
+	}
+	compare := func(a, b *proxyID) int {
+		switch {
+		case a == nil && b == nil:
+			return 0
+		case a == nil:
+			return 1
+		case b == nil:
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.stream, b.stream))
+	}
+	// Kahn's algorithm on the path 0 … n-1, each edge oriented by its
+	// boundary.
+	after := make([][]int, n)
+	waits := make([]int, n)
+	for k := 0; k+1 < n; k++ {
+		switch c := compare(start(now, k+1), start(old, k+1)); {
+		case c < 0:
+			after[k+1], waits[k] = append(after[k+1], k), waits[k]+1
+		case c > 0:
+			after[k], waits[k+1] = append(after[k], k+1), waits[k+1]+1
+		}
+	}
+	order := make([]int, 0, n)
+	for k := range n {
+		if waits[k] == 0 {
+			order = append(order, k)
+		}
+	}
+	for i := 0; i < len(order); i++ {
+		for _, next := range after[order[i]] {
+			if waits[next]--; waits[next] == 0 {
+				order = append(order, next)
+			}
+		}
+	}
+	return order
 }
 
 // forgetLocked forgets what was written, so that the next Publish writes
@@ -450,7 +538,7 @@ func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, error) {
 		keep[e.nodeKey] = true
 	}
 	for shard, parts := range g.parts {
-		for i := range parts {
+		for i := range parts.values {
 			keep[g.partKey(shard, i)] = true
 		}
 	}
@@ -476,35 +564,39 @@ func sameProxy(a, b mesh.Proxy) bool {
 	return a == b && (ra == rb || ra != nil && rb != nil && *ra == *rb)
 }
 
-// commit runs stages of operations one after the other, each in
-// transactions of at most maxTxnOps operations and maxTxnBytes (or one
-// operation, if larger), up to maxTxnsInFlight of them at once: etcd
-// commits concurrent proposals together. Every transaction of a stage is
-// committed before any of the next stage's, which hold other keys only,
-// unless the next stage fits in one transaction with the last of this
-// one: then they commit together, atomically, after the rest of this
-// stage (so a publish after a few ACKs is one transaction).
-func (g *Registry) commit(ctx context.Context, stages ...[]clientv3.Op) error {
-	var steps [][][]clientv3.Op // each step's transactions run at once, after the previous step's
-	for _, ops := range stages {
-		batches := batch(ops)
-		if len(batches) == 0 {
+// commit runs stages of groups of operations one stage after the other.
+// A group that fits in one transaction (maxTxnOps operations, maxTxnBytes
+// of keys and values) commits in one, packed with others; a larger group
+// commits in transactions one after the other, in its order. A stage's
+// transactions run up to maxTxnsInFlight at once (etcd commits concurrent
+// proposals together) and all commit before any of the next stage's,
+// which hold other keys — unless the next stage fits in one transaction
+// with one of this stage's: then they commit together, atomically, after
+// the rest of this stage (so a publish after a few ACKs is one
+// transaction).
+func (g *Registry) commit(ctx context.Context, stages ...[][]clientv3.Op) error {
+	var steps [][][][]clientv3.Op // steps of chains of transactions: a step's chains run at once, after the previous step
+	for _, groups := range stages {
+		chains := pack(groups)
+		if len(chains) == 0 {
 			continue
 		}
-		if n := len(steps); n > 0 && len(batches) == 1 {
+		if n := len(steps); n > 0 && len(chains) == 1 && len(chains[0]) == 1 {
 			prev := steps[n-1]
-			lb := prev[len(prev)-1]
-			if merged := append(lb[:len(lb):len(lb)], batches[0]...); len(batch(merged)) == 1 {
-				if len(prev) == 1 {
-					steps[n-1] = [][]clientv3.Op{merged}
-				} else {
-					steps[n-1] = prev[:len(prev)-1]
-					steps = append(steps, [][]clientv3.Op{merged})
+			if i := slices.IndexFunc(prev, func(c [][]clientv3.Op) bool { return len(c) == 1 }); i >= 0 {
+				one := prev[i][0]
+				if merged := append(one[:len(one):len(one)], chains[0][0]...); len(batch(merged)) == 1 {
+					if len(prev) == 1 {
+						steps[n-1] = [][][]clientv3.Op{{merged}}
+					} else {
+						steps[n-1] = slices.Delete(slices.Clone(prev), i, i+1)
+						steps = append(steps, [][][]clientv3.Op{{merged}})
+					}
+					continue
 				}
-				continue
 			}
 		}
-		steps = append(steps, batches)
+		steps = append(steps, chains)
 	}
 	txn := func(batch []clientv3.Op) error {
 		commit := func() error {
@@ -518,9 +610,17 @@ func (g *Registry) commit(ctx context.Context, stages ...[]clientv3.Op) error {
 		}
 		return commit()
 	}
+	chain := func(c [][]clientv3.Op) error {
+		for _, b := range c {
+			if err := txn(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, step := range steps {
 		if len(step) == 1 {
-			if err := txn(step[0]); err != nil {
+			if err := chain(step[0]); err != nil {
 				return err
 			}
 			continue
@@ -531,11 +631,11 @@ func (g *Registry) commit(ctx context.Context, stages ...[]clientv3.Op) error {
 			mu   sync.Mutex
 			errs []error
 		)
-		for _, b := range step {
+		for _, c := range step {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if err := txn(b); err != nil {
+				if err := chain(c); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -550,8 +650,36 @@ func (g *Registry) commit(ctx context.Context, stages ...[]clientv3.Op) error {
 	return nil
 }
 
+// pack returns the transactions of groups as chains, each committed in
+// order: the groups that fit in one transaction packed together, each
+// chain one transaction, and each larger group a chain of its own.
+func pack(groups [][]clientv3.Op) [][][]clientv3.Op {
+	var chains [][][]clientv3.Op
+	var cur []clientv3.Op
+	size := 0
+	for _, grp := range groups {
+		if bs := batch(grp); len(bs) > 1 {
+			chains = append(chains, bs)
+			continue
+		}
+		n := 0
+		for _, op := range grp {
+			n += len(op.KeyBytes()) + len(op.ValueBytes())
+		}
+		if len(cur) > 0 && (len(cur)+len(grp) > maxTxnOps || size+n > maxTxnBytes) {
+			chains = append(chains, [][]clientv3.Op{cur})
+			cur, size = nil, 0
+		}
+		cur, size = append(cur, grp...), size+n
+	}
+	if len(cur) > 0 {
+		chains = append(chains, [][]clientv3.Op{cur})
+	}
+	return chains
+}
+
 // batch cuts ops into transactions of at most maxTxnOps operations and
-// maxTxnBytes of keys and values (or one operation, if larger).
+// maxTxnBytes of keys and values (or one operation, if larger), in order.
 func batch(ops []clientv3.Op) [][]clientv3.Op {
 	var batches [][]clientv3.Op
 	for len(ops) > 0 {

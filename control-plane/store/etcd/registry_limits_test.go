@@ -134,14 +134,18 @@ func crowd(n int) []mesh.Proxy {
 // TestRegistryCrowdedShard: proxies whose node ids all hash to one shard,
 // their records together past etcd's request limit (1.5 MiB), are
 // published in parts each within maxPartBytes; View and Roster list them
-// all; one proxy's ACK rewrites one part; and once they leave, every part
-// is deleted.
+// all; one proxy's ACK rewrites one part; records that grow, cutting the
+// parts anew in several transactions, never leave a reader without one of
+// the proxies; and once they leave, every part is deleted.
 func TestRegistryCrowdedShard(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s := c.Open(t)
 	reg := s.Registry("r1", 10*time.Second)
 	fleet := crowd(200)
+	for i := range 20 {
+		fleet[i].Rejected = nil // until they reject a version, below
+	}
 	total := 0
 	for _, p := range fleet {
 		b, err := json.Marshal(p)
@@ -197,6 +201,41 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	}
 	if after := revision(t, s); after != before+1 {
 		t.Errorf("one proxy acknowledged: etcd revision %d → %d, want one transaction", before, after)
+	}
+
+	// The first 20 proxies reject a version: their records grow, and the
+	// parts after theirs are cut anew, each holding proxies of the next,
+	// in several transactions (the shard is past one's size). A reader between any two of them lists every
+	// proxy: none is ever missing (a waited write would stop waiting for
+	// it).
+	for i := range 20 {
+		fleet[i].Rejected = &mesh.Rejection{Version: "v9", Error: strings.Repeat("<", xds.MaxRejectionBytes)}
+	}
+	rep.Proxies = mesh.Summarize(fleet)
+	txns := 0
+	etcd.SetRegistryTxn(reg, func(ops []clientv3.Op, commit func() error) error {
+		if err := commit(); err != nil {
+			return err
+		}
+		txns++
+		v, err := reader.View(ctx)
+		if err != nil {
+			return err
+		}
+		if len(v.Proxies) != len(fleet) {
+			t.Errorf("after transaction %d of the publish, a reader lists %d proxies, want %d", txns, len(v.Proxies), len(fleet))
+		}
+		return nil
+	})
+	if err := reg.Publish(ctx, rep, fleet); err != nil {
+		t.Fatal(err)
+	}
+	etcd.SetRegistryTxn(reg, nil)
+	if txns < 2 {
+		t.Errorf("the publish that grew 20 records took %d transactions, want several (the shard past one's size)", txns)
+	}
+	if v, err := reader.View(ctx); err != nil || len(v.Proxies) != len(fleet) || v.Proxies[0].Rejected == nil {
+		t.Fatalf("after the rejections: %d proxies, the first rejected %v (%v)", len(v.Proxies), v.Proxies[0].Rejected != nil, err)
 	}
 
 	// They leave: every part goes.
