@@ -86,12 +86,14 @@ const maxPartBytes = 64 << 10
 // not write (reconcileLocked); etcd's auto-compaction (see the mesh admin
 // docs) bounds the history of their changes.
 //
-// The layout is not the one before parts and cluster records: a reader
-// takes a replica record of the earlier layout (clusters inline) and
-// shards of one part, but a replica of the earlier version reads a
-// replica of this one as having no clusters, so replicas of both cannot
-// share a mesh (waited writes through the earlier one would not wait for
-// the later one's proxies).
+// A shard's parts that do not fit one transaction commit in an order that
+// never hides a moved proxy from a reader (partOps).
+//
+// Readers also take the layout without cluster records and parts
+// (clusters inline in the replica's record, a shard in one record); a
+// replica that writes that layout reads this one as listing no clusters,
+// so the two cannot share a mesh (its waited writes would not wait for
+// the proxies of a replica writing this one).
 type Registry struct {
 	s   *Store
 	id  string
