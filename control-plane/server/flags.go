@@ -55,6 +55,7 @@ Flags:
 	fs.StringVar(&cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
 	fs.DurationVar(&cfg.XDSClusterGrace, "xds-cluster-grace", xds.DefaultClusterGrace, "how long a proxy cluster (service) with no proxy connected keeps its configuration snapshots before it is forgotten (built again when a proxy of it connects)")
+	fs.IntVar(&cfg.XDSMaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "how many xDS streams (one per proxy) this allotd serves at once: one more is refused with RESOURCE_EXHAUSTED, so that Envoy retries or fails over to another replica; it bounds the proxies' memory in allotd (about 40 KB per stream)")
 	fs.StringVar(&dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
 	fs.StringVar(&storeURL, "store", "", "replicated store instead of -db: etcd://host:2379,host2:2379 (every replica given the same cluster serves the whole mesh)")
 	etcdOpts.register(fs)
@@ -96,6 +97,8 @@ Flags:
 		return fmt.Errorf("-tls-reload: %v, want a positive duration", tlsReload)
 	case cfg.XDSClusterGrace <= 0:
 		return fmt.Errorf("-xds-cluster-grace: %v, want a positive duration", cfg.XDSClusterGrace)
+	case cfg.XDSMaxStreams <= 0:
+		return fmt.Errorf("-xds-max-streams: %d, want a positive number", cfg.XDSMaxStreams)
 	}
 	abs, err := filepath.Abs(wasmPath)
 	if err != nil {

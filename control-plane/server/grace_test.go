@@ -8,21 +8,25 @@ import (
 	"testing"
 )
 
-// TestMainClusterGraceFlag: -xds-cluster-grace takes a positive duration
-// and refuses anything else, naming the flag.
-func TestMainClusterGraceFlag(t *testing.T) {
+// TestMainXDSFlags: -xds-cluster-grace takes a positive duration and
+// -xds-max-streams a positive number; each refuses anything else, naming
+// the flag.
+func TestMainXDSFlags(t *testing.T) {
 	for _, tt := range []struct {
-		value, want string // want "": starts
+		flag, value, want string // want "": starts
 	}{
-		{"30s", ""},
-		{"0s", "-xds-cluster-grace: 0s, want a positive duration"},
-		{"-1m", "-xds-cluster-grace: -1m0s, want a positive duration"},
+		{"-xds-cluster-grace", "30s", ""},
+		{"-xds-cluster-grace", "0s", "-xds-cluster-grace: 0s, want a positive duration"},
+		{"-xds-cluster-grace", "-1m", "-xds-cluster-grace: -1m0s, want a positive duration"},
+		{"-xds-max-streams", "10", ""},
+		{"-xds-max-streams", "0", "-xds-max-streams: 0, want a positive number"},
+		{"-xds-max-streams", "-5", "-xds-max-streams: -5, want a positive number"},
 	} {
-		t.Run(tt.value, func(t *testing.T) {
+		t.Run(tt.flag+"="+tt.value, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // a start that gets through returns at once
 			var stderr bytes.Buffer
-			err := Main(ctx, append(writeStartFiles(t, t.TempDir(), "{}"), "-xds-cluster-grace", tt.value), io.Discard, &stderr)
+			err := Main(ctx, append(writeStartFiles(t, t.TempDir(), "{}"), tt.flag, tt.value), io.Discard, &stderr)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Main: %v\n%s", err, stderr.String())

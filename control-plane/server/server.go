@@ -54,6 +54,9 @@ type Config struct {
 	// XDSClusterGrace is how long a cluster no proxy is connected for
 	// keeps its snapshots (xds.WithClusterGrace; 0: xds.DefaultClusterGrace).
 	XDSClusterGrace time.Duration
+	// XDSMaxStreams is how many xDS streams allotd serves at once
+	// (xds.WithMaxStreams; 0: xds.DefaultMaxStreams).
+	XDSMaxStreams int
 	// Tokens authenticates the admin API's callers.
 	Tokens *admin.Tokens
 	// Mesh shapes what proxies receive.
@@ -158,7 +161,8 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &builder{store: db, mesh: cfg.Mesh, now: now}
-	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace))
+	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
+		xds.WithMaxStreams(cfg.XDSMaxStreams))
 	for _, c := range xsrv.Collectors() {
 		if err := reg.Register(c); err != nil {
 			closeAll(lns)

@@ -44,13 +44,18 @@ const (
 	// logged and published; the rest is cut, with a marker saying how much.
 	MaxRejectionBytes = 1024
 	// MaxClusters bounds the clusters one server tracks: the first proxy
-	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It is
-	// what bounds the replica's record in the mesh registry, which lists
-	// every cluster: at these limits the largest record is about 450 KB,
-	// under the 512 KiB a registry transaction leaves it beside its other
-	// writes within etcd's default request limit (store/etcd
-	// TestLargestReplicaRecordFits).
-	MaxClusters = 600
+	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It
+	// bounds allotd's memory (each cluster keeps its configuration built
+	// for each artifact, and its tracking: control-plane/README.md, "Limits
+	// on what proxies send"); the mesh registry splits a replica's clusters
+	// into records of their own, so it bounds no registry record.
+	MaxClusters = 10_000
+	// DefaultMaxStreams is how many xDS streams one server serves at once
+	// unless WithMaxStreams says otherwise: one more is refused with
+	// RESOURCE_EXHAUSTED (Envoy retries, or fails over to another
+	// replica). It bounds the memory the proxies' streams take in allotd
+	// (control-plane/README.md, "Limits on what proxies send").
+	DefaultMaxStreams = 50_000
 )
 
 // The fields the limits apply to, as the over-limit metric and errors name
@@ -62,6 +67,7 @@ const (
 	fieldVersion    = "version_info"
 	fieldRejection  = "error_detail.message"
 	fieldClusters   = "clusters"
+	fieldStreams    = "streams"
 	actionRefused   = "refused"
 	actionTruncated = "truncated"
 	actionIgnored   = "ignored"
@@ -110,6 +116,24 @@ func (s *Server) refuseCluster(cluster string, n int) error {
 	s.log.Warn("proxy refused: too many clusters", "cluster", cluster, "clusters", n, "limit", s.maxClusters)
 	return status.Errorf(codes.ResourceExhausted, "xds: %s: this server tracks %d clusters, the limit; the first proxy of cluster %q is refused",
 		fieldClusters, n, cluster)
+}
+
+// admitStream refuses a new xDS stream, one too many for a server that
+// serves n streams: counted each time, logged once until a stream is
+// admitted again (a fleet retrying against a full server would flood the
+// log). s.mu must be held.
+func (s *Server) admitStream(n int) error {
+	if n < s.maxStreams {
+		s.streamsFull = false
+		return nil
+	}
+	s.metrics.overLimit.WithLabelValues(fieldStreams, actionRefused).Inc()
+	if !s.streamsFull {
+		s.streamsFull = true
+		s.log.Warn("proxies refused: too many xDS streams (logged once until one is admitted again)", "streams", n, "limit", s.maxStreams)
+	}
+	return status.Errorf(codes.ResourceExhausted, "xds: %s: this server serves %d streams, the limit; connect to another replica or retry later",
+		fieldStreams, n)
 }
 
 // plainText reports whether s is valid UTF-8 without a character that
