@@ -190,7 +190,7 @@ func propertyAttr(name, property string) attr {
 	case "request.scheme":
 		return attr{name: name, src: srcHeader, key: ":scheme"}
 	}
-	prop := Property{ID: propertyIDs[property], Path: strings.Split(property, ".")}
+	prop := Property{ID: propertyID(property), Path: strings.Split(property, ".")}
 	if prop.Path[0] == "node" {
 		return attr{name: name, src: srcConst, prop: prop}
 	}

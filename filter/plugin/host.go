@@ -130,17 +130,30 @@ const (
 	NumProperties
 )
 
-// propertyIDs are the properties known by meaning, by Envoy attribute
-// name.
-var propertyIDs = map[string]PropertyID{
-	"request.referer":     PropRequestReferer,
-	"request.useragent":   PropRequestUserAgent,
-	"request.id":          PropRequestID,
-	"request.protocol":    PropRequestProtocol,
-	"request.query":       PropRequestQuery,
-	"source.address":      PropSourceAddress,
-	"source.port":         PropSourcePort,
-	"destination.address": PropDestinationAddress,
-	"destination.port":    PropDestinationPort,
-	"connection.id":       PropConnectionID,
+// propertyID is the meaning of the Envoy attribute name, if the plugin
+// knows it by meaning.
+func propertyID(name string) PropertyID {
+	switch name {
+	case "request.referer":
+		return PropRequestReferer
+	case "request.useragent":
+		return PropRequestUserAgent
+	case "request.id":
+		return PropRequestID
+	case "request.protocol":
+		return PropRequestProtocol
+	case "request.query":
+		return PropRequestQuery
+	case "source.address":
+		return PropSourceAddress
+	case "source.port":
+		return PropSourcePort
+	case "destination.address":
+		return PropDestinationAddress
+	case "destination.port":
+		return PropDestinationPort
+	case "connection.id":
+		return PropConnectionID
+	}
+	return PropOther
 }

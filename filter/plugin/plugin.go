@@ -101,7 +101,7 @@ var _ abi.Handler = (*Plugin)(nil)
 // or a fake), each Host method one of its host calls. A host that is also
 // a HeaderBatcher (a fake of the native module's) batches.
 func New(host abi.Host) *Plugin {
-	p := NewWith(&proxyWasm{h: host})
+	p := NewWith(&proxyWasm{h: toABIHost(host)})
 	if b, ok := host.(HeaderBatcher); ok {
 		p.batcher = b
 	}

@@ -7,8 +7,12 @@ import "github.com/allotmesh/allot/filter/abi"
 // because abi is below the plugin (the plugin is abi's Handler) and the
 // plugin's own tests drive it through the proxy-wasm fake host
 // (abi/fakehost), whose failure hook breaks every host call.
+//
+// h is abiHost: abi.Host, except in the Wasm build, where it is Envoy's
+// host itself (abi.WasmHost), so that a host call costs the plugin one
+// interface call, as it did before the adapter.
 type proxyWasm struct {
-	h   abi.Host
+	h   abiHost
 	enc abi.PairsEncoder // SetRequestHeaders' buffer, reused
 }
 
