@@ -1,13 +1,16 @@
-// Package plugin is the Allot filter's proxy-wasm logic: contexts,
-// configuration decoding, attribute extraction, header reads and writes, the
-// per-VM cache of computed assignments, metrics and fail-open. It holds no
+// Package plugin is the Allot filter's logic, the same in both artifacts:
+// contexts (proxy-wasm's: Plugin is abi's Handler), configuration decoding,
+// attribute extraction, header reads and writes, the per-VM (per-worker)
+// cache of computed assignments, metrics and fail-open. It holds no
 // business rules: assignment is the engine's.
 //
-// It talks to the proxy only through Host, which names what the filter
-// needs; New adapts a proxy-wasm host (abi.Host) to it and NewWith takes
-// any other (the native module's). Every behaviour is tested natively
-// against the proxy-wasm fake host. It must never import gRPC, net/http or
-// the control plane.
+// It talks to the proxy only through Host (host.go), which names what the
+// filter needs. Two adapters implement it: the proxy-wasm one here
+// (proxywasm.go; New wraps an abi.Host in it) and the dynamic module's in
+// filter/nativemod (NewWith takes it). Every behaviour is tested natively
+// through the proxy-wasm adapter against the fake host abi/fakehost, whose
+// failure hook breaks each host call. It must never import gRPC, net/http
+// or the control plane.
 package plugin
 
 import (
@@ -24,10 +27,11 @@ import (
 
 // maxSingleWrites is the most header changes (forged assignment headers
 // removed plus headers added) the filter makes with one host call each
-// (proxy_remove_header_map_value, proxy_add_header_map_value); more are
-// written with one proxy_set_header_map_pairs, which makes Envoy rebuild the
-// whole map. Measured in Envoy 1.40 from the minimal filter, interleaved
-// rounds (bench/README.md): single adds were cheaper than one rebuild at 17
+// (RemoveRequestHeader, AddRequestHeader); more are written with one call
+// (HeaderRewriter: under Wasm, one proxy_set_header_map_pairs, which makes
+// Envoy rebuild the whole map; HeaderBatcher: the native module's).
+// Measured in Envoy 1.40 from the minimal filter, interleaved rounds
+// (bench/README.md): single adds were cheaper than one rebuild at 17
 // headers (by 5.3 µs, 95% interval 3.4–9.7) and at 40 (1.8 µs, 0.8–3.9),
 // the rebuild cheaper at 100 (by 13 µs) and 300 (38 µs).
 const maxSingleWrites = 40
@@ -37,8 +41,8 @@ const maxSingleWrites = 40
 // experiment per request.
 const TickMillis = 1000
 
-// Plugin implements abi.Handler. One Plugin serves one Wasm VM (one Envoy
-// worker thread), so it needs no locks.
+// Plugin implements abi.Handler. One Plugin serves one Wasm VM or one
+// native worker (one Envoy worker thread), so it needs no locks.
 type Plugin struct {
 	host Host
 	// batcher is host, when it adds several headers with one call: the
