@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/config"
-	"github.com/allotmesh/allot/filter/plugin"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -35,55 +32,9 @@ const (
 	MaxExperimentsPerService = 1000
 )
 
-// headers are the mesh's header settings, defaults filled, that decide
-// what the filter adds to a request.
-type headers struct {
-	prefix, dictionary, versionHeader, version string
-	perExperiment                              bool
-}
-
-// meshHeaders reads the header settings from the configuration mesh gives
-// every proxy, with the filter's own decoder and defaults.
-func meshHeaders(mesh translate.Mesh) (headers, error) {
-	cfg, err := translate.FilterConfig(nil, "", time.Time{}, mesh)
-	if err != nil {
-		return headers{}, err
-	}
-	js, err := translate.ConfigJSON(cfg)
-	if err != nil {
-		return headers{}, err
-	}
-	f, err := config.Decode(js)
-	if err != nil {
-		return headers{}, fmt.Errorf("mesh settings: %w", err)
-	}
-	f.Defaults()
-	return headers{
-		prefix: f.HeaderPrefix, dictionary: f.DictionaryHeader, versionHeader: f.VersionHeader, version: f.Version,
-		perExperiment: f.AssignmentHeaders != config.AssignmentHeadersDictionary,
-	}, nil
-}
-
-// cost is the most bytes of request headers e's assignment adds: its
-// longest variation's (plugin.AssignmentHeaderBytes).
-func (h headers) cost(e *experimentv1.Experiment) int {
-	most := 0
-	for _, v := range e.GetVariations() {
-		value, err := experiment.HeaderValue(v)
-		if err != nil {
-			continue // not a valid header value: translate.Validate refused it
-		}
-		most = max(most, plugin.AssignmentHeaderBytes(h.prefix, e.GetKey(), value, h.perExperiment))
-	}
-	return most
-}
-
-// load is what the running experiments of one service put on its requests.
+// load is what the running experiments of one service put on its
+// requests: how many, and the sum of their translate.Headers.Cost.
 type load struct{ experiments, assigned int }
-
-func (h headers) bytes(l load) int {
-	return plugin.HeaderBytes(l.assigned, h.dictionary, h.versionHeader, h.version)
-}
 
 // checkServices checks the bounds of every service e applies to
 // (MaxServiceHeaderBytes, MaxExperimentsPerService) if e is written as it
@@ -103,7 +54,7 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 	if err != nil {
 		return nil, err
 	}
-	h, err := meshHeaders(s.mesh)
+	h, err := translate.MeshHeaders(s.mesh)
 	if err != nil {
 		return nil, err
 	}
@@ -151,9 +102,9 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 	}
 	cost := make(map[*experimentv1.Experiment]int, len(others))
 	for _, x := range others {
-		cost[x] = h.cost(x)
+		cost[x] = h.Cost(x)
 	}
-	mine := h.cost(e)
+	mine := h.Cost(e)
 	var details []string
 	for _, t := range targets {
 		var before load
@@ -166,13 +117,13 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 		after := load{before.experiments + 1, before.assigned + mine}
 		if old != nil && experiment.Status(old) == experiment.StatusRunning && applies(old, t.service) {
 			before.experiments++
-			before.assigned += h.cost(old)
+			before.assigned += h.Cost(old)
 		}
 		name := "service " + strconv.Quote(t.service)
 		if t.service == "" {
 			name = "every service no experiment names"
 		}
-		if n := h.bytes(after); n > MaxServiceHeaderBytes && n > h.bytes(before) {
+		if n := h.Bytes(after.assigned); n > MaxServiceHeaderBytes && n > h.Bytes(before.assigned) {
 			details = append(details, fmt.Sprintf("%s: %s: a request could receive %d bytes of assignment headers from %d running experiments, %d over the limit of %d",
 				t.field, name, n, after.experiments, n-MaxServiceHeaderBytes, MaxServiceHeaderBytes))
 		}

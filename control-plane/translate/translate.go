@@ -1,15 +1,18 @@
 // Package translate turns experiments and mesh settings into the resources
 // Envoy receives: the Allot filter configuration and the ECDS
 // TypedExtensionConfig that carries it, inside Envoy's Wasm filter
-// (WasmExtension) or its dynamic module filter (NativeExtension). Compile decodes
-// and compiles a filter configuration with the filter's own decoder
-// (filter/config) and engine, so every control-plane reader of a definition
-// — admin validation and preview, allotctl eval, allotd's check of its mesh
-// settings — accepts exactly what a proxy accepts; Validate is the check of
-// one experiment every writer of a definition runs (the admin API on every
-// write, allotctl offline). It is pure: no I/O, no clock (callers pass the
-// time), no store, xDS server or transport; what is true of one experiment
-// alone (its lifecycle, its bounds) is package experiment's.
+// (WasmExtension) or its dynamic module filter (NativeExtension). Compile
+// decodes and compiles a filter configuration with the filter's own
+// decoder (filter/config) and engine, so every control-plane reader of a
+// definition — admin validation and preview, allotctl eval, allotd's check
+// of its mesh settings — accepts exactly what a proxy accepts; Validate is
+// the check of one experiment every writer of a definition runs (the admin
+// API on every write, allotctl offline); MeshHeaders counts the request
+// headers the filter adds, for the admin API's per-service budget.
+//
+// It is pure: no I/O, no clock (callers pass the time), no store, xDS
+// server or transport; what is true of one experiment alone (its
+// lifecycle, its bounds) is package experiment's.
 package translate
 
 import (
