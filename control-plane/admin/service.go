@@ -1,16 +1,18 @@
 // Package admin is the control plane's admin API for experiment owners. Its
 // transport-agnostic Service creates, reads, lists, updates and deletes
-// experiments, moves them through their lifecycle, previews assignments and
-// reads the audit history; definitions are validated by the filter's own
-// decoder and engine plus the control plane's own rules (translate.Validate),
-// and writes are authorized per owner namespace. Two transports serve it: gRPC (allot.admin.v1.AdminService,
-// grpc.go) and HTTP/JSON (http.go), both authenticating bearer tokens
-// (auth.go). It is the only place where errors become transport status codes
-// (errors.go: HTTPStatus and toStatus).
+// experiments, moves them through their lifecycle (the transitions package
+// experiment allows), previews assignments and reads the audit history;
+// every write is checked by translate.Validate (the filter's own decoder
+// and engine plus the control plane's own rules) and against the bounds of
+// the services it runs on, and authorized per owner namespace. Two
+// transports serve it: gRPC (allot.admin.v1.AdminService, grpc.go) and
+// HTTP/JSON (http.go), both authenticating bearer tokens (auth.go). It is
+// the only place where errors become transport status codes (errors.go:
+// HTTPStatus and toStatus).
 //
-// It reads the store through store.Store and uses the pure translate package
-// to build exactly the configuration proxies receive; it must not import
-// xds or server.
+// It reads the store through store.Store and uses the pure experiment and
+// translate packages to build exactly the configuration proxies receive;
+// it must not import xds or server.
 package admin
 
 import (
