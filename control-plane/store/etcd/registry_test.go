@@ -298,8 +298,8 @@ func TestRegistryReadsEarlierLayout(t *testing.T) {
 	ctx := t.Context()
 	s := c.Open(t)
 	for k, v := range map[string]string{
-		etcd.DefaultPrefix + "mesh/replicas/old": `{"id":"old","revision":3,"targets":{"web":"v1"},"proxies":{"web":{"proxies":1,"acked":{"v1":1}}}}`,
-		etcd.DefaultPrefix + "mesh/proxies/old/7": `[{"replica":"old","node_id":"a","cluster":"web","stream":1,"acked":"v1","connected_at":"2026-11-27T00:00:00Z"}]`,
+		etcd.DefaultPrefix + "mesh/replicas/old":      `{"id":"old","revision":3,"targets":{"web":"v1"},"proxies":{"web":{"proxies":1,"acked":{"v1":1}}}}`,
+		etcd.DefaultPrefix + "mesh/proxies/old/7":     `[{"replica":"old","node_id":"a","cluster":"web","stream":1,"acked":"v1","connected_at":"2026-11-27T00:00:00Z"}]`,
 		etcd.DefaultPrefix + "mesh/nodes/old/a/1/web": "",
 	} {
 		if _, err := s.Client().Put(ctx, k, v); err != nil {
