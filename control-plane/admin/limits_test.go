@@ -55,7 +55,7 @@ func TestValidateBounds(t *testing.T) {
 		{"a service name", func(e *experimentv1.Experiment, p int) {
 			e.Services = []string{"a", rep(experiment.MaxServiceNameBytes + p)}
 		},
-			"services[1]: 254 bytes, limit 253"},
+			"services[1]: 129 bytes, limit 128"},
 		{"variations", func(e *experimentv1.Experiment, p int) { e.Variations = values(experiment.MaxVariations + p) },
 			"variations: 65 variations, limit 64"},
 		{"a variation's header value", func(e *experimentv1.Experiment, p int) {
