@@ -171,7 +171,7 @@ func (h headers) cost(e *experimentv1.Experiment) int {
 }
 
 // load is what the running experiments of one service put on its requests.
-type load struct{ experiments, assigned int }
+type load struct{ experiments, assigned, observed int }
 
 func (h headers) bytes(l load) int {
 	return plugin.HeaderBytes(l.assigned, h.dictionary, h.versionHeader, h.version)
@@ -253,12 +253,14 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 			if applies(x, t.service) {
 				before.experiments++
 				before.assigned += cost[x]
+				before.observed += observes(x)
 			}
 		}
-		after := load{before.experiments + 1, before.assigned + mine}
+		after := load{before.experiments + 1, before.assigned + mine, before.observed + observes(e)}
 		if old != nil && translate.Status(old) == translate.StatusRunning && applies(old, t.service) {
 			before.experiments++
 			before.assigned += h.cost(old)
+			before.observed += observes(old)
 		}
 		name := "service " + strconv.Quote(t.service)
 		if t.service == "" {
@@ -271,11 +273,23 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 		if after.experiments > MaxExperimentsPerService && after.experiments > before.experiments {
 			details = append(details, fmt.Sprintf("%s: %s: %d running experiments, limit %d", t.field, name, after.experiments, MaxExperimentsPerService))
 		}
+		if after.observed > config.MaxObserved && after.observed > before.observed {
+			details = append(details, fmt.Sprintf("observe: %s: %d running experiments observe their outcomes, limit %d", name, after.observed, config.MaxObserved))
+		}
 	}
 	if len(details) > 0 {
 		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: details}
 	}
 	return store.WithBase(ctx, rev), nil
+}
+
+// observes is 1 if e observes its outcomes (the filter's bound on them:
+// config.MaxObserved per proxy), else 0.
+func observes(e *experimentv1.Experiment) int {
+	if e.GetObserve() {
+		return 1
+	}
+	return 0
 }
 
 // staleRetries bounds how many times retryStale runs a write.
