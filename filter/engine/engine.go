@@ -88,6 +88,11 @@ type Experiment struct {
 	// DisableStickyBucketing makes the experiment ignore stored sticky
 	// buckets and record none.
 	DisableStickyBucketing bool `json:"disableStickyBucketing,omitempty"`
+	// Observe asks the filter to count the outcomes of the experiment's
+	// assigned requests per variation. The engine does not read it: it is
+	// the one field here that is not evaluated, carried beside the
+	// definition so that one decoder reads the whole experiment.
+	Observe bool `json:"observe,omitempty"`
 }
 
 // Filter is one element of Experiment.Filters.
