@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The replica and etcd faults of the reliability suite, on the replicated

@@ -14,8 +14,8 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // waitAssigned waits until a request for user through p carries header.

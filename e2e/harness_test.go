@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // proxyBootstrap is a minimal Envoy bootstrap: admin on 9901, a listener on

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // mtlsSystem is allotd requiring proxy certificates: -tls-cert, and

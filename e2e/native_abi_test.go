@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // unresolvedEnv is dynmod.UnresolvedEnv: in the allotfault build, the

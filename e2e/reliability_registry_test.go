@@ -19,7 +19,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestReliabilityRegistryLeaderKills: two allotd replicas on three real

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // leaseTTL is the replicas' lease in these tests: how long a killed

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // rolloutJSON is the admin API's Rollout in proto3 JSON.

@@ -23,8 +23,8 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/internal/harness"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 

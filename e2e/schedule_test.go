@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestScheduleStartsAndEnds: an experiment with startTime ≈ now+2s and

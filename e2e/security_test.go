@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestReliabilityAdminSecurity: the admin API without a token, with a wrong

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestWalkingSkeleton follows one experiment along the whole path: admin API

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The native variants load Envoy dynamic modules (ABI v0.2.0, Envoy 1.40):

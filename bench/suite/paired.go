@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // paired is the CPU cost per request measured with every variant's Envoy

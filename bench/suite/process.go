@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // client sends the pre-flight requests and allotd's admin calls; never through a

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // propagation is write→all-ACK latency of a configuration change, measured

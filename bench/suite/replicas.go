@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The replicas section: write → all-ACK latency when allotd runs as

@@ -21,10 +21,10 @@ import (
 
 	"github.com/allotmesh/allot/bench/load"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 

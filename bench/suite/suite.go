@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // Options configures a run. Durations are per variant per round.

@@ -58,7 +58,7 @@ func TestRepoRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "e2e", "harness", "harness.go")); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "internal", "harness", "harness.go")); err != nil {
 		t.Errorf("RepoRoot() = %s, not the repository root: %v", root, err)
 	}
 }
