@@ -177,7 +177,7 @@ func TestReliabilityHostileOwners(t *testing.T) {
 			}
 			return n, size, nil
 		}
-		harness.Eventually(t, 15*time.Second, func() error {
+		harness.MustEventually(t, 15*time.Second, func() error {
 			if n, _, err := headers("wide-probe"); err != nil || n != accepted {
 				return fmt.Errorf("%d experiment headers, want %d (%v)", n, accepted, err)
 			}

@@ -97,7 +97,7 @@ func TestReliabilityRegistryLeaderKills(t *testing.T) {
 		killed := time.Now()
 		h.etcd.members[leader].proc.Kill()
 		// The replicas publish through the election: wait for a new leader.
-		harness.Eventually(t, 20*time.Second, func() error {
+		harness.MustEventually(t, 20*time.Second, func() error {
 			i, err := h.etcd.layout.Leader()
 			if err != nil {
 				return err

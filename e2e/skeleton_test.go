@@ -44,7 +44,7 @@ func testWalkingSkeleton(t *testing.T, a artifact) {
 		}
 		return a.Value
 	}
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		r, err := p.get(map[string][]string{"x-user-id": {"probe"}})
 		if err != nil {
 			return err
@@ -57,7 +57,7 @@ func testWalkingSkeleton(t *testing.T, a artifact) {
 
 	// Mesh admins debug with /config_dump: the filter configuration must be
 	// readable there, not an opaque blob.
-	if dump := string(p.ConfigDump(t)); !strings.Contains(dump, `"variations"`) || !strings.Contains(dump, `"treatment"`) {
+	if dump := string(p.MustConfigDump(t)); !strings.Contains(dump, `"variations"`) || !strings.Contains(dump, `"treatment"`) {
 		t.Errorf("config_dump does not show the filter configuration readably:\n%.2000s", dump)
 	}
 
@@ -108,7 +108,7 @@ func testWalkingSkeleton(t *testing.T, a artifact) {
 		def["revision"] = cur["revision"]
 		start := time.Now()
 		s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout", def, nil)
-		harness.Eventually(t, 2*time.Second, func() error {
+		harness.MustEventually(t, 2*time.Second, func() error {
 			for i := range 50 {
 				id := fmt.Sprintf("ramp-%d", i)
 				r, err := p.get(map[string][]string{"x-user-id": {id}})
@@ -127,7 +127,7 @@ func testWalkingSkeleton(t *testing.T, a artifact) {
 	t.Run("deleting removes the header within 2s", func(t *testing.T) {
 		start := time.Now()
 		s.mustAPI(http.StatusNoContent, "DELETE", "/v1/experiments/checkout", nil, nil)
-		harness.Eventually(t, 2*time.Second, func() error {
+		harness.MustEventually(t, 2*time.Second, func() error {
 			for i := range 50 {
 				r, err := p.get(map[string][]string{"x-user-id": {fmt.Sprintf("del-%d", i)}, "x-experiment-checkout": {"forged"}})
 				if err != nil {

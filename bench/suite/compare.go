@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // A comparison (allot-bench -base REV, `make bench-compare`) measures
@@ -280,7 +282,7 @@ func renderCompare(c *comparison) string {
 		x, _ := pr.add(id)
 		y, _ := pr.add(id + baseSuffix)
 		lo, hi := bootstrapMedian(d)
-		med := median(d)
+		med := harness.Median(d)
 		share := ""
 		if y > 0 {
 			share = fmt.Sprintf(" (%.0f%% of the base's addition)", 100*math.Abs(med)/y)

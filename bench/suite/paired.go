@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +69,7 @@ func (p *paired) add(id string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return median(d), true
+	return harness.Median(d), true
 }
 
 // diffs are variant id's per-round CPU differences to A.
@@ -135,7 +134,7 @@ func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
 		for i, j := range idx {
 			rx[i], ry[i] = dx[j], dy[j]
 		}
-		mx, my := median(rx), median(ry)
+		mx, my := harness.Median(rx), harness.Median(ry)
 		switch {
 		case my > 0:
 			return mx / my
@@ -146,14 +145,14 @@ func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
 	})
 }
 
-// bootstrapMedian is the 95% bootstrap interval of median(d).
+// bootstrapMedian is the 95% bootstrap interval of the median of d.
 func bootstrapMedian(d []float64) (lo, hi float64) {
 	r := make([]float64, len(d))
 	return resample(len(d), func(idx []int) float64 {
 		for i, j := range idx {
 			r[i] = d[j]
 		}
-		return median(r)
+		return harness.Median(r)
 	})
 }
 
@@ -182,7 +181,7 @@ func (p *paired) latAdd(id, q string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return median(d), true
+	return harness.Median(d), true
 }
 
 // latDiffs are variant id's per-round differences of latency quantile q to
@@ -298,7 +297,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			c0, err := cpuNanos(r.e.Pid())
+			c0, err := harness.CPUNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}
@@ -306,7 +305,7 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err != nil {
 				return nil, fmt.Errorf("paired-%s: %w", r.v.ID, err)
 			}
-			c1, err := cpuNanos(r.e.Pid())
+			c1, err := harness.CPUNanos(r.e.Pid())
 			if err != nil {
 				return nil, err
 			}
@@ -368,32 +367,4 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		res.Samples[r.v.ID] = len(r.lat)
 	}
 	return res, nil
-}
-
-// cpuNanos is the CPU time all of process pid's threads have run, in
-// nanoseconds, from /proc/<pid>/task/*/schedstat (finer than the clock
-// ticks of /proc/<pid>/stat).
-func cpuNanos(pid int) (int64, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
-		if err != nil {
-			continue // the thread exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s/schedstat: %w", t.Name(), err)
-		}
-		total += n
-	}
-	return total, nil
 }

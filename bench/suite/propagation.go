@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,16 +56,16 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	bins := map[string]string{}
 	for _, pkg := range []string{"allotd", "allot-xdsload"} {
 		out := filepath.Join(p.raw, "bin", pkg)
-		if err := harness.GoBuildTo(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
+		if err := harness.GoBuild(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
 			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build: %w", pkg, err)
 		}
 		bins[pkg] = out
 	}
-	adminPort, err := freePort()
+	adminPort, err := harness.FreePort()
 	if err != nil {
 		return nil, nil, err
 	}
-	xdsPort, err := freePort()
+	xdsPort, err := harness.FreePort()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,7 +80,7 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return nil, nil, err
 	}
 	defer allotd.Terminate()
-	if err := waitTCP(admin, allotd, 20*time.Second); err != nil {
+	if err := allotd.WaitTCP(admin, 20*time.Second); err != nil {
 		return nil, nil, err
 	}
 
@@ -131,18 +130,7 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error) {
 	s := &spread{Proxies: proxies, Writes: propWrites}
 	for i := range propWrites {
-		body := fmt.Sprintf(`{"key":"prop-%s-%d","variations":["a","b"],"weights":[0.5,0.5]}`, tag, i)
-		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+admin+"/v1/experiments?wait=30s", bytes.NewBufferString(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		req.Header.Set("Content-Type", "application/json")
-		t0 := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
+		body := json.RawMessage(fmt.Sprintf(`{"key":"prop-%s-%d","variations":["a","b"],"weights":[0.5,0.5]}`, tag, i))
 		var out struct {
 			Rollout struct {
 				Result  string            `json:"result"`
@@ -150,11 +138,11 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 				Proxies []json.RawMessage `json:"proxies"`
 			} `json:"rollout"`
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		resp.Body.Close()
+		t0 := time.Now()
+		code, _, err := harness.AdminCall(ctx, client, "http://"+admin, adminToken, http.MethodPost, "/v1/experiments?wait=30s", body, &out)
 		d := time.Since(t0)
-		if resp.StatusCode/100 != 2 || err != nil {
-			return nil, fmt.Errorf("write %d: %s (%v)", i, resp.Status, err)
+		if code/100 != 2 || err != nil {
+			return nil, fmt.Errorf("write %d: %d %s (%v)", i, code, http.StatusText(code), err)
 		}
 		if out.Rollout.Result != "applied" || out.Rollout.Counts["applied"] != proxies || len(out.Rollout.Proxies) != 0 {
 			return nil, fmt.Errorf("write %d: rollout %q applied by %d proxies (%d listed as not), want applied by %d",
@@ -162,36 +150,35 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 		}
 		s.AllAck = append(s.AllAck, float64(d.Microseconds())/1e3)
 	}
-	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
+	s.summarize()
 	return s, nil
 }
 
-func quantile(xs []float64, q float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
+// summarize sets P50, P99 and Max from AllAck.
+func (s *spread) summarize() {
+	sorted := slices.Sorted(slices.Values(s.AllAck))
+	s.P50, s.P99, s.Max = harness.Quantile(sorted, 0.5), harness.Quantile(sorted, 0.99), harness.Quantile(sorted, 1)
 }
 
 // waitProxies waits until allotd's rollout status lists n proxies.
 func waitProxies(ctx context.Context, admin string, n int) error {
-	deadline := time.Now().Add(60 * time.Second)
 	var last int
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/v1/rollout", nil)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		if resp, err := client.Do(req); err == nil {
-			var out struct {
-				Proxies []json.RawMessage `json:"proxies"`
-			}
-			json.NewDecoder(resp.Body).Decode(&out)
-			resp.Body.Close()
-			if last = len(out.Proxies); last >= n {
-				return nil
-			}
+	err := harness.Eventually(ctx, 60*time.Second, func() error {
+		var out struct {
+			Proxies []json.RawMessage `json:"proxies"`
 		}
-		time.Sleep(100 * time.Millisecond)
+		if _, _, err := harness.AdminCall(ctx, client, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, &out); err != nil {
+			return err
+		}
+		if last = len(out.Proxies); last < n {
+			return fmt.Errorf("allotd lists %d connected proxies, want %d", last, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %d proxies: %w", n, err)
 	}
-	return fmt.Errorf("allotd lists %d connected proxies, want %d", last, n)
+	return nil
 }
 
 // adsBootstrap is a sidecar bootstrap whose Allot filter comes over ADS

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -119,7 +118,7 @@ func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]stri
 			continue
 		}
 		out := filepath.Join(p.raw, "bin", name)
-		if err := harness.GoBuildTo(ctx, o.Root, out, pkg, nil); err != nil {
+		if err := harness.GoBuild(ctx, o.Root, out, pkg, nil); err != nil {
 			return nil, cmds, fmt.Errorf("%s does not build: %w", pkg, err)
 		}
 		bins[name] = out
@@ -177,7 +176,7 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 		r := replica{id: fmt.Sprintf("r%d", i+1)}
 		ports := [2]int{}
 		for j := range ports {
-			if ports[j], err = freePort(); err != nil {
+			if ports[j], err = harness.FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -192,7 +191,7 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 		reps = append(reps, r)
 	}
 	for _, r := range reps {
-		if err := waitReady(ctx, r, 30*time.Second); err != nil {
+		if err := waitReady(r, 30*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -248,36 +247,18 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 		}
 		s.AllAck = append(s.AllAck, ms(d))
 	}
-	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
+	s.summarize()
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		replicaCount, replicaCount, o.EnvoyCPU, thousands(f.Clients), joinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	return s, nil
 }
 
 // waitReady waits until the replica's /readyz answers 200.
-func waitReady(ctx context.Context, r replica, timeout time.Duration) error {
-	if err := waitTCP(r.admin, r.proc, timeout); err != nil {
-		return err
+func waitReady(r replica, timeout time.Duration) error {
+	if err := r.proc.WaitHTTP("http://"+r.admin+"/readyz", timeout); err != nil {
+		return fmt.Errorf("allotd %s not ready: %w", r.id, err)
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+r.admin+"/readyz", nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if r.proc.Exited() {
-			return fmt.Errorf("allotd %s exited: %v\n%s", r.id, exitErr(r.proc), r.proc.LogTail(20))
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("allotd %s not ready within %v: %v", r.id, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return nil
 }
 
 // rolloutJSON is the part of the admin API's Rollout the section reads.
@@ -301,26 +282,15 @@ type rolloutProxy struct {
 // how long the request took until its whole response was read, and the
 // rollout it reported.
 func waitedWrite(ctx context.Context, admin, key string) (time.Duration, *rolloutJSON, error) {
-	body := fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5]}`, key)
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+admin+"/v1/experiments?wait="+replicaWait.String(), strings.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	req.Header.Set("Content-Type", "application/json")
+	body := json.RawMessage(fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5]}`, key))
 	t0 := time.Now()
-	resp, err := slowClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodPost, "/v1/experiments?wait="+replicaWait.String(), body, nil)
 	d := time.Since(t0)
 	if err != nil {
 		return 0, nil, err
 	}
-	if resp.StatusCode != http.StatusCreated {
-		return 0, nil, fmt.Errorf("%s: %.300s", resp.Status, b)
+	if code != http.StatusCreated {
+		return 0, nil, fmt.Errorf("%d %s: %.300s", code, http.StatusText(code), b)
 	}
 	var out struct {
 		Rollout rolloutJSON `json:"rollout"`
@@ -391,24 +361,15 @@ func waitMesh(ctx context.Context, r replica, reps []replica, perReplica []int, 
 	}
 }
 
+// rolloutStatus is GET /v1/rollout through admin.
 func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/v1/rollout", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := slowClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return nil, fmt.Errorf("GET /v1/rollout: %s: %s", resp.Status, b)
-	}
 	var ro rolloutJSON
-	if err := json.NewDecoder(resp.Body).Decode(&ro); err != nil {
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, &ro)
+	if err != nil {
 		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/rollout: %d %s: %.300s", code, http.StatusText(code), b)
 	}
 	return &ro, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The report's prose and layout live in report.md.tmpl; this file computes
@@ -26,7 +28,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"join":   strings.Join,
 	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"sec":    func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"med":    median,
+	"med":    harness.Median,
 	"ms":     func(ns float64) float64 { return ns / 1e6 },
 	"add":    func(a, b float64) float64 { return a + b },
 	"sub":    func(a, b float64) float64 { return a - b },
@@ -70,9 +72,9 @@ func execute(name string, data any) (string, error) {
 // the baseline (variant A) of the same round.
 type stat struct{ vals, ratio, diff []float64 }
 
-func (s stat) med() float64    { return median(s.vals) }
-func (s stat) ratioM() float64 { return median(s.ratio) }
-func (s stat) diffM() float64  { return median(s.diff) }
+func (s stat) med() float64    { return harness.Median(s.vals) }
+func (s stat) ratioM() float64 { return harness.Median(s.ratio) }
+func (s stat) diffM() float64  { return harness.Median(s.diff) }
 
 // collect returns, per variant, the statistic f over the rounds.
 func collect(res *results, f func(run) float64) map[string]stat {
@@ -385,15 +387,15 @@ func (v *reportView) targets() {
 				continue
 			}
 			lo, hi := bootstrapMedian(r)
-			row := targetRow{Kind: "throughput", What: t.what, X: t.x, Ref: t.ref, Ratio: median(r), Lo: lo, Hi: hi,
-				Limit: t.limit, Figure: median(pr.RPS[t.x]), RefFigure: median(pr.RPS[t.ref])}
+			row := targetRow{Kind: "throughput", What: t.what, X: t.x, Ref: t.ref, Ratio: harness.Median(r), Lo: lo, Hi: hi,
+				Limit: t.limit, Figure: harness.Median(pr.RPS[t.x]), RefFigure: harness.Median(pr.RPS[t.ref])}
 			if fr, ok := ratios(fresh[t.x].vals, fresh[t.ref].vals); ok {
-				row.Fresh = median(fr)
+				row.Fresh = harness.Median(fr)
 			}
 			row.Result = atLeastVerdict(row.Ratio, lo, hi, t.limit)
 			if fr, ok := ratios(pr.RPS[t.floor], pr.RPS[t.ref]); ok {
 				row.Floor = t.floor
-				row.FloorRatio = median(fr)
+				row.FloorRatio = harness.Median(fr)
 				row.FloorLo, row.FloorHi = bootstrapMedian(fr)
 				row.BelowFloor = row.Ratio < t.limit && row.FloorHi < t.limit
 			}
@@ -421,13 +423,13 @@ func (v *reportView) targets() {
 		e, okE := pr.diffs("E")
 		for _, t := range ownTargets {
 			own, ok := pr.between(t.x, t.floor)
-			if !ok || !okE || median(e) <= 0 {
+			if !ok || !okE || harness.Median(e) <= 0 {
 				continue
 			}
 			lo, hi := bootstrapRatio(own, e)
-			ratio := median(own) / median(e)
+			ratio := harness.Median(own) / harness.Median(e)
 			v.Targets = append(v.Targets, targetRow{Kind: "own", What: t.what, X: t.x, Floor: t.floor, Ref: "E",
-				Figure: median(own), RefFigure: median(e), Ratio: ratio, Lo: lo, Hi: hi, Limit: t.limit,
+				Figure: harness.Median(own), RefFigure: harness.Median(e), Ratio: ratio, Lo: lo, Hi: hi, Limit: t.limit,
 				Result: ratioVerdict(ratio, lo, hi, t.limit)})
 		}
 		for _, t := range p99Targets[1:] {
@@ -538,9 +540,9 @@ func (v *reportView) floors() {
 			lo, hi, _ := pr.ratioCI(f.ID, ref)
 			olo, ohi := bootstrapMedian(own)
 			row := floorRow{X: id, Floor: f.ID, Ref: ref, FloorAdd: fl, FloorE: fl / e, Lo: lo, Hi: hi, XAdd: x, XE: x / e,
-				Own: median(own), OwnLo: olo, OwnHi: ohi, OwnE: median(own) / e, E: e}
+				Own: harness.Median(own), OwnLo: olo, OwnHi: ohi, OwnE: harness.Median(own) / e, E: e}
 			if r, ok := ratios(pr.RPS[f.ID], pr.RPS["A"]); ok {
-				row.RPSA = median(r)
+				row.RPSA = harness.Median(r)
 				row.RPSALo, row.RPSAHi = bootstrapMedian(r)
 			}
 			for _, t := range ownTargets {
@@ -567,7 +569,7 @@ func (v *reportView) floors() {
 		if !okM || !okW || !okX {
 			continue
 		}
-		c := counterpart{ID: n.ID, Of: n.NativeOf, Add: median(m), AddE: median(m) / e, Wasm: median(wasm), Excess: median(excess)}
+		c := counterpart{ID: n.ID, Of: n.NativeOf, Add: harness.Median(m), AddE: harness.Median(m) / e, Wasm: harness.Median(wasm), Excess: harness.Median(excess)}
 		c.AddLo, c.AddHi = bootstrapMedian(m)
 		c.WasmLo, c.WasmHi = bootstrapMedian(wasm)
 		c.ExcessLo, c.ExcessHi = bootstrapMedian(excess)
@@ -591,10 +593,10 @@ func (v *reportView) twins() {
 		w, _ := pr.add(wasm)
 		n, _ := pr.add(native)
 		lo, hi := bootstrapMedian(d)
-		row := twinRow{Wasm: wasm, Native: native, WasmAdd: w, NatAdd: n, Diff: median(d), Lo: lo, Hi: hi,
-			WasmRPS: median(pr.RPS[wasm]), NatRPS: median(pr.RPS[native])}
+		row := twinRow{Wasm: wasm, Native: native, WasmAdd: w, NatAdd: n, Diff: harness.Median(d), Lo: lo, Hi: hi,
+			WasmRPS: harness.Median(pr.RPS[wasm]), NatRPS: harness.Median(pr.RPS[native])}
 		if r, ok := ratios(pr.RPS[native], pr.RPS["A"]); ok {
-			row.NatA = median(r)
+			row.NatA = harness.Median(r)
 			row.NatALo, row.NatAHi = bootstrapMedian(r)
 		}
 		return row, true
@@ -632,14 +634,14 @@ func (v *reportView) sticky() {
 				continue
 			}
 			row.BaseAdd, _ = pr.add(t.base)
-			row.Diff = median(d)
+			row.Diff = harness.Median(d)
 			row.Lo, row.Hi = bootstrapMedian(d)
 			if row.BaseAdd > 0 {
 				row.Ratio, row.HasRatio = x/row.BaseAdd, true
 				row.RatioLo, row.RatioHi, _ = pr.ratioCI(t.x, t.base)
 			}
 			if r, ok := ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
-				row.RPS = median(r)
+				row.RPS = harness.Median(r)
 				row.RPSLo, row.RPSHi = bootstrapMedian(r)
 			}
 			against = true
@@ -713,9 +715,9 @@ func (v *reportView) interleaved() {
 		}
 		x, _ := pr.add(vi.ID)
 		lo, hi := pr.spread(vi.ID)
-		row := interleavedRow{ID: vi.ID, CPU: median(vals), Add: x, Lo: lo, Hi: hi, XE: "–", Interval: "–", RPS: median(pr.RPS[vi.ID])}
+		row := interleavedRow{ID: vi.ID, CPU: harness.Median(vals), Add: x, Lo: lo, Hi: hi, XE: "–", Interval: "–", RPS: harness.Median(pr.RPS[vi.ID])}
 		if r, ok := ratios(pr.RPS[vi.ID], pr.RPS["A"]); ok {
-			row.RPSA = median(r)
+			row.RPSA = harness.Median(r)
 		}
 		if vi.ID != "A" && e > 0 {
 			row.XE = fmt.Sprintf("%.2f", x/e)

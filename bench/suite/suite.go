@@ -358,9 +358,9 @@ func buildFor(ctx context.Context, o Options, p *paths, vs []variant) ([]string,
 // a proxy-wasm module (wasip1, c-shared), the way `make build-filter` does.
 func goBuild(ctx context.Context, dir, out, pkg string, wasm bool) error {
 	if wasm {
-		return harness.GoBuildTo(ctx, dir, out, pkg, []string{"-buildmode=c-shared", "-trimpath"}, "GOOS=wasip1", "GOARCH=wasm")
+		return harness.GoBuild(ctx, dir, out, pkg, []string{"-buildmode=c-shared", "-trimpath"}, "GOOS=wasip1", "GOARCH=wasm")
 	}
-	return harness.GoBuildTo(ctx, dir, out, pkg, []string{"-trimpath"})
+	return harness.GoBuild(ctx, dir, out, pkg, []string{"-trimpath"})
 }
 
 // withExpect gives an Allot variant the pre-flight's expectation: the
@@ -459,31 +459,31 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	}
 	base += 1 << 32
 
-	cpu0, _ := cpuTicks(e.Pid())
+	cpu0, _ := harness.CPUTicks(e.Pid())
 	var a0 int64
 	if authz != nil {
-		a0, _ = cpuTicks(authz.Pid())
+		a0, _ = harness.CPUTicks(authz.Pid())
 	}
 	mt, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, 0, req, base)
 	if err != nil {
 		return r, fmt.Errorf("max throughput: %w", err)
 	}
-	cpu1, _ := cpuTicks(e.Pid())
+	cpu1, _ := harness.CPUTicks(e.Pid())
 	base += 1 << 32
 	r.MaxRPS, r.MaxErrors = mt.RPS(), mt.Errors
 	r.CPUPerReq = perRequest(cpu1-cpu0, mt.Requests)
 	if authz != nil {
-		a1, _ := cpuTicks(authz.Pid())
+		a1, _ := harness.CPUTicks(authz.Pid())
 		r.AuthzCPU = perRequest(a1-a0, mt.Requests)
 	}
 
 	time.Sleep(200 * time.Millisecond)
-	cpu0, _ = cpuTicks(e.Pid())
+	cpu0, _ = harness.CPUTicks(e.Pid())
 	fr, err := load.FixedRate(ctx, e.listener, o.RateConns, o.Rate, o.Latency, req, base)
 	if err != nil {
 		return r, fmt.Errorf("fixed rate: %w", err)
 	}
-	cpu1, _ = cpuTicks(e.Pid())
+	cpu1, _ = harness.CPUTicks(e.Pid())
 	r.RateAchieved = float64(fr.Requests) / o.Latency.Seconds()
 	r.RateErrors = fr.Intended - fr.Requests
 	r.RateCPU = perRequest(cpu1-cpu0, fr.Requests)
@@ -504,7 +504,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 // startAuthz starts variant D's ext_authz service on the load generator's
 // CPU and waits until it listens.
 func startAuthz(o Options, p *paths, name, bin, config string) (*harness.Process, int, error) {
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -513,7 +513,7 @@ func startAuthz(o Options, p *paths, name, bin, config string) (*harness.Process
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := waitTCP("127.0.0.1:"+strconv.Itoa(port), authz, 10*time.Second); err != nil {
+	if err := authz.WaitTCP("127.0.0.1:"+strconv.Itoa(port), 10*time.Second); err != nil {
 		authz.Terminate()
 		return nil, 0, err
 	}
@@ -537,7 +537,7 @@ func perRequest(ticks int64, requests uint64) float64 {
 	if requests == 0 {
 		return 0
 	}
-	return float64(ticks) * tickSeconds * 1e6 / float64(requests)
+	return float64(ticks) * harness.TickSeconds * 1e6 / float64(requests)
 }
 
 func loadavg() string {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The VM benchmark (`make bench-vm`) runs the Wasm modules in Node's V8, the
@@ -306,11 +308,11 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 	e := ns("E", 0)
 	for _, v := range r.Variants {
 		this := ns(v.ID, 0)
-		row := fmt.Sprintf("| %s: %s | %s | ", v.ID, v.Name, us(median(this)))
+		row := fmt.Sprintf("| %s: %s | %s | ", v.ID, v.Name, us(harness.Median(this)))
 		if v.ID == "E" {
 			row += "– |"
 		} else {
-			row += us(median(diff(this, e))) + " |"
+			row += us(harness.Median(diff(this, e))) + " |"
 		}
 		if r.Base == "" {
 			row += " " + callsText(r.Runs, v.ID, evict) + " |"
@@ -324,7 +326,7 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 			if dir := direction(lo, hi); dir != "" {
 				verdict = "**" + dir + "**"
 			}
-			row += fmt.Sprintf(" %s | %s | %s … %s | %s |", us(median(base)), us(median(d)), us(lo), us(hi), verdict)
+			row += fmt.Sprintf(" %s | %s | %s … %s | %s |", us(harness.Median(base)), us(harness.Median(d)), us(lo), us(hi), verdict)
 		}
 		p("%s\n", row)
 	}

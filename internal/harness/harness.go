@@ -1,19 +1,26 @@
-// Package harness starts, stops and waits on the real processes of an
-// end-to-end test: Envoy from the project venv, binaries built from this
-// repository (allotd, the filter's .wasm, allot-echo) and the in-process echo
-// upstream. Every helper that takes a testing.TB calls t.Helper, fails the
-// test with t.Fatalf instead of returning setup errors, and registers its
-// cleanup with t.Cleanup so that no process or port outlives the test.
+// Package harness is the one test environment of the repository: it starts,
+// stops, waits on and reads the real processes that the end-to-end tests
+// (e2e/) and the benchmark (bench/) run — Envoy from the project venv,
+// binaries built from this repository (allotd, the filter's .wasm and .so,
+// allot-xdsload, etcd), the in-process echo upstream — and holds what both
+// measure them with: free ports, polling with deadlines, Envoy's admin
+// (readiness, listeners, stats), RSS and CPU time from /proc, allotd's admin
+// API, bootstraps rendered from envoy-configs/, quantiles.
 //
-// It is an ordinary package (not _test) so that e2e tests and the benchmark
-// (bench/suite) share it. The helpers in launch.go take no testing.TB —
-// Launch, LaunchEnvoy, Terminate, PinnedCommand, Listener, ReadRSS,
-// AdminStats, GoBuildTo, BuildCShared return errors and leave stopping to the
-// caller — because the benchmark runs outside any test; keep them free of it. Only tests and the
-// benchmark may import it; it imports nothing from filter/ or control-plane/.
+// Every helper is written once, as a core that returns an error and takes no
+// testing.TB (the benchmark's main has none); a process a core starts is the
+// caller's to stop (Terminate). A test calls the core through its testing.TB
+// form, named Must + the core's name (MustLaunchEnvoy, MustBuild,
+// MustEventually, p.MustStats, ...): it calls t.Helper, fails the test with
+// t.Fatal where the core returns an error, and registers the cleanup with
+// t.Cleanup, so that no process or port outlives the test.
+//
+// It is internal to the module: only e2e and bench import it. It imports
+// nothing from filter/ or control-plane/.
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -28,9 +35,10 @@ import (
 // pollInterval is how often Eventually and the wait helpers retry.
 const pollInterval = 20 * time.Millisecond
 
-// client is used for every HTTP request the harness makes. It never uses a
-// proxy from the environment: all traffic stays on 127.0.0.1.
-var client = &http.Client{
+// Client is the HTTP client of every request the harness makes, and of
+// the benchmark's. It never uses a proxy from the environment: all traffic
+// stays on 127.0.0.1.
+var Client = &http.Client{
 	Timeout: 10 * time.Second,
 	Transport: &http.Transport{
 		Proxy:               nil,
@@ -68,22 +76,32 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-// Eventually calls f every 20 ms until it returns nil. If timeout passes
-// first, the test fails with f's last error. Like t.Fatalf, it must be called
-// from the goroutine running the test.
-func Eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
+// Eventually calls f every 20 ms until it returns nil, and returns nil
+// then; if timeout passes or ctx ends first, it returns f's last error.
+func Eventually(ctx context.Context, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-			return
+			return fmt.Errorf("condition not met within %v: %w", timeout, err)
 		}
-		time.Sleep(pollInterval)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("condition not met (%w): %w", ctx.Err(), err)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// MustEventually is Eventually that fails the test with f's last error.
+// Like t.Fatalf, it must be called from the goroutine running the test.
+func MustEventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	if err := Eventually(context.Background(), timeout, f); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -92,21 +110,30 @@ var ports struct {
 	given map[int]bool
 }
 
+// MustFreePort is FreePort that fails the test on error.
+func MustFreePort(t testing.TB) int {
+	t.Helper()
+	return must[int](t)(FreePort())
+}
+
+// must is how a Must form returns its core's value: the function it
+// returns fails t if the core's error is not nil.
+func must[T any](t testing.TB) func(T, error) T {
+	t.Helper()
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
 // configuration that needs a port number before the listener exists (Envoy
 // bootstraps, allotd flags). No port is handed out twice in one process.
 // Prefer listening on 127.0.0.1:0 directly where the code allows it.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-// freePort is FreePort for the helpers that take no testing.TB.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	ports.Lock()
 	defer ports.Unlock()
 	if ports.given == nil {
@@ -129,9 +156,9 @@ func freePort() (int, error) {
 	return 0, errors.New("find free port: 100 attempts returned ports already handed out")
 }
 
-// WriteFile writes content to a file name in a fresh temporary directory
-// of the test and returns its path.
-func WriteFile(t testing.TB, name, content string) string {
+// MustWriteFile writes content to a file name in a fresh temporary
+// directory of the test (os.WriteFile) and returns its path.
+func MustWriteFile(t testing.TB, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

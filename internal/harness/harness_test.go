@@ -103,7 +103,7 @@ func TestRenderBootstrap(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out string
-			fatal := capture(t, func(tb testing.TB) { out = RenderBootstrap(tb, src, tt.replace) })
+			fatal := capture(t, func(tb testing.TB) { out = MustRenderBootstrap(tb, src, tt.replace) })
 			if tt.wantFatal != "" {
 				if !strings.Contains(fatal, tt.wantFatal) {
 					t.Fatalf("fatal = %q, want it to contain %s", fatal, tt.wantFatal)
@@ -130,7 +130,7 @@ func TestRenderBootstrap(t *testing.T) {
 func TestFreePortUnique(t *testing.T) {
 	seen := make(map[int]bool)
 	for range 50 {
-		p := FreePort(t)
+		p := MustFreePort(t)
 		if p <= 0 || seen[p] {
 			t.Fatalf("FreePort returned %d (seen before: %v)", p, seen[p])
 		}
@@ -141,7 +141,7 @@ func TestFreePortUnique(t *testing.T) {
 func TestEventually(t *testing.T) {
 	t.Run("succeeds after retries", func(t *testing.T) {
 		calls := 0
-		Eventually(t, 5*time.Second, func() error {
+		MustEventually(t, 5*time.Second, func() error {
 			calls++
 			if calls < 3 {
 				return errors.New("not yet")
@@ -155,7 +155,7 @@ func TestEventually(t *testing.T) {
 	t.Run("deadline reports last error", func(t *testing.T) {
 		n := 0
 		fatal := capture(t, func(tb testing.TB) {
-			Eventually(tb, 100*time.Millisecond, func() error {
+			MustEventually(tb, 100*time.Millisecond, func() error {
 				n++
 				return fmt.Errorf("attempt %d", n)
 			})
@@ -184,7 +184,7 @@ func TestEnvoyBinaryFailsNotSkips(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("ENVOY_BIN", tt.bin)
-			fatal := capture(t, func(tb testing.TB) { EnvoyBinary(tb) })
+			fatal := capture(t, func(tb testing.TB) { MustEnvoyBinary(tb) })
 			if !strings.Contains(fatal, tt.wantFatal) {
 				t.Errorf("fatal = %q, want it to contain %q", fatal, tt.wantFatal)
 			}
@@ -252,7 +252,7 @@ func TestReadRSS(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("VmRSS comes from /proc")
 	}
-	rss, err := readRSS(os.Getpid())
+	rss, err := ReadRSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,12 +280,12 @@ func TestBinaryName(t *testing.T) {
 func TestChromiumBinaryFailsWithoutBrowser(t *testing.T) {
 	t.Setenv("CHROME_BIN", "")
 	t.Setenv("PATH", t.TempDir())
-	fatal := capture(t, func(tb testing.TB) { ChromiumBinary(tb) })
+	fatal := capture(t, func(tb testing.TB) { MustChromiumBinary(tb) })
 	if !strings.Contains(fatal, "make chromium") {
 		t.Errorf("fatal = %q, want a failure telling to run make chromium", fatal)
 	}
 	t.Setenv("CHROME_BIN", filepath.Join(t.TempDir(), "missing"))
-	if fatal := capture(t, func(tb testing.TB) { ChromiumBinary(tb) }); !strings.Contains(fatal, "CHROME_BIN") {
+	if fatal := capture(t, func(tb testing.TB) { MustChromiumBinary(tb) }); !strings.Contains(fatal, "CHROME_BIN") {
 		t.Errorf("fatal = %q, want a failure naming CHROME_BIN", fatal)
 	}
 }

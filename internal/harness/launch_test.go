@@ -22,7 +22,7 @@ func TestLaunchTerminate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 5*time.Second, func() error {
+	MustEventually(t, 5*time.Second, func() error {
 		if b, _ := os.ReadFile(log); !strings.Contains(string(b), "started") {
 			return os.ErrNotExist
 		}
@@ -52,7 +52,7 @@ func TestPinnedCommand(t *testing.T) {
 }
 
 // TestAdminStats: the admin's JSON is decoded and the filter reaches it as
-// a query parameter.
+// a query parameter (Envoy.Stat's).
 func TestAdminStats(t *testing.T) {
 	var query string
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,11 +60,12 @@ func TestAdminStats(t *testing.T) {
 		w.Write([]byte(`{"stats":[{"name":"wasmcustom.allot.cache_hits","value":7}]}`))
 	}))
 	defer s.Close()
-	got, err := AdminStats(s.URL, `^wasmcustom\.allot\.`)
-	if err != nil || got["wasmcustom.allot.cache_hits"] != 7 {
-		t.Fatalf("AdminStats = %v, %v", got, err)
+	e := &Envoy{adminURL: s.URL}
+	got, ok, err := e.Stat("wasmcustom.allot.cache_hits")
+	if err != nil || !ok || got != 7 {
+		t.Fatalf("Stat = %v, %v, %v", got, ok, err)
 	}
-	if query != `format=json&filter=%5Ewasmcustom%5C.allot%5C.` {
+	if query != `format=json&filter=%5Ewasmcustom%5C.allot%5C.cache_hits%24` {
 		t.Errorf("query %q", query)
 	}
 }
@@ -98,9 +99,13 @@ func TestLaunchEnvoyExitsEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err := LaunchEnvoy(context.Background(), LaunchOptions{EnvoyOptions: EnvoyOptions{Bootstrap: "b.yaml"},
-		Bin: bin, Name: "e", Dir: t.TempDir(), CPU: -1, Timeout: 20 * time.Second})
-	if err == nil || !strings.Contains(err.Error(), "exited before ready") || !strings.Contains(err.Error(), "bad bootstrap: -c b.yaml") {
+	boot := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(boot, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LaunchEnvoy(context.Background(), EnvoyOptions{Bootstrap: boot,
+		Bin: bin, Name: "e", Dir: t.TempDir(), Timeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "exited before ready") || !strings.Contains(err.Error(), "bad bootstrap: -c "+boot) {
 		t.Errorf("err = %v, want an early exit with the log", err)
 	}
 	if strings.Contains(fmt.Sprint(err), "--service-node") {

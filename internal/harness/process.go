@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,11 +25,11 @@ const (
 	tailBytes = 256 << 10
 )
 
-// Process is a child process started by StartProcess or StartCmd. Its stdout
-// and stderr go to a log file in the test's temporary directory; if the test
-// fails, the last 80 lines of that log are shown. It is stopped (SIGTERM, then
-// SIGKILL after 5 s) when the test ends, and is killed if the test binary
-// itself dies.
+// Process is a child process started by Launch or MustLaunch. Its stdout
+// and stderr go to a log file; it is killed if the test binary (or the
+// benchmark) itself dies. MustLaunch's process is stopped (SIGTERM, then
+// SIGKILL after 5 s) when the test ends, and if the test failed, the last
+// 80 lines of its log are shown.
 type Process struct {
 	name    string
 	cmd     *exec.Cmd
@@ -37,23 +38,22 @@ type Process struct {
 	waitErr error // set before done is closed
 }
 
-// StartProcess starts bin with args, logging to t.TempDir()/name.log.
-func StartProcess(t testing.TB, name, bin string, args ...string) *Process {
+// MustLaunch is Launch for a test: the log goes to t.TempDir()/name.log,
+// the test fails if the process does not start, and the process is stopped
+// at cleanup. It overwrites cmd.Stdout and cmd.Stderr with the log file.
+func MustLaunch(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
-	return StartCmd(t, name, exec.Command(bin, args...))
+	p := must[*Process](t)(Launch(name, filepath.Join(t.TempDir(), name+".log"), cmd))
+	stopAtCleanup(t, p)
+	return p
 }
 
-// StartCmd starts a prepared command (for callers that need Env or Dir) as a
-// Process. It overwrites cmd.Stdout and cmd.Stderr with the log file.
-func StartCmd(t testing.TB, name string, cmd *exec.Cmd) *Process {
-	t.Helper()
-	p, err := launch(name, filepath.Join(t.TempDir(), name+".log"), cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
+// stopAtCleanup stops p when the test ends and, if the test failed, logs
+// how p ended and the tail of its log.
+func stopAtCleanup(t testing.TB, p *Process) {
 	t.Cleanup(func() {
 		exitedAlready := p.Exited()
-		killed := p.terminate()
+		killed := p.Terminate()
 		if t.Failed() {
 			state := "stopped at cleanup"
 			switch {
@@ -66,10 +66,9 @@ func StartCmd(t testing.TB, name string, cmd *exec.Cmd) *Process {
 				p.name, p.Pid(), state, p.waitErr, p.logPath, tailLines, p.LogTail(tailLines))
 		}
 	})
-	return p
 }
 
-// Name returns the name given to StartProcess.
+// Name returns the name given to Launch.
 func (p *Process) Name() string { return p.name }
 
 // Pid returns the process id.
@@ -79,13 +78,18 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 func (p *Process) LogPath() string { return p.logPath }
 
 // Log returns the whole log written so far.
-func (p *Process) Log(t testing.TB) string {
-	t.Helper()
+func (p *Process) Log() (string, error) {
 	b, err := os.ReadFile(p.logPath)
 	if err != nil {
-		t.Fatalf("read %s log: %v", p.name, err)
+		return "", fmt.Errorf("read %s log: %w", p.name, err)
 	}
-	return string(b)
+	return string(b), nil
+}
+
+// MustLog is Log that fails the test on error.
+func (p *Process) MustLog(t testing.TB) string {
+	t.Helper()
+	return must[string](t)(p.Log())
 }
 
 // LogTail returns the last n lines of the log (fewer if the log is shorter),
@@ -134,19 +138,30 @@ func (p *Process) Kill() error {
 	return err
 }
 
-// Stop sends SIGTERM, waits up to 5 s for the process to exit, then sends
-// SIGKILL. It returns at once if the process has already exited. Use Wait
-// afterwards for the exit status.
-func (p *Process) Stop(t testing.TB) {
+// ExitErr is the exit error of a process that has exited (nil while it
+// runs, and for exit status 0).
+func (p *Process) ExitErr() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.waitErr
+}
+
+// MustTerminate is Terminate for a test, which logs when the process
+// needed SIGKILL. Use Wait afterwards for the exit status.
+func (p *Process) MustTerminate(t testing.TB) {
 	t.Helper()
-	if p.terminate() {
+	if p.Terminate() {
 		t.Logf("%s did not exit within %v of SIGTERM; killed it", p.name, stopTimeout)
 	}
 }
 
-// terminate stops the process and reports whether it needed SIGKILL.
-func (p *Process) terminate() (killed bool) {
-	if p.Exited() {
+// Terminate sends SIGTERM, waits up to 5 s for the process to exit, then
+// sends SIGKILL, and reports whether it needed SIGKILL. It returns at once
+// if the process has exited, so it may be called more than once, and on a
+// nil Process.
+func (p *Process) Terminate() (killed bool) {
+	if p == nil || p.Exited() {
 		return false
 	}
 	_ = p.Signal(syscall.SIGTERM)
@@ -161,29 +176,63 @@ func (p *Process) terminate() (killed bool) {
 	return true
 }
 
-// WaitHTTP polls url with GET every 20 ms until it answers with a 2xx status.
-// The test fails if timeout passes first or if the process exits meanwhile.
-func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
+// WaitHTTP polls url with GET every 20 ms until it answers with a 2xx
+// status. It returns an error if timeout passes first or if the process
+// exits meanwhile.
+func (p *Process) WaitHTTP(url string, timeout time.Duration) error {
+	return p.WaitHTTPWith(Client, url, timeout)
+}
+
+// MustWaitHTTP is WaitHTTP that fails the test on error.
+func (p *Process) MustWaitHTTP(t testing.TB, url string, timeout time.Duration) {
 	t.Helper()
-	p.WaitHTTPWith(t, client, url, timeout)
+	if err := p.WaitHTTP(url, timeout); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // WaitHTTPWith is WaitHTTP through c, e.g. a client trusting the
 // process's TLS certificate.
-func (p *Process) WaitHTTPWith(t testing.TB, c *http.Client, url string, timeout time.Duration) {
+func (p *Process) WaitHTTPWith(c *http.Client, url string, timeout time.Duration) error {
+	return p.wait(url, timeout, func() error { return get2xx(c, url) })
+}
+
+// MustWaitHTTPWith is WaitHTTPWith that fails the test on error.
+func (p *Process) MustWaitHTTPWith(t testing.TB, c *http.Client, url string, timeout time.Duration) {
 	t.Helper()
+	if err := p.WaitHTTPWith(c, url, timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitTCP waits until addr ("127.0.0.1:port") accepts connections. It
+// returns an error, with the tail of the log, if the process exits first,
+// or if timeout passes.
+func (p *Process) WaitTCP(addr string, timeout time.Duration) error {
+	return p.wait(addr, timeout, func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
+
+// wait calls check every 20 ms until it returns nil, the process exits or
+// timeout passes; what names what is waited for.
+func (p *Process) wait(what string, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
 		if p.Exited() {
-			t.Fatalf("%s exited (%v) before %s answered; last error: %v", p.name, p.waitErr, url, last)
+			return fmt.Errorf("%s exited (%v) before %s answered; last error: %v\n%s", p.name, p.waitErr, what, last, p.LogTail(20))
 		}
-		last = get2xx(c, url)
+		last = check()
 		if last == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer 2xx within %v: %v", p.name, url, timeout, last)
+			return fmt.Errorf("%s: %s did not answer within %v: %w", p.name, what, timeout, last)
 		}
 		select {
 		case <-p.done:
@@ -216,7 +265,7 @@ func do(method, url string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Do(req)
+	resp, err := Client.Do(req)
 	if err != nil {
 		return nil, err
 	}
