@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,20 +122,14 @@ func (s *system) startAllotd() {
 		scheme = "https"
 	}
 	s.adminURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, adminPort)
-	store := []string{"-db", s.dbPath}
-	if slices.Contains(extra, "-store") {
-		store = nil // a replica on etcd
+	a := harness.Allotd{
+		Admin: fmt.Sprintf("127.0.0.1:%d", adminPort), XDS: fmt.Sprintf("127.0.0.1:%d", s.xdsPort),
+		DB: s.dbPath, Tokens: s.tokenFile, Wasm: s.wasm, Native: s.native, LogLevel: "debug", Extra: extra,
 	}
-	args := append([]string{
-		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", adminPort),
-		"-xds-addr", fmt.Sprintf("127.0.0.1:%d", s.xdsPort),
-	}, store...)
-	args = append(append(args,
-		"-tokens", s.tokenFile,
-		"-wasm-path", s.wasm,
-		"-native-path", s.native,
-		"-log-level", "debug",
-	), extra...)
+	if slices.Contains(extra, "-store") {
+		a.DB = "" // a replica on etcd, its -store among extra
+	}
+	args := a.Args()
 	s.allotd = harness.MustLaunch(s.t, "allotd", exec.Command(bin, args...))
 	s.allotd.MustWaitHTTPWith(s.t, s.client(), s.adminURL+"/readyz", 15*time.Second)
 }
@@ -176,21 +169,8 @@ func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter, node, clust
 	t.Helper()
 	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
-	module := "bin/allot.wasm"
-	if strings.HasSuffix(filter, ".so") {
-		module = "bin/liballot.so"
-	}
-	r := map[string]string{
-		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
-		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
-		"port_value: 18000": fmt.Sprintf("port_value: %d", xdsPort),
-		module:              filter,
-		"/dev/stdout":       accessLog,
-	}
-	for k, v := range replace {
-		r[k] = v
-	}
-	boot := harness.MustRenderBootstrap(t, bootstrap, r)
+	boot := harness.ConfigBootstrap{Path: bootstrap, Listener: listen, Admin: admin, XDS: xdsPort,
+		Module: filter, AccessLog: accessLog, Replace: replace}.MustRender(t)
 	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{
 		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"},

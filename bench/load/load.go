@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allotmesh/allot/internal/harness"
+	"github.com/allotmesh/allot/bench/stats"
 )
 
 // RequestFunc appends the raw HTTP/1.1 request number i to dst.
@@ -83,7 +83,7 @@ type Result struct {
 func (r Result) RPS() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
 
 // Quantile returns the q-quantile (0..1) of the latencies (nearest rank).
-func (r Result) Quantile(q float64) time.Duration { return harness.Quantile(r.Latencies, q) }
+func (r Result) Quantile(q float64) time.Duration { return stats.Quantile(r.Latencies, q) }
 
 // conn is one keep-alive connection.
 type conn struct {

@@ -3,8 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
+	"github.com/allotmesh/allot/bench/stats"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/internal/harness"
 )
@@ -69,45 +68,14 @@ func (p *paired) add(id string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return harness.Median(d), true
+	return stats.Median(d), true
 }
 
 // diffs are variant id's per-round CPU differences to A.
 func (p *paired) diffs(id string) ([]float64, bool) { return p.between(id, "A") }
 
 // between are the per-round CPU differences of variant x to variant y.
-func (p *paired) between(x, y string) ([]float64, bool) { return roundDiffs(p.CPU[x], p.CPU[y]) }
-
-// roundDiffs are x[i] − y[i] for two figures measured in the same rounds
-// (ok false unless both have every round).
-func roundDiffs(x, y []float64) ([]float64, bool) {
-	if len(x) == 0 || len(x) != len(y) {
-		return nil, false
-	}
-	d := make([]float64, len(x))
-	for i := range x {
-		d[i] = x[i] - y[i]
-	}
-	return d, true
-}
-
-// unresolved is the verdict on a difference whose 95% interval includes 0.
-const unresolved = "no difference this run resolves"
-
-// direction is which way a difference's 95% interval [lo, hi] lies from 0:
-// "faster" wholly below, "slower" wholly above, "" when it includes 0.
-func direction(lo, hi float64) string {
-	switch {
-	case hi < 0:
-		return "faster"
-	case lo > 0:
-		return "slower"
-	}
-	return ""
-}
-
-// ciResamples is how many times resample draws the rounds.
-const ciResamples = 10000
+func (p *paired) between(x, y string) ([]float64, bool) { return stats.RoundDiffs(p.CPU[x], p.CPU[y]) }
 
 // ratioCI is the 95% bootstrap interval of add(x) / add(y) (see
 // bootstrapRatio). Without an interleaved measurement (p nil) there is none.
@@ -120,58 +88,8 @@ func (p *paired) ratioCI(x, y string) (lo, hi float64, ok bool) {
 	if !okX || !okY {
 		return 0, 0, false
 	}
-	lo, hi = bootstrapRatio(dx, dy)
+	lo, hi = stats.BootstrapRatio(dx, dy)
 	return lo, hi, true
-}
-
-// bootstrapRatio is the 95% bootstrap interval of median(dx) / median(dy),
-// where dx[i] and dy[i] were measured in the same round (each against the
-// A of its round): the rounds are resampled together. A resample in which
-// y adds nothing gives an unbounded ratio.
-func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
-	rx, ry := make([]float64, len(dx)), make([]float64, len(dy))
-	return resample(len(dx), func(idx []int) float64 {
-		for i, j := range idx {
-			rx[i], ry[i] = dx[j], dy[j]
-		}
-		mx, my := harness.Median(rx), harness.Median(ry)
-		switch {
-		case my > 0:
-			return mx / my
-		case mx >= 0:
-			return math.Inf(1)
-		}
-		return math.Inf(-1)
-	})
-}
-
-// bootstrapMedian is the 95% bootstrap interval of the median of d.
-func bootstrapMedian(d []float64) (lo, hi float64) {
-	r := make([]float64, len(d))
-	return resample(len(d), func(idx []int) float64 {
-		for i, j := range idx {
-			r[i] = d[j]
-		}
-		return harness.Median(r)
-	})
-}
-
-// resample is the 95% percentile interval of stat over ciResamples
-// resamples with replacement of n rounds (stat gets the rounds' indices).
-// The generator's seed is fixed, so a report rendered again from the same
-// results is identical.
-func resample(n int, stat func(idx []int) float64) (lo, hi float64) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	idx := make([]int, n)
-	vals := make([]float64, ciResamples)
-	for k := range vals {
-		for i := range idx {
-			idx[i] = rng.IntN(n)
-		}
-		vals[k] = stat(idx)
-	}
-	slices.Sort(vals)
-	return vals[ciResamples*25/1000], vals[ciResamples*975/1000-1]
 }
 
 // latAdd is variant id's addition to latency quantile q over A: the median
@@ -181,7 +99,7 @@ func (p *paired) latAdd(id, q string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return harness.Median(d), true
+	return stats.Median(d), true
 }
 
 // latDiffs are variant id's per-round differences of latency quantile q to

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/allotmesh/allot/bench/stats"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -41,6 +42,9 @@ const (
 	propSimulated = 1000
 	adminToken    = "dev-admin-token-change-me" // envoy-configs/dev-tokens.json, loopback only
 )
+
+// devTokens is envoy-configs/dev-tokens.json, which holds adminToken.
+func devTokens(o Options) string { return filepath.Join(o.Root, "envoy-configs", "dev-tokens.json") }
 
 func measurePropagation(ctx context.Context, o Options, p *paths, logf func(string, ...any)) propagation {
 	var pr propagation
@@ -73,9 +77,8 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	os.Remove(db)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	xds := "127.0.0.1:" + strconv.Itoa(xdsPort)
-	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"],
-		"-admin-addr", admin, "-xds-addr", xds, "-db", db,
-		"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
+	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"], harness.Allotd{
+		Admin: admin, XDS: xds, DB: db, Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,13 +87,11 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 		return nil, nil, err
 	}
 
-	// Three real Envoys subscribed over ADS (ECDS), like envoy-configs/sidecar.yaml.
-	boot, err := adsBootstrap(xdsPort, p.allotWasm)
+	// Three real Envoys subscribed over ADS (ECDS): envoy-configs/sidecar.yaml
+	// on ports from the kernel; no request reaches them.
+	bootPath, err := harness.ConfigBootstrap{Path: filepath.Join(o.Root, "envoy-configs", "sidecar.yaml"),
+		XDS: xdsPort, Module: p.allotWasm, AccessLog: os.DevNull}.Render(p.raw)
 	if err != nil {
-		return nil, nil, err
-	}
-	bootPath := filepath.Join(p.raw, "propagation-envoy.json")
-	if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 		return nil, nil, err
 	}
 	for i := range 3 {
@@ -157,7 +158,7 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 // summarize sets P50, P99 and Max from AllAck.
 func (s *spread) summarize() {
 	sorted := slices.Sorted(slices.Values(s.AllAck))
-	s.P50, s.P99, s.Max = harness.Quantile(sorted, 0.5), harness.Quantile(sorted, 0.99), harness.Quantile(sorted, 1)
+	s.P50, s.P99, s.Max = stats.Quantile(sorted, 0.5), stats.Quantile(sorted, 0.99), stats.Quantile(sorted, 1)
 }
 
 // waitProxies waits until allotd's rollout status lists n proxies.
@@ -179,49 +180,4 @@ func waitProxies(ctx context.Context, admin string, n int) error {
 		return fmt.Errorf("wait for %d proxies: %w", n, err)
 	}
 	return nil
-}
-
-// adsBootstrap is a sidecar bootstrap whose Allot filter comes over ADS
-// (ECDS) from allotd, as in envoy-configs/sidecar.yaml.
-func adsBootstrap(xdsPort int, wasm string) ([]byte, error) {
-	def, err := wasmFilter(wasm, nil)
-	if err != nil {
-		return nil, err
-	}
-	filter := map[string]any{
-		"name": "allot",
-		"config_discovery": map[string]any{
-			"config_source":                        map[string]any{"ads": map[string]any{}, "resource_api_version": "V3"},
-			"type_urls":                            []any{"type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"},
-			"apply_default_config_without_warming": true,
-			"default_config":                       def[0].(map[string]any)["typed_config"],
-		},
-	}
-	b, err := bootstrap([]any{filter}, 0)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	m["dynamic_resources"] = map[string]any{"ads_config": map[string]any{
-		"api_type": "GRPC", "transport_api_version": "V3",
-		"grpc_services": []any{map[string]any{"envoy_grpc": map[string]any{"cluster_name": "allot_xds"}}},
-	}}
-	sr := m["static_resources"].(map[string]any)
-	sr["clusters"] = []any{map[string]any{
-		"name": "allot_xds", "type": "STATIC", "connect_timeout": "1s",
-		"typed_extension_protocol_options": map[string]any{
-			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
-				"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-				"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
-			},
-		},
-		"load_assignment": map[string]any{"cluster_name": "allot_xds", "endpoints": []any{map[string]any{
-			"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": map[string]any{
-				"socket_address": map[string]any{"address": "127.0.0.1", "port_value": xdsPort}}}}},
-		}}},
-	}}
-	return json.MarshalIndent(m, "", " ")
 }

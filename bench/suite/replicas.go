@@ -181,10 +181,9 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 			}
 		}
 		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
-		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bins["allotd"],
-			"-store", cluster.StoreURL(), "-replica-id", r.id, "-lease-ttl", replicaLeaseTTL.String(),
-			"-admin-addr", r.admin, "-xds-addr", r.xds,
-			"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
+		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bins["allotd"], harness.Allotd{
+			Admin: r.admin, XDS: r.xds, Store: cluster.StoreURL(), ReplicaID: r.id, LeaseTTL: replicaLeaseTTL,
+			Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
 		if err != nil {
 			return nil, err
 		}

@@ -115,3 +115,55 @@ func TestLaunchEnvoyExitsEarly(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// TestAllotdArgs: a bbolt allotd and an etcd replica get their flags, and
+// nothing they were not given.
+func TestAllotdArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		a    Allotd
+		want []string
+	}{
+		{"bbolt", Allotd{Admin: "a:1", XDS: "x:2", DB: "d.db", Tokens: "t.json", Wasm: "f.wasm", Native: "f.so", LogLevel: "debug", Extra: []string{"-mesh", "m.json"}},
+			[]string{"-admin-addr", "a:1", "-xds-addr", "x:2", "-db", "d.db", "-tokens", "t.json", "-wasm-path", "f.wasm", "-native-path", "f.so", "-log-level", "debug", "-mesh", "m.json"}},
+		{"etcd replica", Allotd{Admin: "a:1", XDS: "x:2", DB: "ignored.db", Store: "etcd://e:3", ReplicaID: "r1", LeaseTTL: 10 * time.Second, Tokens: "t.json", Wasm: "f.wasm"},
+			[]string{"-admin-addr", "a:1", "-xds-addr", "x:2", "-store", "etcd://e:3", "-replica-id", "r1", "-lease-ttl", "10s", "-tokens", "t.json", "-wasm-path", "f.wasm"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.a.Args(); !slices.Equal(got, tt.want) {
+				t.Errorf("Args() = %q\nwant     %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigBootstrap: envoy-configs/sidecar.yaml's fixed ports, module
+// and access log are moved, and Replace overrides a move.
+func TestConfigBootstrap(t *testing.T) {
+	c := ConfigBootstrap{Path: "envoy-configs/sidecar.yaml", Listener: 1001, Admin: 1002, XDS: 1003,
+		Module: "/tmp/x/liballot.wasm", AccessLog: "/tmp/x/access.log", Replace: map[string]string{"port_value: 9901": "port_value: 0"}}
+	path, err := c.Render(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{"port_value: 1001", "port_value: 0}", "port_value: 1003", "filename: /tmp/x/liballot.wasm", "path: /tmp/x/access.log"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered bootstrap lacks %q", want)
+		}
+	}
+	for _, gone := range []string{"port_value: 10000", "port_value: 9901", "port_value: 1002", "port_value: 18000", "bin/allot.wasm", "/dev/stdout"} {
+		if strings.Contains(got, gone) {
+			t.Errorf("rendered bootstrap still has %q", gone)
+		}
+	}
+	c.Path = "envoy-configs/no-such.yaml"
+	if _, err := c.Render(t.TempDir()); err == nil {
+		t.Error("rendered a missing bootstrap")
+	}
+}

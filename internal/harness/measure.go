@@ -1,39 +1,12 @@
 package harness
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 )
-
-// Quantile returns the q-quantile (0..1) of sorted, by nearest rank: the
-// element at rank ⌈q·n⌉ (rounded half up), clamped to the slice; the zero
-// value when sorted is empty.
-func Quantile[T cmp.Ordered](sorted []T, q float64) T {
-	if len(sorted) == 0 {
-		var zero T
-		return zero
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// Median returns the median of xs (the mean of the middle two for an even
-// count), 0 for none; xs is not modified.
-func Median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 // TickSeconds is the length of a clock tick (USER_HZ, 100/s), the unit of
 // CPUTicks.
