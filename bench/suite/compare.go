@@ -123,7 +123,7 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 	rounds := cmp.Or(o.PairedRounds, compareRounds)
 	logf("comparing this tree (%s) with %s (%s): %d rounds of %d requests per variant, every Envoy up at once",
 		c.Tree, o.Base, rev, rounds, pairedRequests)
-	if c.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {
+	if c.Paired, err = measurePaired(ctx, o, p, vs, authzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
 	c.Duration = time.Since(start)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -190,16 +189,8 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 		{"native-1", nativeAllot(1, typical), allotSO, &lt.NativeReady1},
 		{"native-1000", nativeAllot(1000, typical), allotSO, &lt.NativeReady1000},
 	} {
-		f, err := c.filters(p)
+		path, err := writeBootstrap(p, c.name, c.filters, 0)
 		if err != nil {
-			return nil, err
-		}
-		b, err := bootstrap(f, 0)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(p.raw, c.name+".json")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
 		boots = append(boots, boot{c.name, path, c.module, c.out})
@@ -268,16 +259,8 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod},
 		{"mem-native-1000", nativeAllot(1000, typical), true, allotSO},
 	} {
-		filters, err := c.filters(p)
+		path, err := writeBootstrap(p, c.name, c.filters, 0)
 		if err != nil {
-			return nil, err
-		}
-		b, err := bootstrap(filters, 0)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(p.raw, c.name+".json")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
 		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, moduleEnv(variant{module: c.module}, p))
@@ -326,4 +309,10 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		e.Terminate()
 	}
 	return m, nil
+}
+
+// loadavg is /proc/loadavg, the machine's load before and after a run.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
 }

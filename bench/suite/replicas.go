@@ -143,56 +143,25 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	cluster, err := harness.NewEtcdCluster(bins["etcd"], dir, replicaCount)
-	if err != nil {
-		return nil, err
-	}
-	var members []*harness.Process
+	cluster, members, err := startEtcd(o, dir, bins["etcd"])
 	defer func() {
 		for _, m := range members {
 			m.Terminate()
 		}
 	}()
-	for i, m := range cluster.Members {
-		cmd := cluster.Command(i, "new")
-		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
-		if err != nil {
-			return nil, err
-		}
-		members = append(members, proc)
-	}
-	if err := cluster.WaitHealthy(members, 30*time.Second); err != nil {
+	if err != nil {
 		return nil, err
 	}
 
-	var reps []replica
+	reps, err := startReplicas(o, p, dir, bins["allotd"], cluster)
 	defer func() {
 		// Replicas first, so that none outlives its store.
 		for _, r := range reps {
 			r.proc.Terminate()
 		}
 	}()
-	for i := range replicaCount {
-		r := replica{id: fmt.Sprintf("r%d", i+1)}
-		ports := [2]int{}
-		for j := range ports {
-			if ports[j], err = harness.FreePort(); err != nil {
-				return nil, err
-			}
-		}
-		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
-		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bins["allotd"], harness.Allotd{
-			Admin: r.admin, XDS: r.xds, Store: cluster.StoreURL(), ReplicaID: r.id, LeaseTTL: replicaLeaseTTL,
-			Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
-		if err != nil {
-			return nil, err
-		}
-		reps = append(reps, r)
-	}
-	for _, r := range reps {
-		if err := waitReady(r, 30*time.Second); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 
 	// The fleets: an even share of the clients on each replica, node ids
@@ -250,6 +219,58 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		replicaCount, replicaCount, o.EnvoyCPU, thousands(f.Clients), joinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	return s, nil
+}
+
+// startEtcd starts a fresh cluster of replicaCount etcd members in dir,
+// pinned to the server CPU, and waits until every member is healthy. The
+// caller stops the members it returns, even with an error.
+func startEtcd(o Options, dir, bin string) (*harness.EtcdCluster, []*harness.Process, error) {
+	cluster, err := harness.NewEtcdCluster(bin, dir, replicaCount)
+	if err != nil {
+		return nil, nil, err
+	}
+	var members []*harness.Process
+	for i, m := range cluster.Members {
+		cmd := cluster.Command(i, "new")
+		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
+		if err != nil {
+			return nil, members, err
+		}
+		members = append(members, proc)
+	}
+	return cluster, members, cluster.WaitHealthy(members, 30*time.Second)
+}
+
+// startReplicas starts replicaCount allotd replicas on cluster, pinned to
+// the server CPU, and waits until each is ready. The caller stops the
+// replicas it returns, even with an error.
+func startReplicas(o Options, p *paths, dir, bin string, cluster *harness.EtcdCluster) ([]replica, error) {
+	var reps []replica
+	for i := range replicaCount {
+		r := replica{id: fmt.Sprintf("r%d", i+1)}
+		ports := [2]int{}
+		for j := range ports {
+			var err error
+			if ports[j], err = harness.FreePort(); err != nil {
+				return reps, err
+			}
+		}
+		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+		var err error
+		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bin, harness.Allotd{
+			Admin: r.admin, XDS: r.xds, Store: cluster.StoreURL(), ReplicaID: r.id, LeaseTTL: replicaLeaseTTL,
+			Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
+		if err != nil {
+			return reps, err
+		}
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		if err := waitReady(r, 30*time.Second); err != nil {
+			return reps, err
+		}
+	}
+	return reps, nil
 }
 
 // waitReady waits until the replica's /readyz answers 200.
