@@ -5,11 +5,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/internal/harness"
 )
@@ -144,14 +146,18 @@ func testWalkingSkeleton(t *testing.T, a artifact) {
 
 }
 
+// compile compiles def, an experiment as the admin API takes it, with the
+// filter's own decoder (config.Parse), as a proxy would: the engine's
+// assignment is the tests' oracle. The admin API's revision is left out.
 func compile(t *testing.T, def map[string]any) *engine.Set {
 	t.Helper()
-	b, _ := json.Marshal(def)
-	var e engine.Experiment
-	if err := json.Unmarshal(b, &e); err != nil {
+	exp := maps.Clone(def)
+	delete(exp, "revision")
+	b, err := json.Marshal(map[string]any{"experiments": []any{exp}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := engine.Compile(engine.Config{Experiments: []engine.Experiment{e}})
+	_, set, err := config.Parse(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/engine"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
@@ -531,15 +530,6 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 		},
 	}
 	return json.MarshalIndent(b, "", " ")
-}
-
-// experiments decodes experimentsJSON(n) for the engine.
-func experiments(n int) ([]engine.Experiment, error) {
-	var exps []engine.Experiment
-	if err := json.Unmarshal([]byte(experimentsJSON(n)), &exps); err != nil {
-		return nil, fmt.Errorf("experiments(%d): %w", n, err)
-	}
-	return exps, nil
 }
 
 // selectVariants are A and the variants only names (all when empty), each
