@@ -161,7 +161,7 @@ func LaunchEnvoy(ctx context.Context, o EnvoyOptions) (*Envoy, error) {
 	var last error
 	for {
 		if e.Exited() {
-			return nil, fmt.Errorf("%s exited before ready (%v); last error: %v\n%s", o.Name, e.waitErr, last, e.LogTail(20))
+			return nil, fmt.Errorf("%s exited before ready (%v); last error: %v\n%s", o.Name, e.waitErr, last, e.LogTail(tailLines))
 		}
 		last = e.ready(o.AdminPort, adminPath)
 		if last == nil {
@@ -169,7 +169,7 @@ func LaunchEnvoy(ctx context.Context, o EnvoyOptions) (*Envoy, error) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			e.Terminate()
-			return nil, fmt.Errorf("%s not ready within %v: %v\n%s", o.Name, o.Timeout, cmp.Or(ctx.Err(), last), e.LogTail(20))
+			return nil, fmt.Errorf("%s not ready within %v: %v\n%s", o.Name, o.Timeout, cmp.Or(ctx.Err(), last), e.LogTail(tailLines))
 		}
 		select {
 		case <-ctx.Done():
