@@ -23,29 +23,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
 
 // pollInterval is how often Eventually and the wait helpers retry.
 const pollInterval = 20 * time.Millisecond
-
-// Client is the HTTP client of every request the harness makes, and of
-// the benchmark's. It never uses a proxy from the environment: all traffic
-// stays on 127.0.0.1.
-var Client = &http.Client{
-	Timeout: 10 * time.Second,
-	Transport: &http.Transport{
-		Proxy:               nil,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     30 * time.Second,
-	},
-}
 
 // RepoRoot returns the repository root: the nearest directory at or above the
 // working directory that contains go.mod.
@@ -105,17 +90,6 @@ func MustEventually(t testing.TB, timeout time.Duration, f func() error) {
 	}
 }
 
-var ports struct {
-	sync.Mutex
-	given map[int]bool
-}
-
-// MustFreePort is FreePort that fails the test on error.
-func MustFreePort(t testing.TB) int {
-	t.Helper()
-	return must[int](t)(FreePort())
-}
-
 // must is how a Must form returns its core's value: the function it
 // returns fails t if the core's error is not nil.
 func must[T any](t testing.TB) func(T, error) T {
@@ -127,33 +101,6 @@ func must[T any](t testing.TB) func(T, error) T {
 		}
 		return v
 	}
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
-// configuration that needs a port number before the listener exists (Envoy
-// bootstraps, allotd flags). No port is handed out twice in one process.
-// Prefer listening on 127.0.0.1:0 directly where the code allows it.
-func FreePort() (int, error) {
-	ports.Lock()
-	defer ports.Unlock()
-	if ports.given == nil {
-		ports.given = make(map[int]bool)
-	}
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find free port: %w", err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		if err := ln.Close(); err != nil {
-			return 0, fmt.Errorf("find free port: close listener: %w", err)
-		}
-		if !ports.given[port] {
-			ports.given[port] = true
-			return port, nil
-		}
-	}
-	return 0, errors.New("find free port: 100 attempts returned ports already handed out")
 }
 
 // MustWriteFile writes content to a file name in a fresh temporary

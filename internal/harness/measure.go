@@ -1,11 +1,13 @@
 package harness
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // TickSeconds is the length of a clock tick (USER_HZ, 100/s), the unit of
@@ -57,4 +59,51 @@ func CPUNanos(pid int) (int64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// RSS returns the resident set size of the process in bytes, from VmRSS
+// in /proc/<pid>/status (Linux only).
+func (p *Process) RSS() (int64, error) {
+	rss, err := ReadRSS(p.Pid())
+	if err != nil {
+		return 0, fmt.Errorf("%s rss: %w", p.name, err)
+	}
+	return rss, nil
+}
+
+// MustRSS is RSS that fails the test on error.
+func (p *Process) MustRSS(t testing.TB) int64 {
+	t.Helper()
+	return must[int64](t)(p.RSS())
+}
+
+// ReadRSS returns the resident set size (VmRSS) of process pid in bytes,
+// from /proc/<pid>/status (Linux only).
+func ReadRSS(pid int) (int64, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("%s: unexpected VmRSS line %q", path, sc.Text())
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: parse VmRSS: %w", path, err)
+		}
+		return kb * 1024, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return 0, fmt.Errorf("%s: no VmRSS line (process exited?)", path)
 }

@@ -241,6 +241,18 @@ func (p *Process) wait(what string, timeout time.Duration, check func() error) e
 	}
 }
 
+// Client is the HTTP client of every request the harness makes, and of
+// the benchmark's. It never uses a proxy from the environment: all traffic
+// stays on 127.0.0.1.
+var Client = &http.Client{
+	Timeout: 10 * time.Second,
+	Transport: &http.Transport{
+		Proxy:               nil,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	},
+}
+
 // get2xx GETs url through c and returns an error unless the status is 2xx.
 func get2xx(c *http.Client, url string) error {
 	resp, err := c.Get(url)
