@@ -229,7 +229,7 @@ run: check-filter envoy build $(if $(filter native,$(FILTER)),build-native) ## R
 	FILTER=$(FILTER) ./scripts/run-demo.sh
 
 .PHONY: run-ha
-run-ha: envoy build etcd ## Run Allot replicated on loopback: 3 etcd members, 3 allotd replicas, 2 Envoys on different replicas.
+run-ha: envoy build etcd ## Run Allot replicated on loopback: 3 etcd members, 3 allotd replicas, 2 Envoys on different replicas; survives a killed replica or etcd member, restarts them on SIGUSR1.
 	./scripts/run-ha.sh
 
 .PHONY: etcd
