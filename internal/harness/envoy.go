@@ -193,7 +193,7 @@ func MustLaunchEnvoy(t testing.TB, o EnvoyOptions) *Envoy {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	e, err := LaunchEnvoy(t.Context(), o)
+	e, err := LaunchEnvoy(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
