@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -163,4 +165,39 @@ func binaryName(pkg string) string {
 		return "main"
 	}
 	return name
+}
+
+// GoBuild runs `go build flags... -o out pkg` in the module directory dir
+// with env ("KEY=value") added to the environment. It writes where it is
+// told and caches nothing; Build is the cached form tests use.
+func GoBuild(ctx context.Context, dir, out, pkg string, flags []string, env ...string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("build %s: go command not in PATH: %w", pkg, err)
+	}
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s go %s: %w\n%s", strings.Join(env, " "), strings.Join(args, " "), err, msg)
+	}
+	return nil
+}
+
+// CSharedFlags are the compiler flags BuildCShared passes: an optimized,
+// position-independent shared object.
+var CSharedFlags = []string{"-O2", "-shared", "-fPIC"}
+
+// BuildCShared compiles the C sources srcs into the shared object out
+// (`cc -O2 -shared -fPIC -o out srcs...`, with cc $CC or gcc), run in dir.
+func BuildCShared(ctx context.Context, dir, out string, srcs ...string) error {
+	cc := cmp.Or(os.Getenv("CC"), "gcc")
+	args := append(append(append([]string(nil), CSharedFlags...), "-o", out), srcs...)
+	cmd := exec.CommandContext(ctx, cc, args...)
+	cmd.Dir = dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(args, " "), err, msg)
+	}
+	return nil
 }

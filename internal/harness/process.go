@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,6 +67,40 @@ func stopAtCleanup(t testing.TB, p *Process) {
 				p.name, p.Pid(), state, p.waitErr, p.logPath, tailLines, p.LogTail(tailLines))
 		}
 	})
+}
+
+// Launch starts cmd as a Process: its stdout and stderr go to logPath, and
+// the kernel kills it if this process dies (Linux). Nothing stops it for
+// the caller: call Terminate (or use MustLaunch in a test).
+func Launch(name, logPath string, cmd *exec.Cmd) (*Process, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd.Stdout = f
+	cmd.Stderr = f
+	setProcAttr(cmd)
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
+	}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// PinnedCommand is the command running bin with args pinned to CPU cpu
+// (`taskset -c cpu bin args...`; taskset execs bin, so the process's pid is
+// bin's own), or unpinned when cpu is negative.
+func PinnedCommand(cpu int, bin string, args ...string) *exec.Cmd {
+	if cpu < 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu), bin}, args...)...)
 }
 
 // Name returns the name given to Launch.
