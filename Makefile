@@ -125,8 +125,14 @@ lint-tree: ## Refuse merge-conflict markers in tracked files and relative Markdo
 # hundreds of KB of module, and each MB costs Envoy ~16 MiB of RSS.
 FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net|net/.*
 
+# What allotctl, a client of the admin API, must not link: the server side
+# of the control plane, its stores and their clients, Prometheus, and
+# gRPC's server-only packages. The grpc package itself holds client and
+# server alike, so it is unavoidable for a gRPC client.
+ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|mesh|mtls|console|migrate)|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc/(reflection|health)|github\.com/envoyproxy/go-control-plane/pkg
+
 .PHONY: check-deps
-check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one.
+check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one, the server side out of allotctl; control-plane/experiment pure.
 	@deps=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter/...); \
 	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "the filter must not import:"; echo "$$bad"; exit 1; fi; \
@@ -136,7 +142,14 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 	deps=$$(CGO_ENABLED=1 $(GO) list -deps ./filter/native); \
 	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "the native module must not import:"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: filter (Wasm and native) is free of gRPC, net/http and control-plane/; the Wasm module of $(FILTER_HEAVY)"
+	echo "check-deps: filter (Wasm and native) is free of gRPC, net/http and control-plane/; the Wasm module of $(FILTER_HEAVY)"; \
+	deps=$$($(GO) list -deps ./control-plane/cmd/allotctl); \
+	bad=$$(echo "$$deps" | grep -E '^($(ALLOTCTL_FORBIDDEN))(/|$$)' || true); \
+	if [ -n "$$bad" ]; then echo "allotctl must not link the server side:"; echo "$$bad"; exit 1; fi; \
+	deps=$$($(GO) list -deps ./control-plane/experiment); \
+	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|proto/|filter/engine|filter/internal/)' || true); \
+	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages and filter/engine:"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: allotctl links neither the admin server, the store, xDS nor Prometheus (gRPC only as a client: the grpc package holds both sides); control-plane/experiment is pure"
 
 ## ---------------------------------------------------------------- tests
 

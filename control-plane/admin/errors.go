@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/translate"
 )
 
 // Code classifies an admin API error independently of the transport.
@@ -47,14 +48,19 @@ func errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// toError turns any error into an *Error: store sentinels keep their
-// meaning, anything unknown becomes a generic internal error (the caller
+// toError turns any error into an *Error: store sentinels and
+// translate.Validate's field errors keep their meaning, anything unknown becomes a generic internal error (the caller
 // logs the detail; it is never sent to clients).
 func toError(err error) *Error {
-	var e *Error
+	var (
+		e   *Error
+		inv *translate.ValidationError
+	)
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &inv):
+		return &Error{Code: CodeInvalid, Message: "invalid experiment", Details: inv.Details}
 	case errors.Is(err, store.ErrNotFound):
 		return &Error{Code: CodeNotFound, Message: "experiment not found"}
 	case errors.Is(err, store.ErrExists):

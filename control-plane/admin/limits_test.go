@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
@@ -47,37 +48,39 @@ func TestValidateBounds(t *testing.T) {
 		set  func(e *experimentv1.Experiment, past int)
 		want string
 	}{
-		{"description", func(e *experimentv1.Experiment, p int) { e.Description = rep(admin.MaxDescriptionBytes + p) },
+		{"description", func(e *experimentv1.Experiment, p int) { e.Description = rep(experiment.MaxDescriptionBytes + p) },
 			"description: 4097 bytes, limit 4096"},
-		{"owner", func(e *experimentv1.Experiment, p int) { e.Owner = rep(admin.MaxOwnerBytes + p) }, "owner: 129 bytes, limit 128"},
-		{"services", func(e *experimentv1.Experiment, p int) { e.Services = names(admin.MaxServices + p) }, "services: 65 services, limit 64"},
+		{"owner", func(e *experimentv1.Experiment, p int) { e.Owner = rep(experiment.MaxOwnerBytes + p) }, "owner: 129 bytes, limit 128"},
+		{"services", func(e *experimentv1.Experiment, p int) { e.Services = names(experiment.MaxServices + p) }, "services: 65 services, limit 64"},
 		{"a service name", func(e *experimentv1.Experiment, p int) {
-			e.Services = []string{"a", rep(admin.MaxServiceNameBytes + p)}
+			e.Services = []string{"a", rep(experiment.MaxServiceNameBytes + p)}
 		},
-			"services[1]: 254 bytes, limit 253"},
-		{"variations", func(e *experimentv1.Experiment, p int) { e.Variations = values(admin.MaxVariations + p) },
+			"services[1]: 129 bytes, limit 128"},
+		{"variations", func(e *experimentv1.Experiment, p int) { e.Variations = values(experiment.MaxVariations + p) },
 			"variations: 65 variations, limit 64"},
 		{"a variation's header value", func(e *experimentv1.Experiment, p int) {
-			e.Variations[1] = structpb.NewStringValue(rep(admin.MaxVariationValueBytes + p))
+			e.Variations[1] = structpb.NewStringValue(rep(experiment.MaxVariationValueBytes + p))
 		}, "variations[1]: 4097 bytes as a header value, limit 4096"},
-		{"hashAttribute", func(e *experimentv1.Experiment, p int) { e.HashAttribute = rep(admin.MaxAttributeNameBytes + p) },
+		{"hashAttribute", func(e *experimentv1.Experiment, p int) { e.HashAttribute = rep(experiment.MaxAttributeNameBytes + p) },
 			"hashAttribute: 129 bytes, limit 128"},
-		{"fallbackAttribute", func(e *experimentv1.Experiment, p int) { e.FallbackAttribute = rep(admin.MaxAttributeNameBytes + p) },
+		{"fallbackAttribute", func(e *experimentv1.Experiment, p int) {
+			e.FallbackAttribute = rep(experiment.MaxAttributeNameBytes + p)
+		},
 			"fallbackAttribute: 129 bytes, limit 128"},
-		{"seed", func(e *experimentv1.Experiment, p int) { e.Seed = rep(admin.MaxSeedBytes + p) }, "seed: 257 bytes, limit 256"},
+		{"seed", func(e *experimentv1.Experiment, p int) { e.Seed = rep(experiment.MaxSeedBytes + p) }, "seed: 257 bytes, limit 256"},
 		{"the document", func(e *experimentv1.Experiment, p int) { *e = *largest(t, p) },
-			fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", store.MaxSpecBytes+1, store.MaxSpecBytes)},
+			fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxSpecBytes+1, experiment.MaxSpecBytes)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			at := exp("k", "team-a", 0)
 			tt.set(at, 0)
-			if err := admin.Validate(at, translate.Mesh{}); err != nil {
+			if err := translate.Validate(at, translate.Mesh{}); err != nil {
 				t.Errorf("at the bound: %v", err)
 			}
 			past := exp("k", "team-a", 0)
 			tt.set(past, 1)
-			err := admin.Validate(past, translate.Mesh{})
+			err := translate.Validate(past, translate.Mesh{})
 			if got := admin.ErrorOf(err); err == nil || got.Code != admin.CodeInvalid || !slices.Contains(got.Details, tt.want) {
 				t.Errorf("one past the bound: %v, want invalid with %q", err, tt.want)
 			}
@@ -92,7 +95,7 @@ func largest(t *testing.T, past int) *experimentv1.Experiment {
 	t.Helper()
 	build := func(pad int) *experimentv1.Experiment {
 		e := exp("big", "team-a", 0)
-		e.Status = translate.StatusDraft
+		e.Status = experiment.StatusDraft
 		e.Services = []string{"checkout"}
 		e.Description = "d1"
 		cond, err := structpb.NewStruct(map[string]any{"id": map[string]any{"$in": []any{strings.Repeat("u", pad)}}})
@@ -102,13 +105,13 @@ func largest(t *testing.T, past int) *experimentv1.Experiment {
 		e.Condition = cond
 		return e
 	}
-	base, err := admin.DocumentBytes(build(0))
+	base, err := experiment.DocumentBytes(build(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := build(store.MaxSpecBytes - base + past)
-	if n, _ := admin.DocumentBytes(e); n != store.MaxSpecBytes+past {
-		t.Fatalf("largest document is %d bytes, want %d", n, store.MaxSpecBytes+past)
+	e := build(experiment.MaxSpecBytes - base + past)
+	if n, _ := experiment.DocumentBytes(e); n != experiment.MaxSpecBytes+past {
+		t.Fatalf("largest document is %d bytes, want %d", n, experiment.MaxSpecBytes+past)
 	}
 	return e
 }
@@ -129,7 +132,7 @@ func TestLargestDocumentLifecycle(t *testing.T) {
 			return db
 		}},
 	}
-	tooBig := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", store.MaxSpecBytes+1, store.MaxSpecBytes)
+	tooBig := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxSpecBytes+1, experiment.MaxSpecBytes)
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			e := newEnv(t, st.open(t))
@@ -173,15 +176,15 @@ func TestLargestDocumentLifecycle(t *testing.T) {
 			over.Revision = cur.Revision
 			refused("PUT", "/v1/experiments/big", body(over))
 			for _, step := range []struct{ op, want string }{
-				{"start", translate.StatusRunning}, {"pause", translate.StatusPaused}, {"stop", translate.StatusStopped},
+				{"start", experiment.StatusRunning}, {"pause", experiment.StatusPaused}, {"stop", experiment.StatusStopped},
 			} {
 				e.mustDo(http.StatusOK, aliceToken, "POST", "/v1/experiments/big:"+step.op, "", nil)
 				read()
 				if cur.Status != step.want || cur.Description != "d2" {
 					t.Fatalf("after %s: status %q, description %q; want %q, d2", step.op, cur.Status, cur.Description, step.want)
 				}
-				if n, _ := admin.DocumentBytes(&cur); n != store.MaxSpecBytes {
-					t.Fatalf("after %s: %d bytes, want %d", step.op, n, store.MaxSpecBytes)
+				if n, _ := experiment.DocumentBytes(&cur); n != experiment.MaxSpecBytes {
+					t.Fatalf("after %s: %d bytes, want %d", step.op, n, experiment.MaxSpecBytes)
 				}
 			}
 			e.mustDo(http.StatusNoContent, aliceToken, "DELETE", "/v1/experiments/big?revision="+fmt.Sprint(cur.Revision), "", nil)
@@ -201,7 +204,7 @@ func TestServiceHeaderBudget(t *testing.T) {
 	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
 	big := func(key, status string, services ...string) *experimentv1.Experiment {
 		e := exp(key, "team-a", 0)
-		e.Variations[1] = structpb.NewStringValue(strings.Repeat("t", admin.MaxVariationValueBytes))
+		e.Variations[1] = structpb.NewStringValue(strings.Repeat("t", experiment.MaxVariationValueBytes))
 		e.Services, e.Status = services, status
 		return e
 	}
@@ -232,13 +235,13 @@ func TestServiceHeaderBudget(t *testing.T) {
 		_, err = s.Create(ctx, root, big("two", ""))
 		refused(t, err, `services: service "checkout": a request could receive`)
 		// A draft may wait; starting it is refused the same way.
-		d, err := s.Create(ctx, root, big("two", translate.StatusDraft, "checkout"))
+		d, err := s.Create(ctx, root, big("two", experiment.StatusDraft, "checkout"))
 		if err != nil {
 			t.Fatalf("a draft does not run: %v", err)
 		}
 		_, err = s.Start(ctx, root, "two", d.Revision)
 		refused(t, err, `services[0]: service "checkout": a request could receive`)
-		d.Status = translate.StatusRunning
+		d.Status = experiment.StatusRunning
 		_, err = s.Update(ctx, root, d)
 		refused(t, err, `services[0]: service "checkout": a request could receive`)
 	})
@@ -300,7 +303,7 @@ func TestExperimentsPerService(t *testing.T) {
 	if got := admin.ErrorOf(err); err == nil || !slices.Equal(got.Details, []string{want}) {
 		t.Fatalf("one experiment too many: %v, want only %q", err, want)
 	}
-	if _, err := s.Create(ctx, root, one("more", translate.StatusDraft, "checkout")); err != nil {
+	if _, err := s.Create(ctx, root, one("more", experiment.StatusDraft, "checkout")); err != nil {
 		t.Errorf("a draft does not run: %v", err)
 	}
 	if _, err := s.Create(ctx, root, one("other", "", "search")); err != nil {
@@ -319,7 +322,7 @@ func TestServiceHeaderBudgetConcurrentWrite(t *testing.T) {
 	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
 	big := func(key string) *experimentv1.Experiment {
 		e := exp(key, "team-a", 0)
-		e.Variations[1] = structpb.NewStringValue(strings.Repeat("t", admin.MaxVariationValueBytes))
+		e.Variations[1] = structpb.NewStringValue(strings.Repeat("t", experiment.MaxVariationValueBytes))
 		e.Services = []string{"checkout"}
 		return e
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/translate"
 )
 
 // Metrics are the admin API's Prometheus metrics:
@@ -67,7 +67,7 @@ func (c *experimentsCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	counts := map[string]int{}
-	for st := range transitions {
+	for st := range experiment.Transitions {
 		counts[st] = 0
 	}
 	for _, se := range items {
@@ -76,7 +76,7 @@ func (c *experimentsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.NewInvalidMetric(experimentsDesc, err)
 			return
 		}
-		counts[translate.Status(e)]++
+		counts[experiment.Status(e)]++
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(experimentsDesc, prometheus.GaugeValue, float64(n), st)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -102,9 +103,9 @@ func TestOwnershipCheckedOnTheWrittenRevision(t *testing.T) {
 			if gerr != nil {
 				t.Fatalf("the experiment is gone after team-b's write raced the transfer: %v", gerr)
 			}
-			if got.Owner != "team-a" || got.Description != "" || translate.Status(got) != translate.StatusRunning || got.Revision != read.Revision+1 {
+			if got.Owner != "team-a" || got.Description != "" || experiment.Status(got) != experiment.StatusRunning || got.Revision != read.Revision+1 {
 				t.Errorf("after team-b's write: owner %q, description %q, status %s, revision %d; want the transfer's team-a, \"\", running, %d",
-					got.Owner, got.Description, translate.Status(got), got.Revision, read.Revision+1)
+					got.Owner, got.Description, experiment.Status(got), got.Revision, read.Revision+1)
 			}
 		})
 	}

@@ -1,38 +1,38 @@
 // Package admin is the control plane's admin API for experiment owners. Its
 // transport-agnostic Service creates, reads, lists, updates and deletes
-// experiments, moves them through their lifecycle, previews assignments and
-// reads the audit history; definitions are validated by the filter's own
-// decoder and engine (translate.Compile) plus the control plane's own rules,
-// and writes are authorized per owner namespace. Two transports serve it: gRPC (allot.admin.v1.AdminService,
-// grpc.go) and HTTP/JSON (http.go), both authenticating bearer tokens
-// (auth.go). It is the only place where errors become transport status codes
-// (errors.go: HTTPStatus and toStatus).
+// experiments, moves them through their lifecycle (the transitions package
+// experiment allows), previews assignments and reads the audit history;
+// every write is checked by translate.Validate (the filter's own decoder
+// and engine plus the control plane's own rules) and against the bounds of
+// the services it runs on, and authorized per owner namespace. Two
+// transports serve it: gRPC (allot.admin.v1.AdminService, grpc.go) and
+// HTTP/JSON (http.go), both authenticating bearer tokens (auth.go). It is
+// the only place where errors become transport status codes (errors.go:
+// HTTPStatus and toStatus).
 //
-// It reads the store through store.Store and uses the pure translate package
-// to build exactly the configuration proxies receive; it must not import
-// xds or server.
+// It reads the store through store.Store and uses the pure experiment and
+// translate packages to build exactly the configuration proxies receive;
+// it must not import xds or server.
 package admin
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/engine"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
-	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
 // Service implements the admin operations over a store, independent of the
@@ -67,79 +67,10 @@ func NewService(st store.Store, log *slog.Logger, opts ...ServiceOption) *Servic
 	return s
 }
 
-// Validate checks an experiment as the API accepts it, returning an *Error
-// listing every problem with its field path. The control plane's own
-// fields (status, services, schedule) and every bound of the document
-// (limits.go) are checked here; the definition is checked by what a proxy
-// runs: translate.Definition(e) alone in a filter configuration with the
-// mesh's saved groups, through translate.Compile. The bounds of each
-// service the experiment applies to depend on the other experiments; the
-// Service checks them on every write that leaves an experiment running.
-func Validate(e *experimentv1.Experiment, mesh translate.Mesh) error {
-	details := checkBounds(e)
-	cfg := &filterv1.FilterConfig{Experiments: []*experimentv1.Experiment{translate.Definition(e)}}
-	if mesh.Filter != nil {
-		cfg.SavedGroups = mesh.Filter.SavedGroups
-	}
-	if _, _, err := translate.Compile(cfg); err != nil {
-		details = append(details, fieldErrors(err, "experiments[0]")...)
-	}
-	if st := e.GetStatus(); st != "" && !validStatus(st) {
-		details = append(details, "status: unknown status "+strconv.Quote(st)+", want draft, running, paused or stopped")
-	}
-	for i, svc := range e.GetServices() {
-		if svc == "" {
-			details = append(details, "services["+strconv.Itoa(i)+"]: empty service name")
-		}
-	}
-	start, end := e.GetStartTime(), e.GetEndTime()
-	for _, t := range []struct {
-		field string
-		ts    *timestamppb.Timestamp
-	}{{"startTime", start}, {"endTime", end}} {
-		if t.ts != nil {
-			if err := t.ts.CheckValid(); err != nil {
-				details = append(details, t.field+": "+err.Error())
-			}
-		}
-	}
-	if start.IsValid() && end.IsValid() && !end.AsTime().After(start.AsTime()) {
-		details = append(details, "endTime: must be after startTime")
-	}
-	if len(details) > 0 {
-		return &Error{Code: CodeInvalid, Message: "invalid experiment", Details: details}
-	}
-	return nil
-}
-
-// fieldErrors lists every error joined in err as "path: message", with
-// prefix (and the dot after it) taken off the paths of *engine.FieldErrors.
-func fieldErrors(err error, prefix string) []string {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []string
-		for _, e := range j.Unwrap() {
-			out = append(out, fieldErrors(e, prefix)...)
-		}
-		return out
-	}
-	var fe *engine.FieldError
-	if !errors.As(err, &fe) {
-		return []string{err.Error()}
-	}
-	path, ok := strings.CutPrefix(fe.Path, prefix)
-	if !ok {
-		return []string{fe.Error()}
-	}
-	if path = strings.TrimPrefix(path, "."); path == "" {
-		return []string{fe.Message}
-	}
-	return []string{path + ": " + fe.Message}
-}
-
 // spec is the stored form of a definition: its proto3 JSON without output-only
 // metadata.
 func spec(e *experimentv1.Experiment) ([]byte, error) {
-	return protojson.Marshal(translate.Spec(e))
+	return protojson.Marshal(experiment.Spec(e))
 }
 
 // FromStore rebuilds the resource from a stored document.
@@ -177,7 +108,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "create", e.Key, e.Owner)
 	}
-	if err := Validate(e, s.mesh); err != nil {
+	if err := translate.Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
 	b, err := spec(e)
@@ -236,7 +167,7 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 	if !p.CanRead() {
 		return nil, 0, errorf(CodePermissionDenied, "reading needs a token")
 	}
-	if f.Status != "" && !validStatus(f.Status) {
+	if f.Status != "" && !experiment.KnownStatus(f.Status) {
 		return nil, 0, &Error{Code: CodeInvalid, Message: "invalid filter", Details: []string{"status: " + strconv.Quote(f.Status) + ", want draft, running, paused or stopped"}}
 	}
 	items, rev, err := s.store.List(ctx)
@@ -251,8 +182,8 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 		}
 		switch {
 		case f.Owner != "" && e.Owner != f.Owner,
-			f.Status != "" && translate.Status(e) != f.Status,
-			f.Service != "" && !translate.AppliesTo(e, f.Service):
+			f.Status != "" && experiment.Status(e) != f.Status,
+			f.Service != "" && !experiment.AppliesTo(e, f.Service):
 			continue
 		}
 		out = append(out, e)
@@ -290,15 +221,15 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, e.Owner)
 	}
-	if err := Validate(e, s.mesh); err != nil {
+	if err := translate.Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
 	old, err := FromStore(cur)
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", cur.Key, err)
 	}
-	if from, to := translate.Status(old), translate.Status(e); from != to && !allowed(from, to) {
-		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, transitionsHelp)
+	if from, to := experiment.Status(old), experiment.Status(e); from != to && !experiment.Allowed(from, to) {
+		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, experiment.TransitionsHelp)
 	}
 	wctx, err := s.checkServices(ctx, e, cur.Revision)
 	if err != nil {
@@ -337,37 +268,19 @@ func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision
 	return nil
 }
 
-// transitionsHelp states the lifecycle for error messages.
-const transitionsHelp = "allowed: draft → running|stopped, running → paused|stopped, paused → running|stopped; stopped is final"
-
-// transitions lists the statuses each status may move to.
-var transitions = map[string][]string{
-	translate.StatusDraft:   {translate.StatusRunning, translate.StatusStopped},
-	translate.StatusRunning: {translate.StatusPaused, translate.StatusStopped},
-	translate.StatusPaused:  {translate.StatusRunning, translate.StatusStopped},
-	translate.StatusStopped: nil,
-}
-
-func validStatus(st string) bool {
-	_, ok := transitions[st]
-	return ok
-}
-
-func allowed(from, to string) bool { return slices.Contains(transitions[from], to) }
-
 // Start sets a draft or paused experiment running.
 func (s *Service) Start(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "start", key, revision, translate.StatusRunning)
+	return s.transition(ctx, p, "start", key, revision, experiment.StatusRunning)
 }
 
 // Pause pauses a running experiment.
 func (s *Service) Pause(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "pause", key, revision, translate.StatusPaused)
+	return s.transition(ctx, p, "pause", key, revision, experiment.StatusPaused)
 }
 
 // Stop ends a draft, running or paused experiment for good.
 func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "stop", key, revision, translate.StatusStopped)
+	return s.transition(ctx, p, "stop", key, revision, experiment.StatusStopped)
 }
 
 // transition moves an experiment to status to. A non-zero revision must
@@ -395,12 +308,12 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", key, err)
 	}
-	from := translate.Status(e)
+	from := experiment.Status(e)
 	if from == to {
 		return e, nil
 	}
-	if !allowed(from, to) {
-		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, transitionsHelp)
+	if !experiment.Allowed(from, to) {
+		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, experiment.TransitionsHelp)
 	}
 	e.Status = to
 	wctx, err := s.checkServices(ctx, e, cur.Revision)

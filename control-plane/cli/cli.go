@@ -1,6 +1,6 @@
 // Package cli implements allotctl's subcommands behind one entry point, Run.
 // It owns argument parsing and output formatting only; the work is done by
-// the packages it calls (offline eval: admin.Validate, then
+// the packages it calls (offline eval: translate.Validate, then
 // translate.FilterConfig and translate.Compile, the pipeline allotd and the
 // proxies run; the other commands: the admin API). It never exits the process:
 // errors go back to the thin main in control-plane/cmd/allotctl.

@@ -18,7 +18,6 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/engine"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -185,15 +184,15 @@ func readMesh(path string) (translate.Mesh, error) {
 }
 
 // validateAll checks each experiment as the admin API does on apply
-// (admin.Validate), listing every problem as experiments[i].field.
+// (translate.Validate), listing every problem as experiments[i].field.
 func validateAll(path string, exps []*experimentv1.Experiment, mesh translate.Mesh) error {
 	var lines []string
 	for i, e := range exps {
-		err := admin.Validate(e, mesh)
+		err := translate.Validate(e, mesh)
 		if err == nil {
 			continue
 		}
-		var ae *admin.Error
+		var ae *translate.ValidationError
 		if !errors.As(err, &ae) {
 			return err
 		}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -164,7 +164,7 @@ func putExperiment(ctx context.Context, c *client, e *experimentv1.Experiment, w
 // sameDefinition reports whether the file's definition equals the stored
 // one, ignoring output-only metadata (and the owner when the file has none).
 func sameDefinition(file, stored *experimentv1.Experiment) bool {
-	a, b := translate.Spec(file), translate.Spec(stored)
+	a, b := experiment.Spec(file), experiment.Spec(stored)
 	if a.Owner == "" {
 		a.Owner = b.Owner
 	}
@@ -385,7 +385,7 @@ func writeTable(w io.Writer, exps []*experimentv1.Experiment) error {
 	fmt.Fprintln(tw, "KEY\tOWNER\tSTATUS\tSERVICES\tVARIATIONS\tBUCKETS\tSCHEDULE\tREVISION\tUPDATED\tBY")
 	for _, e := range exps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
-			e.GetKey(), dash(e.GetOwner()), translate.Status(e), dash(strings.Join(e.GetServices(), ",")),
+			e.GetKey(), dash(e.GetOwner()), experiment.Status(e), dash(strings.Join(e.GetServices(), ",")),
 			variations(e), buckets(e), schedule(e), e.GetRevision(), e.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), dash(e.GetUpdatedBy()))
 	}
 	return tw.Flush()
@@ -528,7 +528,7 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), translate.Status(e), e.GetRevision())
+		fmt.Fprintf(env.Stdout, "experiment/%s %s (revision %d)\n", e.GetKey(), experiment.Status(e), e.GetRevision())
 		return reportRollout(env.Stderr, "experiment/"+e.GetKey(), ro)
 	}
 }
@@ -587,7 +587,7 @@ func runHistory(ctx context.Context, env *Env, args []string) error {
 
 // changed lists the definition fields (by JSON name) that differ between
 // two experiment JSON documents, ignoring output-only metadata
-// (translate.Spec).
+// (experiment.Spec).
 func changed(before, after json.RawMessage) string {
 	if len(before) == 0 || len(after) == 0 {
 		return "-"
@@ -597,7 +597,7 @@ func changed(before, after json.RawMessage) string {
 	if err1 != nil || err2 != nil {
 		return "-"
 	}
-	a, b := translate.Spec(eb).ProtoReflect(), translate.Spec(ea).ProtoReflect()
+	a, b := experiment.Spec(eb).ProtoReflect(), experiment.Spec(ea).ProtoReflect()
 	var out []string
 	fields := a.Descriptor().Fields()
 	for i := range fields.Len() {
@@ -607,7 +607,7 @@ func changed(before, after json.RawMessage) string {
 		}
 		d := fd.JSONName()
 		if fd.Name() == "status" {
-			d = fmt.Sprintf("status %s→%s", translate.Status(eb), translate.Status(ea))
+			d = fmt.Sprintf("status %s→%s", experiment.Status(eb), experiment.Status(ea))
 		}
 		out = append(out, d)
 	}

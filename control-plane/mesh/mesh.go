@@ -79,8 +79,8 @@ type Summary struct {
 	Unserved int `json:"unserved,omitempty"`
 	// Other counts the acknowledgements and rejections left out of Acked
 	// and Rejected, each of which keeps its MaxSummaryVersions most
-	// common versions: what bounds the replica's record whatever
-	// versions its proxies report.
+	// common versions: what bounds a cluster's record in the registry
+	// whatever versions its proxies report.
 	Other int `json:"other,omitempty"`
 }
 

@@ -285,3 +285,77 @@ func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 		t.Fatalf("after the failover: %s, want %s", got, want)
 	}
 }
+
+// TestWaitManyClusters: a replica with 5,000 clusters of 128-byte names,
+// each with a proxy and its summary (more than etcd's request limit, 1.5
+// MiB, if one record held them), publishes them; Roster and View return
+// every one; and the waited-write checks read from them (allApplied,
+// maySettle, settled) tell a write applied by all but one proxy from one
+// applied by every proxy.
+func TestWaitManyClusters(t *testing.T) {
+	const clusters = 5000
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	reg := c.Open(t).Registry("r1", 10*time.Second)
+	const old, target = "00000000000000a1", "00000000000000a2"
+	t0 := time.Now().UTC().Round(0)
+	ps := make([]mesh.Proxy, clusters)
+	targets := xds.Targets{}
+	for i := range ps {
+		cluster := fmt.Sprintf("svc-%0*d", xds.MaxClusterBytes-4, i)
+		ps[i] = mesh.Proxy{NodeID: fmt.Sprintf("node-%d", i), Cluster: cluster, Stream: int64(i + 1), Acked: target,
+			Rejected: &mesh.Rejection{Version: old, Error: "refused", At: t0}, ConnectedAt: t0}
+		targets[cluster] = target
+	}
+	ps[0].Acked = old // one proxy has not applied the write
+	rep := mesh.Replica{Revision: 5, Targets: map[string]string(targets)}
+	publish := func() {
+		t.Helper()
+		rep.Proxies = mesh.Summarize(ps)
+		if err := reg.Publish(ctx, rep, ps); err != nil {
+			t.Fatalf("publish %d clusters: %v", clusters, err)
+		}
+	}
+	rep.Proxies = mesh.Summarize(ps)
+	if b, err := json.Marshal(rep); err != nil || len(b) <= 3<<19 {
+		t.Fatalf("the replica with every cluster in one record is %d bytes (%v), want more than etcd's limit", len(b), err)
+	}
+	publish()
+
+	m := meshRollouts{reg: c.Open(t).Registry("reader", time.Second)}
+	ro, err := m.reg.Roster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.reg.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, r := range map[string]mesh.Replica{"roster": ro.Replicas["r1"], "view": v.Replicas["r1"]} {
+		if len(r.Targets) != clusters || len(r.Proxies) != clusters || r.Proxies[ps[1].Cluster].Acked[target] != 1 {
+			t.Errorf("%s: %d targets, %d summaries, summary of %.12s…: %+v; want %d, %d, one proxy applied", what,
+				len(r.Targets), len(r.Proxies), ps[1].Cluster, r.Proxies[ps[1].Cluster], clusters, clusters)
+		}
+	}
+	if len(ro.Nodes) != clusters || len(v.Proxies) != clusters {
+		t.Fatalf("roster %d nodes, view %d proxies; want %d", len(ro.Nodes), len(v.Proxies), clusters)
+	}
+	waited := ro.Nodes
+	checks := func() string {
+		t.Helper()
+		rs, err := m.reg.Replicas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := m.settled(ctx, waited, targets, 5)
+		return fmt.Sprintf("allApplied=%v maySettle=%v settled=%d,%v", allApplied(rs, targets, 5), maySettle(rs, targets, 5), n, ok)
+	}
+	if got, want := checks(), "allApplied=false maySettle=false settled=0,false"; got != want {
+		t.Errorf("one proxy pending: %s, want %s", got, want)
+	}
+	ps[0].Acked = target
+	publish()
+	if got, want := checks(), fmt.Sprintf("allApplied=true maySettle=true settled=%d,true", clusters); got != want {
+		t.Errorf("every proxy applied: %s, want %s", got, want)
+	}
+}

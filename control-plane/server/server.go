@@ -1,10 +1,10 @@
-// Package server assembles allotd: Main parses its command line, checks the
-// mesh settings with the filter's own decoder and opens the bbolt store;
-// Run serves the admin API (HTTP/JSON, gRPC, the web console at /ui/,
-// /metrics and health checks on one listener, optionally gRPC on a
-// dedicated one too) and xDS on another, optionally all over TLS, over any
-// store.Store, and keeps every connected proxy's configuration in step with
-// the store and the experiments' schedules.
+// Package server assembles allotd from a Config: Run serves the admin API
+// (HTTP/JSON, gRPC, the web console at /ui/, /metrics and health checks on
+// one listener, optionally gRPC on a dedicated one too) and xDS on
+// another, optionally all over TLS, over any store.Store, and keeps every
+// connected proxy's configuration in step with the store and the
+// experiments' schedules. It is wiring: the command line is parsed and the
+// store opened by control-plane/cmd/allotd.
 package server
 
 import (
@@ -54,6 +54,9 @@ type Config struct {
 	// XDSClusterGrace is how long a cluster no proxy is connected for
 	// keeps its snapshots (xds.WithClusterGrace; 0: xds.DefaultClusterGrace).
 	XDSClusterGrace time.Duration
+	// XDSMaxStreams is how many xDS streams allotd serves at once
+	// (xds.WithMaxStreams; 0: xds.DefaultMaxStreams).
+	XDSMaxStreams int
 	// Tokens authenticates the admin API's callers.
 	Tokens *admin.Tokens
 	// Mesh shapes what proxies receive.
@@ -135,77 +138,66 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	adminLn, xdsLn := lns[0], lns[1]
-	var grpcLn net.Listener
-	if len(lns) > 2 {
-		grpcLn = lns[2]
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := assemble(ctx, db, cfg, log, now)
+	if err != nil {
+		closeAll(lns)
+		return err
 	}
+	return s.serve(ctx, cancel, lns, cfg, log)
+}
 
+// servers are the parts of a running allotd, assembled before any of them
+// serves: the configuration builder, the xDS server and its gRPC server,
+// the admin API's gRPC server and the admin listener's HTTP server.
+type servers struct {
+	db              store.Store
+	b               *builder
+	xds             *xds.Server
+	xdsGRPC         *grpc.Server
+	adminGRPC       *grpc.Server
+	http            *http.Server
+	publishFailures prometheus.Counter
+}
+
+// assemble builds every part of allotd over db and registers their
+// metrics; the xDS server lives until ctx is done.
+func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger, now func() time.Time) (*servers, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := admin.NewMetrics(reg, db)
 	if err != nil {
-		closeAll(lns)
-		return fmt.Errorf("register admin metrics: %w", err)
+		return nil, fmt.Errorf("register admin metrics: %w", err)
 	}
 	for _, c := range cfg.Collectors {
 		if err := reg.Register(c); err != nil {
-			closeAll(lns)
-			return fmt.Errorf("register collector: %w", err)
+			return nil, fmt.Errorf("register collector: %w", err)
 		}
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	b := &builder{store: db, mesh: cfg.Mesh, now: now}
-	xsrv := xds.NewArtifacts(ctx, b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace))
-	for _, c := range xsrv.Collectors() {
+	s := &servers{db: db, b: &builder{store: db, mesh: cfg.Mesh, now: now}, publishFailures: newPublishFailures()}
+	s.xds = xds.NewArtifacts(ctx, s.b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
+		xds.WithMaxStreams(cfg.XDSMaxStreams))
+	for _, c := range s.xds.Collectors() {
 		if err := reg.Register(c); err != nil {
-			closeAll(lns)
-			return fmt.Errorf("register xds collector: %w", err)
+			return nil, fmt.Errorf("register xds collector: %w", err)
 		}
 	}
-	var creds []grpc.ServerOption
-	if cfg.TLS != nil {
-		creds = append(creds, grpc.Creds(credentials.NewTLS(cfg.TLS)))
-	}
-	xdsOpts := xds.ServerOptions()
-	switch {
-	case cfg.XDSTLS != nil:
-		xdsOpts = append(xdsOpts, grpc.Creds(credentials.NewTLS(cfg.XDSTLS)))
-	case cfg.TLS != nil:
-		xdsOpts = append(xdsOpts, creds...)
-	}
-	if cfg.XDSStreamInterceptor != nil {
-		xdsOpts = append(xdsOpts, grpc.StreamInterceptor(cfg.XDSStreamInterceptor))
-	}
-	g := grpc.NewServer(xdsOpts...)
-	xsrv.Register(g)
+	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
 
 	adminLog := log.With("component", "admin")
-	var ro admin.Rollouts = rollouts{xsrv}
-	publishFailures := newPublishFailures()
+	var ro admin.Rollouts = rollouts{s.xds}
 	if cfg.Registry != nil {
-		ro = meshRollouts{x: xsrv, reg: cfg.Registry, b: b, st: db}
-		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: b, st: db}), reg.Register(publishFailures)); err != nil {
-			closeAll(lns)
-			return fmt.Errorf("register replica collector: %w", err)
+		ro = meshRollouts{x: s.xds, reg: cfg.Registry, b: s.b, st: db}
+		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: s.b, st: db}), reg.Register(s.publishFailures)); err != nil {
+			return nil, fmt.Errorf("register replica collector: %w", err)
 		}
 	}
 	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro))
-	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(adminLog), admin.WithMetrics(metrics))
-	agOpts := append(agrpc.ServerOptions(), creds...)
-	agOpts = append(agOpts, grpc.ConnectionTimeout(10*time.Second),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: adminIdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second}))
-	ag := grpc.NewServer(agOpts...)
-	agrpc.Register(ag)
-	reflection.Register(ag)
-
+	s.adminGRPC = newAdminGRPC(cfg, svc, adminLog, metrics)
 	ui, err := console.Handler()
 	if err != nil {
-		closeAll(lns)
-		return err
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(console.Prefix, ui)
@@ -214,18 +206,61 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r.Context(), db, b); err != nil {
+		if err := ready(r.Context(), db, s.b); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
+	s.http = newAdminHTTP(cfg, grpcOrHTTP(s.adminGRPC, mux), log)
+	return s, nil
+}
+
+// newXDSGRPC is the xDS listener's gRPC server, with its TLS (Config.XDSTLS,
+// else Config.TLS) and stream interceptor, serving x.
+func newXDSGRPC(cfg Config, x *xds.Server) *grpc.Server {
+	opts := xds.ServerOptions()
+	switch {
+	case cfg.XDSTLS != nil:
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.XDSTLS)))
+	case cfg.TLS != nil:
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.XDSStreamInterceptor != nil {
+		opts = append(opts, grpc.StreamInterceptor(cfg.XDSStreamInterceptor))
+	}
+	g := grpc.NewServer(opts...)
+	x.Register(g)
+	return g
+}
+
+// newAdminGRPC is the gRPC admin API's server (with server reflection),
+// over TLS when configured, with the admin listener's connection bounds.
+func newAdminGRPC(cfg Config, svc *admin.Service, log *slog.Logger, metrics *admin.Metrics) *grpc.Server {
+	agrpc := admin.NewGRPC(svc, cfg.Tokens, admin.WithLogger(log), admin.WithMetrics(metrics))
+	opts := agrpc.ServerOptions()
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	opts = append(opts, grpc.ConnectionTimeout(10*time.Second),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: adminIdleTimeout, Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second}))
+	ag := grpc.NewServer(opts...)
+	agrpc.Register(ag)
+	reflection.Register(ag)
+	return ag
+}
+
+// newAdminHTTP is the admin listener's HTTP server around h, with the
+// listener's limits (DefaultAdminReadTimeout and the constants beside it):
+// HTTP/1.1 and HTTP/2, over TLS when configured (h2c otherwise).
+func newAdminHTTP(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 	readTimeout := cfg.AdminReadTimeout
 	if readTimeout <= 0 {
 		readTimeout = DefaultAdminReadTimeout
 	}
 	hsrv := &http.Server{
-		Handler:           bodyDeadline(grpcOrHTTP(ag, mux), readTimeout),
+		Handler:           bodyDeadline(h, readTimeout),
 		ReadHeaderTimeout: min(10*time.Second, readTimeout),
 		WriteTimeout:      adminWriteTimeout,
 		IdleTimeout:       adminIdleTimeout,
@@ -240,33 +275,46 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	} else {
 		hsrv.Protocols.SetUnencryptedHTTP2(true) // h2c with prior knowledge, as gRPC clients speak it
 	}
+	return hsrv
+}
 
+// serve runs every part on its listener (lns: admin, xDS, then the
+// dedicated admin gRPC one if configured), the loop that keeps the
+// proxies in step with the store and, for a replica, the publishing of its
+// proxies; it returns when ctx is done or a server fails, after shutting
+// everything down.
+func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []net.Listener, cfg Config, log *slog.Logger) error {
+	adminLn, xdsLn := lns[0], lns[1]
+	var grpcLn net.Listener
+	if len(lns) > 2 {
+		grpcLn = lns[2]
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	wg.Add(3)
-	go func() { defer wg.Done(); errc <- g.Serve(xdsLn) }()
+	go func() { defer wg.Done(); errc <- s.xdsGRPC.Serve(xdsLn) }()
 	if grpcLn != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); errc <- ag.Serve(grpcLn) }()
+		go func() { defer wg.Done(); errc <- s.adminGRPC.Serve(grpcLn) }()
 	}
 	go func() {
 		defer wg.Done()
-		serve := func() error { return hsrv.Serve(adminLn) }
+		serve := func() error { return s.http.Serve(adminLn) }
 		if cfg.TLS != nil {
-			serve = func() error { return hsrv.ServeTLS(adminLn, "", "") }
+			serve = func() error { return s.http.ServeTLS(adminLn, "", "") }
 		}
 		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
-	go func() { defer wg.Done(); syncLoop(ctx, db, xsrv, b, log) }()
+	go func() { defer wg.Done(); syncLoop(ctx, s.db, s.xds, s.b, log) }()
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {
 		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			publishLoop(ctx, cfg.Registry, xsrv, b, self, publishFailures, log.With("component", "mesh"))
+			publishLoop(ctx, cfg.Registry, s.xds, s.b, self, s.publishFailures, log.With("component", "mesh"))
 		}()
 	}
 	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil,
@@ -287,21 +335,28 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 	}
 	log.Info("allotd shutting down")
 	cancel()
+	s.shutdown()
+	wg.Wait()
+	return runErr
+}
+
+// shutdown stops the servers: gracefully within 5 seconds, then at once
+// (xDS streams never end by themselves, nor do gRPC streams on the admin
+// listener).
+func (s *servers) shutdown() {
 	shutCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	if err := hsrv.Shutdown(shutCtx); err != nil {
-		hsrv.Close() // open gRPC streams on the admin listener
+	if err := s.http.Shutdown(shutCtx); err != nil {
+		s.http.Close() // open gRPC streams on the admin listener
 	}
 	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); ag.GracefulStop(); close(stopped) }()
+	go func() { s.xdsGRPC.GracefulStop(); s.adminGRPC.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-shutCtx.Done():
-		g.Stop() // xDS streams never end by themselves
-		ag.Stop()
+		s.xdsGRPC.Stop() // xDS streams never end by themselves
+		s.adminGRPC.Stop()
 	}
-	wg.Wait()
-	return runErr
 }
 
 // quorumChecker is a store that can tell whether it can commit now

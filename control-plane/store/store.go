@@ -81,15 +81,6 @@ func CheckBase(ctx context.Context, cur int64) error {
 	return nil
 }
 
-// MaxSpecBytes is the largest Spec, compacted, that the admin API lets an
-// owner write (admin.Validate enforces it, naming the field). Every store
-// must carry a document of this size through every write: an update sends
-// it about five times (the experiment, and the Change with its Before and
-// After twice: the history and its per-key index), 320 KiB plus metadata,
-// well inside etcd's default request limit (--max-request-bytes, 1.5 MiB).
-// The conformance suite (storetest) writes one to every store.
-const MaxSpecBytes = 64 << 10
-
 // Experiment is a stored experiment document.
 //
 // The store owns Revision, CreateRevision, the timestamps and the actor

@@ -1,12 +1,18 @@
 // Package translate turns experiments and mesh settings into the resources
 // Envoy receives: the Allot filter configuration and the ECDS
 // TypedExtensionConfig that carries it, inside Envoy's Wasm filter
-// (WasmExtension) or its dynamic module filter (NativeExtension). Compile decodes
-// and compiles a filter configuration with the filter's own decoder
-// (filter/config) and engine, so every control-plane reader of a definition
-// — admin validation and preview, allotctl eval, allotd's check of its mesh
-// settings — accepts exactly what a proxy accepts. It is pure: no I/O, no
-// clock (callers pass the time), no store or xDS server.
+// (WasmExtension) or its dynamic module filter (NativeExtension). Compile
+// decodes and compiles a filter configuration with the filter's own
+// decoder (filter/config) and engine, so every control-plane reader of a
+// definition — admin validation and preview, allotctl eval, allotd's check
+// of its mesh settings — accepts exactly what a proxy accepts; Validate is
+// the check of one experiment every writer of a definition runs (the admin
+// API on every write, allotctl offline); MeshHeaders counts the request
+// headers the filter adds, for the admin API's per-service budget.
+//
+// It is pure: no I/O, no clock (callers pass the time), no store, xDS
+// server or transport; what is true of one experiment alone (its
+// lifecycle, its bounds) is package experiment's.
 package translate
 
 import (
@@ -29,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -158,43 +165,6 @@ func ValidateMesh(m Mesh) error {
 	return errors.Join(errs...)
 }
 
-// Experiment statuses: only running experiments reach the proxies.
-const (
-	StatusDraft   = "draft"
-	StatusRunning = "running"
-	StatusPaused  = "paused"
-	StatusStopped = "stopped"
-)
-
-// Status is e's status with the empty default spelled out (running).
-func Status(e *experimentv1.Experiment) string {
-	if e.GetStatus() == "" {
-		return StatusRunning
-	}
-	return e.GetStatus()
-}
-
-// Running reports whether e assigns units at time now: status running (or
-// empty) and inside its schedule.
-func Running(e *experimentv1.Experiment, now time.Time) bool {
-	if Status(e) != StatusRunning {
-		return false
-	}
-	if st := e.GetStartTime(); st != nil && now.Before(st.AsTime()) {
-		return false
-	}
-	if et := e.GetEndTime(); et != nil && !now.Before(et.AsTime()) {
-		return false
-	}
-	return true
-}
-
-// AppliesTo reports whether e targets proxies of cluster (empty services:
-// every proxy).
-func AppliesTo(e *experimentv1.Experiment, cluster string) bool {
-	return len(e.GetServices()) == 0 || slices.Contains(e.GetServices(), cluster)
-}
-
 // FilterConfig selects the experiments running at now that apply to proxies
 // of cluster and builds their filter configuration: the mesh settings and
 // each experiment's Definition, sorted by key. Its version is a digest of
@@ -211,10 +181,10 @@ func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time
 		}
 	}
 	for _, e := range exps {
-		if !Running(e, now) || !AppliesTo(e, cluster) {
+		if !experiment.Running(e, now) || !experiment.AppliesTo(e, cluster) {
 			continue
 		}
-		cfg.Experiments = append(cfg.Experiments, Definition(e))
+		cfg.Experiments = append(cfg.Experiments, experiment.Definition(e))
 	}
 	slices.SortFunc(cfg.Experiments, func(a, b *experimentv1.Experiment) int {
 		switch {
@@ -237,27 +207,6 @@ func FilterConfig(exps []*experimentv1.Experiment, cluster string, now time.Time
 	h.Write([]byte(mesh.NativePath))
 	cfg.Version = hex.EncodeToString(h.Sum(nil)[:8])
 	return cfg, nil
-}
-
-// Spec returns a copy of e without its output-only metadata (revision,
-// create and update time and actor): the definition as its owner wrote it,
-// as the store keeps it.
-func Spec(e *experimentv1.Experiment) *experimentv1.Experiment {
-	d := proto.Clone(e).(*experimentv1.Experiment)
-	d.Revision, d.CreateTime, d.UpdateTime, d.CreatedBy, d.UpdatedBy = 0, nil, nil, "", ""
-	return d
-}
-
-// Definition returns a copy of e with only what the filter evaluates:
-// without output-only metadata, schedule and status (applied by the control
-// plane), owner, services and description. Changing a description therefore
-// reconfigures no proxy.
-func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
-	d := Spec(e)
-	d.StartTime, d.EndTime = nil, nil
-	d.Description, d.Owner, d.Services = "", "", nil
-	d.Status = ""
-	return d
 }
 
 // ConfigJSON is the filter configuration's proto3 JSON form.

@@ -2,7 +2,6 @@ package xds
 
 import (
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -11,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"github.com/allotmesh/allot/control-plane/experiment"
 )
 
 // Limits on what a proxy sends. Each is enforced where the input enters,
@@ -27,11 +28,10 @@ const (
 	MaxRequestBytes = 1 << 20
 	// MaxNodeIDBytes bounds node.id.
 	MaxNodeIDBytes = 256
-	// MaxClusterBytes bounds node.cluster, which must also be valid UTF-8
-	// without the characters JSON escapes (control characters, `"`, `\`,
-	// `<`, `>`, `&`, U+2028, U+2029), so that the replica's record in the
-	// mesh registry, which lists every cluster, has a bounded size.
-	MaxClusterBytes = 128
+	// MaxClusterBytes bounds node.cluster, the proxy's service: a
+	// cluster must be a name experiments can list in their services
+	// (experiment.ServiceNameProblem: the same bound and characters).
+	MaxClusterBytes = experiment.MaxServiceNameBytes
 	// MaxArtifactBytes bounds node.metadata["allot.artifact"] (its string,
 	// or its JSON when it is not a string).
 	MaxArtifactBytes = 64
@@ -44,13 +44,18 @@ const (
 	// logged and published; the rest is cut, with a marker saying how much.
 	MaxRejectionBytes = 1024
 	// MaxClusters bounds the clusters one server tracks: the first proxy
-	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It is
-	// what bounds the replica's record in the mesh registry, which lists
-	// every cluster: at these limits the largest record is about 450 KB,
-	// under the 512 KiB a registry transaction leaves it beside its other
-	// writes within etcd's default request limit (store/etcd
-	// TestLargestReplicaRecordFits).
-	MaxClusters = 600
+	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It
+	// bounds allotd's memory (each cluster keeps its configuration built
+	// for each artifact, and its tracking: control-plane/README.md, "Limits
+	// on what proxies send"); the mesh registry splits a replica's clusters
+	// into records of their own, so it bounds no registry record.
+	MaxClusters = 10_000
+	// DefaultMaxStreams is how many xDS streams one server serves at once
+	// unless WithMaxStreams says otherwise: one more is refused with
+	// RESOURCE_EXHAUSTED (Envoy retries, or fails over to another
+	// replica). It bounds the memory the proxies' streams take in allotd
+	// (control-plane/README.md, "Limits on what proxies send").
+	DefaultMaxStreams = 50_000
 )
 
 // The fields the limits apply to, as the over-limit metric and errors name
@@ -62,6 +67,7 @@ const (
 	fieldVersion    = "version_info"
 	fieldRejection  = "error_detail.message"
 	fieldClusters   = "clusters"
+	fieldStreams    = "streams"
 	actionRefused   = "refused"
 	actionTruncated = "truncated"
 	actionIgnored   = "ignored"
@@ -85,10 +91,8 @@ func (s *Server) admit(node *corev3.Node) error {
 	switch id, cluster := node.GetId(), node.GetCluster(); {
 	case len(id) > MaxNodeIDBytes:
 		field, why = fieldNodeID, fmt.Sprintf("%d bytes, limit %d", len(id), MaxNodeIDBytes)
-	case len(cluster) > MaxClusterBytes:
-		field, why = fieldCluster, fmt.Sprintf("%d bytes, limit %d", len(cluster), MaxClusterBytes)
-	case !plainText(cluster):
-		field, why = fieldCluster, "not valid UTF-8 or contains a character JSON escapes (control, '\"', '\\', '<', '>', '&', U+2028, U+2029)"
+	case cluster != "" && experiment.ServiceNameProblem(cluster) != "": // no cluster: the untargeted experiments
+		field, why = fieldCluster, experiment.ServiceNameProblem(cluster)
 	default:
 		if a, _ := nodeArtifact(node); len(a) > MaxArtifactBytes {
 			field, why = fieldArtifact, fmt.Sprintf("%d bytes, limit %d", len(a), MaxArtifactBytes)
@@ -112,15 +116,22 @@ func (s *Server) refuseCluster(cluster string, n int) error {
 		fieldClusters, n, cluster)
 }
 
-// plainText reports whether s is valid UTF-8 without a character that
-// encoding/json escapes, so that its JSON is its own length plus quotes.
-func plainText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
+// admitStream refuses a new xDS stream, one too many for a server that
+// serves n streams: counted each time, logged once until a stream is
+// admitted again (a fleet retrying against a full server would flood the
+// log). s.mu must be held.
+func (s *Server) admitStream(n int) error {
+	if n < s.maxStreams {
+		s.streamsFull = false
+		return nil
 	}
-	return !strings.ContainsFunc(s, func(r rune) bool {
-		return r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029'
-	})
+	s.metrics.overLimit.WithLabelValues(fieldStreams, actionRefused).Inc()
+	if !s.streamsFull {
+		s.streamsFull = true
+		s.log.Warn("proxies refused: too many xDS streams (logged once until one is admitted again)", "streams", n, "limit", s.maxStreams)
+	}
+	return status.Errorf(codes.ResourceExhausted, "xds: %s: this server serves %d streams, the limit; connect to another replica or retry later",
+		fieldStreams, n)
 }
 
 // version is v if it may be a version allotd made (MaxVersionBytes), else

@@ -25,6 +25,13 @@ import (
 // status the stream ends with (failing if a response comes instead).
 func refused(t *testing.T, addr string, node *corev3.Node) *status.Status {
 	t.Helper()
+	return refusedStream(t, addr, node, false)
+}
+
+// refusedStream is refused on a state-of-the-world or (delta) a delta ADS
+// stream.
+func refusedStream(t *testing.T, addr string, node *corev3.Node, delta bool) *status.Status {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
 	if err != nil {
@@ -33,16 +40,27 @@ func refused(t *testing.T, addr string, node *corev3.Node) *status.Status {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	var recv func() (string, error)
+	// A send to a stream refused already fails with io.EOF: Recv says why.
+	if delta {
+		st, err := ads.DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType})
+		recv = func() (string, error) { r, err := st.Recv(); return r.GetSystemVersionInfo(), err }
+	} else {
+		st, err := ads.StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}})
+		recv = func() (string, error) { r, err := st.Recv(); return r.GetVersionInfo(), err }
 	}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := st.Recv()
+	v, err := recv()
 	if err == nil {
-		t.Fatalf("node %.40s…: response %q, want the stream refused", node.GetId(), r.GetVersionInfo())
+		t.Fatalf("node %.40s…: response %q, want the stream refused", node.GetId(), v)
 	}
 	return status.Convert(err)
 }
@@ -224,4 +242,42 @@ func TestImplausibleVersionIgnored(t *testing.T) {
 	}
 	c.ack(r)
 	wantState(t, s, "shop-1", xds.StateApplied, "v1")
+}
+
+// TestStreamLimit: a stream opened while the server serves its limit of
+// streams (state of the world or delta) is refused with
+// RESOURCE_EXHAUSTED naming streams, counted, never tracked; once a stream
+// closes, a new one is served.
+func TestStreamLimit(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}}, xds.WithMaxStreams(2))
+	var b *client
+	for _, api := range []string{xds.APIADS, xds.APIECDS} {
+		c := connect(t, s.addr, api, api+"-1", "a")
+		c.request("", "", "")
+		c.ack(c.expect("v0"))
+		b = c
+	}
+	for i, delta := range []bool{false, true} {
+		st := refusedStream(t, s.addr, &corev3.Node{Id: "one-too-many", Cluster: "a"}, delta)
+		if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "streams: ") || !strings.Contains(st.Message(), "serves 2 streams") {
+			t.Fatalf("delta %v: status %v, want ResourceExhausted naming streams and the limit", delta, st)
+		}
+		if n := s.overLimit(t, "streams", "refused"); n != float64(i+1) {
+			t.Errorf("over_limit_total{field=streams,action=refused} = %v, want %d", n, i+1)
+		}
+	}
+	if _, ok := find(s, "one-too-many"); ok {
+		t.Error("the refused proxy is listed")
+	}
+	b.close()
+	eventually(t, func() error {
+		if _, ok := find(s, b.node.GetId()); ok {
+			return errors.New("the closed stream is still tracked")
+		}
+		return nil
+	})
+	c := connect(t, s.addr, xds.APIADS, "a-3", "a")
+	c.request("", "", "")
+	c.ack(c.expect("v0"))
+	wantState(t, s, "a-3", xds.StateApplied, "v0")
 }

@@ -189,6 +189,8 @@ func (s *Server) notify() {
 	s.changed = make(chan struct{})
 }
 
+// onStreamOpen tracks a new stream, refusing it when the server serves
+// its limit of streams already (admitStream).
 func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	st := &stream{id: id, api: APIECDS, connectedAt: s.now()}
 	st.lastSeen = st.connectedAt
@@ -199,8 +201,11 @@ func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) err
 		st.addr = p.Addr.String()
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
+		return err
+	}
 	s.streams[id] = st
-	s.mu.Unlock()
 	return nil
 }
 

@@ -69,17 +69,20 @@ type Server struct {
 	metrics *metrics
 
 	maxClusters int // MaxClusters, or lower (WithMaxClusters)
+	maxStreams  int // DefaultMaxStreams, or WithMaxStreams
 
 	refreshMu sync.Mutex // serializes build+set, so an older build never overwrites a newer one
 	grace     time.Duration
 
-	mu       sync.Mutex
-	clusters map[string]string    // cluster → version of its current snapshots (one per artifact)
-	since    map[string]time.Time // cluster → when its current snapshots were set
-	idle     map[string]time.Time // cluster → since when no stream uses it (forgetIdle)
-	streams  map[int64]*stream    // open xDS streams
-	deltas   map[int64]string     // open delta xDS streams → the cluster of their last request
-	changed  chan struct{}        // closed and replaced on every tracked change
+	mu          sync.Mutex
+	clusters    map[string]string    // cluster → version of its current snapshots (one per artifact)
+	since       map[string]time.Time // cluster → when its current snapshots were set
+	idle        map[string]time.Time // cluster → since when no stream uses it (forgetIdle)
+	streams     map[int64]*stream    // open xDS streams
+	deltas      map[int64]string     // open delta xDS streams → the cluster of their last request
+	deltaOpen   map[int64]bool       // open delta xDS streams, from their opening
+	streamsFull bool                 // a stream was refused since the count was last under maxStreams
+	changed     chan struct{}        // closed and replaced on every tracked change
 }
 
 // DefaultClusterGrace is how long a cluster no stream uses keeps its
@@ -100,12 +103,25 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMaxClusters lowers the number of clusters the server tracks below
-// MaxClusters (a test's; never above it: the bound of the replica's record
-// in the mesh registry counts on it).
+// MaxClusters (a test's; never above it: allotd's memory bound counts on
+// it).
 func WithMaxClusters(n int) Option {
 	return func(s *Server) {
 		if n > 0 && n < MaxClusters {
 			s.maxClusters = n
+		}
+	}
+}
+
+// WithMaxStreams sets how many xDS streams (state of the world and delta,
+// ADS and ECDS) the server serves at once (DefaultMaxStreams if n is not
+// positive): a stream opened beyond it is refused with RESOURCE_EXHAUSTED
+// before it is tracked, and counted in allot_xds_over_limit_total
+// {field="streams", action="refused"}.
+func WithMaxStreams(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxStreams = n
 		}
 	}
 }
@@ -144,20 +160,21 @@ func NewArtifacts(ctx context.Context, build ArtifactBuilder, opts ...Option) *S
 
 func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts []Option) *Server {
 	s := &Server{
-		build:    build,
-		served:   slices.Sorted(slices.Values(served)),
-		hash:     nodeHash{served: map[string]bool{}},
-		log:      slog.New(slog.DiscardHandler),
-		now:      time.Now,
-		grace:    DefaultClusterGrace,
-		clusters: map[string]string{},
-		since:    map[string]time.Time{},
-		idle:     map[string]time.Time{},
-		streams:  map[int64]*stream{},
-		deltas:   map[int64]string{},
-		changed:  make(chan struct{}),
+		build:     build,
+		served:    slices.Sorted(slices.Values(served)),
+		hash:      nodeHash{served: map[string]bool{}},
+		log:       slog.New(slog.DiscardHandler),
+		now:       time.Now,
+		grace:     DefaultClusterGrace,
+		clusters:  map[string]string{},
+		since:     map[string]time.Time{},
+		idle:      map[string]time.Time{},
+		streams:   map[int64]*stream{},
+		deltas:    map[int64]string{},
+		deltaOpen: map[int64]bool{},
+		changed:   make(chan struct{}),
 	}
-	s.maxClusters = MaxClusters
+	s.maxClusters, s.maxStreams = MaxClusters, DefaultMaxStreams
 	for _, a := range served {
 		s.hash.served[a] = true
 	}
@@ -181,6 +198,7 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		StreamClosedFunc:       s.onStreamClosed,
 		StreamRequestFunc:      s.onStreamRequest,
 		StreamResponseFunc:     s.onStreamResponse,
+		DeltaStreamOpenFunc:    s.onDeltaOpen,
 		StreamDeltaRequestFunc: s.onDeltaRequest,
 		DeltaStreamClosedFunc:  s.onDeltaClosed,
 	})
@@ -242,9 +260,22 @@ func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest
 	return s.ensureCluster(req.GetNode().GetCluster())
 }
 
+// onDeltaOpen counts a delta-xDS stream against the server's streams,
+// refusing it when there are too many (admitStream).
+func (s *Server) onDeltaOpen(_ context.Context, id int64, _ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
+		return err
+	}
+	s.deltaOpen[id] = true
+	return nil
+}
+
 func (s *Server) onDeltaClosed(id int64, _ *corev3.Node) {
 	s.mu.Lock()
 	delete(s.deltas, id)
+	delete(s.deltaOpen, id)
 	s.mu.Unlock()
 }
 

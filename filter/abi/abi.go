@@ -149,24 +149,6 @@ type Host interface {
 	SetTickPeriod(ms uint32) error
 }
 
-// HeaderBatcher is implemented by a host that adds several request
-// headers with one call into the proxy: the native module's, where each
-// call from Go into Envoy is a crossing of the Go runtime. A plugin whose
-// host is one queues the headers it adds (QueueRequestHeader) and adds
-// them with AddQueuedRequestHeaders, in order; the proxy-wasm host is not
-// one (a Wasm host call is the crossing either way).
-type HeaderBatcher interface {
-	// QueueRequestHeader queues a request header to add; the host copies
-	// name and value.
-	QueueRequestHeader(name, value string)
-	// AddQueuedRequestHeaders adds the queued headers in order (keeping
-	// existing copies) and empties the queue. On an error some may have
-	// been added. The host empties the queue at the start of every request
-	// hook too, so a request whose plugin panicked between queueing and
-	// adding leaves nothing to the next.
-	AddQueuedRequestHeaders() error
-}
-
 // Handler receives the host's callbacks: exactly those the wasip1 build
 // exports (exports_wasip1.go), so a native test cannot rely on a callback
 // Envoy never delivers. The plugin implements it; SetHandler installs it.

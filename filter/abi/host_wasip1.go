@@ -42,8 +42,10 @@ func proxyIncrementMetric(id uint32, delta int64) uint32
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriodMilliseconds(ms uint32) uint32
 
-// wasmHost is the Host over the real imports.
-type wasmHost struct{}
+// WasmHost is the Host over the real imports: Envoy's. It exists only in
+// the wasip1 build; a caller that holds it concretely calls each import
+// without an interface call.
+type WasmHost struct{}
 
 // The header read reuses one buffer for the host's copy of the map and one
 // slice for the parsed pairs, so a request allocates nothing for it.
@@ -59,24 +61,24 @@ var (
 var retPtr, retSize, retID uint32
 
 // NewHost returns the real host. It exists only in the wasip1 build.
-func NewHost() Host { return wasmHost{} }
+func NewHost() Host { return WasmHost{} }
 
 func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s)) }
 
 func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-func (wasmHost) Log(level LogLevel, msg string) {
+func (WasmHost) Log(level LogLevel, msg string) {
 	proxyLog(uint32(level), strPtr(msg), uint32(len(msg)))
 }
 
-func (wasmHost) GetBuffer(t BufferType, start, max int) ([]byte, error) {
+func (WasmHost) GetBuffer(t BufferType, start, max int) ([]byte, error) {
 	if err := statusErr("proxy_get_buffer_bytes", Status(proxyGetBufferBytes(uint32(t), uint32(start), uint32(max), &retPtr, &retSize))); err != nil {
 		return nil, err
 	}
 	return takeAlloc(retPtr, retSize), nil
 }
 
-func (wasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
+func (WasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
 	reuse = &headerBuf
 	err := statusErr("proxy_get_header_map_pairs", Status(proxyGetHeaderMapPairs(uint32(t), &retPtr, &retSize)))
 	reuse = nil
@@ -87,19 +89,19 @@ func (wasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
 	return headerPairs, err
 }
 
-func (wasmHost) AddHeaderMapValue(t MapType, key, value string) error {
+func (WasmHost) AddHeaderMapValue(t MapType, key, value string) error {
 	return statusErr("proxy_add_header_map_value", Status(proxyAddHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))))
 }
 
-func (wasmHost) RemoveHeaderMapValue(t MapType, key string) error {
+func (WasmHost) RemoveHeaderMapValue(t MapType, key string) error {
 	return statusErr("proxy_remove_header_map_value", Status(proxyRemoveHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)))))
 }
 
-func (wasmHost) SetHeaderMapPairs(t MapType, serialized []byte) error {
+func (WasmHost) SetHeaderMapPairs(t MapType, serialized []byte) error {
 	return statusErr("proxy_set_header_map_pairs", Status(proxySetHeaderMapPairs(uint32(t), bytesPtr(serialized), uint32(len(serialized)))))
 }
 
-func (wasmHost) GetProperty(path ...string) ([]byte, error) {
+func (WasmHost) GetProperty(path ...string) ([]byte, error) {
 	joined := JoinPath(path)
 	if err := statusErr("proxy_get_property", Status(proxyGetProperty(strPtr(joined), uint32(len(joined)), &retPtr, &retSize))); err != nil {
 		return nil, err
@@ -107,19 +109,19 @@ func (wasmHost) GetProperty(path ...string) ([]byte, error) {
 	return takeAlloc(retPtr, retSize), nil
 }
 
-func (wasmHost) SetProperty(path string, value []byte) error {
+func (WasmHost) SetProperty(path string, value []byte) error {
 	return statusErr("proxy_set_property", Status(proxySetProperty(strPtr(path), uint32(len(path)), bytesPtr(value), uint32(len(value)))))
 }
 
-func (wasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
+func (WasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
 	err := statusErr("proxy_define_metric", Status(proxyDefineMetric(uint32(t), strPtr(name), uint32(len(name)), &retID)))
 	return retID, err
 }
 
-func (wasmHost) IncrementMetric(id uint32, delta int64) error {
+func (WasmHost) IncrementMetric(id uint32, delta int64) error {
 	return statusErr("proxy_increment_metric", Status(proxyIncrementMetric(id, delta)))
 }
 
-func (wasmHost) SetTickPeriod(ms uint32) error {
+func (WasmHost) SetTickPeriod(ms uint32) error {
 	return statusErr("proxy_set_tick_period_milliseconds", Status(proxySetTickPeriodMilliseconds(ms)))
 }

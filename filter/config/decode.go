@@ -169,7 +169,7 @@ var attributeFields = []field{
 
 // experimentFields are Experiment's fields: those the engine evaluates, then
 // those the control plane keeps for itself and strips before any proxy sees
-// them (translate.Definition).
+// them (experiment.Definition in the control plane).
 var experimentFields = []field{
 	{json: "key", proto: "key"},
 	{json: "variations", proto: "variations", kind: kindValue, repeated: true},

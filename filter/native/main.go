@@ -8,11 +8,15 @@
 //	CGO_ENABLED=1 go build -buildmode=c-shared -o liballot.so ./filter/native
 //
 // One Go runtime serves every Envoy worker thread. main only wires the ABI
-// layer (filter/dynmod) to the module (module.go); see filter/README.md.
+// layer (filter/dynmod, whose //export hooks the shared object exports) to
+// the module (filter/nativemod); see filter/README.md.
 package main
 
-import "github.com/allotmesh/allot/filter/dynmod"
+import (
+	"github.com/allotmesh/allot/filter/dynmod"
+	"github.com/allotmesh/allot/filter/nativemod"
+)
 
-func init() { dynmod.SetHandler(newModule()) }
+func init() { dynmod.SetHandler(nativemod.New()) }
 
 func main() {}

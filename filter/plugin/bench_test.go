@@ -67,7 +67,7 @@ func benchmarkRequest(b *testing.B, n, ids int, extra string) {
 		b.Fatal(err)
 	}
 	p.roots[1].cfg = cfg
-	p.roots[1].stats.define(h, cfg)
+	p.roots[1].stats.define(p.host, cfg)
 	users := make([]string, max(ids, 1))
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
@@ -119,7 +119,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 	}
 	p.roots[1].cfg = cfg
 	p.roots[1].cache = newCache(cfg.CacheSize, cfg.CacheMaxBytes)
-	p.roots[1].stats.define(h, cfg)
+	p.roots[1].stats.define(p.host, cfg)
 	ids := make([]string, 20000)
 	for i := range ids {
 		ids[i] = "user-" + strconv.Itoa(i)

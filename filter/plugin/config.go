@@ -23,8 +23,8 @@ const (
 	srcCookie                 // a cookie in the Cookie header(s)
 	srcQuery                  // a query parameter of :path
 	srcURLPath                // :path without its query string
-	srcProperty               // proxy_get_property, once per request
-	srcConst                  // proxy_get_property, once per configuration (node.*)
+	srcProperty               // Host.Property, once per request
+	srcConst                  // Host.Property, once per configuration (node.*)
 )
 
 // attr is one attribute the compiled experiments reference.
@@ -32,7 +32,7 @@ type attr struct {
 	name string
 	src  source
 	key  string   // header, cookie or query name
-	path []string // property path
+	prop Property // srcProperty, srcConst
 }
 
 // Config is a compiled plugin configuration: everything the request path
@@ -190,11 +190,11 @@ func propertyAttr(name, property string) attr {
 	case "request.scheme":
 		return attr{name: name, src: srcHeader, key: ":scheme"}
 	}
-	path := strings.Split(property, ".")
-	if path[0] == "node" {
-		return attr{name: name, src: srcConst, path: path}
+	prop := Property{ID: propertyID(property), Path: strings.Split(property, ".")}
+	if prop.Path[0] == "node" {
+		return attr{name: name, src: srcConst, prop: prop}
 	}
-	return attr{name: name, src: srcProperty, path: path}
+	return attr{name: name, src: srcProperty, prop: prop}
 }
 
 // headerAttr is one request header the filter reads and the attribute

@@ -1,11 +1,16 @@
-// Package plugin is the Allot filter's proxy-wasm logic: contexts,
-// configuration decoding, attribute extraction, header reads and writes, the
-// per-VM cache of computed assignments, metrics and fail-open. It holds no
+// Package plugin is the Allot filter's logic, the same in both artifacts:
+// contexts (proxy-wasm's: Plugin is abi's Handler), configuration decoding,
+// attribute extraction, header reads and writes, the per-VM (per-worker)
+// cache of computed assignments, metrics and fail-open. It holds no
 // business rules: assignment is the engine's.
 //
-// It talks to the proxy only through abi.Host, so every behaviour is tested
-// natively against a fake host. It must never import gRPC, net/http or the
-// control plane.
+// It talks to the proxy only through Host (host.go), which names what the
+// filter needs. Two adapters implement it: the proxy-wasm one here
+// (proxywasm.go; New wraps an abi.Host in it) and the dynamic module's in
+// filter/nativemod (NewWith takes it). Every behaviour is tested natively
+// through the proxy-wasm adapter against the fake host abi/fakehost, whose
+// failure hook breaks each host call. It must never import gRPC, net/http
+// or the control plane.
 package plugin
 
 import (
@@ -22,10 +27,11 @@ import (
 
 // maxSingleWrites is the most header changes (forged assignment headers
 // removed plus headers added) the filter makes with one host call each
-// (proxy_remove_header_map_value, proxy_add_header_map_value); more are
-// written with one proxy_set_header_map_pairs, which makes Envoy rebuild the
-// whole map. Measured in Envoy 1.40 from the minimal filter, interleaved
-// rounds (bench/README.md): single adds were cheaper than one rebuild at 17
+// (RemoveRequestHeader, AddRequestHeader); more are written with one call
+// (HeaderRewriter: under Wasm, one proxy_set_header_map_pairs, which makes
+// Envoy rebuild the whole map; HeaderBatcher: the native module's).
+// Measured in Envoy 1.40 from the minimal filter, interleaved rounds
+// (bench/README.md): single adds were cheaper than one rebuild at 17
 // headers (by 5.3 µs, 95% interval 3.4–9.7) and at 40 (1.8 µs, 0.8–3.9),
 // the rebuild cheaper at 100 (by 13 µs) and 300 (38 µs).
 const maxSingleWrites = 40
@@ -35,13 +41,15 @@ const maxSingleWrites = 40
 // experiment per request.
 const TickMillis = 1000
 
-// Plugin implements abi.Handler. One Plugin serves one Wasm VM (one Envoy
-// worker thread), so it needs no locks.
+// Plugin implements abi.Handler. One Plugin serves one Wasm VM or one
+// native worker (one Envoy worker thread), so it needs no locks.
 type Plugin struct {
-	host abi.Host
+	host Host
 	// batcher is host, when it adds several headers with one call: the
 	// plugin then adds its headers in one batch, however many.
-	batcher abi.HeaderBatcher
+	batcher HeaderBatcher
+	// rewriter is host, when it replaces the header map with one call.
+	rewriter HeaderRewriter
 	// roots are the plugin instances in this VM. Envoy keeps the old root
 	// serving its in-flight streams while a new configuration starts in a
 	// new root, so each stream remembers the root it was created under.
@@ -58,7 +66,7 @@ type Plugin struct {
 	tkey    []byte
 	dict    []byte
 	data    []byte
-	enc     abi.PairsEncoder
+	rewrite [][2]string // setMap's new map
 	strip   []string
 	attrs   engine.Attributes
 	scratch []int32 // variation per experiment, -1: not in
@@ -93,15 +101,28 @@ type root struct {
 
 var _ abi.Handler = (*Plugin)(nil)
 
-// New returns a Plugin that talks to host.
+// New returns a Plugin that talks to a proxy-wasm host (the Wasm module's,
+// or a fake), each Host method one of its host calls. A host that is also
+// a HeaderBatcher (a fake of the native module's) batches.
 func New(host abi.Host) *Plugin {
-	b, _ := host.(abi.HeaderBatcher)
+	p := NewWith(&proxyWasm{h: toABIHost(host)})
+	if b, ok := host.(HeaderBatcher); ok {
+		p.batcher = b
+	}
+	return p
+}
+
+// NewWith returns a Plugin that talks to host.
+func NewWith(host Host) *Plugin {
+	b, _ := host.(HeaderBatcher)
+	rw, _ := host.(HeaderRewriter)
 	return &Plugin{
-		host:    host,
-		batcher: b,
-		roots:   map[uint32]*root{},
-		streams: map[uint32]*root{},
-		attrs:   engine.Attributes{},
+		host:     host,
+		batcher:  b,
+		rewriter: rw,
+		roots:    map[uint32]*root{},
+		streams:  map[uint32]*root{},
+		attrs:    engine.Attributes{},
 	}
 }
 
@@ -138,22 +159,22 @@ func (p *Plugin) OnVMStart(uint32, int) bool { return true }
 func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.host.Log(abi.LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
+			p.host.Log(LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
 			ok = false
 		}
 	}()
 	var data []byte
 	if size > 0 {
-		b, err := p.host.GetBuffer(abi.BufferPluginConfiguration, 0, size)
+		b, err := p.host.Configuration(size)
 		if err != nil {
-			p.host.Log(abi.LogCritical, "allot: read plugin configuration: "+err.Error())
+			p.host.Log(LogCritical, "allot: read plugin configuration: "+err.Error())
 			return false
 		}
 		data = b
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
-		p.host.Log(abi.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		p.host.Log(LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return false
 	}
 	p.Install(rootID, cfg)
@@ -180,16 +201,16 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 	}
 	r.consts = make([]string, len(cfg.attrs))
 	for _, i := range cfg.consts {
-		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
+		if v, err := p.host.Property(&cfg.attrs[i].prop); err == nil {
 			r.consts[i] = string(v)
 		}
 	}
 	r.stats.define(p.host, cfg)
 	p.vm.define(p.host)
-	if err := p.host.SetTickPeriod(TickMillis); err != nil {
-		p.host.Log(abi.LogWarn, "allot: metrics tick unavailable: "+err.Error())
+	if err := p.host.StartTicks(TickMillis); err != nil {
+		p.host.Log(LogWarn, "allot: metrics tick unavailable: "+err.Error())
 	}
-	p.host.Log(abi.LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
+	p.host.Log(LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
 }
 
 // OnRequestHeaders implements abi.Handler. It always continues the stream:
@@ -225,9 +246,9 @@ func (p *Plugin) OnResponseHeaders(id uint32, _ int, _ bool) abi.Action {
 		return abi.ActionContinue
 	}
 	delete(p.pending, id)
-	if err := guard(func() error { return p.host.AddHeaderMapValue(abi.ResponseHeaders, SetCookieHeader, v) }); err != nil {
+	if err := guard(func() error { return p.host.AddResponseHeader(SetCookieHeader, v) }); err != nil {
 		defer func() { recover() }()
-		p.host.Log(abi.LogDebug, "allot: sticky cookie not set: "+err.Error())
+		p.host.Log(LogDebug, "allot: sticky cookie not set: "+err.Error())
 	}
 	return abi.ActionContinue
 }
@@ -273,14 +294,15 @@ func (p *Plugin) request(r *root) abi.Action {
 // remaining attributes, finds or computes the assignment and adds its
 // headers. Each of the two writes — the forged names removed, the headers
 // added — takes one host call per header when there are at most
-// maxSingleWrites, else one proxy_set_header_map_pairs; a request without
-// forged headers (the common case) makes no call for them. Over a host that
-// batches (abi.HeaderBatcher: the native module's) the headers are added
-// with one call, however many.
+// maxSingleWrites, else one call for all (HeaderRewriter: the map
+// rewritten; HeaderBatcher: the names removed); a request without forged
+// headers (the common case) makes no call for them. Over a host that
+// batches (HeaderBatcher: the native module's) the headers are added with
+// one call, however many.
 func (p *Plugin) assign(r *root) error {
 	cfg := r.cfg
 	p.strip = p.strip[:0] // before the read: failOpen must not see a previous request's names
-	pairs, err := p.host.GetHeaderMapPairs(abi.RequestHeaders)
+	pairs, err := p.host.RequestHeaders()
 	if err != nil {
 		return err
 	}
@@ -327,7 +349,7 @@ func (p *Plugin) assign(r *root) error {
 	switch {
 	case p.batcher != nil:
 		err = p.addBatch(cfg, e, dict)
-	case adds > maxSingleWrites:
+	case adds > maxSingleWrites && p.rewriter != nil:
 		err = p.setMap(cfg, pairs, true, e, dict)
 	default:
 		err = p.addAll(cfg, e, dict)
@@ -338,8 +360,8 @@ func (p *Plugin) assign(r *root) error {
 	if len(dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
 		// the request its assignment.
-		if err := p.host.SetProperty(ExposureProperty, abi.Bytes(dict)); err != nil {
-			p.host.Log(abi.LogDebug, "allot: exposure not recorded: "+err.Error())
+		if err := p.host.SetExposure(abi.Bytes(dict)); err != nil {
+			p.host.Log(LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
 	for j := range e.assignments() {
@@ -376,7 +398,7 @@ func (p *Plugin) parsedAttrs(cfg *Config, pairs [][2]string, vals []string) {
 func (p *Plugin) otherAttrs(r *root, vals []string) {
 	cfg := r.cfg
 	for _, i := range cfg.props {
-		if v, err := p.host.GetProperty(cfg.attrs[i].path...); err == nil {
+		if v, err := p.host.Property(&cfg.attrs[i].prop); err == nil {
 			vals[i] = string(v)
 		}
 	}
@@ -386,66 +408,83 @@ func (p *Plugin) otherAttrs(r *root, vals []string) {
 }
 
 // removeForged removes the forged assignment headers assign found
-// (p.strip) from the request: one proxy_remove_header_map_value per name,
-// or, beyond maxSingleWrites names, one proxy_set_header_map_pairs of
-// pairs without them.
+// (p.strip) from the request: one RemoveRequestHeader per name or, beyond
+// maxSingleWrites names, one call for all (removeOwned).
 //
 //go:noinline
 func (p *Plugin) removeForged(cfg *Config, pairs [][2]string) error {
 	if len(p.strip) <= maxSingleWrites {
 		return p.removeAll(p.strip)
 	}
+	return p.removeOwned(cfg, pairs)
+}
+
+// removeOwned removes every header the filter owns from the request
+// (pairs, whose owned names are p.strip) with one call: over a host that
+// batches, its RemoveRequestHeaders of those names; else the map without
+// them (setMap).
+func (p *Plugin) removeOwned(cfg *Config, pairs [][2]string) error {
+	if p.batcher != nil {
+		return p.batcher.RemoveRequestHeaders(p.strip)
+	}
 	return p.setMap(cfg, pairs, false, entry{}, "")
 }
 
-// setMap replaces the request's headers in one host call: pairs without
-// any header the filter owns and, if assigned, e's assignment headers, the
-// dictionary and the version.
+// setMap replaces the request's headers in one host call
+// (HeaderRewriter): pairs without any header the filter owns and, if
+// assigned, e's assignment headers, the dictionary and the version.
 //
 //go:noinline
 func (p *Plugin) setMap(cfg *Config, pairs [][2]string, assigned bool, e entry, dict string) error {
-	p.enc.Reset()
+	if p.rewriter == nil {
+		return errNoRewrite
+	}
+	p.rewrite = p.rewrite[:0]
 	for _, kv := range pairs {
 		if !cfg.isAssignmentHeader(kv[0]) {
-			p.enc.Add(kv[0], kv[1])
+			p.rewrite = append(p.rewrite, kv)
 		}
 	}
 	if assigned {
 		if cfg.PerExperimentHeaders {
 			for j := range e.assignments() {
 				i, v := e.at(j)
-				p.enc.Add(cfg.headerNames[i], cfg.values[i][v])
+				p.rewrite = append(p.rewrite, [2]string{cfg.headerNames[i], cfg.values[i][v]})
 			}
 		}
 		if len(dict) > 0 {
-			p.enc.Add(cfg.DictionaryHeader, dict)
+			p.rewrite = append(p.rewrite, [2]string{cfg.DictionaryHeader, dict})
 		}
 		if cfg.Version != "" {
-			p.enc.Add(cfg.VersionHeader, cfg.Version)
+			p.rewrite = append(p.rewrite, [2]string{cfg.VersionHeader, cfg.Version})
 		}
 	}
-	return p.host.SetHeaderMapPairs(abi.RequestHeaders, p.enc.Bytes())
+	return p.rewriter.SetRequestHeaders(p.rewrite)
 }
 
-// addAll adds a few headers, one proxy_add_header_map_value each: cheaper
+// errNoRewrite is setMap's error over a host that cannot replace the
+// header map (one that batches removes instead: removeOwned).
+var errNoRewrite = errors.New("host cannot replace the request header map")
+
+// addAll adds a few headers, one AddRequestHeader each: cheaper
 // than Envoy rebuilding the whole map. On a host error it stops; failOpen
 // takes back whatever was added.
 func (p *Plugin) addAll(cfg *Config, e entry, dict string) error {
 	if cfg.PerExperimentHeaders {
 		for j := range e.assignments() {
 			i, v := e.at(j)
-			if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.headerNames[i], cfg.values[i][v]); err != nil {
+			if err := p.host.AddRequestHeader(cfg.headerNames[i], cfg.values[i][v]); err != nil {
 				return err
 			}
 		}
 	}
 	if len(dict) > 0 {
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.DictionaryHeader, dict); err != nil {
+		if err := p.host.AddRequestHeader(cfg.DictionaryHeader, dict); err != nil {
 			return err
 		}
 	}
 	if cfg.Version != "" {
-		if err := p.host.AddHeaderMapValue(abi.RequestHeaders, cfg.VersionHeader, cfg.Version); err != nil {
+		if err := p.host.AddRequestHeader(cfg.VersionHeader, cfg.Version); err != nil {
 			return err
 		}
 	}
@@ -453,7 +492,7 @@ func (p *Plugin) addAll(cfg *Config, e entry, dict string) error {
 }
 
 // addBatch adds the headers addAll would, in the same order, with one
-// call into a host that batches (abi.HeaderBatcher); on a host error
+// call into a host that batches (HeaderBatcher); on a host error
 // failOpen takes back whatever was added.
 func (p *Plugin) addBatch(cfg *Config, e entry, dict string) error {
 	b := p.batcher
@@ -485,15 +524,14 @@ func (p *Plugin) removeAll(names []string) error {
 	return first
 }
 
-// remove is one proxy_remove_header_map_value, a panic in it returned as
-// an error.
+// remove is one RemoveRequestHeader, a panic in it returned as an error.
 func (p *Plugin) remove(name string) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = errPanic
 		}
 	}()
-	return p.host.RemoveHeaderMapValue(abi.RequestHeaders, name)
+	return p.host.RemoveRequestHeader(name)
 }
 
 // errPanic stands for a panic recovered in a host call.
@@ -514,21 +552,21 @@ func (p *Plugin) failOpen(r *root, err error, v any) {
 	if err != nil {
 		msg = err.Error()
 	}
-	p.host.Log(abi.LogDebug, "allot: request passed through unassigned: "+msg)
+	p.host.Log(LogDebug, "allot: request passed through unassigned: "+msg)
 }
 
 // scrub leaves the request with no header the filter owns, whatever step
 // failed: no forged assignment and none of the request's own, partial or
 // whole. It reads the header map again and removes every owned name one
-// call each, and if a removal fails, sets the map without them in one
-// call. If the map cannot be read it removes every owned name it can
+// call each, and if a removal fails, removes them again with one call
+// (removeOwned: the map set without them, or the batch of removals). If the map cannot be read it removes every owned name it can
 // know: those the first read found, the dictionary, the version and each
 // configured experiment's header. Every step runs under its own recover.
 func (p *Plugin) scrub(cfg *Config) {
 	var pairs [][2]string
 	if guard(func() error {
 		var err error
-		if pairs, err = p.host.GetHeaderMapPairs(abi.RequestHeaders); err != nil {
+		if pairs, err = p.host.RequestHeaders(); err != nil {
 			return err
 		}
 		p.strip = p.strip[:0]
@@ -547,7 +585,7 @@ func (p *Plugin) scrub(cfg *Config) {
 	if len(p.strip) == 0 || p.removeAll(p.strip) == nil {
 		return
 	}
-	guard(func() error { return p.setMap(cfg, pairs, false, entry{}, "") })
+	guard(func() error { return p.removeOwned(cfg, pairs) })
 }
 
 // guard runs step, a panic in it returned as an error.

@@ -2,8 +2,6 @@ package plugin
 
 import (
 	"strconv"
-
-	"github.com/allotmesh/allot/filter/abi"
 )
 
 // Metric names. Envoy shows Wasm-defined metrics under the "wasmcustom."
@@ -78,11 +76,11 @@ func (c *Config) MetricNames() []string {
 }
 
 // define defines the metrics for cfg; counters start at zero.
-func (s *stats) define(h abi.Host, cfg *Config) {
+func (s *stats) define(h Host, cfg *Config) {
 	s.defineFail = false
 	ids := make([]uint32, 0, 4+len(cfg.keys)*2)
 	for _, name := range cfg.MetricNames() {
-		id, err := h.DefineMetric(abi.MetricCounter, name)
+		id, err := h.DefineMetric(Counter, name)
 		if err != nil {
 			s.defineFail = true
 		}
@@ -102,12 +100,12 @@ func (s *stats) define(h abi.Host, cfg *Config) {
 		s.varIDs[i], ids = ids[:n:n], ids[n:]
 	}
 	if s.defineFail {
-		h.Log(abi.LogWarn, "allot: some metrics could not be defined; their counts are dropped")
+		h.Log(LogWarn, "allot: some metrics could not be defined; their counts are dropped")
 	}
 }
 
 // flush adds the accumulated counts to Envoy's stats and resets them.
-func (r *root) flush(h abi.Host) {
+func (r *root) flush(h Host) {
 	s := &r.stats
 	if r.cfg == nil || s.defineFail {
 		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail}

@@ -1,7 +1,5 @@
 package plugin
 
-import "github.com/allotmesh/allot/filter/abi"
-
 // Metric names of the VM's own figures (see VMStats). Every worker VM adds
 // its share, so each stat is the sum over the proxy's VMs.
 const (
@@ -42,20 +40,20 @@ type vmMetrics struct {
 func (p *Plugin) ReadVMStats(read func(*VMStats)) { p.vm.read = read }
 
 // define defines the VM metrics once per VM.
-func (m *vmMetrics) define(h abi.Host) {
+func (m *vmMetrics) define(h Host) {
 	if m.read == nil || m.defined {
 		return
 	}
 	for i, d := range [...]struct {
-		t    abi.MetricType
+		t    MetricKind
 		name string
 	}{
-		{abi.MetricGauge, MetricVMMemory}, {abi.MetricGauge, MetricVMHeap},
-		{abi.MetricCounter, MetricVMAllocations}, {abi.MetricCounter, MetricVMCollections},
+		{Gauge, MetricVMMemory}, {Gauge, MetricVMHeap},
+		{Counter, MetricVMAllocations}, {Counter, MetricVMCollections},
 	} {
 		id, err := h.DefineMetric(d.t, d.name)
 		if err != nil {
-			h.Log(abi.LogWarn, "allot: VM metrics unavailable: "+err.Error())
+			h.Log(LogWarn, "allot: VM metrics unavailable: "+err.Error())
 			return
 		}
 		m.ids[i] = id
@@ -64,7 +62,7 @@ func (m *vmMetrics) define(h abi.Host) {
 }
 
 // flush reports the change since the last flush.
-func (m *vmMetrics) flush(h abi.Host) {
+func (m *vmMetrics) flush(h Host) {
 	if !m.defined {
 		return
 	}
@@ -82,7 +80,7 @@ func (m *vmMetrics) flush(h abi.Host) {
 
 // withdraw takes the VM's share out of the gauges: its last plugin
 // instance is gone, and the VM with it.
-func (m *vmMetrics) withdraw(h abi.Host) {
+func (m *vmMetrics) withdraw(h Host) {
 	if !m.defined {
 		return
 	}

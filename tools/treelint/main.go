@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,23 +115,34 @@ var (
 	scheme   = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 )
 
+// prose yields the lines of a Markdown document outside fenced code
+// blocks, with their index.
+func prose(b []byte) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		for i, line := range strings.Split(string(b), "\n") {
+			t := strings.TrimSpace(line)
+			switch {
+			case fence != "":
+				if strings.HasPrefix(t, fence) {
+					fence = ""
+				}
+			case strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~"):
+				fence = t[:3]
+			default:
+				if !yield(i, line) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // brokenLinks reports the relative links of Markdown file name whose target
 // file does not exist, or whose #anchor is not a heading of the target.
 func brokenLinks(root, name string, b []byte, headings map[string]map[string]bool) []string {
 	var out []string
-	fence := ""
-	for i, line := range strings.Split(string(b), "\n") {
-		t := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(t, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			fence = t[:3]
-			continue
-		}
+	for i, line := range prose(b) {
 		line = codeSpan.ReplaceAllString(line, "")
 		var targets []string
 		for _, m := range inlineLink.FindAllStringSubmatch(line, -1) {
@@ -195,19 +207,7 @@ func resolve(root, name, target string, headings map[string]map[string]bool) str
 func anchors(b []byte) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		t := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(t, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
-			fence = t[:3]
-			continue
-		}
+	for _, line := range prose(b) {
 		if !strings.HasPrefix(line, "#") {
 			continue
 		}

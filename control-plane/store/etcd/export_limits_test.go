@@ -1,5 +1,10 @@
 package etcd
 
-// MaxTxnBytes is what the registry puts in one transaction beside the
-// replica's record (maxTxnBytes).
+// MaxTxnBytes is the most one registry transaction puts (maxTxnBytes).
 const MaxTxnBytes = maxTxnBytes
+
+// MaxPartBytes bounds a part of a shard of proxy records (maxPartBytes).
+const MaxPartBytes = maxPartBytes
+
+// ShardOf is the shard of a node's records (shardOf).
+func ShardOf(node string) int { return shardOf(node) }

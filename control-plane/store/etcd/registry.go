@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -33,35 +34,66 @@ const maxTxnsInFlight = 8
 // default --max-request-bytes (1.5 MiB).
 const maxTxnBytes = 1 << 20
 
-// proxyShards is the number of records a replica's proxies are spread
-// over (by node id). One record per proxy made a rollout to 10,000 proxies
+// proxyShards is the number of groups a replica's proxies are spread over
+// (by node id). One record per proxy made a rollout to 10,000 proxies
 // 10,000 etcd writes, whose per-key cost in etcd (index, bbolt, watch) was
-// a third of the benchmark's CPU; 64 records of ~50 proxies each cost far
-// less. A record stays under 1 MiB up to about 200,000 proxies per
-// replica.
+// a third of the benchmark's CPU; 64 groups of ~50 proxies each cost far
+// less.
 const proxyShards = 64
 
-var _ mesh.Registry = (*Registry)(nil)
+// maxPartBytes bounds the record of one part of a shard: a shard's
+// proxies, sorted, are cut into parts of at most this many bytes (or one
+// proxy, if larger; the limits on what proxies send keep a proxy's record
+// under 10 KB). However many proxies hash to one shard (node ids are the
+// proxies' to choose, and the hash is unkeyed), no record outgrows etcd's
+// request limit; 64 KiB holds about 300 typical proxies, so a shard of a
+// 10,000-proxy replica is one part, and an ACK rewrites at most 64 KiB.
+const maxPartBytes = 64 << 10
 
 // Registry implements mesh.Registry in the store's cluster, beside the
 // experiments:
 //
-//	mesh/replicas/<replica>               mesh.Replica as JSON
-//	mesh/proxies/<replica>/<shard>        the replica's proxies whose node id hashes to shard
-//	                                      (proxyShards of them): a JSON array of mesh.Proxy,
-//	                                      sorted by node id and stream
+//	mesh/replicas/<replica>               the replica's fixed-size fields (mesh.Replica without
+//	                                      Targets and Proxies) as JSON
+//	mesh/clusters/<replica>/<cluster>     one per cluster the replica lists (cluster escaped):
+//	                                      its target version and its proxies' mesh.Summary
+//	mesh/proxies/<replica>/<shard>/<part> the replica's proxies whose node id hashes to shard
+//	                                      (proxyShards of them), sorted by node id and stream,
+//	                                      cut into parts of at most maxPartBytes: a JSON
+//	                                      array of mesh.Proxy each
 //	mesh/nodes/<replica>/<node>/<stream>/<cluster>
 //	                                      empty, one per proxy (node and cluster escaped):
 //	                                      what Roster reads
 //
+// No record's size depends on the number of proxies or clusters: what
+// grows is split into keys of bounded size, so no count of proxies,
+// however they hash, nor of clusters, makes a publish exceed etcd's
+// request limit. A publish writes proxies' records first, then the
+// cluster records, then the replica's record (which it rewrites whenever
+// a cluster record changed, so that Watch, which follows the replicas'
+// records, sees every change of a summary): a reader that sees a
+// summary sees the records of the proxies it counts, and one that sees
+// the replica's revision sees the targets built for it. Readers read
+// every prefix in one transaction (View, Roster, Replicas).
+//
 // Every key a replica writes is attached to a lease of its own, kept alive
 // by the client. When the replica dies or loses the cluster for longer than
 // the lease's TTL, etcd deletes its keys, and its proxies leave the live
-// set. A shard is rewritten only when one of its proxies changed, a node
-// key only when its proxy connects or disconnects; after a failed publish
-// (or with a new lease) the next one also deletes whatever of the
-// replica's keys it does not write (reconcileLocked); etcd's auto-compaction
-// (see the mesh admin docs) bounds the history of their changes.
+// set. A part is rewritten only when its proxies changed, a cluster
+// record only when its target or summary did, a node key only when its
+// proxy connects or disconnects; after a failed publish (or with a new
+// lease) the next one also deletes whatever of the replica's keys it does
+// not write (reconcileLocked); etcd's auto-compaction (see the mesh admin
+// docs) bounds the history of their changes.
+//
+// A shard's parts that do not fit one transaction commit in an order that
+// never hides a moved proxy from a reader (partOps).
+//
+// Readers also take the layout without cluster records and parts
+// (clusters inline in the replica's record, a shard in one record); a
+// replica that writes that layout reads this one as listing no clusters,
+// so the two cannot share a mesh (its waited writes would not wait for
+// the proxies of a replica writing this one).
 type Registry struct {
 	s   *Store
 	id  string
@@ -71,11 +103,14 @@ type Registry struct {
 	lease    clientv3.LeaseID
 	lost     chan struct{} // closed when the lease's keep-alive ends
 	stopKeep context.CancelFunc
-	// What was written under the lease: the replica's record, encoded,
-	// and each proxy's record; gen counts the publishes.
-	replica string
-	proxies map[proxyID]*publishedProxy
-	gen     uint64
+	// What was written under the lease: the replica's record and each
+	// cluster's, encoded, each shard's parts, encoded, and each proxy's
+	// record; gen counts the publishes.
+	replica  string
+	clusters map[string]string
+	parts    map[int]shardParts
+	proxies  map[proxyID]*publishedProxy
+	gen      uint64
 	// unknown is set while what etcd holds under the replica's prefixes
 	// may differ from what was written (before the first publish, after a
 	// failed one, with a new lease): the next publish reads the replica's
@@ -86,8 +121,8 @@ type Registry struct {
 	// place of commit(): its error is the transaction's.
 	txnHook func(ops []clientv3.Op, commit func() error) error
 
-	// decoded holds the shards the last View decoded, by key, so that a
-	// View decodes only the shards that changed since.
+	// decoded holds the parts the last View decoded, by key, so that a
+	// View decodes only the parts that changed since.
 	viewMu  sync.Mutex
 	decoded map[string]*decodedShard
 	viewGen uint64
@@ -110,13 +145,37 @@ type publishedProxy struct {
 	gen     uint64
 }
 
-// decodedShard is a shard decoded from its value at etcd revision mod (a
+// shardParts are the parts of a shard as written: each one's value and
+// first proxy.
+type shardParts struct {
+	values []string
+	first  []proxyID
+}
+
+// decodedShard is a part decoded from its value at etcd revision mod (a
 // key's value at a revision never changes); gen is the last View that
 // read it.
 type decodedShard struct {
 	mod     int64
 	proxies []mesh.Proxy
 	gen     uint64
+}
+
+// replicaRecord is what mesh/replicas/<replica> holds: mesh.Replica's
+// fixed-size fields.
+type replicaRecord struct {
+	ID        string `json:"id"`
+	AdminAddr string `json:"admin_addr,omitempty"`
+	XDSAddr   string `json:"xds_addr,omitempty"`
+	Revision  int64  `json:"revision"`
+}
+
+// clusterRecord is what mesh/clusters/<replica>/<cluster> holds: the
+// cluster's entries of mesh.Replica's Targets and Proxies (each absent when
+// the replica does not list it there).
+type clusterRecord struct {
+	Target  *string       `json:"target,omitempty"`
+	Proxies *mesh.Summary `json:"proxies,omitempty"`
 }
 
 // Registry returns the mesh registry of replica id, whose records live as
@@ -126,22 +185,30 @@ func (s *Store) Registry(id string, ttl time.Duration) *Registry {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	return &Registry{s: s, id: id, ttl: ttl, proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{},
-		unknown: true}
+	return &Registry{s: s, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int]shardParts{},
+		proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{}, unknown: true}
 }
 
 func (g *Registry) replicasPrefix() string { return g.s.key("mesh/replicas/") }
+func (g *Registry) clustersPrefix() string { return g.s.key("mesh/clusters/") }
 func (g *Registry) proxiesPrefix() string  { return g.s.key("mesh/proxies/") }
 func (g *Registry) nodesPrefix() string    { return g.s.key("mesh/nodes/") }
 
 func (g *Registry) replicaKey(id string) string { return g.replicasPrefix() + url.PathEscape(id) }
 
-// ownShards and ownNodes are the prefixes of the replica's own shard and
-// node keys.
-func (g *Registry) ownShards() string { return g.proxiesPrefix() + url.PathEscape(g.id) + "/" }
-func (g *Registry) ownNodes() string  { return g.nodesPrefix() + url.PathEscape(g.id) + "/" }
+// ownClusters, ownShards and ownNodes are the prefixes of the replica's
+// own cluster, part and node keys.
+func (g *Registry) ownClusters() string { return g.clustersPrefix() + url.PathEscape(g.id) + "/" }
+func (g *Registry) ownShards() string   { return g.proxiesPrefix() + url.PathEscape(g.id) + "/" }
+func (g *Registry) ownNodes() string    { return g.nodesPrefix() + url.PathEscape(g.id) + "/" }
 
-func (g *Registry) shardKey(shard int) string { return g.ownShards() + strconv.Itoa(shard) }
+func (g *Registry) clusterKey(cluster string) string {
+	return g.ownClusters() + url.PathEscape(cluster)
+}
+
+func (g *Registry) partKey(shard, part int) string {
+	return g.ownShards() + strconv.Itoa(shard) + "/" + strconv.Itoa(part)
+}
 
 func (g *Registry) nodeKey(p mesh.Proxy) string {
 	return g.ownNodes() + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10) + "/" + url.PathEscape(p.Cluster)
@@ -160,17 +227,20 @@ func (g *Registry) Publish(ctx context.Context, r mesh.Replica, proxies []mesh.P
 	if err := g.s.check(ctx); err != nil {
 		return err
 	}
-	r.ID = g.id
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(replicaRecord{ID: g.id, AdminAddr: r.AdminAddr, XDSAddr: r.XDSAddr, Revision: r.Revision})
 	if err != nil {
 		return fmt.Errorf("encode replica: %w", err)
 	}
+	clusters, err := encodeClusters(r)
+	if err != nil {
+		return err
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	err = g.publishLocked(ctx, string(b), proxies)
+	err = g.publishLocked(ctx, string(b), clusters, proxies)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err != nil && strings.Contains(err.Error(), rpctypes.ErrLeaseNotFound.Error())) {
 		g.dropLeaseLocked()
-		err = g.publishLocked(ctx, string(b), proxies)
+		err = g.publishLocked(ctx, string(b), clusters, proxies)
 	}
 	if err != nil {
 		return fmt.Errorf("publish replica %q to the mesh registry: %w", g.id, err)
@@ -178,12 +248,36 @@ func (g *Registry) Publish(ctx context.Context, r mesh.Replica, proxies []mesh.P
 	return nil
 }
 
+// encodeClusters returns the cluster records of r by cluster: one per
+// cluster of its Targets or Proxies.
+func encodeClusters(r mesh.Replica) (map[string]string, error) {
+	recs := make(map[string]clusterRecord, len(r.Targets))
+	for c, v := range r.Targets {
+		recs[c] = clusterRecord{Target: &v}
+	}
+	for c, s := range r.Proxies {
+		rec := recs[c]
+		rec.Proxies = &s
+		recs[c] = rec
+	}
+	out := make(map[string]string, len(recs))
+	for c, rec := range recs {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("encode cluster %q: %w", c, err)
+		}
+		out[c] = string(b)
+	}
+	return out, nil
+}
+
 // publishLocked writes what differs from what was written under the
-// lease: the replica's record (encoded) and the records of the proxies
-// that changed, and deletes the records of the proxies that left. A proxy
-// is encoded only when it differs from the record written for it, so
-// that a publish after a few ACKs costs those few, not the whole fleet.
-func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []mesh.Proxy) error {
+// lease — the parts of the shards whose proxies changed, the cluster
+// records that changed, the replica's record — and deletes the records of
+// the proxies and clusters that left. A proxy is encoded only when it
+// differs from the record written for it, so that a publish after a few
+// ACKs costs those few, not the whole fleet.
+func (g *Registry) publishLocked(ctx context.Context, replica string, clusters map[string]string, proxies []mesh.Proxy) error {
 	if g.lease != 0 {
 		select {
 		case <-g.lost:
@@ -233,7 +327,7 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 			delete(g.proxies, id)
 		}
 	}
-	// A shard's value is its proxies' encodings, each made when the proxy
+	// A part's value is its proxies' encodings, each made when the proxy
 	// changed: after a rollout's first ACKs every shard is dirty, and each
 	// later publish would encode them all again.
 	shards := map[int][]*publishedProxy{}
@@ -242,30 +336,37 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 			shards[e.shard] = append(shards[e.shard], e)
 		}
 	}
+	groups := make([][]clientv3.Op, 0, len(ops)+len(dirty))
+	for _, op := range ops {
+		groups = append(groups, []clientv3.Op{op})
+	}
 	for shard := range dirty {
 		es := shards[shard]
-		if len(es) == 0 {
-			ops = append(ops, clientv3.OpDelete(g.shardKey(shard)))
-			continue
-		}
 		slices.SortFunc(es, func(a, b *publishedProxy) int {
 			return cmp.Or(cmp.Compare(a.p.NodeID, b.p.NodeID), cmp.Compare(a.p.Stream, b.p.Stream))
 		})
-		var b strings.Builder
-		n := len(es) + 1
-		for _, e := range es {
-			n += len(e.raw)
+		old, now := g.parts[shard], cutParts(es)
+		if len(now.values) == 0 {
+			delete(g.parts, shard)
+		} else {
+			g.parts[shard] = now
 		}
-		b.Grow(n)
-		b.WriteByte('[')
-		for i, e := range es {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(e.raw)
+		if ops := g.partOps(shard, old, now); len(ops) > 0 {
+			groups = append(groups, ops)
 		}
-		b.WriteByte(']')
-		ops = append(ops, clientv3.OpPut(g.shardKey(shard), b.String(), clientv3.WithLease(g.lease)))
+	}
+	var clusterOps []clientv3.Op
+	for c, rec := range clusters {
+		if g.clusters[c] != rec {
+			clusterOps = append(clusterOps, clientv3.OpPut(g.clusterKey(c), rec, clientv3.WithLease(g.lease)))
+			g.clusters[c] = rec
+		}
+	}
+	for c := range g.clusters {
+		if _, ok := clusters[c]; !ok {
+			clusterOps = append(clusterOps, clientv3.OpDelete(g.clusterKey(c)))
+			delete(g.clusters, c)
+		}
 	}
 	if g.unknown {
 		stale, err := g.reconcileLocked(ctx)
@@ -273,15 +374,22 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 			g.forgetLocked()
 			return err
 		}
-		ops = append(ops, stale...)
+		for _, op := range stale {
+			groups = append(groups, []clientv3.Op{op})
+		}
 	}
-	// The replica's record goes last: a reader that sees its summary of
-	// the proxies sees their records too.
-	var last []clientv3.Op
-	if g.replica != replica {
-		last = append(last, clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease)))
+	// The cluster records follow the proxies' records, and the replica's
+	// record follows them: a reader that sees a summary of the proxies
+	// sees their records too, and Watch signals once all are written.
+	var last [][]clientv3.Op
+	if g.replica != replica || len(clusterOps) > 0 {
+		last = append(last, []clientv3.Op{clientv3.OpPut(g.replicaKey(g.id), replica, clientv3.WithLease(g.lease))})
 	}
-	err := g.commit(ctx, ops, last...)
+	clusterGroups := make([][]clientv3.Op, len(clusterOps))
+	for i, op := range clusterOps {
+		clusterGroups[i] = []clientv3.Op{op}
+	}
+	err := g.commit(ctx, groups, clusterGroups, last)
 	if err != nil {
 		g.forgetLocked() // what was written is unknown
 		return err
@@ -291,37 +399,153 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, proxies []
 	return nil
 }
 
+// cutParts returns the parts of a shard whose proxies are es (sorted):
+// JSON arrays of their records, each at most maxPartBytes unless it holds
+// one proxy only.
+func cutParts(es []*publishedProxy) shardParts {
+	var sp shardParts
+	for len(es) > 0 {
+		n, size := 0, 1
+		for n < len(es) && (n == 0 || size+len(es[n].raw)+1 <= maxPartBytes) {
+			size += len(es[n].raw) + 1
+			n++
+		}
+		var b strings.Builder
+		b.Grow(size)
+		b.WriteByte('[')
+		for i, e := range es[:n] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(e.raw)
+		}
+		b.WriteByte(']')
+		sp.values = append(sp.values, b.String())
+		sp.first = append(sp.first, proxyID{es[0].p.NodeID, es[0].p.Stream})
+		es = es[n:]
+	}
+	return sp
+}
+
+// partOps returns the writes that turn a shard's parts from old into now:
+// the parts whose value changed are put, those beyond now's deleted. They
+// commit in one transaction when they fit; when they do not (a shard past
+// maxTxnBytes), in the order partOrder gives, so that no reader ever
+// misses a proxy that moved from one part to another: a waited write
+// would take it for disconnected, and stop waiting for it.
+func (g *Registry) partOps(shard int, old, now shardParts) []clientv3.Op {
+	var ops []clientv3.Op
+	for _, i := range partOrder(old.first, now.first) {
+		switch {
+		case i >= len(now.values):
+			ops = append(ops, clientv3.OpDelete(g.partKey(shard, i)))
+		case i >= len(old.values) || old.values[i] != now.values[i]:
+			ops = append(ops, clientv3.OpPut(g.partKey(shard, i), now.values[i], clientv3.WithLease(g.lease)))
+		}
+	}
+	return ops
+}
+
+// partOrder orders the parts of a shard, given the first proxy of each
+// part before (old) and after (now) a change, so that a proxy's new part
+// comes before its old one. Parts are cut from the proxies in order, so a
+// proxy moves only across the boundaries between its old and its new part,
+// each of which moved the same way: the start of part k+1 moving down
+// (to a smaller proxy, or from none) moves proxies from part k into k+1,
+// which goes first; moving up, part k goes first. Each boundary orders
+// two neighbours only, so the order exists.
+func partOrder(old, now []proxyID) []int {
+	n := max(len(old), len(now))
+	// start is the first proxy of part k, or none (nil: after every proxy).
+	start := func(ids []proxyID, k int) *proxyID {
+		if k < len(ids) {
+			return &ids[k]
+		}
+		return nil
+	}
+	compare := func(a, b *proxyID) int {
+		switch {
+		case a == nil && b == nil:
+			return 0
+		case a == nil:
+			return 1
+		case b == nil:
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.stream, b.stream))
+	}
+	// Kahn's algorithm on the path 0 … n-1, each edge oriented by its
+	// boundary.
+	after := make([][]int, n)
+	waits := make([]int, n)
+	for k := 0; k+1 < n; k++ {
+		switch c := compare(start(now, k+1), start(old, k+1)); {
+		case c < 0:
+			after[k+1], waits[k] = append(after[k+1], k), waits[k]+1
+		case c > 0:
+			after[k], waits[k+1] = append(after[k], k+1), waits[k+1]+1
+		}
+	}
+	order := make([]int, 0, n)
+	for k := range n {
+		if waits[k] == 0 {
+			order = append(order, k)
+		}
+	}
+	for i := 0; i < len(order); i++ {
+		for _, next := range after[order[i]] {
+			if waits[next]--; waits[next] == 0 {
+				order = append(order, next)
+			}
+		}
+	}
+	return order
+}
+
 // forgetLocked forgets what was written, so that the next Publish writes
 // every record and reconciles the replica's keys (the records of proxies
 // that left meanwhile are still in etcd, under a lease that lives on).
 func (g *Registry) forgetLocked() {
 	g.replica = ""
+	clear(g.clusters)
+	clear(g.parts)
 	clear(g.proxies)
 	g.unknown = true
 }
 
 // reconcileLocked returns the deletions of the replica's keys in etcd that
-// the publish under way does not write: the node keys and shards of
-// proxies that left while a commit failed (its outcome unknown) or under
-// an earlier lease. It reads the keys alone (one read of about 100 bytes
-// per proxy), and only when g.unknown: a publish after a successful one
-// knows what etcd holds. g.proxies must hold this publish's proxies; as
-// they were forgotten before, the publish puts every key it keeps, and
-// deletes none, so that no key is both deleted and written.
+// the publish under way does not write: the node keys, parts and cluster
+// records of proxies and clusters that left while a commit failed (its
+// outcome unknown) or under an earlier lease. It reads the keys alone (one
+// read of about 100 bytes per proxy), and only when g.unknown: a publish
+// after a successful one knows what etcd holds. g.proxies, g.parts and
+// g.clusters must hold this publish's records; as they were forgotten
+// before, the publish puts every key it keeps, and deletes none, so that
+// no key is both deleted and written.
 func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, error) {
 	// A linearizable read, never the serializable fallback of Store.read:
 	// a member behind the cluster would miss the keys to delete.
 	octx, cancel := g.s.opContext(ctx)
 	defer cancel()
-	nodes, shards := get{key: g.ownNodes(), prefix: true, keysOnly: true}, get{key: g.ownShards(), prefix: true, keysOnly: true}
-	resp, err := g.s.cli.Txn(octx).Then(nodes.op(false), shards.op(false)).Commit()
+	var reads []clientv3.Op
+	for _, prefix := range []string{g.ownNodes(), g.ownShards(), g.ownClusters()} {
+		reads = append(reads, get{key: prefix, prefix: true, keysOnly: true}.op(false))
+	}
+	resp, err := g.s.cli.Txn(octx).Then(reads...).Commit()
 	if err = g.s.wrap(octx, err); err != nil {
 		return nil, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
 	}
-	keep := make(map[string]bool, len(g.proxies)+proxyShards)
+	keep := make(map[string]bool, len(g.proxies)+len(g.clusters)+proxyShards)
 	for _, e := range g.proxies {
 		keep[e.nodeKey] = true
-		keep[g.shardKey(e.shard)] = true
+	}
+	for shard, parts := range g.parts {
+		for i := range parts.values {
+			keep[g.partKey(shard, i)] = true
+		}
+	}
+	for c := range g.clusters {
+		keep[g.clusterKey(c)] = true
 	}
 	var ops []clientv3.Op
 	for _, r := range resp.Responses {
@@ -342,31 +566,39 @@ func sameProxy(a, b mesh.Proxy) bool {
 	return a == b && (ra == rb || ra != nil && rb != nil && *ra == *rb)
 }
 
-// commit runs ops in transactions of at most maxTxnOps operations and
-// maxTxnBytes (or one operation, if larger), up to maxTxnsInFlight of them
-// at once: etcd commits concurrent proposals together. Different keys
-// only: the order of the transactions does not matter. The operations of
-// last are committed after every other, in the last transaction.
-func (g *Registry) commit(ctx context.Context, ops []clientv3.Op, last ...clientv3.Op) error {
-	var batches [][]clientv3.Op
-	for len(ops) > 0 {
-		n, size := 0, 0
-		for n < len(ops) && n < maxTxnOps {
-			size += len(ops[n].KeyBytes()) + len(ops[n].ValueBytes())
-			if n > 0 && size > maxTxnBytes {
-				break
+// commit runs stages of groups of operations one stage after the other.
+// A group that fits in one transaction (maxTxnOps operations, maxTxnBytes
+// of keys and values) commits in one, packed with others; a larger group
+// commits in transactions one after the other, in its order. A stage's
+// transactions run up to maxTxnsInFlight at once (etcd commits concurrent
+// proposals together) and all commit before any of the next stage's,
+// which hold other keys — unless the next stage fits in one transaction
+// with one of this stage's: then they commit together, atomically, after
+// the rest of this stage (so a publish after a few ACKs is one
+// transaction).
+func (g *Registry) commit(ctx context.Context, stages ...[][]clientv3.Op) error {
+	var steps [][][][]clientv3.Op // steps of chains of transactions: a step's chains run at once, after the previous step
+	for _, groups := range stages {
+		chains := pack(groups)
+		if len(chains) == 0 {
+			continue
+		}
+		if n := len(steps); n > 0 && len(chains) == 1 && len(chains[0]) == 1 {
+			prev := steps[n-1]
+			if i := slices.IndexFunc(prev, func(c [][]clientv3.Op) bool { return len(c) == 1 }); i >= 0 {
+				one := prev[i][0]
+				if merged := append(one[:len(one):len(one)], chains[0][0]...); len(batch(merged)) == 1 {
+					if len(prev) == 1 {
+						steps[n-1] = [][][]clientv3.Op{{merged}}
+					} else {
+						steps[n-1] = slices.Delete(slices.Clone(prev), i, i+1)
+						steps = append(steps, [][][]clientv3.Op{{merged}})
+					}
+					continue
+				}
 			}
-			n++
 		}
-		batches = append(batches, ops[:n])
-		ops = ops[n:]
-	}
-	if len(last) > 0 {
-		if n := len(batches); n > 0 && len(batches[n-1])+len(last) <= maxTxnOps {
-			batches[n-1] = append(batches[n-1][:len(batches[n-1]):len(batches[n-1])], last...)
-		} else {
-			batches = append(batches, last)
-		}
+		steps = append(steps, chains)
 	}
 	txn := func(batch []clientv3.Op) error {
 		commit := func() error {
@@ -380,31 +612,91 @@ func (g *Registry) commit(ctx context.Context, ops []clientv3.Op, last ...client
 		}
 		return commit()
 	}
-	var (
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, maxTxnsInFlight)
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, batch := range batches[:max(len(batches)-1, 0)] {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := txn(batch); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+	chain := func(c [][]clientv3.Op) error {
+		for _, b := range c {
+			if err := txn(b); err != nil {
+				return err
 			}
-		})
+		}
+		return nil
 	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	if len(batches) > 0 {
-		return txn(batches[len(batches)-1])
+	for _, step := range steps {
+		if len(step) == 1 {
+			if err := chain(step[0]); err != nil {
+				return err
+			}
+			continue
+		}
+		var (
+			wg   sync.WaitGroup
+			sem  = make(chan struct{}, maxTxnsInFlight)
+			mu   sync.Mutex
+			errs []error
+		)
+		for _, c := range step {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := chain(c); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return errs[0]
+		}
 	}
 	return nil
+}
+
+// pack returns the transactions of groups as chains, each committed in
+// order: the groups that fit in one transaction packed together, each
+// chain one transaction, and each larger group a chain of its own.
+func pack(groups [][]clientv3.Op) [][][]clientv3.Op {
+	var chains [][][]clientv3.Op
+	var cur []clientv3.Op
+	size := 0
+	for _, grp := range groups {
+		if bs := batch(grp); len(bs) > 1 {
+			chains = append(chains, bs)
+			continue
+		}
+		n := 0
+		for _, op := range grp {
+			n += len(op.KeyBytes()) + len(op.ValueBytes())
+		}
+		if len(cur) > 0 && (len(cur)+len(grp) > maxTxnOps || size+n > maxTxnBytes) {
+			chains = append(chains, [][]clientv3.Op{cur})
+			cur, size = nil, 0
+		}
+		cur, size = append(cur, grp...), size+n
+	}
+	if len(cur) > 0 {
+		chains = append(chains, [][]clientv3.Op{cur})
+	}
+	return chains
+}
+
+// batch cuts ops into transactions of at most maxTxnOps operations and
+// maxTxnBytes of keys and values (or one operation, if larger), in order.
+func batch(ops []clientv3.Op) [][]clientv3.Op {
+	var batches [][]clientv3.Op
+	for len(ops) > 0 {
+		n, size := 0, 0
+		for n < len(ops) && n < maxTxnOps {
+			size += len(ops[n].KeyBytes()) + len(ops[n].ValueBytes())
+			if n > 0 && size > maxTxnBytes {
+				break
+			}
+			n++
+		}
+		batches = append(batches, ops[:n])
+		ops = ops[n:]
+	}
+	return batches
 }
 
 // grantLocked grants a lease and keeps it alive until it is lost or the
@@ -478,34 +770,32 @@ func (g *Registry) Withdraw(ctx context.Context) error {
 // View implements mesh.Registry: one read of the whole mesh. Proxies whose
 // replica has no record are left out.
 func (g *Registry) View(ctx context.Context) (mesh.View, error) {
-	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.proxiesPrefix(), prefix: true})
+	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true},
+		get{key: g.proxiesPrefix(), prefix: true})
 	if err != nil {
 		return mesh.View{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
-	v := mesh.View{Replicas: map[string]mesh.Replica{}}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		r, err := decodeReplica(kv.Key, kv.Value)
-		if err != nil {
-			return mesh.View{}, err
-		}
-		v.Replicas[r.ID] = r
+	replicas, err := g.decodeReplicas(resp.Responses[0], resp.Responses[1])
+	if err != nil {
+		return mesh.View{}, err
 	}
+	v := mesh.View{Replicas: replicas}
 	g.viewMu.Lock()
 	defer g.viewMu.Unlock()
 	g.viewGen++
 	var ps []mesh.Proxy
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		d := g.decoded[string(kv.Key)]
 		if d == nil || d.mod != kv.ModRevision {
-			var shard []mesh.Proxy
-			if err := json.Unmarshal(kv.Value, &shard); err != nil {
+			var part []mesh.Proxy
+			if err := json.Unmarshal(kv.Value, &part); err != nil {
 				return mesh.View{}, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
 			}
 			if d == nil {
 				d = &decodedShard{}
 				g.decoded[string(kv.Key)] = d
 			}
-			d.mod, d.proxies = kv.ModRevision, shard
+			d.mod, d.proxies = kv.ModRevision, part
 		}
 		d.gen = g.viewGen
 		for _, p := range d.proxies {
@@ -523,40 +813,30 @@ func (g *Registry) View(ctx context.Context) (mesh.View, error) {
 	return v, nil
 }
 
-// Replicas implements mesh.Registry: one read of the replicas' records.
+// Replicas implements mesh.Registry: one read of the replicas' and their
+// clusters' records.
 func (g *Registry) Replicas(ctx context.Context) (map[string]mesh.Replica, error) {
-	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true})
+	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true})
 	if err != nil {
 		return nil, fmt.Errorf("read the mesh registry: %w", err)
 	}
-	out := map[string]mesh.Replica{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		r, err := decodeReplica(kv.Key, kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[r.ID] = r
-	}
-	return out, nil
+	return g.decodeReplicas(resp.Responses[0], resp.Responses[1])
 }
 
-// Roster implements mesh.Registry: one read of the replicas' records and
-// the node keys alone.
+// Roster implements mesh.Registry: one read of the replicas' and their
+// clusters' records and of the node keys alone.
 func (g *Registry) Roster(ctx context.Context) (mesh.Roster, error) {
-	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true},
+	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true},
 		get{key: g.nodesPrefix(), prefix: true, keysOnly: true})
 	if err != nil {
 		return mesh.Roster{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
-	ro := mesh.Roster{Replicas: map[string]mesh.Replica{}, Nodes: map[string]mesh.Node{}}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		r, err := decodeReplica(kv.Key, kv.Value)
-		if err != nil {
-			return mesh.Roster{}, err
-		}
-		ro.Replicas[r.ID] = r
+	replicas, err := g.decodeReplicas(resp.Responses[0], resp.Responses[1])
+	if err != nil {
+		return mesh.Roster{}, err
 	}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+	ro := mesh.Roster{Replicas: replicas, Nodes: map[string]mesh.Node{}}
+	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream, cluster
 		if len(parts) != 4 {
 			return mesh.Roster{}, fmt.Errorf("read the mesh registry: key %q: want replica/node/stream/cluster", kv.Key)
@@ -574,17 +854,55 @@ func (g *Registry) Roster(ctx context.Context) (mesh.Roster, error) {
 	return ro, nil
 }
 
-func decodeReplica(key, value []byte) (mesh.Replica, error) {
-	var r mesh.Replica
-	if err := json.Unmarshal(value, &r); err != nil {
-		return r, fmt.Errorf("read the mesh registry: decode %q: %w", key, err)
+// decodeReplicas decodes the replicas' records and adds to each its
+// clusters' (a cluster record of a replica without one is left out: it
+// has not written it yet, or its lease is running out). A replica record
+// of the layout before cluster records lists its clusters itself.
+func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (map[string]mesh.Replica, error) {
+	out := map[string]mesh.Replica{}
+	for _, kv := range replicas.GetResponseRange().GetKvs() {
+		var r mesh.Replica
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
+		}
+		if r.Targets == nil {
+			r.Targets = map[string]string{}
+		}
+		out[r.ID] = r
 	}
-	return r, nil
+	for _, kv := range clusters.GetResponseRange().GetKvs() {
+		id, cluster, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), g.clustersPrefix()), "/")
+		id, err1 := url.PathUnescape(id)
+		cluster, err2 := url.PathUnescape(cluster)
+		if err := errors.Join(err1, err2); !ok || err != nil {
+			return nil, fmt.Errorf("read the mesh registry: key %q: want replica/cluster (%v)", kv.Key, err)
+		}
+		r, live := out[id]
+		if !live {
+			continue
+		}
+		var rec clusterRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return nil, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
+		}
+		if rec.Target != nil {
+			r.Targets[cluster] = *rec.Target
+		}
+		if rec.Proxies != nil {
+			if r.Proxies == nil {
+				r.Proxies = map[string]mesh.Summary{}
+				out[id] = r
+			}
+			r.Proxies[cluster] = *rec.Proxies
+		}
+	}
+	return out, nil
 }
 
 // Watch implements mesh.Registry. It follows the replicas' records alone:
 // in a rollout the proxies' records change by the thousand, and each
-// replica's record follows its proxies' with their summary.
+// replica's record is rewritten after its proxies' and its clusters'
+// records whenever a summary changes.
 func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	if g.s.closed.Load() || ctx.Err() != nil {

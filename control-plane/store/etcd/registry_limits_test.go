@@ -3,10 +3,12 @@ package etcd_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/allotmesh/allot/control-plane/mesh"
@@ -15,7 +17,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/xds"
 )
 
-// largestReplica is the largest record a replica can publish given the
+// largestReplica is the largest replica a server can publish given the
 // limits on what proxies send (xds): as many clusters as a server
 // tracks, each named at the longest a proxy may name it, each with the
 // most versions a summary keeps, at the longest a proxy may report them,
@@ -38,12 +40,12 @@ func largestReplica() mesh.Replica {
 	return r
 }
 
-// largestProxy is the largest proxy record (one of a shard's), every
+// largestProxy is the largest proxy record (one of a part's), every
 // field a proxy sets at its bound and made of characters JSON escapes
-// where the bound allows them.
+// where the bound allows them; i numbers its node id.
 func largestProxy(i int) mesh.Proxy {
 	t := time.Date(2026, 11, 27, 0, 0, 0, 123456789, time.FixedZone("x", -12*3600))
-	node := fmt.Sprintf("%04d", i) + strings.Repeat("<", xds.MaxNodeIDBytes-4)
+	node := fmt.Sprintf("%06d", i) + strings.Repeat("<", xds.MaxNodeIDBytes-6)
 	artifact := strings.Repeat("<", xds.MaxArtifactBytes)
 	return mesh.Proxy{
 		Replica: strings.Repeat("r", 253), NodeID: node, Cluster: strings.Repeat("c", xds.MaxClusterBytes),
@@ -57,40 +59,193 @@ func largestProxy(i int) mesh.Proxy {
 	}
 }
 
-// TestLargestReplicaRecordFits: the largest replica record fits etcd's
-// default request limit beside the largest transaction the registry puts
-// it in (its other writes, up to etcd.MaxTxnBytes, and their framing), and
-// a real etcd takes it, with a fleet of the largest proxy records.
-func TestLargestReplicaRecordFits(t *testing.T) {
-	b, err := json.Marshal(largestReplica())
+// TestLargestRecordsFit: no record of the registry outgrows what the
+// limits on what proxies send allow, whatever the number of proxies and
+// clusters: the replica's record has fixed-size fields only, a cluster's
+// record is its target and summary at their largest, and a proxy at its
+// largest fits a part with room to spare. A real etcd takes the largest
+// replica (xds.MaxClusters clusters at their largest) with 400 of the
+// largest proxies, and reads it back whole.
+func TestLargestRecordsFit(t *testing.T) {
+	big := largestReplica()
+	fixed := big
+	fixed.Targets, fixed.Proxies = nil, nil
+	rb, err := json.Marshal(fixed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const framing = 16 << 10 // keys' and operations' protobuf framing in one transaction: far less
-	if room := int(embed.DefaultMaxRequestBytes) - etcd.MaxTxnBytes - framing; len(b) > room {
-		t.Fatalf("the largest replica record is %d bytes; a transaction leaves it %d", len(b), room)
+	c0 := fmt.Sprintf("%0*d", xds.MaxClusterBytes, 0)
+	cb, err := json.Marshal(struct {
+		T string       `json:"target"`
+		P mesh.Summary `json:"proxies"`
+	}{big.Targets[c0], big.Proxies[c0]})
+	if err != nil {
+		t.Fatal(err)
 	}
 	p, err := json.Marshal(largestProxy(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("largest replica record %d bytes (%d clusters); largest proxy record %d bytes: %d of them fill a transaction",
-		len(b), xds.MaxClusters, len(p), etcd.MaxTxnBytes/len(p))
+	if len(p) > etcd.MaxPartBytes/4 {
+		t.Errorf("the largest proxy record is %d bytes: a part of %d bytes holds 4 at least", len(p), etcd.MaxPartBytes)
+	}
+	if len(rb) > 1<<10 || len(cb) > 1<<10 {
+		t.Errorf("the largest replica record (fixed fields) is %d bytes, a cluster's %d: want at most 1 KiB each", len(rb), len(cb))
+	}
+	t.Logf("largest replica record %d bytes, cluster record %d bytes (%d clusters: %d KB), proxy record %d bytes",
+		len(rb), len(cb), xds.MaxClusters, xds.MaxClusters*len(cb)/1000, len(p))
 
 	c := etcdtest.Start(t, 1)
-	reg := c.Open(t).Registry("r1", 5*time.Second)
+	reg := c.Open(t).Registry("r1", 10*time.Second)
 	var fleet []mesh.Proxy
 	for i := range 400 {
 		fleet = append(fleet, largestProxy(i))
 	}
-	if err := reg.Publish(t.Context(), largestReplica(), fleet); err != nil {
-		t.Fatalf("publish the largest replica record with %d of the largest proxies: %v", len(fleet), err)
+	if err := reg.Publish(t.Context(), big, fleet); err != nil {
+		t.Fatalf("publish the largest replica with %d of the largest proxies: %v", len(fleet), err)
 	}
 	v, err := c.Open(t).Registry("reader", time.Second).View(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(v.Replicas["r1"].Targets); got != xds.MaxClusters || len(v.Proxies) != len(fleet) {
-		t.Errorf("read back %d clusters and %d proxies, want %d and %d", got, len(v.Proxies), xds.MaxClusters, len(fleet))
+	r := v.Replicas["r1"]
+	if len(r.Targets) != xds.MaxClusters || len(r.Proxies) != xds.MaxClusters || len(v.Proxies) != len(fleet) {
+		t.Errorf("read back %d targets, %d summaries and %d proxies, want %d, %d and %d", len(r.Targets), len(r.Proxies),
+			len(v.Proxies), xds.MaxClusters, xds.MaxClusters, len(fleet))
+	}
+	if !reflect.DeepEqual(r.Proxies[c0], big.Proxies[c0]) || r.Targets[c0] != big.Targets[c0] || r.Revision != big.Revision {
+		t.Errorf("read back cluster %.8s…: target %q, summary %+v, revision %d; want %q, %+v, %d", c0, r.Targets[c0], r.Proxies[c0],
+			r.Revision, big.Targets[c0], big.Proxies[c0], big.Revision)
+	}
+}
+
+// crowd returns n of the largest proxies whose node ids all hash to one
+// shard: what a client choosing node ids can do, FNV being unkeyed.
+func crowd(n int) []mesh.Proxy {
+	var out []mesh.Proxy
+	for i := 0; len(out) < n; i++ {
+		if p := largestProxy(i); etcd.ShardOf(p.NodeID) == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestRegistryCrowdedShard: proxies whose node ids all hash to one shard,
+// their records together past etcd's request limit (1.5 MiB), are
+// published in parts each within maxPartBytes; View and Roster list them
+// all; one proxy's ACK rewrites one part; records that grow, cutting the
+// parts anew in several transactions, never leave a reader without one of
+// the proxies; and once they leave, every part is deleted.
+func TestRegistryCrowdedShard(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	s := c.Open(t)
+	reg := s.Registry("r1", 10*time.Second)
+	fleet := crowd(200)
+	for i := range 20 {
+		fleet[i].Rejected = nil // until they reject a version, below
+	}
+	total := 0
+	for _, p := range fleet {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(b)
+	}
+	if total <= int(embed.DefaultMaxRequestBytes) {
+		t.Fatalf("the crowd's records are %d bytes, want more than etcd's request limit %d", total, int(embed.DefaultMaxRequestBytes))
+	}
+	rep := mesh.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
+	rep.Proxies = mesh.Summarize(fleet)
+	if err := reg.Publish(ctx, rep, fleet); err != nil {
+		t.Fatalf("publish %d proxies (%d bytes of records) in one shard: %v", len(fleet), total, err)
+	}
+	reader := c.Open(t).Registry("reader", time.Second)
+	v, err := reader.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := reader.Roster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Proxies) != len(fleet) || len(ro.Nodes) != len(fleet) {
+		t.Fatalf("view lists %d proxies, roster %d nodes; want %d", len(v.Proxies), len(ro.Nodes), len(fleet))
+	}
+	resp, err := s.Client().Get(ctx, "", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := 0
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), "mesh/proxies/r1/0/") {
+			parts++
+			if len(kv.Value) > etcd.MaxPartBytes {
+				t.Errorf("part %s is %d bytes, limit %d", kv.Key, len(kv.Value), etcd.MaxPartBytes)
+			}
+		}
+	}
+	if min := total / etcd.MaxPartBytes; parts < min || countKeys(t, s, "mesh/proxies/r1/") != parts {
+		t.Errorf("%d parts of shard 0 (of %d under the replica), want at least %d and no other", parts,
+			countKeys(t, s, "mesh/proxies/r1/"), min)
+	}
+
+	// One proxy's ACK: one transaction, rewriting its part and the summary.
+	before := revision(t, s)
+	fleet[100].Acked = strings.Repeat("w", xds.MaxVersionBytes)
+	rep.Proxies = mesh.Summarize(fleet)
+	if err := reg.Publish(ctx, rep, fleet); err != nil {
+		t.Fatal(err)
+	}
+	if after := revision(t, s); after != before+1 {
+		t.Errorf("one proxy acknowledged: etcd revision %d → %d, want one transaction", before, after)
+	}
+
+	// The first 20 proxies reject a version: their records grow, and the
+	// parts after theirs are cut anew, each holding proxies of the next,
+	// in several transactions (the shard is past one's size). A reader between any two of them lists every
+	// proxy: none is ever missing (a waited write would stop waiting for
+	// it).
+	for i := range 20 {
+		fleet[i].Rejected = &mesh.Rejection{Version: "v9", Error: strings.Repeat("<", xds.MaxRejectionBytes)}
+	}
+	rep.Proxies = mesh.Summarize(fleet)
+	txns := 0
+	etcd.SetRegistryTxn(reg, func(ops []clientv3.Op, commit func() error) error {
+		if err := commit(); err != nil {
+			return err
+		}
+		txns++
+		v, err := reader.View(ctx)
+		if err != nil {
+			return err
+		}
+		if len(v.Proxies) != len(fleet) {
+			t.Errorf("after transaction %d of the publish, a reader lists %d proxies, want %d", txns, len(v.Proxies), len(fleet))
+		}
+		return nil
+	})
+	if err := reg.Publish(ctx, rep, fleet); err != nil {
+		t.Fatal(err)
+	}
+	etcd.SetRegistryTxn(reg, nil)
+	if txns < 2 {
+		t.Errorf("the publish that grew 20 records took %d transactions, want several (the shard past one's size)", txns)
+	}
+	if v, err := reader.View(ctx); err != nil || len(v.Proxies) != len(fleet) || v.Proxies[0].Rejected == nil {
+		t.Fatalf("after the rejections: %d proxies, the first rejected %v (%v)", len(v.Proxies), v.Proxies[0].Rejected != nil, err)
+	}
+
+	// They leave: every part goes.
+	if err := reg.Publish(ctx, mesh.Replica{Revision: 1, Targets: map[string]string{}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, m, k := countKeys(t, s, "mesh/proxies/r1/"), countKeys(t, s, "mesh/nodes/r1/"), countKeys(t, s, "mesh/clusters/r1/"); n+m+k != 0 {
+		t.Errorf("after every proxy left: %d parts, %d node keys, %d cluster records; want none", n, m, k)
+	}
+	if v, err := reader.View(ctx); err != nil || len(v.Proxies) != 0 {
+		t.Errorf("view after every proxy left: %d proxies, %v", len(v.Proxies), err)
 	}
 }

@@ -289,3 +289,30 @@ func countKeys(t *testing.T, s *etcd.Store, prefix string) int {
 	}
 	return n
 }
+
+// TestRegistryReadsEarlierLayout: a replica record listing its clusters
+// itself and a shard in one record, as replicas wrote them before cluster
+// records and parts, are read: its targets, summaries and proxies.
+func TestRegistryReadsEarlierLayout(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	s := c.Open(t)
+	for k, v := range map[string]string{
+		etcd.DefaultPrefix + "mesh/replicas/old":      `{"id":"old","revision":3,"targets":{"web":"v1"},"proxies":{"web":{"proxies":1,"acked":{"v1":1}}}}`,
+		etcd.DefaultPrefix + "mesh/proxies/old/7":     `[{"replica":"old","node_id":"a","cluster":"web","stream":1,"acked":"v1","connected_at":"2026-11-27T00:00:00Z"}]`,
+		etcd.DefaultPrefix + "mesh/nodes/old/a/1/web": "",
+	} {
+		if _, err := s.Client().Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := s.Registry("reader", time.Second)
+	v := view(t, r)
+	old := v.Replicas["old"]
+	if old.Revision != 3 || old.Targets["web"] != "v1" || old.Proxies["web"].Acked["v1"] != 1 || nodes(v) != "a@old" {
+		t.Errorf("earlier layout read as replica %+v, proxies %s", old, nodes(v))
+	}
+	if got := nodeSet(t, r); got != "a@old/web" {
+		t.Errorf("roster %q, want a@old/web", got)
+	}
+}

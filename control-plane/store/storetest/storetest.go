@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 )
 
@@ -923,20 +924,20 @@ func testClosedStore(t *testing.T, s store.Store) {
 	awaitClosed(t, s.Watch(ctx))
 }
 
-// testLargestSpec: a Spec of store.MaxSpecBytes, the largest the admin API
+// testLargestSpec: a Spec of experiment.MaxSpecBytes, the largest the admin API
 // lets through, with the longest owner and actor, goes through every write
 // (an update carries it about five times) and reads back unchanged.
 func testLargestSpec(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	spec := func(fill byte) json.RawMessage {
-		b := append([]byte(`{"description":"`), bytes.Repeat([]byte{fill}, store.MaxSpecBytes-len(`{"description":""}`))...)
+		b := append([]byte(`{"description":"`), bytes.Repeat([]byte{fill}, experiment.MaxSpecBytes-len(`{"description":""}`))...)
 		return append(b, `"}`...)
 	}
 	owner := string(bytes.Repeat([]byte{'o'}, 128))
 	actor := string(bytes.Repeat([]byte{'a'}, 128))
 	e := &store.Experiment{Key: "big", Owner: owner, Spec: spec('x')}
-	if len(e.Spec) != store.MaxSpecBytes {
-		t.Fatalf("spec is %d bytes, want %d", len(e.Spec), store.MaxSpecBytes)
+	if len(e.Spec) != experiment.MaxSpecBytes {
+		t.Fatalf("spec is %d bytes, want %d", len(e.Spec), experiment.MaxSpecBytes)
 	}
 	c, err := s.Create(ctx, e, actor)
 	if err != nil {
@@ -952,7 +953,7 @@ func testLargestSpec(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got.Spec, spec('y')) || got.Revision != u.Revision {
-		t.Fatalf("read back %d bytes at revision %d, want the %d written at %d", len(got.Spec), got.Revision, store.MaxSpecBytes, u.Revision)
+		t.Fatalf("read back %d bytes at revision %d, want the %d written at %d", len(got.Spec), got.Revision, experiment.MaxSpecBytes, u.Revision)
 	}
 	if err := s.Delete(ctx, "big", u.Revision, actor); err != nil {
 		t.Fatalf("delete the largest spec: %v", err)

@@ -4,7 +4,8 @@
 // sequence Envoy uses (create root, vm start, configure, then one stream per
 // request). Any host call can be made to fail or panic (Inject, Fail) and
 // every call can be recorded (Trace), so a test can enumerate the calls a
-// request makes and break each in turn.
+// request makes and break each in turn. The plugin talks to it through its
+// proxy-wasm adapter (plugin.New), as it talks to Envoy in the Wasm module.
 package fakehost
 
 import (
@@ -315,10 +316,12 @@ func (h *Host) newID() uint32 {
 	return h.nextID
 }
 
-// Batcher is a Host that is also an abi.HeaderBatcher, as the native
-// module's host is: the headers a plugin queues are added by one call.
-// Inside that call each header is one "batch_add_header" for Fail and
-// Trace, so a fault can break a batch after some headers were added.
+// Batcher is a Host that also batches as the native module's host does
+// (plugin.HeaderBatcher, which the plugin finds on the host it is given):
+// the headers a plugin queues are added by one call, and many names are
+// removed by one call. Inside those calls each header is one
+// "batch_add_header" or "batch_remove_header" for Fail and Trace, so a
+// fault can break a batch after some headers were changed.
 type Batcher struct {
 	*Host
 	queue [][2]string
@@ -326,17 +329,15 @@ type Batcher struct {
 	Batches int
 }
 
-var _ abi.HeaderBatcher = (*Batcher)(nil)
-
 // NewBatcher is New, batching.
 func NewBatcher() *Batcher { return &Batcher{Host: New()} }
 
-// QueueRequestHeader implements abi.HeaderBatcher.
+// QueueRequestHeader implements plugin.HeaderBatcher.
 func (b *Batcher) QueueRequestHeader(name, value string) {
 	b.queue = append(b.queue, [2]string{strings.Clone(name), strings.Clone(value)})
 }
 
-// AddQueuedRequestHeaders implements abi.HeaderBatcher.
+// AddQueuedRequestHeaders implements plugin.HeaderBatcher.
 func (b *Batcher) AddQueuedRequestHeaders() error {
 	q := b.queue
 	b.queue = b.queue[:0]
@@ -348,6 +349,22 @@ func (b *Batcher) AddQueuedRequestHeaders() error {
 		b.Headers[abi.RequestHeaders] = append(b.Headers[abi.RequestHeaders], [2]string{strings.ToLower(kv[0]), kv[1]})
 	}
 	return nil
+}
+
+// RemoveRequestHeaders implements plugin.HeaderBatcher: it tries every
+// name and returns the first failure.
+func (b *Batcher) RemoveRequestHeaders(names []string) error {
+	var first error
+	for _, name := range names {
+		if err := b.fail("batch_remove_header"); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		b.remove(abi.RequestHeaders, name)
+	}
+	return first
 }
 
 // Request is Host.Request, emptying the queue first as the native host

@@ -48,7 +48,6 @@
 // each match keeps its state on the stack (or, for programs over 128
 // instructions, in a few slices), so MatchString is safe for concurrent use.
 // Invalid UTF-8 in the input reads as U+FFFD one byte at a time, as in Go.
-
 package regex
 
 import (

@@ -8,7 +8,8 @@ import {variationsText} from './experiments.js';
 import {outcome, rolloutPanel} from './rollout.js';
 
 // actions are the lifecycle operations: the statuses each may start from
-// (admin.transitions) and the status it leads to.
+// (experiment.Transitions in Go; console/transitions_test.go checks this
+// table against it) and the status it leads to.
 const actions = [
   {op: 'start', label: 'Start', from: ['draft', 'paused'], to: 'running'},
   {op: 'pause', label: 'Pause', from: ['running'], to: 'paused'},

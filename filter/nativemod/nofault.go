@@ -1,9 +1,9 @@
 //go:build cgo && !allotfault
 
-package main
+package nativemod
 
-import "github.com/allotmesh/allot/filter/abi"
+import "github.com/allotmesh/allot/filter/plugin"
 
 // wrapHost is the host a worker's plugin talks to: the Envoy host itself
 // (the allotfault build wraps it to inject panics; fault.go).
-func wrapHost(h *envoyHost) abi.Host { return h }
+func wrapHost(h *envoyHost) plugin.Host { return h }

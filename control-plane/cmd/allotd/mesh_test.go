@@ -1,4 +1,4 @@
-package server
+package main
 
 import (
 	"bytes"
@@ -116,7 +116,7 @@ func TestMainRefusesBadMesh(t *testing.T) {
 // TestMainAcceptsMesh: the demo's mesh file passes the start-up check (Main
 // then serves until its context ends).
 func TestMainAcceptsMesh(t *testing.T) {
-	mesh, err := os.ReadFile("../../envoy-configs/mesh.json")
+	mesh, err := os.ReadFile("../../../envoy-configs/mesh.json")
 	if err != nil {
 		t.Fatal(err)
 	}

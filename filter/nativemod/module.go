@@ -1,6 +1,17 @@
 //go:build cgo
 
-package main
+// Package nativemod is the Allot filter as an Envoy dynamic module: the
+// same plugin and engine as the Wasm module, served to every Envoy worker
+// from one Go runtime. It implements dynmod.Handler — configurations
+// compiled once on Envoy's main thread and shared by every worker, one
+// plugin.Plugin per worker, counters flushed from one goroutine — and
+// plugin.Host over dynmod's callbacks (host.go). filter/native, package
+// main, only installs it (dynmod.SetHandler(nativemod.New())); see
+// filter/README.md, "The native module".
+//
+// This package imports only the standard library and the filter's own
+// packages; it must never import gRPC, net/http or the control plane.
+package nativemod
 
 import (
 	"os"
@@ -21,6 +32,9 @@ import (
 // filter_name); any other is refused.
 const FilterName = "allot"
 
+// New returns the module: the dynmod.Handler a process installs once.
+func New() dynmod.Handler { return newModule() }
+
 // module implements dynmod.Handler: one per process.
 //
 // A configuration is decoded and compiled once, on Envoy's main thread
@@ -37,7 +51,8 @@ type module struct {
 	configs atomic.Pointer[map[uintptr]*entry]
 	workers atomic.Pointer[[]*worker]
 	next    uint32
-	// newHost makes a worker's host; tests replace it with a fake.
+	// newHost makes a worker's host; tests set it to make a proxy-wasm
+	// fake (abi/fakehost), which the plugin talks to as under Wasm.
 	newHost func(*worker) abi.Host
 	flusher sync.Once
 	// release returns freed heap to the OS after configuration changes
@@ -140,12 +155,12 @@ func (m *module) growLocked(n int) []*worker {
 	grown := append([]*worker(nil), ws...)
 	for len(grown) < n {
 		w := &worker{roots: map[uint32]*entry{}}
-		h := wrapHost(&w.host)
 		if m.newHost != nil {
-			h = m.newHost(w)
-			w.fake = h
+			w.fake = m.newHost(w)
+			w.plugin = plugin.New(w.fake)
+		} else {
+			w.plugin = plugin.NewWith(wrapHost(&w.host))
 		}
-		w.plugin = plugin.New(h)
 		grown = append(grown, w)
 	}
 	m.workers.Store(&grown)
@@ -286,7 +301,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
 	w.host.requests++
-	w.host.batch.Reset() // abi.HeaderBatcher: nothing queued survives a request
+	w.host.batch.Reset() // plugin.HeaderBatcher: nothing queued survives a request
 	defer w.host.endRequest()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e

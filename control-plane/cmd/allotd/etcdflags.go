@@ -1,4 +1,4 @@
-package server
+package main
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allotmesh/allot/control-plane/server"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 )
@@ -93,7 +94,7 @@ func (f *etcdFlags) clientConfig(storeURL string) (clientv3.Config, error) {
 }
 
 // runEtcd runs allotd as one replica on the etcd store.
-func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg Config) error {
+func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg server.Config) error {
 	cc, err := f.clientConfig(storeURL)
 	if err != nil {
 		return err
@@ -127,5 +128,5 @@ func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg Config) erro
 	}
 	cfg.Registry, cfg.ReplicaID = db.Registry(id, f.leaseTTL), id
 	cfg.Logger.Info("store opened", "store", db.Name(), "prefix", f.prefix, "replica", id)
-	return Run(ctx, db, cfg)
+	return server.Run(ctx, db, cfg)
 }
