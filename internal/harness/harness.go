@@ -4,19 +4,20 @@
 // binaries built from this repository (allotd, the filter's .wasm and .so,
 // allot-xdsload, etcd), the in-process echo upstream — and holds what both
 // measure them with: free ports, polling with deadlines, Envoy's admin
-// (readiness, listeners, stats), RSS and CPU time from /proc, allotd's admin
-// API, bootstraps rendered from envoy-configs/, quantiles.
+// (readiness, listeners, stats), RSS and CPU time from /proc, allotd's
+// command line and admin API, bootstraps rendered from envoy-configs/. (The
+// benchmark's statistics are bench/stats.)
 //
 // Every helper is written once, as a core that returns an error and takes no
 // testing.TB (the benchmark's main has none); a process a core starts is the
 // caller's to stop (Terminate). A test calls the core through its testing.TB
 // form, named Must + the core's name (MustLaunchEnvoy, MustBuild,
-// MustEventually, p.MustStats, ...): it calls t.Helper, fails the test with
+// MustEventually, e.MustStats, ...): it calls t.Helper, fails the test with
 // t.Fatal where the core returns an error, and registers the cleanup with
 // t.Cleanup, so that no process or port outlives the test.
 //
 // It is internal to the module: only e2e and bench import it. It imports
-// nothing from filter/ or control-plane/.
+// nothing from filter/ or control-plane/ (the echo upstream is e2e/echo).
 package harness
 
 import (
