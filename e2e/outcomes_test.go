@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
@@ -90,8 +90,8 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 	stat := func(v string, class int) string {
 		return "wasmcustom." + plugin.OutcomeMetric("watched", variationIndex(v), class)
 	}
-	harness.Eventually(t, 15*time.Second, func() error {
-		stats := p.Stats(t)
+	harness.MustEventually(t, 15*time.Second, func() error {
+		stats := p.MustStats(t)
 		for v, byClass := range sent {
 			for class := range plugin.NumClasses {
 				got, ok := stats[stat(v, class)]
@@ -106,8 +106,8 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 		return nil
 	})
 	// Histograms reach the admin endpoint on Envoy's stats flush (5 s).
-	harness.Eventually(t, 20*time.Second, func() error {
-		counts := promValues(p.Admin(t, http.MethodGet, "/stats/prometheus"))
+	harness.MustEventually(t, 20*time.Second, func() error {
+		counts := promValues(p.MustAdmin(t, http.MethodGet, "/stats/prometheus"))
 		for v, byClass := range sent {
 			responses := byClass[plugin.Class2xx] + byClass[plugin.Class4xx] + byClass[plugin.Class5xx]
 			// Envoy strips the custom-stats namespace of Wasm stats from
@@ -135,12 +135,12 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 		}
 		return nil
 	})
-	for name := range p.Stats(t) {
+	for name := range p.MustStats(t) {
 		if strings.Contains(name, "experiment.plain.") && strings.Contains(name, "response") {
 			t.Errorf("%s: an outcome stat of an experiment that does not observe", name)
 		}
 	}
-	if bytes.Contains(p.Admin(t, http.MethodGet, "/stats/prometheus"), []byte("experiment_plain_variation_0_response")) {
+	if bytes.Contains(p.MustAdmin(t, http.MethodGet, "/stats/prometheus"), []byte("experiment_plain_variation_0_response")) {
 		t.Errorf("a histogram of an experiment that does not observe")
 	}
 }
