@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/internal/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestOutcomesPerVariation: through real allotd and Envoy, an experiment
