@@ -43,8 +43,12 @@ const (
 	// MaxRejectionBytes bounds the error_detail.message of a NACK as kept,
 	// logged and published; the rest is cut, with a marker saying how much.
 	MaxRejectionBytes = 1024
-	// MaxClusters bounds the clusters one server tracks: the first proxy
-	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It
+	// MaxClusters bounds the clusters one server tracks. At the bound, the
+	// first proxy of a new cluster takes the place of the cluster idle the
+	// longest (no stream uses it: it is in its grace period), which is
+	// forgotten; it is refused with RESOURCE_EXHAUSTED only when every
+	// cluster has a stream. A stream names one cluster: a request naming
+	// another is refused (sameNode). It
 	// bounds allotd's memory (each cluster keeps its configuration built
 	// for each artifact, and its tracking: control-plane/README.md, "Limits
 	// on what proxies send"); the mesh registry splits a replica's clusters
@@ -71,6 +75,7 @@ const (
 	actionRefused   = "refused"
 	actionTruncated = "truncated"
 	actionIgnored   = "ignored"
+	actionEvicted   = "evicted"
 )
 
 // ServerOptions are the gRPC server options an xDS listener needs: the
@@ -107,6 +112,25 @@ func (s *Server) admit(node *corev3.Node) error {
 	s.log.Warn("proxy refused: node over a limit", "field", field, "why", why,
 		"node_id", clip(node.GetId(), MaxNodeIDBytes), "cluster", clip(node.GetCluster(), MaxClusterBytes))
 	return status.Errorf(codes.InvalidArgument, "xds: %s: %s", field, why)
+}
+
+// sameNode refuses a request whose node id or cluster differs from the
+// first request's on its stream (id, cluster): a stream is one proxy,
+// listed and counted under one cluster. Counted with the limits.
+func (s *Server) sameNode(id, cluster string, node *corev3.Node) error {
+	field, was, now := "", "", ""
+	switch {
+	case node.GetId() != id:
+		field, was, now = fieldNodeID, id, node.GetId()
+	case node.GetCluster() != cluster:
+		field, was, now = fieldCluster, cluster, node.GetCluster()
+	default:
+		return nil
+	}
+	s.metrics.overLimit.WithLabelValues(field, actionRefused).Inc()
+	s.log.Warn("proxy refused: its node changed within the stream", "field", field, "node_id", clip(id, MaxNodeIDBytes),
+		"cluster", clip(cluster, MaxClusterBytes), "now", clip(now, MaxClusterBytes))
+	return status.Errorf(codes.InvalidArgument, "xds: %s: changed within the stream from %q to %q; open a new stream", field, was, now)
 }
 
 // refuseCluster refuses the first proxy of cluster, one too many for a

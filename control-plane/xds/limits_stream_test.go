@@ -1,0 +1,118 @@
+package xds_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/allotmesh/allot/control-plane/xds"
+)
+
+// gone waits until node is no longer listed.
+func gone(t *testing.T, s *testServer, node string) {
+	t.Helper()
+	eventually(t, func() error {
+		if _, ok := find(s, node); ok {
+			return fmt.Errorf("%s still listed", node)
+		}
+		return nil
+	})
+}
+
+// TestNodeChangeWithinStreamRefused: a request whose node id or cluster
+// differs from the stream's first is refused with INVALID_ARGUMENT naming
+// the field, counted; the stream ends and the proxy is no longer listed,
+// and no snapshot is built for the new cluster.
+func TestNodeChangeWithinStreamRefused(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}})
+	for _, tt := range []struct {
+		name, field string
+		node        *corev3.Node
+	}{
+		{"cluster", "node.cluster", &corev3.Node{Id: "p-cluster", Cluster: "elsewhere"}},
+		{"node id", "node.id", &corev3.Node{Id: "someone-else", Cluster: "shop"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := connect(t, s.addr, xds.APIADS, "p-"+tt.name, "shop")
+			c.node.Id = "p-" + strings.ReplaceAll(tt.name, " ", "-")
+			c.request("", "", "")
+			r := c.expect("v0")
+			if err := c.send(&discoveryv3.DiscoveryRequest{Node: tt.node, TypeUrl: resource.ExtensionConfigType,
+				ResourceNames: []string{resourceName}, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+				t.Fatal(err)
+			}
+			gone(t, s, c.node.Id)
+			if n := s.overLimit(t, tt.field, "refused"); n != 1 {
+				t.Errorf("over_limit_total{field=%s,action=refused} = %v, want 1", tt.field, n)
+			}
+			if _, ok := s.Version("elsewhere"); ok {
+				t.Error("a snapshot was built for the changed cluster")
+			}
+		})
+	}
+}
+
+// TestOneStreamCannotFillClusters: a stream that names a new cluster at
+// every request (the reviewer's attack) takes one cluster, not the
+// server's limit: the next real cluster is served.
+func TestOneStreamCannotFillClusters(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}}, xds.WithMaxClusters(20))
+	c := connect(t, s.addr, xds.APIADS, "evil", "c0")
+	for i := range 20 {
+		_ = c.send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "evil", Cluster: fmt.Sprintf("c%d", i)},
+			TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}})
+	}
+	gone(t, s, "evil")
+	shop := connect(t, s.addr, xds.APIADS, "legit", "shop")
+	shop.request("", "", "")
+	shop.ack(shop.expect("v0"))
+}
+
+// TestClusterLimitEvictsIdle: at the cluster limit, the first proxy of a
+// new cluster takes the place of the longest-idle cluster (no stream, in
+// its grace period), which is forgotten; it is refused only when every
+// cluster has a live stream.
+func TestClusterLimitEvictsIdle(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}}, xds.WithMaxClusters(3), xds.WithClusterGrace(time.Hour))
+	a := connect(t, s.addr, xds.APIADS, "a-1", "a")
+	a.request("", "", "")
+	a.ack(a.expect("v0"))
+	for _, cl := range []string{"b", "c"} { // b idle longer than c
+		c := connect(t, s.addr, xds.APIADS, cl+"-1", cl)
+		c.request("", "", "")
+		c.ack(c.expect("v0"))
+		c.close()
+		gone(t, s, cl+"-1")
+		xds.ForgetIdle(s.Server) // stamps its idle time
+	}
+	d := connect(t, s.addr, xds.APIADS, "d-1", "d")
+	d.request("", "", "")
+	d.ack(d.expect("v0"))
+	if _, ok := s.Version("b"); ok {
+		t.Error("cluster b, idle the longest, was not forgotten for d")
+	}
+	if _, ok := s.Version("c"); !ok {
+		t.Error("cluster c was forgotten, though b was idle longer")
+	}
+	e := connect(t, s.addr, xds.APIADS, "e-1", "e")
+	e.request("", "", "")
+	e.ack(e.expect("v0"))
+	if _, ok := s.Version("c"); ok {
+		t.Error("cluster c was not forgotten for e")
+	}
+	st := refused(t, s.addr, &corev3.Node{Id: "f-1", Cluster: "f"})
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "clusters: ") {
+		t.Fatalf("status %v, want ResourceExhausted: every cluster has a live stream", st)
+	}
+	for _, cl := range []string{"a", "d", "e"} {
+		if _, ok := s.Version(cl); !ok {
+			t.Errorf("live cluster %s forgotten", cl)
+		}
+	}
+}
