@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,10 +10,143 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/allotmesh/allot/control-plane/xds"
 )
+
+// silentStreams opens n ADS streams on one new connection that never send
+// a request, and returns their ends (closed with the test).
+func silentStreams(t *testing.T, addr string, n int) []discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); conn.Close() })
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	var out []discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	for range n {
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := ads.StreamAggregatedResources(sctx)
+		if err != nil {
+			scancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(scancel)
+		out = append(out, st)
+	}
+	return out
+}
+
+// TestSilentStreamsDoNotFillStreamCap: streams that never send a request
+// are not counted against the stream limit (a client cannot lock real
+// proxies out with them): with a limit of 2, three connections of
+// xds.MaxStreamsPerConnection silent streams each leave room for two real
+// proxies, and the third is refused.
+func TestSilentStreamsDoNotFillStreamCap(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}}, xds.WithMaxStreams(2))
+	for range 3 {
+		silentStreams(t, s.addr, xds.MaxStreamsPerConnection)
+	}
+	for _, n := range []string{"real-1", "real-2"} {
+		c := connect(t, s.addr, xds.APIADS, n, "shop")
+		c.request("", "", "")
+		c.ack(c.expect("v0"))
+	}
+	st := refused(t, s.addr, &corev3.Node{Id: "real-3", Cluster: "shop"})
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "streams: ") {
+		t.Fatalf("status %v, want ResourceExhausted naming streams", st)
+	}
+}
+
+// TestStreamsPerConnectionBounded: one connection carries at most
+// xds.MaxStreamsPerConnection streams at once; one more waits for one of
+// them to end.
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node := &corev3.Node{Id: "n", Cluster: "shop"}
+	var first context.CancelFunc
+	for i := range xds.MaxStreamsPerConnection {
+		sctx, scancel := context.WithCancel(ctx)
+		defer scancel()
+		if i == 0 {
+			first = scancel
+		}
+		st, err := ads.StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each is served: it gets its configuration.
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	// The server's SETTINGS frame has reached the client: the next stream
+	// waits for a slot.
+	octx, ocancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer ocancel()
+	st, err := ads.StreamAggregatedResources(octx)
+	if err == nil {
+		err = st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}})
+		if err == nil {
+			_, err = st.Recv()
+		}
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stream %d on one connection: %v, want it kept waiting (DeadlineExceeded)", xds.MaxStreamsPerConnection+1, err)
+	}
+	first()
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	st, err = ads.StreamAggregatedResources(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{resourceName}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("a stream once one ended: %v", err)
+	}
+}
+
+// TestSilentStreamClosed: a stream that sends no request within the first
+// request timeout is ended with DEADLINE_EXCEEDED naming it; a stream
+// whose first request came in time lives on.
+func TestSilentStreamClosed(t *testing.T) {
+	const within = 300 * time.Millisecond
+	s := startServerOn(t, &versions{v: map[string]string{}}, xds.ServerOptionsWithin(within))
+	live := connect(t, s.addr, xds.APIADS, "live", "shop")
+	live.request("", "", "")
+	live.ack(live.expect("v0"))
+	start := time.Now()
+	silent := silentStreams(t, s.addr, 1)[0]
+	_, err := silent.Recv()
+	if st := status.Convert(err); st.Code() != codes.DeadlineExceeded || !strings.Contains(st.Message(), "no request within") {
+		t.Fatalf("silent stream ended with %v, want DeadlineExceeded naming the first request's deadline", err)
+	}
+	if d := time.Since(start); d < within {
+		t.Errorf("silent stream ended after %v, before %v", d, within)
+	}
+	s.change(t, "shop", "v1")
+	live.ack(live.expect("v1"))
+}
 
 // gone waits until node is no longer listed.
 func gone(t *testing.T, s *testServer, node string) {

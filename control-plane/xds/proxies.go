@@ -99,7 +99,7 @@ type stream struct {
 	lastSeen    time.Time
 	node        string
 	cluster     string
-	identified  bool // its first request arrived: counted in users
+	identified  bool // its first request arrived and was admitted: counted against maxStreams and in users
 	artifact    string
 	unserved    string // why the proxy's artifact is not served ("": it is)
 
@@ -188,8 +188,10 @@ func (s *Server) notify() {
 	s.changed = make(chan struct{})
 }
 
-// onStreamOpen tracks a new stream, refusing it when the server serves
-// its limit of streams already (admitStream).
+// onStreamOpen tracks a new stream. It is counted against the server's
+// limit of streams (admitStream) only once its first request is admitted
+// (track): a stream that sends none takes no proxy's place, and is ended
+// after FirstRequestTimeout (ServerOptions).
 func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	st := &stream{id: id, api: APIECDS, connectedAt: s.now()}
 	st.lastSeen = st.connectedAt
@@ -201,9 +203,6 @@ func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
-		return err
-	}
 	s.streams[id] = st
 	return nil
 }
@@ -231,11 +230,13 @@ func (s *Server) untrack(id int64) {
 	}
 }
 
-// dropLocked forgets stream st: it no longer uses its cluster (the cluster's idle clock starts when its last
+// dropLocked forgets stream st: it no longer counts against maxStreams,
+// nor uses its cluster (the cluster's idle clock starts when its last
 // user goes: useLocked). s.mu must be held.
 func (s *Server) dropLocked(st *stream) {
 	delete(s.streams, st.id)
 	if st.identified {
+		s.admitted--
 		s.useLocked(st.cluster, -1)
 	}
 	s.notify()
@@ -259,7 +260,8 @@ func (s *Server) useLocked(cluster string, delta int) {
 
 // track records what a request tells about its proxy: who it is, and
 // whether it acknowledges or rejects the last configuration sent. The
-// first request identifies the stream; a later request naming another
+// first request identifies the stream, which then counts against the
+// server's limit of streams (admitStream); a later request naming another
 // node id or cluster is refused (sameNode).
 func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 	now := s.now()
@@ -274,6 +276,10 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 			return err
 		}
 	} else {
+		if err := s.admitStream(s.admitted); err != nil {
+			return err
+		}
+		s.admitted++
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
 		s.useLocked(st.cluster, 1) // in use before it is ensured (see forgetIdle)

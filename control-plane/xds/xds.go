@@ -80,8 +80,8 @@ type Server struct {
 	idle        map[string]time.Time // cluster → since when no stream uses it (useLocked, forgetIdle)
 	users       map[string]int       // cluster → the identified streams (and delta streams) using it
 	streams     map[int64]*stream    // open xDS streams
-	deltas      map[int64]string     // delta xDS streams with a request → their cluster
-	deltaOpen   map[int64]bool       // open delta xDS streams, from their opening
+	deltas      map[int64]string     // delta xDS streams with an admitted request → their cluster
+	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
 	changed     chan struct{}        // closed and replaced on every tracked change
 }
@@ -116,9 +116,10 @@ func WithMaxClusters(n int) Option {
 
 // WithMaxStreams sets how many xDS streams (state of the world and delta,
 // ADS and ECDS) the server serves at once (DefaultMaxStreams if n is not
-// positive): a stream opened beyond it is refused with RESOURCE_EXHAUSTED
-// before it is tracked, and counted in allot_xds_over_limit_total
-// {field="streams", action="refused"}.
+// positive). A stream counts once its first request is admitted: the
+// first request of a stream beyond the limit is refused with
+// RESOURCE_EXHAUSTED before it is tracked, and counted in
+// allot_xds_over_limit_total{field="streams", action="refused"}.
 func WithMaxStreams(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
@@ -161,20 +162,19 @@ func NewArtifacts(ctx context.Context, build ArtifactBuilder, opts ...Option) *S
 
 func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts []Option) *Server {
 	s := &Server{
-		build:     build,
-		served:    slices.Sorted(slices.Values(served)),
-		hash:      nodeHash{served: map[string]bool{}},
-		log:       slog.New(slog.DiscardHandler),
-		now:       time.Now,
-		grace:     DefaultClusterGrace,
-		clusters:  map[string]string{},
-		since:     map[string]time.Time{},
-		idle:      map[string]time.Time{},
-		users:     map[string]int{},
-		streams:   map[int64]*stream{},
-		deltas:    map[int64]string{},
-		deltaOpen: map[int64]bool{},
-		changed:   make(chan struct{}),
+		build:    build,
+		served:   slices.Sorted(slices.Values(served)),
+		hash:     nodeHash{served: map[string]bool{}},
+		log:      slog.New(slog.DiscardHandler),
+		now:      time.Now,
+		grace:    DefaultClusterGrace,
+		clusters: map[string]string{},
+		since:    map[string]time.Time{},
+		idle:     map[string]time.Time{},
+		users:    map[string]int{},
+		streams:  map[int64]*stream{},
+		deltas:   map[int64]string{},
+		changed:  make(chan struct{}),
 	}
 	s.maxClusters, s.maxStreams = MaxClusters, DefaultMaxStreams
 	for _, a := range served {
@@ -200,7 +200,6 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		StreamClosedFunc:       s.onStreamClosed,
 		StreamRequestFunc:      s.onStreamRequest,
 		StreamResponseFunc:     s.onStreamResponse,
-		DeltaStreamOpenFunc:    s.onDeltaOpen,
 		StreamDeltaRequestFunc: s.onDeltaRequest,
 		DeltaStreamClosedFunc:  s.onDeltaClosed,
 	})
@@ -234,7 +233,7 @@ func (ecdsStreams) FetchExtensionConfigs(context.Context, *discoveryv3.Discovery
 }
 
 // onStreamRequest refuses a proxy over a limit (admit), or whose node
-// changed within the stream (track), tracks it
+// changed within the stream, or one stream too many (track), tracks it
 // and makes sure its cluster has snapshots before the cache answers its
 // request. A proxy whose cluster is refused (one too many) or cannot be
 // built is untracked at once: its stream ends, and it is never listed.
@@ -256,8 +255,9 @@ func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) er
 
 // onDeltaRequest makes sure a delta-xDS proxy's cluster has a snapshot.
 // Delta streams are served but not tracked: Envoy's ADS with api_type GRPC
-// (our bootstraps) is state of the world. A request naming another
-// cluster than the stream's first is refused, like a tracked stream's
+// (our bootstraps) is state of the world. The first request counts the
+// stream against the server's limit of streams (admitStream); a later
+// one naming another cluster is refused, like a tracked stream's
 // (sameNode). go-control-plane calls this before it fills a request
 // without a node with the stream's: such a request keeps the stream's
 // cluster.
@@ -275,7 +275,12 @@ func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest
 			return err
 		}
 	default:
+		if err := s.admitStream(s.admitted); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 		cluster = req.GetNode().GetCluster()
+		s.admitted++
 		s.deltas[id] = cluster
 		s.useLocked(cluster, 1) // in use before it is ensured (see forgetIdle)
 	}
@@ -283,24 +288,12 @@ func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest
 	return s.ensureCluster(cluster)
 }
 
-// onDeltaOpen counts a delta-xDS stream against the server's streams,
-// refusing it when there are too many (admitStream).
-func (s *Server) onDeltaOpen(_ context.Context, id int64, _ string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
-		return err
-	}
-	s.deltaOpen[id] = true
-	return nil
-}
-
 func (s *Server) onDeltaClosed(id int64, _ *corev3.Node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.deltaOpen, id)
 	if cluster, ok := s.deltas[id]; ok {
 		delete(s.deltas, id)
+		s.admitted--
 		s.useLocked(cluster, -1)
 	}
 }
