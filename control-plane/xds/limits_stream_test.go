@@ -250,3 +250,50 @@ func TestClusterLimitEvictsIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaClusterChangeRefused: a delta stream keeps its first request's
+// cluster: a later request without a node keeps it, one naming another
+// cluster is refused with INVALID_ARGUMENT naming node.cluster.
+func TestDeltaClusterChangeRefused(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{}})
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(node *corev3.Node) {
+		t.Helper()
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType,
+			ResourceNamesSubscribe: []string{resourceName}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&corev3.Node{Id: "delta-1", Cluster: "shop"})
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	send(nil)
+	send(&corev3.Node{Id: "delta-1", Cluster: "elsewhere"})
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue
+		}
+		if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "node.cluster: changed") {
+			t.Fatalf("stream ended with %v, want InvalidArgument naming node.cluster", err)
+		}
+		break
+	}
+	if _, ok := s.Version("elsewhere"); ok {
+		t.Error("a snapshot was built for the changed cluster")
+	}
+	if n := s.overLimit(t, "node.cluster", "refused"); n != 1 {
+		t.Errorf("over_limit_total{field=node.cluster,action=refused} = %v, want 1", n)
+	}
+}
