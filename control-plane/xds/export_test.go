@@ -1,5 +1,11 @@
 package xds
 
+import (
+	"time"
+
+	"google.golang.org/grpc"
+)
+
 // Snapshots counts the snapshots the cache holds for clusters, every
 // artifact's.
 func Snapshots(s *Server, clusters []string) int {
@@ -37,3 +43,6 @@ func ForgetIdle(s *Server) { s.forgetIdle() }
 // Held counts the watches the cache holds and the node hashes it keeps
 // for them.
 func Held(s *Server) (watches, nodes int) { return s.cache.heldCount(), s.cache.heldNodes() }
+
+// ServerOptionsWithin is ServerOptions with a first-request timeout of d.
+func ServerOptionsWithin(d time.Duration) []grpc.ServerOption { return serverOptions(d) }

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -115,5 +116,45 @@ func TestClusterForgottenWhileStreamArrives(t *testing.T) {
 			c.expect(v)
 		}
 		c.close()
+	}
+}
+
+// TestClusterIdleClockFromLastStream: a cluster is forgotten a grace
+// period after its last stream closed, however briefly that stream lived:
+// a short-lived stream of a cluster idle for most of its grace period
+// gives it a whole grace period again.
+func TestClusterIdleClockFromLastStream(t *testing.T) {
+	const grace = time.Second
+	s := startServer(t, &versions{v: map[string]string{}}, xds.WithClusterGrace(grace))
+	use := func() time.Time {
+		c := connect(t, s.addr, xds.APIADS, "short", "brief")
+		c.request("", "", "")
+		c.ack(c.expect("v0"))
+		c.close()
+		gone(t, s, "short")
+		return time.Now()
+	}
+	// known polls until deadline, failing if the cluster is forgotten.
+	known := func(until time.Time) {
+		t.Helper()
+		for time.Now().Before(until) {
+			if _, ok := s.Version("brief"); !ok {
+				t.Fatalf("cluster forgotten %v before its grace period ended", time.Until(until))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	closed := use()
+	known(closed.Add(grace * 8 / 10))
+	closed = use()
+	known(closed.Add(grace * 9 / 10))
+	eventually(t, func() error {
+		if _, ok := s.Version("brief"); ok {
+			return errors.New("cluster not forgotten")
+		}
+		return nil
+	})
+	if d := time.Since(closed); d > grace*5/4+200*time.Millisecond {
+		t.Errorf("cluster forgotten %v after its last stream closed, want at most 1.25×%v", d, grace)
 	}
 }

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 )
@@ -26,6 +28,12 @@ const (
 	// extensions it was built with: tens of KiB) and at most a NACK
 	// message: far less.
 	MaxRequestBytes = 1 << 20
+	// MaxNodeBytes bounds a request's node (its protobuf size), which
+	// go-control-plane keeps for the stream's life: Envoy 1.40's node is
+	// 61 KB (the 516 extensions it was built with), so a quarter of
+	// MaxRequestBytes leaves room for metadata and bounds what 50,000
+	// streams keep to 12 GiB at worst instead of 49 GiB.
+	MaxNodeBytes = 256 << 10
 	// MaxNodeIDBytes bounds node.id.
 	MaxNodeIDBytes = 256
 	// MaxClusterBytes bounds node.cluster, the proxy's service: a
@@ -43,24 +51,40 @@ const (
 	// MaxRejectionBytes bounds the error_detail.message of a NACK as kept,
 	// logged and published; the rest is cut, with a marker saying how much.
 	MaxRejectionBytes = 1024
-	// MaxClusters bounds the clusters one server tracks: the first proxy
-	// of a new cluster beyond it is refused with RESOURCE_EXHAUSTED. It
+	// MaxClusters bounds the clusters one server tracks. At the bound, the
+	// first proxy of a new cluster takes the place of the cluster idle the
+	// longest (no stream uses it: it is in its grace period), which is
+	// forgotten; it is refused with RESOURCE_EXHAUSTED only when every
+	// cluster has a stream. A stream names one cluster: a request naming
+	// another is refused (sameNode). It
 	// bounds allotd's memory (each cluster keeps its configuration built
 	// for each artifact, and its tracking: control-plane/README.md, "Limits
 	// on what proxies send"); the mesh registry splits a replica's clusters
 	// into records of their own, so it bounds no registry record.
 	MaxClusters = 10_000
 	// DefaultMaxStreams is how many xDS streams one server serves at once
-	// unless WithMaxStreams says otherwise: one more is refused with
+	// unless WithMaxStreams says otherwise. A stream counts once its first
+	// request is admitted; the first request of one more is refused with
 	// RESOURCE_EXHAUSTED (Envoy retries, or fails over to another
 	// replica). It bounds the memory the proxies' streams take in allotd
 	// (control-plane/README.md, "Limits on what proxies send").
 	DefaultMaxStreams = 50_000
+	// MaxStreamsPerConnection bounds the streams one gRPC connection opens
+	// at once (grpc.MaxConcurrentStreams, ServerOptions): an Envoy uses one
+	// or two xDS streams per connection; one more waits for a free slot.
+	MaxStreamsPerConnection = 16
+	// FirstRequestTimeout is how long a new xDS stream may go without a
+	// request (ServerOptions): then it ends with DEADLINE_EXCEEDED. Envoy
+	// sends its first request as soon as the stream opens; a stream that
+	// sends none is not counted against the streams' limit, and this
+	// bounds how long it holds a connection's slot and its goroutines.
+	FirstRequestTimeout = 10 * time.Second
 )
 
 // The fields the limits apply to, as the over-limit metric and errors name
 // them.
 const (
+	fieldNode       = "node"
 	fieldNodeID     = "node.id"
 	fieldCluster    = "node.cluster"
 	fieldArtifact   = "node.metadata." + ArtifactKey
@@ -71,16 +95,77 @@ const (
 	actionRefused   = "refused"
 	actionTruncated = "truncated"
 	actionIgnored   = "ignored"
+	actionEvicted   = "evicted"
 )
 
 // ServerOptions are the gRPC server options an xDS listener needs: the
-// per-message bound (MaxRequestBytes) and keepalives that find dead
-// proxies and refuse pings faster than Envoy sends them.
-func ServerOptions() []grpc.ServerOption {
+// per-message bound (MaxRequestBytes), the streams per connection
+// (MaxStreamsPerConnection), the end of streams that send no request
+// (FirstRequestTimeout), and keepalives that find dead proxies and refuse
+// pings faster than Envoy sends them. The first-request deadline is a
+// chained stream interceptor: it composes with grpc.StreamInterceptor
+// (mTLS's), which runs first.
+func ServerOptions() []grpc.ServerOption { return serverOptions(FirstRequestTimeout) }
+
+func serverOptions(within time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
+		grpc.ChainStreamInterceptor(firstRequestWithin(within)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}
+
+// firstRequestWithin ends a stream whose first message does not arrive
+// within d with DEADLINE_EXCEEDED. go-control-plane receives a stream's
+// requests in a goroutine of its own and ends the stream when a receive
+// fails; no callback runs before the first request, and a server cannot
+// cancel a stream's context: so the first receive is the place.
+func firstRequestWithin(d time.Duration) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		fs := &firstRequestStream{ServerStream: ss, within: d}
+		err := handler(srv, fs)
+		if fs.timedOut.Load() {
+			return status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of the stream's opening", d)
+		}
+		return err
+	}
+}
+
+// firstRequestStream is a stream whose first RecvMsg fails after within.
+// RecvMsg is called from one goroutine at a time (gRPC's rule); timedOut
+// is read by the interceptor once the handler returned.
+type firstRequestStream struct {
+	grpc.ServerStream
+	within   time.Duration
+	received bool
+	timedOut atomic.Bool
+}
+
+func (f *firstRequestStream) RecvMsg(m any) error {
+	pm, ok := m.(proto.Message)
+	if f.received || !ok {
+		return f.ServerStream.RecvMsg(m)
+	}
+	// The receive goes on after a timeout until the stream ends (when the
+	// handler returns): into a message of its own, never m.
+	into := pm.ProtoReflect().New().Interface()
+	done := make(chan error, 1)
+	go func() { done <- f.ServerStream.RecvMsg(into) }()
+	t := time.NewTimer(f.within)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		f.received = true
+		proto.Merge(pm, into)
+		return nil
+	case <-t.C:
+		f.timedOut.Store(true)
+		return status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of the stream's opening", f.within)
 	}
 }
 
@@ -89,6 +174,8 @@ func ServerOptions() []grpc.ServerOption {
 func (s *Server) admit(node *corev3.Node) error {
 	field, why := "", ""
 	switch id, cluster := node.GetId(), node.GetCluster(); {
+	case proto.Size(node) > MaxNodeBytes:
+		field, why = fieldNode, fmt.Sprintf("%d bytes, limit %d", proto.Size(node), MaxNodeBytes)
 	case len(id) > MaxNodeIDBytes:
 		field, why = fieldNodeID, fmt.Sprintf("%d bytes, limit %d", len(id), MaxNodeIDBytes)
 	case cluster != "" && experiment.ServiceNameProblem(cluster) != "": // no cluster: the untargeted experiments
@@ -105,6 +192,25 @@ func (s *Server) admit(node *corev3.Node) error {
 	s.log.Warn("proxy refused: node over a limit", "field", field, "why", why,
 		"node_id", clip(node.GetId(), MaxNodeIDBytes), "cluster", clip(node.GetCluster(), MaxClusterBytes))
 	return status.Errorf(codes.InvalidArgument, "xds: %s: %s", field, why)
+}
+
+// sameNode refuses a request whose node id or cluster differs from the
+// first request's on its stream (id, cluster): a stream is one proxy,
+// listed and counted under one cluster. Counted with the limits.
+func (s *Server) sameNode(id, cluster string, node *corev3.Node) error {
+	field, was, now := "", "", ""
+	switch {
+	case node.GetId() != id:
+		field, was, now = fieldNodeID, id, node.GetId()
+	case node.GetCluster() != cluster:
+		field, was, now = fieldCluster, cluster, node.GetCluster()
+	default:
+		return nil
+	}
+	s.metrics.overLimit.WithLabelValues(field, actionRefused).Inc()
+	s.log.Warn("proxy refused: its node changed within the stream", "field", field, "node_id", clip(id, MaxNodeIDBytes),
+		"cluster", clip(cluster, MaxClusterBytes), "now", clip(now, MaxClusterBytes))
+	return status.Errorf(codes.InvalidArgument, "xds: %s: changed within the stream from %q to %q; open a new stream", field, was, now)
 }
 
 // refuseCluster refuses the first proxy of cluster, one too many for a

@@ -101,6 +101,7 @@ func TestNodeOverLimitRefused(t *testing.T) {
 		name, field, want string
 		node              *corev3.Node
 	}{
+		{"node", "node", fmt.Sprintf("bytes, limit %d", xds.MaxNodeBytes), &corev3.Node{Id: "big-node", Cluster: "shop", UserAgentName: strings.Repeat("u", xds.MaxNodeBytes)}},
 		{"node id", "node.id", "257 bytes, limit 256", &corev3.Node{Id: strings.Repeat("n", 257), Cluster: "shop"}},
 		{"cluster", "node.cluster", "1600000 bytes, limit 128", &corev3.Node{Id: "big-cluster", Cluster: strings.Repeat("c", 1_600_000)}},
 		{"cluster just over", "node.cluster", "129 bytes, limit 128", &corev3.Node{Id: "long-cluster", Cluster: strings.Repeat("c", 129)}},

@@ -13,6 +13,14 @@ import (
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
 )
 
+// TestLoadgenStreamsPerConn: the load generator opens no more streams on
+// a connection than the server serves at once.
+func TestLoadgenStreamsPerConn(t *testing.T) {
+	if loadgen.MaxStreamsPerConn != xds.MaxStreamsPerConnection {
+		t.Errorf("loadgen.MaxStreamsPerConn = %d, want xds.MaxStreamsPerConnection (%d)", loadgen.MaxStreamsPerConn, xds.MaxStreamsPerConnection)
+	}
+}
+
 // TestManyProxies rolls three changes out to 200 simulated proxies (the
 // load generator the benchmark and allot-xdsload use).
 func TestManyProxies(t *testing.T) {

@@ -99,8 +99,7 @@ type stream struct {
 	lastSeen    time.Time
 	node        string
 	cluster     string
-	identified  bool   // a request with the node arrived
-	requested   string // the cluster of the last request (the snapshot it watches)
+	identified  bool // its first request arrived and was admitted: counted against maxStreams and in users
 	artifact    string
 	unserved    string // why the proxy's artifact is not served ("": it is)
 
@@ -189,8 +188,10 @@ func (s *Server) notify() {
 	s.changed = make(chan struct{})
 }
 
-// onStreamOpen tracks a new stream, refusing it when the server serves
-// its limit of streams already (admitStream).
+// onStreamOpen tracks a new stream. It is counted against the server's
+// limit of streams (admitStream) only once its first request is admitted
+// (track): a stream that sends none takes no proxy's place, and is ended
+// after FirstRequestTimeout (ServerOptions).
 func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	st := &stream{id: id, api: APIECDS, connectedAt: s.now()}
 	st.lastSeen = st.connectedAt
@@ -202,9 +203,6 @@ func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
-		return err
-	}
 	s.streams[id] = st
 	return nil
 }
@@ -216,11 +214,10 @@ func (s *Server) onStreamClosed(id int64, _ *corev3.Node) {
 	if !ok {
 		return
 	}
-	delete(s.streams, id)
+	s.dropLocked(st)
 	if st.identified {
 		s.log.Info("proxy disconnected", "node_id", st.node, "cluster", st.cluster, "stream", id, "acked", st.acked)
 	}
-	s.notify()
 }
 
 // untrack forgets stream id, whose request was refused: its stream ends
@@ -228,27 +225,64 @@ func (s *Server) onStreamClosed(id int64, _ *corev3.Node) {
 func (s *Server) untrack(id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.streams[id]; ok {
-		delete(s.streams, id)
-		s.notify()
+	if st, ok := s.streams[id]; ok {
+		s.dropLocked(st)
+	}
+}
+
+// dropLocked forgets stream st: it no longer counts against maxStreams,
+// nor uses its cluster (the cluster's idle clock starts when its last
+// user goes: useLocked). s.mu must be held.
+func (s *Server) dropLocked(st *stream) {
+	delete(s.streams, st.id)
+	if st.identified {
+		s.admitted--
+		s.useLocked(st.cluster, -1)
+	}
+	s.notify()
+}
+
+// useLocked counts a stream more (delta 1) or less (-1) using cluster:
+// while one does, the cluster is never forgotten; when the last one goes,
+// its idle clock starts (forgetIdle). s.mu must be held.
+func (s *Server) useLocked(cluster string, delta int) {
+	n := s.users[cluster] + delta
+	if n > 0 {
+		s.users[cluster] = n
+		delete(s.idle, cluster)
+		return
+	}
+	delete(s.users, cluster)
+	if _, ok := s.clusters[cluster]; ok {
+		s.idle[cluster] = s.now()
 	}
 }
 
 // track records what a request tells about its proxy: who it is, and
-// whether it acknowledges or rejects the last configuration sent.
-func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
+// whether it acknowledges or rejects the last configuration sent. The
+// first request identifies the stream, which then counts against the
+// server's limit of streams (admitStream); a later request naming another
+// node id or cluster is refused (sameNode).
+func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.streams[id]
 	if !ok {
-		return
+		return nil
 	}
-	st.lastSeen = now
-	st.requested = req.GetNode().GetCluster()
-	if !st.identified {
+	if st.identified {
+		if err := s.sameNode(st.node, st.cluster, req.GetNode()); err != nil {
+			return err
+		}
+	} else {
+		if err := s.admitStream(s.admitted); err != nil {
+			return err
+		}
+		s.admitted++
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
+		s.useLocked(st.cluster, 1) // in use before it is ensured (see forgetIdle)
 		a, err := nodeArtifact(req.GetNode())
 		st.artifact, st.unserved = a, s.hash.unservedReason(a, err, s.served)
 		s.log.Info("proxy connected", "node_id", st.node, "cluster", st.cluster, "artifact", st.artifact, "stream", id,
@@ -258,8 +292,9 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 				"artifact", st.artifact, "error", st.unserved)
 		}
 	}
+	st.lastSeen = now
 	if req.GetTypeUrl() != resource.ExtensionConfigType {
-		return
+		return nil
 	}
 	switch {
 	case req.GetResponseNonce() == "":
@@ -270,7 +305,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 		}
 	case req.GetResponseNonce() != st.sentNonce:
 		// Answers an older response; the server ignores it too.
-		return
+		return nil
 	case req.GetErrorDetail() != nil:
 		st.rejected = &Rejection{Version: st.sent, Error: s.rejection(req.GetErrorDetail().GetMessage()), At: now}
 		s.metrics.nacks.Inc()
@@ -285,9 +320,10 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) {
 		s.log.LogAttrs(context.Background(), slog.LevelDebug, "proxy applied configuration",
 			slog.String("node_id", st.node), slog.String("cluster", st.cluster), slog.String("version", st.sent))
 	default:
-		return
+		return nil
 	}
 	s.notify()
+	return nil
 }
 
 func (s *Server) onStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {

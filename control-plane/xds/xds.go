@@ -77,10 +77,11 @@ type Server struct {
 	mu          sync.Mutex
 	clusters    map[string]string    // cluster → version of its current snapshots (one per artifact)
 	since       map[string]time.Time // cluster → when its current snapshots were set
-	idle        map[string]time.Time // cluster → since when no stream uses it (forgetIdle)
+	idle        map[string]time.Time // cluster → since when no stream uses it (useLocked, forgetIdle)
+	users       map[string]int       // cluster → the identified streams (and delta streams) using it
 	streams     map[int64]*stream    // open xDS streams
-	deltas      map[int64]string     // open delta xDS streams → the cluster of their last request
-	deltaOpen   map[int64]bool       // open delta xDS streams, from their opening
+	deltas      map[int64]string     // delta xDS streams with an admitted request → their cluster
+	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
 	changed     chan struct{}        // closed and replaced on every tracked change
 }
@@ -115,9 +116,10 @@ func WithMaxClusters(n int) Option {
 
 // WithMaxStreams sets how many xDS streams (state of the world and delta,
 // ADS and ECDS) the server serves at once (DefaultMaxStreams if n is not
-// positive): a stream opened beyond it is refused with RESOURCE_EXHAUSTED
-// before it is tracked, and counted in allot_xds_over_limit_total
-// {field="streams", action="refused"}.
+// positive). A stream counts once its first request is admitted: the
+// first request of a stream beyond the limit is refused with
+// RESOURCE_EXHAUSTED before it is tracked, and counted in
+// allot_xds_over_limit_total{field="streams", action="refused"}.
 func WithMaxStreams(n int) Option {
 	return func(s *Server) {
 		if n > 0 {
@@ -160,19 +162,19 @@ func NewArtifacts(ctx context.Context, build ArtifactBuilder, opts ...Option) *S
 
 func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts []Option) *Server {
 	s := &Server{
-		build:     build,
-		served:    slices.Sorted(slices.Values(served)),
-		hash:      nodeHash{served: map[string]bool{}},
-		log:       slog.New(slog.DiscardHandler),
-		now:       time.Now,
-		grace:     DefaultClusterGrace,
-		clusters:  map[string]string{},
-		since:     map[string]time.Time{},
-		idle:      map[string]time.Time{},
-		streams:   map[int64]*stream{},
-		deltas:    map[int64]string{},
-		deltaOpen: map[int64]bool{},
-		changed:   make(chan struct{}),
+		build:    build,
+		served:   slices.Sorted(slices.Values(served)),
+		hash:     nodeHash{served: map[string]bool{}},
+		log:      slog.New(slog.DiscardHandler),
+		now:      time.Now,
+		grace:    DefaultClusterGrace,
+		clusters: map[string]string{},
+		since:    map[string]time.Time{},
+		idle:     map[string]time.Time{},
+		users:    map[string]int{},
+		streams:  map[int64]*stream{},
+		deltas:   map[int64]string{},
+		changed:  make(chan struct{}),
 	}
 	s.maxClusters, s.maxStreams = MaxClusters, DefaultMaxStreams
 	for _, a := range served {
@@ -198,7 +200,6 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		StreamClosedFunc:       s.onStreamClosed,
 		StreamRequestFunc:      s.onStreamRequest,
 		StreamResponseFunc:     s.onStreamResponse,
-		DeltaStreamOpenFunc:    s.onDeltaOpen,
 		StreamDeltaRequestFunc: s.onDeltaRequest,
 		DeltaStreamClosedFunc:  s.onDeltaClosed,
 	})
@@ -231,15 +232,20 @@ func (ecdsStreams) FetchExtensionConfigs(context.Context, *discoveryv3.Discovery
 	return nil, status.Error(codes.Unimplemented, "xds: FetchExtensionConfigs is not served; stream the configuration (ADS or ECDS)")
 }
 
-// onStreamRequest refuses a proxy over a limit (admit), tracks it and
-// makes sure its cluster has snapshots before the cache answers its
+// onStreamRequest refuses a proxy over a limit (admit), or whose node
+// changed within the stream, or one stream too many (track), tracks it
+// and makes sure its cluster has snapshots before the cache answers its
 // request. A proxy whose cluster is refused (one too many) or cannot be
 // built is untracked at once: its stream ends, and it is never listed.
 func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) error {
 	if err := s.admit(req.GetNode()); err != nil {
+		s.untrack(id)
 		return err
 	}
-	s.track(id, req)
+	if err := s.track(id, req); err != nil {
+		s.untrack(id)
+		return err
+	}
 	if err := s.ensureCluster(req.GetNode().GetCluster()); err != nil {
 		s.untrack(id)
 		return err
@@ -249,34 +255,47 @@ func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) er
 
 // onDeltaRequest makes sure a delta-xDS proxy's cluster has a snapshot.
 // Delta streams are served but not tracked: Envoy's ADS with api_type GRPC
-// (our bootstraps) is state of the world.
+// (our bootstraps) is state of the world. The first request counts the
+// stream against the server's limit of streams (admitStream); a later
+// one naming another cluster is refused, like a tracked stream's
+// (sameNode). go-control-plane calls this before it fills a request
+// without a node with the stream's: such a request keeps the stream's
+// cluster.
 func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err := s.admit(req.GetNode()); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.deltas[id] = req.GetNode().GetCluster() // in use before it is ensured (see forgetIdle)
-	s.mu.Unlock()
-	return s.ensureCluster(req.GetNode().GetCluster())
-}
-
-// onDeltaOpen counts a delta-xDS stream against the server's streams,
-// refusing it when there are too many (admitStream).
-func (s *Server) onDeltaOpen(_ context.Context, id int64, _ string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.admitStream(len(s.streams) + len(s.deltaOpen)); err != nil {
-		return err
+	cluster, ok := s.deltas[id]
+	switch {
+	case ok && req.GetNode() == nil:
+	case ok:
+		if err := s.sameNode(req.GetNode().GetId(), cluster, req.GetNode()); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	default:
+		if err := s.admitStream(s.admitted); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		cluster = req.GetNode().GetCluster()
+		s.admitted++
+		s.deltas[id] = cluster
+		s.useLocked(cluster, 1) // in use before it is ensured (see forgetIdle)
 	}
-	s.deltaOpen[id] = true
-	return nil
+	s.mu.Unlock()
+	return s.ensureCluster(cluster)
 }
 
 func (s *Server) onDeltaClosed(id int64, _ *corev3.Node) {
 	s.mu.Lock()
-	delete(s.deltas, id)
-	delete(s.deltaOpen, id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if cluster, ok := s.deltas[id]; ok {
+		delete(s.deltas, id)
+		s.admitted--
+		s.useLocked(cluster, -1)
+	}
 }
 
 // forgetLoop forgets idle clusters (forgetIdle) every quarter of the grace
@@ -298,8 +317,9 @@ func (s *Server) forgetLoop(ctx context.Context) {
 // period: its snapshots (one per artifact) leave the cache, and its
 // version, since-time and idle-time leave the server, so that throwaway
 // cluster names cost nothing once their streams are gone. A cluster is in
-// use while an open stream's last request named it (or its first did:
-// what the proxy is listed under).
+// use while an identified stream (or a delta stream) of it is open
+// (s.users); its idle clock starts when its last one closes (useLocked),
+// so it is forgotten between the grace period and 1.25 of it after that.
 //
 // It holds refreshMu: a Refresh never builds a cluster being forgotten,
 // and a stream's request marks its cluster in use (track, under s.mu)
@@ -310,31 +330,17 @@ func (s *Server) forgetIdle() {
 	defer s.refreshMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	used := make(map[string]bool, len(s.clusters))
-	for _, st := range s.streams {
-		if st.identified {
-			used[st.cluster], used[st.requested] = true, true
-		}
-	}
-	for _, c := range s.deltas {
-		used[c] = true
-	}
 	now := s.now()
 	forgot := 0
 	for c := range s.clusters {
 		since, idle := s.idle[c]
 		switch {
-		case used[c]:
+		case s.users[c] > 0:
 			delete(s.idle, c)
 		case !idle:
-			s.idle[c] = now
+			s.idle[c] = now // built after its last stream closed
 		case now.Sub(since) >= s.grace:
-			for _, a := range s.served {
-				s.cache.ClearSnapshot(snapshotKey(a, c))
-			}
-			delete(s.clusters, c)
-			delete(s.since, c)
-			delete(s.idle, c)
+			s.forgetLocked(c)
 			forgot++
 			s.log.Debug("cluster forgotten: no proxy used it", "cluster", c, "idle", now.Sub(since))
 		}
@@ -349,9 +355,51 @@ func (s *Server) forgetIdle() {
 	}
 }
 
-// ensureCluster builds the first snapshots of a cluster not seen before,
-// unless the server tracks maxClusters already: checked under refreshMu,
-// the only lock clusters are added under, so never exceeded.
+// forgetLocked forgets cluster: its snapshots, version, since-time and
+// idle-time. s.refreshMu and s.mu must be held.
+func (s *Server) forgetLocked(c string) {
+	for _, a := range s.served {
+		s.cache.ClearSnapshot(snapshotKey(a, c))
+	}
+	delete(s.clusters, c)
+	delete(s.since, c)
+	delete(s.idle, c)
+}
+
+// evictLocked makes room for a new cluster at the limit: it forgets the
+// cluster idle the longest (no stream uses it: in its grace period), and
+// reports false when every cluster has a stream. s.refreshMu and s.mu
+// must be held.
+func (s *Server) evictLocked() bool {
+	victim, oldest := "", time.Time{}
+	for c := range s.clusters {
+		if s.users[c] > 0 {
+			continue
+		}
+		since, ok := s.idle[c]
+		if !ok {
+			since = s.now() // not yet seen idle (forgetIdle): idle since now at the earliest
+		}
+		if victim == "" || since.Before(oldest) {
+			victim, oldest = c, since
+		}
+	}
+	if victim == "" {
+		return false
+	}
+	s.forgetLocked(victim)
+	s.metrics.overLimit.WithLabelValues(fieldClusters, actionEvicted).Inc()
+	s.log.Info("cluster forgotten for a new one: the cluster limit is reached", "cluster", victim,
+		"idle", s.now().Sub(oldest), "limit", s.maxClusters)
+	s.notify()
+	return true
+}
+
+// ensureCluster builds the first snapshots of a cluster not seen before.
+// When the server tracks maxClusters already, the cluster idle the longest
+// makes room (evictLocked); when every one has a stream, it is refused.
+// Checked under refreshMu, the only lock clusters are added under, so
+// never exceeded.
 //
 // Builds are serialized by refreshMu, and a Refresh takes its list of
 // clusters under refreshMu too: a write's Refresh either runs before this
@@ -365,11 +413,12 @@ func (s *Server) ensureCluster(cluster string) error {
 	s.mu.Lock()
 	_, known := s.clusters[cluster]
 	n := len(s.clusters)
+	full := !known && n >= s.maxClusters && !s.evictLocked()
 	s.mu.Unlock()
 	if known {
 		return nil
 	}
-	if n >= s.maxClusters {
+	if full {
 		return s.refuseCluster(cluster, n)
 	}
 	return s.refreshLocked(context.Background(), cluster)

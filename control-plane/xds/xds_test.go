@@ -75,9 +75,15 @@ type testServer struct {
 
 func startServer(t *testing.T, b *versions, opts ...xds.Option) *testServer {
 	t.Helper()
+	return startServerOn(t, b, xds.ServerOptions(), opts...)
+}
+
+// startServerOn is startServer with the gRPC server options gopts.
+func startServerOn(t *testing.T, b *versions, gopts []grpc.ServerOption, opts ...xds.Option) *testServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	x := xds.New(ctx, b.build, opts...)
-	g := grpc.NewServer(xds.ServerOptions()...)
+	g := grpc.NewServer(gopts...)
 	x.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

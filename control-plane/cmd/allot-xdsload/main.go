@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string) error {
 	var cfg loadgen.Config
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:18000", "allotd xDS address")
 	fs.IntVar(&cfg.Clients, "clients", 1000, "simulated proxies (streams)")
-	fs.IntVar(&cfg.Conns, "conns", 0, "gRPC connections shared by the streams (0: one per proxy)")
+	fs.IntVar(&cfg.Conns, "conns", 0, "gRPC connections shared by the streams (0: one per proxy; at least one per 16 streams, allotd's bound)")
 	fs.StringVar(&cfg.Cluster, "cluster", "loadtest", "node cluster of every proxy")
 	fs.StringVar(&cfg.Node, "node", "", "node id prefix, <node>-<i> (default: -cluster); fleets on several replicas need one each")
 	fs.BoolVar(&cfg.ECDS, "ecds", false, "use the ECDS service instead of ADS")

@@ -106,7 +106,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&f.cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
 	fs.DurationVar(&f.cfg.XDSClusterGrace, "xds-cluster-grace", xds.DefaultClusterGrace, "how long a proxy cluster (service) with no proxy connected keeps its configuration snapshots before it is forgotten (built again when a proxy of it connects)")
-	fs.IntVar(&f.cfg.XDSMaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "how many xDS streams (one per proxy) this allotd serves at once: one more is refused with RESOURCE_EXHAUSTED, so that Envoy retries or fails over to another replica; it bounds the proxies' memory in allotd (about 40 KB per stream)")
+	fs.IntVar(&f.cfg.XDSMaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "how many xDS streams (one per proxy) this allotd serves at once, each counted from its first admitted request: one more is refused with RESOURCE_EXHAUSTED, so that Envoy retries or fails over to another replica; it bounds the proxies' memory in allotd (about 40 KB per stream)")
 	fs.StringVar(&f.dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
 	fs.StringVar(&f.storeURL, "store", "", "replicated store instead of -db: etcd://host:2379,host2:2379 (every replica given the same cluster serves the whole mesh)")
 	f.etcd.register(fs)

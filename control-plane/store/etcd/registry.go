@@ -327,6 +327,37 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 			delete(g.proxies, id)
 		}
 	}
+	var clusterOps []clientv3.Op
+	for c, rec := range clusters {
+		if g.clusters[c] != rec {
+			clusterOps = append(clusterOps, clientv3.OpPut(g.clusterKey(c), rec, clientv3.WithLease(g.lease)))
+			g.clusters[c] = rec
+		}
+	}
+	for c := range g.clusters {
+		if _, ok := clusters[c]; !ok {
+			clusterOps = append(clusterOps, clientv3.OpDelete(g.clusterKey(c)))
+			delete(g.clusters, c)
+		}
+	}
+	// After a failed commit, the parts etcd holds are read back as the old
+	// parts of their shards (reconcileLocked): each shard goes from what
+	// etcd holds to what is published in partOrder's order, its stale
+	// parts deleted in its own group after the puts that take their
+	// proxies, so that no reader misses a proxy meanwhile.
+	var stale []clientv3.Op
+	if g.unknown {
+		var held map[int]shardParts
+		var err error
+		if stale, held, err = g.reconcileLocked(ctx); err != nil {
+			g.forgetLocked()
+			return err
+		}
+		g.parts = held
+		for shard := range held {
+			dirty[shard] = true
+		}
+	}
 	// A part's value is its proxies' encodings, each made when the proxy
 	// changed: after a rollout's first ACKs every shard is dirty, and each
 	// later publish would encode them all again.
@@ -336,8 +367,8 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 			shards[e.shard] = append(shards[e.shard], e)
 		}
 	}
-	groups := make([][]clientv3.Op, 0, len(ops)+len(dirty))
-	for _, op := range ops {
+	groups := make([][]clientv3.Op, 0, len(ops)+len(stale)+len(dirty))
+	for _, op := range slices.Concat(ops, stale) {
 		groups = append(groups, []clientv3.Op{op})
 	}
 	for shard := range dirty {
@@ -353,29 +384,6 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 		}
 		if ops := g.partOps(shard, old, now); len(ops) > 0 {
 			groups = append(groups, ops)
-		}
-	}
-	var clusterOps []clientv3.Op
-	for c, rec := range clusters {
-		if g.clusters[c] != rec {
-			clusterOps = append(clusterOps, clientv3.OpPut(g.clusterKey(c), rec, clientv3.WithLease(g.lease)))
-			g.clusters[c] = rec
-		}
-	}
-	for c := range g.clusters {
-		if _, ok := clusters[c]; !ok {
-			clusterOps = append(clusterOps, clientv3.OpDelete(g.clusterKey(c)))
-			delete(g.clusters, c)
-		}
-	}
-	if g.unknown {
-		stale, err := g.reconcileLocked(ctx)
-		if err != nil {
-			g.forgetLocked()
-			return err
-		}
-		for _, op := range stale {
-			groups = append(groups, []clientv3.Op{op})
 		}
 	}
 	// The cluster records follow the proxies' records, and the replica's
@@ -513,49 +521,126 @@ func (g *Registry) forgetLocked() {
 	g.unknown = true
 }
 
-// reconcileLocked returns the deletions of the replica's keys in etcd that
-// the publish under way does not write: the node keys, parts and cluster
-// records of proxies and clusters that left while a commit failed (its
-// outcome unknown) or under an earlier lease. It reads the keys alone (one
-// read of about 100 bytes per proxy), and only when g.unknown: a publish
-// after a successful one knows what etcd holds. g.proxies, g.parts and
-// g.clusters must hold this publish's records; as they were forgotten
-// before, the publish puts every key it keeps, and deletes none, so that
-// no key is both deleted and written.
-func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, error) {
+// reconcileLocked reads the replica's keys in etcd, to bring them to what
+// the publish under way writes, after a failed commit (its outcome
+// unknown) or under an earlier lease, and only when g.unknown: a publish
+// after a successful one knows what etcd holds. It returns the deletions
+// of the node keys and cluster records the publish does not write (and of
+// any key under the replica's shards that is not a part), and the parts
+// etcd holds, by shard, for the publish to turn into its own (partOps):
+// a part's value counts as written only if it is under the current lease
+// (else it is put again, so that it lives as long as the lease). It reads
+// node keys and cluster keys alone (about 100 bytes per proxy) and the
+// parts whole (a shard's parts hold its proxies' records: at most what the
+// publish writes). g.proxies and g.clusters must hold this publish's
+// records; as they were forgotten before, the publish puts every node key
+// and cluster record it keeps, and deletes none, so that no key is both
+// deleted and written.
+func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, map[int]shardParts, error) {
 	// A linearizable read, never the serializable fallback of Store.read:
 	// a member behind the cluster would miss the keys to delete.
 	octx, cancel := g.s.opContext(ctx)
 	defer cancel()
-	var reads []clientv3.Op
-	for _, prefix := range []string{g.ownNodes(), g.ownShards(), g.ownClusters()} {
-		reads = append(reads, get{key: prefix, prefix: true, keysOnly: true}.op(false))
+	reads := []clientv3.Op{
+		get{key: g.ownNodes(), prefix: true, keysOnly: true}.op(false),
+		get{key: g.ownClusters(), prefix: true, keysOnly: true}.op(false),
+		get{key: g.ownShards(), prefix: true}.op(false),
 	}
 	resp, err := g.s.cli.Txn(octx).Then(reads...).Commit()
 	if err = g.s.wrap(octx, err); err != nil {
-		return nil, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
+		return nil, nil, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
 	}
-	keep := make(map[string]bool, len(g.proxies)+len(g.clusters)+proxyShards)
+	keep := make(map[string]bool, len(g.proxies)+len(g.clusters))
 	for _, e := range g.proxies {
 		keep[e.nodeKey] = true
-	}
-	for shard, parts := range g.parts {
-		for i := range parts.values {
-			keep[g.partKey(shard, i)] = true
-		}
 	}
 	for c := range g.clusters {
 		keep[g.clusterKey(c)] = true
 	}
 	var ops []clientv3.Op
-	for _, r := range resp.Responses {
+	for _, r := range resp.Responses[:2] {
 		for _, kv := range r.GetResponseRange().GetKvs() {
 			if !keep[string(kv.Key)] {
 				ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 			}
 		}
 	}
-	return ops, nil
+	// held[shard][part] is the part's value ("" when it must be put again)
+	// and first proxy; ok marks the parts etcd holds.
+	type heldPart struct {
+		value string
+		first proxyID
+		ok    bool
+	}
+	held := map[int][]heldPart{}
+	kvs := resp.Responses[2].GetResponseRange().GetKvs()
+	for _, kv := range kvs {
+		// A replica's parts are numbered from 0 in each shard: a number
+		// past the count of keys read is not one of them.
+		shard, part, ok := g.parsePartKey(string(kv.Key))
+		if !ok || part >= len(kvs) {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			continue
+		}
+		if len(held[shard]) <= part {
+			held[shard] = append(held[shard], make([]heldPart, part+1-len(held[shard]))...)
+		}
+		var first []struct {
+			NodeID string `json:"node_id"`
+			Stream int64  `json:"stream"`
+		}
+		if err := json.Unmarshal(kv.Value, &first); err != nil || len(first) == 0 {
+			continue // holds no proxy: an empty part
+		}
+		hp := heldPart{first: proxyID{first[0].NodeID, first[0].Stream}, ok: true}
+		if clientv3.LeaseID(kv.Lease) == g.lease {
+			hp.value = string(kv.Value)
+		}
+		held[shard][part] = hp
+	}
+	parts := make(map[int]shardParts, len(held))
+	for shard, hps := range held {
+		// Trailing parts that hold no proxy hide none: deleted at once.
+		for len(hps) > 0 && !hps[len(hps)-1].ok {
+			ops = append(ops, clientv3.OpDelete(g.partKey(shard, len(hps)-1)))
+			hps = hps[:len(hps)-1]
+		}
+		// A part etcd lacks, or that holds no proxy, is an empty one: it
+		// starts where the next one does.
+		for k := len(hps) - 2; k >= 0; k-- {
+			if !hps[k].ok {
+				hps[k].first = hps[k+1].first
+			}
+		}
+		var sp shardParts
+		for _, hp := range hps {
+			sp.values = append(sp.values, hp.value)
+			sp.first = append(sp.first, hp.first)
+		}
+		if len(hps) > 0 {
+			parts[shard] = sp
+		}
+	}
+	return ops, parts, nil
+}
+
+// parsePartKey returns the shard and part of one of the replica's part
+// keys (partKey).
+func (g *Registry) parsePartKey(key string) (shard, part int, ok bool) {
+	rest, ok := strings.CutPrefix(key, g.ownShards())
+	if !ok {
+		return 0, 0, false
+	}
+	s, p, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, false
+	}
+	shard, err1 := strconv.Atoi(s)
+	part, err2 := strconv.Atoi(p)
+	if err1 != nil || err2 != nil || shard < 0 || shard >= proxyShards || part < 0 || g.partKey(shard, part) != key {
+		return 0, 0, false
+	}
+	return shard, part, true
 }
 
 // sameProxy reports whether a and b are the same record, which encode

@@ -23,6 +23,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
+// MaxStreamsPerConn is the most streams Connect opens on one connection:
+// allotd's bound (xds.MaxStreamsPerConnection, which a test of the xds
+// package compares with this one); more would wait for a free slot.
+const MaxStreamsPerConn = 16
+
 // Wire names: what the bootstraps in envoy-configs/ subscribe to.
 const (
 	TypeURL      = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
@@ -36,7 +41,8 @@ type Config struct {
 	// Clients is the number of simulated proxies (streams).
 	Clients int
 	// Conns is the number of gRPC connections the streams share (0: one
-	// per client, like Envoy).
+	// per client, like Envoy); at least enough for MaxStreamsPerConn
+	// streams each.
 	Conns int
 	// Cluster is every client's node cluster.
 	Cluster string
@@ -95,6 +101,7 @@ func Connect(ctx context.Context, cfg Config) (*Fleet, error) {
 	if nconns <= 0 || nconns > cfg.Clients {
 		nconns = cfg.Clients
 	}
+	nconns = max(nconns, (cfg.Clients+MaxStreamsPerConn-1)/MaxStreamsPerConn)
 	f := &Fleet{
 		n: cfg.Clients, results: make(chan Result, 64),
 		rounds:  map[string]*round{},
