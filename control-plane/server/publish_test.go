@@ -11,7 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/xds"
 )
 
@@ -24,7 +24,7 @@ type failingRegistry struct {
 	published chan struct{} // receives after a successful publish
 }
 
-func (f *failingRegistry) Publish(context.Context, mesh.Replica, []mesh.Proxy) error {
+func (f *failingRegistry) Publish(context.Context, rollout.Replica, []rollout.Proxy) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts = append(f.attempts, time.Now())
@@ -38,14 +38,16 @@ func (f *failingRegistry) Publish(context.Context, mesh.Replica, []mesh.Proxy) e
 	return nil
 }
 
-func (f *failingRegistry) View(context.Context) (mesh.View, error) { return mesh.View{}, nil }
-func (f *failingRegistry) Replicas(context.Context) (map[string]mesh.Replica, error) {
+func (f *failingRegistry) View(context.Context) (rollout.View, error) { return rollout.View{}, nil }
+func (f *failingRegistry) Replicas(context.Context) (map[string]rollout.Replica, error) {
 	return nil, nil
 }
-func (f *failingRegistry) Roster(context.Context) (mesh.Roster, error) { return mesh.Roster{}, nil }
-func (f *failingRegistry) Watch(ctx context.Context) <-chan struct{}   { return make(chan struct{}) }
-func (f *failingRegistry) Withdraw(context.Context) error              { return nil }
-func (f *failingRegistry) Lease() (int64, bool)                        { return 1, true }
+func (f *failingRegistry) Roster(context.Context) (rollout.Roster, error) {
+	return rollout.Roster{}, nil
+}
+func (f *failingRegistry) Watch(ctx context.Context) <-chan struct{} { return make(chan struct{}) }
+func (f *failingRegistry) Withdraw(context.Context) error            { return nil }
+func (f *failingRegistry) Lease() (int64, bool)                      { return 1, true }
 
 // TestPublishRetriesWithBackoff: a failed publish is tried again without
 // any change to publish, sooner than the periodic republish, and later
@@ -60,7 +62,7 @@ func TestPublishRetriesWithBackoff(t *testing.T) {
 	start := time.Now()
 	go func() {
 		defer close(done)
-		publishLoop(ctx, reg, x, &builder{}, mesh.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
+		publishLoop(ctx, reg, x, &builder{}, rollout.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
 	}()
 	defer func() { cancel(); <-done }()
 	// The retries take 50+100+200+400 ms; the periodic republish alone

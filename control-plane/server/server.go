@@ -32,7 +32,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/console"
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
@@ -186,9 +186,9 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
 
 	adminLog := log.With("component", "admin")
-	var ro admin.Rollouts = rollouts{s.xds}
+	var ro admin.Rollouts = rollout.NewLocal(s.xds)
 	if cfg.Registry != nil {
-		ro = meshRollouts{x: s.xds, reg: cfg.Registry, b: s.b, st: db}
+		ro = rollout.NewMesh(s.xds, cfg.Registry, s.b, db)
 		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: s.b, st: db}), reg.Register(s.publishFailures)); err != nil {
 			return nil, fmt.Errorf("register replica collector: %w", err)
 		}
@@ -310,7 +310,7 @@ func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []ne
 	go func() { defer wg.Done(); syncLoop(ctx, s.db, s.xds, s.b, log) }()
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {
-		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
+		self := rollout.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -551,9 +551,9 @@ func (b *builder) appliedRevision() int64 {
 	return b.appliedRev
 }
 
-// awaitApplied waits until every served snapshot is built from store
+// AwaitApplied waits until every served snapshot is built from store
 // revision rev or later, for at most d, and reports whether it is.
-func (b *builder) awaitApplied(ctx context.Context, rev int64, d time.Duration) bool {
+func (b *builder) AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
@@ -616,11 +616,11 @@ func (b *builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error)
 	return out, nil
 }
 
-// versions returns the configuration version of each cluster now (as of
+// Versions returns the configuration version of each cluster now (as of
 // store revision atLeast or later, if positive: see experiments), without
 // building their resources; clusters whose configuration fails are left
 // out (their proxies are reported against no target).
-func (b *builder) versions(clusters []string, atLeast int64) (map[string]string, error) {
+func (b *builder) Versions(clusters []string, atLeast int64) (map[string]string, error) {
 	exps, err := b.experiments(atLeast)
 	if err != nil {
 		return nil, err
