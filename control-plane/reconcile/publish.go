@@ -1,4 +1,15 @@
-package server
+// Package reconcile keeps every connected proxy's configuration in step
+// with the store: it builds each cluster's filter configuration from the
+// stored experiments (Builder, through translate), pushes it to the xDS
+// server after every store write and at every schedule boundary (Sync),
+// says when the served configuration has caught up with the store (Ready,
+// /readyz), and for a replica publishes its proxies and itself to the mesh
+// registry (Publish) and exports its view of the mesh as metrics.
+//
+// It imports translate, xds, rollout and the store, and admin only for
+// admin.FromStore (the stored experiment's decoder); never the listeners,
+// TLS or the web console (server wires them).
+package reconcile
 
 import (
 	"context"
@@ -47,18 +58,18 @@ func publishRetry(failures int) time.Duration {
 	return min(d, publishRetryMax)
 }
 
-// newPublishFailures is the counter of failed publishes (each is retried).
-func newPublishFailures() prometheus.Counter {
+// NewPublishFailures is the counter of failed publishes (each is retried).
+func NewPublishFailures() prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "allot_replica_publish_failures_total",
 		Help: "Publishes of this replica's records to the mesh registry that failed; each is retried with backoff.",
 	})
 }
 
-// publishLoop publishes this replica's state and its proxies' to reg after
+// Publish publishes this replica's state and its proxies' to reg after
 // every change, and again after a failure (counted in failed) with backoff,
 // until ctx ends; then it withdraws them.
-func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, self rollout.Replica, failed prometheus.Counter, log *slog.Logger) {
+func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self rollout.Replica, failed prometheus.Counter, log *slog.Logger) {
 	tick := time.NewTicker(republishEvery)
 	defer tick.Stop()
 	failures := 0                 // in a row
@@ -67,7 +78,7 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 	for {
 		changed := x.Changes()
 		r := self
-		r.Revision = b.appliedRevision()
+		r.Revision = b.AppliedRevision()
 		proxies = x.AppendProxies(proxies[:0])
 		r.Targets = x.Targets()
 		for _, p := range proxies {
@@ -89,7 +100,7 @@ func publishLoop(ctx context.Context, reg Registry, x *xds.Server, b *builder, s
 			log.Info("publishing to the mesh registry again", "failed_publishes", failures)
 			failures = 0
 		}
-		applied, ticks := b.applied(), tick.C
+		applied, ticks := b.Applied(), tick.C
 		var retry *time.Timer
 		var retried <-chan time.Time
 		if failures > 0 {
@@ -127,6 +138,12 @@ func appendMeshProxies(dst []rollout.Proxy, ps []xds.ProxyStatus) []rollout.Prox
 	return dst
 }
 
+// NewReplicaCollector exports, at scrape time, the view of the mesh of the
+// replica publishing to reg with b over st (replicaCollector).
+func NewReplicaCollector(reg Registry, b *Builder, st store.Store) prometheus.Collector {
+	return replicaCollector{reg: reg, b: b, st: st}
+}
+
 // replicaCollector exports a replica's view of the mesh at scrape time:
 //
 //	allot_replica_lease_alive                 gauge: 1 while the replica's lease is kept alive
@@ -135,7 +152,7 @@ func appendMeshProxies(dst []rollout.Proxy, ps []xds.ProxyStatus) []rollout.Prox
 //	allot_mesh_proxies{replica}               gauge: proxies connected to each live replica
 type replicaCollector struct {
 	reg Registry
-	b   *builder
+	b   *Builder
 	st  store.Store
 }
 
@@ -161,7 +178,7 @@ func (c replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	_, alive := c.reg.Lease()
 	ch <- prometheus.MustNewConstMetric(leaseDesc, prometheus.GaugeValue, b2f(alive))
 	if rev, err := c.st.Revision(ctx); err == nil {
-		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(max(rev-c.b.appliedRevision(), 0)))
+		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(max(rev-c.b.AppliedRevision(), 0)))
 	}
 	v, err := c.reg.View(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package server
+package reconcile
 
 import (
 	"context"
@@ -57,12 +57,12 @@ func TestPublishRetriesWithBackoff(t *testing.T) {
 	reg := &failingRegistry{fail: fails, published: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(t.Context())
 	x := xds.New(ctx, func(string) (string, *corev3.TypedExtensionConfig, error) { return "v0", nil, nil })
-	failed := newPublishFailures()
+	failed := NewPublishFailures()
 	done := make(chan struct{})
 	start := time.Now()
 	go func() {
 		defer close(done)
-		publishLoop(ctx, reg, x, &builder{}, rollout.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
+		Publish(ctx, reg, x, &Builder{}, rollout.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
 	}()
 	defer func() { cancel(); <-done }()
 	// The retries take 50+100+200+400 ms; the periodic republish alone
