@@ -10,11 +10,15 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
+
+// A Builder gives rollout.Mesh the versions it waits for.
+var _ rollout.Builder = (*Builder)(nil)
 
 // NewBuilder builds from st the configuration mesh shapes, at the time
 // now tells (nil: time.Now).

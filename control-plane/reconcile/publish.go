@@ -72,8 +72,8 @@ func NewPublishFailures() prometheus.Counter {
 func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self rollout.Replica, failed prometheus.Counter, log *slog.Logger) {
 	tick := time.NewTicker(republishEvery)
 	defer tick.Stop()
-	failures := 0                 // in a row
-	var proxies []xds.ProxyStatus // reused: a rollout publishes thousands, several times
+	failures := 0                     // in a row
+	var proxies []rollout.ProxyStatus // reused: a rollout publishes thousands, several times
 	var mp []rollout.Proxy
 	for {
 		changed := x.Changes()
@@ -86,7 +86,7 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 				r.Targets[p.Cluster] = "" // its first build is under way
 			}
 		}
-		mp = appendMeshProxies(mp[:0], proxies)
+		mp = rollout.AppendRecords(mp[:0], proxies)
 		r.Proxies = rollout.Summarize(mp)
 		err := reg.Publish(ctx, r, mp)
 		switch {
@@ -124,18 +124,6 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 			retry.Stop()
 		}
 	}
-}
-
-// appendMeshProxies appends ps as the registry's records to dst.
-func appendMeshProxies(dst []rollout.Proxy, ps []xds.ProxyStatus) []rollout.Proxy {
-	for _, p := range ps {
-		dst = append(dst, rollout.Proxy{
-			NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,
-			Artifact: p.Artifact, Acked: p.Acked, AckedAt: p.AckedAt, Rejected: p.Rejected,
-			Unserved: p.Error, ConnectedAt: p.ConnectedAt,
-		})
-	}
-	return dst
 }
 
 // NewReplicaCollector exports, at scrape time, the view of the mesh of the

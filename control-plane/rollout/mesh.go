@@ -344,6 +344,20 @@ func replicaStatuses(v View) []*adminv1.ReplicaStatus {
 	return out
 }
 
+// AppendRecords appends ps as the registry's records (what a replica
+// publishes of its proxies) to dst; proxyStatus reads one back.
+func AppendRecords(dst []Proxy, ps []ProxyStatus) []Proxy {
+	for _, p := range ps {
+		dst = append(dst, Proxy{
+			NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,
+			Artifact: p.Artifact, Acked: p.Acked, AckedAt: p.AckedAt, Rejected: p.Rejected,
+			Unserved: p.Error, ConnectedAt: p.ConnectedAt,
+		})
+	}
+	return dst
+}
+
+// proxyStatus is p's record as a status against target, in state st.
 func proxyStatus(p Proxy, target string, st State) ProxyStatus {
 	return ProxyStatus{
 		Replica: p.Replica, NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,

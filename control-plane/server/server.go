@@ -108,6 +108,13 @@ const (
 	adminMaxHeaderBytes = 64 << 10
 )
 
+// Both rollouts answer the admin API's writes that wait and its rollout
+// status.
+var (
+	_ admin.Rollouts = (*rollout.Local)(nil)
+	_ admin.Rollouts = (*rollout.Mesh)(nil)
+)
+
 // Addrs are the addresses allotd listens on.
 type Addrs struct {
 	// Admin serves the HTTP/JSON admin API, /metrics and the health checks.

@@ -9,6 +9,9 @@ import (
 	"github.com/allotmesh/allot/control-plane/rollout"
 )
 
+// The server is what rollout's waits use of it.
+var _ rollout.Server = (*Server)(nil)
+
 // Targets returns every known cluster's current version. Take it before a
 // write and pass Targets().Changed(before) to WaitFor after Refresh.
 func (s *Server) Targets() Targets {
