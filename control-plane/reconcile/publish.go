@@ -1,14 +1,3 @@
-// Package reconcile keeps every connected proxy's configuration in step
-// with the store: it builds each cluster's filter configuration from the
-// stored experiments (Builder, through translate), pushes it to the xDS
-// server after every store write and at every schedule boundary (Sync),
-// says when the served configuration has caught up with the store (Ready,
-// /readyz), and for a replica publishes its proxies and itself to the mesh
-// registry (Publish) and exports its view of the mesh as metrics.
-//
-// It imports translate, xds, rollout and the store, and admin only for
-// admin.FromStore (the stored experiment's decoder); never the listeners,
-// TLS or the web console (server wires them).
 package reconcile
 
 import (
