@@ -111,7 +111,7 @@ fmt: ## Format the Go code.
 lint: lint-tree ## The tree checks, gofmt check and go vet (native, wasip1, and e2e builds with the reliability suite).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags 'e2e reliability' ./e2e/...
+	$(GO) vet -tags 'e2e reliability' ./e2e/... ./internal/...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
 
 # TREE is the repository lint-tree checks (default: this one).
@@ -184,7 +184,7 @@ test-e2e: envoy chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION)
 	@mkdir -p $(BIN)
 	@# The whole -v output: a failing test's messages and the Envoy log it
 	@# dumps are what CI shows of a failure.
-	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... 2>&1 | tee $(BIN)/e2e.log; \
+	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... ./internal/harness/ 2>&1 | tee $(BIN)/e2e.log; \
 	exit $${PIPESTATUS[0]}
 
 .PHONY: console-screenshots

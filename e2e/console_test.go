@@ -22,7 +22,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // browser is one headless Chromium (harness.ChromiumBinary) with one tab on
@@ -49,7 +49,7 @@ const (
 func startBrowser(t *testing.T, origin string) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(harness.ChromiumBinary(t)),
+		chromedp.ExecPath(harness.MustChromiumBinary(t)),
 		chromedp.WindowSize(wideWidth, wideHeight),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("lang", "en-US"),
@@ -184,7 +184,7 @@ func (b *browser) text(sel string) string {
 func (b *browser) waitText(sel, want string, timeout time.Duration) string {
 	b.t.Helper()
 	var got string
-	harness.Eventually(b.t, timeout, func() error {
+	harness.MustEventually(b.t, timeout, func() error {
 		if got = b.text(sel); !strings.Contains(got, want) {
 			return fmt.Errorf("%s shows %q, want %q; the page shows:\n%s", sel, got, want, b.pageText())
 		}
@@ -196,7 +196,7 @@ func (b *browser) waitText(sel, want string, timeout time.Duration) string {
 // waitFor waits until an element matches sel.
 func (b *browser) waitFor(sel string, timeout time.Duration) {
 	b.t.Helper()
-	harness.Eventually(b.t, timeout, func() error {
+	harness.MustEventually(b.t, timeout, func() error {
 		if b.eval(`document.querySelector(`+jsString(sel)+`) ? 'yes' : ''`) == "" {
 			return fmt.Errorf("nothing matches %s; the page shows:\n%s", sel, b.pageText())
 		}
@@ -255,7 +255,7 @@ func (b *browser) signIn(token, who string) {
 func (b *browser) narrow(name string) {
 	b.t.Helper()
 	b.do(chromedp.EmulateViewport(narrowWidth, narrowHeight))
-	harness.Eventually(b.t, 5*time.Second, func() error {
+	harness.MustEventually(b.t, 5*time.Second, func() error {
 		if w := b.eval(`String(document.documentElement.scrollWidth)`); w != fmt.Sprint(narrowWidth) {
 			return fmt.Errorf("the page is %s px wide on a %d px screen", w, narrowWidth)
 		}
@@ -474,7 +474,7 @@ func TestConsole(t *testing.T) {
 		{"#filter-q", "rank", []string{"search-ranking"}},
 	} {
 		b.set(f.sel, f.value)
-		harness.Eventually(t, 10*time.Second, func() error {
+		harness.MustEventually(t, 10*time.Second, func() error {
 			keys := b.eval(`[...document.querySelectorAll('#results tr[data-key]')].map((r) => r.dataset.key).join(',')`)
 			if keys != strings.Join(f.want, ",") {
 				return fmt.Errorf("%s = %q lists %q, want %q", f.sel, f.value, keys, strings.Join(f.want, ","))

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The demos (`make run`: scripts/run-demo.sh, `make run-ha`:
@@ -58,16 +58,16 @@ type demo struct {
 func demoBin(t *testing.T, native, etcd bool) string {
 	t.Helper()
 	built := map[string]string{
-		"allotd":     harness.Build(t, "./control-plane/cmd/allotd"),
-		"allotctl":   harness.Build(t, "./control-plane/cmd/allotctl"),
-		"allot-echo": harness.Build(t, "./e2e/cmd/allot-echo"),
-		"allot.wasm": harness.BuildWasm(t, "./filter"),
+		"allotd":     harness.MustBuild(t, "./control-plane/cmd/allotd"),
+		"allotctl":   harness.MustBuild(t, "./control-plane/cmd/allotctl"),
+		"allot-echo": harness.MustBuild(t, "./e2e/cmd/allot-echo"),
+		"allot.wasm": harness.MustBuildWasm(t, "./filter"),
 	}
 	if native {
-		built["liballot.so"] = harness.BuildNative(t, "./filter/native", "liballot.so")
+		built["liballot.so"] = harness.MustBuildNative(t, "./filter/native", "liballot.so")
 	}
 	if etcd {
-		built["etcd"] = harness.Build(t, harness.EtcdPackage)
+		built["etcd"] = harness.MustBuild(t, harness.EtcdPackage)
 	}
 	dir := t.TempDir()
 	for name, path := range built {
@@ -113,25 +113,25 @@ func startDemo(t *testing.T, script string, env ...string) *demo {
 		}
 	})
 	d := &demo{t: t, root: root, env: base}
-	d.proc = harness.StartCmd(t, filepath.Base(script), cmd)
+	d.proc = harness.MustLaunch(t, filepath.Base(script), cmd)
 	pgid = d.proc.Pid()
 
 	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(d.proc.Log(t), "Press Ctrl-C to stop.") {
+	for !strings.Contains(d.proc.MustLog(t), "Press Ctrl-C to stop.") {
 		if d.proc.Exited() {
-			t.Fatalf("%s exited (%v) before printing its instructions:\n%s", script, d.proc.Wait(), d.proc.Log(t))
+			t.Fatalf("%s exited (%v) before printing its instructions:\n%s", script, d.proc.Wait(), d.proc.MustLog(t))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s printed no instructions within 90 s:\n%s", script, d.proc.Log(t))
+			t.Fatalf("%s printed no instructions within 90 s:\n%s", script, d.proc.MustLog(t))
 		}
 		select {
 		case <-d.proc.Done():
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	steps, err := parseDemoSteps(d.proc.Log(t))
+	steps, err := parseDemoSteps(d.proc.MustLog(t))
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", script, err, d.proc.Log(t))
+		t.Fatalf("%s: %v\n%s", script, err, d.proc.MustLog(t))
 	}
 	d.steps = steps
 	return d
@@ -283,16 +283,16 @@ func (d *demo) try(command string) (string, error) {
 func (d *demo) alive(when string) {
 	d.t.Helper()
 	if d.proc.Exited() {
-		d.t.Fatalf("the demo stopped %s (%v):\n%s", when, d.proc.Wait(), d.proc.Log(d.t))
+		d.t.Fatalf("the demo stopped %s (%v):\n%s", when, d.proc.Wait(), d.proc.MustLog(d.t))
 	}
 }
 
 // waitLog waits until the demo's output contains s.
 func (d *demo) waitLog(s string, timeout time.Duration) {
 	d.t.Helper()
-	harness.Eventually(d.t, timeout, func() error {
+	harness.MustEventually(d.t, timeout, func() error {
 		d.alive("waiting for " + strconv.Quote(s))
-		if !strings.Contains(d.proc.Log(d.t), s) {
+		if !strings.Contains(d.proc.MustLog(d.t), s) {
 			return fmt.Errorf("the demo's output has no %q", s)
 		}
 		return nil
@@ -395,12 +395,12 @@ func TestDemoRun(t *testing.T) {
 		t.Run(filter, func(t *testing.T) {
 			bin := demoBin(t, filter == "native", false)
 			d := startDemo(t, "scripts/run-demo.sh",
-				"ENVOY_BIN="+harness.EnvoyBinary(t), "BIN="+bin, "FILTER="+filter, "STATE_DIR="+t.TempDir(),
-				fmt.Sprintf("ENVOY_PORTS=%d", harness.FreePort(t)),
-				fmt.Sprintf("ENVOY_ADMIN_PORTS=%d", harness.FreePort(t)),
-				fmt.Sprintf("ALLOTD_ADMIN_PORTS=%d", harness.FreePort(t)),
-				fmt.Sprintf("ALLOTD_XDS_PORTS=%d", harness.FreePort(t)),
-				fmt.Sprintf("ECHO_PORT=%d", harness.FreePort(t)))
+				"ENVOY_BIN="+harness.MustEnvoyBinary(t), "BIN="+bin, "FILTER="+filter, "STATE_DIR="+t.TempDir(),
+				fmt.Sprintf("ENVOY_PORTS=%d", harness.MustFreePort(t)),
+				fmt.Sprintf("ENVOY_ADMIN_PORTS=%d", harness.MustFreePort(t)),
+				fmt.Sprintf("ALLOTD_ADMIN_PORTS=%d", harness.MustFreePort(t)),
+				fmt.Sprintf("ALLOTD_XDS_PORTS=%d", harness.MustFreePort(t)),
+				fmt.Sprintf("ECHO_PORT=%d", harness.MustFreePort(t)))
 			const header = "x-experiment-checkout-button"
 
 			// See the assignments: alice and bob each get one variation.
@@ -421,7 +421,7 @@ func TestDemoRun(t *testing.T) {
 			// The ramp: both users see green within a second or so.
 			d.runAll(d.step(2, 2, "allotctl apply"), "experiment/checkout-button configured")
 			for _, c := range see.cmds {
-				harness.Eventually(t, 5*time.Second, func() error {
+				harness.MustEventually(t, 5*time.Second, func() error {
 					if v := echoHeader(t, d.run(c), header); v != "green" {
 						return fmt.Errorf("%s: %s %q after the ramp, want green", c, header, v)
 					}
@@ -466,17 +466,17 @@ func TestDemoRun(t *testing.T) {
 // replica; after `kill -9` of an etcd member a waited write still reaches
 // both Envoys; SIGUSR1 brings both back.
 func TestDemoRunHA(t *testing.T) {
-	etcdClient := []int{harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)}
+	etcdClient := []int{harness.MustFreePort(t), harness.MustFreePort(t), harness.MustFreePort(t)}
 	portList := func(n int) string {
 		var p []string
 		for range n {
-			p = append(p, strconv.Itoa(harness.FreePort(t)))
+			p = append(p, strconv.Itoa(harness.MustFreePort(t)))
 		}
 		return strings.Join(p, " ")
 	}
 	state := t.TempDir()
 	d := startDemo(t, "scripts/run-ha.sh",
-		"ENVOY_BIN="+harness.EnvoyBinary(t), "BIN="+demoBin(t, false, true), "STATE_DIR="+state,
+		"ENVOY_BIN="+harness.MustEnvoyBinary(t), "BIN="+demoBin(t, false, true), "STATE_DIR="+state,
 		fmt.Sprintf("ETCD_CLIENT_PORTS=%d %d %d", etcdClient[0], etcdClient[1], etcdClient[2]),
 		"ETCD_PEER_PORTS="+portList(3), "ALLOTD_ADMIN_PORTS="+portList(3), "ALLOTD_XDS_PORTS="+portList(3),
 		"ENVOY_PORTS="+portList(2), "ENVOY_ADMIN_PORTS="+portList(2), "ECHO_PORT="+portList(1))
@@ -486,7 +486,7 @@ func TestDemoRunHA(t *testing.T) {
 	// shows.
 	rollout := func(c string, timeout time.Duration, check func([]rolloutRow, map[string]int) error) {
 		t.Helper()
-		harness.Eventually(t, timeout, func() error {
+		harness.MustEventually(t, timeout, func() error {
 			out, err := d.try(c)
 			if err != nil {
 				return fmt.Errorf("%s: %v\n%s", c, err, out)
@@ -603,7 +603,7 @@ func TestDemoRunHA(t *testing.T) {
 	if r1again := pidOf("allotd-1"); r1again == r1 || syscall.Kill(r1again, 0) != nil {
 		t.Fatalf("allotd-1.pid holds %d (killed: %d), want a running replica", r1again, r1)
 	}
-	harness.Eventually(t, 20*time.Second, func() error {
+	harness.MustEventually(t, 20*time.Second, func() error {
 		_, err := d.try(fmt.Sprintf("curl -fsS http://127.0.0.1:%d/health", etcdClient[0]))
 		return err
 	})

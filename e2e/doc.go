@@ -1,6 +1,6 @@
 // Package e2e holds the end-to-end tests: real Envoy from the project venv,
 // the control plane and the echo upstream, started and awaited through package
-// e2e/harness. The tests are behind the e2e build tag:
+// internal/harness. The tests are behind the e2e build tag:
 //
 //	go test -tags e2e ./e2e/...
 //

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The replica and etcd faults of the reliability suite, on the replicated
@@ -311,7 +311,7 @@ func (ws *writers) fail(msg string) {
 func (ws *writers) progress(t *testing.T, n int64, what string) {
 	t.Helper()
 	from := ws.n.Load()
-	harness.Eventually(t, 60*time.Second, func() error {
+	harness.MustEventually(t, 60*time.Second, func() error {
 		if got := ws.n.Load() - from; got < n {
 			return fmt.Errorf("%s: %d writes acknowledged, want %d", what, got, n)
 		}
@@ -406,7 +406,7 @@ func TestReliabilityWritesUnderFaults(t *testing.T) {
 	// Envoy applied and serving the replicas' one target version.
 	converging := time.Now()
 	var version string
-	harness.Eventually(t, 30*time.Second, func() error {
+	harness.MustEventually(t, 30*time.Second, func() error {
 		var list struct {
 			Revision string `json:"revision"`
 		}

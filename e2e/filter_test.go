@@ -14,14 +14,14 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // waitAssigned waits until a request for user through p carries header.
 func waitAssigned(t *testing.T, p *proxy, user, header string) {
 	t.Helper()
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		r, err := p.get(map[string][]string{"x-user-id": {user}})
 		if err != nil {
 			return err
@@ -119,8 +119,8 @@ func testFilterProduction(t *testing.T, a artifact) {
 			sent[r.Header("x-experiment-split")[0]]++
 		}
 		delta := func(after map[string]int64, name string) int64 { return after[name] - before[name] }
-		harness.Eventually(t, 5*time.Second, func() error {
-			after := p.Stats(t)
+		harness.MustEventually(t, 5*time.Second, func() error {
+			after := p.MustStats(t)
 			got := map[string]int64{
 				"hits":      delta(after, "wasmcustom."+plugin.MetricCacheHits),
 				"misses":    delta(after, "wasmcustom."+plugin.MetricCacheMisses),
@@ -145,7 +145,7 @@ func testFilterProduction(t *testing.T, a artifact) {
 		}
 		dict := r.Header("x-experiments")[0]
 		want := "unit=logged-user version=" + r.Header("x-experiments-version")[0] + " exposures=" + dict
-		harness.Eventually(t, 5*time.Second, func() error {
+		harness.MustEventually(t, 5*time.Second, func() error {
 			b, err := os.ReadFile(p.AccessLog)
 			if err != nil {
 				return err
@@ -164,7 +164,7 @@ func TestEdgeGateway(t *testing.T) { forArtifacts(t, testEdgeGateway) }
 
 func testEdgeGateway(t *testing.T, a artifact) {
 	s := startSystemFor(t, a)
-	search := harness.StartEcho(t)
+	search := harness.MustStartEcho(t)
 	_, checkoutPort, _ := splitHostPort(s.echoAddr)
 	_, searchPort, _ := splitHostPort(search)
 	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), "edge-1", "gateway", map[string]string{
@@ -178,7 +178,7 @@ func testEdgeGateway(t *testing.T, a artifact) {
 		var seen []string
 		for _, path := range []string{"/checkout", "/search"} {
 			var r harness.EchoResponse
-			harness.Eventually(t, 10*time.Second, func() error {
+			harness.MustEventually(t, 10*time.Second, func() error {
 				var err error
 				r, err = g.getPath(path, map[string][]string{"x-user-id": {user}, "x-experiment-homepage": {"forged"}})
 				if err != nil {
@@ -250,8 +250,8 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 		t.Helper()
 		var stats map[string]int64
 		last, since := int64(-1), time.Now()
-		harness.Eventually(t, 15*time.Second, func() error {
-			stats = p.Stats(t)
+		harness.MustEventually(t, 15*time.Second, func() error {
+			stats = p.MustStats(t)
 			got := stats["wasmcustom."+plugin.MetricEvaluated]
 			if got != last {
 				last, since = got, time.Now()
@@ -268,8 +268,8 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 	flushed := func(before map[string]int64, n int64) map[string]int64 {
 		t.Helper()
 		var stats map[string]int64
-		harness.Eventually(t, 15*time.Second, func() error {
-			stats = p.Stats(t)
+		harness.MustEventually(t, 15*time.Second, func() error {
+			stats = p.MustStats(t)
 			if got := stats["wasmcustom."+plugin.MetricEvaluated] - before["wasmcustom."+plugin.MetricEvaluated]; got < n {
 				return fmt.Errorf("%s grew by %d, want %d (fail_open %d, failed requests %d)", plugin.MetricEvaluated, got, n, stats["wasmcustom."+plugin.MetricFailOpen], failures.Load())
 			}
@@ -279,10 +279,10 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 	}
 	start := time.Now()
 	send(10_000)
-	base, before := p.RSS(t), settled()
+	base, before := p.MustRSS(t), settled()
 	from := next.Load() // each sender stops after taking one number too many
 	send(200_000)
-	final, after := p.RSS(t), flushed(before, 200_000-from)
+	final, after := p.MustRSS(t), flushed(before, 200_000-from)
 	allocs := after["wasmcustom."+plugin.MetricVMAllocations] - before["wasmcustom."+plugin.MetricVMAllocations]
 	t.Logf("200,000 distinct users in %v: RSS %.1f MiB after 10k, %.1f MiB after 200k (+%.1f MiB); "+
 		"Go heap allocations in the VMs during the last 190,000 requests: %d; VM memory %.1f MiB, %d collections in all",

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // rawRequest sends one HTTP/1.1 request with exactly the header lines given
@@ -158,8 +158,8 @@ func testFilterForgedHeaders(t *testing.T, a artifact) {
 	// Every request was either evaluated or passed through unassigned,
 	// and counted as such, once.
 	var after [2]int64
-	harness.Eventually(t, 5*time.Second, func() error {
-		after = counts(p.Stats(t))
+	harness.MustEventually(t, 5*time.Second, func() error {
+		after = counts(p.MustStats(t))
 		if after[0]-before[0]+after[1]-before[1] != int64(len(tests)) || after[1]-before[1] != int64(unassigned) {
 			return fmt.Errorf("evaluated +%d, fail_open +%d; want %d requests, %d of them unassigned", after[0]-before[0], after[1]-before[1], len(tests), unassigned)
 		}
@@ -180,8 +180,8 @@ func settledCounts(t *testing.T, p *proxy) [2]int64 {
 	t.Helper()
 	var last [2]int64
 	since := time.Now()
-	harness.Eventually(t, 15*time.Second, func() error {
-		if c := counts(p.Stats(t)); c != last {
+	harness.MustEventually(t, 15*time.Second, func() error {
+		if c := counts(p.MustStats(t)); c != last {
 			last, since = c, time.Now()
 		}
 		if time.Since(since) < 1200*time.Millisecond {

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // proxyBootstrap is a minimal Envoy bootstrap: admin on 9901, a listener on
@@ -70,27 +71,27 @@ func TestEnvoyProxiesToEcho(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			echoAddr := harness.StartEcho(t)
+			echoAddr := harness.MustStartEcho(t)
 			_, echoPort, _ := strings.Cut(echoAddr, ":")
-			listenPort := harness.FreePort(t)
+			listenPort := harness.MustFreePort(t)
 			adminPort := 0
 			if tt.fixedAdmin {
-				adminPort = harness.FreePort(t)
+				adminPort = harness.MustFreePort(t)
 			}
-			bootstrap := harness.RenderBootstrap(t, harness.WriteFile(t, "envoy.yaml", proxyBootstrap), map[string]string{
+			bootstrap := harness.MustRenderBootstrap(t, harness.MustWriteFile(t, "envoy.yaml", proxyBootstrap), map[string]string{
 				"port_value: 9901":  fmt.Sprintf("port_value: %d", adminPort),
 				"port_value: 10000": fmt.Sprintf("port_value: %d", listenPort),
 				"port_value: 8081":  "port_value: " + echoPort,
 			})
 
-			envoy := harness.StartEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: adminPort})
+			envoy := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: adminPort})
 			if tt.fixedAdmin && envoy.AdminURL() != fmt.Sprintf("http://127.0.0.1:%d", adminPort) {
 				t.Errorf("AdminURL() = %s, want port %d", envoy.AdminURL(), adminPort)
 			}
 
 			url := fmt.Sprintf("http://127.0.0.1:%d/hello?x=1", listenPort)
 			var got harness.EchoResponse
-			harness.Eventually(t, 10*time.Second, func() error {
+			harness.MustEventually(t, 10*time.Second, func() error {
 				var err error
 				got, err = harness.GetEcho(url, http.Header{
 					"X-Allot-Test": {"through-envoy"},
@@ -111,25 +112,25 @@ func TestEnvoyProxiesToEcho(t *testing.T) {
 				t.Errorf("response server header = %q, want envoy", s)
 			}
 
-			if v, ok := envoy.Stat(t, "server.live"); !ok || v != 1 {
+			if v, ok := envoy.MustStat(t, "server.live"); !ok || v != 1 {
 				t.Errorf("server.live = %d (present %v), want 1", v, ok)
 			}
-			harness.Eventually(t, 5*time.Second, func() error {
-				if v := envoy.Stats(t)["http.ingress_http.downstream_rq_2xx"]; v < 1 {
+			harness.MustEventually(t, 5*time.Second, func() error {
+				if v := envoy.MustStats(t)["http.ingress_http.downstream_rq_2xx"]; v < 1 {
 					return fmt.Errorf("http.ingress_http.downstream_rq_2xx = %d, want >= 1", v)
 				}
 				return nil
 			})
-			if dump := envoy.ConfigDump(t); !bytes.Contains(dump, []byte(`"ingress_http"`)) {
+			if dump := envoy.MustConfigDump(t); !bytes.Contains(dump, []byte(`"ingress_http"`)) {
 				t.Errorf("config dump lacks the ingress_http listener (%d bytes)", len(dump))
 			}
 			if runtime.GOOS == "linux" {
-				if rss := envoy.RSS(t); rss < 1<<20 {
+				if rss := envoy.MustRSS(t); rss < 1<<20 {
 					t.Errorf("RSS = %d bytes, want at least 1 MiB", rss)
 				}
 			}
 
-			envoy.Stop(t)
+			envoy.MustTerminate(t)
 			if err := envoy.Wait(); err != nil {
 				t.Errorf("envoy exit after SIGTERM: %v", err)
 			}
@@ -141,30 +142,30 @@ func TestEnvoyProxiesToEcho(t *testing.T) {
 }
 
 func TestProcessEchoBinary(t *testing.T) {
-	bin := harness.Build(t, "./e2e/cmd/allot-echo")
-	if again := harness.Build(t, "./e2e/cmd/allot-echo"); again != bin {
+	bin := harness.MustBuild(t, "./e2e/cmd/allot-echo")
+	if again := harness.MustBuild(t, "./e2e/cmd/allot-echo"); again != bin {
 		t.Errorf("second Build = %s, want cached %s", again, bin)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	p := harness.StartProcess(t, "allot-echo", bin, "-addr", addr)
-	p.WaitHTTP(t, "http://"+addr+"/healthz", 10*time.Second)
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.MustFreePort(t))
+	p := harness.MustLaunch(t, "allot-echo", exec.Command(bin, "-addr", addr))
+	p.MustWaitHTTP(t, "http://"+addr+"/healthz", 10*time.Second)
 
 	got := harness.MustGetEcho(t, "http://"+addr+"/x", http.Header{"X-Experiment-Demo": {"b"}})
 	if v := got.Header("x-experiment-demo"); len(v) != 1 || v[0] != "b" {
 		t.Errorf("x-experiment-demo = %q, want [b]", v)
 	}
 
-	p.Stop(t)
+	p.MustTerminate(t)
 	if err := p.Wait(); err != nil {
-		t.Errorf("allot-echo exit after SIGTERM: %v (want a graceful exit 0)\n%s", err, p.Log(t))
+		t.Errorf("allot-echo exit after SIGTERM: %v (want a graceful exit 0)\n%s", err, p.MustLog(t))
 	}
-	if log := p.Log(t); !strings.Contains(log, "listening on "+addr) {
+	if log := p.MustLog(t); !strings.Contains(log, "listening on "+addr) {
 		t.Errorf("log = %q, want the listen address", log)
 	}
 }
 
 func TestProcessKill(t *testing.T) {
-	p := harness.StartProcess(t, "sleep", "sleep", "60")
+	p := harness.MustLaunch(t, "sleep", exec.Command("sleep", "60"))
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestProcessKill(t *testing.T) {
 }
 
 func TestBuildWasm(t *testing.T) {
-	wasm := harness.BuildWasm(t, "./e2e/testdata/wasmnop")
+	wasm := harness.MustBuildWasm(t, "./e2e/testdata/wasmnop")
 	if !strings.HasSuffix(wasm, ".wasm") {
 		t.Errorf("BuildWasm = %s, want a .wasm path", wasm)
 	}

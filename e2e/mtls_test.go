@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // mtlsSystem is allotd requiring proxy certificates: -tls-cert, and
@@ -47,7 +47,7 @@ func startMTLS(t *testing.T) *mtlsSystem {
 	m.clientCA, m.policy = filepath.Join(m.dir, "proxy-ca.pem"), filepath.Join(m.dir, "identities.json")
 	mtlstest.WriteFile(t, m.clientCA, m.proxyCA.PEM)
 	mtlstest.WriteFile(t, m.policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"}]}`))
-	m.xdsPort, m.adminPort = harness.FreePort(t), harness.FreePort(t)
+	m.xdsPort, m.adminPort = harness.MustFreePort(t), harness.MustFreePort(t)
 	m.https = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: m.serverCA.Pool()}}}
 	m.args = []string{"-tls-cert", m.certFile, "-tls-key", m.keyFile,
 		"-xds-client-ca", m.clientCA, "-xds-identities", m.policy, "-tls-reload", "200ms"}
@@ -142,7 +142,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	m := startMTLS(t)
 	good := m.sidecar("checkout-1", "checkout", "spiffe://allot.test/cluster/checkout")
 	rogue := m.sidecar("checkout-rogue", "checkout", "spiffe://allot.test/cluster/payments")
-	harness.Eventually(t, 15*time.Second, func() error {
+	harness.MustEventually(t, 15*time.Second, func() error {
 		if nodes := m.rolloutNodes(); len(nodes) != 1 || nodes[0] != "checkout-1" {
 			return fmt.Errorf("rollout lists %v, want [checkout-1]", nodes)
 		}
@@ -158,7 +158,7 @@ func TestMutualTLSProxies(t *testing.T) {
 		t.Fatalf("waited write: %+v, proxies %v; want applied by checkout-1 alone", w.Rollout, nodes)
 	}
 	t.Logf("waited write applied by checkout-1 in %v", time.Since(start))
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		r, err := good.get(map[string][]string{"x-user-id": {"u1"}})
 		if err != nil {
 			return err
@@ -171,8 +171,8 @@ func TestMutualTLSProxies(t *testing.T) {
 
 	// The rogue Envoy keeps its bootstrap's default (no experiments): it
 	// was refused, and retried, and never received a configuration.
-	harness.Eventually(t, 10*time.Second, func() error {
-		if !strings.Contains(m.allotd.Log(t), "xDS stream denied") {
+	harness.MustEventually(t, 10*time.Second, func() error {
+		if !strings.Contains(m.allotd.MustLog(t), "xDS stream denied") {
 			return fmt.Errorf("allotd logged no denial yet")
 		}
 		if got := m.metric(`allot_xds_denied_streams_total{reason="identity"}`); got == "" || got == "0" {
@@ -216,7 +216,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	mtlstest.WriteFile(t, m.policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"},
 	  {"identity":"spiffe://allot.test/cluster/payments","clusters":["checkout"]}]}`))
 	reloaded := time.Now()
-	harness.Eventually(t, 60*time.Second, func() error {
+	harness.MustEventually(t, 60*time.Second, func() error {
 		r, err := rogue.get(map[string][]string{"x-user-id": {"u1"}})
 		if err != nil {
 			return err
@@ -234,7 +234,7 @@ func TestMutualTLSProxies(t *testing.T) {
 	// new one, and an Envoy started now verifies it and is served.
 	next := m.serverCA.Server(t)
 	next.Write(t, m.dir, "allotd")
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", m.adminPort), &tls.Config{RootCAs: m.serverCA.Pool()})
 		if err != nil {
 			return err
@@ -246,7 +246,7 @@ func TestMutualTLSProxies(t *testing.T) {
 		return nil
 	})
 	late := m.sidecar("checkout-2", "checkout", "spiffe://allot.test/cluster/checkout")
-	harness.Eventually(t, 15*time.Second, func() error {
+	harness.MustEventually(t, 15*time.Second, func() error {
 		r, err := late.get(map[string][]string{"x-user-id": {"u1"}})
 		if err != nil {
 			return err

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestRejectedConfigurationKeepsServing pushes a configuration the filter
@@ -29,7 +29,7 @@ import (
 func TestRejectedConfigurationKeepsServing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wasm := harness.BuildWasm(t, "./filter")
+	wasm := harness.MustBuildWasm(t, "./filter")
 	mesh := translate.Mesh{WasmPath: wasm}
 	snapshots := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,13 +63,13 @@ func TestRejectedConfigurationKeepsServing(t *testing.T) {
 		"key": "stable", "variations": []any{"old", "new"}, "weights": []any{1, 0}}}}
 	push("v1", good)
 
-	echo := harness.StartEcho(t)
+	echo := harness.MustStartEcho(t)
 	_, echoPort, _ := splitHostPort(echo)
 	p := startEnvoy(t, "envoy-configs/sidecar.yaml", lis.Addr().(*net.TCPAddr).Port, wasm, "nack-proxy", "nack", map[string]string{
 		"port_value: 8081": "port_value: " + echoPort,
 	})
 	waitValue := func(want string) {
-		harness.Eventually(t, 10*time.Second, func() error {
+		harness.MustEventually(t, 10*time.Second, func() error {
 			r, err := p.get(map[string][]string{"x-user-id": {"u"}})
 			if err != nil {
 				return err
@@ -85,8 +85,8 @@ func TestRejectedConfigurationKeepsServing(t *testing.T) {
 	// An experiment key the engine refuses: on_configure returns false.
 	push("v2", map[string]any{"version": "bad", "experiments": []any{map[string]any{
 		"key": "Not A Key", "variations": []any{"x", "y"}}}})
-	harness.Eventually(t, 10*time.Second, func() error {
-		for name, v := range p.Stats(t) {
+	harness.MustEventually(t, 10*time.Second, func() error {
+		for name, v := range p.MustStats(t) {
 			if strings.HasPrefix(name, "extension_config_discovery.") && strings.HasSuffix(name, "allot.config_fail") && v > 0 {
 				return nil
 			}
@@ -105,7 +105,7 @@ func TestRejectedConfigurationKeepsServing(t *testing.T) {
 			t.Fatalf("after a rejected configuration x-experiments-version = %q, want [good]", v)
 		}
 	}
-	if !strings.Contains(p.Log(t), "configuration rejected") {
+	if !strings.Contains(p.MustLog(t), "configuration rejected") {
 		t.Error("the filter did not log why it rejected the configuration")
 	}
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // unresolvedEnv is dynmod.UnresolvedEnv: in the allotfault build, the
@@ -54,7 +54,7 @@ func writeECDS(t *testing.T, path, so, config string) {
 // resolved, the same pushes are accepted and requests are assigned.
 func TestNativeMissingCallbackRefused(t *testing.T) {
 	const missing = "envoy_dynamic_module_callback_http_clear_route_cache"
-	so := harness.BuildNative(t, "./filter/native", "liballot.so", "allotfault")
+	so := harness.MustBuildNative(t, "./filter/native", "liballot.so", "allotfault")
 	for _, tc := range []struct {
 		name       string
 		unresolved string
@@ -74,8 +74,8 @@ func TestNativeMissingCallbackRefused(t *testing.T) {
 				if i > 0 {
 					writeECDS(t, ecds, so, `{"version":"`+version+`","experiments":[{"key":"split","variations":["a","b"],"weights":[0.5,0.5]}]}`)
 				}
-				harness.Eventually(t, 10*time.Second, func() error {
-					s := e.Stats(t)
+				harness.MustEventually(t, 10*time.Second, func() error {
+					s := e.MustStats(t)
 					if tc.unresolved == "" && s[reloads] != int64(i+1) {
 						return fmt.Errorf("%s = %d, want %d (%s accepted)", reloads, s[reloads], i+1, version)
 					}
@@ -89,15 +89,15 @@ func TestNativeMissingCallbackRefused(t *testing.T) {
 				t.Fatalf("envoy exited:\n%s", e.LogTail(30))
 			}
 			refusals := 0
-			for _, line := range strings.Split(e.Log(t), "\n") {
+			for _, line := range strings.Split(e.MustLog(t), "\n") {
 				if strings.Contains(line, "[critical]") && strings.Contains(line, "allot: configuration rejected: ") &&
 					strings.Contains(line, missing) && strings.Contains(line, "ABI v0.2.0") {
 					refusals++
 				}
 			}
 			if tc.unresolved == "" {
-				if refusals != 0 || e.Stats(t)[fails] != 0 {
-					t.Errorf("every callback resolved: %d refusals logged, %s = %d; want none", refusals, fails, e.Stats(t)[fails])
+				if refusals != 0 || e.MustStats(t)[fails] != 0 {
+					t.Errorf("every callback resolved: %d refusals logged, %s = %d; want none", refusals, fails, e.MustStats(t)[fails])
 				}
 				r, err := p.get(map[string][]string{"x-user-id": {"alice"}})
 				if err != nil {
@@ -111,7 +111,7 @@ func TestNativeMissingCallbackRefused(t *testing.T) {
 			if refusals != 2 {
 				t.Errorf("%d critical refusals naming %s and ABI v0.2.0 logged, want 2 (one per push)\n%s", refusals, missing, e.LogTail(30))
 			}
-			if s := e.Stats(t); s[reloads] != 0 {
+			if s := e.MustStats(t); s[reloads] != 0 {
 				t.Errorf("%s = %d, want 0: a configuration was accepted without %s", reloads, s[reloads], missing)
 			}
 		})

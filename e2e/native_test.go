@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // nativeConfig has one experiment on every unit and one targeted by the
@@ -23,7 +23,7 @@ const nativeConfig = `{"version":"n1","attributes":[{"name":"ip","property":"sou
 // configured statically with config.
 func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
 	t.Helper()
-	so := harness.BuildNative(t, "./filter/native", "liballot.so", tags...)
+	so := harness.MustBuildNative(t, "./filter/native", "liballot.so", tags...)
 	return startNativeBootstrap(t, "e2e/testdata/native-static.yaml", map[string]string{
 		"bin/liballot.so": so,
 		"FILTER_CONFIG":   strings.ReplaceAll(config, "'", "''"),
@@ -36,17 +36,17 @@ func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
 // replacements made.
 func startNativeBootstrap(t *testing.T, path string, replace map[string]string) *proxy {
 	t.Helper()
-	echo := harness.StartEcho(t)
+	echo := harness.MustStartEcho(t)
 	_, echoPort, _ := splitHostPort(echo)
-	listen, admin := harness.FreePort(t), harness.FreePort(t)
+	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 	r := map[string]string{
 		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
 		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
 		"port_value: 8081":  "port_value: " + echoPort,
 	}
 	maps.Copy(r, replace)
-	boot := harness.RenderBootstrap(t, path, r)
-	e := harness.StartEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2})
+	boot := harness.MustRenderBootstrap(t, path, r)
+	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2})
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
 }
 
@@ -112,8 +112,8 @@ func TestNativePanicRecovered(t *testing.T) {
 			}
 		})
 	}
-	harness.Eventually(t, 5*time.Second, func() error {
-		s := p.Stats(t)
+	harness.MustEventually(t, 5*time.Second, func() error {
+		s := p.MustStats(t)
 		if got, want := s["wasmcustom."+plugin.MetricFailOpen], int64(len(cases)); got != want {
 			return fmt.Errorf("fail_open %d, want %d (one per injected panic)", got, want)
 		}

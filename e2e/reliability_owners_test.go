@@ -13,7 +13,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // apiErr is the admin API's error body.
@@ -177,7 +177,7 @@ func TestReliabilityHostileOwners(t *testing.T) {
 			}
 			return n, size, nil
 		}
-		harness.Eventually(t, 15*time.Second, func() error {
+		harness.MustEventually(t, 15*time.Second, func() error {
 			if n, _, err := headers("wide-probe"); err != nil || n != accepted {
 				return fmt.Errorf("%d experiment headers, want %d (%v)", n, accepted, err)
 			}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // collidingNodes returns n node ids of 256 bytes that a client choosing
@@ -120,7 +120,7 @@ func TestReliabilityCrowdedShard(t *testing.T) {
 			return nil
 		}
 	}
-	harness.Eventually(t, 30*time.Second, listed(len(nodes)))
+	harness.MustEventually(t, 30*time.Second, listed(len(nodes)))
 
 	h.sidecars("late") // waits until the mesh rollout lists the Envoy on its replica
 	var ww waitedWrite
@@ -136,7 +136,7 @@ func TestReliabilityCrowdedShard(t *testing.T) {
 	for err := range errs {
 		t.Errorf("crowd client: %v", err)
 	}
-	harness.Eventually(t, 30*time.Second, listed(0))
+	harness.MustEventually(t, 30*time.Second, listed(0))
 	report(t, "bad_input", fmt.Sprintf("%d xDS clients whose 256-byte node ids hash to one registry shard, each record at its largest (a 1 KiB NACK of characters JSON escapes), on a replica on etcd", len(nodes)),
 		fmt.Sprintf("%d wedged publishes, 0 ghosts: all %d listed; an Envoy connecting after them listed and a waited write applied by all %d; once they left, none listed",
 			wedged, len(nodes), len(h.proxies)+len(nodes)), 0)

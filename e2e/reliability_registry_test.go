@@ -19,7 +19,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestReliabilityRegistryLeaderKills: two allotd replicas on three real
@@ -97,7 +97,7 @@ func TestReliabilityRegistryLeaderKills(t *testing.T) {
 		killed := time.Now()
 		h.etcd.members[leader].proc.Kill()
 		// The replicas publish through the election: wait for a new leader.
-		harness.Eventually(t, 20*time.Second, func() error {
+		harness.MustEventually(t, 20*time.Second, func() error {
 			i, err := h.etcd.layout.Leader()
 			if err != nil {
 				return err

@@ -110,7 +110,7 @@ func TestReliabilityControlPlaneDown(t *testing.T) {
 	report(t, "faults", "control plane killed (SIGKILL): proxies keep assigning with the last configuration",
 		fmt.Sprintf("500/500 requests assigned, 0 non-2xx"), 0)
 
-	b.Stop(t)
+	b.MustTerminate(t)
 	b = s.startSidecar("down-b", "down")
 	var noHeader int
 	for i := range 200 {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // leaseTTL is the replicas' lease in these tests: how long a killed
@@ -38,7 +38,7 @@ type etcdCluster struct {
 
 func startEtcd(t *testing.T, n int) *etcdCluster {
 	t.Helper()
-	layout, err := harness.NewEtcdCluster(harness.Build(t, harness.EtcdPackage), t.TempDir(), n)
+	layout, err := harness.NewEtcdCluster(harness.MustBuild(t, harness.EtcdPackage), t.TempDir(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,13 +50,13 @@ func startEtcd(t *testing.T, n int) *etcdCluster {
 		c.start(i, "new")
 	}
 	for _, m := range c.members {
-		m.proc.WaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
+		m.proc.MustWaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
 	}
 	return c
 }
 
 func (c *etcdCluster) start(i int, state string) {
-	c.members[i].proc = harness.StartCmd(c.t, "etcd-"+c.members[i].Name, c.layout.Command(i, state))
+	c.members[i].proc = harness.MustLaunch(c.t, "etcd-"+c.members[i].Name, c.layout.Command(i, state))
 }
 
 // restart starts killed member i again on its data and ports, and waits
@@ -64,7 +64,7 @@ func (c *etcdCluster) start(i int, state string) {
 func (c *etcdCluster) restart(i int) {
 	c.t.Helper()
 	c.start(i, "existing")
-	c.members[i].proc.WaitHTTP(c.t, fmt.Sprintf("http://%s/health", c.members[i].endpoint()), 30*time.Second)
+	c.members[i].proc.MustWaitHTTP(c.t, fmt.Sprintf("http://%s/health", c.members[i].endpoint()), 30*time.Second)
 }
 
 // leader returns the index of the member that leads the cluster.
@@ -97,7 +97,7 @@ func startReplicated(t *testing.T, n int) *replicated {
 	base := prepareSystem(t, wasmArtifact)
 	for i := range n {
 		s := *base
-		s.xdsPort, s.adminPort = harness.FreePort(t), harness.FreePort(t)
+		s.xdsPort, s.adminPort = harness.MustFreePort(t), harness.MustFreePort(t)
 		s.args = []string{"-store", h.etcd.storeFlag(), "-replica-id", replicaID(i),
 			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}
 		s.startAllotd()
@@ -111,7 +111,7 @@ func startReplicated(t *testing.T, n int) *replicated {
 func (h *replicated) restart(i int) {
 	h.t.Helper()
 	h.replicas[i].startAllotd()
-	harness.Eventually(h.t, leaseTTL+10*time.Second, func() error {
+	harness.MustEventually(h.t, leaseTTL+10*time.Second, func() error {
 		for via := range h.replicas {
 			if live := h.live(via); len(live) != len(h.replicas) {
 				return fmt.Errorf("replica %s lists live replicas %v", replicaID(via), live)
@@ -213,7 +213,7 @@ func (h *replicated) sidecars(prefix string) {
 func (h *replicated) replicaOf(via int, node string) string {
 	h.t.Helper()
 	var got string
-	harness.Eventually(h.t, 20*time.Second, func() error {
+	harness.MustEventually(h.t, 20*time.Second, func() error {
 		var ro struct {
 			Proxies []struct {
 				Replica string `json:"replica"`
@@ -408,10 +408,10 @@ func (r *ramp) failOver(victim int) failover {
 	}
 	r.check("right after the waited write", h.proxies, w.probe)
 
-	harness.Eventually(t, 30*time.Second, func() error {
+	harness.MustEventually(t, 30*time.Second, func() error {
 		for _, p := range moving {
 			if err := r.serves(p, w.probe); err != nil {
-				st := p.Stats(t)
+				st := p.MustStats(t)
 				return fmt.Errorf("%w (xDS connected %d, healthy replicas %d of %d)", err,
 					st["control_plane.connected_state"], st["cluster.allot_xds.membership_healthy"], st["cluster.allot_xds.membership_total"])
 			}
@@ -538,14 +538,14 @@ func (r *ramp) loseQuorum() quorumLoss {
 
 	h.etcd.start(second, "existing")
 	back := time.Now()
-	harness.Eventually(t, 30*time.Second, func() error {
+	harness.MustEventually(t, 30*time.Second, func() error {
 		if code := create(0, "recovered"); code != http.StatusCreated {
 			return fmt.Errorf("write after a member returned: status %d", code)
 		}
 		return nil
 	})
 	q.recovered = time.Since(back)
-	harness.Eventually(t, 30*time.Second, func() error {
+	harness.MustEventually(t, 30*time.Second, func() error {
 		w := r.update(2, 0.25, "10s")
 		if w.code != http.StatusOK {
 			return fmt.Errorf("waited write after recovery: %d", w.code)
@@ -558,7 +558,7 @@ func (r *ramp) loseQuorum() quorumLoss {
 	serving("after recovery")
 	h.etcd.start(leader, "existing")
 	for via := range h.replicas {
-		h.replicas[via].allotd.WaitHTTP(t, h.replicas[via].adminURL+"/readyz", 30*time.Second)
+		h.replicas[via].allotd.MustWaitHTTP(t, h.replicas[via].adminURL+"/readyz", 30*time.Second)
 	}
 
 	for i, key := range q.acked {
@@ -602,7 +602,7 @@ func TestReplicasRolloutAcrossTheMesh(t *testing.T) {
 		t.Fatalf("replica r3 served %v, want Envoy 3 only", f.moved)
 	}
 	// allotctl rollout shows each proxy's replica and the live replicas.
-	ctl := harness.Build(t, "./control-plane/cmd/allotctl")
+	ctl := harness.MustBuild(t, "./control-plane/cmd/allotctl")
 	out, err := exec.Command(ctl, "rollout", "--server", h.replicas[1].adminURL, "--token", adminToken).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "REPLICA") || !strings.Contains(string(out), "replica r1 ") ||
 		!strings.Contains(string(out), "replica r2 ") || strings.Contains(string(out), "replica r3 ") {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // rolloutJSON is the admin API's Rollout in proto3 JSON.
@@ -142,7 +142,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 
 	// allotctl shows the same: the rollout table, and apply --wait fails
 	// naming the proxy that did not apply the change (which still stands).
-	ctl := harness.Build(t, "./control-plane/cmd/allotctl")
+	ctl := harness.MustBuild(t, "./control-plane/cmd/allotctl")
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(ctl, append(args, "--server", s.adminURL, "--token", adminToken)...)
 		out, err := cmd.CombinedOutput()
@@ -184,7 +184,7 @@ func TestRolloutThroughAdminAPI(t *testing.T) {
 // connected when it is made.
 func (s *system) waitConnected(nodes ...string) {
 	s.t.Helper()
-	harness.Eventually(s.t, 15*time.Second, func() error {
+	harness.MustEventually(s.t, 15*time.Second, func() error {
 		var status rolloutJSON
 		if code := s.api("GET", "/v1/rollout", nil, &status); code != http.StatusOK {
 			return fmt.Errorf("GET /v1/rollout: status %d", code)

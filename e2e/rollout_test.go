@@ -23,8 +23,8 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/internal/harness"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -64,7 +64,7 @@ func (cp *controlPlane) start() {
 	g := grpc.NewServer()
 	cp.x.Register(g)
 	var ln net.Listener
-	harness.Eventually(cp.t, 5*time.Second, func() error {
+	harness.MustEventually(cp.t, 5*time.Second, func() error {
 		var err error
 		ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", cp.port))
 		return err
@@ -136,7 +136,7 @@ func (cp *controlPlane) proxy(node string) (xds.ProxyStatus, bool) {
 func (cp *controlPlane) waitState(node string, st xds.State) xds.ProxyStatus {
 	cp.t.Helper()
 	var p xds.ProxyStatus
-	harness.Eventually(cp.t, 15*time.Second, func() error {
+	harness.MustEventually(cp.t, 15*time.Second, func() error {
 		var ok bool
 		if p, ok = cp.proxy(node); !ok {
 			return fmt.Errorf("%s not connected", node)
@@ -153,7 +153,7 @@ func (cp *controlPlane) waitState(node string, st xds.State) xds.ProxyStatus {
 // controlPlane instead of allotd.
 func rolloutSystem(t *testing.T) (*system, *controlPlane) {
 	t.Helper()
-	s := &system{t: t, art: wasmArtifact, wasm: harness.BuildWasm(t, "./filter"), echoAddr: harness.StartEcho(t), xdsPort: harness.FreePort(t)}
+	s := &system{t: t, art: wasmArtifact, wasm: harness.MustBuildWasm(t, "./filter"), echoAddr: harness.MustStartEcho(t), xdsPort: harness.MustFreePort(t)}
 	return s, startControlPlane(t, s.xdsPort, s.wasm)
 }
 
@@ -267,10 +267,10 @@ func (s *system) startRejectingSidecar(node, cluster string) *proxy {
 func ecdsStat(t *testing.T, p *proxy, name string) int64 {
 	t.Helper()
 	full := "extension_config_discovery.http_filter.allot." + name
-	v, ok := p.Stat(t, full)
+	v, ok := p.MustStat(t, full)
 	if !ok {
 		var have []string
-		for k := range p.Stats(t) {
+		for k := range p.MustStats(t) {
 			if strings.HasPrefix(k, "extension_config_discovery.") {
 				have = append(have, k)
 			}
@@ -398,7 +398,7 @@ func ecdsCounts(t *testing.T, proxies []*proxy) []ecdsCount {
 		// update_success counts every configuration accepted, even one
 		// identical to the running one (which config_reload skips).
 		out[i] = ecdsCount{reload: ecdsStat(t, p, "config_reload"), success: ecdsStat(t, p, "update_success")}
-		out[i].connects, _ = p.Stat(t, "cluster.allot_xds.upstream_cx_total")
+		out[i].connects, _ = p.MustStat(t, "cluster.allot_xds.upstream_cx_total")
 	}
 	return out
 }
@@ -406,9 +406,9 @@ func ecdsCounts(t *testing.T, proxies []*proxy) []ecdsCount {
 // waitReconnect waits until p opened a new xDS connection since before.
 func waitReconnect(t *testing.T, p *proxy, before ecdsCount) {
 	t.Helper()
-	harness.Eventually(t, 15*time.Second, func() error {
-		n, _ := p.Stat(t, "cluster.allot_xds.upstream_cx_total")
-		if c, _ := p.Stat(t, "control_plane.connected_state"); n <= before.connects || c != 1 {
+	harness.MustEventually(t, 15*time.Second, func() error {
+		n, _ := p.MustStat(t, "cluster.allot_xds.upstream_cx_total")
+		if c, _ := p.MustStat(t, "control_plane.connected_state"); n <= before.connects || c != 1 {
 			return fmt.Errorf("%s has not reconnected (connections %d, connected %d)", p.Name(), n, c)
 		}
 		return nil
@@ -438,7 +438,7 @@ func TestRolloutRestartAllotd(t *testing.T) {
 	var proxies []*proxy
 	for i := range 3 {
 		p := s.startSidecar(fmt.Sprintf("pay-%d", i+1), "pay")
-		harness.Eventually(t, 15*time.Second, func() error {
+		harness.MustEventually(t, 15*time.Second, func() error {
 			r, err := p.get(map[string][]string{"x-user-id": {"probe"}})
 			if err != nil {
 				return err
@@ -453,7 +453,7 @@ func TestRolloutRestartAllotd(t *testing.T) {
 	}
 	before := ecdsCounts(t, proxies)
 
-	s.allotd.Stop(t)
+	s.allotd.MustTerminate(t)
 	s.startAllotd()
 	for i, p := range proxies {
 		waitReconnect(t, p, before[i])
@@ -466,7 +466,7 @@ func TestRolloutRestartAllotd(t *testing.T) {
 	def = checkoutRamp(1)
 	def["revision"] = cur["revision"]
 	s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/checkout", def, nil)
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		for i, now := range ecdsCounts(t, proxies) {
 			if now.success == before[i].success {
 				return fmt.Errorf("%s has not received the change", proxies[i].Name())

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The experiment, header and clusters of the routing gateway
@@ -37,7 +37,7 @@ func TestRouting(t *testing.T) { forArtifacts(t, testRouting) }
 
 func testRouting(t *testing.T, a artifact) {
 	s := startSystemFor(t, a)
-	treatmentAddr := harness.StartEcho(t)
+	treatmentAddr := harness.MustStartEcho(t)
 	upstream := map[string]string{s.echoAddr: routingControl, treatmentAddr: routingTreatment}
 	_, controlPort, _ := splitHostPort(s.echoAddr)
 	_, treatmentPort, _ := splitHostPort(treatmentAddr)
@@ -66,7 +66,7 @@ func testRouting(t *testing.T, a artifact) {
 			break
 		}
 	}
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		r, err := g.get(map[string][]string{"x-user-id": {probe}})
 		if err != nil {
 			return err
@@ -76,7 +76,7 @@ func testRouting(t *testing.T, a artifact) {
 		}
 		return nil
 	})
-	before := g.Stats(t)
+	before := g.MustStats(t)
 
 	// Every unit twice, 8 requests at a time on keep-alive connections.
 	type result struct {
@@ -151,8 +151,8 @@ func testRouting(t *testing.T, a artifact) {
 		t.Fatalf("per upstream %v, want %s %d", counts, routingTreatment, wantTreatment)
 	}
 	// Envoy's own count per cluster agrees with the upstreams'.
-	harness.Eventually(t, 5*time.Second, func() error {
-		after := g.Stats(t)
+	harness.MustEventually(t, 5*time.Second, func() error {
+		after := g.MustStats(t)
 		for cluster, n := range counts {
 			stat := "cluster." + cluster + ".upstream_rq_total"
 			if got := after[stat] - before[stat]; got != n {
@@ -220,15 +220,15 @@ func routingOracle(t *testing.T, def map[string]any, units []string) map[string]
 // module's failure path is the same plugin code, and Envoy clears the route
 // after each of its header changes by itself.
 func TestRoutingFailOpen(t *testing.T) {
-	so := harness.BuildNative(t, "./filter/native", "liballot.so", "allotfault")
-	control, treatment := harness.StartEcho(t), harness.StartEcho(t)
+	so := harness.MustBuildNative(t, "./filter/native", "liballot.so", "allotfault")
+	control, treatment := harness.MustStartEcho(t), harness.MustStartEcho(t)
 	upstream := map[string]string{control: routingControl, treatment: routingTreatment}
 	_, controlPort, _ := splitHostPort(control)
 	_, treatmentPort, _ := splitHostPort(treatment)
 	// Every unit is assigned the treatment.
 	config := `{"version": "fail-open", "experiments": [{"key": "` + routingKey +
 		`", "variations": ["control", "treatment"], "weights": [0, 1]}]}`
-	g := startEnvoy(t, nativeArtifact.routing, harness.FreePort(t), so, "routing-fail-open", "gateway", map[string]string{
+	g := startEnvoy(t, nativeArtifact.routing, harness.MustFreePort(t), so, "routing-fail-open", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + controlPort,
 		"port_value: 8082": "port_value: " + treatmentPort,
 		"value: {}":        "value: " + config,
@@ -263,8 +263,8 @@ func TestRoutingFailOpen(t *testing.T) {
 			t.Errorf("panic in %s: reached %q with %s %q, want %s without it", tc.call, got, routingHeader, r.Header(routingHeader), routingControl)
 		}
 	}
-	harness.Eventually(t, 5*time.Second, func() error {
-		if got, want := g.Stats(t)["wasmcustom."+plugin.MetricFailOpen], int64(len(cases)); got != want {
+	harness.MustEventually(t, 5*time.Second, func() error {
+		if got, want := g.MustStats(t)["wasmcustom."+plugin.MetricFailOpen], int64(len(cases)); got != want {
 			return fmt.Errorf("fail_open %d, want %d (one per injected panic)", got, want)
 		}
 		return nil

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestScheduleStartsAndEnds: an experiment with startTime ≈ now+2s and
@@ -17,7 +17,7 @@ import (
 func TestScheduleStartsAndEnds(t *testing.T) {
 	s := startSystem(t)
 	p := s.startSidecar("sidecar-1", "checkout-svc")
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		_, err := p.get(map[string][]string{"x-user-id": {"probe"}})
 		return err
 	})
@@ -49,7 +49,7 @@ func TestScheduleStartsAndEnds(t *testing.T) {
 	}
 
 	var appeared time.Time
-	harness.Eventually(t, time.Until(end), func() error {
+	harness.MustEventually(t, time.Until(end), func() error {
 		v, err := header()
 		if err != nil {
 			return err
@@ -66,7 +66,7 @@ func TestScheduleStartsAndEnds(t *testing.T) {
 	t.Logf("served %v after its start time", appeared.Sub(start).Round(time.Millisecond))
 
 	var gone time.Time
-	harness.Eventually(t, time.Until(end)+3*time.Second, func() error {
+	harness.MustEventually(t, time.Until(end)+3*time.Second, func() error {
 		v, err := header()
 		if err != nil {
 			return err

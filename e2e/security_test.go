@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestReliabilityAdminSecurity: the admin API without a token, with a wrong
@@ -34,7 +35,7 @@ func TestReliabilityAdminSecurity(t *testing.T) {
 	if err := os.WriteFile(s.tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.allotd.Stop(t)
+	s.allotd.MustTerminate(t)
 	s.startAllotd()
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{
 		"key": "team-a-exp", "owner": "team-a", "variations": []string{"a", "b"}}, nil)
@@ -73,8 +74,8 @@ func TestReliabilityAdminSecurity(t *testing.T) {
 	if e["revision"] != "1" {
 		t.Fatalf("a denied write changed the experiment: %v", e)
 	}
-	harness.Eventually(t, 5*time.Second, func() error {
-		log := s.allotd.Log(t)
+	harness.MustEventually(t, 5*time.Second, func() error {
+		log := s.allotd.MustLog(t)
 		if n := strings.Count(log, "admin request unauthenticated"); n < 2 {
 			return fmt.Errorf("%d unauthenticated attempts logged, want 2", n)
 		}
@@ -96,14 +97,14 @@ func TestReliabilityTLS(t *testing.T) {
 	certFile, keyFile := ca.Server(t).Write(t, dir, "allotd")
 	pool := ca.Pool()
 	s := startSystem(t)
-	s.allotd.Stop(t)
-	bin := harness.Build(t, "./control-plane/cmd/allotd")
+	s.allotd.MustTerminate(t)
+	bin := harness.MustBuild(t, "./control-plane/cmd/allotd")
 	admin := fmt.Sprintf("127.0.0.1:%d", s.adminPort)
 	xdsAddr := fmt.Sprintf("127.0.0.1:%d", s.xdsPort)
-	harness.StartProcess(t, "allotd-tls", bin, "-admin-addr", admin, "-xds-addr", xdsAddr, "-db", s.dbPath,
-		"-tokens", s.tokenFile, "-wasm-path", s.wasm, "-tls-cert", certFile, "-tls-key", keyFile)
+	harness.MustLaunch(t, "allotd-tls", exec.Command(bin, "-admin-addr", admin, "-xds-addr", xdsAddr, "-db", s.dbPath,
+		"-tokens", s.tokenFile, "-wasm-path", s.wasm, "-tls-cert", certFile, "-tls-key", keyFile))
 	tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	harness.Eventually(t, 15*time.Second, func() error {
+	harness.MustEventually(t, 15*time.Second, func() error {
 		resp, err := tlsClient.Get("https://" + admin + "/healthz")
 		if err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -90,7 +90,7 @@ func testReliabilitySoak(t *testing.T, a artifact) {
 	}
 	v0 := version(nil)
 	order[v0] = 1
-	harness.Eventually(t, 10*time.Second, func() error {
+	harness.MustEventually(t, 10*time.Second, func() error {
 		r, err := p.get(map[string][]string{"x-user-id": {"probe"}})
 		if err != nil {
 			return err
@@ -186,9 +186,9 @@ func testReliabilitySoak(t *testing.T, a artifact) {
 	}()
 
 	time.Sleep(10 * time.Second) // warm-up before the memory baseline
-	envoyBase, allotdBase := p.RSS(t), processRSS(t, s.allotd.Pid())
+	envoyBase, allotdBase := p.MustRSS(t), processRSS(t, s.allotd.Pid())
 	time.Sleep(soakDuration - 10*time.Second)
-	envoyEnd, allotdEnd := p.RSS(t), processRSS(t, s.allotd.Pid())
+	envoyEnd, allotdEnd := p.MustRSS(t), processRSS(t, s.allotd.Pid())
 	close(stop)
 	wg.Wait()
 

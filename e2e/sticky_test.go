@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // stickySecret is the e2e systems' sticky cookie key.
@@ -37,11 +37,11 @@ var stickySecret = bytes.Repeat([]byte("e2e-sticky-key!!"), 2)
 func TestStickyBucketing(t *testing.T) { forArtifacts(t, testStickyBucketing) }
 
 func testStickyBucketing(t *testing.T, a artifact) {
-	mesh := harness.WriteFile(t, "mesh.json", `{"stickyCookie": {"name": "allot_sb", "maxAgeSeconds": 86400}}`)
-	keys := harness.WriteFile(t, "keys.json", fmt.Sprintf(`{"keys": [{"id": "k1", "secret": %q}]}`, base64.StdEncoding.EncodeToString(stickySecret)))
+	mesh := harness.MustWriteFile(t, "mesh.json", `{"stickyCookie": {"name": "allot_sb", "maxAgeSeconds": 86400}}`)
+	keys := harness.MustWriteFile(t, "keys.json", fmt.Sprintf(`{"keys": [{"id": "k1", "secret": %q}]}`, base64.StdEncoding.EncodeToString(stickySecret)))
 	s := startSystemFor(t, a, "-mesh", mesh, "-sticky-keys", keys)
 	_, checkoutPort, _ := splitHostPort(s.echoAddr)
-	_, searchPort, _ := splitHostPort(harness.StartEcho(t))
+	_, searchPort, _ := splitHostPort(harness.MustStartEcho(t))
 	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), "edge-sticky", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + checkoutPort,
 		"port_value: 8082": "port_value: " + searchPort,
@@ -149,8 +149,8 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	tampered := name + "=" + string(b)
 	invalid := func() int64 {
 		var n int64
-		harness.Eventually(t, 5*time.Second, func() error {
-			n = g.Stats(t)["wasmcustom."+plugin.MetricStickyInvalid]
+		harness.MustEventually(t, 5*time.Second, func() error {
+			n = g.MustStats(t)["wasmcustom."+plugin.MetricStickyInvalid]
 			return nil
 		})
 		return n
@@ -171,8 +171,8 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if d, p := openCookie(t, daveJar, "dave"), payloadOf(daveJar); len(d) != 1 || p[1] != 1 {
 		t.Fatalf("dave's cookie, made from alice's: %v (payload %q), want dave's one document", d, p)
 	}
-	harness.Eventually(t, 5*time.Second, func() error {
-		if got := g.Stats(t)["wasmcustom."+plugin.MetricStickyInvalid]; got != before+2 {
+	harness.MustEventually(t, 5*time.Second, func() error {
+		if got := g.MustStats(t)["wasmcustom."+plugin.MetricStickyInvalid]; got != before+2 {
 			return fmt.Errorf("%s = %d, want %d", plugin.MetricStickyInvalid, got, before+2)
 		}
 		return nil
@@ -183,8 +183,8 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if v, set := send(alice, oldFormatCookie(t, alice)); v != "green" || set == "" || payloadOf(set)[0] != 2 {
 		t.Fatalf("%s with an old-format cookie: %q, Set-Cookie %q; want green (by hash) and a fresh cookie of format 2", alice, v, set)
 	}
-	harness.Eventually(t, 5*time.Second, func() error {
-		if got := g.Stats(t)["wasmcustom."+plugin.MetricStickyStale]; got != 1 {
+	harness.MustEventually(t, 5*time.Second, func() error {
+		if got := g.MustStats(t)["wasmcustom."+plugin.MetricStickyStale]; got != 1 {
 			return fmt.Errorf("%s = %d, want 1", plugin.MetricStickyStale, got)
 		}
 		return nil
@@ -210,7 +210,7 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if v, _ := send("carol", ""); v != "green" {
 		t.Fatalf("minBucketVersion 2, a new unit: %q, want green", v)
 	}
-	if n := g.Stats(t)["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
+	if n := g.MustStats(t)["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
 		t.Errorf("fail_open = %d", n)
 	}
 }

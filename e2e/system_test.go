@@ -3,22 +3,20 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The tokens every e2e system is started with: an admin (the API calls of
@@ -88,8 +86,8 @@ func startSystem(t *testing.T, allotdArgs ...string) *system {
 func startSystemFor(t *testing.T, a artifact, allotdArgs ...string) *system {
 	t.Helper()
 	s := prepareSystem(t, a)
-	s.xdsPort = harness.FreePort(t)
-	s.adminPort = harness.FreePort(t)
+	s.xdsPort = harness.MustFreePort(t)
+	s.adminPort = harness.MustFreePort(t)
 	s.args = allotdArgs
 	s.startAllotd()
 	return s
@@ -100,8 +98,8 @@ func startSystemFor(t *testing.T, a artifact, allotdArgs ...string) *system {
 func prepareSystem(t *testing.T, a artifact) *system {
 	t.Helper()
 	dir := t.TempDir()
-	s := &system{t: t, art: a, wasm: harness.BuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
-	s.native = harness.BuildNative(t, "./filter/native", "liballot.so")
+	s := &system{t: t, art: a, wasm: harness.MustBuildWasm(t, "./filter"), dbPath: filepath.Join(dir, "allot.db")}
+	s.native = harness.MustBuildNative(t, "./filter/native", "liballot.so")
 	s.tokenFile = filepath.Join(dir, "tokens.json")
 	tokens := fmt.Sprintf(`{"tokens":[{"name":"e2e","role":"admin","token":%q},
 		{"name":"alice","role":"owner","namespaces":["team-a"],"token":%q},
@@ -110,36 +108,30 @@ func prepareSystem(t *testing.T, a artifact) *system {
 	if err := os.WriteFile(s.tokenFile, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.echoAddr = harness.StartEcho(t)
+	s.echoAddr = harness.MustStartEcho(t)
 	return s
 }
 
 // startAllotd (re)starts allotd on the system's store and ports.
 func (s *system) startAllotd() {
 	s.t.Helper()
-	bin := harness.Build(s.t, "./control-plane/cmd/allotd")
+	bin := harness.MustBuild(s.t, "./control-plane/cmd/allotd")
 	adminPort, extra := s.adminPort, s.args
 	scheme := "http"
 	if s.https != nil {
 		scheme = "https"
 	}
 	s.adminURL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, adminPort)
-	store := []string{"-db", s.dbPath}
-	if slices.Contains(extra, "-store") {
-		store = nil // a replica on etcd
+	a := harness.Allotd{
+		Admin: fmt.Sprintf("127.0.0.1:%d", adminPort), XDS: fmt.Sprintf("127.0.0.1:%d", s.xdsPort),
+		DB: s.dbPath, Tokens: s.tokenFile, Wasm: s.wasm, Native: s.native, LogLevel: "debug", Extra: extra,
 	}
-	args := append([]string{
-		"-admin-addr", fmt.Sprintf("127.0.0.1:%d", adminPort),
-		"-xds-addr", fmt.Sprintf("127.0.0.1:%d", s.xdsPort),
-	}, store...)
-	args = append(append(args,
-		"-tokens", s.tokenFile,
-		"-wasm-path", s.wasm,
-		"-native-path", s.native,
-		"-log-level", "debug",
-	), extra...)
-	s.allotd = harness.StartProcess(s.t, "allotd", bin, args...)
-	s.allotd.WaitHTTPWith(s.t, s.client(), s.adminURL+"/readyz", 15*time.Second)
+	if slices.Contains(extra, "-store") {
+		a.DB = "" // a replica on etcd, its -store among extra
+	}
+	args := a.Args()
+	s.allotd = harness.MustLaunch(s.t, "allotd", exec.Command(bin, args...))
+	s.allotd.MustWaitHTTPWith(s.t, s.client(), s.adminURL+"/readyz", 15*time.Second)
 }
 
 // proxy is one Envoy started from a bootstrap in envoy-configs/.
@@ -175,24 +167,11 @@ func (s *system) filter() string {
 // the access log) to per-test values; replace moves the rest.
 func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter, node, cluster string, replace map[string]string) *proxy {
 	t.Helper()
-	listen, admin := harness.FreePort(t), harness.FreePort(t)
+	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
-	module := "bin/allot.wasm"
-	if strings.HasSuffix(filter, ".so") {
-		module = "bin/liballot.so"
-	}
-	r := map[string]string{
-		"port_value: 10000": fmt.Sprintf("port_value: %d", listen),
-		"port_value: 9901":  fmt.Sprintf("port_value: %d", admin),
-		"port_value: 18000": fmt.Sprintf("port_value: %d", xdsPort),
-		module:              filter,
-		"/dev/stdout":       accessLog,
-	}
-	for k, v := range replace {
-		r[k] = v
-	}
-	boot := harness.RenderBootstrap(t, bootstrap, r)
-	e := harness.StartEnvoy(t, harness.EnvoyOptions{
+	boot := harness.ConfigBootstrap{Path: bootstrap, Listener: listen, Admin: admin, XDS: xdsPort,
+		Module: filter, AccessLog: accessLog, Replace: replace}.MustRender(t)
+	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{
 		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"},
 	})
@@ -241,35 +220,7 @@ func adminCall(client *http.Client, base, method, path string, body, out any) (i
 
 // adminCallAs is adminCall with another token.
 func adminCallAs(client *http.Client, base, token, method, path string, body, out any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, base+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, b, err
-	}
-	if out != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, b, fmt.Errorf("decode %s: %w", b, err)
-		}
-	}
-	return resp.StatusCode, b, nil
+	return harness.AdminCall(context.Background(), client, base, token, method, path, body, out)
 }
 
 // mustAPI is api that fails the test unless the status is want.
@@ -296,8 +247,8 @@ func (p *proxy) getPath(path string, headers map[string][]string) (harness.EchoR
 func (p *proxy) settledStats(t *testing.T) map[string]int64 {
 	t.Helper()
 	var stats map[string]int64
-	harness.Eventually(t, 5*time.Second, func() error {
-		stats = p.Stats(t)
+	harness.MustEventually(t, 5*time.Second, func() error {
+		stats = p.MustStats(t)
 		if got, want := stats["wasmcustom."+plugin.MetricEvaluated], p.sent.Load(); got != want {
 			return fmt.Errorf("envoy counted %d evaluated requests, %d were sent", got, want)
 		}

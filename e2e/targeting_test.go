@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestTargetingByService: an experiment targeted at svc-a (services:
@@ -50,8 +50,8 @@ func testTargetingByService(t *testing.T, art artifact) {
 			return nil
 		}
 	}
-	harness.Eventually(t, 10*time.Second, check(a, true))
-	harness.Eventually(t, 10*time.Second, check(b, false))
+	harness.MustEventually(t, 10*time.Second, check(a, true))
+	harness.MustEventually(t, 10*time.Second, check(b, false))
 	// Stays invisible: the svc-b proxy's configuration never carries it.
 	for range 20 {
 		if err := check(b, false)(); err != nil {

@@ -7,7 +7,6 @@ package authz
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -15,20 +14,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
 )
-
-// Config is the service's input: the FilterConfig proto3 JSON subset it
-// understands (experiments, and attributes read from headers).
-type Config struct {
-	UnitHeader   string              `json:"unitHeader"`
-	HeaderPrefix string              `json:"headerPrefix"`
-	Experiments  []engine.Experiment `json:"experiments"`
-	Attributes   []struct {
-		Name   string `json:"name"`
-		Header string `json:"header"`
-	} `json:"attributes"`
-}
 
 // Server implements authv3.AuthorizationServer.
 type Server struct {
@@ -41,26 +29,18 @@ type Server struct {
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// New compiles the experiments in cfgJSON.
+// New decodes and compiles cfgJSON, an allot.filter.v1.FilterConfig in
+// proto3 JSON, with the filter's own decoder (config.Parse): the service
+// reads the unit header, the header prefix, the experiments and the
+// attributes mapped from headers.
 func New(cfgJSON []byte) (*Server, error) {
-	var c Config
-	if err := json.Unmarshal(cfgJSON, &c); err != nil {
-		return nil, fmt.Errorf("decode config: %w", err)
-	}
-	set, err := engine.Compile(engine.Config{Experiments: c.Experiments})
+	c, set, err := config.Parse(cfgJSON)
 	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
+		return nil, fmt.Errorf("parse filter config: %w", err)
 	}
 	s := &Server{set: set, attrs: map[string]string{}, unitHdr: c.UnitHeader}
-	if s.unitHdr == "" {
-		s.unitHdr = "x-user-id"
-	}
-	prefix := c.HeaderPrefix
-	if prefix == "" {
-		prefix = "x-experiment-"
-	}
 	for _, k := range set.Keys() {
-		s.keys = append(s.keys, prefix+k)
+		s.keys = append(s.keys, c.HeaderPrefix+k)
 	}
 	for _, a := range c.Attributes {
 		if a.Header != "" {

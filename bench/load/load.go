@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/allotmesh/allot/bench/stats"
 )
 
 // RequestFunc appends the raw HTTP/1.1 request number i to dst.
@@ -81,13 +83,7 @@ type Result struct {
 func (r Result) RPS() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
 
 // Quantile returns the q-quantile (0..1) of the latencies (nearest rank).
-func (r Result) Quantile(q float64) time.Duration {
-	if len(r.Latencies) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(r.Latencies))+0.5) - 1
-	return r.Latencies[min(max(i, 0), len(r.Latencies)-1)]
-}
+func (r Result) Quantile(q float64) time.Duration { return stats.Quantile(r.Latencies, q) }
 
 // conn is one keep-alive connection.
 type conn struct {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // TestCModuleExportsEveryHook: the C module (variant O) exports exactly the

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
 )
@@ -25,13 +26,9 @@ func hashExpect(id string) (string, error) {
 // engineExpect returns the "bench" experiment's variation for id under the
 // n-experiment configuration, computed natively by Allot's engine.
 func engineExpect(n int) (func(id string) (string, error), error) {
-	exps, err := experiments(n)
+	_, set, err := config.Parse(filterConfigJSON(n))
 	if err != nil {
-		return nil, err
-	}
-	set, err := engine.Compile(engine.Config{Experiments: exps})
-	if err != nil {
-		return nil, fmt.Errorf("compile %d experiments: %w", n, err)
+		return nil, fmt.Errorf("parse the filter config of %d experiments: %w", n, err)
 	}
 	return func(id string) (string, error) {
 		attrs := engine.Attributes{"id": id, "country": "US", "platform": "ios", "version": "2.3.1"}

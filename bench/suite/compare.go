@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/bench/stats"
 )
 
 // A comparison (allot-bench -base REV, `make bench-compare`) measures
@@ -121,7 +123,7 @@ func runCompare(ctx context.Context, o Options, p *paths, logf func(string, ...a
 	rounds := cmp.Or(o.PairedRounds, compareRounds)
 	logf("comparing this tree (%s) with %s (%s): %d rounds of %d requests per variant, every Envoy up at once",
 		c.Tree, o.Base, rev, rounds, pairedRequests)
-	if c.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {
+	if c.Paired, err = measurePaired(ctx, o, p, vs, authzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
 	c.Duration = time.Since(start)
@@ -266,7 +268,7 @@ func renderCompare(c *comparison) string {
 		"the order reversed every other round. CPU is the Envoy process's run time over its slice, per request. A difference "+
 		"is the median of the per-round differences of this tree's slice to the base's, with a 95%% bootstrap interval "+
 		"(%d resamples of the rounds); a difference whose interval includes 0 is one this run cannot tell from noise.\n\n",
-		pr.Rounds, pr.Requests, pairedWarmup, ciResamples)
+		pr.Rounds, pr.Requests, pairedWarmup, stats.Resamples)
 	p("| variant | this tree adds vs A (µs) | base adds vs A (µs) | this tree − base (µs) | 95%% interval | result |\n|---|---:|---:|---:|---:|---|\n")
 	for _, v := range c.Variants {
 		id, ok := strings.CutSuffix(v.ID, baseSuffix)
@@ -279,14 +281,14 @@ func renderCompare(c *comparison) string {
 		}
 		x, _ := pr.add(id)
 		y, _ := pr.add(id + baseSuffix)
-		lo, hi := bootstrapMedian(d)
-		med := median(d)
+		lo, hi := stats.BootstrapMedian(d)
+		med := stats.Median(d)
 		share := ""
 		if y > 0 {
 			share = fmt.Sprintf(" (%.0f%% of the base's addition)", 100*math.Abs(med)/y)
 		}
-		result := unresolved
-		switch dir := direction(lo, hi); dir {
+		result := stats.Unresolved
+		switch dir := stats.Direction(lo, hi); dir {
 		case "faster":
 			result = fmt.Sprintf("**faster** by %.1f µs%s", -med, share)
 		case "slower":

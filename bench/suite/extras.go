@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/bench/load"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // machine describes where the numbers were taken.
@@ -191,16 +189,8 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 		{"native-1", nativeAllot(1, typical), allotSO, &lt.NativeReady1},
 		{"native-1000", nativeAllot(1000, typical), allotSO, &lt.NativeReady1000},
 	} {
-		f, err := c.filters(p)
+		path, err := writeBootstrap(p, c.name, c.filters, 0)
 		if err != nil {
-			return nil, err
-		}
-		b, err := bootstrap(f, 0)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(p.raw, c.name+".json")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
 		boots = append(boots, boot{c.name, path, c.module, c.out})
@@ -269,16 +259,8 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod},
 		{"mem-native-1000", nativeAllot(1000, typical), true, allotSO},
 	} {
-		filters, err := c.filters(p)
+		path, err := writeBootstrap(p, c.name, c.filters, 0)
 		if err != nil {
-			return nil, err
-		}
-		b, err := bootstrap(filters, 0)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(p.raw, c.name+".json")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
 		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, moduleEnv(variant{module: c.module}, p))
@@ -329,14 +311,8 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 	return m, nil
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+// loadavg is /proc/loadavg, the machine's load before and after a run.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
 }

@@ -167,7 +167,7 @@ func runFloors(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	res.Commands = append(res.Commands, cmds...)
 	rounds := cmp.Or(o.PairedRounds, pairedRounds)
 	logf("floors: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
-	if res.Paired, err = measurePaired(ctx, o, p, vs, "", "", pairedPlan{rounds: rounds, alternate: true}); err != nil {
+	if res.Paired, err = measurePaired(ctx, o, p, vs, authzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("floors: %w", err)
 	}
 	res.LoadAfter = loadavg()

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The native variants load Envoy dynamic modules (ABI v0.2.0, Envoy 1.40):
@@ -89,7 +89,7 @@ func buildModules(ctx context.Context, o Options, p *paths) ([]string, error) {
 	if _, err := os.Stat(p.allotSO); err != nil {
 		return nil, fmt.Errorf("allot's native module not built (%v): run `make build-native`", err)
 	}
-	if err := harness.GoBuildTo(ctx, o.Root, p.minDynmod, "./bench/mindynmod", []string{"-buildmode=c-shared", "-trimpath"}, "CGO_ENABLED=1"); err != nil {
+	if err := harness.GoBuild(ctx, o.Root, p.minDynmod, "./bench/mindynmod", []string{"-buildmode=c-shared", "-trimpath"}, "CGO_ENABLED=1"); err != nil {
 		return nil, err
 	}
 	if err := harness.BuildCShared(ctx, o.Root, p.cDynmod, cModuleSource); err != nil {

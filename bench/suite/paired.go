@@ -1,20 +1,17 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"math"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/allotmesh/allot/bench/load"
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/bench/stats"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // paired is the CPU cost per request measured with every variant's Envoy
@@ -70,45 +67,14 @@ func (p *paired) add(id string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return median(d), true
+	return stats.Median(d), true
 }
 
 // diffs are variant id's per-round CPU differences to A.
 func (p *paired) diffs(id string) ([]float64, bool) { return p.between(id, "A") }
 
 // between are the per-round CPU differences of variant x to variant y.
-func (p *paired) between(x, y string) ([]float64, bool) { return roundDiffs(p.CPU[x], p.CPU[y]) }
-
-// roundDiffs are x[i] − y[i] for two figures measured in the same rounds
-// (ok false unless both have every round).
-func roundDiffs(x, y []float64) ([]float64, bool) {
-	if len(x) == 0 || len(x) != len(y) {
-		return nil, false
-	}
-	d := make([]float64, len(x))
-	for i := range x {
-		d[i] = x[i] - y[i]
-	}
-	return d, true
-}
-
-// unresolved is the verdict on a difference whose 95% interval includes 0.
-const unresolved = "no difference this run resolves"
-
-// direction is which way a difference's 95% interval [lo, hi] lies from 0:
-// "faster" wholly below, "slower" wholly above, "" when it includes 0.
-func direction(lo, hi float64) string {
-	switch {
-	case hi < 0:
-		return "faster"
-	case lo > 0:
-		return "slower"
-	}
-	return ""
-}
-
-// ciResamples is how many times resample draws the rounds.
-const ciResamples = 10000
+func (p *paired) between(x, y string) ([]float64, bool) { return stats.RoundDiffs(p.CPU[x], p.CPU[y]) }
 
 // ratioCI is the 95% bootstrap interval of add(x) / add(y) (see
 // bootstrapRatio). Without an interleaved measurement (p nil) there is none.
@@ -121,58 +87,8 @@ func (p *paired) ratioCI(x, y string) (lo, hi float64, ok bool) {
 	if !okX || !okY {
 		return 0, 0, false
 	}
-	lo, hi = bootstrapRatio(dx, dy)
+	lo, hi = stats.BootstrapRatio(dx, dy)
 	return lo, hi, true
-}
-
-// bootstrapRatio is the 95% bootstrap interval of median(dx) / median(dy),
-// where dx[i] and dy[i] were measured in the same round (each against the
-// A of its round): the rounds are resampled together. A resample in which
-// y adds nothing gives an unbounded ratio.
-func bootstrapRatio(dx, dy []float64) (lo, hi float64) {
-	rx, ry := make([]float64, len(dx)), make([]float64, len(dy))
-	return resample(len(dx), func(idx []int) float64 {
-		for i, j := range idx {
-			rx[i], ry[i] = dx[j], dy[j]
-		}
-		mx, my := median(rx), median(ry)
-		switch {
-		case my > 0:
-			return mx / my
-		case mx >= 0:
-			return math.Inf(1)
-		}
-		return math.Inf(-1)
-	})
-}
-
-// bootstrapMedian is the 95% bootstrap interval of median(d).
-func bootstrapMedian(d []float64) (lo, hi float64) {
-	r := make([]float64, len(d))
-	return resample(len(d), func(idx []int) float64 {
-		for i, j := range idx {
-			r[i] = d[j]
-		}
-		return median(r)
-	})
-}
-
-// resample is the 95% percentile interval of stat over ciResamples
-// resamples with replacement of n rounds (stat gets the rounds' indices).
-// The generator's seed is fixed, so a report rendered again from the same
-// results is identical.
-func resample(n int, stat func(idx []int) float64) (lo, hi float64) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	idx := make([]int, n)
-	vals := make([]float64, ciResamples)
-	for k := range vals {
-		for i := range idx {
-			idx[i] = rng.IntN(n)
-		}
-		vals[k] = stat(idx)
-	}
-	slices.Sort(vals)
-	return vals[ciResamples*25/1000], vals[ciResamples*975/1000-1]
 }
 
 // latAdd is variant id's addition to latency quantile q over A: the median
@@ -182,7 +98,7 @@ func (p *paired) latAdd(id, q string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return median(d), true
+	return stats.Median(d), true
 }
 
 // latDiffs are variant id's per-round differences of latency quantile q to
@@ -224,20 +140,41 @@ type pairedPlan struct {
 	latency bool
 }
 
+// measureInterleaved is make bench's interleaved section (measurePaired,
+// every other round in reverse order, with latency slices), the targets'
+// figures.
+func measureInterleaved(ctx context.Context, o Options, p *paths, vs []variant, az authzService, res *results, logf func(string, ...any)) error {
+	rounds := cmp.Or(o.PairedRounds, pairedRounds)
+	logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
+	pr, err := measurePaired(ctx, o, p, vs, az, pairedPlan{rounds: rounds, alternate: true, latency: true})
+	if err != nil {
+		return fmt.Errorf("interleaved CPU: %w", err)
+	}
+	res.Paired = pr
+	for _, v := range vs {
+		if a, ok := pr.add(v.ID); ok {
+			logf("interleaved %s: adds %.1f µs CPU per request", v.ID, a)
+		}
+	}
+	return nil
+}
+
+// running is one variant's Envoy in the interleaved section.
+type running struct {
+	v    variant
+	e    *envoy
+	req  load.RequestFunc
+	next uint64          // the next request's index
+	lat  []time.Duration // the latencies of its fixed-rate slices
+}
+
 // measurePaired starts every variant's Envoy (and D's ext_authz service, on
 // the load generator's CPU as in the rounds), checks each again, and
 // measures them in turn as plan says.
-func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authzBin, authzConfig string, plan pairedPlan) (*paired, error) {
+func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, az authzService, plan pairedPlan) (*paired, error) {
 	res := &paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{}, RPS: map[string][]float64{},
 		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
 		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
-	type running struct {
-		v    variant
-		e    *envoy
-		req  load.RequestFunc
-		next uint64
-		lat  []time.Duration
-	}
 	var rs []*running
 	var procs []*harness.Process
 	defer func() {
@@ -249,44 +186,14 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 		}
 	}()
 	for i, v := range vs {
-		name := "paired-" + v.ID
-		port := 0
-		if v.authz {
-			authz, ap, err := startAuthz(o, p, "paired-authz", authzBin, authzConfig)
-			if err != nil {
-				return nil, err
-			}
-			procs, port = append(procs, authz), ap
+		r, authz, err := startRunning(ctx, o, p, v, uint64(1000+i), az)
+		if authz != nil {
+			procs = append(procs, authz)
 		}
-		filters, err := v.filters(p)
 		if err != nil {
 			return nil, err
 		}
-		boot, err := bootstrap(filters, port)
-		if err != nil {
-			return nil, err
-		}
-		bootPath := filepath.Join(p.raw, name+".json")
-		if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
-			return nil, err
-		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
-		if err != nil {
-			return nil, err
-		}
-		r := &running{v: v, e: e}
 		rs = append(rs, r)
-		seq := uint64(1000 + i)
-		if err := preflight(e.listener, v, checkIDs(v, 4, 131, "paired", seq)); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		if r.req, err = v.request(seq); err != nil {
-			return nil, err
-		}
-		if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0); err != nil {
-			return nil, fmt.Errorf("%s warm-up: %w", name, err)
-		}
-		r.next = pairedWarmup
 	}
 	for round := range plan.rounds {
 		order := rs
@@ -298,102 +205,130 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, authz
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			c0, err := cpuNanos(r.e.Pid())
-			if err != nil {
-				return nil, err
-			}
-			out, err := load.MaxThroughput(ctx, r.e.listener, o.Conns, 10*o.Throughput, pairedRequests, r.req, r.next)
-			if err != nil {
-				return nil, fmt.Errorf("paired-%s: %w", r.v.ID, err)
-			}
-			c1, err := cpuNanos(r.e.Pid())
-			if err != nil {
-				return nil, err
-			}
-			r.next += pairedRequests
-			if out.Errors > 0 || out.Requests == 0 {
-				return nil, fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
-			}
-			res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
-			res.RPS[r.v.ID] = append(res.RPS[r.v.ID], out.RPS())
 			// The floors and their native counterpart are there for their
 			// CPU; skipping their latency slices keeps make bench within
 			// its 20 minutes.
-			if !plan.latency || r.v.interleavedOnly() {
-				continue
+			if err := r.slice(ctx, o, plan.latency && !r.v.interleavedOnly(), res); err != nil {
+				return nil, err
 			}
+		}
+	}
+	readCounters(rs, res)
+	if plan.latency {
+		poolLatencies(rs, res)
+	}
+	return res, nil
+}
 
-			fr, err := load.FixedRate(ctx, r.e.listener, o.RateConns, o.Rate, pairedRateSlice, r.req, r.next)
-			if err != nil {
-				return nil, fmt.Errorf("paired-%s fixed rate: %w", r.v.ID, err)
-			}
-			r.next += fr.Intended
-			r.lat = append(r.lat, fr.Latencies...)
-			slice := load.Result{Latencies: slices.Clone(fr.Latencies)}
-			slices.Sort(slice.Latencies)
-			qs := map[string]float64{}
-			for _, q := range quantiles {
-				qs[q.name] = float64(slice.Quantile(q.q).Nanoseconds()) / 1e3
-			}
-			res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], qs)
-			res.Late[r.v.ID] += fr.Intended - fr.Requests
+// startRunning starts variant v's Envoy (with D's ext_authz service, which
+// it returns for the caller to stop even on error), runs the pre-flight
+// with ids of run seq and warms it up.
+func startRunning(ctx context.Context, o Options, p *paths, v variant, seq uint64, az authzService) (*running, *harness.Process, error) {
+	name := "paired-" + v.ID
+	var authz *harness.Process
+	port := 0
+	if v.authz {
+		var err error
+		if authz, port, err = startAuthz(o, p, "paired-authz", az); err != nil {
+			return nil, nil, err
 		}
 	}
-	if slices.ContainsFunc(rs, func(r *running) bool { return r.v.allot > 0 && !r.v.authz }) {
-		time.Sleep(1100 * time.Millisecond) // counters flush once a second
-		res.Counters = map[string]map[string]int64{}
-		for _, r := range rs {
-			if r.v.allot == 0 || r.v.authz {
-				continue
-			}
-			res.Counters[r.v.ID] = map[string]int64{}
-			for _, name := range allotCounters {
-				res.Counters[r.v.ID][strings.TrimPrefix(name, "allot.")] = r.e.stat(metricsNamespace + "." + name)
-			}
+	bootPath, err := writeBootstrap(p, name, v.filters, port)
+	if err != nil {
+		return nil, authz, err
+	}
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
+	if err != nil {
+		return nil, authz, err
+	}
+	r := &running{v: v, e: e}
+	if err := preflight(e.listener, v, checkIDs(v, 4, 131, "paired", seq)); err != nil {
+		e.Terminate()
+		return nil, authz, fmt.Errorf("%s: %w", name, err)
+	}
+	if r.req, err = v.request(seq); err != nil {
+		e.Terminate()
+		return nil, authz, err
+	}
+	if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0); err != nil {
+		e.Terminate()
+		return nil, authz, fmt.Errorf("%s warm-up: %w", name, err)
+	}
+	r.next = pairedWarmup
+	return r, authz, nil
+}
+
+// slice loads r for one round: pairedRequests closed loop, its Envoy's CPU
+// time read around them, then, with latency, a slice at the fixed rate.
+func (r *running) slice(ctx context.Context, o Options, latency bool, res *paired) error {
+	c0, err := harness.CPUNanos(r.e.Pid())
+	if err != nil {
+		return err
+	}
+	out, err := load.MaxThroughput(ctx, r.e.listener, o.Conns, 10*o.Throughput, pairedRequests, r.req, r.next)
+	if err != nil {
+		return fmt.Errorf("paired-%s: %w", r.v.ID, err)
+	}
+	c1, err := harness.CPUNanos(r.e.Pid())
+	if err != nil {
+		return err
+	}
+	r.next += pairedRequests
+	if out.Errors > 0 || out.Requests == 0 {
+		return fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
+	}
+	res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
+	res.RPS[r.v.ID] = append(res.RPS[r.v.ID], out.RPS())
+	if !latency {
+		return nil
+	}
+	fr, err := load.FixedRate(ctx, r.e.listener, o.RateConns, o.Rate, pairedRateSlice, r.req, r.next)
+	if err != nil {
+		return fmt.Errorf("paired-%s fixed rate: %w", r.v.ID, err)
+	}
+	r.next += fr.Intended
+	r.lat = append(r.lat, fr.Latencies...)
+	res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], latencyQuantiles(slices.Sorted(slices.Values(fr.Latencies))))
+	res.Late[r.v.ID] += fr.Intended - fr.Requests
+	return nil
+}
+
+// readCounters reads Allot's counters (allotCounters) of every Allot
+// variant but D, after a second for the counters to flush.
+func readCounters(rs []*running, res *paired) {
+	if !slices.ContainsFunc(rs, func(r *running) bool { return r.v.allot > 0 && !r.v.authz }) {
+		return
+	}
+	time.Sleep(1100 * time.Millisecond) // counters flush once a second
+	res.Counters = map[string]map[string]int64{}
+	for _, r := range rs {
+		if r.v.allot == 0 || r.v.authz {
+			continue
+		}
+		res.Counters[r.v.ID] = map[string]int64{}
+		for _, name := range allotCounters {
+			res.Counters[r.v.ID][strings.TrimPrefix(name, "allot.")] = r.e.stat(metricsNamespace + "." + name)
 		}
 	}
-	if !plan.latency {
-		return res, nil
-	}
+}
+
+// poolLatencies sets each variant's latency quantiles over all its slices.
+func poolLatencies(rs []*running, res *paired) {
 	for _, r := range rs {
 		if len(r.lat) == 0 {
 			continue
 		}
 		slices.Sort(r.lat)
-		pooled := load.Result{Latencies: r.lat}
-		res.Latency[r.v.ID] = map[string]float64{}
-		for _, q := range quantiles {
-			res.Latency[r.v.ID][q.name] = float64(pooled.Quantile(q.q).Nanoseconds()) / 1e3
-		}
+		res.Latency[r.v.ID] = latencyQuantiles(r.lat)
 		res.Samples[r.v.ID] = len(r.lat)
 	}
-	return res, nil
 }
 
-// cpuNanos is the CPU time all of process pid's threads have run, in
-// nanoseconds, from /proc/<pid>/task/*/schedstat (finer than the clock
-// ticks of /proc/<pid>/stat).
-func cpuNanos(pid int) (int64, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
-	tasks, err := os.ReadDir(dir)
-	if err != nil {
-		return 0, err
+// latencyQuantiles are the quantiles (in µs) of sorted latencies.
+func latencyQuantiles(sorted []time.Duration) map[string]float64 {
+	qs := map[string]float64{}
+	for _, q := range quantiles {
+		qs[q.name] = float64(stats.Quantile(sorted, q.q).Nanoseconds()) / 1e3
 	}
-	var total int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
-		if err != nil {
-			continue // the thread exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s/schedstat: %w", t.Name(), err)
-		}
-		total += n
-	}
-	return total, nil
+	return qs
 }

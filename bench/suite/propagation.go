@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/bench/stats"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // propagation is write→all-ACK latency of a configuration change, measured
@@ -43,6 +43,9 @@ const (
 	adminToken    = "dev-admin-token-change-me" // envoy-configs/dev-tokens.json, loopback only
 )
 
+// devTokens is envoy-configs/dev-tokens.json, which holds adminToken.
+func devTokens(o Options) string { return filepath.Join(o.Root, "envoy-configs", "dev-tokens.json") }
+
 func measurePropagation(ctx context.Context, o Options, p *paths, logf func(string, ...any)) propagation {
 	var pr propagation
 	real, sim, err := propagate(ctx, o, p, logf)
@@ -57,16 +60,16 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	bins := map[string]string{}
 	for _, pkg := range []string{"allotd", "allot-xdsload"} {
 		out := filepath.Join(p.raw, "bin", pkg)
-		if err := harness.GoBuildTo(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
+		if err := harness.GoBuild(ctx, o.Root, out, "./control-plane/cmd/"+pkg, nil); err != nil {
 			return nil, nil, fmt.Errorf("control-plane/cmd/%s does not build: %w", pkg, err)
 		}
 		bins[pkg] = out
 	}
-	adminPort, err := freePort()
+	adminPort, err := harness.FreePort()
 	if err != nil {
 		return nil, nil, err
 	}
-	xdsPort, err := freePort()
+	xdsPort, err := harness.FreePort()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,24 +77,21 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	os.Remove(db)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	xds := "127.0.0.1:" + strconv.Itoa(xdsPort)
-	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"],
-		"-admin-addr", admin, "-xds-addr", xds, "-db", db,
-		"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
+	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"], harness.Allotd{
+		Admin: admin, XDS: xds, DB: db, Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer allotd.Terminate()
-	if err := waitTCP(admin, allotd, 20*time.Second); err != nil {
+	if err := allotd.WaitTCP(admin, 20*time.Second); err != nil {
 		return nil, nil, err
 	}
 
-	// Three real Envoys subscribed over ADS (ECDS), like envoy-configs/sidecar.yaml.
-	boot, err := adsBootstrap(xdsPort, p.allotWasm)
+	// Three real Envoys subscribed over ADS (ECDS): envoy-configs/sidecar.yaml
+	// on ports from the kernel; no request reaches them.
+	bootPath, err := harness.ConfigBootstrap{Path: filepath.Join(o.Root, "envoy-configs", "sidecar.yaml"),
+		XDS: xdsPort, Module: p.allotWasm, AccessLog: os.DevNull}.Render(p.raw)
 	if err != nil {
-		return nil, nil, err
-	}
-	bootPath := filepath.Join(p.raw, "propagation-envoy.json")
-	if err := os.WriteFile(bootPath, boot, 0o644); err != nil {
 		return nil, nil, err
 	}
 	for i := range 3 {
@@ -131,18 +131,7 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error) {
 	s := &spread{Proxies: proxies, Writes: propWrites}
 	for i := range propWrites {
-		body := fmt.Sprintf(`{"key":"prop-%s-%d","variations":["a","b"],"weights":[0.5,0.5]}`, tag, i)
-		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+admin+"/v1/experiments?wait=30s", bytes.NewBufferString(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		req.Header.Set("Content-Type", "application/json")
-		t0 := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
+		body := json.RawMessage(fmt.Sprintf(`{"key":"prop-%s-%d","variations":["a","b"],"weights":[0.5,0.5]}`, tag, i))
 		var out struct {
 			Rollout struct {
 				Result  string            `json:"result"`
@@ -150,11 +139,11 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 				Proxies []json.RawMessage `json:"proxies"`
 			} `json:"rollout"`
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		resp.Body.Close()
+		t0 := time.Now()
+		code, _, err := harness.AdminCall(ctx, client, "http://"+admin, adminToken, http.MethodPost, "/v1/experiments?wait=30s", body, &out)
 		d := time.Since(t0)
-		if resp.StatusCode/100 != 2 || err != nil {
-			return nil, fmt.Errorf("write %d: %s (%v)", i, resp.Status, err)
+		if code/100 != 2 || err != nil {
+			return nil, fmt.Errorf("write %d: %d %s (%v)", i, code, http.StatusText(code), err)
 		}
 		if out.Rollout.Result != "applied" || out.Rollout.Counts["applied"] != proxies || len(out.Rollout.Proxies) != 0 {
 			return nil, fmt.Errorf("write %d: rollout %q applied by %d proxies (%d listed as not), want applied by %d",
@@ -162,79 +151,33 @@ func writes(ctx context.Context, admin, tag string, proxies int) (*spread, error
 		}
 		s.AllAck = append(s.AllAck, float64(d.Microseconds())/1e3)
 	}
-	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
+	s.summarize()
 	return s, nil
 }
 
-func quantile(xs []float64, q float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
+// summarize sets P50, P99 and Max from AllAck.
+func (s *spread) summarize() {
+	sorted := slices.Sorted(slices.Values(s.AllAck))
+	s.P50, s.P99, s.Max = stats.Quantile(sorted, 0.5), stats.Quantile(sorted, 0.99), stats.Quantile(sorted, 1)
 }
 
 // waitProxies waits until allotd's rollout status lists n proxies.
 func waitProxies(ctx context.Context, admin string, n int) error {
-	deadline := time.Now().Add(60 * time.Second)
 	var last int
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/v1/rollout", nil)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		if resp, err := client.Do(req); err == nil {
-			var out struct {
-				Proxies []json.RawMessage `json:"proxies"`
-			}
-			json.NewDecoder(resp.Body).Decode(&out)
-			resp.Body.Close()
-			if last = len(out.Proxies); last >= n {
-				return nil
-			}
+	err := harness.Eventually(ctx, 60*time.Second, func() error {
+		var out struct {
+			Proxies []json.RawMessage `json:"proxies"`
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("allotd lists %d connected proxies, want %d", last, n)
-}
-
-// adsBootstrap is a sidecar bootstrap whose Allot filter comes over ADS
-// (ECDS) from allotd, as in envoy-configs/sidecar.yaml.
-func adsBootstrap(xdsPort int, wasm string) ([]byte, error) {
-	def, err := wasmFilter(wasm, nil)
+		if _, _, err := harness.AdminCall(ctx, client, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, &out); err != nil {
+			return err
+		}
+		if last = len(out.Proxies); last < n {
+			return fmt.Errorf("allotd lists %d connected proxies, want %d", last, n)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("wait for %d proxies: %w", n, err)
 	}
-	filter := map[string]any{
-		"name": "allot",
-		"config_discovery": map[string]any{
-			"config_source":                        map[string]any{"ads": map[string]any{}, "resource_api_version": "V3"},
-			"type_urls":                            []any{"type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"},
-			"apply_default_config_without_warming": true,
-			"default_config":                       def[0].(map[string]any)["typed_config"],
-		},
-	}
-	b, err := bootstrap([]any{filter}, 0)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	m["dynamic_resources"] = map[string]any{"ads_config": map[string]any{
-		"api_type": "GRPC", "transport_api_version": "V3",
-		"grpc_services": []any{map[string]any{"envoy_grpc": map[string]any{"cluster_name": "allot_xds"}}},
-	}}
-	sr := m["static_resources"].(map[string]any)
-	sr["clusters"] = []any{map[string]any{
-		"name": "allot_xds", "type": "STATIC", "connect_timeout": "1s",
-		"typed_extension_protocol_options": map[string]any{
-			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
-				"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-				"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
-			},
-		},
-		"load_assignment": map[string]any{"cluster_name": "allot_xds", "endpoints": []any{map[string]any{
-			"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": map[string]any{
-				"socket_address": map[string]any{"address": "127.0.0.1", "port_value": xdsPort}}}}},
-		}}},
-	}}
-	return json.MarshalIndent(m, "", " ")
+	return nil
 }

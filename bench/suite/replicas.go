@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/harness"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // The replicas section: write → all-ACK latency when allotd runs as
@@ -119,7 +118,7 @@ func buildReplicaBins(ctx context.Context, o Options, p *paths) (map[string]stri
 			continue
 		}
 		out := filepath.Join(p.raw, "bin", name)
-		if err := harness.GoBuildTo(ctx, o.Root, out, pkg, nil); err != nil {
+		if err := harness.GoBuild(ctx, o.Root, out, pkg, nil); err != nil {
 			return nil, cmds, fmt.Errorf("%s does not build: %w", pkg, err)
 		}
 		bins[name] = out
@@ -144,57 +143,25 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	cluster, err := harness.NewEtcdCluster(bins["etcd"], dir, replicaCount)
-	if err != nil {
-		return nil, err
-	}
-	var members []*harness.Process
+	cluster, members, err := startEtcd(o, dir, bins["etcd"])
 	defer func() {
 		for _, m := range members {
 			m.Terminate()
 		}
 	}()
-	for i, m := range cluster.Members {
-		cmd := cluster.Command(i, "new")
-		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
-		if err != nil {
-			return nil, err
-		}
-		members = append(members, proc)
-	}
-	if err := cluster.WaitHealthy(members, 30*time.Second); err != nil {
+	if err != nil {
 		return nil, err
 	}
 
-	var reps []replica
+	reps, err := startReplicas(o, p, dir, bins["allotd"], cluster)
 	defer func() {
 		// Replicas first, so that none outlives its store.
 		for _, r := range reps {
 			r.proc.Terminate()
 		}
 	}()
-	for i := range replicaCount {
-		r := replica{id: fmt.Sprintf("r%d", i+1)}
-		ports := [2]int{}
-		for j := range ports {
-			if ports[j], err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
-		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bins["allotd"],
-			"-store", cluster.StoreURL(), "-replica-id", r.id, "-lease-ttl", replicaLeaseTTL.String(),
-			"-admin-addr", r.admin, "-xds-addr", r.xds,
-			"-tokens", filepath.Join(o.Root, "envoy-configs", "dev-tokens.json"), "-wasm-path", p.allotWasm, "-log-level", "warn")
-		if err != nil {
-			return nil, err
-		}
-		reps = append(reps, r)
-	}
-	for _, r := range reps {
-		if err := waitReady(ctx, r, 30*time.Second); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 
 	// The fleets: an even share of the clients on each replica, node ids
@@ -248,36 +215,70 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 		}
 		s.AllAck = append(s.AllAck, ms(d))
 	}
-	s.P50, s.P99, s.Max = quantile(s.AllAck, 0.5), quantile(s.AllAck, 0.99), quantile(s.AllAck, 1)
+	s.summarize()
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		replicaCount, replicaCount, o.EnvoyCPU, thousands(f.Clients), joinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	return s, nil
 }
 
-// waitReady waits until the replica's /readyz answers 200.
-func waitReady(ctx context.Context, r replica, timeout time.Duration) error {
-	if err := waitTCP(r.admin, r.proc, timeout); err != nil {
-		return err
+// startEtcd starts a fresh cluster of replicaCount etcd members in dir,
+// pinned to the server CPU, and waits until every member is healthy. The
+// caller stops the members it returns, even with an error.
+func startEtcd(o Options, dir, bin string) (*harness.EtcdCluster, []*harness.Process, error) {
+	cluster, err := harness.NewEtcdCluster(bin, dir, replicaCount)
+	if err != nil {
+		return nil, nil, err
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+r.admin+"/readyz", nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+	var members []*harness.Process
+	for i, m := range cluster.Members {
+		cmd := cluster.Command(i, "new")
+		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
+		if err != nil {
+			return nil, members, err
+		}
+		members = append(members, proc)
+	}
+	return cluster, members, cluster.WaitHealthy(members, 30*time.Second)
+}
+
+// startReplicas starts replicaCount allotd replicas on cluster, pinned to
+// the server CPU, and waits until each is ready. The caller stops the
+// replicas it returns, even with an error.
+func startReplicas(o Options, p *paths, dir, bin string, cluster *harness.EtcdCluster) ([]replica, error) {
+	var reps []replica
+	for i := range replicaCount {
+		r := replica{id: fmt.Sprintf("r%d", i+1)}
+		ports := [2]int{}
+		for j := range ports {
+			var err error
+			if ports[j], err = harness.FreePort(); err != nil {
+				return reps, err
 			}
-			err = errors.New(resp.Status)
 		}
-		if r.proc.Exited() {
-			return fmt.Errorf("allotd %s exited: %v\n%s", r.id, exitErr(r.proc), r.proc.LogTail(20))
+		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
+		var err error
+		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bin, harness.Allotd{
+			Admin: r.admin, XDS: r.xds, Store: cluster.StoreURL(), ReplicaID: r.id, LeaseTTL: replicaLeaseTTL,
+			Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
+		if err != nil {
+			return reps, err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("allotd %s not ready within %v: %v", r.id, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		reps = append(reps, r)
 	}
+	for _, r := range reps {
+		if err := waitReady(r, 30*time.Second); err != nil {
+			return reps, err
+		}
+	}
+	return reps, nil
+}
+
+// waitReady waits until the replica's /readyz answers 200.
+func waitReady(r replica, timeout time.Duration) error {
+	if err := r.proc.WaitHTTP("http://"+r.admin+"/readyz", timeout); err != nil {
+		return fmt.Errorf("allotd %s not ready: %w", r.id, err)
+	}
+	return nil
 }
 
 // rolloutJSON is the part of the admin API's Rollout the section reads.
@@ -301,26 +302,15 @@ type rolloutProxy struct {
 // how long the request took until its whole response was read, and the
 // rollout it reported.
 func waitedWrite(ctx context.Context, admin, key string) (time.Duration, *rolloutJSON, error) {
-	body := fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5]}`, key)
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+admin+"/v1/experiments?wait="+replicaWait.String(), strings.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	req.Header.Set("Content-Type", "application/json")
+	body := json.RawMessage(fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5]}`, key))
 	t0 := time.Now()
-	resp, err := slowClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodPost, "/v1/experiments?wait="+replicaWait.String(), body, nil)
 	d := time.Since(t0)
 	if err != nil {
 		return 0, nil, err
 	}
-	if resp.StatusCode != http.StatusCreated {
-		return 0, nil, fmt.Errorf("%s: %.300s", resp.Status, b)
+	if code != http.StatusCreated {
+		return 0, nil, fmt.Errorf("%d %s: %.300s", code, http.StatusText(code), b)
 	}
 	var out struct {
 		Rollout rolloutJSON `json:"rollout"`
@@ -391,24 +381,15 @@ func waitMesh(ctx context.Context, r replica, reps []replica, perReplica []int, 
 	}
 }
 
+// rolloutStatus is GET /v1/rollout through admin.
 func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/v1/rollout", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := slowClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return nil, fmt.Errorf("GET /v1/rollout: %s: %s", resp.Status, b)
-	}
 	var ro rolloutJSON
-	if err := json.NewDecoder(resp.Body).Decode(&ro); err != nil {
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, &ro)
+	if err != nil {
 		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/rollout: %d %s: %.300s", code, http.StatusText(code), b)
 	}
 	return &ro, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/allotmesh/allot/bench/stats"
 )
 
 // The report's prose and layout live in report.md.tmpl; this file computes
@@ -26,7 +28,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"join":   strings.Join,
 	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"sec":    func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"med":    median,
+	"med":    stats.Median,
 	"ms":     func(ns float64) float64 { return ns / 1e6 },
 	"add":    func(a, b float64) float64 { return a + b },
 	"sub":    func(a, b float64) float64 { return a - b },
@@ -70,9 +72,9 @@ func execute(name string, data any) (string, error) {
 // the baseline (variant A) of the same round.
 type stat struct{ vals, ratio, diff []float64 }
 
-func (s stat) med() float64    { return median(s.vals) }
-func (s stat) ratioM() float64 { return median(s.ratio) }
-func (s stat) diffM() float64  { return median(s.diff) }
+func (s stat) med() float64    { return stats.Median(s.vals) }
+func (s stat) ratioM() float64 { return stats.Median(s.ratio) }
+func (s stat) diffM() float64  { return stats.Median(s.diff) }
 
 // collect returns, per variant, the statistic f over the rounds.
 func collect(res *results, f func(run) float64) map[string]stat {
@@ -335,7 +337,7 @@ type profileRow struct {
 }
 
 func newReportView(res *results) *reportView {
-	v := &reportView{results: res, Resamples: ciResamples, WarmIDs: warmIDs, StickyPool: stickyPool}
+	v := &reportView{results: res, Resamples: stats.Resamples, WarmIDs: warmIDs, StickyPool: stickyPool}
 	v.targets()
 	v.floors()
 	v.twins()
@@ -359,42 +361,27 @@ func newReportView(res *results) *reportView {
 	return v
 }
 
-// ratios are x[i] / y[i] for two figures measured in the same rounds.
-func ratios(x, y []float64) ([]float64, bool) {
-	if len(x) == 0 || len(x) != len(y) {
-		return nil, false
-	}
-	r := make([]float64, len(x))
-	for i := range x {
-		if y[i] == 0 {
-			return nil, false
-		}
-		r[i] = x[i] / y[i]
-	}
-	return r, true
-}
-
 func (v *reportView) targets() {
 	pr := v.Paired
 	// The native module's: throughput, memory, latency.
 	if pr != nil {
 		fresh := collect(v.results, func(r run) float64 { return r.MaxRPS })
 		for _, t := range throughputTargets {
-			r, ok := ratios(pr.RPS[t.x], pr.RPS[t.ref])
+			r, ok := stats.Ratios(pr.RPS[t.x], pr.RPS[t.ref])
 			if !ok {
 				continue
 			}
-			lo, hi := bootstrapMedian(r)
-			row := targetRow{Kind: "throughput", What: t.what, X: t.x, Ref: t.ref, Ratio: median(r), Lo: lo, Hi: hi,
-				Limit: t.limit, Figure: median(pr.RPS[t.x]), RefFigure: median(pr.RPS[t.ref])}
-			if fr, ok := ratios(fresh[t.x].vals, fresh[t.ref].vals); ok {
-				row.Fresh = median(fr)
+			lo, hi := stats.BootstrapMedian(r)
+			row := targetRow{Kind: "throughput", What: t.what, X: t.x, Ref: t.ref, Ratio: stats.Median(r), Lo: lo, Hi: hi,
+				Limit: t.limit, Figure: stats.Median(pr.RPS[t.x]), RefFigure: stats.Median(pr.RPS[t.ref])}
+			if fr, ok := stats.Ratios(fresh[t.x].vals, fresh[t.ref].vals); ok {
+				row.Fresh = stats.Median(fr)
 			}
 			row.Result = atLeastVerdict(row.Ratio, lo, hi, t.limit)
-			if fr, ok := ratios(pr.RPS[t.floor], pr.RPS[t.ref]); ok {
+			if fr, ok := stats.Ratios(pr.RPS[t.floor], pr.RPS[t.ref]); ok {
 				row.Floor = t.floor
-				row.FloorRatio = median(fr)
-				row.FloorLo, row.FloorHi = bootstrapMedian(fr)
+				row.FloorRatio = stats.Median(fr)
+				row.FloorLo, row.FloorHi = stats.BootstrapMedian(fr)
 				row.BelowFloor = row.Ratio < t.limit && row.FloorHi < t.limit
 			}
 			v.Targets = append(v.Targets, row)
@@ -421,13 +408,13 @@ func (v *reportView) targets() {
 		e, okE := pr.diffs("E")
 		for _, t := range ownTargets {
 			own, ok := pr.between(t.x, t.floor)
-			if !ok || !okE || median(e) <= 0 {
+			if !ok || !okE || stats.Median(e) <= 0 {
 				continue
 			}
-			lo, hi := bootstrapRatio(own, e)
-			ratio := median(own) / median(e)
+			lo, hi := stats.BootstrapRatio(own, e)
+			ratio := stats.Median(own) / stats.Median(e)
 			v.Targets = append(v.Targets, targetRow{Kind: "own", What: t.what, X: t.x, Floor: t.floor, Ref: "E",
-				Figure: median(own), RefFigure: median(e), Ratio: ratio, Lo: lo, Hi: hi, Limit: t.limit,
+				Figure: stats.Median(own), RefFigure: stats.Median(e), Ratio: ratio, Lo: lo, Hi: hi, Limit: t.limit,
 				Result: ratioVerdict(ratio, lo, hi, t.limit)})
 		}
 		for _, t := range p99Targets[1:] {
@@ -507,7 +494,7 @@ func (v *reportView) p99Row(what, x, ref string, limit float64) (targetRow, bool
 	}
 	xd, _ := pr.latDiffs(x, "p99")
 	rd, _ := pr.latDiffs(ref, "p99")
-	lo, hi := bootstrapRatio(xd, rd)
+	lo, hi := stats.BootstrapRatio(xd, rd)
 	x50, _ := pr.latAdd(x, "p50")
 	r50, _ := pr.latAdd(ref, "p50")
 	ratio := xp / rp
@@ -536,12 +523,12 @@ func (v *reportView) floors() {
 				continue
 			}
 			lo, hi, _ := pr.ratioCI(f.ID, ref)
-			olo, ohi := bootstrapMedian(own)
+			olo, ohi := stats.BootstrapMedian(own)
 			row := floorRow{X: id, Floor: f.ID, Ref: ref, FloorAdd: fl, FloorE: fl / e, Lo: lo, Hi: hi, XAdd: x, XE: x / e,
-				Own: median(own), OwnLo: olo, OwnHi: ohi, OwnE: median(own) / e, E: e}
-			if r, ok := ratios(pr.RPS[f.ID], pr.RPS["A"]); ok {
-				row.RPSA = median(r)
-				row.RPSALo, row.RPSAHi = bootstrapMedian(r)
+				Own: stats.Median(own), OwnLo: olo, OwnHi: ohi, OwnE: stats.Median(own) / e, E: e}
+			if r, ok := stats.Ratios(pr.RPS[f.ID], pr.RPS["A"]); ok {
+				row.RPSA = stats.Median(r)
+				row.RPSALo, row.RPSAHi = stats.BootstrapMedian(r)
 			}
 			for _, t := range ownTargets {
 				if t.x == id && t.floor == f.ID {
@@ -563,14 +550,14 @@ func (v *reportView) floors() {
 		// Per round: the writes made from Wasm beyond E's one header, and
 		// how much more that is than M's native writes.
 		wasm, okW := pr.between(n.NativeOf, "E")
-		excess, okX := roundDiffs(wasm, m)
+		excess, okX := stats.RoundDiffs(wasm, m)
 		if !okM || !okW || !okX {
 			continue
 		}
-		c := counterpart{ID: n.ID, Of: n.NativeOf, Add: median(m), AddE: median(m) / e, Wasm: median(wasm), Excess: median(excess)}
-		c.AddLo, c.AddHi = bootstrapMedian(m)
-		c.WasmLo, c.WasmHi = bootstrapMedian(wasm)
-		c.ExcessLo, c.ExcessHi = bootstrapMedian(excess)
+		c := counterpart{ID: n.ID, Of: n.NativeOf, Add: stats.Median(m), AddE: stats.Median(m) / e, Wasm: stats.Median(wasm), Excess: stats.Median(excess)}
+		c.AddLo, c.AddHi = stats.BootstrapMedian(m)
+		c.WasmLo, c.WasmHi = stats.BootstrapMedian(wasm)
+		c.ExcessLo, c.ExcessHi = stats.BootstrapMedian(excess)
 		c.Resolved = c.ExcessLo > 0
 		v.Counterparts = append(v.Counterparts, c)
 	}
@@ -590,12 +577,12 @@ func (v *reportView) twins() {
 		}
 		w, _ := pr.add(wasm)
 		n, _ := pr.add(native)
-		lo, hi := bootstrapMedian(d)
-		row := twinRow{Wasm: wasm, Native: native, WasmAdd: w, NatAdd: n, Diff: median(d), Lo: lo, Hi: hi,
-			WasmRPS: median(pr.RPS[wasm]), NatRPS: median(pr.RPS[native])}
-		if r, ok := ratios(pr.RPS[native], pr.RPS["A"]); ok {
-			row.NatA = median(r)
-			row.NatALo, row.NatAHi = bootstrapMedian(r)
+		lo, hi := stats.BootstrapMedian(d)
+		row := twinRow{Wasm: wasm, Native: native, WasmAdd: w, NatAdd: n, Diff: stats.Median(d), Lo: lo, Hi: hi,
+			WasmRPS: stats.Median(pr.RPS[wasm]), NatRPS: stats.Median(pr.RPS[native])}
+		if r, ok := stats.Ratios(pr.RPS[native], pr.RPS["A"]); ok {
+			row.NatA = stats.Median(r)
+			row.NatALo, row.NatAHi = stats.BootstrapMedian(r)
 		}
 		return row, true
 	}
@@ -632,15 +619,15 @@ func (v *reportView) sticky() {
 				continue
 			}
 			row.BaseAdd, _ = pr.add(t.base)
-			row.Diff = median(d)
-			row.Lo, row.Hi = bootstrapMedian(d)
+			row.Diff = stats.Median(d)
+			row.Lo, row.Hi = stats.BootstrapMedian(d)
 			if row.BaseAdd > 0 {
 				row.Ratio, row.HasRatio = x/row.BaseAdd, true
 				row.RatioLo, row.RatioHi, _ = pr.ratioCI(t.x, t.base)
 			}
-			if r, ok := ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
-				row.RPS = median(r)
-				row.RPSLo, row.RPSHi = bootstrapMedian(r)
+			if r, ok := stats.Ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
+				row.RPS = stats.Median(r)
+				row.RPSLo, row.RPSHi = stats.BootstrapMedian(r)
 			}
 			against = true
 		}
@@ -713,9 +700,9 @@ func (v *reportView) interleaved() {
 		}
 		x, _ := pr.add(vi.ID)
 		lo, hi := pr.spread(vi.ID)
-		row := interleavedRow{ID: vi.ID, CPU: median(vals), Add: x, Lo: lo, Hi: hi, XE: "–", Interval: "–", RPS: median(pr.RPS[vi.ID])}
-		if r, ok := ratios(pr.RPS[vi.ID], pr.RPS["A"]); ok {
-			row.RPSA = median(r)
+		row := interleavedRow{ID: vi.ID, CPU: stats.Median(vals), Add: x, Lo: lo, Hi: hi, XE: "–", Interval: "–", RPS: stats.Median(pr.RPS[vi.ID])}
+		if r, ok := stats.Ratios(pr.RPS[vi.ID], pr.RPS["A"]); ok {
+			row.RPSA = stats.Median(r)
 		}
 		if vi.ID != "A" && e > 0 {
 			row.XE = fmt.Sprintf("%.2f", x/e)

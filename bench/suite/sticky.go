@@ -21,10 +21,10 @@ import (
 
 	"github.com/allotmesh/allot/bench/load"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/e2e/harness"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
@@ -181,7 +181,7 @@ func withCookies(v variant) (variant, error) {
 // response export bin/allot.wasm has: otherwise Y would measure nothing.
 // It returns the command, for the report.
 func buildNoResponse(ctx context.Context, o Options, p *paths) (string, error) {
-	if err := harness.GoBuildTo(ctx, o.Root, p.noRespWasm, "./filter", []string{"-buildmode=c-shared", "-trimpath", "-tags", "allot_noresponse"},
+	if err := harness.GoBuild(ctx, o.Root, p.noRespWasm, "./filter", []string{"-buildmode=c-shared", "-trimpath", "-tags", "allot_noresponse"},
 		"GOOS=wasip1", "GOARCH=wasm"); err != nil {
 		return "", err
 	}

@@ -3,6 +3,9 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -10,7 +13,6 @@ import (
 
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/engine"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
@@ -441,6 +443,25 @@ func filterConfig(n int) (*filterv1.FilterConfig, error) {
 	return cfg, nil
 }
 
+// writeBootstrap renders the bootstrap of filters (with the ext_authz
+// cluster on authzPort when not 0) into p.raw/name.json and returns its
+// path.
+func writeBootstrap(p *paths, name string, filters func(*paths) ([]any, error), authzPort int) (string, error) {
+	f, err := filters(p)
+	if err != nil {
+		return "", err
+	}
+	b, err := bootstrap(f, authzPort)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(p.raw, name+".json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // bootstrap renders Envoy's bootstrap (JSON) for a variant: one listener on
 // 127.0.0.1 (port chosen by the kernel), the variant's filters, and two
 // direct_response routes: pre-flight requests (x-preflight) get
@@ -511,11 +532,71 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 	return json.MarshalIndent(b, "", " ")
 }
 
-// experiments decodes experimentsJSON(n) for the engine.
-func experiments(n int) ([]engine.Experiment, error) {
-	var exps []engine.Experiment
-	if err := json.Unmarshal([]byte(experimentsJSON(n)), &exps); err != nil {
-		return nil, fmt.Errorf("experiments(%d): %w", n, err)
+// selectVariants are A and the variants only names (all when empty), each
+// with its pre-flight expectation. The diagnostic variants (L, M) are left
+// out unless only names them or diagnostic is set.
+func selectVariants(only string, diagnostic bool) ([]variant, error) {
+	var vs []variant
+	for _, v := range variants() {
+		named := only != "" && strings.Contains(only, v.ID)
+		if v.ID != "A" && (only != "" && !named || v.diagnostic && !named && !diagnostic) {
+			continue
+		}
+		v, err := withExpect(v)
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
 	}
-	return exps, nil
+	return vs, nil
+}
+
+// withExpect gives an Allot variant the pre-flight's expectation: the
+// engine's assignment of each id and, with a sticky cookie, the cookies
+// sent and set (withCookies).
+func withExpect(v variant) (variant, error) {
+	if v.allot > 0 {
+		exp, err := engineExpect(v.allot)
+		if err != nil {
+			return v, err
+		}
+		v.expect = exp
+	}
+	return withCookies(v)
+}
+
+// ids returns the x-user-id generator: warm variants cycle through units
+// ids (unitID); cold ones never repeat one (seq makes them unique per run).
+func ids(cold bool, units int, seq uint64) func([]byte, uint64) []byte {
+	if cold {
+		return func(dst []byte, i uint64) []byte {
+			dst = append(dst, "cold-"...)
+			dst = strconv.AppendUint(dst, seq, 10)
+			dst = append(dst, '-')
+			return strconv.AppendUint(dst, i, 10)
+		}
+	}
+	n := uint64(units)
+	return func(dst []byte, i uint64) []byte { return appendUnitID(dst, i%n) }
+}
+
+// appendUnitID appends warm unit n's id, user-<n>.
+func appendUnitID(dst []byte, n uint64) []byte {
+	return strconv.AppendUint(append(dst, "user-"...), n, 10)
+}
+
+// unitID is warm unit n's id.
+func unitID(n uint64) string { return string(appendUnitID(nil, n)) }
+
+// checkIDs are the pre-flight's user ids: n of the warm ids (every
+// stride-th) and, for a cold variant, n fresh ones named prefix-seq-i.
+func checkIDs(v variant, n, stride int, prefix string, seq uint64) []string {
+	var ids []string
+	for i := range n {
+		ids = append(ids, "user-"+strconv.Itoa(i*stride))
+		if v.cold {
+			ids = append(ids, fmt.Sprintf("%s-%d-%d", prefix, seq, i))
+		}
+	}
+	return ids
 }

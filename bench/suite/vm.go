@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/bench/stats"
 )
 
 // The VM benchmark (`make bench-vm`) runs the Wasm modules in Node's V8, the
@@ -294,7 +296,7 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 		return out
 	}
 	diff := func(x, y []float64) []float64 {
-		d, _ := roundDiffs(x, y) // every variant runs in every round
+		d, _ := stats.RoundDiffs(x, y) // every variant runs in every round
 		return d
 	}
 	us := func(v float64) string { return strconv.FormatFloat(v/1000, 'f', 2, 64) }
@@ -306,11 +308,11 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 	e := ns("E", 0)
 	for _, v := range r.Variants {
 		this := ns(v.ID, 0)
-		row := fmt.Sprintf("| %s: %s | %s | ", v.ID, v.Name, us(median(this)))
+		row := fmt.Sprintf("| %s: %s | %s | ", v.ID, v.Name, us(stats.Median(this)))
 		if v.ID == "E" {
 			row += "– |"
 		} else {
-			row += us(median(diff(this, e))) + " |"
+			row += us(stats.Median(diff(this, e))) + " |"
 		}
 		if r.Base == "" {
 			row += " " + callsText(r.Runs, v.ID, evict) + " |"
@@ -319,12 +321,12 @@ func renderVMTable(p func(string, ...any), r *vmResults, evict int) {
 		} else {
 			base := ns(v.ID, 1)
 			d := diff(this, base)
-			lo, hi := bootstrapMedian(d)
-			verdict := unresolved
-			if dir := direction(lo, hi); dir != "" {
+			lo, hi := stats.BootstrapMedian(d)
+			verdict := stats.Unresolved
+			if dir := stats.Direction(lo, hi); dir != "" {
 				verdict = "**" + dir + "**"
 			}
-			row += fmt.Sprintf(" %s | %s | %s … %s | %s |", us(median(base)), us(median(d)), us(lo), us(hi), verdict)
+			row += fmt.Sprintf(" %s | %s | %s … %s | %s |", us(stats.Median(base)), us(stats.Median(d)), us(lo), us(hi), verdict)
 		}
 		p("%s\n", row)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/config"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -33,8 +34,9 @@ const (
 )
 
 // load is what the running experiments of one service put on its
-// requests: how many, and the sum of their translate.Headers.Cost.
-type load struct{ experiments, assigned int }
+// requests: how many, the sum of their translate.Headers.Cost, and how
+// many observe their outcomes.
+type load struct{ experiments, assigned, observed int }
 
 // checkServices checks the bounds of every service e applies to
 // (MaxServiceHeaderBytes, MaxExperimentsPerService) if e is written as it
@@ -112,12 +114,14 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 			if applies(x, t.service) {
 				before.experiments++
 				before.assigned += cost[x]
+				before.observed += observes(x)
 			}
 		}
-		after := load{before.experiments + 1, before.assigned + mine}
+		after := load{before.experiments + 1, before.assigned + mine, before.observed + observes(e)}
 		if old != nil && experiment.Status(old) == experiment.StatusRunning && applies(old, t.service) {
 			before.experiments++
 			before.assigned += h.Cost(old)
+			before.observed += observes(old)
 		}
 		name := "service " + strconv.Quote(t.service)
 		if t.service == "" {
@@ -130,11 +134,23 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 		if after.experiments > MaxExperimentsPerService && after.experiments > before.experiments {
 			details = append(details, fmt.Sprintf("%s: %s: %d running experiments, limit %d", t.field, name, after.experiments, MaxExperimentsPerService))
 		}
+		if after.observed > config.MaxObserved && after.observed > before.observed {
+			details = append(details, fmt.Sprintf("observe: %s: %d running experiments observe their outcomes, limit %d", name, after.observed, config.MaxObserved))
+		}
 	}
 	if len(details) > 0 {
 		return nil, &Error{Code: CodeInvalid, Message: "invalid experiment", Details: details}
 	}
 	return store.WithBase(ctx, rev), nil
+}
+
+// observes is 1 if e observes its outcomes (the filter's bound on them:
+// config.MaxObserved per proxy), else 0.
+func observes(e *experimentv1.Experiment) int {
+	if e.GetObserve() {
+		return 1
+	}
+	return 0
 }
 
 // staleRetries bounds how many times retryStale runs a write.

@@ -20,6 +20,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store/bolt/bolttest"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/config"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
@@ -55,7 +56,7 @@ func TestValidateBounds(t *testing.T) {
 		{"a service name", func(e *experimentv1.Experiment, p int) {
 			e.Services = []string{"a", rep(experiment.MaxServiceNameBytes + p)}
 		},
-			"services[1]: 254 bytes, limit 253"},
+			"services[1]: 129 bytes, limit 128"},
 		{"variations", func(e *experimentv1.Experiment, p int) { e.Variations = values(experiment.MaxVariations + p) },
 			"variations: 65 variations, limit 64"},
 		{"a variation's header value", func(e *experimentv1.Experiment, p int) {
@@ -346,5 +347,38 @@ func TestServiceHeaderBudgetConcurrentWrite(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, root, "two"); codeOf(err) != admin.CodeNotFound {
 		t.Errorf("two was stored: %v", err)
+	}
+}
+
+// TestObservedPerService: at most config.MaxObserved running experiments
+// of one service observe their outcomes (the filter refuses a
+// configuration with more); the write of one more is refused naming
+// observe, while an experiment that does not observe, or one on another
+// service, is not.
+func TestObservedPerService(t *testing.T) {
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
+	ctx := context.Background()
+	s := admin.NewService(db, nil, admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
+	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
+	one := func(key string, observe bool, services ...string) *experimentv1.Experiment {
+		e := exp(key, "team-a", 0)
+		e.Services, e.Observe = services, observe
+		return e
+	}
+	for i := range config.MaxObserved {
+		if _, err := s.Create(ctx, root, one(fmt.Sprintf("e%d", i), true, "checkout")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := s.Create(ctx, root, one("more", true, "search", "checkout"))
+	want := fmt.Sprintf(`observe: service "checkout": %d running experiments observe their outcomes, limit %d`, config.MaxObserved+1, config.MaxObserved)
+	if got := admin.ErrorOf(err); err == nil || !slices.Equal(got.Details, []string{want}) {
+		t.Fatalf("one observed experiment too many: %v, want only %q", err, want)
+	}
+	if _, err := s.Create(ctx, root, one("more", false, "checkout")); err != nil {
+		t.Errorf("an experiment that does not observe: %v", err)
+	}
+	if _, err := s.Create(ctx, root, one("other", true, "search")); err != nil {
+		t.Errorf("another service: %v", err)
 	}
 }

@@ -110,8 +110,8 @@ func CheckFields(e *experimentv1.Experiment) []string {
 		details = append(details, "status: unknown status "+strconv.Quote(st)+", want draft, running, paused or stopped")
 	}
 	for i, svc := range e.GetServices() {
-		if svc == "" {
-			details = append(details, "services["+strconv.Itoa(i)+"]: empty service name")
+		if p := ServiceNameProblem(svc); p != "" {
+			details = append(details, "services["+strconv.Itoa(i)+"]: "+p)
 		}
 	}
 	start, end := e.GetStartTime(), e.GetEndTime()

@@ -110,3 +110,28 @@ func TestDefinition(t *testing.T) {
 		t.Errorf("Definition changed its argument: %v", e)
 	}
 }
+
+// TestServiceNameProblem: the rule every service name meets, in an
+// experiment's services and as the cluster a proxy presents.
+func TestServiceNameProblem(t *testing.T) {
+	for _, tt := range []struct {
+		name, want string
+	}{
+		{"checkout-svc", ""},
+		{"checkout.team-a.svc", ""},
+		{"caf\u00e9", ""},
+		{strings.Repeat("s", experiment.MaxServiceNameBytes), ""},
+		{"", "empty service name"},
+		{strings.Repeat("s", experiment.MaxServiceNameBytes+1), "129 bytes, limit 128"},
+		{"shop<script>", "not valid UTF-8"},
+		{"a\"b", "not valid UTF-8"},
+		{"a\nb", "not valid UTF-8"},
+		{"a\u2028b", "not valid UTF-8"},
+		{"\xff", "not valid UTF-8"},
+	} {
+		got := experiment.ServiceNameProblem(tt.name)
+		if (tt.want == "") != (got == "") || !strings.HasPrefix(got, tt.want) {
+			t.Errorf("ServiceNameProblem(%q) = %q, want %q…", tt.name, got, tt.want)
+		}
+	}
+}

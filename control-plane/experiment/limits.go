@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -35,9 +37,12 @@ const (
 	MaxOwnerBytes = 128
 	// MaxServices bounds the entries of services.
 	MaxServices = 64
-	// MaxServiceNameBytes bounds each entry of services (a DNS name's
-	// length).
-	MaxServiceNameBytes = 253
+	// MaxServiceNameBytes bounds a service name: each entry of services,
+	// and the cluster a proxy presents over xDS (control-plane/xds
+	// refuses a longer one), so that an experiment can name every service
+	// whose proxies may connect and no other. ServiceNameProblem checks
+	// both with the same rule.
+	MaxServiceNameBytes = 128
 	// MaxVariations bounds the entries of variations.
 	MaxVariations = 64
 	// MaxVariationValueBytes bounds a variation's rendered header value:
@@ -88,9 +93,6 @@ func CheckBounds(e *experimentv1.Experiment) []string {
 	over("description", len(e.GetDescription()), MaxDescriptionBytes, "bytes")
 	over("owner", len(e.GetOwner()), MaxOwnerBytes, "bytes")
 	over("services", len(e.GetServices()), MaxServices, "services")
-	for i, svc := range e.GetServices() {
-		over("services["+strconv.Itoa(i)+"]", len(svc), MaxServiceNameBytes, "bytes")
-	}
 	over("variations", len(e.GetVariations()), MaxVariations, "variations")
 	for i, v := range e.GetVariations() {
 		if value, err := HeaderValue(v); err == nil {
@@ -111,4 +113,27 @@ func HeaderValue(v *structpb.Value) (string, error) {
 		return "", err
 	}
 	return engine.RenderVariation(raw)
+}
+
+// ServiceNameProblem says what makes name unusable as a service — an entry
+// of an experiment's services, or the cluster a proxy presents — or returns
+// "": empty, longer than MaxServiceNameBytes, or not valid UTF-8 without
+// the characters JSON escapes (control characters, '"', '\\', '<', '>',
+// '&', U+2028, U+2029), which keeps every record that lists clusters in
+// the mesh registry of a bounded size.
+func ServiceNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "empty service name"
+	case len(name) > MaxServiceNameBytes:
+		return fmt.Sprintf("%d bytes, limit %d", len(name), MaxServiceNameBytes)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, escaped):
+		return "not valid UTF-8 or contains a character JSON escapes (control, '\"', '\\', '<', '>', '&', U+2028, U+2029)"
+	}
+	return ""
+}
+
+// escaped reports whether JSON encoding escapes r.
+func escaped(r rune) bool {
+	return r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029'
 }

@@ -403,3 +403,28 @@ func TestNativeExtension(t *testing.T) {
 		t.Errorf("filter_config %v", got)
 	}
 }
+
+// TestObserveReachesFilter: an experiment's observe field reaches the
+// filter's configuration, and the filter's decoder reads it.
+func TestObserveReachesFilter(t *testing.T) {
+	v := func(s string) *structpb.Value { return structpb.NewStringValue(s) }
+	exps := []*experimentv1.Experiment{
+		{Key: "watched", Variations: []*structpb.Value{v("a"), v("b")}, Observe: true},
+		{Key: "plain", Variations: []*structpb.Value{v("a"), v("b")}},
+	}
+	cfg, err := FilterConfig(exps, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range f.Experiments {
+		got[e.Key] = e.Observe
+	}
+	if !got["watched"] || got["plain"] {
+		t.Errorf("observe in the filter's configuration: %v, want watched only", got)
+	}
+}

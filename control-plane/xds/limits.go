@@ -2,7 +2,6 @@ package xds
 
 import (
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -11,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"github.com/allotmesh/allot/control-plane/experiment"
 )
 
 // Limits on what a proxy sends. Each is enforced where the input enters,
@@ -27,11 +28,10 @@ const (
 	MaxRequestBytes = 1 << 20
 	// MaxNodeIDBytes bounds node.id.
 	MaxNodeIDBytes = 256
-	// MaxClusterBytes bounds node.cluster, which must also be valid UTF-8
-	// without the characters JSON escapes (control characters, `"`, `\`,
-	// `<`, `>`, `&`, U+2028, U+2029), so that the replica's record in the
-	// mesh registry, which lists every cluster, has a bounded size.
-	MaxClusterBytes = 128
+	// MaxClusterBytes bounds node.cluster, the proxy's service: a
+	// cluster must be a name experiments can list in their services
+	// (experiment.ServiceNameProblem: the same bound and characters).
+	MaxClusterBytes = experiment.MaxServiceNameBytes
 	// MaxArtifactBytes bounds node.metadata["allot.artifact"] (its string,
 	// or its JSON when it is not a string).
 	MaxArtifactBytes = 64
@@ -91,10 +91,8 @@ func (s *Server) admit(node *corev3.Node) error {
 	switch id, cluster := node.GetId(), node.GetCluster(); {
 	case len(id) > MaxNodeIDBytes:
 		field, why = fieldNodeID, fmt.Sprintf("%d bytes, limit %d", len(id), MaxNodeIDBytes)
-	case len(cluster) > MaxClusterBytes:
-		field, why = fieldCluster, fmt.Sprintf("%d bytes, limit %d", len(cluster), MaxClusterBytes)
-	case !plainText(cluster):
-		field, why = fieldCluster, "not valid UTF-8 or contains a character JSON escapes (control, '\"', '\\', '<', '>', '&', U+2028, U+2029)"
+	case cluster != "" && experiment.ServiceNameProblem(cluster) != "": // no cluster: the untargeted experiments
+		field, why = fieldCluster, experiment.ServiceNameProblem(cluster)
 	default:
 		if a, _ := nodeArtifact(node); len(a) > MaxArtifactBytes {
 			field, why = fieldArtifact, fmt.Sprintf("%d bytes, limit %d", len(a), MaxArtifactBytes)
@@ -134,17 +132,6 @@ func (s *Server) admitStream(n int) error {
 	}
 	return status.Errorf(codes.ResourceExhausted, "xds: %s: this server serves %d streams, the limit; connect to another replica or retry later",
 		fieldStreams, n)
-}
-
-// plainText reports whether s is valid UTF-8 without a character that
-// encoding/json escapes, so that its JSON is its own length plus quotes.
-func plainText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	return !strings.ContainsFunc(s, func(r rune) bool {
-		return r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029'
-	})
 }
 
 // version is v if it may be a version allotd made (MaxVersionBytes), else

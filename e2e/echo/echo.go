@@ -51,8 +51,24 @@ func (r Response) Header(name string) []string {
 // maxBody bounds how much of a request body the handler reads and discards.
 const maxBody = 1 << 20
 
+// Fault knobs: request headers a test sets to make the upstream misbehave
+// for that request only.
+const (
+	// StatusHeader makes the handler answer with its value as the status
+	// (200–599; anything else is answered 400, naming the header), the
+	// body as usual.
+	StatusHeader = "x-echo-status"
+	// HangHeader makes the handler answer nothing until the request is
+	// gone (the client or the proxy reset it), or MaxHang has passed.
+	HangHeader = "x-echo-hang"
+)
+
+// MaxHang bounds how long a request with HangHeader is held.
+const MaxHang = 10 * time.Second
+
 // Handler returns the echo handler. It answers every method and path with
-// status 200 and a Response as application/json.
+// status 200 (or StatusHeader's) and a Response as application/json, or
+// holds a request with HangHeader unanswered.
 func Handler() http.Handler {
 	return http.HandlerFunc(serveEcho)
 }
@@ -60,6 +76,22 @@ func Handler() http.Handler {
 func serveEcho(w http.ResponseWriter, r *http.Request) {
 	// Drain (a bounded amount of) the body so keep-alive connections stay usable.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxBody))
+	if r.Header.Get(HangHeader) != "" {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(MaxHang):
+		}
+		return
+	}
+	status := http.StatusOK
+	if v := r.Header.Get(StatusHeader); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 200 || n > 599 {
+			http.Error(w, StatusHeader+": "+strconv.Quote(v)+" is not a status 200–599", http.StatusBadRequest)
+			return
+		}
+		status = n
+	}
 
 	resp := Response{
 		Method:  r.Method,
@@ -82,7 +114,7 @@ func serveEcho(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
 

@@ -151,3 +151,44 @@ func TestStartShutdown(t *testing.T) {
 		t.Error("server still answers after Shutdown")
 	}
 }
+
+// TestFaultKnobs: StatusHeader sets the response's status (a value out of
+// range is refused, naming the header); HangHeader holds the request
+// unanswered until its client is gone.
+func TestFaultKnobs(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  int
+	}{{"503", 503}, {"200", 200}, {"404", 404}, {"99", 400}, {"600", 400}, {"5xx", 400}} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set(echo.StatusHeader, c.value)
+		echo.Handler().ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Errorf("%s: %s: status %d, want %d", echo.StatusHeader, c.value, rec.Code, c.want)
+		}
+		if c.want == 400 && !strings.Contains(rec.Body.String(), echo.StatusHeader) {
+			t.Errorf("%s: %s: body %q does not name the header", echo.StatusHeader, c.value, rec.Body)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+	req.Header.Set(echo.HangHeader, "1")
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { echo.Handler().ServeHTTP(rec, req); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("a hanging request was answered before its client went")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a hanging request was held after its client went")
+	}
+	if rec.Body.Len() != 0 {
+		t.Errorf("a hanging request was answered: %q", rec.Body)
+	}
+}

@@ -129,6 +129,9 @@ type Host interface {
 	// and its strings are valid until the next GetHeaderMapPairs call (the
 	// real host reuses its buffers).
 	GetHeaderMapPairs(t MapType) ([][2]string, error)
+	// GetHeaderMapValue returns the first value of a header, valid until
+	// the next GetHeaderMapValue call (the real host reuses its buffer).
+	GetHeaderMapValue(t MapType, key string) (string, error)
 	// AddHeaderMapValue appends a header (keeping existing copies).
 	AddHeaderMapValue(t MapType, key, value string) error
 	// RemoveHeaderMapValue removes every copy of a header.
@@ -145,6 +148,10 @@ type Host interface {
 	DefineMetric(t MetricType, name string) (uint32, error)
 	// IncrementMetric adds delta to a counter or gauge.
 	IncrementMetric(id uint32, delta int64) error
+	// RecordMetric records value in a histogram (or sets a gauge).
+	RecordMetric(id uint32, value uint64) error
+	// CurrentTimeNanos is the host's clock, in nanoseconds since the epoch.
+	CurrentTimeNanos() (int64, error)
 	// SetTickPeriod asks for OnTick every ms milliseconds (0 = off).
 	SetTickPeriod(ms uint32) error
 }

@@ -18,6 +18,9 @@ func (nativeHost) GetBuffer(BufferType, int, int) ([]byte, error) {
 func (nativeHost) GetHeaderMapPairs(MapType) ([][2]string, error) {
 	return nil, unimplemented("proxy_get_header_map_pairs")
 }
+func (nativeHost) GetHeaderMapValue(MapType, string) (string, error) {
+	return "", unimplemented("proxy_get_header_map_value")
+}
 func (nativeHost) AddHeaderMapValue(MapType, string, string) error {
 	return unimplemented("proxy_add_header_map_value")
 }
@@ -36,6 +39,12 @@ func (nativeHost) DefineMetric(MetricType, string) (uint32, error) {
 }
 func (nativeHost) IncrementMetric(uint32, int64) error {
 	return unimplemented("proxy_increment_metric")
+}
+func (nativeHost) RecordMetric(uint32, uint64) error {
+	return unimplemented("proxy_record_metric")
+}
+func (nativeHost) CurrentTimeNanos() (int64, error) {
+	return 0, unimplemented("proxy_get_current_time_nanoseconds")
 }
 func (nativeHost) SetTickPeriod(uint32) error {
 	return unimplemented("proxy_set_tick_period_milliseconds")

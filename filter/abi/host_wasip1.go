@@ -18,6 +18,9 @@ func proxyGetBufferBytes(t uint32, start, max uint32, retData *uint32, retSize *
 //go:wasmimport env proxy_get_header_map_pairs
 func proxyGetHeaderMapPairs(t uint32, retData *uint32, retSize *uint32) uint32
 
+//go:wasmimport env proxy_get_header_map_value
+func proxyGetHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, retData *uint32, retSize *uint32) uint32
+
 //go:wasmimport env proxy_add_header_map_value
 func proxyAddHeaderMapValue(t uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
 
@@ -39,6 +42,12 @@ func proxyDefineMetric(t uint32, name unsafe.Pointer, nameSize uint32, retID *ui
 //go:wasmimport env proxy_increment_metric
 func proxyIncrementMetric(id uint32, delta int64) uint32
 
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(id uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_current_time_nanoseconds
+func proxyGetCurrentTimeNanoseconds(ret *uint64) uint32
+
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriodMilliseconds(ms uint32) uint32
 
@@ -52,6 +61,7 @@ type WasmHost struct{}
 var (
 	headerBuf   []byte
 	headerPairs [][2]string
+	valueBuf    []byte // GetHeaderMapValue's
 )
 
 // retPtr, retSize and retID receive the host's out-parameters. A local
@@ -59,6 +69,10 @@ var (
 // allocations on every header read); a VM runs one call at a time, so
 // package variables serve every call and are read right after it.
 var retPtr, retSize, retID uint32
+
+// retTime receives proxy_get_current_time_nanoseconds' out-parameter, as
+// retPtr does the others'.
+var retTime uint64
 
 // NewHost returns the real host. It exists only in the wasip1 build.
 func NewHost() Host { return WasmHost{} }
@@ -87,6 +101,16 @@ func (WasmHost) GetHeaderMapPairs(t MapType) ([][2]string, error) {
 	}
 	headerPairs, err = ParsePairsInto(headerPairs[:0], takeAlloc(retPtr, retSize))
 	return headerPairs, err
+}
+
+func (WasmHost) GetHeaderMapValue(t MapType, key string) (string, error) {
+	reuse = &valueBuf
+	err := statusErr("proxy_get_header_map_value", Status(proxyGetHeaderMapValue(uint32(t), strPtr(key), uint32(len(key)), &retPtr, &retSize)))
+	reuse = nil
+	if err != nil {
+		return "", err
+	}
+	return StringView(takeAlloc(retPtr, retSize)), nil
 }
 
 func (WasmHost) AddHeaderMapValue(t MapType, key, value string) error {
@@ -120,6 +144,15 @@ func (WasmHost) DefineMetric(t MetricType, name string) (uint32, error) {
 
 func (WasmHost) IncrementMetric(id uint32, delta int64) error {
 	return statusErr("proxy_increment_metric", Status(proxyIncrementMetric(id, delta)))
+}
+
+func (WasmHost) RecordMetric(id uint32, value uint64) error {
+	return statusErr("proxy_record_metric", Status(proxyRecordMetric(id, value)))
+}
+
+func (WasmHost) CurrentTimeNanos() (int64, error) {
+	err := statusErr("proxy_get_current_time_nanoseconds", Status(proxyGetCurrentTimeNanoseconds(&retTime)))
+	return int64(retTime), err
 }
 
 func (WasmHost) SetTickPeriod(ms uint32) error {

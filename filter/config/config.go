@@ -39,6 +39,12 @@ const (
 // bits, so Parse refuses more.
 const MaxIndex = 0xffff
 
+// MaxObserved bounds the experiments of one configuration that observe
+// their outcomes (Experiment.Observe): each of their variations costs
+// Envoy seven stats, and each observed assignment a request gets costs its
+// response a few host calls, so Parse refuses more.
+const MaxObserved = 100
+
 // The values of the AssignmentHeaders enum, by name.
 const (
 	AssignmentHeadersUnspecified = "ASSIGNMENT_HEADERS_UNSPECIFIED"
@@ -138,9 +144,15 @@ func Parse(data []byte) (*Filter, *engine.Set, error) {
 	if n := len(f.Experiments); n > MaxIndex {
 		errs = append(errs, &engine.FieldError{Path: "experiments", Message: strconv.Itoa(n) + " for one proxy, at most " + strconv.Itoa(MaxIndex)})
 	}
+	observed := 0
 	for i := range f.Experiments {
 		if n := len(f.Experiments[i].Variations); n > MaxIndex {
 			errs = append(errs, &engine.FieldError{Path: "experiments[" + strconv.Itoa(i) + "].variations", Message: strconv.Itoa(n) + ", at most " + strconv.Itoa(MaxIndex)})
+		}
+		if f.Experiments[i].Observe {
+			if observed++; observed > MaxObserved {
+				errs = append(errs, &engine.FieldError{Path: "experiments[" + strconv.Itoa(i) + "].observe", Message: "observed experiment " + strconv.Itoa(observed) + " of one proxy, at most " + strconv.Itoa(MaxObserved)})
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -101,5 +103,32 @@ func TestEmptyExponent(t *testing.T) {
 		if got := emptyExponent([]byte(in)); got != want {
 			t.Errorf("emptyExponent(%s) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+func TestParseBoundsObserved(t *testing.T) {
+	observing := func(n int) []byte {
+		var sb strings.Builder
+		sb.WriteString(`{"experiments": [`)
+		for i := range n {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, `{"key": "e%d", "variations": ["a", "b"], "observe": true}`, i)
+		}
+		sb.WriteString(`]}`)
+		return []byte(sb.String())
+	}
+	f, _, err := Parse(observing(MaxObserved))
+	if err != nil {
+		t.Fatalf("%d observed experiments refused: %v", MaxObserved, err)
+	}
+	if !f.Experiments[0].Observe || !f.Experiments[MaxObserved-1].Observe {
+		t.Errorf("observe not decoded: %+v", f.Experiments[0])
+	}
+	_, _, err = Parse(observing(MaxObserved + 1))
+	want := "experiments[" + strconv.Itoa(MaxObserved) + "].observe"
+	if got := fieldPaths(t, err); len(got) != 1 || got[0] != want {
+		t.Errorf("%d observed experiments: error paths %q, want [%s]", MaxObserved+1, got, want)
 	}
 }

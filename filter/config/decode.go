@@ -187,6 +187,7 @@ var experimentFields = []field{
 	{json: "bucketVersion", proto: "bucket_version", kind: kindInt32},
 	{json: "minBucketVersion", proto: "min_bucket_version", kind: kindInt32},
 	{json: "disableStickyBucketing", proto: "disable_sticky_bucketing", kind: kindBool},
+	{json: "observe", proto: "observe", kind: kindBool},
 
 	{json: "status", proto: "status", reject: controlPlaneOnly},
 	{json: "description", proto: "description", reject: controlPlaneOnly},
@@ -380,6 +381,8 @@ func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool
 		e.MinBucketVersion = int(d.integer(v, 32))
 	case "disableStickyBucketing":
 		e.DisableStickyBucketing = d.boolean(v)
+	case "observe":
+		e.Observe = d.boolean(v)
 	default:
 		return false
 	}

@@ -137,9 +137,9 @@ func dump(t *testing.T, f *Filter) string {
 		if e.Force != nil {
 			force = fmt.Sprint(*e.Force)
 		}
-		fmt.Fprintf(&b, "experiment %q %q %#v %s %q %q %d %q %s %s %s %s %#v %d %d %v\n", e.Key, vars, e.Weights, cov, e.HashAttribute,
+		fmt.Fprintf(&b, "experiment %q %q %#v %s %q %q %d %q %s %s %s %s %#v %d %d %v %v\n", e.Key, vars, e.Weights, cov, e.HashAttribute,
 			e.FallbackAttribute, e.HashVersion, e.Seed, raw(e.Namespace), raw(e.Condition), force, raw(e.Filters), e.Ranges,
-			e.BucketVersion, e.MinBucketVersion, e.DisableStickyBucketing)
+			e.BucketVersion, e.MinBucketVersion, e.DisableStickyBucketing, e.Observe)
 	}
 	if f.SavedGroups != nil {
 		keys := make([]string, 0, len(f.SavedGroups))
@@ -182,7 +182,8 @@ func fromProto(t *testing.T, pb *filterv1.FilterConfig) (f Filter, rejected []st
 	for _, e := range pb.Experiments {
 		x := engine.Experiment{Key: e.Key, HashAttribute: e.HashAttribute, FallbackAttribute: e.FallbackAttribute,
 			HashVersion: int(e.HashVersion), Seed: e.Seed, BucketVersion: int(e.BucketVersion),
-			MinBucketVersion: int(e.MinBucketVersion), DisableStickyBucketing: e.DisableStickyBucketing}
+			MinBucketVersion: int(e.MinBucketVersion), DisableStickyBucketing: e.DisableStickyBucketing,
+			Observe: e.Observe}
 		for _, v := range e.Variations {
 			x.Variations = append(x.Variations, marshal(v))
 		}

@@ -161,7 +161,8 @@ func encodeFilter(t *testing.T, f *Filter, protoNames bool) []byte {
 			{Key: name("hashVersion", "hash_version"), Value: float64(e.HashVersion)}, {Key: "seed", Value: e.Seed},
 			{Key: name("bucketVersion", "bucket_version"), Value: float64(e.BucketVersion)},
 			{Key: name("minBucketVersion", "min_bucket_version"), Value: float64(e.MinBucketVersion)},
-			{Key: name("disableStickyBucketing", "disable_sticky_bucketing"), Value: e.DisableStickyBucketing}}
+			{Key: name("disableStickyBucketing", "disable_sticky_bucketing"), Value: e.DisableStickyBucketing},
+			{Key: "observe", Value: e.Observe}}
 		vars := []any{}
 		for _, v := range e.Variations {
 			vars = append(vars, raw(v))

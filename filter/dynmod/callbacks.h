@@ -48,7 +48,14 @@ typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; 
     (uintptr_t filter, size_t id, allot_buffer * label_values, size_t label_values_length, uint64_t value))      \
   X(int32_t, envoy_dynamic_module_callback_http_filter_config_increment_counter,                                 \
     (uintptr_t config, size_t id, allot_buffer * label_values, size_t label_values_length, uint64_t value))      \
-  X(void, envoy_dynamic_module_callback_http_clear_route_cache, (uintptr_t filter))
+  X(void, envoy_dynamic_module_callback_http_clear_route_cache, (uintptr_t filter))                             \
+  X(bool, envoy_dynamic_module_callback_http_get_header,                                                         \
+    (uintptr_t filter, int32_t header_type, allot_buffer key, allot_buffer * result, size_t index,              \
+     size_t * optional_size))                                                                                    \
+  X(int32_t, envoy_dynamic_module_callback_http_filter_config_define_histogram,                                  \
+    (uintptr_t config, allot_buffer name, allot_buffer * label_names, size_t label_names_length, size_t * id))   \
+  X(int32_t, envoy_dynamic_module_callback_http_filter_record_histogram_value,                                   \
+    (uintptr_t filter, size_t id, allot_buffer * label_values, size_t label_values_length, uint64_t value))
 
 #define ALLOT_DECLARE_CALLBACK(ret, name, params) extern ret name params __attribute__((weak));
 ALLOT_CALLBACKS(ALLOT_DECLARE_CALLBACK)

@@ -4,6 +4,7 @@ package dynmod
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -161,5 +162,28 @@ func TestCallbacksListed(t *testing.T) {
 	listed := slices.Sorted(slices.Values(callbackNames()))
 	if !slices.Equal(named, listed) {
 		t.Errorf("callbacks named in filter/dynmod:\n%q\nlisted in ALLOT_CALLBACKS:\n%q", named, listed)
+	}
+}
+
+// TestStreamHooksInC builds testdata/hooks_test.c — hooks.c's stream hooks
+// over fake callbacks — with AddressSanitizer (which fails it on a leak
+// too) and runs it: a response counts each observed variation's class
+// once and records its latency, a stream destroyed without one counts a
+// reset on the configuration's counters, an odd handle's stream makes no
+// callback, and the sticky cookie's header still goes out.
+func TestStreamHooksInC(t *testing.T) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	bin := filepath.Join(t.TempDir(), "hooks_test")
+	build := exec.Command(cc, "-std=gnu11", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+		"-o", bin, filepath.Join("testdata", "hooks_test.c"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	out, err := exec.Command(bin).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("hooks_test: %v\n%s", err, out)
 	}
 }

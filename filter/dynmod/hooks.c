@@ -17,6 +17,8 @@
 // stream's module value is the handle itself. A configuration whose handle
 // is even gives each stream an allot_stream (stream.h), where the request
 // hook may leave a response header that the response-headers hook adds,
+// and the stat ids of its observed variations, whose outcomes the
+// response-headers hook (or, without a response, filter-destroy) counts,
 // here in C: a response never enters Go.
 
 #include <stdbool.h>
@@ -39,11 +41,42 @@ uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t fi
   return (uintptr_t)s;
 }
 
+// A stream that ends with outcomes still to count got no response
+// headers (reset, or the client went first): each of its observed
+// variations counts one reset, on the configuration's counters (the
+// stream's filter is going).
 void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {
   if (module == 0 || (module & 1)) return;
   allot_stream* s = (allot_stream*)module;
+  for (size_t i = 0; i < s->n_outcomes; i++) {
+    envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        s->envoy_config, s->outcomes[i * ALLOT_OUTCOME_IDS + ALLOT_CLASS_RESET], NULL, 0, 1);
+  }
+  free(s->outcomes);
   free(s->header);
   free(s);
+}
+
+// allot_record_outcomes counts a response in the class of its :status for
+// each observed variation of the stream's request, and records the
+// milliseconds since the request headers in each one's histogram.
+static void allot_record_outcomes(uintptr_t f, allot_stream* s) {
+  allot_buffer status = {NULL, 0};
+  allot_buffer key = {":status", 7};
+  int class = ALLOT_CLASS_OTHER;
+  if (envoy_dynamic_module_callback_http_get_header(f, 2, key, &status, 0, NULL)) {  // 2: response headers
+    class = allot_status_class(status.ptr, status.length);
+  }
+  int64_t elapsed = allot_now_ns() - s->start_ns;
+  uint64_t ms = elapsed > 0 ? (uint64_t)elapsed / 1000000 : 0;
+  for (size_t i = 0; i < s->n_outcomes; i++) {
+    const size_t* ids = s->outcomes + i * ALLOT_OUTCOME_IDS;
+    envoy_dynamic_module_callback_http_filter_increment_counter(f, ids[class], NULL, 0, 1);
+    envoy_dynamic_module_callback_http_filter_record_histogram_value(f, ids[ALLOT_OUTCOME_IDS - 1], NULL, 0, ms);
+  }
+  free(s->outcomes);
+  s->outcomes = NULL;
+  s->n_outcomes = 0;
 }
 
 // Allot has no per-route configuration: refuse one.
@@ -57,10 +90,12 @@ int32_t envoy_dynamic_module_on_http_filter_request_body(uintptr_t f, uintptr_t 
 
 int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintptr_t m) { return 0; }
 
-// The response header the request hook left, if any, goes downstream.
+// The response header the request hook left, if any, goes downstream;
+// the outcomes of its observed variations are counted.
 int32_t envoy_dynamic_module_on_http_filter_response_headers(uintptr_t f, uintptr_t m, bool eos) {
   if (m == 0 || (m & 1)) return 0;
   allot_stream* s = (allot_stream*)m;
+  if (s->outcomes != NULL) allot_record_outcomes(f, s);
   if (s->header == NULL) return 0;
   allot_buffer k = {s->header, s->name_length};
   allot_buffer v = {s->header + s->name_length, s->value_length};

@@ -53,6 +53,14 @@ static size_t allot_add_headers(uintptr_t filter, const char* data, const uint32
 #cgo noescape allot_add_headers
 #cgo nocallback allot_add_headers
 
+#cgo noescape allot_stream_observe
+#cgo nocallback allot_stream_observe
+#cgo noescape envoy_dynamic_module_callback_http_filter_config_define_histogram
+#cgo nocallback envoy_dynamic_module_callback_http_filter_config_define_histogram
+
+#cgo noescape allot_status_class
+#cgo nocallback allot_status_class
+
 #cgo noescape allot_stream_set_header
 #cgo nocallback allot_stream_set_header
 #cgo nocallback allot_stream_config
@@ -128,6 +136,14 @@ type Config uintptr
 func (c Config) DefineCounter(name string) (uint64, bool) {
 	var id C.size_t
 	r := C.envoy_dynamic_module_callback_http_filter_config_define_counter(C.uintptr_t(c), buf(name), nil, 0, &id)
+	return uint64(id), r == 0
+}
+
+// DefineHistogram defines a histogram (no labels, Envoy's default buckets)
+// and returns its id; only during ConfigNew. Named as DefineCounter's.
+func (c Config) DefineHistogram(name string) (uint64, bool) {
+	var id C.size_t
+	r := C.envoy_dynamic_module_callback_http_filter_config_define_histogram(C.uintptr_t(c), buf(name), nil, 0, &id)
 	return uint64(id), r == 0
 }
 
@@ -272,6 +288,32 @@ func (s Stream) SetResponseHeader(name, value string) bool {
 	}
 	return bool(C.allot_stream_set_header(C.uintptr_t(s), (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)),
 		(*C.char)(unsafe.Pointer(unsafe.StringData(value))), C.size_t(len(value))))
+}
+
+// OutcomeIDs is the number of stat ids of one observed variation in
+// Stream.Observe: a counter per outcome class (plugin.NumClasses, in its
+// order), then the latency histogram.
+const OutcomeIDs = C.ALLOT_OUTCOME_IDS
+
+// Observe leaves the stat ids of the observed variations the stream's
+// request was assigned (OutcomeIDs each) for the stream's C hooks, and
+// starts its clock: the response-headers hook counts the response's class
+// and records its latency in each, and a stream destroyed before any
+// response counts a reset on c's counters. False if there is no stream
+// state or no memory.
+func (s Stream) Observe(c Config, ids []uint64) bool {
+	if s == 0 || len(ids) == 0 || len(ids)%OutcomeIDs != 0 {
+		return false
+	}
+	return bool(C.allot_stream_observe(C.uintptr_t(s), C.uintptr_t(c), (*C.size_t)(unsafe.Pointer(unsafe.SliceData(ids))),
+		C.size_t(len(ids)/OutcomeIDs)))
+}
+
+// StatusClass is the outcome class the C response hook counts a :status
+// value in (allot_status_class), for the test that holds it to the
+// plugin's.
+func StatusClass(status string) int {
+	return int(C.allot_status_class((*C.char)(unsafe.Pointer(unsafe.StringData(status))), C.size_t(len(status))))
 }
 
 // concurrency asks Envoy for its number of workers (main thread only).

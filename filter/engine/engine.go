@@ -41,53 +41,60 @@ import (
 )
 
 // Experiment is one experiment definition as a proxy evaluates it:
-// GrowthBook's experiment model, in its JSON field names. What only the
-// control plane acts on (status, schedule, owner, services, description) is
-// not part of it: the control plane sends running experiments only.
+// GrowthBook's experiment model. What only the control plane acts on
+// (status, schedule, owner, services, description) is not part of it: the
+// control plane sends running experiments only. It has no JSON form of its
+// own: filter/config decodes it from the FilterConfig contract (its JSON
+// field names are config.proto's).
 type Experiment struct {
 	// Key names the experiment; it becomes a header-name suffix, so it must
 	// match ^[a-z][a-z0-9._-]{0,62}$ and be unique in a Config.
-	Key string `json:"key"`
+	Key string
 	// Variations are the variation values (header values): strings, or
 	// numbers and booleans rendered canonically (1, 1.5, true). At least two.
-	Variations []RawMessage `json:"variations"`
+	Variations []RawMessage
 	// Weights split traffic between variations; they must sum to 1.
 	// Absent means equal weights.
-	Weights []float64 `json:"weights,omitempty"`
+	Weights []float64
 	// Coverage is the fraction of units included, in [0, 1]; absent means 1.
-	Coverage *float64 `json:"coverage,omitempty"`
+	Coverage *float64
 	// HashAttribute is the attribute hashed to bucket a unit; default "id".
-	HashAttribute string `json:"hashAttribute,omitempty"`
+	HashAttribute string
 	// FallbackAttribute is hashed when HashAttribute is missing or empty.
-	FallbackAttribute string `json:"fallbackAttribute,omitempty"`
+	FallbackAttribute string
 	// HashVersion selects GrowthBook's hash: 1 (default) or 2.
-	HashVersion int `json:"hashVersion,omitempty"`
+	HashVersion int
 	// Seed is hashed with the attribute value; default Key.
-	Seed string `json:"seed,omitempty"`
+	Seed string
 	// Namespace is [id, start, end]: only units whose namespace hash falls
 	// in [start, end) are eligible (for mutually exclusive experiments).
-	Namespace RawMessage `json:"namespace,omitempty"`
+	Namespace RawMessage
 	// Condition is a GrowthBook targeting condition over attributes.
-	Condition RawMessage `json:"condition,omitempty"`
+	Condition RawMessage
 	// Force, when set, serves that variation index to every eligible unit.
-	Force *int `json:"force,omitempty"`
+	Force *int
 	// Filters is a list of {seed, ranges, attribute, hashVersion}: a unit is
 	// eligible only if it lands in some range of every filter. Filters
 	// replace Namespace.
-	Filters RawMessage `json:"filters,omitempty"`
+	Filters RawMessage
 	// Ranges give each variation's bucket range directly, replacing
 	// Weights and Coverage.
-	Ranges [][]float64 `json:"ranges,omitempty"`
+	Ranges [][]float64
 	// BucketVersion is the version of the experiment's sticky buckets
 	// (see AssignSticky): a stored assignment is reused only when it was
 	// made for this version. At least 0.
-	BucketVersion int `json:"bucketVersion,omitempty"`
+	BucketVersion int
 	// MinBucketVersion excludes a unit holding a sticky bucket of an older
 	// version (below it) from the experiment. In [0, BucketVersion].
-	MinBucketVersion int `json:"minBucketVersion,omitempty"`
+	MinBucketVersion int
 	// DisableStickyBucketing makes the experiment ignore stored sticky
 	// buckets and record none.
-	DisableStickyBucketing bool `json:"disableStickyBucketing,omitempty"`
+	DisableStickyBucketing bool
+	// Observe asks the filter to count the outcomes of the experiment's
+	// assigned requests per variation. The engine does not read it: it is
+	// the one field here that is not evaluated, carried beside the
+	// definition so that one decoder reads the whole experiment.
+	Observe bool
 }
 
 // Filter is one element of Experiment.Filters.

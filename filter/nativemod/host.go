@@ -168,6 +168,21 @@ func (h *envoyHost) RemoveRequestHeader(name string) error {
 // request hook hands to the stream's C response hook (module.respond).
 func (h *envoyHost) AddResponseHeader(string, string) error { return errUnsupported }
 
+// ResponseStatus implements plugin.Host. The module never calls it: the
+// stream's C response hook counts outcomes (RecordsOutcomes).
+func (h *envoyHost) ResponseStatus() (string, error) { return "", errUnsupported }
+
+// Now implements plugin.Host; unused, as ResponseStatus.
+func (h *envoyHost) Now() (int64, error) { return 0, errUnsupported }
+
+// RecordMetric implements plugin.Host; unused, as ResponseStatus.
+func (h *envoyHost) RecordMetric(uint32, uint64) error { return errUnsupported }
+
+// RecordsOutcomes implements plugin.OutcomeRecorder: the request hook
+// hands each request's observed variations to the stream's C state
+// (module.observe), whose hooks count the outcomes without entering Go.
+func (h *envoyHost) RecordsOutcomes() bool { return true }
+
 // endRequest ends a request hook. If the plugin changed the request
 // headers (removed a client's assignment headers, added its own, scrubbed
 // them after a failure), Envoy is asked to choose the stream's route again:

@@ -61,6 +61,9 @@ type module struct {
 	// cookies are the Set-Cookie values requests left, in tests; guarded
 	// by mu.
 	cookies []string
+	// observed are the outcome stat ids requests left, in tests; guarded
+	// by mu.
+	observed [][]uint64
 }
 
 // entry is one compiled configuration.
@@ -72,6 +75,11 @@ type entry struct {
 	// order of cfg.MetricNames; names index them.
 	counters []uint64
 	names    map[string]int
+	// outcomes are Envoy's ids of the outcome stats of the observed
+	// variations, dynmod.OutcomeIDs per slot of cfg.Outcomes: each
+	// class's counter, then the latency histogram (noCounter: not
+	// defined).
+	outcomes []uint64
 }
 
 // worker is one Envoy worker thread's share of the module.
@@ -82,6 +90,8 @@ type worker struct {
 	fake   abi.Host // set by tests: used instead of host
 	// roots are the configurations installed in plugin.
 	roots map[uint32]*entry
+	// ids is the request hook's scratch for the observed stat ids.
+	ids []uint64
 }
 
 func newModule() *module {
@@ -205,14 +215,18 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 			e.counters[i] = id
 		}
 	}
+	if cfg.Observed() {
+		e.outcomes = defineOutcomes(c, cfg.Outcomes())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
 	e.id = m.next
-	// Only a sticky configuration's streams keep state: the cookie its
-	// request hook leaves for the response (dynmod's handles).
+	// Only the streams of a sticky or observed configuration keep state:
+	// the cookie its request hook leaves for the response, the stat ids of
+	// its observed variations (dynmod's handles).
 	h := uintptr(e.id)<<1 | dynmod.Stateless
-	if cfg.Sticky() {
+	if cfg.Sticky() || cfg.Observed() {
 		h = uintptr(e.id) << 1
 	}
 	old := *m.configs.Load()
@@ -224,6 +238,41 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	m.configs.Store(&next)
 	m.releaseSoonLocked()
 	return h
+}
+
+// defineOutcomes defines the outcome stats of the observed variations in
+// Envoy (c 0: tests, where each id is its position) and returns their ids,
+// dynmod.OutcomeIDs per variation. A stat Envoy does not define is logged
+// and its id is noCounter, which Envoy answers as unknown.
+func defineOutcomes(c dynmod.Config, out []plugin.OutcomeStats) []uint64 {
+	ids := make([]uint64, 0, len(out)*dynmod.OutcomeIDs)
+	for _, o := range out {
+		for _, name := range o.Counters {
+			id := noCounter
+			if c == 0 {
+				id = uint64(len(ids)) // tests: the id is the position
+			} else {
+				if v, ok := c.DefineCounter(name); ok {
+					id = v
+				} else {
+					dynmod.Log(dynmod.LogWarn, "allot: counter "+name+" could not be defined; its counts are dropped")
+				}
+			}
+			ids = append(ids, id)
+		}
+		id := noCounter
+		if c == 0 {
+			id = uint64(len(ids))
+		} else {
+			if v, ok := c.DefineHistogram(o.Latency); ok {
+				id = v
+			} else {
+				dynmod.Log(dynmod.LogWarn, "allot: histogram "+o.Latency+" could not be defined; its samples are dropped")
+			}
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // releaseDelay is how long after the last configuration change the heap
@@ -311,6 +360,27 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
 	}
+	if slots := w.plugin.Observed(); len(slots) > 0 {
+		m.observe(w, e, s, slots)
+	}
+}
+
+// observe leaves the stat ids of the request's observed variations in the
+// stream's C state, whose hooks count their outcomes; tests record them
+// instead. The ids go through the worker's scratch slice: nothing is
+// allocated per request.
+func (m *module) observe(w *worker, e *entry, s dynmod.Stream, slots []int32) {
+	w.ids = w.ids[:0]
+	for _, slot := range slots {
+		w.ids = append(w.ids, e.outcomes[int(slot)*dynmod.OutcomeIDs:(int(slot)+1)*dynmod.OutcomeIDs]...)
+	}
+	if m.newHost != nil {
+		m.mu.Lock()
+		m.observed = append(m.observed, append([]uint64(nil), w.ids...))
+		m.mu.Unlock()
+		return
+	}
+	s.Observe(e.envoy, w.ids)
 }
 
 // respond leaves a sticky cookie for the stream's response; tests record

@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,5 +294,61 @@ func TestStickyHandles(t *testing.T) {
 	m.request(1, sticky, [][2]string{{"x-user-id", "u1"}, {"cookie", nv}})
 	if len(m.cookies) != 1 {
 		t.Fatalf("the cookie returned (on another worker) left %q", m.cookies[1:])
+	}
+}
+
+// TestObservedHandles: a configuration with an observed experiment gets
+// an even handle (its streams keep C state), and each request leaves the
+// stat ids of its observed variations for the stream's C hooks — each
+// class's counter then the latency histogram, of the variation it was
+// assigned — and of no experiment that does not observe. A configuration
+// without one keeps an odd handle and leaves nothing.
+func TestObservedHandles(t *testing.T) {
+	m := newFakeModule(1)
+	plain := m.ConfigNew(0, FilterName, []byte(experimentsConfig("v1", 2)))
+	observed := m.ConfigNew(0, FilterName, []byte(`{"version":"o","experiments":[
+		{"key":"plain","variations":["a","b"],"force":0},
+		{"key":"one","variations":["a","b"],"force":1,"observe":true},
+		{"key":"two","variations":["a","b","c"],"force":2,"observe":true}]}`))
+	if plain&dynmod.Stateless == 0 || observed == 0 || observed&dynmod.Stateless != 0 {
+		t.Fatalf("handles %#x (plain), %#x (observed): want odd and even", plain, observed)
+	}
+	m.request(0, plain, [][2]string{{"x-user-id", "u1"}})
+	if len(m.observed) != 0 {
+		t.Fatalf("plain configuration left outcome ids %v", m.observed)
+	}
+	m.request(0, observed, [][2]string{{"x-user-id", "u1"}})
+	// Slots: one's variations 0 and 1, then two's 0, 1, 2; ids are
+	// positions, dynmod.OutcomeIDs per slot. The request is in one's
+	// variation 1 (slot 1) and two's variation 2 (slot 4).
+	var want []uint64
+	for _, slot := range []int{1, 4} {
+		for k := range dynmod.OutcomeIDs {
+			want = append(want, uint64(slot*dynmod.OutcomeIDs+k))
+		}
+	}
+	if len(m.observed) != 1 || !slices.Equal(m.observed[0], want) {
+		t.Fatalf("outcome ids %v, want [%v]", m.observed, want)
+	}
+}
+
+// TestOutcomeClassesAgree: the C response hook's classes are the plugin's
+// (the Wasm module's), for every status and malformed ones, and a stream's
+// ids are one counter per class and the histogram.
+func TestOutcomeClassesAgree(t *testing.T) {
+	if dynmod.OutcomeIDs != plugin.NumClasses+1 {
+		t.Fatalf("dynmod.OutcomeIDs = %d, want plugin.NumClasses+1 = %d", dynmod.OutcomeIDs, plugin.NumClasses+1)
+	}
+	statuses := []string{"", "2", "20", "2000", "2x0", "20x", ":00", "a00", "-1", "\x00\x00\x00"}
+	for s := range 1000 {
+		statuses = append(statuses, strconv.Itoa(s), fmt.Sprintf("%03d", s))
+	}
+	for _, s := range statuses {
+		if c, g := dynmod.StatusClass(s), plugin.StatusClass(s); c != g {
+			t.Errorf("status %q: C class %d, Go class %d", s, c, g)
+		}
+	}
+	if dynmod.StatusClass("503") != plugin.Class5xx || dynmod.StatusClass("101") != plugin.ClassOther {
+		t.Errorf("503 → %d, 101 → %d", dynmod.StatusClass("503"), dynmod.StatusClass("101"))
 	}
 }

@@ -20,14 +20,17 @@ func (*benchHost) GetBuffer(abi.BufferType, int, int) ([]byte, error) { return n
 func (h *benchHost) GetHeaderMapPairs(abi.MapType) ([][2]string, error) {
 	return h.pairs, nil
 }
-func (*benchHost) AddHeaderMapValue(abi.MapType, string, string) error { return nil }
-func (*benchHost) RemoveHeaderMapValue(abi.MapType, string) error      { return nil }
-func (*benchHost) SetHeaderMapPairs(abi.MapType, []byte) error         { return nil }
-func (*benchHost) GetProperty(...string) ([]byte, error)               { return nil, abi.ErrNotFound }
-func (*benchHost) SetProperty(string, []byte) error                    { return nil }
-func (*benchHost) DefineMetric(abi.MetricType, string) (uint32, error) { return 1, nil }
-func (*benchHost) IncrementMetric(uint32, int64) error                 { return nil }
-func (*benchHost) SetTickPeriod(uint32) error                          { return nil }
+func (*benchHost) AddHeaderMapValue(abi.MapType, string, string) error   { return nil }
+func (*benchHost) RemoveHeaderMapValue(abi.MapType, string) error        { return nil }
+func (*benchHost) SetHeaderMapPairs(abi.MapType, []byte) error           { return nil }
+func (*benchHost) GetProperty(...string) ([]byte, error)                 { return nil, abi.ErrNotFound }
+func (*benchHost) SetProperty(string, []byte) error                      { return nil }
+func (*benchHost) DefineMetric(abi.MetricType, string) (uint32, error)   { return 1, nil }
+func (*benchHost) IncrementMetric(uint32, int64) error                   { return nil }
+func (*benchHost) GetHeaderMapValue(abi.MapType, string) (string, error) { return "200", nil }
+func (*benchHost) RecordMetric(uint32, uint64) error                     { return nil }
+func (*benchHost) CurrentTimeNanos() (int64, error)                      { return 0, nil }
+func (*benchHost) SetTickPeriod(uint32) error                            { return nil }
 
 // benchConfig is n experiments targeting country, platform and version,
 // about a third of which match benchRequest: the shape of make bench's
@@ -67,7 +70,7 @@ func benchmarkRequest(b *testing.B, n, ids int, extra string) {
 		b.Fatal(err)
 	}
 	p.roots[1].cfg = cfg
-	p.roots[1].stats.define(p.host, cfg)
+	p.roots[1].stats.define(p.host, cfg, true)
 	users := make([]string, max(ids, 1))
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
@@ -119,7 +122,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 	}
 	p.roots[1].cfg = cfg
 	p.roots[1].cache = newCache(cfg.CacheSize, cfg.CacheMaxBytes)
-	p.roots[1].stats.define(p.host, cfg)
+	p.roots[1].stats.define(p.host, cfg, true)
 	ids := make([]string, 20000)
 	for i := range ids {
 		ids[i] = "user-" + strconv.Itoa(i)

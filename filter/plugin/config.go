@@ -94,6 +94,12 @@ type Config struct {
 	// nvals is the number of values a request reads: len(attrs), plus
 	// one for the sticky cookie.
 	nvals int
+
+	// outBase[i] is the outcome slot of variation 0 of experiment i, -1
+	// when the experiment does not observe its outcomes; variation v's
+	// slot is outBase[i]+v. nslots is the number of slots.
+	outBase []int32
+	nslots  int
 }
 
 // ParseConfig decodes and compiles a plugin configuration with
@@ -145,6 +151,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.condAttrs = append(c.condAttrs, slices.Index(refs, name))
 	}
 	c.nvals = len(c.attrs)
+	observed := make([]bool, n)
+	for i := range f.Experiments {
+		observed[i] = f.Experiments[i].Observe
+	}
+	c.observe(observed)
 	if f.StickyCookie != nil {
 		c.jar, c.names = cookie.New(f.StickyCookie), refs
 		c.cookies[c.jar.Name()] = append(c.cookies[c.jar.Name()], c.nvals)

@@ -38,6 +38,24 @@ type Host interface {
 	// StartTicks asks for OnTick every ms milliseconds, for the counters'
 	// flush.
 	StartTicks(ms uint32) error
+	// ResponseStatus reads the response's :status, from OnResponseHeaders
+	// (outcomes of observed experiments).
+	ResponseStatus() (string, error)
+	// Now is the proxy's clock in nanoseconds (latencies of observed
+	// experiments).
+	Now() (int64, error)
+	// RecordMetric records value in a histogram.
+	RecordMetric(id uint32, value uint64) error
+}
+
+// OutcomeRecorder is a Host that records the outcomes of observed
+// experiments itself: the native module, whose response path is C. The
+// plugin then defines no outcome stats and keeps nothing per stream; the
+// host reads each request's outcome slots (Plugin.Observed) after the
+// request hook.
+type OutcomeRecorder interface {
+	// RecordsOutcomes reports whether the host records outcomes.
+	RecordsOutcomes() bool
 }
 
 // HeaderRewriter is a Host that replaces the whole request header map
@@ -92,6 +110,8 @@ const (
 	Counter MetricKind = iota
 	// Gauge moves both ways.
 	Gauge
+	// Histogram records samples (Envoy's default buckets).
+	Histogram
 )
 
 // Property is a property an attribute reads, resolved once per

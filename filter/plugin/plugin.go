@@ -77,6 +77,14 @@ type Plugin struct {
 	// pending holds the Set-Cookie of each stream whose response has not
 	// begun yet (proxy-wasm: a stream's callbacks come one at a time).
 	pending map[uint32]string
+	// observed are the outcome slots the request assigned (observed
+	// experiments' variations); observing holds them, per stream, for the
+	// response (unless the host records outcomes: hostOutcomes), and
+	// obsFree the records to reuse.
+	observed     []int32
+	observing    map[uint32]*observation
+	obsFree      []*observation
+	hostOutcomes bool
 
 	vm vmMetrics
 }
@@ -116,13 +124,15 @@ func New(host abi.Host) *Plugin {
 func NewWith(host Host) *Plugin {
 	b, _ := host.(HeaderBatcher)
 	rw, _ := host.(HeaderRewriter)
+	o, _ := host.(OutcomeRecorder)
 	return &Plugin{
-		host:     host,
-		batcher:  b,
-		rewriter: rw,
-		roots:    map[uint32]*root{},
-		streams:  map[uint32]*root{},
-		attrs:    engine.Attributes{},
+		host:         host,
+		batcher:      b,
+		rewriter:     rw,
+		roots:        map[uint32]*root{},
+		streams:      map[uint32]*root{},
+		attrs:        engine.Attributes{},
+		hostOutcomes: o != nil && o.RecordsOutcomes(),
 	}
 }
 
@@ -205,7 +215,7 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 			r.consts[i] = string(v)
 		}
 	}
-	r.stats.define(p.host, cfg)
+	r.stats.define(p.host, cfg, !p.hostOutcomes)
 	p.vm.define(p.host)
 	if err := p.host.StartTicks(TickMillis); err != nil {
 		p.host.Log(LogWarn, "allot: metrics tick unavailable: "+err.Error())
@@ -219,12 +229,16 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 // A request that changed its unit's sticky assignments leaves their
 // cookie for the stream's response.
 func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
-	a := p.request(p.stream(id))
+	r := p.stream(id)
+	a := p.request(r)
 	if len(p.setCookie) > 0 {
 		if p.pending == nil {
 			p.pending = map[uint32]string{}
 		}
 		p.pending[id] = string(p.setCookie)
+	}
+	if len(p.observed) > 0 && !p.hostOutcomes {
+		p.observeRequest(id, r)
 	}
 	return a
 }
@@ -238,6 +252,12 @@ const SetCookieHeader = "set-cookie"
 // continues the stream, and a failure to add the header costs the unit
 // only its cookie.
 func (p *Plugin) OnResponseHeaders(id uint32, _ int, _ bool) abi.Action {
+	if len(p.pending) == 0 && len(p.observing) == 0 {
+		return abi.ActionContinue
+	}
+	if len(p.observing) > 0 {
+		p.observeResponse(id, false)
+	}
 	if len(p.pending) == 0 {
 		return abi.ActionContinue
 	}
@@ -275,6 +295,7 @@ func (p *Plugin) Configured(rootID uint32) bool {
 // request is the request path for a stream of root r (nil: none).
 func (p *Plugin) request(r *root) abi.Action {
 	p.setCookie = p.setCookie[:0]
+	p.observed = p.observed[:0]
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}
@@ -367,6 +388,9 @@ func (p *Plugin) assign(r *root) error {
 	for j := range e.assignments() {
 		i, v := e.at(j)
 		r.stats.variations[i][v]++
+	}
+	if cfg.nslots > 0 {
+		p.observeSlots(cfg, e)
 	}
 	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
 	return nil
@@ -546,6 +570,7 @@ var errPanic = errors.New("panic in a host call")
 func (p *Plugin) failOpen(r *root, err error, v any) {
 	r.stats.failOpen++
 	p.setCookie = p.setCookie[:0] // an unassigned request changes no sticky assignment
+	p.observed = p.observed[:0]   // nor is it observed: its service saw no assignment
 	defer func() { recover() }()  // the log's: the scrub guards itself
 	p.scrub(r.cfg)
 	msg := "panic: " + panics.Message(v)
@@ -760,6 +785,9 @@ func hashBytes(b []byte) uint64 {
 func (p *Plugin) OnDelete(id uint32) {
 	if len(p.pending) > 0 {
 		delete(p.pending, id) // a stream reset before its response
+	}
+	if len(p.observing) > 0 {
+		p.observeResponse(id, true) // no response headers came: a reset
 	}
 	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
 		*s = streamSlot{}

@@ -72,8 +72,11 @@ func (w *proxyWasm) SetExposure(value []byte) error {
 // DefineMetric implements Host with proxy_define_metric.
 func (w *proxyWasm) DefineMetric(kind MetricKind, name string) (uint32, error) {
 	t := abi.MetricCounter
-	if kind == Gauge {
+	switch kind {
+	case Gauge:
 		t = abi.MetricGauge
+	case Histogram:
+		t = abi.MetricHistogram
 	}
 	return w.h.DefineMetric(t, name)
 }
@@ -82,6 +85,17 @@ func (w *proxyWasm) DefineMetric(kind MetricKind, name string) (uint32, error) {
 func (w *proxyWasm) IncrementMetric(id uint32, delta int64) error {
 	return w.h.IncrementMetric(id, delta)
 }
+
+// ResponseStatus implements Host with proxy_get_header_map_value.
+func (w *proxyWasm) ResponseStatus() (string, error) {
+	return w.h.GetHeaderMapValue(abi.ResponseHeaders, ":status")
+}
+
+// Now implements Host with proxy_get_current_time_nanoseconds.
+func (w *proxyWasm) Now() (int64, error) { return w.h.CurrentTimeNanos() }
+
+// RecordMetric implements Host with proxy_record_metric.
+func (w *proxyWasm) RecordMetric(id uint32, value uint64) error { return w.h.RecordMetric(id, value) }
 
 // StartTicks implements Host with proxy_set_tick_period_milliseconds.
 func (w *proxyWasm) StartTicks(ms uint32) error { return w.h.SetTickPeriod(ms) }

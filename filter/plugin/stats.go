@@ -50,6 +50,14 @@ type stats struct {
 	nfixed     int       // fixed counters defined: 4, or 9 with a sticky cookie
 	varIDs     [][]uint32
 	defineFail bool
+
+	// outcomes[slot][class] count the responses of observed variations
+	// (Config.Outcomes' slots); outIDs are their counters, latIDs their
+	// latency histograms. Empty when nothing is observed or the host
+	// records outcomes itself.
+	outcomes [][NumClasses]int64
+	outIDs   [][NumClasses]uint32
+	latIDs   []uint32
 }
 
 // fixed lists the counters every configuration has, then those of sticky
@@ -75,8 +83,9 @@ func (c *Config) MetricNames() []string {
 	return names
 }
 
-// define defines the metrics for cfg; counters start at zero.
-func (s *stats) define(h Host, cfg *Config) {
+// define defines the metrics for cfg, the outcome stats too when
+// outcomes; counters start at zero.
+func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 	s.defineFail = false
 	ids := make([]uint32, 0, 4+len(cfg.keys)*2)
 	for _, name := range cfg.MetricNames() {
@@ -99,6 +108,27 @@ func (s *stats) define(h Host, cfg *Config) {
 		s.variations[i] = make([]int64, n)
 		s.varIDs[i], ids = ids[:n:n], ids[n:]
 	}
+	s.outcomes, s.outIDs, s.latIDs = nil, nil, nil
+	if outcomes && cfg.Observed() {
+		out := cfg.Outcomes()
+		s.outcomes = make([][NumClasses]int64, len(out))
+		s.outIDs = make([][NumClasses]uint32, len(out))
+		s.latIDs = make([]uint32, len(out))
+		for slot, o := range out {
+			for class, name := range o.Counters {
+				id, err := h.DefineMetric(Counter, name)
+				if err != nil {
+					s.defineFail = true
+				}
+				s.outIDs[slot][class] = id
+			}
+			id, err := h.DefineMetric(Histogram, o.Latency)
+			if err != nil {
+				s.defineFail = true
+			}
+			s.latIDs[slot] = id
+		}
+	}
 	if s.defineFail {
 		h.Log(LogWarn, "allot: some metrics could not be defined; their counts are dropped")
 	}
@@ -108,7 +138,9 @@ func (s *stats) define(h Host, cfg *Config) {
 func (r *root) flush(h Host) {
 	s := &r.stats
 	if r.cfg == nil || s.defineFail {
-		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail}
+		clear(s.outcomes)
+		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail,
+			outcomes: s.outcomes, outIDs: s.outIDs, latIDs: s.latIDs}
 		return
 	}
 	for i, n := range s.fixed() {
@@ -124,6 +156,14 @@ func (r *root) flush(h Host) {
 			if n != 0 {
 				h.IncrementMetric(s.varIDs[i][v], n)
 				s.variations[i][v] = 0
+			}
+		}
+	}
+	for slot := range s.outcomes {
+		for class, n := range s.outcomes[slot] {
+			if n != 0 {
+				h.IncrementMetric(s.outIDs[slot][class], n)
+				s.outcomes[slot][class] = 0
 			}
 		}
 	}

@@ -9,42 +9,37 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 
 	"github.com/allotmesh/allot/bench/authz"
+	"github.com/allotmesh/allot/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "allot-authz:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("allot-authz", run) }
 
+// run serves the ext_authz service for the FilterConfig in -config until
+// ctx ends.
 func run(ctx context.Context, args []string) error {
+	var addr, config string
 	fs := flag.NewFlagSet("allot-authz", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:0", "listen address (loopback only)")
-	config := fs.String("config", "", "FilterConfig JSON file with the experiments")
+	fs.StringVar(&addr, "addr", "127.0.0.1:0", "listen address (loopback only)")
+	fs.StringVar(&config, "config", "", "FilterConfig JSON file with the experiments")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(*config)
+	b, err := os.ReadFile(config)
 	if err != nil {
-		return err
+		return fmt.Errorf("read -config: %w", err)
 	}
 	srv, err := authz.New(b)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", config, err)
 	}
-	lis, err := net.Listen("tcp", *addr)
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("listen: %w", err)
 	}
 	g := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(g, srv)

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,16 +19,10 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/suite"
+	"github.com/allotmesh/allot/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "allot-bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("allot-bench", run) }
 
 // pinnedEnv marks the re-executed, pinned process.
 const pinnedEnv = "ALLOT_BENCH_PINNED"

@@ -8,21 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "allot-echo:", err)
-		os.Exit(1)
-	}
-}
+func main() { command.Main("allot-echo", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("allot-echo", flag.ContinueOnError)

@@ -38,6 +38,12 @@ type Host struct {
 	// Fired counts the calls the fault armed with Inject broke.
 	Fired int
 
+	// Clock is what proxy_get_current_time_nanoseconds returns.
+	Clock int64
+	// BeforeResponse, when set, runs in Exchange between a stream's
+	// request and its response (to move Clock, say).
+	BeforeResponse func()
+
 	nextID uint32
 }
 
@@ -89,6 +95,8 @@ type Log struct {
 type Metric struct {
 	Type  abi.MetricType
 	Value int64
+	// Samples are the values a histogram recorded, in order.
+	Samples []uint64
 }
 
 var _ abi.Host = (*Host)(nil)
@@ -145,6 +153,20 @@ func (h *Host) GetHeaderMapPairs(t abi.MapType) ([][2]string, error) {
 		return nil, err
 	}
 	return abi.ParsePairs(abi.SerializePairs(h.Headers[t]))
+}
+
+// GetHeaderMapValue implements abi.Host: the first value of key (a
+// missing header is "", as Envoy answers).
+func (h *Host) GetHeaderMapValue(t abi.MapType, key string) (string, error) {
+	if err := h.fail("proxy_get_header_map_value"); err != nil {
+		return "", err
+	}
+	for _, kv := range h.Headers[t] {
+		if strings.EqualFold(kv[0], key) {
+			return kv[1], nil
+		}
+	}
+	return "", nil
 }
 
 // AddHeaderMapValue implements abi.Host.
@@ -246,6 +268,31 @@ func (h *Host) IncrementMetric(id uint32, delta int64) error {
 	return nil
 }
 
+// RecordMetric implements abi.Host: a histogram keeps the sample.
+func (h *Host) RecordMetric(id uint32, value uint64) error {
+	if err := h.fail("proxy_record_metric"); err != nil {
+		return err
+	}
+	if int(id) >= len(h.metricIDs) {
+		return &abi.Error{Call: "proxy_record_metric", Status: abi.StatusNotFound}
+	}
+	m := h.Metrics[h.metricIDs[id]]
+	if m.Type == abi.MetricHistogram {
+		m.Samples = append(m.Samples, value)
+	} else {
+		m.Value = int64(value)
+	}
+	return nil
+}
+
+// CurrentTimeNanos implements abi.Host with Clock.
+func (h *Host) CurrentTimeNanos() (int64, error) {
+	if err := h.fail("proxy_get_current_time_nanoseconds"); err != nil {
+		return 0, err
+	}
+	return h.Clock, nil
+}
+
 // SetTickPeriod implements abi.Host.
 func (h *Host) SetTickPeriod(ms uint32) error {
 	h.TickMs = ms
@@ -299,6 +346,9 @@ func (h *Host) Exchange(hd abi.Handler, root uint32, request, response [][2]stri
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), request...)
 	action := hd.OnRequestHeaders(id, len(request), true)
 	req = h.Headers[abi.RequestHeaders]
+	if h.BeforeResponse != nil {
+		h.BeforeResponse()
+	}
 	h.Headers[abi.ResponseHeaders] = append([][2]string(nil), response...)
 	if a := hd.OnResponseHeaders(id, len(response), true); a != abi.ActionContinue {
 		action = a
@@ -309,6 +359,17 @@ func (h *Host) Exchange(hd abi.Handler, root uint32, request, response [][2]stri
 		return req, resp, ErrPaused
 	}
 	return req, resp, nil
+}
+
+// Reset runs one stream under root that ends before any response:
+// proxy_on_context_create, proxy_on_request_headers, proxy_on_delete (a
+// reset, or a client gone, before the upstream answered).
+func (h *Host) Reset(hd abi.Handler, root uint32, request [][2]string) {
+	id := h.newID()
+	hd.OnContextCreate(id, root)
+	h.Headers[abi.RequestHeaders] = append([][2]string(nil), request...)
+	hd.OnRequestHeaders(id, len(request), true)
+	hd.OnDelete(id)
 }
 
 func (h *Host) newID() uint32 {

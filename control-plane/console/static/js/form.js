@@ -12,7 +12,7 @@ import {outcome, rolloutPanel} from './rollout.js';
 const fields = ['key', 'owner', 'status', 'description', 'services', 'variations', 'weights', 'coverage', 'hashAttribute', 'condition', 'startTime', 'endTime'];
 
 // others are the resource's fields edited as JSON under "Other fields".
-const others = ['fallbackAttribute', 'hashVersion', 'seed', 'namespace', 'force', 'filters', 'ranges', 'bucketVersion', 'minBucketVersion', 'disableStickyBucketing'];
+const others = ['fallbackAttribute', 'hashVersion', 'seed', 'namespace', 'force', 'filters', 'ranges', 'bucketVersion', 'minBucketVersion', 'disableStickyBucketing', 'observe'];
 
 // variationLine shows one variation: a string as it is, unless it would
 // read back as another JSON value ("1", "true", "\"x\""), which is quoted.

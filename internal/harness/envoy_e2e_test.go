@@ -10,16 +10,16 @@ import (
 	"time"
 )
 
-// TestStartEnvoyFailsFastOnBadBootstrap needs real Envoy, hence the e2e tag;
+// TestMustLaunchEnvoyFailsFastOnBadBootstrap needs real Envoy, hence the e2e tag;
 // it lives here to use this package's fakeTB.
-func TestStartEnvoyFailsFastOnBadBootstrap(t *testing.T) {
+func TestMustLaunchEnvoyFailsFastOnBadBootstrap(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("static_resources: {clusters: [{name: x, type: NOPE}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	fatal := capture(t, func(tb testing.TB) {
-		StartEnvoy(tb, EnvoyOptions{Bootstrap: bad})
+		MustLaunchEnvoy(tb, EnvoyOptions{Bootstrap: bad})
 	})
 	if !strings.Contains(fatal, "exited before ready") {
 		t.Errorf("fatal = %q, want an early-exit failure", fatal)
@@ -43,8 +43,8 @@ static_resources:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e, err := LaunchEnvoy(t.Context(), LaunchOptions{EnvoyOptions: EnvoyOptions{Bootstrap: boot},
-		Bin: EnvoyBinary(t), Name: "launched", Dir: t.TempDir(), CPU: -1})
+	e, err := LaunchEnvoy(t.Context(), EnvoyOptions{Bootstrap: boot,
+		Bin: MustEnvoyBinary(t), Name: "launched", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +53,8 @@ static_resources:
 	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
 		t.Errorf("Listener() = %q, %v", addr, err)
 	}
-	if st, err := AdminStats(e.AdminURL(), `^server\.live$`); err != nil || st["server.live"] != 1 {
-		t.Errorf("AdminStats = %v, %v", st, err)
+	if v, ok, err := e.Stat("server.live"); err != nil || !ok || v != 1 {
+		t.Errorf("Stat(server.live) = %v, %v, %v", v, ok, err)
 	}
 	if e.Terminate() || !e.Exited() {
 		t.Error("not stopped by SIGTERM")

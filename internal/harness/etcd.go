@@ -16,7 +16,7 @@ const EtcdPackage = "go.etcd.io/etcd/server/v3"
 // EtcdCluster is the layout of a cluster of real etcd server processes on
 // loopback: each member's name, ports and data directory. It starts
 // nothing itself: Command is the command line of one member, which the
-// caller starts as it stops it (StartCmd in a test, Launch in the
+// caller starts as it stops it (MustLaunch in a test, Launch in the
 // benchmark), so that a test can kill and restart members.
 type EtcdCluster struct {
 	// Bin is the etcd server binary.
@@ -47,10 +47,10 @@ func NewEtcdCluster(bin, dir string, n int) (*EtcdCluster, error) {
 	for i := range n {
 		m := EtcdMember{Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir, fmt.Sprintf("etcd-m%d", i))}
 		var err error
-		if m.Client, err = freePort(); err != nil {
+		if m.Client, err = FreePort(); err != nil {
 			return nil, err
 		}
-		if m.Peer, err = freePort(); err != nil {
+		if m.Peer, err = FreePort(); err != nil {
 			return nil, err
 		}
 		c.Members = append(c.Members, m)
@@ -89,7 +89,7 @@ func (c *EtcdCluster) WaitHealthy(procs []*Process, timeout time.Duration) error
 	deadline := time.Now().Add(timeout)
 	for i := range c.Members {
 		for {
-			err := get2xx(client, c.HealthURL(i))
+			err := get2xx(Client, c.HealthURL(i))
 			if err == nil {
 				break
 			}
@@ -120,7 +120,7 @@ func (c *EtcdCluster) Leader() (int, error) {
 	var id string
 	var errs []string
 	for i, m := range c.Members {
-		resp, err := client.Post(fmt.Sprintf("http://%s/v3/maintenance/status", m.Endpoint()), "application/json", strings.NewReader("{}"))
+		resp, err := Client.Post(fmt.Sprintf("http://%s/v3/maintenance/status", m.Endpoint()), "application/json", strings.NewReader("{}"))
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue

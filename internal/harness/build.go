@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -33,38 +35,57 @@ type buildEntry struct {
 // such as "./control-plane/cmd/allotd", or an import path) with `go build`
 // run from the repository root, and returns the path of the binary. env holds
 // extra "KEY=value" environment entries for the go command. Results are cached
-// per process by pkg and env, so every test after the first reuses the binary.
-func Build(t testing.TB, pkg string, env ...string) string {
-	t.Helper()
-	return build(t, pkg, binaryName(pkg), nil, env)
+// per process by pkg and env, so every build after the first reuses the
+// binary.
+func Build(pkg string, env ...string) (string, error) {
+	return build(pkg, binaryName(pkg), nil, env)
 }
 
-// BuildWasm compiles pkg as a proxy-wasm module,
-// `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared`, and returns the path
-// of the .wasm file. Like Build, it runs from the repository root and caches
-// per process.
-func BuildWasm(t testing.TB, pkg string) string {
+// MustBuild is Build that fails the test on error.
+func MustBuild(t testing.TB, pkg string, env ...string) string {
 	t.Helper()
-	return build(t, pkg, binaryName(pkg)+".wasm",
-		[]string{"-buildmode=c-shared"},
-		[]string{"GOOS=wasip1", "GOARCH=wasm"})
+	return must[string](t)(Build(pkg, env...))
+}
+
+// WasmFlags and WasmEnv build a proxy-wasm module, as `make build-filter`
+// does: `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared`.
+var (
+	WasmFlags = []string{"-buildmode=c-shared"}
+	WasmEnv   = []string{"GOOS=wasip1", "GOARCH=wasm"}
+)
+
+// BuildWasm compiles pkg as a proxy-wasm module (WasmFlags, WasmEnv) and
+// returns the path of the .wasm file. Like Build, it runs from the
+// repository root and caches per process.
+func BuildWasm(pkg string) (string, error) {
+	return build(pkg, binaryName(pkg)+".wasm", WasmFlags, WasmEnv)
+}
+
+// MustBuildWasm is BuildWasm that fails the test on error.
+func MustBuildWasm(t testing.TB, pkg string) string {
+	t.Helper()
+	return must[string](t)(BuildWasm(pkg))
 }
 
 // BuildNative compiles pkg as an Envoy dynamic module named name (e.g.
 // "liballot.so"): `CGO_ENABLED=1 go build -buildmode=c-shared`, with the
 // build tags given. Like Build, it runs from the repository root and caches
 // per process.
-func BuildNative(t testing.TB, pkg, name string, tags ...string) string {
-	t.Helper()
+func BuildNative(pkg, name string, tags ...string) (string, error) {
 	flags := []string{"-buildmode=c-shared"}
 	if len(tags) > 0 {
 		flags = append(flags, "-tags", strings.Join(tags, ","))
 	}
-	return build(t, pkg, name, flags, []string{"CGO_ENABLED=1"})
+	return build(pkg, name, flags, []string{"CGO_ENABLED=1"})
 }
 
-func build(t testing.TB, pkg, name string, flags, env []string) string {
+// MustBuildNative is BuildNative that fails the test on error.
+func MustBuildNative(t testing.TB, pkg, name string, tags ...string) string {
 	t.Helper()
+	return must[string](t)(BuildNative(pkg, name, tags...))
+}
+
+func build(pkg, name string, flags, env []string) (string, error) {
 	key := strings.Join(append(append([]string{pkg, name}, flags...), env...), "\x00")
 
 	builds.Lock()
@@ -79,10 +100,7 @@ func build(t testing.TB, pkg, name string, flags, env []string) string {
 	builds.Unlock()
 
 	e.once.Do(func() { e.out, e.err = goBuild(pkg, name, flags, env) })
-	if e.err != nil {
-		t.Fatal(e.err)
-	}
-	return e.out
+	return e.out, e.err
 }
 
 func goBuild(pkg, name string, flags, env []string) (string, error) {
@@ -102,7 +120,7 @@ func goBuild(pkg, name string, flags, env []string) (string, error) {
 	}
 	out := filepath.Join(sub, name)
 
-	if err := GoBuildTo(context.Background(), root, out, pkg, flags, env...); err != nil {
+	if err := GoBuild(context.Background(), root, out, pkg, flags, env...); err != nil {
 		return "", err
 	}
 	return out, nil
@@ -147,4 +165,39 @@ func binaryName(pkg string) string {
 		return "main"
 	}
 	return name
+}
+
+// GoBuild runs `go build flags... -o out pkg` in the module directory dir
+// with env ("KEY=value") added to the environment. It writes where it is
+// told and caches nothing; Build is the cached form tests use.
+func GoBuild(ctx context.Context, dir, out, pkg string, flags []string, env ...string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("build %s: go command not in PATH: %w", pkg, err)
+	}
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s go %s: %w\n%s", strings.Join(env, " "), strings.Join(args, " "), err, msg)
+	}
+	return nil
+}
+
+// CSharedFlags are the compiler flags BuildCShared passes: an optimized,
+// position-independent shared object.
+var CSharedFlags = []string{"-O2", "-shared", "-fPIC"}
+
+// BuildCShared compiles the C sources srcs into the shared object out
+// (`cc -O2 -shared -fPIC -o out srcs...`, with cc $CC or gcc), run in dir.
+func BuildCShared(ctx context.Context, dir, out string, srcs ...string) error {
+	cc := cmp.Or(os.Getenv("CC"), "gcc")
+	args := append(append(append([]string(nil), CSharedFlags...), "-o", out), srcs...)
+	cmd := exec.CommandContext(ctx, cc, args...)
+	cmd.Dir = dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(args, " "), err, msg)
+	}
+	return nil
 }

@@ -10,15 +10,21 @@ import (
 	"github.com/allotmesh/allot/e2e/echo"
 )
 
-// StartEcho starts the echo upstream (package e2e/echo) in-process on a free
-// 127.0.0.1 port and returns its "127.0.0.1:port" address. It is closed when
-// the test ends.
-func StartEcho(t testing.TB) string {
-	t.Helper()
+// StartEcho starts the echo upstream (package e2e/echo) in-process on a
+// free 127.0.0.1 port; the caller closes it.
+func StartEcho() (*echo.Server, error) {
 	s, err := echo.Start("127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("start echo: %v", err)
+		return nil, fmt.Errorf("start echo: %w", err)
 	}
+	return s, nil
+}
+
+// MustStartEcho is StartEcho for a test: it returns the upstream's
+// "127.0.0.1:port" address and closes it when the test ends.
+func MustStartEcho(t testing.TB) string {
+	t.Helper()
+	s := must[*echo.Server](t)(StartEcho())
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("close echo: %v", err)
@@ -56,7 +62,7 @@ func GetEcho(url string, header http.Header) (EchoResponse, error) {
 			req.Header.Add(name, v)
 		}
 	}
-	resp, err := client.Do(req)
+	resp, err := Client.Do(req)
 	if err != nil {
 		return EchoResponse{}, err
 	}
@@ -78,9 +84,5 @@ func GetEcho(url string, header http.Header) (EchoResponse, error) {
 // MustGetEcho is GetEcho that fails the test on error.
 func MustGetEcho(t testing.TB, url string, header http.Header) EchoResponse {
 	t.Helper()
-	r, err := GetEcho(url, header)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return must[EchoResponse](t)(GetEcho(url, header))
 }

@@ -1,0 +1,188 @@
+package plugin
+
+// Outcome classes: what became of a request an observed experiment
+// assigned, by its response's :status. Their order is the order of each
+// variation's counters (OutcomeMetrics) and of the native module's stat ids.
+const (
+	Class2xx   = iota // :status 200–299
+	Class3xx          // 300–399
+	Class4xx          // 400–499
+	Class5xx          // 500–599
+	ClassOther        // any other :status (101 Switching Protocols, say)
+	ClassReset        // no response headers reached the filter: reset, or the client gone
+	// NumClasses is the number of classes.
+	NumClasses
+)
+
+// classNames name the classes in stat names.
+var classNames = [NumClasses]string{"2xx", "3xx", "4xx", "5xx", "other", "reset"}
+
+// StatusClass is the class of a response whose :status is status.
+func StatusClass(status string) int {
+	if len(status) != 3 || status[1] < '0' || status[1] > '9' || status[2] < '0' || status[2] > '9' {
+		return ClassOther
+	}
+	switch status[0] {
+	case '2':
+		return Class2xx
+	case '3':
+		return Class3xx
+	case '4':
+		return Class4xx
+	case '5':
+		return Class5xx
+	}
+	return ClassOther
+}
+
+// OutcomeMetric names the counter of responses of class to requests
+// assigned variation v of experiment key:
+// allot.experiment.<key>.variation.<v>.response.<class>.
+func OutcomeMetric(key string, v, class int) string {
+	return VariationMetric(key, v) + ".response." + classNames[class]
+}
+
+// LatencyMetric names the histogram of the milliseconds from the request
+// headers to the response headers of requests assigned variation v of
+// experiment key: allot.experiment.<key>.variation.<v>.response_time_ms.
+func LatencyMetric(key string, v int) string {
+	return VariationMetric(key, v) + ".response_time_ms"
+}
+
+// OutcomeStats are the stats of one observed variation (one outcome slot):
+// a counter per class and the latency histogram.
+type OutcomeStats struct {
+	Counters [NumClasses]string
+	Latency  string
+}
+
+// observe lays out the outcome slots: one per variation of each observed
+// experiment, in definition order.
+func (c *Config) observe(observed []bool) {
+	c.outBase = make([]int32, len(c.keys))
+	for i := range c.keys {
+		c.outBase[i] = -1
+		if observed[i] {
+			c.outBase[i] = int32(c.nslots)
+			c.nslots += len(c.values[i])
+		}
+	}
+}
+
+// Observed reports whether some experiment of the configuration observes
+// its outcomes: then its requests leave outcome slots for their responses
+// (Plugin.Observed).
+func (c *Config) Observed() bool { return c.nslots > 0 }
+
+// Outcomes lists the stats of every outcome slot, in slot order: a host
+// that records outcomes itself (OutcomeRecorder) defines these.
+func (c *Config) Outcomes() []OutcomeStats {
+	out := make([]OutcomeStats, 0, c.nslots)
+	for i, key := range c.keys {
+		if c.outBase[i] < 0 {
+			continue
+		}
+		for v := range c.values[i] {
+			var s OutcomeStats
+			for class := range NumClasses {
+				s.Counters[class] = OutcomeMetric(key, v, class)
+			}
+			s.Latency = LatencyMetric(key, v)
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// observation is what a stream of an observed request waits with for its
+// response (proxy-wasm: the plugin keeps it; the native module keeps the
+// same in C).
+type observation struct {
+	r     *root
+	cfg   *Config
+	start int64 // the host's clock at the request headers, ns
+	timed bool  // start was read
+	slots []int32
+}
+
+// observeRequest keeps the outcome slots the request just assigned
+// (p.observed) for stream id's response. A failure to read the clock
+// costs the request its latency sample only.
+//
+//go:noinline
+func (p *Plugin) observeRequest(id uint32, r *root) {
+	var ob *observation
+	if n := len(p.obsFree); n > 0 {
+		ob, p.obsFree = p.obsFree[n-1], p.obsFree[:n-1]
+	} else {
+		ob = &observation{}
+	}
+	ob.r, ob.cfg = r, r.cfg
+	ob.slots = append(ob.slots[:0], p.observed...)
+	ob.timed = guard(func() (err error) { ob.start, err = p.host.Now(); return err }) == nil
+	if p.observing == nil {
+		p.observing = map[uint32]*observation{}
+	}
+	p.observing[id] = ob
+}
+
+// observeResponse counts stream id's response in the class of its :status
+// for each slot its request assigned, and records its latency; reset
+// (no response headers: from OnDelete) counts ClassReset and records no
+// latency. Counts go to the root's stats, flushed on tick; each latency
+// is one host call. A host failure costs only its sample.
+//
+//go:noinline
+func (p *Plugin) observeResponse(id uint32, reset bool) {
+	ob, ok := p.observing[id]
+	if !ok {
+		return
+	}
+	delete(p.observing, id)
+	defer func() { p.obsFree = append(p.obsFree, ob) }()
+	s := &ob.r.stats
+	if ob.r.cfg != ob.cfg || len(s.outcomes) != ob.cfg.nslots {
+		return // the root was reconfigured meanwhile: its slots are others'
+	}
+	class := ClassReset
+	var ms uint64
+	timed := false
+	if !reset {
+		class = ClassOther
+		var status string
+		if guard(func() (err error) { status, err = p.host.ResponseStatus(); return err }) == nil {
+			class = StatusClass(status)
+		}
+		var now int64
+		if ob.timed && guard(func() (err error) { now, err = p.host.Now(); return err }) == nil {
+			timed = true
+			if now > ob.start {
+				ms = uint64(now-ob.start) / 1e6
+			}
+		}
+	}
+	for _, slot := range ob.slots {
+		s.outcomes[slot][class]++
+		if timed && !s.defineFail {
+			guard(func() error { return p.host.RecordMetric(s.latIDs[slot], ms) })
+		}
+	}
+}
+
+// Observed is the outcome slots the last request assigned (each an
+// observed experiment's variation, in Config.Outcomes' order), for a host
+// that records outcomes itself (the native module). Valid until the next
+// request.
+func (p *Plugin) Observed() []int32 { return p.observed }
+
+// observeSlots lists the outcome slots of e's assignments in p.observed.
+//
+//go:noinline
+func (p *Plugin) observeSlots(cfg *Config, e entry) {
+	for j := range e.assignments() {
+		i, v := e.at(j)
+		if base := cfg.outBase[i]; base >= 0 {
+			p.observed = append(p.observed, base+int32(v))
+		}
+	}
+}
