@@ -129,7 +129,7 @@ FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net
 # of the control plane, its stores and their clients, Prometheus, and
 # gRPC's server-only packages. The grpc package itself holds client and
 # server alike, so it is unavoidable for a gRPC client.
-ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|mesh|mtls|console|migrate)|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc/(reflection|health)|github\.com/envoyproxy/go-control-plane/pkg
+ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|reconcile|mtls|console|migrate)|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc/(reflection|health)|github\.com/envoyproxy/go-control-plane/pkg
 
 .PHONY: check-deps
 check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one, the server side out of allotctl; control-plane/experiment pure.
@@ -149,7 +149,10 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 	deps=$$($(GO) list -deps ./control-plane/experiment); \
 	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|proto/|filter/engine|filter/internal/)' || true); \
 	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages and filter/engine:"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: allotctl links neither the admin server, the store, xDS nor Prometheus (gRPC only as a client: the grpc package holds both sides); control-plane/experiment is pure"
+	deps=$$($(GO) list -deps ./control-plane/rollout); \
+	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/|^github\.com/prometheus|^github\.com/envoyproxy|^go\.etcd\.io' | grep -vE '^github\.com/allotmesh/allot/(control-plane/rollout|proto/)' || true); \
+	if [ -n "$$bad" ]; then echo "control-plane/rollout must import only the standard library and the proto packages (xds, store/etcd, admin and allotctl import it):"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: allotctl links neither the admin server, the store, xDS nor Prometheus (gRPC only as a client: the grpc package holds both sides); control-plane/experiment is pure; control-plane/rollout imports no other control-plane package"
 
 ## ---------------------------------------------------------------- tests
 

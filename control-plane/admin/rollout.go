@@ -13,12 +13,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allotmesh/allot/control-plane/rollout"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // Rollouts lets writes wait until the proxies apply them, and reports where
-// every proxy stands. allotd implements it over its xDS server (the admin
-// package never imports xds); without one, waiting is unavailable.
+// every proxy stands. allotd implements it with rollout.Local (its own
+// proxies) or rollout.Mesh (every replica's); the admin package never
+// imports xds. Without one, waiting is unavailable.
 type Rollouts interface {
 	// Mark returns the version each cluster's proxies should run now; call
 	// it before a write.
@@ -63,7 +65,7 @@ func (s *Service) Await(ctx context.Context, wait time.Duration, write func() er
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ro := s.rollouts.Wait(ctx, mark)
-	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), "applied", ro.GetCounts()["applied"], "not_applied", len(ro.GetProxies()))
+	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), rollout.ResultApplied, ro.GetCounts()[string(rollout.StateApplied)], "not_applied", len(ro.GetProxies()))
 	return ro, nil
 }
 
@@ -74,7 +76,7 @@ func (s *Service) Rollout(_ context.Context, p *Principal) (*adminv1.Rollout, er
 		return nil, errorf(CodePermissionDenied, "reading needs a token")
 	}
 	if s.rollouts == nil {
-		return &adminv1.Rollout{Result: "status"}, nil
+		return &adminv1.Rollout{Result: rollout.ResultStatus}, nil
 	}
 	return s.rollouts.Status(), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/allotmesh/allot/control-plane/rollout"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -65,6 +66,9 @@ func decodeWritten(b []byte, wait time.Duration) (*experimentv1.Experiment, *adm
 	return e, ro, err
 }
 
+// applied is the applied state's name in the admin API's rollout.
+const applied = string(rollout.StateApplied)
+
 // reportRollout prints how a waited write rolled out and returns an error
 // naming the proxies that did not apply it (the write itself stands).
 func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
@@ -75,12 +79,12 @@ func reportRollout(w io.Writer, what string, ro *adminv1.Rollout) error {
 	for _, n := range ro.GetCounts() {
 		total += n
 	}
-	fmt.Fprintf(w, "%s: rollout %s, applied by %d/%d proxies\n", what, ro.GetResult(), ro.GetCounts()["applied"], total)
-	if ro.GetResult() == "applied" {
+	fmt.Fprintf(w, "%s: rollout %s, applied by %d/%d proxies\n", what, ro.GetResult(), ro.GetCounts()[applied], total)
+	if ro.GetResult() == rollout.ResultApplied {
 		return nil
 	}
 	for _, p := range ro.GetProxies() {
-		if p.GetState() != "applied" {
+		if p.GetState() != applied {
 			fmt.Fprintf(w, "  %s (%s): %s %s\n", p.GetNodeId(), p.GetCluster(), p.GetState(), proxyError(p))
 		}
 	}
@@ -140,7 +144,7 @@ func runRollout(ctx context.Context, env *Env, args []string) error {
 // proxyError is why p did not apply its target: allotd's reason for an
 // unserved proxy, else Envoy's for its last rejection.
 func proxyError(p *adminv1.ProxyStatus) string {
-	if p.GetState() == "unserved" {
+	if p.GetState() == string(rollout.StateUnserved) {
 		return p.GetError()
 	}
 	return p.GetRejectionError()
@@ -164,9 +168,9 @@ func byVersion(ro *adminv1.Rollout) []string {
 	for _, k := range order {
 		c := counts[k]
 		line := fmt.Sprintf("version %s (%s): %d applied, %d pending, %d rejected",
-			dash(k.version), k.cluster, c["applied"], c["pending"], c["rejected"])
-		if c["unserved"] > 0 {
-			line += fmt.Sprintf(", %d unserved", c["unserved"])
+			dash(k.version), k.cluster, c[applied], c[string(rollout.StatePending)], c[string(rollout.StateRejected)])
+		if n := c[string(rollout.StateUnserved)]; n > 0 {
+			line += fmt.Sprintf(", %d unserved", n)
 		}
 		out = append(out, line)
 	}

@@ -1,10 +1,11 @@
 // Package server assembles allotd from a Config: Run serves the admin API
 // (HTTP/JSON, gRPC, the web console at /ui/, /metrics and health checks on
 // one listener, optionally gRPC on a dedicated one too) and xDS on
-// another, optionally all over TLS, over any store.Store, and keeps every
-// connected proxy's configuration in step with the store and the
-// experiments' schedules. It is wiring: the command line is parsed and the
-// store opened by control-plane/cmd/allotd.
+// another, optionally all over TLS, over any store.Store. It is wiring:
+// the command line is parsed and the store opened by
+// control-plane/cmd/allotd; reconcile keeps the proxies' configuration in
+// step with the store and the schedules (and publishes a replica's
+// proxies), rollout answers where a write stands.
 package server
 
 import (
@@ -20,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -28,15 +28,14 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/console"
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/reconcile"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/control-plane/xds"
-	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
 // Config is allotd's configuration.
@@ -83,7 +82,7 @@ type Config struct {
 	// Registry, when set, makes this allotd one replica of several sharing
 	// a store: it publishes its proxies there, and rollouts and waited
 	// writes cover every replica's proxies.
-	Registry Registry
+	Registry reconcile.Registry
 	// ReplicaID names this replica in the registry.
 	ReplicaID string
 	// AdminReadTimeout bounds the reading of a request's headers and
@@ -107,6 +106,13 @@ const (
 	// adminMaxHeaderBytes bounds a request's headers (a token is 100
 	// bytes).
 	adminMaxHeaderBytes = 64 << 10
+)
+
+// Both rollouts answer the admin API's writes that wait and its rollout
+// status.
+var (
+	_ admin.Rollouts = (*rollout.Local)(nil)
+	_ admin.Rollouts = (*rollout.Mesh)(nil)
 )
 
 // Addrs are the addresses allotd listens on.
@@ -153,7 +159,7 @@ func Run(ctx context.Context, db store.Store, cfg Config) error {
 // the admin API's gRPC server and the admin listener's HTTP server.
 type servers struct {
 	db              store.Store
-	b               *builder
+	b               *reconcile.Builder
 	xds             *xds.Server
 	xdsGRPC         *grpc.Server
 	adminGRPC       *grpc.Server
@@ -175,8 +181,8 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 			return nil, fmt.Errorf("register collector: %w", err)
 		}
 	}
-	s := &servers{db: db, b: &builder{store: db, mesh: cfg.Mesh, now: now}, publishFailures: newPublishFailures()}
-	s.xds = xds.NewArtifacts(ctx, s.b.build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
+	s := &servers{db: db, b: reconcile.NewBuilder(db, cfg.Mesh, now), publishFailures: reconcile.NewPublishFailures()}
+	s.xds = xds.NewArtifacts(ctx, s.b.Build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
 		xds.WithMaxStreams(cfg.XDSMaxStreams))
 	for _, c := range s.xds.Collectors() {
 		if err := reg.Register(c); err != nil {
@@ -186,10 +192,10 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
 
 	adminLog := log.With("component", "admin")
-	var ro admin.Rollouts = rollouts{s.xds}
+	var ro admin.Rollouts = rollout.NewLocal(s.xds)
 	if cfg.Registry != nil {
-		ro = meshRollouts{x: s.xds, reg: cfg.Registry, b: s.b, st: db}
-		if err := errors.Join(reg.Register(replicaCollector{reg: cfg.Registry, b: s.b, st: db}), reg.Register(s.publishFailures)); err != nil {
+		ro = rollout.NewMesh(s.xds, cfg.Registry, s.b, db)
+		if err := errors.Join(reg.Register(reconcile.NewReplicaCollector(cfg.Registry, s.b, db)), reg.Register(s.publishFailures)); err != nil {
 			return nil, fmt.Errorf("register replica collector: %w", err)
 		}
 	}
@@ -206,7 +212,7 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r.Context(), db, s.b); err != nil {
+		if err := reconcile.Ready(r.Context(), db, s.b); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -307,14 +313,14 @@ func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []ne
 			errc <- err
 		}
 	}()
-	go func() { defer wg.Done(); syncLoop(ctx, s.db, s.xds, s.b, log) }()
+	go func() { defer wg.Done(); reconcile.Sync(ctx, s.db, s.xds, s.b, log) }()
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {
-		self := mesh.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
+		self := rollout.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			publishLoop(ctx, cfg.Registry, s.xds, s.b, self, s.publishFailures, log.With("component", "mesh"))
+			reconcile.Publish(ctx, cfg.Registry, s.xds, s.b, self, s.publishFailures, log.With("component", "mesh"))
 		}()
 	}
 	attrs := []any{"admin_addr", addrs.Admin.String(), "xds_addr", addrs.XDS.String(), "tls", cfg.TLS != nil,
@@ -356,47 +362,6 @@ func (s *servers) shutdown() {
 	case <-shutCtx.Done():
 		s.xdsGRPC.Stop() // xDS streams never end by themselves
 		s.adminGRPC.Stop()
-	}
-}
-
-// quorumChecker is a store that can tell whether it can commit now
-// (store/etcd: a linearizable read), where its reads would fall back to a
-// member's last known state.
-type quorumChecker interface {
-	Check(ctx context.Context) error
-}
-
-// ready is /readyz: the store answers (with a quorum, for a replicated
-// store), and the configuration served to proxies is built from the
-// store's current revision (it may take up to a second to catch up with a
-// write just made).
-func ready(ctx context.Context, db store.Store, b *builder) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if c, ok := db.(quorumChecker); ok {
-		if err := c.Check(ctx); err != nil {
-			return err // names the store and why
-		}
-	}
-	rev, err := db.Revision(ctx)
-	if err != nil {
-		return fmt.Errorf("store unavailable: %w", err)
-	}
-	deadline := time.NewTimer(time.Second)
-	defer deadline.Stop()
-	for {
-		applied := b.applied()
-		got := b.appliedRevision()
-		if got >= rev {
-			return nil
-		}
-		select {
-		case <-applied:
-		case <-deadline.C:
-			return fmt.Errorf("proxies' configuration is built from store revision %d, the store is at %d", got, rev)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
 }
 
@@ -471,214 +436,4 @@ func closeAll(lns []net.Listener) {
 	for _, ln := range lns {
 		ln.Close()
 	}
-}
-
-// syncLoop refreshes proxies after every store write and at every schedule
-// boundary (an experiment's start or end time), with no write needed.
-func syncLoop(ctx context.Context, st store.Store, x *xds.Server, b *builder, log *slog.Logger) {
-	revs := st.Watch(ctx)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-revs:
-			if !ok {
-				return
-			}
-		case <-timer.C:
-		}
-		rev, err := st.Revision(ctx)
-		if err == nil {
-			err = x.Refresh(ctx)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Error("refresh proxies", "error", err)
-			timer.Reset(time.Second) // the store may be back by then
-			continue
-		}
-		b.setApplied(rev)
-		next := b.nextBoundary()
-		d := time.Hour
-		if !next.IsZero() {
-			d = max(next.Sub(b.now()), 0)
-		}
-		timer.Reset(d)
-	}
-}
-
-// builder builds each cluster's ECDS resource from the store. It decodes
-// the stored experiments once per store revision: a refresh builds every
-// cluster, and the schedule timer reads them too.
-type builder struct {
-	store store.Store
-	mesh  translate.Mesh
-	now   func() time.Time
-
-	mu   sync.Mutex
-	rev  int64
-	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
-
-	appliedMu  sync.Mutex
-	appliedRev int64         // every served snapshot is built from this store revision or a later one
-	appliedCh  chan struct{} // closed and replaced when appliedRev grows
-}
-
-// setApplied records that every cluster's snapshot is built from store
-// revision rev or later.
-func (b *builder) setApplied(rev int64) {
-	b.appliedMu.Lock()
-	defer b.appliedMu.Unlock()
-	if b.appliedCh == nil {
-		b.appliedCh = make(chan struct{})
-	}
-	if rev > b.appliedRev {
-		b.appliedRev = rev
-		close(b.appliedCh)
-		b.appliedCh = make(chan struct{})
-	}
-}
-
-// appliedRevision is the store revision every served snapshot is built
-// from, at least.
-func (b *builder) appliedRevision() int64 {
-	b.appliedMu.Lock()
-	defer b.appliedMu.Unlock()
-	return b.appliedRev
-}
-
-// awaitApplied waits until every served snapshot is built from store
-// revision rev or later, for at most d, and reports whether it is.
-func (b *builder) awaitApplied(ctx context.Context, rev int64, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		ch := b.applied()
-		if b.appliedRevision() >= rev {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// applied returns a channel closed when the applied revision next grows.
-func (b *builder) applied() <-chan struct{} {
-	b.appliedMu.Lock()
-	defer b.appliedMu.Unlock()
-	if b.appliedCh == nil {
-		b.appliedCh = make(chan struct{})
-	}
-	return b.appliedCh
-}
-
-// experiments returns the stored experiments as of the store's latest
-// revision (asked of the store), or, if atLeast is positive, as of revision
-// atLeast or later: the ones already read, if that recent, without a round
-// trip to the store (which a waited write makes while the mesh's pushes
-// keep it busy).
-func (b *builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error) {
-	ctx := context.Background()
-	rev := atLeast
-	if rev <= 0 {
-		var err error
-		if rev, err = b.store.Revision(ctx); err != nil {
-			return nil, err
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.exps != nil && b.rev >= rev {
-		return b.exps, nil
-	}
-	items, rev, err := b.store.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*experimentv1.Experiment, 0, len(items))
-	for _, se := range items {
-		e, err := admin.FromStore(se)
-		if err != nil {
-			return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
-		}
-		out = append(out, e)
-	}
-	b.rev, b.exps = rev, out
-	return out, nil
-}
-
-// versions returns the configuration version of each cluster now (as of
-// store revision atLeast or later, if positive: see experiments), without
-// building their resources; clusters whose configuration fails are left
-// out (their proxies are reported against no target).
-func (b *builder) versions(clusters []string, atLeast int64) (map[string]string, error) {
-	exps, err := b.experiments(atLeast)
-	if err != nil {
-		return nil, err
-	}
-	now := b.now()
-	out := make(map[string]string, len(clusters))
-	for _, c := range clusters {
-		if cfg, err := translate.FilterConfig(exps, c, now, b.mesh); err == nil {
-			out[c] = cfg.Version
-		}
-	}
-	return out, nil
-}
-
-// build returns cluster's configuration in each artifact's resource: the
-// same filter configuration, hence one version, for Wasm and native proxies.
-func (b *builder) build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
-	exps, err := b.experiments(0)
-	if err != nil {
-		return "", nil, err
-	}
-	cfg, err := translate.FilterConfig(exps, cluster, b.now(), b.mesh)
-	if err != nil {
-		return "", nil, err
-	}
-	st, err := translate.ConfigStruct(cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	wasm, err := translate.WasmExtension(st, b.mesh)
-	if err != nil {
-		return "", nil, err
-	}
-	native, err := translate.NativeExtension(st, b.mesh)
-	if err != nil {
-		return "", nil, err
-	}
-	return cfg.Version, map[string]*corev3.TypedExtensionConfig{xds.ArtifactWasm: wasm, xds.ArtifactNative: native}, nil
-}
-
-// nextBoundary is the earliest start or end time after now (zero if none).
-func (b *builder) nextBoundary() time.Time {
-	exps, err := b.experiments(0)
-	if err != nil {
-		return b.now().Add(time.Second) // retry soon
-	}
-	now := b.now()
-	var next time.Time
-	for _, e := range exps {
-		for _, ts := range []*timestamppb.Timestamp{e.GetStartTime(), e.GetEndTime()} {
-			if ts == nil {
-				continue
-			}
-			t := ts.AsTime()
-			if t.After(now) && (next.IsZero() || t.Before(next)) {
-				next = t
-			}
-		}
-	}
-	return next
 }

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -12,27 +11,40 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/peer"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 )
 
-// State is where a proxy stands with the configuration it should run; the
-// states are the mesh package's, shared by every replica.
-type State = mesh.State
+// The rollout's types, named here too for the callers (e2e among them)
+// that know them as the xDS server's: one definition each, in rollout.
+type (
+	// State is where a proxy stands (rollout.State).
+	State = rollout.State
+	// Rejection is a version a proxy refused (rollout.Rejection).
+	Rejection = rollout.Rejection
+	// ProxyStatus is one connected proxy (rollout.ProxyStatus).
+	ProxyStatus = rollout.ProxyStatus
+	// Rollout is where proxies stand with their targets (rollout.Rollout).
+	Rollout = rollout.Rollout
+	// Targets maps a cluster to its version (rollout.Targets).
+	Targets = rollout.Targets
+)
 
-// The states of a proxy.
+// The states of a proxy (rollout's). A proxy is StateUnserved when its
+// node metadata names a filter artifact the server does not serve
+// (ArtifactKey): it is sent no configuration and keeps running whatever
+// its bootstrap gave it; the server never guesses an artifact for it.
 const (
-	// StateApplied: the proxy acknowledged (ACK) the configuration.
-	StateApplied = mesh.StateApplied
-	// StatePending: the proxy has not answered the configuration yet.
-	StatePending = mesh.StatePending
-	// StateRejected: the proxy refused the configuration (NACK) and keeps
-	// running its previous one.
-	StateRejected = mesh.StateRejected
-	// StateUnserved: the proxy's node metadata names a filter artifact the
-	// server does not serve (ArtifactKey), so it is sent no configuration
-	// and keeps running whatever its bootstrap gave it; ProxyStatus.Error
-	// says why. The server never guesses an artifact for it.
-	StateUnserved = mesh.StateUnserved
+	StateApplied  = rollout.StateApplied
+	StatePending  = rollout.StatePending
+	StateRejected = rollout.StateRejected
+	StateUnserved = rollout.StateUnserved
+)
+
+// ErrRejected and ErrUnserved are rollout's: a proxy refused a
+// configuration, a proxy's artifact is not served.
+var (
+	ErrRejected = rollout.ErrRejected
+	ErrUnserved = rollout.ErrUnserved
 )
 
 // API names of the xDS services a proxy may use.
@@ -42,53 +54,6 @@ const (
 	// APIECDS is the dedicated extension config discovery service.
 	APIECDS = "ecds"
 )
-
-// Rejection is a configuration version a proxy refused.
-type Rejection = mesh.Rejection
-
-// ProxyStatus is one connected proxy, i.e. one xDS stream, as the server
-// sees it.
-type ProxyStatus struct {
-	// Replica is the allotd replica the proxy is connected to ("" for this
-	// server's own proxies when it runs alone).
-	Replica string `json:"replica,omitempty"`
-	// NodeID is the Envoy node id (--service-node).
-	NodeID string `json:"node_id"`
-	// Cluster is the Envoy node cluster (--service-cluster): the service.
-	Cluster string `json:"cluster"`
-	// Address is the stream's peer address.
-	Address string `json:"address"`
-	// Stream identifies the xDS stream within this server process.
-	Stream int64 `json:"stream"`
-	// API is APIADS or APIECDS.
-	API string `json:"api"`
-	// Artifact is the filter artifact the proxy runs, from its node
-	// metadata (ArtifactWasm when absent), as the proxy gave it.
-	Artifact string `json:"artifact"`
-	// Target is the version the proxy should run: its cluster's current
-	// version (in a Rollout, possibly a later one than the waited-for target).
-	Target string `json:"target"`
-	// State is where the proxy stands with Target.
-	State State `json:"state"`
-	// Sent is the version last sent on the stream, SentAt when.
-	Sent   string    `json:"sent,omitempty"`
-	SentAt time.Time `json:"sent_at,omitzero"`
-	// Pushes counts the configurations sent on the stream.
-	Pushes int `json:"pushes"`
-	// Acked is the version the proxy last acknowledged (or reported running
-	// when it connected), AckedAt when.
-	Acked   string    `json:"acked,omitempty"`
-	AckedAt time.Time `json:"acked_at,omitzero"`
-	// Rejected is the last configuration the proxy refused on this stream.
-	Rejected *Rejection `json:"rejected,omitempty"`
-	// Error says why an unserved proxy (StateUnserved) gets no
-	// configuration.
-	Error string `json:"error,omitempty"`
-	// ConnectedAt is when the stream opened; LastSeen when the proxy last
-	// sent a request.
-	ConnectedAt time.Time `json:"connected_at"`
-	LastSeen    time.Time `json:"last_seen"`
-}
 
 // stream is the tracking state of one xDS stream; guarded by Server.mu.
 type stream struct {
@@ -140,20 +105,12 @@ func (st *stream) status(target string) ProxyStatus {
 	return p
 }
 
-// SortProxies sorts proxies by cluster, node id and stream, the order of
-// every listing of them.
-func SortProxies(ps []ProxyStatus) {
-	slices.SortFunc(ps, func(a, b ProxyStatus) int {
-		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.NodeID, b.NodeID), cmp.Compare(a.Stream, b.Stream))
-	})
-}
-
 // Proxies returns every connected proxy that has identified itself, sorted
 // by cluster, node id and stream, with its state against its cluster's
 // current version.
 func (s *Server) Proxies() []ProxyStatus {
 	out := s.AppendProxies(nil)
-	SortProxies(out)
+	rollout.SortProxies(out)
 	return out
 }
 

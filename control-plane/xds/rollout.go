@@ -5,92 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
+
+	"github.com/allotmesh/allot/control-plane/rollout"
 )
 
-// ErrRejected reports that a proxy refused a configuration (a NACK).
-var ErrRejected = errors.New("configuration rejected")
-
-// ErrUnserved reports that a proxy runs a filter artifact the server does
-// not serve (StateUnserved).
-var ErrUnserved = errors.New("filter artifact not served")
-
-// Targets maps a proxy cluster to the configuration version its proxies
-// should run.
-type Targets map[string]string
-
-// Changed returns the entries of t that are new or differ from before: the
-// clusters a write between the two moments reconfigures.
-func (t Targets) Changed(before Targets) Targets {
-	out := Targets{}
-	for c, v := range t {
-		if before[c] != v {
-			out[c] = v
-		}
-	}
-	return out
-}
-
-// Rollout is where the proxies of some clusters stand with their target
-// versions.
-type Rollout struct {
-	// Targets are the versions waited for, per cluster.
-	Targets Targets `json:"targets"`
-	// Proxies are the proxies of those clusters (connected when the wait
-	// began and still connected), sorted; each State is against its
-	// cluster's current version (its Target field).
-	Proxies []ProxyStatus `json:"proxies"`
-}
-
-// Count is the number of proxies in state st.
-func (r Rollout) Count(st State) int {
-	n := 0
-	for _, p := range r.Proxies {
-		if p.State == st {
-			n++
-		}
-	}
-	return n
-}
-
-// Unfinished returns the proxies that have not applied their target.
-func (r Rollout) Unfinished() []ProxyStatus {
-	var out []ProxyStatus
-	for _, p := range r.Proxies {
-		if p.State != StateApplied {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// Err is nil if every proxy applied its target, else an error naming every
-// proxy that did not and why; it wraps ErrRejected if any proxy refused and
-// ErrUnserved if any runs an artifact the server does not serve.
-func (r Rollout) Err() error {
-	var rejected, unserved, pending []string
-	for _, p := range r.Proxies {
-		switch p.State {
-		case StateRejected:
-			rejected = append(rejected, fmt.Sprintf("%s (cluster %s) rejected version %s: %s", p.NodeID, p.Cluster, p.Rejected.Version, p.Rejected.Error))
-		case StateUnserved:
-			unserved = append(unserved, fmt.Sprintf("%s (cluster %s): %s", p.NodeID, p.Cluster, p.Error))
-		case StatePending:
-			pending = append(pending, fmt.Sprintf("%s (cluster %s) has not applied version %s", p.NodeID, p.Cluster, p.Target))
-		}
-	}
-	var errs []error
-	if len(rejected) > 0 {
-		errs = append(errs, fmt.Errorf("%w by %d of %d proxies: %s", ErrRejected, len(rejected), len(r.Proxies), strings.Join(rejected, "; ")))
-	}
-	if len(unserved) > 0 {
-		errs = append(errs, fmt.Errorf("%w for %d of %d proxies: %s", ErrUnserved, len(unserved), len(r.Proxies), strings.Join(unserved, "; ")))
-	}
-	if len(pending) > 0 {
-		errs = append(errs, fmt.Errorf("%d of %d proxies pending: %s", len(pending), len(r.Proxies), strings.Join(pending, "; ")))
-	}
-	return errors.Join(errs...)
-}
+// The server is what rollout's waits use of it.
+var _ rollout.Server = (*Server)(nil)
 
 // Targets returns every known cluster's current version. Take it before a
 // write and pass Targets().Changed(before) to WaitFor after Refresh.
@@ -118,7 +38,7 @@ func (s *Server) rolloutLocked(targets Targets, ids map[int64]bool) Rollout {
 		}
 		r.Proxies = append(r.Proxies, st.status(s.clusters[st.cluster]))
 	}
-	SortProxies(r.Proxies)
+	rollout.SortProxies(r.Proxies)
 	return r
 }
 

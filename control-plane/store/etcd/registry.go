@@ -18,7 +18,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 )
 
 // DefaultLeaseTTL is how long a replica's records outlive it.
@@ -50,17 +50,17 @@ const proxyShards = 64
 // 10,000-proxy replica is one part, and an ACK rewrites at most 64 KiB.
 const maxPartBytes = 64 << 10
 
-// Registry implements mesh.Registry in the store's cluster, beside the
+// Registry implements rollout.Registry in the store's cluster, beside the
 // experiments:
 //
-//	mesh/replicas/<replica>               the replica's fixed-size fields (mesh.Replica without
+//	mesh/replicas/<replica>               the replica's fixed-size fields (rollout.Replica without
 //	                                      Targets and Proxies) as JSON
 //	mesh/clusters/<replica>/<cluster>     one per cluster the replica lists (cluster escaped):
-//	                                      its target version and its proxies' mesh.Summary
+//	                                      its target version and its proxies' rollout.Summary
 //	mesh/proxies/<replica>/<shard>/<part> the replica's proxies whose node id hashes to shard
 //	                                      (proxyShards of them), sorted by node id and stream,
 //	                                      cut into parts of at most maxPartBytes: a JSON
-//	                                      array of mesh.Proxy each
+//	                                      array of rollout.Proxy each
 //	mesh/nodes/<replica>/<node>/<stream>/<cluster>
 //	                                      empty, one per proxy (node and cluster escaped):
 //	                                      what Roster reads
@@ -140,7 +140,7 @@ type proxyID struct {
 type publishedProxy struct {
 	shard   int
 	nodeKey string
-	p       mesh.Proxy
+	p       rollout.Proxy
 	raw     []byte
 	gen     uint64
 }
@@ -157,11 +157,11 @@ type shardParts struct {
 // read it.
 type decodedShard struct {
 	mod     int64
-	proxies []mesh.Proxy
+	proxies []rollout.Proxy
 	gen     uint64
 }
 
-// replicaRecord is what mesh/replicas/<replica> holds: mesh.Replica's
+// replicaRecord is what mesh/replicas/<replica> holds: rollout.Replica's
 // fixed-size fields.
 type replicaRecord struct {
 	ID        string `json:"id"`
@@ -171,11 +171,11 @@ type replicaRecord struct {
 }
 
 // clusterRecord is what mesh/clusters/<replica>/<cluster> holds: the
-// cluster's entries of mesh.Replica's Targets and Proxies (each absent when
+// cluster's entries of rollout.Replica's Targets and Proxies (each absent when
 // the replica does not list it there).
 type clusterRecord struct {
-	Target  *string       `json:"target,omitempty"`
-	Proxies *mesh.Summary `json:"proxies,omitempty"`
+	Target  *string          `json:"target,omitempty"`
+	Proxies *rollout.Summary `json:"proxies,omitempty"`
 }
 
 // Registry returns the mesh registry of replica id, whose records live as
@@ -210,7 +210,7 @@ func (g *Registry) partKey(shard, part int) string {
 	return g.ownShards() + strconv.Itoa(shard) + "/" + strconv.Itoa(part)
 }
 
-func (g *Registry) nodeKey(p mesh.Proxy) string {
+func (g *Registry) nodeKey(p rollout.Proxy) string {
 	return g.ownNodes() + url.PathEscape(p.NodeID) + "/" + strconv.FormatInt(p.Stream, 10) + "/" + url.PathEscape(p.Cluster)
 }
 
@@ -221,9 +221,9 @@ func shardOf(node string) int {
 	return int(h.Sum32() % proxyShards)
 }
 
-// Publish implements mesh.Registry. It grants a new lease (and writes every
+// Publish implements rollout.Registry. It grants a new lease (and writes every
 // record again) when the previous one was lost.
-func (g *Registry) Publish(ctx context.Context, r mesh.Replica, proxies []mesh.Proxy) error {
+func (g *Registry) Publish(ctx context.Context, r rollout.Replica, proxies []rollout.Proxy) error {
 	if err := g.s.check(ctx); err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (g *Registry) Publish(ctx context.Context, r mesh.Replica, proxies []mesh.P
 
 // encodeClusters returns the cluster records of r by cluster: one per
 // cluster of its Targets or Proxies.
-func encodeClusters(r mesh.Replica) (map[string]string, error) {
+func encodeClusters(r rollout.Replica) (map[string]string, error) {
 	recs := make(map[string]clusterRecord, len(r.Targets))
 	for c, v := range r.Targets {
 		recs[c] = clusterRecord{Target: &v}
@@ -277,7 +277,7 @@ func encodeClusters(r mesh.Replica) (map[string]string, error) {
 // the proxies and clusters that left. A proxy is encoded only when it
 // differs from the record written for it, so that a publish after a few
 // ACKs costs those few, not the whole fleet.
-func (g *Registry) publishLocked(ctx context.Context, replica string, clusters map[string]string, proxies []mesh.Proxy) error {
+func (g *Registry) publishLocked(ctx context.Context, replica string, clusters map[string]string, proxies []rollout.Proxy) error {
 	if g.lease != 0 {
 		select {
 		case <-g.lost:
@@ -645,7 +645,7 @@ func (g *Registry) parsePartKey(key string) (shard, part int, ok bool) {
 
 // sameProxy reports whether a and b are the same record, which encode
 // alike: every field equal, the rejection compared by value.
-func sameProxy(a, b mesh.Proxy) bool {
+func sameProxy(a, b rollout.Proxy) bool {
 	ra, rb := a.Rejected, b.Rejected
 	a.Rejected, b.Rejected = nil, nil
 	return a == b && (ra == rb || ra != nil && rb != nil && *ra == *rb)
@@ -852,29 +852,29 @@ func (g *Registry) Withdraw(ctx context.Context) error {
 	return nil
 }
 
-// View implements mesh.Registry: one read of the whole mesh. Proxies whose
+// View implements rollout.Registry: one read of the whole mesh. Proxies whose
 // replica has no record are left out.
-func (g *Registry) View(ctx context.Context) (mesh.View, error) {
+func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true},
 		get{key: g.proxiesPrefix(), prefix: true})
 	if err != nil {
-		return mesh.View{}, fmt.Errorf("read the mesh registry: %w", err)
+		return rollout.View{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
 	replicas, err := g.decodeReplicas(resp.Responses[0], resp.Responses[1])
 	if err != nil {
-		return mesh.View{}, err
+		return rollout.View{}, err
 	}
-	v := mesh.View{Replicas: replicas}
+	v := rollout.View{Replicas: replicas}
 	g.viewMu.Lock()
 	defer g.viewMu.Unlock()
 	g.viewGen++
-	var ps []mesh.Proxy
+	var ps []rollout.Proxy
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		d := g.decoded[string(kv.Key)]
 		if d == nil || d.mod != kv.ModRevision {
-			var part []mesh.Proxy
+			var part []rollout.Proxy
 			if err := json.Unmarshal(kv.Value, &part); err != nil {
-				return mesh.View{}, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
+				return rollout.View{}, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
 			}
 			if d == nil {
 				d = &decodedShard{}
@@ -894,13 +894,13 @@ func (g *Registry) View(ctx context.Context) (mesh.View, error) {
 			delete(g.decoded, k)
 		}
 	}
-	v.Proxies = mesh.Dedup(ps)
+	v.Proxies = rollout.Dedup(ps)
 	return v, nil
 }
 
-// Replicas implements mesh.Registry: one read of the replicas' and their
+// Replicas implements rollout.Registry: one read of the replicas' and their
 // clusters' records.
-func (g *Registry) Replicas(ctx context.Context) (map[string]mesh.Replica, error) {
+func (g *Registry) Replicas(ctx context.Context) (map[string]rollout.Replica, error) {
 	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true})
 	if err != nil {
 		return nil, fmt.Errorf("read the mesh registry: %w", err)
@@ -908,32 +908,32 @@ func (g *Registry) Replicas(ctx context.Context) (map[string]mesh.Replica, error
 	return g.decodeReplicas(resp.Responses[0], resp.Responses[1])
 }
 
-// Roster implements mesh.Registry: one read of the replicas' and their
+// Roster implements rollout.Registry: one read of the replicas' and their
 // clusters' records and of the node keys alone.
-func (g *Registry) Roster(ctx context.Context) (mesh.Roster, error) {
+func (g *Registry) Roster(ctx context.Context) (rollout.Roster, error) {
 	resp, err := g.s.read(ctx, get{key: g.replicasPrefix(), prefix: true}, get{key: g.clustersPrefix(), prefix: true},
 		get{key: g.nodesPrefix(), prefix: true, keysOnly: true})
 	if err != nil {
-		return mesh.Roster{}, fmt.Errorf("read the mesh registry: %w", err)
+		return rollout.Roster{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
 	replicas, err := g.decodeReplicas(resp.Responses[0], resp.Responses[1])
 	if err != nil {
-		return mesh.Roster{}, err
+		return rollout.Roster{}, err
 	}
-	ro := mesh.Roster{Replicas: replicas, Nodes: map[string]mesh.Node{}}
+	ro := rollout.Roster{Replicas: replicas, Nodes: map[string]rollout.Node{}}
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream, cluster
 		if len(parts) != 4 {
-			return mesh.Roster{}, fmt.Errorf("read the mesh registry: key %q: want replica/node/stream/cluster", kv.Key)
+			return rollout.Roster{}, fmt.Errorf("read the mesh registry: key %q: want replica/node/stream/cluster", kv.Key)
 		}
 		r, err1 := url.PathUnescape(parts[0])
 		node, err2 := url.PathUnescape(parts[1])
 		cluster, err3 := url.PathUnescape(parts[3])
 		if err := errors.Join(err1, err2, err3); err != nil {
-			return mesh.Roster{}, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
+			return rollout.Roster{}, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
 		}
 		if _, live := ro.Replicas[r]; live && ro.Nodes[node].Replica < r { // a node on two replicas (it moved): either will do
-			ro.Nodes[node] = mesh.Node{Replica: r, Cluster: cluster}
+			ro.Nodes[node] = rollout.Node{Replica: r, Cluster: cluster}
 		}
 	}
 	return ro, nil
@@ -943,10 +943,10 @@ func (g *Registry) Roster(ctx context.Context) (mesh.Roster, error) {
 // clusters' (a cluster record of a replica without one is left out: it
 // has not written it yet, or its lease is running out). A replica record
 // of the layout before cluster records lists its clusters itself.
-func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (map[string]mesh.Replica, error) {
-	out := map[string]mesh.Replica{}
+func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (map[string]rollout.Replica, error) {
+	out := map[string]rollout.Replica{}
 	for _, kv := range replicas.GetResponseRange().GetKvs() {
-		var r mesh.Replica
+		var r rollout.Replica
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			return nil, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
 		}
@@ -975,7 +975,7 @@ func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (
 		}
 		if rec.Proxies != nil {
 			if r.Proxies == nil {
-				r.Proxies = map[string]mesh.Summary{}
+				r.Proxies = map[string]rollout.Summary{}
 				out[id] = r
 			}
 			r.Proxies[cluster] = *rec.Proxies
@@ -984,7 +984,7 @@ func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (
 	return out, nil
 }
 
-// Watch implements mesh.Registry. It follows the replicas' records alone:
+// Watch implements rollout.Registry. It follows the replicas' records alone:
 // in a rollout the proxies' records change by the thousand, and each
 // replica's record is rewritten after its proxies' and its clusters'
 // records whenever a summary changes.

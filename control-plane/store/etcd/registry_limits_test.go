@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/xds"
@@ -22,17 +22,17 @@ import (
 // tracks, each named at the longest a proxy may name it, each with the
 // most versions a summary keeps, at the longest a proxy may report them,
 // every count at its widest.
-func largestReplica() mesh.Replica {
+func largestReplica() rollout.Replica {
 	const wide = 1<<31 - 1
 	addr := "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535"
-	r := mesh.Replica{ID: strings.Repeat("r", 253), AdminAddr: addr, XDSAddr: addr, Revision: 1<<63 - 1,
-		Targets: map[string]string{}, Proxies: map[string]mesh.Summary{}}
+	r := rollout.Replica{ID: strings.Repeat("r", 253), AdminAddr: addr, XDSAddr: addr, Revision: 1<<63 - 1,
+		Targets: map[string]string{}, Proxies: map[string]rollout.Summary{}}
 	version := func(i int) string { return fmt.Sprintf("%0*d", xds.MaxVersionBytes, i) }
 	for i := range xds.MaxClusters {
 		c := fmt.Sprintf("%0*d", xds.MaxClusterBytes, i) // cluster names are never escaped in JSON (xds.MaxClusterBytes)
 		r.Targets[c] = version(0)
-		s := mesh.Summary{Proxies: wide, Unserved: wide, Other: wide, Acked: map[string]int{}, Rejected: map[string]int{}}
-		for j := range mesh.MaxSummaryVersions {
+		s := rollout.Summary{Proxies: wide, Unserved: wide, Other: wide, Acked: map[string]int{}, Rejected: map[string]int{}}
+		for j := range rollout.MaxSummaryVersions {
 			s.Acked[version(j)], s.Rejected[version(j)] = wide, wide
 		}
 		r.Proxies[c] = s
@@ -43,15 +43,15 @@ func largestReplica() mesh.Replica {
 // largestProxy is the largest proxy record (one of a part's), every
 // field a proxy sets at its bound and made of characters JSON escapes
 // where the bound allows them; i numbers its node id.
-func largestProxy(i int) mesh.Proxy {
+func largestProxy(i int) rollout.Proxy {
 	t := time.Date(2026, 11, 27, 0, 0, 0, 123456789, time.FixedZone("x", -12*3600))
 	node := fmt.Sprintf("%06d", i) + strings.Repeat("<", xds.MaxNodeIDBytes-6)
 	artifact := strings.Repeat("<", xds.MaxArtifactBytes)
-	return mesh.Proxy{
+	return rollout.Proxy{
 		Replica: strings.Repeat("r", 253), NodeID: node, Cluster: strings.Repeat("c", xds.MaxClusterBytes),
 		Address: "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535", Stream: 1<<63 - 1, API: xds.APIECDS,
 		Artifact: artifact, Acked: strings.Repeat("v", xds.MaxVersionBytes), AckedAt: t,
-		Rejected: &mesh.Rejection{Version: strings.Repeat("v", xds.MaxVersionBytes), At: t,
+		Rejected: &rollout.Rejection{Version: strings.Repeat("v", xds.MaxVersionBytes), At: t,
 			Error: strings.Repeat("<", xds.MaxRejectionBytes) + "… [truncated 1048576 bytes]"},
 		Unserved: fmt.Sprintf("node metadata %s is %q, an artifact allotd does not serve (it serves %s); no filter configuration is sent",
 			xds.ArtifactKey, artifact, strings.Join(xds.Artifacts, ", ")),
@@ -76,8 +76,8 @@ func TestLargestRecordsFit(t *testing.T) {
 	}
 	c0 := fmt.Sprintf("%0*d", xds.MaxClusterBytes, 0)
 	cb, err := json.Marshal(struct {
-		T string       `json:"target"`
-		P mesh.Summary `json:"proxies"`
+		T string          `json:"target"`
+		P rollout.Summary `json:"proxies"`
 	}{big.Targets[c0], big.Proxies[c0]})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestLargestRecordsFit(t *testing.T) {
 
 	c := etcdtest.Start(t, 1)
 	reg := c.Open(t).Registry("r1", 10*time.Second)
-	var fleet []mesh.Proxy
+	var fleet []rollout.Proxy
 	for i := range 400 {
 		fleet = append(fleet, largestProxy(i))
 	}
@@ -121,8 +121,8 @@ func TestLargestRecordsFit(t *testing.T) {
 
 // crowd returns n of the largest proxies whose node ids all hash to one
 // shard: what a client choosing node ids can do, FNV being unkeyed.
-func crowd(n int) []mesh.Proxy {
-	var out []mesh.Proxy
+func crowd(n int) []rollout.Proxy {
+	var out []rollout.Proxy
 	for i := 0; len(out) < n; i++ {
 		if p := largestProxy(i); etcd.ShardOf(p.NodeID) == 0 {
 			out = append(out, p)
@@ -157,8 +157,8 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	if total <= int(embed.DefaultMaxRequestBytes) {
 		t.Fatalf("the crowd's records are %d bytes, want more than etcd's request limit %d", total, int(embed.DefaultMaxRequestBytes))
 	}
-	rep := mesh.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
-	rep.Proxies = mesh.Summarize(fleet)
+	rep := rollout.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
+	rep.Proxies = rollout.Summarize(fleet)
 	if err := reg.Publish(ctx, rep, fleet); err != nil {
 		t.Fatalf("publish %d proxies (%d bytes of records) in one shard: %v", len(fleet), total, err)
 	}
@@ -195,7 +195,7 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	// One proxy's ACK: one transaction, rewriting its part and the summary.
 	before := revision(t, s)
 	fleet[100].Acked = strings.Repeat("w", xds.MaxVersionBytes)
-	rep.Proxies = mesh.Summarize(fleet)
+	rep.Proxies = rollout.Summarize(fleet)
 	if err := reg.Publish(ctx, rep, fleet); err != nil {
 		t.Fatal(err)
 	}
@@ -209,9 +209,9 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	// proxy: none is ever missing (a waited write would stop waiting for
 	// it).
 	for i := range 20 {
-		fleet[i].Rejected = &mesh.Rejection{Version: "v9", Error: strings.Repeat("<", xds.MaxRejectionBytes)}
+		fleet[i].Rejected = &rollout.Rejection{Version: "v9", Error: strings.Repeat("<", xds.MaxRejectionBytes)}
 	}
-	rep.Proxies = mesh.Summarize(fleet)
+	rep.Proxies = rollout.Summarize(fleet)
 	txns := 0
 	etcd.SetRegistryTxn(reg, func(ops []clientv3.Op, commit func() error) error {
 		if err := commit(); err != nil {
@@ -239,7 +239,7 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	}
 
 	// They leave: every part goes.
-	if err := reg.Publish(ctx, mesh.Replica{Revision: 1, Targets: map[string]string{}}, nil); err != nil {
+	if err := reg.Publish(ctx, rollout.Replica{Revision: 1, Targets: map[string]string{}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, m, k := countKeys(t, s, "mesh/proxies/r1/"), countKeys(t, s, "mesh/nodes/r1/"), countKeys(t, s, "mesh/clusters/r1/"); n+m+k != 0 {

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
@@ -29,27 +29,27 @@ func TestRegistry(t *testing.T) {
 	r1, r2 := s1.Registry("r1", 2*time.Second), s2.Registry("r2", 2*time.Second)
 	watch := r1.Watch(ctx)
 	t0 := time.Now().UTC().Round(0)
-	p := func(node string, at time.Time) mesh.Proxy {
-		return mesh.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1", ConnectedAt: at}
+	p := func(node string, at time.Time) rollout.Proxy {
+		return rollout.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1", ConnectedAt: at}
 	}
-	rep := mesh.Replica{Revision: 3, Targets: map[string]string{"web": "v1"}}
-	if err := r1.Publish(ctx, rep, []mesh.Proxy{p("a", t0), p("b", t0)}); err != nil {
+	rep := rollout.Replica{Revision: 3, Targets: map[string]string{"web": "v1"}}
+	if err := r1.Publish(ctx, rep, []rollout.Proxy{p("a", t0), p("b", t0)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r2.Publish(ctx, rep, []mesh.Proxy{p("c", t0)}); err != nil {
+	if err := r2.Publish(ctx, rep, []rollout.Proxy{p("c", t0)}); err != nil {
 		t.Fatal(err)
 	}
 	v := view(t, r1)
 	if got := nodes(v); got != "a@r1 b@r1 c@r2" {
 		t.Fatalf("view %s, want a@r1 b@r1 c@r2", got)
 	}
-	if v.Replicas["r2"].Revision != 3 || v.Where(v.Proxies[2], "v1", 3) != mesh.StateApplied {
+	if v.Replicas["r2"].Revision != 3 || v.Where(v.Proxies[2], "v1", 3) != rollout.StateApplied {
 		t.Fatalf("replica r2 %+v; proxy c %s", v.Replicas["r2"], v.Where(v.Proxies[2], "v1", 3))
 	}
 
 	// Republishing the same state writes nothing.
 	before := revision(t, s1)
-	if err := r1.Publish(ctx, rep, []mesh.Proxy{p("a", t0), p("b", t0)}); err != nil {
+	if err := r1.Publish(ctx, rep, []rollout.Proxy{p("a", t0), p("b", t0)}); err != nil {
 		t.Fatal(err)
 	}
 	if after := revision(t, s1); after != before {
@@ -61,7 +61,7 @@ func TestRegistry(t *testing.T) {
 	}
 
 	// b reconnects to r2 (r1 has not yet noticed): counted once, on r2.
-	if err := r2.Publish(ctx, rep, []mesh.Proxy{p("c", t0), p("b", t0.Add(time.Second))}); err != nil {
+	if err := r2.Publish(ctx, rep, []rollout.Proxy{p("c", t0), p("b", t0.Add(time.Second))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := nodes(view(t, r1)); got != "a@r1 b@r2 c@r2" {
@@ -110,12 +110,12 @@ func TestRegistryLargeFleet(t *testing.T) {
 	r := s.Registry("r1", 5*time.Second)
 	t0 := time.Now().UTC().Round(0)
 	// About 2 MiB of records: more than one transaction may carry.
-	proxies := make([]mesh.Proxy, 3000)
+	proxies := make([]rollout.Proxy, 3000)
 	for i := range proxies {
-		proxies[i] = mesh.Proxy{NodeID: fmt.Sprintf("node-%04d", i), Cluster: "web", Stream: int64(i + 1), Acked: "v1",
+		proxies[i] = rollout.Proxy{NodeID: fmt.Sprintf("node-%04d", i), Cluster: "web", Stream: int64(i + 1), Acked: "v1",
 			Address: strings.Repeat("x", 600), ConnectedAt: t0}
 	}
-	rep := mesh.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
+	rep := rollout.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
 	if err := r.Publish(ctx, rep, proxies); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestRegistryLargeFleet(t *testing.T) {
 	}
 }
 
-func view(t *testing.T, r *etcd.Registry) mesh.View {
+func view(t *testing.T, r *etcd.Registry) rollout.View {
 	t.Helper()
 	v, err := r.View(t.Context())
 	if err != nil {
@@ -171,7 +171,7 @@ func nodeSet(t *testing.T, r *etcd.Registry) string {
 	return strings.Join(out, " ")
 }
 
-func nodes(v mesh.View) string {
+func nodes(v rollout.View) string {
 	out := ""
 	for i, p := range v.Proxies {
 		if i > 0 {
@@ -220,11 +220,13 @@ func TestRegistryFailedPublishLeavesNoGhost(t *testing.T) {
 			// One replica at a time in the registry: each subtest's nodes
 			// are a, b and c.
 			defer r.Withdraw(context.WithoutCancel(ctx))
-			p := func(node string) mesh.Proxy { return mesh.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1"} }
-			rep := mesh.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
+			p := func(node string) rollout.Proxy {
+				return rollout.Proxy{NodeID: node, Cluster: "web", Stream: 1, Acked: "v1"}
+			}
+			rep := rollout.Replica{Revision: 1, Targets: map[string]string{"web": "v1"}}
 			// a and b have records of their own (different shards), so that
 			// no later write of a's rewrites b's by chance.
-			if err := r.Publish(ctx, rep, []mesh.Proxy{p("a"), p("b"), p("c")}); err != nil {
+			if err := r.Publish(ctx, rep, []rollout.Proxy{p("a"), p("b"), p("c")}); err != nil {
 				t.Fatal(err)
 			}
 			if n := countKeys(t, s, "mesh/proxies/"+id+"/"); n != 3 {
@@ -235,11 +237,11 @@ func TestRegistryFailedPublishLeavesNoGhost(t *testing.T) {
 				txn = func([]clientv3.Op, func() error) error { return injected }
 			}
 			etcd.SetRegistryTxn(r, txn)
-			if err := r.Publish(ctx, rep, []mesh.Proxy{p("a"), p("c")}); !errors.Is(err, injected) {
+			if err := r.Publish(ctx, rep, []rollout.Proxy{p("a"), p("c")}); !errors.Is(err, injected) {
 				t.Fatalf("publish with a failing commit: %v, want the injected error", err)
 			}
 			etcd.SetRegistryTxn(r, nil)
-			want := []mesh.Proxy{p("a"), p("c")}
+			want := []rollout.Proxy{p("a"), p("c")}
 			if tc.txn == nil {
 				want = want[:1]
 			}

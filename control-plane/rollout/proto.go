@@ -1,4 +1,4 @@
-package server
+package rollout
 
 import (
 	"context"
@@ -7,65 +7,65 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allotmesh/allot/control-plane/xds"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-// rollouts adapts the xDS server's rollout tracking to admin.Rollouts when
-// allotd runs alone: its own proxies are the whole mesh.
-type rollouts struct{ x *xds.Server }
-
-func (r rollouts) Mark() map[string]string { return r.x.Targets() }
-
-func (r rollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
-	if err := r.x.Refresh(ctx); err != nil {
-		return &adminv1.Rollout{Result: "error", Error: err.Error()}
-	}
-	return rolloutResult(r.x.WaitFor(ctx, r.x.Targets().Changed(mark)))
-}
-
-// rolloutResult is a waited write's rollout with its result: applied,
-// timeout, rejected, unserved or error. It counts every proxy and lists
-// those that did not apply.
-func rolloutResult(ro xds.Rollout, err error) *adminv1.Rollout {
-	out := rolloutProto(xds.Rollout{Targets: ro.Targets, Proxies: ro.Unfinished()})
-	out.Counts = stateCounts(ro)
-	switch {
-	case err == nil:
-		out.Result = "applied"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		out.Result = "timeout"
-	case errors.Is(err, xds.ErrRejected):
-		out.Result = "rejected"
-	case errors.Is(err, xds.ErrUnserved):
-		out.Result = "unserved"
-	default:
-		out.Result = "error"
-	}
+// Waited is a waited write's rollout in the admin API's form, with its
+// result from err (Result): it counts every proxy and lists those that did
+// not apply.
+func Waited(ro Rollout, err error) *adminv1.Rollout {
+	out := Proto(Rollout{Targets: ro.Targets, Proxies: ro.Unfinished()})
+	out.Counts = ro.counts()
+	out.Result = Result(err)
 	if err != nil {
 		out.Error = err.Error()
 	}
 	return out
 }
 
-func (r rollouts) Status() *adminv1.Rollout {
-	ro := r.x.Status()
-	out := rolloutProto(ro)
-	out.Result = "status"
-	out.Counts = stateCounts(ro)
+// Result is a waited write's result given the error of its wait: applied
+// (nil), timeout (the wait's context ended), rejected (ErrRejected),
+// unserved (ErrUnserved) or error.
+func Result(err error) string {
+	switch {
+	case err == nil:
+		return ResultApplied
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ResultTimeout
+	case errors.Is(err, ErrRejected):
+		return ResultRejected
+	case errors.Is(err, ErrUnserved):
+		return ResultUnserved
+	}
+	return ResultError
+}
+
+// Failed is the rollout of a write whose wait could not proceed: result
+// error, with err's message.
+func Failed(err error) *adminv1.Rollout {
+	return &adminv1.Rollout{Result: ResultError, Error: err.Error()}
+}
+
+// Snapshot is ro as a status (GET /v1/rollout): every proxy listed and
+// counted, result status.
+func Snapshot(ro Rollout) *adminv1.Rollout {
+	out := Proto(ro)
+	out.Result = ResultStatus
+	out.Counts = ro.counts()
 	return out
 }
 
-// stateCounts counts ro's proxies by state.
-func stateCounts(ro xds.Rollout) map[string]int32 {
+// counts counts ro's proxies by state.
+func (r Rollout) counts() map[string]int32 {
 	out := map[string]int32{}
-	for _, p := range ro.Proxies {
+	for _, p := range r.Proxies {
 		out[string(p.State)]++
 	}
 	return out
 }
 
-func rolloutProto(ro xds.Rollout) *adminv1.Rollout {
+// Proto is ro in the admin API's form, without result or counts.
+func Proto(ro Rollout) *adminv1.Rollout {
 	out := &adminv1.Rollout{Targets: map[string]string(ro.Targets)}
 	// One allocation for all the messages and one for their times, not
 	// four per proxy: a waited write may report 10,000.

@@ -1,14 +1,4 @@
-// Package mesh is the control plane's view of every proxy of the mesh when
-// allotd runs as several replicas: each replica publishes its own state
-// (the store revision its configuration is built from, the version it
-// serves each cluster) and its connected proxies' (what each acknowledged or
-// rejected) to a Registry, and any replica reads the whole mesh from it to
-// report a rollout or to wait until a write reached every proxy.
-//
-// It defines the records, the Registry interface (implemented on etcd, with
-// a lease per replica, by store/etcd) and the pure rules that decide where
-// a proxy stands. It imports only the standard library.
-package mesh
+package rollout
 
 import (
 	"cmp"
@@ -16,23 +6,6 @@ import (
 	"maps"
 	"slices"
 	"time"
-)
-
-// State is where a proxy stands with the configuration it should run.
-type State string
-
-// The states of a proxy.
-const (
-	// StateApplied: the proxy acknowledged (ACK) the configuration.
-	StateApplied State = "applied"
-	// StatePending: the proxy has not answered the configuration yet.
-	StatePending State = "pending"
-	// StateRejected: the proxy refused the configuration (NACK) and keeps
-	// running its previous one.
-	StateRejected State = "rejected"
-	// StateUnserved: the proxy runs a filter artifact its replica does not
-	// serve, so it is sent nothing.
-	StateUnserved State = "unserved"
 )
 
 // Rejection is a configuration version a proxy refused.

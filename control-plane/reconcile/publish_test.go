@@ -1,4 +1,4 @@
-package server
+package reconcile
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/xds"
 )
 
@@ -24,7 +24,7 @@ type failingRegistry struct {
 	published chan struct{} // receives after a successful publish
 }
 
-func (f *failingRegistry) Publish(context.Context, mesh.Replica, []mesh.Proxy) error {
+func (f *failingRegistry) Publish(context.Context, rollout.Replica, []rollout.Proxy) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attempts = append(f.attempts, time.Now())
@@ -38,14 +38,16 @@ func (f *failingRegistry) Publish(context.Context, mesh.Replica, []mesh.Proxy) e
 	return nil
 }
 
-func (f *failingRegistry) View(context.Context) (mesh.View, error) { return mesh.View{}, nil }
-func (f *failingRegistry) Replicas(context.Context) (map[string]mesh.Replica, error) {
+func (f *failingRegistry) View(context.Context) (rollout.View, error) { return rollout.View{}, nil }
+func (f *failingRegistry) Replicas(context.Context) (map[string]rollout.Replica, error) {
 	return nil, nil
 }
-func (f *failingRegistry) Roster(context.Context) (mesh.Roster, error) { return mesh.Roster{}, nil }
-func (f *failingRegistry) Watch(ctx context.Context) <-chan struct{}   { return make(chan struct{}) }
-func (f *failingRegistry) Withdraw(context.Context) error              { return nil }
-func (f *failingRegistry) Lease() (int64, bool)                        { return 1, true }
+func (f *failingRegistry) Roster(context.Context) (rollout.Roster, error) {
+	return rollout.Roster{}, nil
+}
+func (f *failingRegistry) Watch(ctx context.Context) <-chan struct{} { return make(chan struct{}) }
+func (f *failingRegistry) Withdraw(context.Context) error            { return nil }
+func (f *failingRegistry) Lease() (int64, bool)                      { return 1, true }
 
 // TestPublishRetriesWithBackoff: a failed publish is tried again without
 // any change to publish, sooner than the periodic republish, and later
@@ -55,12 +57,12 @@ func TestPublishRetriesWithBackoff(t *testing.T) {
 	reg := &failingRegistry{fail: fails, published: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(t.Context())
 	x := xds.New(ctx, func(string) (string, *corev3.TypedExtensionConfig, error) { return "v0", nil, nil })
-	failed := newPublishFailures()
+	failed := NewPublishFailures()
 	done := make(chan struct{})
 	start := time.Now()
 	go func() {
 		defer close(done)
-		publishLoop(ctx, reg, x, &builder{}, mesh.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
+		Publish(ctx, reg, x, &Builder{}, rollout.Replica{ID: "r1"}, failed, slog.New(slog.DiscardHandler))
 	}()
 	defer func() { cancel(); <-done }()
 	// The retries take 50+100+200+400 ms; the periodic republish alone

@@ -1,0 +1,367 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// Builder computes the configuration versions from the store, as every
+// replica does alike (reconcile.Builder).
+type Builder interface {
+	// Versions returns each cluster's configuration version now (as of
+	// store revision atLeast or later, if positive); clusters whose
+	// configuration fails are left out.
+	Versions(clusters []string, atLeast int64) (map[string]string, error)
+	// AwaitApplied waits until every served snapshot is built from store
+	// revision rev or later, for at most d, and reports whether it is.
+	AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool
+}
+
+// Revisions is the store's current revision (store.Store).
+type Revisions interface {
+	Revision(ctx context.Context) (int64, error)
+}
+
+// Mesh waits for the proxies of every replica, read from the registry: it
+// implements admin.Rollouts for a replica. x is the replica's own xDS
+// server, b its builder, st the store.
+type Mesh struct {
+	x   Server
+	reg Registry
+	b   Builder
+	st  Revisions
+}
+
+// NewMesh is the rollout of the whole mesh seen from the replica of x and b.
+func NewMesh(x Server, reg Registry, b Builder, st Revisions) *Mesh {
+	return &Mesh{x: x, reg: reg, b: b, st: st}
+}
+
+// clusters are the clusters of this replica's and the whole mesh's
+// proxies: those in every live replica's record (which lists the
+// clusters of all the proxies it publishes), not from a read of every
+// proxy.
+func (m *Mesh) clusters(ctx context.Context) []string {
+	set := maps.Clone(m.x.Targets())
+	if rs, err := m.reg.Replicas(ctx); err == nil {
+		for _, r := range rs {
+			for c := range r.Targets {
+				set[c] = ""
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// targets are the versions this replica computes for clusters now (as of
+// store revision atLeast or later, if positive); every replica computes the
+// same from the same store state.
+func (m *Mesh) targets(clusters []string, atLeast int64) (Targets, error) {
+	return m.b.Versions(clusters, atLeast)
+}
+
+// Mark is the versions before a write; if they cannot be computed, every
+// cluster counts as changed by it (nil).
+func (m *Mesh) Mark() map[string]string {
+	t, _ := m.targets(m.clusters(context.Background()), 0)
+	return t
+}
+
+// Wait waits until every proxy of the mesh whose cluster's version the
+// write changed has acknowledged a version containing it (its target, or
+// what its replica serves after catching up with the write), or rejected
+// it, or until ctx ends. A proxy that disconnected from a live replica
+// drops out; one whose replica died (its lease expired) is still waited
+// for, pending, until it reconnects to another replica and applies the
+// write there, or ctx ends: its replica's death says nothing about the
+// proxy, which in all likelihood is failing over, still serving what it
+// had (counting it out would report a write applied that it does not yet
+// serve).
+//
+// It follows the replicas' records, which summarize their proxies
+// (docs/perf/replicas.md): when they say every proxy concerned applied
+// the write, the node keys alone confirm it (settled), and no proxy's
+// record is read. It reads every proxy only when the summaries say the
+// rollout may have settled otherwise (a rejection, a proxy gone with its
+// replica), and at least every fullReadEvery.
+func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+	// The proxies waited for are those live now, from the registry's keys
+	// alone, read while this replica pushes the write: a read waits
+	// behind the registry writes of the rollout under way.
+	type live struct {
+		nodes    map[string]Node
+		clusters []string
+		err      error
+	}
+	lc := make(chan live, 1)
+	go func() {
+		var l live
+		ro, err := m.reg.Roster(ctx)
+		l.nodes, l.err = ro.Nodes, err
+		if l.err == nil && mark == nil {
+			l.clusters = m.clusters(ctx) // Mark could not list them
+		}
+		lc <- l
+	}()
+	rev, err := m.st.Revision(ctx)
+	if err != nil {
+		return Failed(err)
+	}
+	// This replica pushes the write when its watch of the store delivers
+	// it (reconcile.Sync); the write pushes it itself only if that is late (or
+	// fails, which Refresh then reports) rather than build it twice.
+	if !m.b.AwaitApplied(ctx, rev, refreshAfter) {
+		if err := m.x.Refresh(ctx); err != nil {
+			return Failed(err)
+		}
+	}
+	changes := m.reg.Watch(ctx)
+	l := <-lc
+	if l.err != nil && ctx.Err() == nil {
+		return Failed(l.err)
+	}
+	// The mesh's clusters: those Mark computed versions for, and this
+	// replica's.
+	clusters := l.clusters
+	for c := range mark {
+		clusters = append(clusters, c)
+	}
+	for c := range m.x.Targets() {
+		clusters = append(clusters, c)
+	}
+	slices.Sort(clusters)
+	after, err := m.targets(slices.Compact(clusters), rev)
+	if err != nil {
+		return Failed(err)
+	}
+	targets := after.Changed(mark)
+	waited := l.nodes
+	var ro *Rollout // from the last read of every proxy
+	report := func() *Rollout {
+		if ro == nil { // none yet: where every proxy stands, if the registry answers
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			ro, _ = m.rollout(rctx, waited, targets, rev)
+			cancel()
+		}
+		return ro
+	}
+	full := time.NewTicker(fullReadEvery)
+	defer full.Stop()
+	for force := false; ; {
+		read := force
+		if !read {
+			rs, err := m.reg.Replicas(ctx)
+			if err == nil && allApplied(rs, targets, rev) {
+				if n, ok := m.settled(ctx, waited, targets, rev); ok {
+					return &adminv1.Rollout{Result: ResultApplied, Targets: targets, Proxies: []*adminv1.ProxyStatus{},
+						Counts: map[string]int32{string(StateApplied): int32(n)}}
+				}
+			}
+			read = err != nil || maySettle(rs, targets, rev)
+		}
+		if read {
+			r, err := m.rollout(ctx, waited, targets, rev)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				return Failed(err)
+			case err == nil && r.Count(StatePending) == 0:
+				return Waited(*r, r.Err())
+			case err == nil:
+				ro = r
+			}
+		}
+		force = false
+		select {
+		case <-ctx.Done():
+			r := report()
+			return Waited(*r, errors.Join(ctx.Err(), r.Err()))
+		case _, ok := <-changes:
+			if !ok {
+				r := report()
+				return Waited(*r, errors.Join(context.Cause(ctx), r.Err()))
+			}
+		case <-full.C:
+			// Every proxy is read now and then whatever the summaries say:
+			// one that connected after the write counts there, but is not
+			// waited for.
+			force = true
+		}
+	}
+}
+
+// allApplied reports whether every live replica's summary says all its
+// proxies of targets' clusters applied a write committed at revision rev
+// (Replica.Applied).
+func allApplied(replicas map[string]Replica, targets Targets, rev int64) bool {
+	for _, r := range replicas {
+		for c, v := range targets {
+			if _, ok := r.Proxies[c]; !ok {
+				continue // none of its proxies
+			}
+			if _, all := r.Applied(c, v, rev); !all {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// settled reports whether every waited proxy of targets' clusters applied a
+// write committed at revision rev, from one read of the replicas' records
+// and the node keys (a Roster), and counts them. It cannot tell (false)
+// when a waited proxy's replica is gone and the proxy has not reappeared,
+// or when the summary of a waited proxy's replica does not say all its
+// proxies of that cluster applied; the caller then reads every proxy. A
+// waited proxy missing from a live replica disconnected: it drops out.
+func (m *Mesh) settled(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (int, bool) {
+	ro, err := m.reg.Roster(ctx)
+	if err != nil {
+		return 0, false
+	}
+	n := 0
+	for node, was := range waited {
+		now, ok := ro.Nodes[node]
+		if !ok {
+			_, live := ro.Replicas[was.Replica]
+			if _, affected := targets[was.Cluster]; live || !affected {
+				continue
+			}
+			return 0, false
+		}
+		target, ok := targets[now.Cluster]
+		if !ok {
+			continue
+		}
+		if _, all := ro.Replicas[now.Replica].Applied(now.Cluster, target, rev); !all {
+			return 0, false
+		}
+		n++
+	}
+	return n, true
+}
+
+// rollout reads every proxy of the mesh and reports the waited ones of
+// targets' clusters against a write committed at revision rev, and updates
+// where each waited proxy is. A waited proxy missing from the mesh whose
+// last replica is no longer live is pending: it is failing over (see
+// Wait); one missing from a live replica disconnected and drops out.
+func (m *Mesh) rollout(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (*Rollout, error) {
+	ro := &Rollout{Targets: targets, Proxies: []ProxyStatus{}}
+	v, err := m.reg.View(ctx)
+	if err != nil {
+		return ro, err
+	}
+	seen := make(map[string]bool, len(v.Proxies))
+	ro.Proxies = make([]ProxyStatus, 0, len(waited))
+	for _, p := range v.Proxies {
+		if _, ok := waited[p.NodeID]; !ok {
+			continue
+		}
+		seen[p.NodeID] = true
+		waited[p.NodeID] = Node{Replica: p.Replica, Cluster: p.Cluster}
+		if _, ok := targets[p.Cluster]; ok {
+			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
+		}
+	}
+	for node, at := range waited {
+		if seen[node] {
+			continue
+		}
+		if _, live := v.Replicas[at.Replica]; live {
+			delete(waited, node) // it disconnected from a live replica
+			continue
+		}
+		if _, ok := targets[at.Cluster]; !ok {
+			continue // not affected by the write
+		}
+		ro.Proxies = append(ro.Proxies, ProxyStatus{Replica: at.Replica, NodeID: node, Cluster: at.Cluster,
+			Target: targets[at.Cluster], State: StatePending,
+			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", at.Replica)})
+	}
+	SortProxies(ro.Proxies)
+	return ro, nil
+}
+
+// refreshAfter is how long a waited write waits for its replica's own
+// push of the write before it pushes it itself.
+const refreshAfter = time.Second
+
+// fullReadEvery is how often a waited write reads every proxy even when
+// the replicas' summaries say some are pending.
+const fullReadEvery = time.Second
+
+// maySettle reports whether every live replica's summary says its
+// proxies of targets' clusters may stand settled with a write committed
+// at revision rev (Replica.MaySettle).
+func maySettle(replicas map[string]Replica, targets Targets, rev int64) bool {
+	for _, r := range replicas {
+		for c, v := range targets {
+			if !r.MaySettle(c, v, rev) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Status reports every proxy of the mesh against the version its replica
+// serves its cluster.
+func (m *Mesh) Status() *adminv1.Rollout {
+	v, err := m.reg.View(context.Background())
+	if err != nil {
+		return Failed(err)
+	}
+	ro := Rollout{Targets: Targets{}, Proxies: make([]ProxyStatus, 0, len(v.Proxies))}
+	for _, p := range v.Proxies {
+		cur := v.Current(p)
+		if cur != "" {
+			ro.Targets[p.Cluster] = cur
+		}
+		ro.Proxies = append(ro.Proxies, proxyStatus(p, cur, v.Where(p, cur, v.Replicas[p.Replica].Revision)))
+	}
+	out := Snapshot(ro)
+	out.Replicas = replicaStatuses(v)
+	return out
+}
+
+// replicaStatuses lists the live replicas of v, sorted by id.
+func replicaStatuses(v View) []*adminv1.ReplicaStatus {
+	count := map[string]int32{}
+	for _, p := range v.Proxies {
+		count[p.Replica]++
+	}
+	var out []*adminv1.ReplicaStatus
+	for _, id := range slices.Sorted(maps.Keys(v.Replicas)) {
+		r := v.Replicas[id]
+		out = append(out, &adminv1.ReplicaStatus{Id: id, AdminAddr: r.AdminAddr, XdsAddr: r.XDSAddr, Revision: r.Revision, Proxies: count[id]})
+	}
+	return out
+}
+
+// AppendRecords appends ps as the registry's records (what a replica
+// publishes of its proxies) to dst; proxyStatus reads one back.
+func AppendRecords(dst []Proxy, ps []ProxyStatus) []Proxy {
+	for _, p := range ps {
+		dst = append(dst, Proxy{
+			NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,
+			Artifact: p.Artifact, Acked: p.Acked, AckedAt: p.AckedAt, Rejected: p.Rejected,
+			Unserved: p.Error, ConnectedAt: p.ConnectedAt,
+		})
+	}
+	return dst
+}
+
+// proxyStatus is p's record as a status against target, in state st.
+func proxyStatus(p Proxy, target string, st State) ProxyStatus {
+	return ProxyStatus{
+		Replica: p.Replica, NodeID: p.NodeID, Cluster: p.Cluster, Address: p.Address, Stream: p.Stream, API: p.API,
+		Artifact: p.Artifact, Target: target, State: st, Acked: p.Acked, AckedAt: p.AckedAt,
+		Rejected: p.Rejected, Error: p.Unserved, ConnectedAt: p.ConnectedAt,
+	}
+}
