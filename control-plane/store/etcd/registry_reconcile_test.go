@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/allotmesh/allot/control-plane/mesh"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
@@ -34,7 +34,7 @@ func TestRegistryReconcileKeepsLiveProxies(t *testing.T) {
 	for round, keep := range []int{160, 120, 60, 1} {
 		id := fmt.Sprintf("r%d", round)
 		reg := s.Registry(id, 10*time.Second)
-		rep := mesh.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
+		rep := rollout.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
 		if err := reg.Publish(ctx, rep, fleet); err != nil {
 			t.Fatal(err)
 		}
