@@ -14,6 +14,9 @@ import (
 // experiment with observe: true.
 var ErrNotObserved = errors.New("not an observed experiment")
 
+// ErrWindow is returned by Report for a window out of bounds.
+var ErrWindow = errors.New("window out of bounds")
+
 // Report is an observed experiment's outcomes, mesh-wide, under its
 // current assignment revision.
 type Report struct {
@@ -69,7 +72,7 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*Repo
 		minutes = DefaultWindowMinutes
 	}
 	if minutes < 1 || minutes > MaxWindowMinutes {
-		return nil, fmt.Errorf("minutes: %d, want 1 to %d", minutes, MaxWindowMinutes)
+		return nil, fmt.Errorf("minutes: %d, want 1 to %d: %w", minutes, MaxWindowMinutes, ErrWindow)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
