@@ -13,7 +13,8 @@ const (
 	// reports: 100 observed experiments (the filter's bound) of 10
 	// variations. A further series is dropped (reason "series").
 	MaxSeriesPerProxy = 1000
-	// MaxProxies bounds the proxies whose histogram baselines allotd keeps:
+	// MaxProxies bounds the proxies allotd keeps track of (the series each
+	// reported):
 	// when that many have a metrics stream open, one more proxy's stream is
 	// refused (RESOURCE_EXHAUSTED) and its message dropped (reason
 	// "proxies"). A proxy without a stream is forgotten when a new one
@@ -23,6 +24,9 @@ const (
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
 	MaxDelta = 1 << 32
+	// maxBuckets bounds a histogram's buckets (Envoy's default has 20); a
+	// histogram with more is dropped (reason "value").
+	maxBuckets = 64
 	// MaxWindowMinutes bounds GET …/outcomes?minutes=N.
 	MaxWindowMinutes = 60
 	// DefaultWindowMinutes is the window when ?minutes is omitted.

@@ -104,11 +104,12 @@ type tally struct {
 	buckets []uint64  // samples per bucket (not cumulative); len(bounds)+1, the last above every bound
 }
 
-// proxyState is what allotd keeps of one reporting proxy: the cumulative
-// histograms it last reported, to turn them into increments.
+// proxyState is what allotd keeps of one reporting proxy: its open
+// metrics streams and the series it reported (bounded by
+// MaxSeriesPerProxy).
 type proxyState struct {
 	streams int
-	hist    map[series][]uint64 // cumulative counts per bucket, +Inf last
+	series  map[series]struct{} // (key, variation, latencyClass) of each reported variation
 }
 
 // New returns an Aggregator reading experiments from st with decode,
@@ -247,7 +248,7 @@ func (a *Aggregator) open(node string) bool {
 		if len(a.proxies) >= MaxProxies && !a.evictLocked() {
 			return false
 		}
-		p = &proxyState{hist: map[series][]uint64{}}
+		p = &proxyState{series: map[series]struct{}{}}
 		a.proxies[node] = p
 	}
 	p.streams++
@@ -276,13 +277,12 @@ func (a *Aggregator) evictLocked() bool {
 	return false
 }
 
-// Add takes one flush of the proxy of node and cluster: counters are
-// deltas (report_counters_as_deltas), histograms cumulative since the
-// proxy started. Families that are not outcome stats of an observed
-// experiment, or are over a bound, are dropped and counted. newStream
-// says whether this is the stream's first message: a histogram that went
-// down since the proxy's previous stream is a restarted proxy's, taken
-// whole.
+// Add takes one flush of the proxy of node and cluster. Counters are
+// deltas since the previous flush (report_counters_as_deltas), and so are
+// histograms (Envoy's sink sends a histogram's interval statistics): both
+// are summed as they come, so that a restarted proxy (its stats start
+// over) needs nothing. Families that are not outcome stats of an observed
+// experiment, or are over a bound, are dropped and counted.
 func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -321,12 +321,16 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 			continue
 		}
 		e := a.exps[s.key]
-		if _, seen := p.hist[series{s.key, s.variation, latencyClass}]; !seen && len(p.hist) >= MaxSeriesPerProxy {
-			drop[reasonSeries]++
-			continue
+		v := series{s.key, s.variation, latencyClass}
+		if _, seen := p.series[v]; !seen {
+			if len(p.series) >= MaxSeriesPerProxy {
+				drop[reasonSeries]++
+				continue
+			}
+			p.series[v] = struct{}{}
 		}
 		if s.class == latencyClass {
-			if !a.addHistogram(p, e, s, f, now) {
+			if !addHistogram(e, s.variation, f, now) {
 				drop[reasonValue]++
 			}
 			continue
@@ -342,9 +346,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 			sum += d
 		}
 		if sum > 0 {
-			if _, seen := p.hist[series{s.key, s.variation, latencyClass}]; !seen {
-				p.hist[series{s.key, s.variation, latencyClass}] = nil
-			}
 			e.total[s.variation].counts[s.class] += sum
 			e.minute(now)[s.variation].counts[s.class] += sum
 		}
@@ -361,52 +362,50 @@ func count(v float64) (uint64, bool) {
 	return uint64(v), true
 }
 
-// addHistogram adds the increase of a cumulative latency histogram since
-// the proxy last reported it; false when it is malformed.
-func (a *Aggregator) addHistogram(p *proxyState, e *expState, s series, f *clientmodel.MetricFamily, now time.Time) bool {
+// addHistogram adds one flush's latency histogram (the samples since the
+// previous flush, in cumulative buckets) to variation v; false when it is
+// malformed or its buckets differ from those already summed.
+func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time) bool {
 	ms := f.GetMetric()
 	if len(ms) != 1 || ms[0].GetHistogram() == nil {
 		return false
 	}
 	h := ms[0].GetHistogram()
+	if len(h.GetBucket()) > maxBuckets {
+		return false
+	}
 	bounds := make([]float64, 0, len(h.GetBucket()))
 	cum := make([]uint64, 0, len(h.GetBucket())+1)
 	for _, b := range h.GetBucket() {
 		c, ok := count(float64(b.GetCumulativeCount()))
-		if !ok || (len(cum) > 0 && c < cum[len(cum)-1]) || (len(bounds) > 0 && b.GetUpperBound() <= bounds[len(bounds)-1]) {
+		if !ok || (len(cum) > 0 && (c < cum[len(cum)-1] || b.GetUpperBound() <= bounds[len(bounds)-1])) {
 			return false
 		}
 		bounds, cum = append(bounds, b.GetUpperBound()), append(cum, c)
 	}
 	total, ok := count(float64(h.GetSampleCount()))
-	if !ok || (len(cum) > 0 && total < cum[len(cum)-1]) || len(bounds) > 64 {
+	if !ok || (len(cum) > 0 && total < cum[len(cum)-1]) {
 		return false
 	}
 	cum = append(cum, total)
-	t := &e.total[s.variation]
-	if t.bounds == nil {
-		t.bounds = bounds
-	} else if !slices.Equal(t.bounds, bounds) {
-		return false
+	if total == 0 {
+		return true
 	}
-	key := series{s.key, s.variation, latencyClass}
-	prev := p.hist[key]
-	if len(prev) != len(cum) || prev[len(prev)-1] > total { // first report, or the proxy restarted
-		prev = make([]uint64, len(cum))
-	}
-	p.hist[key] = cum
-	m := &e.minute(now)[s.variation]
-	if m.bounds == nil {
-		m.bounds = bounds
+	t, m := &e.total[v], &e.minute(now)[v]
+	for _, x := range []*tally{t, m} {
+		if x.bounds == nil {
+			x.bounds = bounds
+		} else if !slices.Equal(x.bounds, bounds) {
+			return false
+		}
 	}
 	grow(t, len(cum))
 	grow(m, len(cum))
-	var below, belowPrev uint64
-	for i := range cum {
-		inc := (cum[i] - below) - min(prev[i]-belowPrev, cum[i]-below)
-		below, belowPrev = cum[i], prev[i]
-		t.buckets[i] += inc
-		m.buckets[i] += inc
+	var below uint64
+	for i, c := range cum {
+		t.buckets[i] += c - below
+		m.buckets[i] += c - below
+		below = c
 	}
 	return true
 }

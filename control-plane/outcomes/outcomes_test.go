@@ -69,8 +69,9 @@ func counter(name string, v float64) *clientmodel.MetricFamily {
 		Metric: []*clientmodel.Metric{{Counter: &clientmodel.Counter{Value: proto.Float64(v)}}}}
 }
 
-// histogram is a cumulative latency histogram over bounds 10, 100 ms with
-// counts per bucket (the last above 100).
+// histogram is one flush's latency histogram (Envoy's sink sends the
+// samples since the previous flush, in cumulative buckets) over bounds 10,
+// 100 ms with counts per bucket (the last above 100).
 func histogram(name string, perBucket ...uint64) *clientmodel.MetricFamily {
 	h := &clientmodel.Histogram{}
 	var cum uint64
@@ -121,7 +122,7 @@ func TestTwoProxiesSummed(t *testing.T) {
 	f.open(t, "p2")
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 10), histogram(latency(0), 20, 10, 0))
 	f.add(t, "p2", counter(name(0, "2xx"), 20), counter(name(1, "2xx"), 30), counter(name(1, "reset"), 10), histogram(latency(0), 10, 5, 5))
-	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 25, 15, 0)) // +5, +5
+	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 5, 5, 0))
 
 	r := f.report(t, "checkout", 0)
 	for _, vs := range [][]Variation{r.Window, r.Total} {
@@ -152,26 +153,21 @@ func TestRestartDoesNotDoubleCount(t *testing.T) {
 	f := newFixture(t, checkout)
 	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 10, 0, 0))
-	f.add(t, "p1", counter(name(0, "2xx"), 5), histogram(latency(0), 15, 0, 0))
+	f.add(t, "p1", counter(name(0, "2xx"), 5), histogram(latency(0), 5, 0, 0))
+	f.add(t, "p1", counter(name(0, "2xx"), 0), histogram(latency(0), 0, 0, 0)) // an idle flush
 	f.a.close("p1")
-	// The restarted Envoy's counters and histograms start over: its
-	// deltas count, its histogram is taken whole.
+	// The restarted Envoy's stats start over, and so do its deltas.
 	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 4), histogram(latency(0), 4, 0, 0))
-	// A reconnect of a running Envoy: cumulative histogram continues.
 	f.a.close("p1")
 	f.open(t, "p1")
-	f.add(t, "p1", counter(name(0, "2xx"), 1), histogram(latency(0), 5, 0, 0))
+	f.add(t, "p1", counter(name(0, "2xx"), 1), histogram(latency(0), 1, 0, 0))
 	r := f.report(t, "checkout", 0)
 	if got := r.Total[0].Requests; got != 20 {
 		t.Errorf("requests %d, want 20", got)
 	}
-	var timed uint64
-	for _, b := range f.a.exps["checkout"].total[0].buckets {
-		timed += b
-	}
-	if timed != 20 {
-		t.Errorf("timed %d, want 20", timed)
+	if got := r.Total[0].Timed; got != 20 {
+		t.Errorf("timed %d, want 20", got)
 	}
 }
 
@@ -209,7 +205,7 @@ func TestOverBoundsDropped(t *testing.T) {
 	b.WriteString(`]}`)
 	f.st.Create(context.Background(), &store.Experiment{Key: "many", Spec: []byte(b.String())}, "test")
 	for i := 0; i < MaxSeriesPerProxy; i++ {
-		f.a.proxies["p1"].hist[series{key: "filler", variation: i, class: latencyClass}] = nil
+		f.a.proxies["p1"].series[series{key: "filler", variation: i, class: latencyClass}] = struct{}{}
 	}
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 1))
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 1 {

@@ -52,6 +52,9 @@ type Variation struct {
 	Responses map[string]uint64 `json:"responses"`
 	// ErrorRate is (5xx + reset) / Requests (0 when none).
 	ErrorRate float64 `json:"error_rate"`
+	// Timed counts the responses in the latency histogram (every response
+	// but resets, as far as the proxies' histograms reached allotd).
+	Timed uint64 `json:"timed"`
 	// LatencyMS has the p50, p95 and p99 latency in ms, estimated from the
 	// summed histogram buckets by linear interpolation within the bucket
 	// (absent when no response was timed).
@@ -126,6 +129,9 @@ func variations(ts []tally, weights []float64) []Variation {
 		}
 		if r > 0 {
 			out[v].ErrorRate = float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
+		}
+		for _, n := range t.buckets {
+			out[v].Timed += n
 		}
 		if q, ok := t.quantiles(); ok {
 			out[v].LatencyMS = &q
