@@ -97,6 +97,18 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	}
 	wantCounts(t, s, sent, failed)
 
+	// allotd's /metrics has the same counts; and what the sinks cost:
+	// every stat in use, at each flush.
+	for i, v := range []string{"a", "b"} {
+		series := fmt.Sprintf(`allot_outcome_requests_total{class="5xx",experiment="sunk",variation="%d"}`, i)
+		if got := metricValue(t, s, series); !within(int64(got), failed[v]) {
+			t.Errorf("%s = %v, want %d", series, got, failed[v])
+		}
+	}
+	msgs := metricValue(t, s, "allot_outcomes_messages_total")
+	t.Logf("sink cost: %.0f messages, %.0f bytes each, %.0f stats each dropped as not Allot's", msgs,
+		metricValue(t, s, "allot_outcomes_received_bytes_total")/msgs, metricValue(t, s, `allot_outcomes_dropped_total{reason="other_stat"}`)/msgs)
+
 	// allotctl shows the same figures.
 	ctl := harness.Build(t, "./control-plane/cmd/allotctl")
 	cmd := exec.Command(ctl, "outcomes", "sunk", "--minutes", "5")

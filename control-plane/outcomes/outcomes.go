@@ -63,7 +63,10 @@ type Aggregator struct {
 	log     *slog.Logger
 	now     func() time.Time
 	dropped *prometheus.CounterVec
-	reqDesc *prometheus.Desc
+	// received counts the sink's messages and their bytes (the cost of the
+	// sink: Envoy sends every stat in use at each flush).
+	messages, bytes prometheus.Counter
+	reqDesc         *prometheus.Desc
 
 	mu       sync.Mutex
 	storeRev int64
@@ -120,6 +123,10 @@ func New(st store.Store, decode Decoder, applied AppliedFunc, reg prometheus.Reg
 		exps: map[string]*expState{}, names: map[string]series{}, proxies: map[string]*proxyState{},
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_outcomes_dropped_total",
 			Help: "Outcome stats (metric families) from proxies dropped on entry, by reason."}, []string{"reason"}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_messages_total",
+			Help: "Messages received from the proxies' metrics_service stat sinks."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
+			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
 			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's assignment revision.",
 			[]string{"experiment", "variation", "class"}, nil),
@@ -144,14 +151,19 @@ func New(st store.Store, decode Decoder, applied AppliedFunc, reg prometheus.Reg
 // Describe implements prometheus.Collector.
 func (a *Aggregator) Describe(ch chan<- *prometheus.Desc) {
 	a.dropped.Describe(ch)
+	ch <- a.messages.Desc()
+	ch <- a.bytes.Desc()
 	ch <- a.reqDesc
 }
 
-// Collect implements prometheus.Collector: the dropped counter, and one
+// Collect implements prometheus.Collector: the counters of what the sink
+// received and dropped, and one
 // allot_outcome_requests_total series per observed experiment × variation
 // × class (at most the store's observed experiments).
 func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 	a.dropped.Collect(ch)
+	ch <- a.messages
+	ch <- a.bytes
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.exps {

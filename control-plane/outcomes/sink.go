@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/xds"
 )
@@ -52,6 +53,8 @@ func (s *Sink) StreamMetrics(st grpc.ClientStreamingServer[metricsv3.StreamMetri
 	}
 	defer s.a.close(id)
 	for m := first; ; {
+		s.a.messages.Inc()
+		s.a.bytes.Add(float64(proto.Size(m)))
 		if err := s.a.Add(st.Context(), id, cluster, m.GetEnvoyMetrics()); err != nil {
 			s.a.log.Warn("outcomes: flush not aggregated", "node_id", id, "cluster", cluster, "error", err)
 		}
