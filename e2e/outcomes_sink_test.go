@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,22 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/e2e/harness"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
-
-// sinkReport is the part of GET /v1/experiments/{key}/outcomes the test
-// reads.
-type sinkReport struct {
-	Revision string
-	Total    []struct {
-		Requests  int64
-		Timed     int64
-		ErrorRate float64 `json:"error_rate"`
-		Responses map[string]int64
-		LatencyMS *struct{ P50, P95, P99 float64 } `json:"latency_ms"`
-	}
-}
 
 // TestOutcomesReachAllotd: two real Envoys (the sidecar bootstrap with its
 // metrics_service sink, flushing every second) send the outcome stats of an
@@ -146,18 +137,22 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 // timed).
 func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) {
 	t.Helper()
-	var last sinkReport
+	last := &adminv1.Outcomes{}
 	harness.Eventually(t, 20*time.Second, func() error {
-		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk/outcomes", nil, &last)
-		if len(last.Total) != 2 {
-			return fmt.Errorf("report %+v", last)
+		var raw json.RawMessage
+		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk/outcomes", nil, &raw)
+		if err := protojson.Unmarshal(raw, last); err != nil {
+			return err
+		}
+		if len(last.GetTotal()) != 2 {
+			return fmt.Errorf("report %s", raw)
 		}
 		for i, v := range []string{"a", "b"} {
-			got := last.Total[i]
-			if !within(got.Requests, sent[v]) || !within(got.Responses["5xx"], failed[v]) || !within(got.Timed, sent[v]) {
-				return fmt.Errorf("variation %s: %d requests, %d 5xx, %d timed; sent %d, %d 503s", v, got.Requests, got.Responses["5xx"], got.Timed, sent[v], failed[v])
+			got := last.GetTotal()[i]
+			if !within(got.GetRequests(), sent[v]) || !within(got.GetResponses()["5xx"], failed[v]) || !within(got.GetTimed(), sent[v]) {
+				return fmt.Errorf("variation %s: %d requests, %d 5xx, %d timed; sent %d, %d 503s", v, got.GetRequests(), got.GetResponses()["5xx"], got.GetTimed(), sent[v], failed[v])
 			}
-			if got.LatencyMS == nil {
+			if got.GetLatencyMs() == nil {
 				return fmt.Errorf("variation %s: no latency", v)
 			}
 		}
@@ -165,7 +160,7 @@ func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) {
 	})
 	// Deltas are exact: more than sent is a double count.
 	for i, v := range []string{"a", "b"} {
-		if got := last.Total[i].Requests; got > sent[v] {
+		if got := last.GetTotal()[i].GetRequests(); got > sent[v] {
 			t.Errorf("variation %s: %d requests counted, %d sent", v, got, sent[v])
 		}
 	}

@@ -35,13 +35,13 @@ const MaxBodyBytes = 1 << 20
 //	POST   /v1/experiments/{key}:stop          StopExperiment (also /stop)
 //	POST   /v1/evaluate                        EvaluateExperiments (body: EvaluateExperimentsRequest)
 //	GET    /v1/experiments/{key}/history       GetHistory of one experiment
-//	GET    /v1/experiments/{key}/outcomes[?minutes=N]  GetOutcomes: an observed experiment's outcomes per variation (HTTP only)
+//	GET    /v1/experiments/{key}/outcomes[?minutes=N]  GetOutcomes: an observed experiment's outcomes per variation
 //	GET    /v1/history                         GetHistory of every experiment
 //	GET    /v1/rollout                         GetRollout
 //	GET    /v1/whoami                          WhoAmI (the caller's name, role, namespaces)
 //
 // Bodies are the proto3 JSON form of allot.admin.v1 / allot.experiment.v1
-// messages (GetOutcomes: outcomes.Report's JSON); unknown fields are rejected. Errors are {"error": Error}.
+// messages; unknown fields are rejected. Errors are {"error": Error}.
 type HTTP struct {
 	svc     *Service
 	tokens  *Tokens

@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 const outcomesUsage = `Usage: allotctl outcomes KEY [--minutes N]
@@ -22,29 +25,6 @@ weights, coverage, hashing, seed, condition, namespace or bucket versions
 change) the requests, share and error rate. -o json|yaml prints the
 server's document.
 `
-
-// outcomesReport is the part of GET /v1/experiments/{key}/outcomes the
-// table shows (the server's outcomes.Report; allotctl links no server
-// package).
-type outcomesReport struct {
-	Experiment string              `json:"experiment"`
-	Revision   string              `json:"revision"`
-	Since      time.Time           `json:"since"`
-	Minutes    int                 `json:"minutes"`
-	Window     []variationOutcomes `json:"window"`
-	Total      []variationOutcomes `json:"total"`
-}
-
-type variationOutcomes struct {
-	Variation int     `json:"variation"`
-	Weight    float64 `json:"weight"`
-	Requests  uint64  `json:"requests"`
-	Share     float64 `json:"share"`
-	ErrorRate float64 `json:"error_rate"`
-	LatencyMS *struct {
-		P50, P95, P99 float64
-	} `json:"latency_ms"`
-}
 
 func runOutcomes(ctx context.Context, env *Env, args []string) error {
 	fs, conn := newFlagSet(env, "outcomes", outcomesUsage, true)
@@ -64,21 +44,21 @@ func runOutcomes(ctx context.Context, env *Env, args []string) error {
 	if conn.output != "table" {
 		return writeData(env.Stdout, conn.output, b)
 	}
-	var r outcomesReport
-	if err := json.Unmarshal(b, &r); err != nil {
+	var r adminv1.Outcomes
+	if err := protojson.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("decode response: %w", err)
 	}
-	fmt.Fprintf(env.Stdout, "experiment %s, assignment revision %s since %s\n", r.Experiment, r.Revision, r.Since.UTC().Format(time.RFC3339))
+	fmt.Fprintf(env.Stdout, "experiment %s, assignment revision %s since %s\n", r.Experiment, r.Revision, r.Since.AsTime().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	m := fmt.Sprintf("%dM", r.Minutes)
 	fmt.Fprintf(tw, "VARIATION\tWEIGHT\tREQUESTS_%s\tSHARE_%s\tERRORS_%s\tP50_MS\tP95_MS\tP99_MS\tREQUESTS\tSHARE\tERRORS\n", m, m, m)
 	for i, w := range r.Window {
-		var t variationOutcomes
+		t := &adminv1.VariationOutcomes{}
 		if i < len(r.Total) {
 			t = r.Total[i]
 		}
 		p50, p95, p99 := "-", "-", "-"
-		if l := w.LatencyMS; l != nil {
+		if l := w.LatencyMs; l != nil {
 			p50, p95, p99 = ms(l.P50), ms(l.P95), ms(l.P99)
 		}
 		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", w.Variation, w.Weight, w.Requests, pct(w.Share), pct(w.ErrorRate),

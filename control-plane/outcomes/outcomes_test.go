@@ -16,6 +16,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // clock is a settable clock.
@@ -107,7 +108,7 @@ func (f *fixture) open(t *testing.T, node string) {
 	}
 }
 
-func (f *fixture) report(t *testing.T, key string, minutes int) *Report {
+func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcomes {
 	t.Helper()
 	r, err := f.a.Report(context.Background(), key, minutes)
 	if err != nil {
@@ -125,7 +126,7 @@ func TestTwoProxiesSummed(t *testing.T) {
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 5, 5, 0))
 
 	r := f.report(t, "checkout", 0)
-	for _, vs := range [][]Variation{r.Window, r.Total} {
+	for _, vs := range [][]*adminv1.VariationOutcomes{r.Window, r.Total} {
 		if vs[0].Requests != 60 || vs[1].Requests != 50 {
 			t.Errorf("requests %d, %d, want 60, 50", vs[0].Requests, vs[1].Requests)
 		}
@@ -139,7 +140,7 @@ func TestTwoProxiesSummed(t *testing.T) {
 			t.Errorf("responses %v", vs[1].Responses)
 		}
 		// 35 ≤ 10 ms, 20 in (10, 100], 5 above: 60 timed.
-		q := vs[0].LatencyMS
+		q := vs[0].LatencyMs
 		if q == nil || q.P50 > 10 || q.P95 <= 10 || q.P95 > 100 || q.P99 != 100 {
 			t.Errorf("latency %+v, want p50 ≤ 10, p95 in (10, 100], p99 = 100", q)
 		}

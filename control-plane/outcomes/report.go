@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/filter/plugin"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // ErrNotObserved is returned by Report for a key that is no stored
@@ -17,60 +19,10 @@ var ErrNotObserved = errors.New("not an observed experiment")
 // ErrWindow is returned by Report for a window out of bounds.
 var ErrWindow = errors.New("window out of bounds")
 
-// Report is an observed experiment's outcomes, mesh-wide, under its
-// current assignment revision.
-type Report struct {
-	// Experiment is the experiment's key.
-	Experiment string `json:"experiment"`
-	// Revision is the assignment revision: a digest of the fields that
-	// decide assignment (variations, weights, coverage, hashing, seed,
-	// condition, namespace, bucket versions…). Figures start over when it
-	// changes.
-	Revision string `json:"revision"`
-	// Since is when allotd first saw the revision.
-	Since time.Time `json:"since"`
-	// Minutes is the window of Window: the last Minutes minutes (the
-	// current, partial minute included), never before Since.
-	Minutes int `json:"minutes"`
-	// Window has each variation's figures over the window.
-	Window []Variation `json:"window"`
-	// Total has each variation's figures since the revision.
-	Total []Variation `json:"total"`
-}
-
-// Variation is one variation's figures.
-type Variation struct {
-	// Variation is the variation's index.
-	Variation int `json:"variation"`
-	// Weight is the variation's weight in the definition.
-	Weight float64 `json:"weight"`
-	// Requests counts the responses of every class (resets included).
-	Requests uint64 `json:"requests"`
-	// Share is Requests over every variation's requests (0 when none).
-	Share float64 `json:"share"`
-	// Responses counts the requests by class: 2xx, 3xx, 4xx, 5xx, other, reset.
-	Responses map[string]uint64 `json:"responses"`
-	// ErrorRate is (5xx + reset) / Requests (0 when none).
-	ErrorRate float64 `json:"error_rate"`
-	// Timed counts the responses in the latency histogram (every response
-	// but resets, as far as the proxies' histograms reached allotd).
-	Timed uint64 `json:"timed"`
-	// LatencyMS has the p50, p95 and p99 latency in ms, estimated from the
-	// summed histogram buckets by linear interpolation within the bucket
-	// (absent when no response was timed).
-	LatencyMS *Quantiles `json:"latency_ms,omitempty"`
-}
-
-// Quantiles are latency quantiles in milliseconds.
-type Quantiles struct {
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	P99 float64 `json:"p99"`
-}
-
-// Report returns key's outcomes, with a window of the last minutes minutes
-// (0: DefaultWindowMinutes; at most MaxWindowMinutes).
-func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*Report, error) {
+// Report returns key's outcomes (the admin API's allot.admin.v1.Outcomes),
+// with a window of the last minutes minutes (0: DefaultWindowMinutes; at
+// most MaxWindowMinutes).
+func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
 	if minutes == 0 {
 		minutes = DefaultWindowMinutes
 	}
@@ -95,7 +47,7 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*Repo
 			}
 		}
 	}
-	return &Report{Experiment: key, Revision: e.revision, Since: e.since, Minutes: minutes,
+	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
 		Window: variations(window, e.weights), Total: variations(e.total, e.weights)}, nil
 }
 
@@ -112,30 +64,29 @@ func (t *tally) add(o tally) {
 	}
 }
 
-func variations(ts []tally, weights []float64) []Variation {
+func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 	var all uint64
 	for _, t := range ts {
 		all += t.requests()
 	}
-	out := make([]Variation, len(ts))
+	out := make([]*adminv1.VariationOutcomes, len(ts))
 	for v, t := range ts {
 		r := t.requests()
-		out[v] = Variation{Variation: v, Weight: weights[v], Requests: r, Responses: map[string]uint64{}}
+		o := &adminv1.VariationOutcomes{Variation: int32(v), Weight: weights[v], Requests: int64(r), Responses: map[string]int64{}}
 		for c, n := range t.counts {
-			out[v].Responses[plugin.ClassName(c)] = n
+			o.Responses[plugin.ClassName(c)] = int64(n)
 		}
 		if all > 0 {
-			out[v].Share = float64(r) / float64(all)
+			o.Share = float64(r) / float64(all)
 		}
 		if r > 0 {
-			out[v].ErrorRate = float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
+			o.ErrorRate = float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
 		}
 		for _, n := range t.buckets {
-			out[v].Timed += n
+			o.Timed += int64(n)
 		}
-		if q, ok := t.quantiles(); ok {
-			out[v].LatencyMS = &q
-		}
+		o.LatencyMs = t.quantiles()
+		out[v] = o
 	}
 	return out
 }
@@ -148,15 +99,16 @@ func (t tally) requests() uint64 {
 	return n
 }
 
-func (t tally) quantiles() (Quantiles, bool) {
+// quantiles are the latency quantiles of t's buckets; nil when empty.
+func (t tally) quantiles() *adminv1.LatencyQuantiles {
 	var n uint64
 	for _, b := range t.buckets {
 		n += b
 	}
 	if n == 0 {
-		return Quantiles{}, false
+		return nil
 	}
-	return Quantiles{P50: t.quantile(0.5, n), P95: t.quantile(0.95, n), P99: t.quantile(0.99, n)}, true
+	return &adminv1.LatencyQuantiles{P50: t.quantile(0.5, n), P95: t.quantile(0.95, n), P99: t.quantile(0.99, n)}
 }
 
 // quantile interpolates linearly within the bucket holding rank q×n; a

@@ -12,6 +12,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/xds"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // serveOutcomes registers the outcomes sink (Envoy's metrics_service) on
@@ -39,7 +40,7 @@ func serveOutcomes(g *grpc.Server, db store.Store, x *xds.Server, reg prometheus
 // with its errors as the admin API's.
 type outcomeReports struct{ a *outcomes.Aggregator }
 
-func (o outcomeReports) Outcomes(ctx context.Context, key string, minutes int) (any, error) {
+func (o outcomeReports) Outcomes(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
 	r, err := o.a.Report(ctx, key, minutes)
 	switch {
 	case errors.Is(err, outcomes.ErrNotObserved):

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,11 +18,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // adminCall sends an admin API request with the test token and returns
@@ -107,22 +109,17 @@ func TestOutcomesSink(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var rep struct {
-		Revision string
-		Total    []struct {
-			Requests  uint64
-			ErrorRate float64 `json:"error_rate"`
-		}
-	}
 	eventually(t, 5*time.Second, "outcomes summed", func() error {
 		code, body := adminCall(t, a, "GET", "/v1/experiments/checkout/outcomes?minutes=1", "")
 		if code != http.StatusOK {
 			return fmt.Errorf("%d %s", code, body)
 		}
-		if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		rep := &adminv1.Outcomes{}
+		if err := protojson.Unmarshal([]byte(body), rep); err != nil {
 			return err
 		}
-		if len(rep.Total) != 2 || rep.Total[0].Requests != 8 || rep.Total[1].Requests != 8 || rep.Total[1].ErrorRate != 0.25 {
+		if tot := rep.GetTotal(); len(tot) != 2 || tot[0].GetRequests() != 8 || tot[1].GetRequests() != 8 || tot[1].GetErrorRate() != 0.25 ||
+			rep.GetWindow()[1].GetResponses()["5xx"] != 2 {
 			return fmt.Errorf("report %s", body)
 		}
 		return nil
@@ -143,6 +140,21 @@ func TestOutcomesSink(t *testing.T) {
 	})
 	if _, err := st.CloseAndRecv(); err != nil {
 		t.Errorf("close: %v", err)
+	}
+
+	// The same through the gRPC admin API.
+	conn, err := grpc.NewClient(a.Admin.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+testToken)
+	o, err := adminv1.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "checkout"})
+	if err != nil || len(o.GetTotal()) != 2 || o.GetTotal()[1].GetRequests() != 8 || o.GetMinutes() != 5 {
+		t.Errorf("GetOutcomes: %v, %v", o, err)
+	}
+	if _, err := adminv1.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetOutcomes of an unobserved experiment: %v, want NotFound", err)
 	}
 
 	anonymous := metricsStream(t, a.XDS.String())
