@@ -185,13 +185,25 @@ func TestOverBoundsDropped(t *testing.T) {
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
 	f.add(t, "late", counter(name(0, "2xx"), 7))
-	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 2, reasonNotApplied: 1} {
+	// Histograms: the variation's buckets are 10, 100 ms once seen; other
+	// buckets, decreasing counts or too many buckets are refused.
+	other := histogram(latency(0), 1, 0, 0)
+	other.Metric[0].Histogram.Bucket[0].UpperBound = proto.Float64(5)
+	down := histogram(latency(0), 2, 0, 0)
+	down.Metric[0].Histogram.SampleCount = proto.Uint64(1)
+	many := histogram(latency(0), 1, 0, 0)
+	for i := range 64 {
+		many.Metric[0].Histogram.Bucket = append(many.Metric[0].Histogram.Bucket,
+			&clientmodel.Bucket{UpperBound: proto.Float64(1000 + float64(i)), CumulativeCount: proto.Uint64(1)})
+	}
+	f.add(t, "p1", histogram(latency(0), 1, 1, 0), other, down, many)
+	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 5, reasonNotApplied: 1} {
 		if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reason)); got != want {
 			t.Errorf("dropped{reason=%q} = %v, want %v", reason, got, want)
 		}
 	}
-	if r := f.report(t, "checkout", 0); r.Total[0].Requests != 2 {
-		t.Errorf("requests %d, want 2 (the 3xx)", r.Total[0].Requests)
+	if r := f.report(t, "checkout", 0); r.Total[0].Requests != 2 || r.Total[0].Timed != 2 {
+		t.Errorf("requests %d, timed %d, want 2 (the 3xx), 2 (the first histogram)", r.Total[0].Requests, r.Total[0].Timed)
 	}
 
 	// Series per proxy.
