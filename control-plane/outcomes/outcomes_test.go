@@ -56,7 +56,7 @@ func newFixture(t *testing.T, specs ...string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.a, err = New(db, admin.FromStore, func(node, _ string) bool { return !f.notApplied[node] }, prometheus.NewRegistry(), WithClock(f.clock.now))
+	f.a, err = New(t.Context(), db, admin.FromStore, func(node, _ string) bool { return !f.notApplied[node] }, prometheus.NewRegistry(), WithClock(f.clock.now))
 	if err != nil {
 		t.Fatal(err)
 	}

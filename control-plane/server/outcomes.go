@@ -21,9 +21,9 @@ import (
 // the xDS listener's gRPC server g, aggregating over db's observed
 // experiments what the proxies x tracks as having applied their
 // configuration send.
-func serveOutcomes(g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer, log *slog.Logger) (*outcomes.Aggregator, error) {
+func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer, log *slog.Logger) (*outcomes.Aggregator, error) {
 	c := &appliedProxies{x: x}
-	a, err := outcomes.New(db, admin.FromStore, c.applied, reg, outcomes.WithLogger(log))
+	a, err := outcomes.New(ctx, db, admin.FromStore, c.applied, reg, outcomes.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

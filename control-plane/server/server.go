@@ -184,7 +184,7 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 		}
 	}
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
-	oc, err := serveOutcomes(s.xdsGRPC, db, s.xds, reg, log.With("component", "outcomes"))
+	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, log.With("component", "outcomes"))
 	if err != nil {
 		return nil, err
 	}
