@@ -164,6 +164,12 @@ func TestOutcomesSink(t *testing.T) {
 	if _, err := anonymous.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a stream naming no node: %v, want InvalidArgument", err)
 	}
+	// A message over the listener's 1 MiB ends the stream.
+	huge := metricsStream(t, a.XDS.String())
+	huge.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{strings.Repeat("x", 1<<20): 1})})
+	if _, err := huge.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a message over 1 MiB: %v, want ResourceExhausted", err)
+	}
 	for path, want := range map[string]int{
 		"/v1/experiments/nope/outcomes":                http.StatusNotFound,
 		"/v1/experiments/checkout/outcomes?minutes=-1": http.StatusBadRequest,
