@@ -10,12 +10,15 @@ const (
 	// and is dropped unread (reason "name").
 	MaxNameBytes = 256
 	// MaxSeriesPerProxy bounds the (experiment, variation) series one proxy
-	// reports: 100 observed experiments (the filter's bound) of 10
-	// variations. A further series is dropped (reason "series").
-	MaxSeriesPerProxy = 1000
+	// reports: 100 observed experiments (the filter's bound) of 64
+	// variations (the experiment's), the most one configuration can hold.
+	// Only series of the store's observed experiments are kept at all; a
+	// further series is dropped (reason "series"). allotd keeps about 50
+	// bytes per series and proxy.
+	MaxSeriesPerProxy = 100 * 64
 	// MaxProxies bounds the proxies allotd keeps track of (the series each
-	// reported):
-	// when that many have a metrics stream open, one more proxy's stream is
+	// reported): when that many have a metrics stream open, one more
+	// proxy's stream is
 	// refused (RESOURCE_EXHAUSTED) and its message dropped (reason
 	// "proxies"). A proxy without a stream is forgotten when a new one
 	// needs its room.
