@@ -71,6 +71,7 @@ type Aggregator struct {
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
 
 	mu       sync.Mutex
+	stale    bool // the store changed since the experiments were read
 	storeRev int64
 	exps     map[string]*expState // observed experiments, by key
 	names    map[string]series    // outcome stat name → series
@@ -298,17 +299,22 @@ func (a *Aggregator) evictLocked() bool {
 // are summed as they come, so that a restarted proxy (its stats start
 // over) needs nothing. Families that are not outcome stats of an observed
 // experiment, or are over a bound, are dropped and counted.
-func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) error {
+func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	select {
 	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
-		if ok {
-			if err := a.refresh(ctx); err != nil {
-				return err
-			}
-		}
+		a.stale = a.stale || ok
 	default:
+	}
+	if a.stale {
+		// A store that cannot be read leaves the experiments as they were
+		// read last: the flush still counts, and the next one tries again.
+		if err := a.refresh(ctx); err != nil {
+			a.log.Warn("outcomes: experiments not re-read", "error", err)
+		} else {
+			a.stale = false
+		}
 	}
 	drop := map[string]float64{}
 	defer func() {
@@ -319,7 +325,7 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 	p := a.proxies[node]
 	if p == nil {
 		drop[reasonProxies] += float64(len(fams))
-		return nil
+		return
 	}
 	var applied, asked bool
 	now := a.now()
@@ -371,7 +377,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 			e.minute(now)[s.variation].counts[s.class] += sum
 		}
 	}
-	return nil
 }
 
 // count is a counter delta or bucket count as a whole number, if it is one

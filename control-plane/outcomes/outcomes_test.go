@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,9 +97,7 @@ func latency(v int) string {
 
 func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFamily) {
 	t.Helper()
-	if err := f.a.Add(context.Background(), node, "svc", fams); err != nil {
-		t.Fatal(err)
-	}
+	f.a.Add(context.Background(), node, "svc", fams)
 }
 
 func (f *fixture) open(t *testing.T, node string) {
@@ -287,5 +286,48 @@ func TestWindow(t *testing.T) {
 	}
 	if _, err := f.a.Report(context.Background(), "nope", 0); err == nil {
 		t.Error("report of an unknown experiment")
+	}
+}
+
+// flakyStore is a store whose reads fail while fail is set.
+type flakyStore struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
+	if s.fail.Load() {
+		return 0, store.ErrUnavailable
+	}
+	return s.Store.Revision(ctx)
+}
+
+// TestStoreDownKeepsCounting: a flush that finds the store unreadable
+// after a write is counted under the experiments read last, and a later
+// flush re-reads them.
+func TestStoreDownKeepsCounting(t *testing.T) {
+	f := newFixture(t, checkout)
+	fs := &flakyStore{Store: f.st}
+	a, err := New(t.Context(), fs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.open("p1")
+	a.Add(context.Background(), "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	ctx := context.Background()
+	cur, _ := f.st.Get(ctx, "checkout")
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+	fs.fail.Store(true)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 2)})
+	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
+		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
+	}
+	fs.fail.Store(false)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
+		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
 	}
 }

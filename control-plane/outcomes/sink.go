@@ -55,9 +55,7 @@ func (s *Sink) StreamMetrics(st grpc.ClientStreamingServer[metricsv3.StreamMetri
 	for m := first; ; {
 		s.a.messages.Inc()
 		s.a.bytes.Add(float64(proto.Size(m)))
-		if err := s.a.Add(st.Context(), id, cluster, m.GetEnvoyMetrics()); err != nil {
-			s.a.log.Warn("outcomes: flush not aggregated", "node_id", id, "cluster", cluster, "error", err)
-		}
+		s.a.Add(st.Context(), id, cluster, m.GetEnvoyMetrics())
 		if m, err = st.Recv(); err != nil {
 			return eof(st, err)
 		}
