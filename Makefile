@@ -129,7 +129,7 @@ FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net
 # of the control plane, its stores and their clients, Prometheus, and
 # gRPC's server-only packages. The grpc package itself holds client and
 # server alike, so it is unavoidable for a gRPC client.
-ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|reconcile|mtls|console|migrate)|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc/(reflection|health)|github\.com/envoyproxy/go-control-plane/pkg
+ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|reconcile|mtls|console|migrate|outcomes)|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc/(reflection|health)|github\.com/envoyproxy/go-control-plane/pkg
 
 .PHONY: check-deps
 check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one, the server side out of allotctl; control-plane/experiment pure.

@@ -3,12 +3,10 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,26 +218,4 @@ func prefixAll(p string, ss []string) []string {
 		out[i] = p + s
 	}
 	return out
-}
-
-// metricValue returns the value of an unlabelled series of s's /metrics (0
-// if absent).
-func metricValue(t *testing.T, s *system, series string) float64 {
-	t.Helper()
-	resp, err := s.client().Get(s.adminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
 }

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -286,4 +289,26 @@ func assignments(t *testing.T, def map[string]any, units []string) map[string]st
 		out[u] = set.Assign(nil, engine.Attributes{"id": u})[0].Value
 	}
 	return out
+}
+
+// metricValue returns the value of one series of s's /metrics, as
+// written there with its labels (0 if absent).
+func metricValue(t *testing.T, s *system, series string) float64 {
+	t.Helper()
+	resp, err := s.client().Get(s.adminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return 0
 }

@@ -35,6 +35,7 @@ const MaxBodyBytes = 1 << 20
 //	POST   /v1/experiments/{key}:stop          StopExperiment (also /stop)
 //	POST   /v1/evaluate                        EvaluateExperiments (body: EvaluateExperimentsRequest)
 //	GET    /v1/experiments/{key}/history       GetHistory of one experiment
+//	GET    /v1/experiments/{key}/outcomes[?minutes=N]  GetOutcomes: an observed experiment's outcomes per variation
 //	GET    /v1/history                         GetHistory of every experiment
 //	GET    /v1/rollout                         GetRollout
 //	GET    /v1/whoami                          WhoAmI (the caller's name, role, namespaces)
@@ -93,6 +94,7 @@ func NewHTTP(svc *Service, tokens *Tokens, opts ...Option) *HTTP {
 	h.route("POST /v1/experiments/{key}/{action}", "Transition", h.transition)
 	h.route("POST /v1/evaluate", "EvaluateExperiments", h.evaluate)
 	h.route("GET /v1/experiments/{key}/history", "GetHistory", h.history)
+	h.route("GET /v1/experiments/{key}/outcomes", "GetOutcomes", h.outcomes)
 	h.route("GET /v1/history", "GetHistory", h.history)
 	h.route("GET /v1/rollout", "GetRollout", h.rollout)
 	h.route("GET /v1/whoami", "WhoAmI", h.whoami)

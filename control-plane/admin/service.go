@@ -43,6 +43,7 @@ type Service struct {
 	mesh     translate.Mesh
 	now      func() time.Time
 	rollouts Rollouts
+	outcomes Outcomes
 }
 
 // ServiceOption configures a Service.

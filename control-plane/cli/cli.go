@@ -47,6 +47,7 @@ var commands = []command{
 	{"weights", "change an experiment's weights; assigned units keep their variation (or --rebucket, --exclude-previous)", runWeights},
 	{"rebucket", "re-randomize every unit of an experiment (--exclude-previous: and exclude units assigned before)", runRebucket},
 	{"history", "print the audit history of one or every experiment", runHistory},
+	{"outcomes", "print an observed experiment's outcomes per variation: requests, share, error rate, latency", runOutcomes},
 	{"whoami", "print the token's name, role and owner namespaces", runWhoAmI},
 }
 

@@ -190,6 +190,10 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 		}
 	}
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
+	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, log.With("component", "outcomes"))
+	if err != nil {
+		return nil, err
+	}
 
 	adminLog := log.With("component", "admin")
 	var ro admin.Rollouts = rollout.NewLocal(s.xds)
@@ -199,7 +203,7 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 			return nil, fmt.Errorf("register replica collector: %w", err)
 		}
 	}
-	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro))
+	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro), admin.WithOutcomes(outcomeReports{oc}))
 	s.adminGRPC = newAdminGRPC(cfg, svc, adminLog, metrics)
 	ui, err := console.Handler()
 	if err != nil {

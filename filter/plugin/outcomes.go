@@ -186,3 +186,6 @@ func (p *Plugin) observeSlots(cfg *Config, e entry) {
 		}
 	}
 }
+
+// ClassName is the name of class in stat names ("2xx", …, "reset").
+func ClassName(class int) string { return classNames[class] }

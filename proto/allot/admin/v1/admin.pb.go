@@ -1558,6 +1558,334 @@ func (x *ProxyStatus) GetReplica() string {
 	return ""
 }
 
+// GetOutcomesRequest names the observed experiment and the window.
+type GetOutcomesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the experiment's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// minutes is the window: the last minutes minutes, the current one
+	// included (1 to 60; 0 means 5).
+	Minutes       int32 `protobuf:"varint,2,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOutcomesRequest) Reset() {
+	*x = GetOutcomesRequest{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOutcomesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOutcomesRequest) ProtoMessage() {}
+
+func (x *GetOutcomesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOutcomesRequest.ProtoReflect.Descriptor instead.
+func (*GetOutcomesRequest) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetOutcomesRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetOutcomesRequest) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+// Outcomes are an observed experiment's outcomes under its current
+// assignment revision, summed over the reporting proxies.
+type Outcomes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// experiment is the experiment's key.
+	Experiment string `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
+	// revision is the assignment revision: a digest of the fields that decide
+	// which unit gets which variation (variations, weights, coverage,
+	// hashing, seed, namespace, condition, force, filters, ranges, bucket
+	// versions). The figures start over when it changes.
+	Revision string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// since is when the server first saw the revision.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// minutes is the window of window.
+	Minutes int32 `protobuf:"varint,4,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	// window has each variation's figures over the last minutes minutes (none
+	// before since), in variation order.
+	Window []*VariationOutcomes `protobuf:"bytes,5,rep,name=window,proto3" json:"window,omitempty"`
+	// total has each variation's figures since the revision.
+	Total         []*VariationOutcomes `protobuf:"bytes,6,rep,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Outcomes) Reset() {
+	*x = Outcomes{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Outcomes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Outcomes) ProtoMessage() {}
+
+func (x *Outcomes) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Outcomes.ProtoReflect.Descriptor instead.
+func (*Outcomes) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Outcomes) GetExperiment() string {
+	if x != nil {
+		return x.Experiment
+	}
+	return ""
+}
+
+func (x *Outcomes) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *Outcomes) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Outcomes) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+func (x *Outcomes) GetWindow() []*VariationOutcomes {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Outcomes) GetTotal() []*VariationOutcomes {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+// VariationOutcomes are one variation's figures.
+type VariationOutcomes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variation is the variation's index.
+	Variation int32 `protobuf:"varint,1,opt,name=variation,proto3" json:"variation,omitempty"`
+	// weight is the variation's weight in the definition.
+	Weight float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// requests counts the requests of every class, resets included.
+	Requests int64 `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	// share is requests over the experiment's requests (0 when none).
+	Share float64 `protobuf:"fixed64,4,opt,name=share,proto3" json:"share,omitempty"`
+	// responses counts the requests by class: 2xx, 3xx, 4xx, 5xx, other,
+	// reset (no response headers reached the filter).
+	Responses map[string]int64 `protobuf:"bytes,5,rep,name=responses,proto3" json:"responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// error_rate is (5xx + reset) / requests (0 when none).
+	ErrorRate float64 `protobuf:"fixed64,6,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
+	// timed counts the responses in the latency histogram (all but resets).
+	Timed int64 `protobuf:"varint,7,opt,name=timed,proto3" json:"timed,omitempty"`
+	// latency_ms has the latency quantiles in ms, estimated from the summed
+	// histogram buckets; absent when no response was timed.
+	LatencyMs     *LatencyQuantiles `protobuf:"bytes,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VariationOutcomes) Reset() {
+	*x = VariationOutcomes{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VariationOutcomes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VariationOutcomes) ProtoMessage() {}
+
+func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VariationOutcomes.ProtoReflect.Descriptor instead.
+func (*VariationOutcomes) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *VariationOutcomes) GetVariation() int32 {
+	if x != nil {
+		return x.Variation
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetResponses() map[string]int64 {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+func (x *VariationOutcomes) GetErrorRate() float64 {
+	if x != nil {
+		return x.ErrorRate
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetTimed() int64 {
+	if x != nil {
+		return x.Timed
+	}
+	return 0
+}
+
+func (x *VariationOutcomes) GetLatencyMs() *LatencyQuantiles {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return nil
+}
+
+// LatencyQuantiles are latency quantiles in milliseconds, interpolated
+// linearly within the histogram bucket that holds each.
+type LatencyQuantiles struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// p50 is the median.
+	P50 float64 `protobuf:"fixed64,1,opt,name=p50,proto3" json:"p50,omitempty"`
+	// p95 is the 95th percentile.
+	P95 float64 `protobuf:"fixed64,2,opt,name=p95,proto3" json:"p95,omitempty"`
+	// p99 is the 99th percentile.
+	P99           float64 `protobuf:"fixed64,3,opt,name=p99,proto3" json:"p99,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyQuantiles) Reset() {
+	*x = LatencyQuantiles{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyQuantiles) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyQuantiles) ProtoMessage() {}
+
+func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyQuantiles.ProtoReflect.Descriptor instead.
+func (*LatencyQuantiles) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LatencyQuantiles) GetP50() float64 {
+	if x != nil {
+		return x.P50
+	}
+	return 0
+}
+
+func (x *LatencyQuantiles) GetP95() float64 {
+	if x != nil {
+		return x.P95
+	}
+	return 0
+}
+
+func (x *LatencyQuantiles) GetP99() float64 {
+	if x != nil {
+		return x.P99
+	}
+	return 0
+}
+
 var File_allot_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_allot_admin_v1_admin_proto_rawDesc = "" +
@@ -1685,7 +2013,37 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"acked_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tackedTime\x12\x1a\n" +
 	"\bartifact\x18\x0e \x01(\tR\bartifact\x12\x14\n" +
 	"\x05error\x18\x0f \x01(\tR\x05error\x12\x18\n" +
-	"\areplica\x18\x10 \x01(\tR\areplica2\xcf\b\n" +
+	"\areplica\x18\x10 \x01(\tR\areplica\"@\n" +
+	"\x12GetOutcomesRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
+	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\x86\x02\n" +
+	"\bOutcomes\x12\x1e\n" +
+	"\n" +
+	"experiment\x18\x01 \x01(\tR\n" +
+	"experiment\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\aminutes\x18\x04 \x01(\x05R\aminutes\x129\n" +
+	"\x06window\x18\x05 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x06window\x127\n" +
+	"\x05total\x18\x06 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\"\xff\x02\n" +
+	"\x11VariationOutcomes\x12\x1c\n" +
+	"\tvariation\x18\x01 \x01(\x05R\tvariation\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x1a\n" +
+	"\brequests\x18\x03 \x01(\x03R\brequests\x12\x14\n" +
+	"\x05share\x18\x04 \x01(\x01R\x05share\x12N\n" +
+	"\tresponses\x18\x05 \x03(\v20.allot.admin.v1.VariationOutcomes.ResponsesEntryR\tresponses\x12\x1d\n" +
+	"\n" +
+	"error_rate\x18\x06 \x01(\x01R\terrorRate\x12\x14\n" +
+	"\x05timed\x18\a \x01(\x03R\x05timed\x12?\n" +
+	"\n" +
+	"latency_ms\x18\b \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\x1a<\n" +
+	"\x0eResponsesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"H\n" +
+	"\x10LatencyQuantiles\x12\x10\n" +
+	"\x03p50\x18\x01 \x01(\x01R\x03p50\x12\x10\n" +
+	"\x03p95\x18\x02 \x01(\x01R\x03p95\x12\x10\n" +
+	"\x03p99\x18\x03 \x01(\x01R\x03p992\x9c\t\n" +
 	"\fAdminService\x12\\\n" +
 	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
 	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +
@@ -1700,7 +2058,8 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"GetHistory\x12!.allot.admin.v1.GetHistoryRequest\x1a\".allot.admin.v1.GetHistoryResponse\x12H\n" +
 	"\n" +
 	"GetRollout\x12!.allot.admin.v1.GetRolloutRequest\x1a\x17.allot.admin.v1.Rollout\x12?\n" +
-	"\x06WhoAmI\x12\x1d.allot.admin.v1.WhoAmIRequest\x1a\x16.allot.admin.v1.CallerB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
+	"\x06WhoAmI\x12\x1d.allot.admin.v1.WhoAmIRequest\x1a\x16.allot.admin.v1.Caller\x12K\n" +
+	"\vGetOutcomes\x12\".allot.admin.v1.GetOutcomesRequest\x1a\x18.allot.admin.v1.OutcomesB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_allot_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1714,7 +2073,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -1738,66 +2097,78 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*Rollout)(nil),                     // 19: allot.admin.v1.Rollout
 	(*ReplicaStatus)(nil),               // 20: allot.admin.v1.ReplicaStatus
 	(*ProxyStatus)(nil),                 // 21: allot.admin.v1.ProxyStatus
-	nil,                                 // 22: allot.admin.v1.Rollout.TargetsEntry
-	nil,                                 // 23: allot.admin.v1.Rollout.CountsEntry
-	(*v1.Experiment)(nil),               // 24: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 25: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 26: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
+	(*GetOutcomesRequest)(nil),          // 22: allot.admin.v1.GetOutcomesRequest
+	(*Outcomes)(nil),                    // 23: allot.admin.v1.Outcomes
+	(*VariationOutcomes)(nil),           // 24: allot.admin.v1.VariationOutcomes
+	(*LatencyQuantiles)(nil),            // 25: allot.admin.v1.LatencyQuantiles
+	nil,                                 // 26: allot.admin.v1.Rollout.TargetsEntry
+	nil,                                 // 27: allot.admin.v1.Rollout.CountsEntry
+	nil,                                 // 28: allot.admin.v1.VariationOutcomes.ResponsesEntry
+	(*v1.Experiment)(nil),               // 29: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 30: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 31: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	24, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	25, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	24, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	24, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	25, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	25, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	25, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	25, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	25, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	26, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	27, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	29, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	30, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	29, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	29, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	30, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	30, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	30, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	30, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	30, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	31, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	32, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	27, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	24, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	24, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	22, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	32, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	29, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	29, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	26, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
 	21, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
 	20, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	23, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
-	27, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	27, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	27, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	0,  // 23: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
-	1,  // 24: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
-	2,  // 25: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
-	4,  // 26: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
-	5,  // 27: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
-	7,  // 28: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
-	8,  // 29: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
-	9,  // 30: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
-	10, // 31: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
-	13, // 32: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	18, // 33: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
-	16, // 34: allot.admin.v1.AdminService.WhoAmI:input_type -> allot.admin.v1.WhoAmIRequest
-	24, // 35: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	24, // 36: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 37: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	24, // 38: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 39: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	24, // 40: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	24, // 41: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	24, // 42: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 43: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 44: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	19, // 45: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
-	17, // 46: allot.admin.v1.AdminService.WhoAmI:output_type -> allot.admin.v1.Caller
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	27, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	32, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	32, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	32, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	32, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
+	24, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
+	24, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
+	28, // 26: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
+	25, // 27: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	0,  // 28: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
+	1,  // 29: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
+	2,  // 30: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
+	4,  // 31: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
+	5,  // 32: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
+	7,  // 33: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
+	8,  // 34: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
+	9,  // 35: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
+	10, // 36: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
+	13, // 37: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
+	18, // 38: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
+	16, // 39: allot.admin.v1.AdminService.WhoAmI:input_type -> allot.admin.v1.WhoAmIRequest
+	22, // 40: allot.admin.v1.AdminService.GetOutcomes:input_type -> allot.admin.v1.GetOutcomesRequest
+	29, // 41: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
+	29, // 42: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
+	3,  // 43: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
+	29, // 44: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
+	6,  // 45: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
+	29, // 46: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
+	29, // 47: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
+	29, // 48: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
+	11, // 49: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
+	14, // 50: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
+	19, // 51: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
+	17, // 52: allot.admin.v1.AdminService.WhoAmI:output_type -> allot.admin.v1.Caller
+	23, // 53: allot.admin.v1.AdminService.GetOutcomes:output_type -> allot.admin.v1.Outcomes
+	41, // [41:54] is the sub-list for method output_type
+	28, // [28:41] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -1811,7 +2182,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

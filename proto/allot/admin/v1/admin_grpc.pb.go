@@ -47,6 +47,7 @@ const (
 	AdminService_GetHistory_FullMethodName          = "/allot.admin.v1.AdminService/GetHistory"
 	AdminService_GetRollout_FullMethodName          = "/allot.admin.v1.AdminService/GetRollout"
 	AdminService_WhoAmI_FullMethodName              = "/allot.admin.v1.AdminService/WhoAmI"
+	AdminService_GetOutcomes_FullMethodName         = "/allot.admin.v1.AdminService/GetOutcomes"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -91,6 +92,12 @@ type AdminServiceClient interface {
 	// and owner namespaces, so a client (the web console) can tell what the
 	// caller may change before trying. Every token may call it.
 	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Caller, error)
+	// GetOutcomes returns an observed experiment's outcomes per variation,
+	// summed over the proxies that report to this server, under its current
+	// assignment revision: over the last minutes and since the revision.
+	// NOT_FOUND for an experiment that does not observe. Every token may
+	// call it.
+	GetOutcomes(ctx context.Context, in *GetOutcomesRequest, opts ...grpc.CallOption) (*Outcomes, error)
 }
 
 type adminServiceClient struct {
@@ -221,6 +228,16 @@ func (c *adminServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts
 	return out, nil
 }
 
+func (c *adminServiceClient) GetOutcomes(ctx context.Context, in *GetOutcomesRequest, opts ...grpc.CallOption) (*Outcomes, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Outcomes)
+	err := c.cc.Invoke(ctx, AdminService_GetOutcomes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -263,6 +280,12 @@ type AdminServiceServer interface {
 	// and owner namespaces, so a client (the web console) can tell what the
 	// caller may change before trying. Every token may call it.
 	WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error)
+	// GetOutcomes returns an observed experiment's outcomes per variation,
+	// summed over the proxies that report to this server, under its current
+	// assignment revision: over the last minutes and since the revision.
+	// NOT_FOUND for an experiment that does not observe. Every token may
+	// call it.
+	GetOutcomes(context.Context, *GetOutcomesRequest) (*Outcomes, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -308,6 +331,9 @@ func (UnimplementedAdminServiceServer) GetRollout(context.Context, *GetRolloutRe
 }
 func (UnimplementedAdminServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error) {
 	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedAdminServiceServer) GetOutcomes(context.Context, *GetOutcomesRequest) (*Outcomes, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOutcomes not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -546,6 +572,24 @@ func _AdminService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetOutcomes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOutcomesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetOutcomes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetOutcomes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetOutcomes(ctx, req.(*GetOutcomesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -600,6 +644,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WhoAmI",
 			Handler:    _AdminService_WhoAmI_Handler,
+		},
+		{
+			MethodName: "GetOutcomes",
+			Handler:    _AdminService_GetOutcomes_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

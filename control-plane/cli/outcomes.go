@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+const outcomesUsage = `Usage: allotctl outcomes KEY [--minutes N]
+
+Prints what became of the requests an observed experiment (observe: true)
+assigned, per variation, summed over every proxy that reports to the server:
+over the last N minutes (default 5, at most 60) the requests, their share
+against the variation's weight, the error rate (5xx and resets over all
+responses) and the latency p50/p95/p99 in ms; and since the experiment's
+current assignment revision (figures start over when its variations,
+weights, coverage, hashing, seed, condition, namespace or bucket versions
+change) the requests, share and error rate. -o json|yaml prints the
+server's document.
+`
+
+func runOutcomes(ctx context.Context, env *Env, args []string) error {
+	fs, conn := newFlagSet(env, "outcomes", outcomesUsage, true)
+	minutes := fs.Int("minutes", 5, "the window: the last `N` minutes (1 to 60)")
+	pos, ok, err := parseFlags(fs, args, 1, 1)
+	if !ok {
+		return err
+	}
+	c, err := conn.client()
+	if err != nil {
+		return err
+	}
+	b, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(pos[0])+"/outcomes?minutes="+strconv.Itoa(*minutes), nil)
+	if err != nil {
+		return fmt.Errorf("outcomes: %w", err)
+	}
+	if conn.output != "table" {
+		return writeData(env.Stdout, conn.output, b)
+	}
+	var r adminv1.Outcomes
+	if err := protojson.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "experiment %s, assignment revision %s since %s\n", r.Experiment, r.Revision, r.Since.AsTime().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	m := fmt.Sprintf("%dM", r.Minutes)
+	fmt.Fprintf(tw, "VARIATION\tWEIGHT\tREQUESTS_%s\tSHARE_%s\tERRORS_%s\tP50_MS\tP95_MS\tP99_MS\tREQUESTS\tSHARE\tERRORS\n", m, m, m)
+	for i, w := range r.Window {
+		t := &adminv1.VariationOutcomes{}
+		if i < len(r.Total) {
+			t = r.Total[i]
+		}
+		p50, p95, p99 := "-", "-", "-"
+		if l := w.LatencyMs; l != nil {
+			p50, p95, p99 = ms(l.P50), ms(l.P95), ms(l.P99)
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", w.Variation, w.Weight, w.Requests, pct(w.Share), pct(w.ErrorRate),
+			p50, p95, p99, t.Requests, pct(t.Share), pct(t.ErrorRate))
+	}
+	return tw.Flush()
+}
+
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+func ms(f float64) string  { return strconv.FormatFloat(f, 'f', 1, 64) }

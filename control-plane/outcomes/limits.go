@@ -1,0 +1,48 @@
+package outcomes
+
+// Bounds of what proxies send (the metrics_service sink is a trust
+// boundary): input over a bound is dropped where it enters and counted in
+// allot_outcomes_dropped_total{reason}; the stream stays up.
+const (
+	// MaxNameBytes bounds a metric family's name: the longest outcome stat
+	// (the "wasmcustom." prefix, a 63-byte key, a two-digit variation and
+	// "response_time_ms") is 117 bytes. A longer name is no Allot outcome
+	// and is dropped unread (reason "name").
+	MaxNameBytes = 256
+	// MaxSeriesPerProxy bounds the (experiment, variation) series one proxy
+	// reports: 100 observed experiments (the filter's bound) of 64
+	// variations (the experiment's), the most one configuration can hold.
+	// Only series of the store's observed experiments are kept at all; a
+	// further series is dropped (reason "series"). allotd keeps about 50
+	// bytes per series and proxy.
+	MaxSeriesPerProxy = 100 * 64
+	// MaxProxies bounds the proxies allotd keeps track of (the series each
+	// reported): when that many have a metrics stream open, one more
+	// proxy's stream is
+	// refused (RESOURCE_EXHAUSTED) and its message dropped (reason
+	// "proxies"). A proxy without a stream is forgotten when a new one
+	// needs its room.
+	MaxProxies = 10000
+	// MaxDelta bounds one counter delta or histogram increment of one
+	// flush; a larger, negative, fractional or non-finite value is dropped
+	// (reason "value").
+	MaxDelta = 1 << 32
+	// maxBuckets bounds a histogram's buckets (Envoy's default has 20); a
+	// histogram with more is dropped (reason "value").
+	maxBuckets = 64
+	// MaxWindowMinutes bounds GET …/outcomes?minutes=N.
+	MaxWindowMinutes = 60
+	// DefaultWindowMinutes is the window when ?minutes is omitted.
+	DefaultWindowMinutes = 5
+)
+
+// Reasons of allot_outcomes_dropped_total.
+const (
+	reasonIdentity   = "identity"    // a stream whose first message has no node id, or one too long (the stream is refused)
+	reasonName       = "name"        // a family name over MaxNameBytes
+	reasonOther      = "other_stat"  // not an outcome stat of an observed experiment (Envoy's own stats)
+	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
+	reasonSeries     = "series"      // over MaxSeriesPerProxy
+	reasonProxies    = "proxies"     // over MaxProxies
+	reasonValue      = "value"       // a value out of range, or a histogram with other buckets
+)

@@ -1,0 +1,454 @@
+// Package outcomes receives the per-variation outcome stats the proxies'
+// filters keep for observed experiments (Envoy's metrics_service stat sink,
+// served on the xDS listener) and aggregates them mesh-wide, per experiment,
+// per revision of its assignment fields and per variation: responses by
+// class and latency buckets, since the revision and per minute. It reads
+// experiments through store.Store and never imports the admin API, the xDS
+// server or another sibling; allotd's wiring gives it what it needs of them
+// as functions.
+package outcomes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientmodel "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allotmesh/allot/control-plane/experiment"
+	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/plugin"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+)
+
+// numClasses is the number of outcome classes (2xx, 3xx, 4xx, 5xx, other,
+// reset), in the filter's order.
+const numClasses = plugin.NumClasses
+
+// latencyClass marks a stat name as a variation's latency histogram.
+const latencyClass = -1
+
+// Decoder rebuilds an experiment from its stored document (admin.FromStore).
+type Decoder func(*store.Experiment) (*experimentv1.Experiment, error)
+
+// AppliedFunc reports whether the proxy of node id and cluster has applied
+// (ACKed) the configuration its cluster should run now.
+type AppliedFunc func(node, cluster string) bool
+
+// Option configures an Aggregator.
+type Option func(*Aggregator)
+
+// WithLogger sets the logger (nil: discard).
+func WithLogger(l *slog.Logger) Option { return func(a *Aggregator) { a.log = l } }
+
+// WithClock sets the clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(a *Aggregator) { a.now = now } }
+
+// Aggregator holds the mesh-wide outcomes of the observed experiments of
+// one allotd. Its methods are safe for concurrent use.
+type Aggregator struct {
+	st      store.Store
+	decode  Decoder
+	applied AppliedFunc
+	log     *slog.Logger
+	now     func() time.Time
+	dropped *prometheus.CounterVec
+	// received counts the sink's messages and their bytes (the cost of the
+	// sink: Envoy sends every stat in use at each flush).
+	messages, bytes prometheus.Counter
+	reqDesc         *prometheus.Desc
+
+	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
+
+	mu       sync.Mutex
+	stale    bool // the store changed since the experiments were read
+	storeRev int64
+	exps     map[string]*expState // observed experiments, by key
+	names    map[string]series    // outcome stat name → series
+	proxies  map[string]*proxyState
+}
+
+// series is one outcome stat: a class counter or (class latencyClass) the
+// latency histogram of a variation.
+type series struct {
+	key       string
+	variation int
+	class     int
+}
+
+// expState is an observed experiment's figures under its current
+// assignment revision.
+type expState struct {
+	key      string
+	revision string
+	weights  []float64
+	since    time.Time
+	total    []tally // per variation, since the revision
+	minutes  [MaxWindowMinutes + 1]minute
+}
+
+// minute is one minute's tallies (stamp: Unix minute).
+type minute struct {
+	stamp int64
+	vars  []tally
+}
+
+// tally is one variation's responses by class and latency histogram.
+type tally struct {
+	counts  [numClasses]uint64
+	bounds  []float64 // upper bounds (ms) of the latency buckets
+	buckets []uint64  // samples per bucket (not cumulative); len(bounds)+1, the last above every bound
+}
+
+// proxyState is what allotd keeps of one reporting proxy: its open
+// metrics streams and the series it reported (bounded by
+// MaxSeriesPerProxy).
+type proxyState struct {
+	streams int
+	series  map[series]struct{} // (key, variation, latencyClass) of each reported variation
+}
+
+// New returns an Aggregator reading experiments from st with decode (and
+// again after each write st's Watch reports, until ctx is done), asking
+// applied whether a reporting proxy runs the current configuration, and
+// registering its metrics with reg.
+func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFunc, reg prometheus.Registerer, opts ...Option) (*Aggregator, error) {
+	a := &Aggregator{st: st, decode: decode, applied: applied, now: time.Now, storeRev: -1, changes: st.Watch(ctx),
+		exps: map[string]*expState{}, names: map[string]series{}, proxies: map[string]*proxyState{},
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_outcomes_dropped_total",
+			Help: "Outcome stats (metric families) from proxies dropped on entry, by reason."}, []string{"reason"}),
+		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_messages_total",
+			Help: "Messages received from the proxies' metrics_service stat sinks."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
+			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
+		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
+			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's assignment revision.",
+			[]string{"experiment", "variation", "class"}, nil),
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonValue} {
+		a.dropped.WithLabelValues(r)
+	}
+	if reg != nil {
+		if err := reg.Register(a); err != nil {
+			return nil, fmt.Errorf("register outcomes metrics: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// Describe implements prometheus.Collector.
+func (a *Aggregator) Describe(ch chan<- *prometheus.Desc) {
+	a.dropped.Describe(ch)
+	ch <- a.messages.Desc()
+	ch <- a.bytes.Desc()
+	ch <- a.reqDesc
+}
+
+// Collect implements prometheus.Collector: the counters of what the sink
+// received and dropped, and one
+// allot_outcome_requests_total series per observed experiment × variation
+// × class (at most the store's observed experiments).
+func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
+	a.dropped.Collect(ch)
+	ch <- a.messages
+	ch <- a.bytes
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.exps {
+		for v, t := range e.total {
+			for c := range numClasses {
+				ch <- prometheus.MustNewConstMetric(a.reqDesc, prometheus.CounterValue, float64(t.counts[c]),
+					e.key, strconv.Itoa(v), plugin.ClassName(c))
+			}
+		}
+	}
+}
+
+// Revision is the assignment revision of e: a digest of what decides which
+// unit gets which variation (the evaluated fields, experiment.Definition,
+// without observe).
+func Revision(e *experimentv1.Experiment) string {
+	d := experiment.Definition(e)
+	d.Observe = false
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil { // a message built from a decoded one always marshals
+		panic(fmt.Sprintf("marshal definition: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// refresh re-reads the observed experiments when the store changed; a.mu
+// must be held. An experiment whose assignment revision changed starts
+// over.
+func (a *Aggregator) refresh(ctx context.Context) error {
+	rev, err := a.st.Revision(ctx)
+	if err != nil {
+		return fmt.Errorf("read store revision: %w", err)
+	}
+	if rev == a.storeRev {
+		return nil
+	}
+	list, rev, err := a.st.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list experiments: %w", err)
+	}
+	exps := make(map[string]*expState, len(a.exps))
+	names := map[string]series{}
+	for _, se := range list {
+		e, err := a.decode(se)
+		if err != nil {
+			a.log.Warn("outcomes: stored experiment not decoded", "key", se.Key, "error", err)
+			continue
+		}
+		if !e.GetObserve() {
+			continue
+		}
+		n := len(e.GetVariations())
+		r := Revision(e)
+		st := a.exps[e.GetKey()]
+		if st == nil || st.revision != r {
+			st = &expState{key: e.GetKey(), revision: r, weights: weights(e), since: a.now(), total: make([]tally, n)}
+		}
+		exps[e.GetKey()] = st
+		for v := range n {
+			for c := range numClasses {
+				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
+			}
+			names[statName(plugin.LatencyMetric(e.GetKey(), v))] = series{e.GetKey(), v, latencyClass}
+		}
+	}
+	a.exps, a.names, a.storeRev = exps, names, rev
+	return nil
+}
+
+// statName is the full Envoy name of a filter stat, as the sink sends it.
+func statName(metric string) string { return translate.NativeMetricsNamespace + "." + metric }
+
+// weights are e's variation weights, equal when omitted.
+func weights(e *experimentv1.Experiment) []float64 {
+	if w := e.GetWeights(); len(w) == len(e.GetVariations()) {
+		return slices.Clone(w)
+	}
+	n := len(e.GetVariations())
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1 / float64(n)
+	}
+	return w
+}
+
+// open registers a metrics stream of node; false when MaxProxies are
+// already reporting.
+func (a *Aggregator) open(node string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.proxies[node]
+	if p == nil {
+		if len(a.proxies) >= MaxProxies && !a.evictLocked() {
+			return false
+		}
+		p = &proxyState{series: map[series]struct{}{}}
+		a.proxies[node] = p
+	}
+	p.streams++
+	return true
+}
+
+// close ends a metrics stream of node. The proxy's histograms stay, so
+// that a reconnecting proxy continues them, until a new proxy needs room.
+func (a *Aggregator) close(node string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.proxies[node]; p != nil {
+		p.streams--
+	}
+}
+
+// evictLocked forgets one proxy without a stream; false if every proxy
+// has one.
+func (a *Aggregator) evictLocked() bool {
+	for n, p := range a.proxies {
+		if p.streams <= 0 {
+			delete(a.proxies, n)
+			return true
+		}
+	}
+	return false
+}
+
+// Add takes one flush of the proxy of node and cluster. Counters are
+// deltas since the previous flush (report_counters_as_deltas), and so are
+// histograms (Envoy's sink sends a histogram's interval statistics): both
+// are summed as they come, so that a restarted proxy (its stats start
+// over) needs nothing. Families that are not outcome stats of an observed
+// experiment, or are over a bound, are dropped and counted.
+func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
+		a.stale = a.stale || ok
+	default:
+	}
+	if a.stale {
+		// A store that cannot be read leaves the experiments as they were
+		// read last: the flush still counts, and the next one tries again.
+		if err := a.refresh(ctx); err != nil {
+			a.log.Warn("outcomes: experiments not re-read", "error", err)
+		} else {
+			a.stale = false
+		}
+	}
+	drop := map[string]float64{}
+	defer func() {
+		for r, n := range drop {
+			a.dropped.WithLabelValues(r).Add(n)
+		}
+	}()
+	p := a.proxies[node]
+	if p == nil {
+		drop[reasonProxies] += float64(len(fams))
+		return
+	}
+	var applied, asked bool
+	now := a.now()
+	for _, f := range fams {
+		name := f.GetName()
+		if len(name) > MaxNameBytes {
+			drop[reasonName]++
+			continue
+		}
+		s, ok := a.names[name]
+		if !ok {
+			drop[reasonOther]++
+			continue
+		}
+		if !asked {
+			applied, asked = a.applied(node, cluster), true
+		}
+		if !applied {
+			drop[reasonNotApplied]++
+			continue
+		}
+		e := a.exps[s.key]
+		v := series{s.key, s.variation, latencyClass}
+		if _, seen := p.series[v]; !seen {
+			if len(p.series) >= MaxSeriesPerProxy {
+				drop[reasonSeries]++
+				continue
+			}
+			p.series[v] = struct{}{}
+		}
+		if s.class == latencyClass {
+			if !addHistogram(e, s.variation, f, now) {
+				drop[reasonValue]++
+			}
+			continue
+		}
+		var sum uint64
+		for _, m := range f.GetMetric() {
+			d, ok := count(m.GetCounter().GetValue())
+			if !ok {
+				drop[reasonValue]++
+				sum = 0
+				break
+			}
+			sum += d
+		}
+		if sum > 0 {
+			e.total[s.variation].counts[s.class] += sum
+			e.minute(now)[s.variation].counts[s.class] += sum
+		}
+	}
+}
+
+// count is a counter delta or bucket count as a whole number, if it is one
+// within MaxDelta.
+func count(v float64) (uint64, bool) {
+	if math.IsNaN(v) || v < 0 || v > MaxDelta || v != math.Trunc(v) {
+		return 0, false
+	}
+	return uint64(v), true
+}
+
+// addHistogram adds one flush's latency histogram (the samples since the
+// previous flush, in cumulative buckets) to variation v; false when it is
+// malformed or its buckets differ from those already summed.
+func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time) bool {
+	ms := f.GetMetric()
+	if len(ms) != 1 || ms[0].GetHistogram() == nil {
+		return false
+	}
+	h := ms[0].GetHistogram()
+	if len(h.GetBucket()) > maxBuckets {
+		return false
+	}
+	bounds := make([]float64, 0, len(h.GetBucket()))
+	cum := make([]uint64, 0, len(h.GetBucket())+1)
+	for _, b := range h.GetBucket() {
+		c, ok := count(float64(b.GetCumulativeCount()))
+		if !ok || (len(cum) > 0 && (c < cum[len(cum)-1] || b.GetUpperBound() <= bounds[len(bounds)-1])) {
+			return false
+		}
+		bounds, cum = append(bounds, b.GetUpperBound()), append(cum, c)
+	}
+	total, ok := count(float64(h.GetSampleCount()))
+	if !ok || (len(cum) > 0 && total < cum[len(cum)-1]) {
+		return false
+	}
+	cum = append(cum, total)
+	if total == 0 {
+		return true
+	}
+	t, m := &e.total[v], &e.minute(now)[v]
+	for _, x := range []*tally{t, m} {
+		if x.bounds == nil {
+			x.bounds = bounds
+		} else if !slices.Equal(x.bounds, bounds) {
+			return false
+		}
+	}
+	grow(t, len(cum))
+	grow(m, len(cum))
+	var below uint64
+	for i, c := range cum {
+		t.buckets[i] += c - below
+		m.buckets[i] += c - below
+		below = c
+	}
+	return true
+}
+
+func grow(t *tally, n int) {
+	if len(t.buckets) < n {
+		t.buckets = append(t.buckets, make([]uint64, n-len(t.buckets))...)
+	}
+}
+
+// minute returns the tallies of the minute of now, emptied if the slot
+// held an older minute.
+func (e *expState) minute(now time.Time) []tally {
+	stamp := now.Unix() / 60
+	m := &e.minutes[stamp%int64(len(e.minutes))]
+	if m.stamp != stamp || m.vars == nil {
+		*m = minute{stamp: stamp, vars: make([]tally, len(e.total))}
+	}
+	return m.vars
+}

@@ -1,0 +1,333 @@
+package outcomes
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientmodel "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/store/bolt"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// fixture is an Aggregator over a real bbolt store whose proxies are
+// applied unless listed in notApplied.
+type fixture struct {
+	st         store.Store
+	a          *Aggregator
+	clock      *clock
+	notApplied map[string]bool
+}
+
+func newFixture(t *testing.T, specs ...string) *fixture {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f := &fixture{st: db, clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}, notApplied: map[string]bool{}}
+	for _, s := range specs {
+		key := s[strings.Index(s, `"key":"`)+7:]
+		key = key[:strings.Index(key, `"`)]
+		if _, err := db.Create(context.Background(), &store.Experiment{Key: key, Spec: []byte(s)}, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.a, err = New(t.Context(), db, admin.FromStore, func(node, _ string) bool { return !f.notApplied[node] }, prometheus.NewRegistry(), WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const checkout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true}`
+
+func counter(name string, v float64) *clientmodel.MetricFamily {
+	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_COUNTER.Enum(),
+		Metric: []*clientmodel.Metric{{Counter: &clientmodel.Counter{Value: proto.Float64(v)}}}}
+}
+
+// histogram is one flush's latency histogram (Envoy's sink sends the
+// samples since the previous flush, in cumulative buckets) over bounds 10,
+// 100 ms with counts per bucket (the last above 100).
+func histogram(name string, perBucket ...uint64) *clientmodel.MetricFamily {
+	h := &clientmodel.Histogram{}
+	var cum uint64
+	for i, b := range []float64{10, 100} {
+		cum += perBucket[i]
+		h.Bucket = append(h.Bucket, &clientmodel.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(cum)})
+	}
+	cum += perBucket[2]
+	h.SampleCount = proto.Uint64(cum)
+	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
+		Metric: []*clientmodel.Metric{{Histogram: h}}}
+}
+
+func name(v int, class string) string {
+	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response." + class
+}
+
+func latency(v int) string {
+	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response_time_ms"
+}
+
+func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFamily) {
+	t.Helper()
+	f.a.Add(context.Background(), node, "svc", fams)
+}
+
+func (f *fixture) open(t *testing.T, node string) {
+	t.Helper()
+	if !f.a.open(node) {
+		t.Fatalf("open %s refused", node)
+	}
+}
+
+func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcomes {
+	t.Helper()
+	r, err := f.a.Report(context.Background(), key, minutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestTwoProxiesSummed(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.open(t, "p2")
+	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 10), histogram(latency(0), 20, 10, 0))
+	f.add(t, "p2", counter(name(0, "2xx"), 20), counter(name(1, "2xx"), 30), counter(name(1, "reset"), 10), histogram(latency(0), 10, 5, 5))
+	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 5, 5, 0))
+
+	r := f.report(t, "checkout", 0)
+	for _, vs := range [][]*adminv1.VariationOutcomes{r.Window, r.Total} {
+		if vs[0].Requests != 60 || vs[1].Requests != 50 {
+			t.Errorf("requests %d, %d, want 60, 50", vs[0].Requests, vs[1].Requests)
+		}
+		if vs[1].ErrorRate != 0.4 || vs[0].ErrorRate != 0 {
+			t.Errorf("error rates %v, %v, want 0, 0.4", vs[0].ErrorRate, vs[1].ErrorRate)
+		}
+		if vs[0].Share != 60.0/110 || vs[0].Weight != 0.5 {
+			t.Errorf("share %v weight %v", vs[0].Share, vs[0].Weight)
+		}
+		if vs[1].Responses["reset"] != 10 || vs[1].Responses["5xx"] != 10 {
+			t.Errorf("responses %v", vs[1].Responses)
+		}
+		// 35 ≤ 10 ms, 20 in (10, 100], 5 above: 60 timed.
+		q := vs[0].LatencyMs
+		if q == nil || q.P50 > 10 || q.P95 <= 10 || q.P95 > 100 || q.P99 != 100 {
+			t.Errorf("latency %+v, want p50 ≤ 10, p95 in (10, 100], p99 = 100", q)
+		}
+	}
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 0 {
+		t.Errorf("dropped %v", got)
+	}
+}
+
+func TestRestartDoesNotDoubleCount(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 10, 0, 0))
+	f.add(t, "p1", counter(name(0, "2xx"), 5), histogram(latency(0), 5, 0, 0))
+	f.add(t, "p1", counter(name(0, "2xx"), 0), histogram(latency(0), 0, 0, 0)) // an idle flush
+	f.a.close("p1")
+	// The restarted Envoy's stats start over, and so do its deltas.
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 4), histogram(latency(0), 4, 0, 0))
+	f.a.close("p1")
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 1), histogram(latency(0), 1, 0, 0))
+	r := f.report(t, "checkout", 0)
+	if got := r.Total[0].Requests; got != 20 {
+		t.Errorf("requests %d, want 20", got)
+	}
+	if got := r.Total[0].Timed; got != 20 {
+		t.Errorf("timed %d, want 20", got)
+	}
+}
+
+func TestOverBoundsDropped(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.open(t, "late")
+	f.notApplied["late"] = true
+	f.add(t, "p1",
+		counter(strings.Repeat("x", MaxNameBytes+1), 1),
+		counter("cluster.upstream_rq_total", 1),
+		counter("wasmcustom.allot.experiment.other.variation.0.response.2xx", 1), // not observed
+		counter(name(0, "2xx"), -1),
+		counter(name(0, "4xx"), 1.5),
+		counter(name(0, "3xx"), 2))
+	f.add(t, "late", counter(name(0, "2xx"), 7))
+	// Histograms: the variation's buckets are 10, 100 ms once seen; other
+	// buckets, decreasing counts or too many buckets are refused.
+	other := histogram(latency(0), 1, 0, 0)
+	other.Metric[0].Histogram.Bucket[0].UpperBound = proto.Float64(5)
+	down := histogram(latency(0), 2, 0, 0)
+	down.Metric[0].Histogram.SampleCount = proto.Uint64(1)
+	many := histogram(latency(0), 1, 0, 0)
+	for i := range 64 {
+		many.Metric[0].Histogram.Bucket = append(many.Metric[0].Histogram.Bucket,
+			&clientmodel.Bucket{UpperBound: proto.Float64(1000 + float64(i)), CumulativeCount: proto.Uint64(1)})
+	}
+	f.add(t, "p1", histogram(latency(0), 1, 1, 0), other, down, many)
+	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 5, reasonNotApplied: 1} {
+		if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reason)); got != want {
+			t.Errorf("dropped{reason=%q} = %v, want %v", reason, got, want)
+		}
+	}
+	if r := f.report(t, "checkout", 0); r.Total[0].Requests != 2 || r.Total[0].Timed != 2 {
+		t.Errorf("requests %d, timed %d, want 2 (the 3xx), 2 (the first histogram)", r.Total[0].Requests, r.Total[0].Timed)
+	}
+
+	// Series per proxy.
+	var b strings.Builder
+	b.WriteString(`{"key":"many","observe":true,"variations":[`)
+	for i := range 64 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`)
+	}
+	b.WriteString(`]}`)
+	f.st.Create(context.Background(), &store.Experiment{Key: "many", Spec: []byte(b.String())}, "test")
+	for i := 0; i < MaxSeriesPerProxy; i++ {
+		f.a.proxies["p1"].series[series{key: "filler", variation: i, class: latencyClass}] = struct{}{}
+	}
+	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 1))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 1 {
+		t.Errorf("dropped{reason=series} = %v, want 1", got)
+	}
+
+	// Proxies.
+	for i := len(f.a.proxies); i < MaxProxies; i++ {
+		f.a.proxies[strings.Repeat("n", i%7)+string(rune(i))] = &proxyState{streams: 1}
+	}
+	if f.a.open("one-more") {
+		t.Error("a proxy over MaxProxies was admitted")
+	}
+}
+
+func TestRevisionChangeStartsNewWindow(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 10))
+	r1 := f.report(t, "checkout", 0)
+	ctx := context.Background()
+	cur, _ := f.st.Get(ctx, "checkout")
+
+	// A description is no assignment field: same revision, figures kept.
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"description":"x"}`)
+	cur, err := f.st.Update(ctx, cur, cur.Revision, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.report(t, "checkout", 0); r.Revision != r1.Revision || r.Total[0].Requests != 10 {
+		t.Fatalf("after a description change: revision %s (was %s), requests %d", r.Revision, r1.Revision, r.Total[0].Requests)
+	}
+
+	// New weights: a new revision, counted from zero.
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.1,0.9],"observe":true}`)
+	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+	f.add(t, "p1", counter(name(1, "2xx"), 3))
+	r2 := f.report(t, "checkout", 0)
+	if r2.Revision == r1.Revision {
+		t.Fatal("revision unchanged after new weights")
+	}
+	if r2.Total[0].Requests != 0 || r2.Total[1].Requests != 3 || r2.Window[0].Requests != 0 || r2.Total[1].Weight != 0.9 {
+		t.Errorf("after new weights: %+v", r2.Total)
+	}
+}
+
+func TestWindow(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 10))
+	f.clock.add(10 * time.Minute)
+	f.add(t, "p1", counter(name(0, "2xx"), 1))
+	r := f.report(t, "checkout", 5)
+	if r.Window[0].Requests != 1 || r.Total[0].Requests != 11 {
+		t.Errorf("window %d total %d, want 1, 11", r.Window[0].Requests, r.Total[0].Requests)
+	}
+	if r := f.report(t, "checkout", 11); r.Window[0].Requests != 11 {
+		t.Errorf("11-minute window %d, want 11", r.Window[0].Requests)
+	}
+	for _, m := range []int{-1, MaxWindowMinutes + 1} {
+		if _, err := f.a.Report(context.Background(), "checkout", m); err == nil || !strings.Contains(err.Error(), "minutes") {
+			t.Errorf("minutes=%d: error %v", m, err)
+		}
+	}
+	if _, err := f.a.Report(context.Background(), "nope", 0); err == nil {
+		t.Error("report of an unknown experiment")
+	}
+}
+
+// flakyStore is a store whose reads fail while fail is set.
+type flakyStore struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
+	if s.fail.Load() {
+		return 0, store.ErrUnavailable
+	}
+	return s.Store.Revision(ctx)
+}
+
+// TestStoreDownKeepsCounting: a flush that finds the store unreadable
+// after a write is counted under the experiments read last, and a later
+// flush re-reads them.
+func TestStoreDownKeepsCounting(t *testing.T) {
+	f := newFixture(t, checkout)
+	fs := &flakyStore{Store: f.st}
+	a, err := New(t.Context(), fs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.open("p1")
+	a.Add(context.Background(), "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	ctx := context.Background()
+	cur, _ := f.st.Get(ctx, "checkout")
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+	fs.fail.Store(true)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 2)})
+	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
+		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
+	}
+	fs.fail.Store(false)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
+		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
+	}
+}

@@ -1,0 +1,136 @@
+package outcomes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allotmesh/allot/filter/plugin"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// ErrNotObserved is returned by Report for a key that is no stored
+// experiment with observe: true.
+var ErrNotObserved = errors.New("not an observed experiment")
+
+// ErrWindow is returned by Report for a window out of bounds.
+var ErrWindow = errors.New("window out of bounds")
+
+// Report returns key's outcomes (the admin API's allot.admin.v1.Outcomes),
+// with a window of the last minutes minutes (0: DefaultWindowMinutes; at
+// most MaxWindowMinutes).
+func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
+	if minutes == 0 {
+		minutes = DefaultWindowMinutes
+	}
+	if minutes < 1 || minutes > MaxWindowMinutes {
+		return nil, fmt.Errorf("minutes: %d, want 1 to %d: %w", minutes, MaxWindowMinutes, ErrWindow)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.refresh(ctx); err != nil {
+		return nil, err
+	}
+	e := a.exps[key]
+	if e == nil {
+		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
+	}
+	now := a.now().Unix() / 60
+	window := make([]tally, len(e.total))
+	for _, m := range e.minutes {
+		if m.vars != nil && m.stamp > now-int64(minutes) && m.stamp <= now {
+			for v := range m.vars {
+				window[v].add(m.vars[v])
+			}
+		}
+	}
+	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
+		Window: variations(window, e.weights), Total: variations(e.total, e.weights)}, nil
+}
+
+func (t *tally) add(o tally) {
+	for c := range t.counts {
+		t.counts[c] += o.counts[c]
+	}
+	if t.bounds == nil {
+		t.bounds = o.bounds
+	}
+	grow(t, len(o.buckets))
+	for i, n := range o.buckets {
+		t.buckets[i] += n
+	}
+}
+
+func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
+	var all uint64
+	for _, t := range ts {
+		all += t.requests()
+	}
+	out := make([]*adminv1.VariationOutcomes, len(ts))
+	for v, t := range ts {
+		r := t.requests()
+		o := &adminv1.VariationOutcomes{Variation: int32(v), Weight: weights[v], Requests: int64(r), Responses: map[string]int64{}}
+		for c, n := range t.counts {
+			o.Responses[plugin.ClassName(c)] = int64(n)
+		}
+		if all > 0 {
+			o.Share = float64(r) / float64(all)
+		}
+		if r > 0 {
+			o.ErrorRate = float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
+		}
+		for _, n := range t.buckets {
+			o.Timed += int64(n)
+		}
+		o.LatencyMs = t.quantiles()
+		out[v] = o
+	}
+	return out
+}
+
+func (t tally) requests() uint64 {
+	var n uint64
+	for _, c := range t.counts {
+		n += c
+	}
+	return n
+}
+
+// quantiles are the latency quantiles of t's buckets; nil when empty.
+func (t tally) quantiles() *adminv1.LatencyQuantiles {
+	var n uint64
+	for _, b := range t.buckets {
+		n += b
+	}
+	if n == 0 {
+		return nil
+	}
+	return &adminv1.LatencyQuantiles{P50: t.quantile(0.5, n), P95: t.quantile(0.95, n), P99: t.quantile(0.99, n)}
+}
+
+// quantile interpolates linearly within the bucket holding rank q×n; a
+// rank above the last bound is the last bound.
+func (t tally) quantile(q float64, n uint64) float64 {
+	rank := q * float64(n)
+	var below uint64
+	for i, b := range t.buckets {
+		if b > 0 && float64(below+b) >= rank {
+			if i >= len(t.bounds) {
+				if len(t.bounds) == 0 {
+					return math.NaN()
+				}
+				return t.bounds[len(t.bounds)-1]
+			}
+			lo := 0.0
+			if i > 0 {
+				lo = t.bounds[i-1]
+			}
+			return lo + (t.bounds[i]-lo)*(rank-float64(below))/float64(b)
+		}
+		below += b
+	}
+	return 0
+}

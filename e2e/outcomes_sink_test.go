@@ -1,0 +1,186 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/harness"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+)
+
+// TestOutcomesReachAllotd: two real Envoys (the sidecar bootstrap with its
+// metrics_service sink, flushing every second) send the outcome stats of an
+// observed experiment to allotd, which sums them: GET …/outcomes and
+// `allotctl outcomes` show each variation's requests and error rate as the
+// load generator counted them (the echo upstream answers 503 to every
+// request of variation b after the first pass), and restarting one Envoy
+// neither counts its earlier figures twice nor loses them.
+func TestOutcomesReachAllotd(t *testing.T) { forArtifacts(t, testOutcomesReachAllotd) }
+
+func testOutcomesReachAllotd(t *testing.T, a artifact) {
+	s := startSystemFor(t, a)
+	sidecar := func(node string) *proxy {
+		_, echoPort, _ := splitHostPort(s.echoAddr)
+		return startEnvoy(t, a.sidecar, s.xdsPort, s.filter(), node, "shop", map[string]string{
+			"port_value: 8081":         "port_value: " + echoPort,
+			"stats_flush_interval: 5s": "stats_flush_interval: 1s",
+		})
+	}
+	proxies := []*proxy{sidecar("sink-1"), sidecar("sink-2")}
+	s.waitConnected("sink-1")
+	s.waitConnected("sink-2")
+	var w waitedWrite
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
+		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
+	if !w.Rollout.appliedBy(2) {
+		t.Fatalf("create: %+v", w.Rollout)
+	}
+
+	// sent[v] counts requests by variation, failed[v] the 503s among them.
+	sent, failed := map[string]int64{}, map[string]int64{}
+	unitVariation := map[string]string{}
+	send := func(p *proxy, unit string) {
+		t.Helper()
+		h := map[string][]string{"x-user-id": {unit}}
+		if unitVariation[unit] == "b" {
+			h[echo.StatusHeader] = []string{"503"}
+		}
+		r, err := p.get(h) // an error for any status but 200, with the response
+		if err != nil && r.StatusCode != 503 {
+			t.Fatal(err)
+		}
+		v := strings.Join(r.Header("x-experiment-sunk"), ",")
+		if r.StatusCode == 503 { // a b unit's: the echo's body (and its headers) only with 200
+			v = unitVariation[unit]
+		}
+		if v != "a" && v != "b" {
+			t.Fatalf("unit %s: x-experiment-sunk %q", unit, v)
+		}
+		unitVariation[unit] = v
+		sent[v]++
+		if r.StatusCode == 503 {
+			failed[v]++
+		}
+	}
+	load := func(ps []*proxy, rounds int) {
+		t.Helper()
+		for round := range rounds {
+			for i := range 60 {
+				send(ps[(i+round)%len(ps)], "user-"+strconv.Itoa(i))
+			}
+		}
+	}
+	load(proxies, 3) // the first round learns each unit's variation
+	if failed["a"] != 0 || failed["b"] == 0 {
+		t.Fatalf("503s %v of %v", failed, sent)
+	}
+	wantCounts(t, s, sent, failed)
+
+	// allotd's /metrics has the same counts; and what the sinks cost:
+	// every stat in use, at each flush.
+	for i, v := range []string{"a", "b"} {
+		series := fmt.Sprintf(`allot_outcome_requests_total{class="5xx",experiment="sunk",variation="%d"}`, i)
+		if got := metricValue(t, s, series); !within(int64(got), failed[v]) {
+			t.Errorf("%s = %v, want %d", series, got, failed[v])
+		}
+	}
+	msgs := metricValue(t, s, "allot_outcomes_messages_total")
+	t.Logf("sink cost: %.0f messages, %.0f bytes each, %.0f stats each dropped as not Allot's", msgs,
+		metricValue(t, s, "allot_outcomes_received_bytes_total")/msgs, metricValue(t, s, `allot_outcomes_dropped_total{reason="other_stat"}`)/msgs)
+
+	// allotctl shows the same figures.
+	ctl := harness.MustBuild(t, "./control-plane/cmd/allotctl")
+	cmd := exec.Command(ctl, "outcomes", "sunk", "--minutes", "5")
+	cmd.Env = append(os.Environ(), "ALLOT_SERVER="+s.adminURL, "ALLOT_TOKEN="+adminToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("allotctl outcomes: %v\n%s", err, out)
+	}
+	for i, v := range []string{"a", "b"} {
+		rate := fmt.Sprintf("%.1f%%", 100*float64(failed[v])/float64(sent[v]))
+		row := regexpRow(string(out), i)
+		if !strings.Contains(row, " "+strconv.FormatInt(sent[v], 10)+" ") || !strings.Contains(row, rate) {
+			t.Errorf("allotctl outcomes: variation %d row %q, want %d requests and %s errors\n%s", i, row, sent[v], rate, out)
+		}
+	}
+
+	// Restart sink-2 (its figures are all in allotd: wantCounts waited):
+	// the new process's deltas start over, nothing is counted twice.
+	proxies[1].MustTerminate(t)
+	proxies[1] = sidecar("sink-2")
+	harness.MustEventually(t, 15*time.Second, func() error {
+		var ro rolloutJSON
+		s.mustAPI(http.StatusOK, "GET", "/v1/rollout", nil, &ro)
+		if ro.Counts["applied"] != 2 || len(ro.Counts) != 1 {
+			return fmt.Errorf("rollout %+v", ro)
+		}
+		return nil
+	})
+	load(proxies, 2)
+	wantCounts(t, s, sent, failed)
+}
+
+// wantCounts waits until allotd's outcomes of "sunk" equal what was sent,
+// each variation's requests and error rate within 5% (and every response
+// timed).
+func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) {
+	t.Helper()
+	last := &adminv1.Outcomes{}
+	harness.MustEventually(t, 20*time.Second, func() error {
+		var raw json.RawMessage
+		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk/outcomes", nil, &raw)
+		if err := protojson.Unmarshal(raw, last); err != nil {
+			return err
+		}
+		if len(last.GetTotal()) != 2 {
+			return fmt.Errorf("report %s", raw)
+		}
+		for i, v := range []string{"a", "b"} {
+			got := last.GetTotal()[i]
+			if !within(got.GetRequests(), sent[v]) || !within(got.GetResponses()["5xx"], failed[v]) || !within(got.GetTimed(), sent[v]) {
+				return fmt.Errorf("variation %s: %d requests, %d 5xx, %d timed; sent %d, %d 503s", v, got.GetRequests(), got.GetResponses()["5xx"], got.GetTimed(), sent[v], failed[v])
+			}
+			if got.GetLatencyMs() == nil {
+				return fmt.Errorf("variation %s: no latency", v)
+			}
+		}
+		return nil
+	})
+	// Deltas are exact: more than sent is a double count.
+	for i, v := range []string{"a", "b"} {
+		if got := last.GetTotal()[i].GetRequests(); got > sent[v] {
+			t.Errorf("variation %s: %d requests counted, %d sent", v, got, sent[v])
+		}
+	}
+}
+
+// within: got is within 5% of want.
+func within(got, want int64) bool {
+	d := got - want
+	if d < 0 {
+		d = -d
+	}
+	return float64(d) <= 0.05*float64(want)
+}
+
+// regexpRow is the line of allotctl outcomes' table for variation i.
+func regexpRow(out string, i int) string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == strconv.Itoa(i) {
+			return " " + strings.Join(f, " ") + " "
+		}
+	}
+	return ""
+}
