@@ -29,7 +29,9 @@ type adsProxy struct {
 	resps chan *discoveryv3.DiscoveryResponse
 }
 
-func connectProxy(t *testing.T, addr, node string, artifact any) *adsProxy {
+// dial connects to addr without TLS until the test ends; ctx is
+// cancelled then too.
+func dial(t *testing.T, addr string) (conn *grpc.ClientConn, ctx context.Context) {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -37,6 +39,12 @@ func connectProxy(t *testing.T, addr, node string, artifact any) *adsProxy {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); conn.Close() })
+	return conn, ctx
+}
+
+func connectProxy(t *testing.T, addr, node string, artifact any) *adsProxy {
+	t.Helper()
+	conn, ctx := dial(t, addr)
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)

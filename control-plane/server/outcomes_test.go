@@ -58,12 +58,7 @@ func deltas(vals map[string]float64) []*clientmodel.MetricFamily {
 // metricsStream opens a MetricsService stream to addr.
 func metricsStream(t *testing.T, addr string) grpc.ClientStreamingClient[metricsv3.StreamMetricsMessage, metricsv3.StreamMetricsResponse] {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); conn.Close() })
+	conn, ctx := dial(t, addr)
 	st, err := metricsv3.NewMetricsServiceClient(conn).StreamMetrics(ctx)
 	if err != nil {
 		t.Fatal(err)
