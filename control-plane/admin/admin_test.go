@@ -33,6 +33,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -75,7 +76,7 @@ func (s *syncBuffer) String() string {
 type env struct {
 	t       *testing.T
 	url     string
-	client  adminv1.AdminServiceClient
+	client  adminv1grpc.AdminServiceClient
 	logs    *syncBuffer
 	reg     *prometheus.Registry
 	store   store.Store
@@ -128,7 +129,7 @@ func newEnv(t *testing.T, st store.Store, opts ...admin.ServiceOption) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	e.client = adminv1.NewAdminServiceClient(conn)
+	e.client = adminv1grpc.NewAdminServiceClient(conn)
 	return e
 }
 
@@ -231,7 +232,7 @@ func TestErrors(t *testing.T) {
 		path     string
 		body     string
 		wantHTTP int
-		grpc     func(context.Context, adminv1.AdminServiceClient) error // nil: HTTP only
+		grpc     func(context.Context, adminv1grpc.AdminServiceClient) error // nil: HTTP only
 		wantCode codes.Code
 		// wantFields are the field paths every one of which must appear in
 		// the details (HTTP) and the BadRequest field violations (gRPC).
@@ -240,7 +241,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "invalid definition lists every field error", token: adminToken,
 			method: "POST", path: "/v1/experiments", body: invalidJSON, wantHTTP: 400,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.CreateExperiment(c, &adminv1.CreateExperimentRequest{Experiment: invalid})
 				return err
 			},
@@ -254,7 +255,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "update without a revision", token: adminToken,
 			method: "PUT", path: "/v1/experiments/exp-a", body: `{"variations": ["a", "b"]}`, wantHTTP: 400,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.UpdateExperiment(c, &adminv1.UpdateExperimentRequest{Experiment: exp("exp-a", "", 0)})
 				return err
 			},
@@ -263,7 +264,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "unknown list filter value", token: readerToken,
 			method: "GET", path: "/v1/experiments?status=finished", wantHTTP: 400,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.ListExperiments(c, &adminv1.ListExperimentsRequest{Status: "finished"})
 				return err
 			},
@@ -272,7 +273,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "no token", token: "",
 			method: "GET", path: "/v1/experiments/exp-a", wantHTTP: 401,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.GetExperiment(c, &adminv1.GetExperimentRequest{Key: "exp-a"})
 				return err
 			},
@@ -281,7 +282,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "unknown token", token: "not-a-token-0123456789",
 			method: "GET", path: "/v1/experiments", wantHTTP: 401,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.ListExperiments(c, &adminv1.ListExperimentsRequest{})
 				return err
 			},
@@ -290,7 +291,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "owner updates another owner's experiment", token: aliceToken,
 			method: "PUT", path: "/v1/experiments/exp-b", body: `{"variations": ["a", "b"], "revision": "2"}`, wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.UpdateExperiment(c, &adminv1.UpdateExperimentRequest{Experiment: exp("exp-b", "", 2)})
 				return err
 			},
@@ -299,7 +300,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "owner moves its experiment to another namespace", token: aliceToken,
 			method: "PUT", path: "/v1/experiments/exp-a", body: `{"owner": "team-b", "variations": ["a", "b"], "revision": "1"}`, wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.UpdateExperiment(c, &adminv1.UpdateExperimentRequest{Experiment: exp("exp-a", "team-b", 1)})
 				return err
 			},
@@ -308,7 +309,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "owner creates in another namespace", token: aliceToken,
 			method: "POST", path: "/v1/experiments", body: `{"key": "new", "owner": "team-b", "variations": ["a", "b"]}`, wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.CreateExperiment(c, &adminv1.CreateExperimentRequest{Experiment: exp("new", "team-b", 0)})
 				return err
 			},
@@ -317,7 +318,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "owner stops another owner's experiment", token: bobToken,
 			method: "POST", path: "/v1/experiments/exp-a:stop", wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.StopExperiment(c, &adminv1.StopExperimentRequest{Key: "exp-a"})
 				return err
 			},
@@ -326,7 +327,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "reader creates", token: readerToken,
 			method: "POST", path: "/v1/experiments", body: `{"key": "new", "owner": "team-a", "variations": ["a", "b"]}`, wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.CreateExperiment(c, &adminv1.CreateExperimentRequest{Experiment: exp("new", "team-a", 0)})
 				return err
 			},
@@ -335,7 +336,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "reader deletes", token: readerToken,
 			method: "DELETE", path: "/v1/experiments/exp-a", wantHTTP: 403,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.DeleteExperiment(c, &adminv1.DeleteExperimentRequest{Key: "exp-a"})
 				return err
 			},
@@ -344,7 +345,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "not found", token: readerToken,
 			method: "GET", path: "/v1/experiments/missing", wantHTTP: 404,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.GetExperiment(c, &adminv1.GetExperimentRequest{Key: "missing"})
 				return err
 			},
@@ -353,7 +354,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "history of a key never written", token: readerToken,
 			method: "GET", path: "/v1/experiments/missing/history", wantHTTP: 404,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.GetHistory(c, &adminv1.GetHistoryRequest{Key: "missing"})
 				return err
 			},
@@ -362,7 +363,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "stale revision", token: aliceToken,
 			method: "PUT", path: "/v1/experiments/exp-a", body: `{"variations": ["a", "b"], "revision": "999"}`, wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.UpdateExperiment(c, &adminv1.UpdateExperimentRequest{Experiment: exp("exp-a", "", 999)})
 				return err
 			},
@@ -371,7 +372,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "stale revision on delete", token: aliceToken,
 			method: "DELETE", path: "/v1/experiments/exp-a?revision=999", wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.DeleteExperiment(c, &adminv1.DeleteExperimentRequest{Key: "exp-a", Revision: 999})
 				return err
 			},
@@ -380,7 +381,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "stale revision on a transition", token: aliceToken,
 			method: "POST", path: "/v1/experiments/exp-a:pause", body: `{"revision": "999"}`, wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.PauseExperiment(c, &adminv1.PauseExperimentRequest{Key: "exp-a", Revision: 999})
 				return err
 			},
@@ -389,7 +390,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "key exists", token: aliceToken,
 			method: "POST", path: "/v1/experiments", body: `{"key": "exp-a", "variations": ["a", "b"]}`, wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.CreateExperiment(c, &adminv1.CreateExperimentRequest{Experiment: exp("exp-a", "team-a", 0)})
 				return err
 			},
@@ -398,7 +399,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "starting a stopped experiment", token: aliceToken,
 			method: "POST", path: "/v1/experiments/exp-stopped/start", wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.StartExperiment(c, &adminv1.StartExperimentRequest{Key: "exp-stopped"})
 				return err
 			},
@@ -407,7 +408,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "pausing a draft", token: bobToken,
 			method: "POST", path: "/v1/experiments/exp-b:pause", wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				_, err := cl.PauseExperiment(c, &adminv1.PauseExperimentRequest{Key: "exp-b"})
 				return err
 			},
@@ -416,7 +417,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "restarting a stopped experiment by update", token: aliceToken,
 			method: "PUT", path: "/v1/experiments/exp-stopped", body: `{"variations": ["a", "b"], "status": "running", "revision": "3"}`, wantHTTP: 409,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				x := exp("exp-stopped", "", 3)
 				x.Status = "running"
 				_, err := cl.UpdateExperiment(c, &adminv1.UpdateExperimentRequest{Experiment: x})
@@ -431,7 +432,7 @@ func TestErrors(t *testing.T) {
 		{
 			name: "oversized payload", token: adminToken,
 			method: "POST", path: "/v1/experiments", body: `{"key": "big", "variations": ["a", "b"], "description": "` + big + `"}`, wantHTTP: 413,
-			grpc: func(c context.Context, cl adminv1.AdminServiceClient) error {
+			grpc: func(c context.Context, cl adminv1grpc.AdminServiceClient) error {
 				x := exp("big", "team-a", 0)
 				x.Description = big
 				_, err := cl.CreateExperiment(c, &adminv1.CreateExperimentRequest{Experiment: x})

@@ -18,6 +18,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
 
 // fuzzService is an admin Service over a real bbolt store for fuzzing.
@@ -97,7 +98,7 @@ func FuzzGRPCWrite(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { conn.Close() })
-	client := adminv1.NewAdminServiceClient(conn)
+	client := adminv1grpc.NewAdminServiceClient(conn)
 	seed, _ := proto.Marshal(&adminv1.CreateExperimentRequest{Experiment: exp("k", "team-a", 0)})
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})

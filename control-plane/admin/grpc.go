@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -20,14 +21,14 @@ import (
 // Register it on a grpc.Server created with its ServerOptions, which
 // authenticate every call and bound request size.
 type GRPC struct {
-	adminv1.UnimplementedAdminServiceServer
+	adminv1grpc.UnimplementedAdminServiceServer
 	svc     *Service
 	tokens  *Tokens
 	log     *slog.Logger
 	metrics *Metrics
 }
 
-var _ adminv1.AdminServiceServer = (*GRPC)(nil)
+var _ adminv1grpc.AdminServiceServer = (*GRPC)(nil)
 
 // NewGRPC returns the gRPC transport of svc, authenticating with tokens.
 func NewGRPC(svc *Service, tokens *Tokens, opts ...Option) *GRPC {
@@ -36,7 +37,7 @@ func NewGRPC(svc *Service, tokens *Tokens, opts ...Option) *GRPC {
 }
 
 // Register registers the AdminService on s.
-func (g *GRPC) Register(s grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(s, g) }
+func (g *GRPC) Register(s grpc.ServiceRegistrar) { adminv1grpc.RegisterAdminServiceServer(s, g) }
 
 // ServerOptions are the options the admin grpc.Server needs: the
 // authenticating, measuring interceptor and MaxBodyBytes as the largest
@@ -60,7 +61,7 @@ func principalFrom(ctx context.Context) *Principal {
 // authorization metadata and records their latency. Other services on the
 // same server (reflection) pass through unauthenticated.
 func (g *GRPC) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+adminv1.AdminService_ServiceDesc.ServiceName+"/") {
+	if !strings.HasPrefix(info.FullMethod, "/"+adminv1grpc.AdminService_ServiceDesc.ServiceName+"/") {
 		return handler(ctx, req)
 	}
 	start := time.Now()
@@ -93,7 +94,7 @@ func required(field string) error {
 	return &Error{Code: CodeInvalid, Message: "invalid request", Details: []string{field + ": required"}}
 }
 
-// CreateExperiment implements adminv1.AdminServiceServer.
+// CreateExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) CreateExperiment(ctx context.Context, req *adminv1.CreateExperimentRequest) (*experimentv1.Experiment, error) {
 	if req.GetExperiment() == nil {
 		return nil, toStatus(g.log, "CreateExperiment", required("experiment"))
@@ -110,7 +111,7 @@ func (g *GRPC) CreateExperiment(ctx context.Context, req *adminv1.CreateExperime
 	return e, nil
 }
 
-// GetExperiment implements adminv1.AdminServiceServer.
+// GetExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) GetExperiment(ctx context.Context, req *adminv1.GetExperimentRequest) (*experimentv1.Experiment, error) {
 	e, err := g.svc.Get(ctx, principalFrom(ctx), req.GetKey())
 	if err != nil {
@@ -119,7 +120,7 @@ func (g *GRPC) GetExperiment(ctx context.Context, req *adminv1.GetExperimentRequ
 	return e, nil
 }
 
-// ListExperiments implements adminv1.AdminServiceServer.
+// ListExperiments implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) ListExperiments(ctx context.Context, req *adminv1.ListExperimentsRequest) (*adminv1.ListExperimentsResponse, error) {
 	exps, rev, err := g.svc.List(ctx, principalFrom(ctx), Filter{Owner: req.GetOwner(), Status: req.GetStatus(), Service: req.GetService()})
 	if err != nil {
@@ -128,7 +129,7 @@ func (g *GRPC) ListExperiments(ctx context.Context, req *adminv1.ListExperiments
 	return &adminv1.ListExperimentsResponse{Experiments: exps, Revision: rev}, nil
 }
 
-// UpdateExperiment implements adminv1.AdminServiceServer.
+// UpdateExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) UpdateExperiment(ctx context.Context, req *adminv1.UpdateExperimentRequest) (*experimentv1.Experiment, error) {
 	if req.GetExperiment() == nil {
 		return nil, toStatus(g.log, "UpdateExperiment", required("experiment"))
@@ -145,7 +146,7 @@ func (g *GRPC) UpdateExperiment(ctx context.Context, req *adminv1.UpdateExperime
 	return e, nil
 }
 
-// DeleteExperiment implements adminv1.AdminServiceServer.
+// DeleteExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperimentRequest) (*adminv1.DeleteExperimentResponse, error) {
 	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() error {
 		return g.svc.Delete(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
@@ -157,7 +158,7 @@ func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperime
 	return &adminv1.DeleteExperimentResponse{}, nil
 }
 
-// StartExperiment implements adminv1.AdminServiceServer.
+// StartExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
 	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
@@ -171,7 +172,7 @@ func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperiment
 	return e, nil
 }
 
-// PauseExperiment implements adminv1.AdminServiceServer.
+// PauseExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) PauseExperiment(ctx context.Context, req *adminv1.PauseExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
 	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
@@ -185,7 +186,7 @@ func (g *GRPC) PauseExperiment(ctx context.Context, req *adminv1.PauseExperiment
 	return e, nil
 }
 
-// StopExperiment implements adminv1.AdminServiceServer.
+// StopExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) StopExperiment(ctx context.Context, req *adminv1.StopExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
 	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
@@ -199,7 +200,7 @@ func (g *GRPC) StopExperiment(ctx context.Context, req *adminv1.StopExperimentRe
 	return e, nil
 }
 
-// EvaluateExperiments implements adminv1.AdminServiceServer.
+// EvaluateExperiments implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) EvaluateExperiments(ctx context.Context, req *adminv1.EvaluateExperimentsRequest) (*adminv1.EvaluateExperimentsResponse, error) {
 	resp, err := g.svc.Evaluate(ctx, principalFrom(ctx), req.GetService(), req.GetAttributes().AsMap(), timeOf(req.GetTime()))
 	if err != nil {
@@ -208,7 +209,7 @@ func (g *GRPC) EvaluateExperiments(ctx context.Context, req *adminv1.EvaluateExp
 	return resp, nil
 }
 
-// GetRollout implements adminv1.AdminServiceServer.
+// GetRollout implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) GetRollout(ctx context.Context, _ *adminv1.GetRolloutRequest) (*adminv1.Rollout, error) {
 	ro, err := g.svc.Rollout(ctx, principalFrom(ctx))
 	if err != nil {
@@ -217,7 +218,7 @@ func (g *GRPC) GetRollout(ctx context.Context, _ *adminv1.GetRolloutRequest) (*a
 	return ro, nil
 }
 
-// GetHistory implements adminv1.AdminServiceServer.
+// GetHistory implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) GetHistory(ctx context.Context, req *adminv1.GetHistoryRequest) (*adminv1.GetHistoryResponse, error) {
 	changes, err := g.svc.History(ctx, principalFrom(ctx), req.GetKey())
 	if err != nil {
@@ -226,7 +227,7 @@ func (g *GRPC) GetHistory(ctx context.Context, req *adminv1.GetHistoryRequest) (
 	return &adminv1.GetHistoryResponse{Changes: changes}, nil
 }
 
-// WhoAmI implements adminv1.AdminServiceServer.
+// WhoAmI implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) WhoAmI(ctx context.Context, _ *adminv1.WhoAmIRequest) (*adminv1.Caller, error) {
 	c, err := g.svc.WhoAmI(ctx, principalFrom(ctx))
 	if err != nil {

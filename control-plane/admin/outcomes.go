@@ -46,7 +46,7 @@ func (h *HTTP) outcomes(r *http.Request, p *Principal) (int, any, error) {
 	return http.StatusOK, o, err
 }
 
-// GetOutcomes implements adminv1.AdminServiceServer.
+// GetOutcomes implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) GetOutcomes(ctx context.Context, req *adminv1.GetOutcomesRequest) (*adminv1.Outcomes, error) {
 	o, err := g.svc.Outcomes(ctx, principalFrom(ctx), req.GetKey(), int(req.GetMinutes()))
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
 
 // adminCall sends an admin API request with the test token and returns
@@ -144,11 +145,11 @@ func TestOutcomesSink(t *testing.T) {
 	}
 	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+testToken)
-	o, err := adminv1.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "checkout"})
+	o, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "checkout"})
 	if err != nil || len(o.GetTotal()) != 2 || o.GetTotal()[1].GetRequests() != 8 || o.GetMinutes() != 5 {
 		t.Errorf("GetOutcomes: %v, %v", o, err)
 	}
-	if _, err := adminv1.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "nope"}); status.Code(err) != codes.NotFound {
+	if _, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetOutcomes of an unobserved experiment: %v, want NotFound", err)
 	}
 

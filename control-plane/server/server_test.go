@@ -26,6 +26,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
 
 const testToken = "server-test-token-0123456789"
@@ -124,11 +125,11 @@ func TestMetricsHealthAndReflection(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := adminv1.NewAdminServiceClient(c).ListExperiments(ctx, &adminv1.ListExperimentsRequest{}); err != nil {
+		if _, err := adminv1grpc.NewAdminServiceClient(c).ListExperiments(ctx, &adminv1.ListExperimentsRequest{}); err != nil {
 			t.Fatalf("ListExperiments over gRPC at %s: %v", addr, err)
 		}
 		big := &adminv1.GetExperimentRequest{Key: strings.Repeat("k", admin.MaxBodyBytes+1)}
-		_, err = adminv1.NewAdminServiceClient(c).GetExperiment(ctx, big)
+		_, err = adminv1grpc.NewAdminServiceClient(c).GetExperiment(ctx, big)
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Errorf("oversized request at %s: %v, want RESOURCE_EXHAUSTED", addr, err)
 		}
@@ -208,7 +209,7 @@ func TestTLS(t *testing.T) {
 			defer cancel()
 			// Any RPC exercises the connection; on the xDS server the admin
 			// service is unimplemented, which still proves TLS worked.
-			_, err = adminv1.NewAdminServiceClient(conn).ListExperiments(cctx, &adminv1.ListExperimentsRequest{})
+			_, err = adminv1grpc.NewAdminServiceClient(conn).ListExperiments(cctx, &adminv1.ListExperimentsRequest{})
 			if tt.wantErr {
 				if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 					t.Errorf("plaintext call: %v, want UNAVAILABLE", err)

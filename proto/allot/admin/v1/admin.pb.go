@@ -2043,23 +2043,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x10LatencyQuantiles\x12\x10\n" +
 	"\x03p50\x18\x01 \x01(\x01R\x03p50\x12\x10\n" +
 	"\x03p95\x18\x02 \x01(\x01R\x03p95\x12\x10\n" +
-	"\x03p99\x18\x03 \x01(\x01R\x03p992\x9c\t\n" +
-	"\fAdminService\x12\\\n" +
-	"\x10CreateExperiment\x12'.allot.admin.v1.CreateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12V\n" +
-	"\rGetExperiment\x12$.allot.admin.v1.GetExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12b\n" +
-	"\x0fListExperiments\x12&.allot.admin.v1.ListExperimentsRequest\x1a'.allot.admin.v1.ListExperimentsResponse\x12\\\n" +
-	"\x10UpdateExperiment\x12'.allot.admin.v1.UpdateExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12e\n" +
-	"\x10DeleteExperiment\x12'.allot.admin.v1.DeleteExperimentRequest\x1a(.allot.admin.v1.DeleteExperimentResponse\x12Z\n" +
-	"\x0fStartExperiment\x12&.allot.admin.v1.StartExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12Z\n" +
-	"\x0fPauseExperiment\x12&.allot.admin.v1.PauseExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12X\n" +
-	"\x0eStopExperiment\x12%.allot.admin.v1.StopExperimentRequest\x1a\x1f.allot.experiment.v1.Experiment\x12n\n" +
-	"\x13EvaluateExperiments\x12*.allot.admin.v1.EvaluateExperimentsRequest\x1a+.allot.admin.v1.EvaluateExperimentsResponse\x12S\n" +
-	"\n" +
-	"GetHistory\x12!.allot.admin.v1.GetHistoryRequest\x1a\".allot.admin.v1.GetHistoryResponse\x12H\n" +
-	"\n" +
-	"GetRollout\x12!.allot.admin.v1.GetRolloutRequest\x1a\x17.allot.admin.v1.Rollout\x12?\n" +
-	"\x06WhoAmI\x12\x1d.allot.admin.v1.WhoAmIRequest\x1a\x16.allot.admin.v1.Caller\x12K\n" +
-	"\vGetOutcomes\x12\".allot.admin.v1.GetOutcomesRequest\x1a\x18.allot.admin.v1.OutcomesB9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
+	"\x03p99\x18\x03 \x01(\x01R\x03p99B9Z7github.com/allotmesh/allot/proto/allot/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_allot_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -2138,34 +2122,8 @@ var file_allot_admin_v1_admin_proto_depIdxs = []int32{
 	24, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
 	28, // 26: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
 	25, // 27: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	0,  // 28: allot.admin.v1.AdminService.CreateExperiment:input_type -> allot.admin.v1.CreateExperimentRequest
-	1,  // 29: allot.admin.v1.AdminService.GetExperiment:input_type -> allot.admin.v1.GetExperimentRequest
-	2,  // 30: allot.admin.v1.AdminService.ListExperiments:input_type -> allot.admin.v1.ListExperimentsRequest
-	4,  // 31: allot.admin.v1.AdminService.UpdateExperiment:input_type -> allot.admin.v1.UpdateExperimentRequest
-	5,  // 32: allot.admin.v1.AdminService.DeleteExperiment:input_type -> allot.admin.v1.DeleteExperimentRequest
-	7,  // 33: allot.admin.v1.AdminService.StartExperiment:input_type -> allot.admin.v1.StartExperimentRequest
-	8,  // 34: allot.admin.v1.AdminService.PauseExperiment:input_type -> allot.admin.v1.PauseExperimentRequest
-	9,  // 35: allot.admin.v1.AdminService.StopExperiment:input_type -> allot.admin.v1.StopExperimentRequest
-	10, // 36: allot.admin.v1.AdminService.EvaluateExperiments:input_type -> allot.admin.v1.EvaluateExperimentsRequest
-	13, // 37: allot.admin.v1.AdminService.GetHistory:input_type -> allot.admin.v1.GetHistoryRequest
-	18, // 38: allot.admin.v1.AdminService.GetRollout:input_type -> allot.admin.v1.GetRolloutRequest
-	16, // 39: allot.admin.v1.AdminService.WhoAmI:input_type -> allot.admin.v1.WhoAmIRequest
-	22, // 40: allot.admin.v1.AdminService.GetOutcomes:input_type -> allot.admin.v1.GetOutcomesRequest
-	29, // 41: allot.admin.v1.AdminService.CreateExperiment:output_type -> allot.experiment.v1.Experiment
-	29, // 42: allot.admin.v1.AdminService.GetExperiment:output_type -> allot.experiment.v1.Experiment
-	3,  // 43: allot.admin.v1.AdminService.ListExperiments:output_type -> allot.admin.v1.ListExperimentsResponse
-	29, // 44: allot.admin.v1.AdminService.UpdateExperiment:output_type -> allot.experiment.v1.Experiment
-	6,  // 45: allot.admin.v1.AdminService.DeleteExperiment:output_type -> allot.admin.v1.DeleteExperimentResponse
-	29, // 46: allot.admin.v1.AdminService.StartExperiment:output_type -> allot.experiment.v1.Experiment
-	29, // 47: allot.admin.v1.AdminService.PauseExperiment:output_type -> allot.experiment.v1.Experiment
-	29, // 48: allot.admin.v1.AdminService.StopExperiment:output_type -> allot.experiment.v1.Experiment
-	11, // 49: allot.admin.v1.AdminService.EvaluateExperiments:output_type -> allot.admin.v1.EvaluateExperimentsResponse
-	14, // 50: allot.admin.v1.AdminService.GetHistory:output_type -> allot.admin.v1.GetHistoryResponse
-	19, // 51: allot.admin.v1.AdminService.GetRollout:output_type -> allot.admin.v1.Rollout
-	17, // 52: allot.admin.v1.AdminService.WhoAmI:output_type -> allot.admin.v1.Caller
-	23, // 53: allot.admin.v1.AdminService.GetOutcomes:output_type -> allot.admin.v1.Outcomes
-	41, // [41:54] is the sub-list for method output_type
-	28, // [28:41] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -2184,7 +2142,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			NumEnums:      0,
 			NumMessages:   29,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_allot_admin_v1_admin_proto_goTypes,
 		DependencyIndexes: file_allot_admin_v1_admin_proto_depIdxs,

@@ -2,28 +2,20 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v7.35.1
-// source: allot/admin/v1/admin.proto
+// source: allot/admin/v1/adminv1grpc/admin_service.proto
 
-// Package allot.admin.v1 is the control plane's admin API for experiment
-// owners: create, read, list, update and delete experiments, move them
-// through their lifecycle, preview assignments and read the audit history.
-//
-// Every call is authenticated with a bearer token in the `authorization`
-// metadata ("Bearer <token>"). Errors use the canonical gRPC codes:
-// INVALID_ARGUMENT (with a google.rpc.BadRequest detail listing every field
-// error), UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, ALREADY_EXISTS,
-// ABORTED (stale revision), FAILED_PRECONDITION (a status transition that is
-// not allowed), RESOURCE_EXHAUSTED (message too large) and INTERNAL.
-//
-// The same operations are served as HTTP/JSON under /v1/ (see
-// control-plane/README.md); the JSON bodies are these messages' proto3 JSON
-// form.
+// AdminService is the gRPC form of the admin API whose messages
+// admin.proto declares (the same proto package, allot.admin.v1, so the
+// service's full name is allot.admin.v1.AdminService). It lives in a file
+// and a Go package of its own (adminv1grpc) so that clients of the
+// HTTP/JSON API use the messages without linking gRPC.
 
-package adminv1
+package adminv1grpc
 
 import (
 	context "context"
-	v1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+	v1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	v11 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -58,46 +50,46 @@ const (
 type AdminServiceClient interface {
 	// CreateExperiment validates and stores a new experiment. Its key must be
 	// unused (ALREADY_EXISTS otherwise).
-	CreateExperiment(ctx context.Context, in *CreateExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	CreateExperiment(ctx context.Context, in *v1.CreateExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// GetExperiment returns one experiment.
-	GetExperiment(ctx context.Context, in *GetExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	GetExperiment(ctx context.Context, in *v1.GetExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// ListExperiments returns the experiments matching every given filter,
 	// sorted by key.
-	ListExperiments(ctx context.Context, in *ListExperimentsRequest, opts ...grpc.CallOption) (*ListExperimentsResponse, error)
+	ListExperiments(ctx context.Context, in *v1.ListExperimentsRequest, opts ...grpc.CallOption) (*v1.ListExperimentsResponse, error)
 	// UpdateExperiment replaces an experiment's definition. The request's
 	// experiment.revision must be the revision the caller read: a stale one is
 	// ABORTED and nothing changes.
-	UpdateExperiment(ctx context.Context, in *UpdateExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	UpdateExperiment(ctx context.Context, in *v1.UpdateExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// DeleteExperiment removes an experiment.
-	DeleteExperiment(ctx context.Context, in *DeleteExperimentRequest, opts ...grpc.CallOption) (*DeleteExperimentResponse, error)
+	DeleteExperiment(ctx context.Context, in *v1.DeleteExperimentRequest, opts ...grpc.CallOption) (*v1.DeleteExperimentResponse, error)
 	// StartExperiment sets a draft or paused experiment running.
-	StartExperiment(ctx context.Context, in *StartExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	StartExperiment(ctx context.Context, in *v1.StartExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// PauseExperiment pauses a running experiment: nobody is assigned until it
 	// is started again.
-	PauseExperiment(ctx context.Context, in *PauseExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	PauseExperiment(ctx context.Context, in *v1.PauseExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// StopExperiment ends a draft, running or paused experiment for good.
-	StopExperiment(ctx context.Context, in *StopExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error)
+	StopExperiment(ctx context.Context, in *v1.StopExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// EvaluateExperiments previews the assignments the proxies of one service
 	// would make for one set of attributes, with the configuration they
 	// receive and the engine the filter runs.
-	EvaluateExperiments(ctx context.Context, in *EvaluateExperimentsRequest, opts ...grpc.CallOption) (*EvaluateExperimentsResponse, error)
+	EvaluateExperiments(ctx context.Context, in *v1.EvaluateExperimentsRequest, opts ...grpc.CallOption) (*v1.EvaluateExperimentsResponse, error)
 	// GetHistory returns the audit history: who changed what, when, and the
 	// experiment before and after.
-	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
+	GetHistory(ctx context.Context, in *v1.GetHistoryRequest, opts ...grpc.CallOption) (*v1.GetHistoryResponse, error)
 	// GetRollout reports every connected proxy against the configuration
 	// version its cluster should run: applied, pending or rejected (with
 	// Envoy's reason).
-	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	GetRollout(ctx context.Context, in *v1.GetRolloutRequest, opts ...grpc.CallOption) (*v1.Rollout, error)
 	// WhoAmI returns the caller as its token authenticates it: name, role
 	// and owner namespaces, so a client (the web console) can tell what the
 	// caller may change before trying. Every token may call it.
-	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Caller, error)
+	WhoAmI(ctx context.Context, in *v1.WhoAmIRequest, opts ...grpc.CallOption) (*v1.Caller, error)
 	// GetOutcomes returns an observed experiment's outcomes per variation,
 	// summed over the proxies that report to this server, under its current
 	// assignment revision: over the last minutes and since the revision.
 	// NOT_FOUND for an experiment that does not observe. Every token may
 	// call it.
-	GetOutcomes(ctx context.Context, in *GetOutcomesRequest, opts ...grpc.CallOption) (*Outcomes, error)
+	GetOutcomes(ctx context.Context, in *v1.GetOutcomesRequest, opts ...grpc.CallOption) (*v1.Outcomes, error)
 }
 
 type adminServiceClient struct {
@@ -108,9 +100,9 @@ func NewAdminServiceClient(cc grpc.ClientConnInterface) AdminServiceClient {
 	return &adminServiceClient{cc}
 }
 
-func (c *adminServiceClient) CreateExperiment(ctx context.Context, in *CreateExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) CreateExperiment(ctx context.Context, in *v1.CreateExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_CreateExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -118,9 +110,9 @@ func (c *adminServiceClient) CreateExperiment(ctx context.Context, in *CreateExp
 	return out, nil
 }
 
-func (c *adminServiceClient) GetExperiment(ctx context.Context, in *GetExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) GetExperiment(ctx context.Context, in *v1.GetExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_GetExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -128,9 +120,9 @@ func (c *adminServiceClient) GetExperiment(ctx context.Context, in *GetExperimen
 	return out, nil
 }
 
-func (c *adminServiceClient) ListExperiments(ctx context.Context, in *ListExperimentsRequest, opts ...grpc.CallOption) (*ListExperimentsResponse, error) {
+func (c *adminServiceClient) ListExperiments(ctx context.Context, in *v1.ListExperimentsRequest, opts ...grpc.CallOption) (*v1.ListExperimentsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListExperimentsResponse)
+	out := new(v1.ListExperimentsResponse)
 	err := c.cc.Invoke(ctx, AdminService_ListExperiments_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -138,9 +130,9 @@ func (c *adminServiceClient) ListExperiments(ctx context.Context, in *ListExperi
 	return out, nil
 }
 
-func (c *adminServiceClient) UpdateExperiment(ctx context.Context, in *UpdateExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) UpdateExperiment(ctx context.Context, in *v1.UpdateExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_UpdateExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -148,9 +140,9 @@ func (c *adminServiceClient) UpdateExperiment(ctx context.Context, in *UpdateExp
 	return out, nil
 }
 
-func (c *adminServiceClient) DeleteExperiment(ctx context.Context, in *DeleteExperimentRequest, opts ...grpc.CallOption) (*DeleteExperimentResponse, error) {
+func (c *adminServiceClient) DeleteExperiment(ctx context.Context, in *v1.DeleteExperimentRequest, opts ...grpc.CallOption) (*v1.DeleteExperimentResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(DeleteExperimentResponse)
+	out := new(v1.DeleteExperimentResponse)
 	err := c.cc.Invoke(ctx, AdminService_DeleteExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -158,9 +150,9 @@ func (c *adminServiceClient) DeleteExperiment(ctx context.Context, in *DeleteExp
 	return out, nil
 }
 
-func (c *adminServiceClient) StartExperiment(ctx context.Context, in *StartExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) StartExperiment(ctx context.Context, in *v1.StartExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_StartExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -168,9 +160,9 @@ func (c *adminServiceClient) StartExperiment(ctx context.Context, in *StartExper
 	return out, nil
 }
 
-func (c *adminServiceClient) PauseExperiment(ctx context.Context, in *PauseExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) PauseExperiment(ctx context.Context, in *v1.PauseExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_PauseExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -178,9 +170,9 @@ func (c *adminServiceClient) PauseExperiment(ctx context.Context, in *PauseExper
 	return out, nil
 }
 
-func (c *adminServiceClient) StopExperiment(ctx context.Context, in *StopExperimentRequest, opts ...grpc.CallOption) (*v1.Experiment, error) {
+func (c *adminServiceClient) StopExperiment(ctx context.Context, in *v1.StopExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(v1.Experiment)
+	out := new(v11.Experiment)
 	err := c.cc.Invoke(ctx, AdminService_StopExperiment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -188,9 +180,9 @@ func (c *adminServiceClient) StopExperiment(ctx context.Context, in *StopExperim
 	return out, nil
 }
 
-func (c *adminServiceClient) EvaluateExperiments(ctx context.Context, in *EvaluateExperimentsRequest, opts ...grpc.CallOption) (*EvaluateExperimentsResponse, error) {
+func (c *adminServiceClient) EvaluateExperiments(ctx context.Context, in *v1.EvaluateExperimentsRequest, opts ...grpc.CallOption) (*v1.EvaluateExperimentsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(EvaluateExperimentsResponse)
+	out := new(v1.EvaluateExperimentsResponse)
 	err := c.cc.Invoke(ctx, AdminService_EvaluateExperiments_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -198,9 +190,9 @@ func (c *adminServiceClient) EvaluateExperiments(ctx context.Context, in *Evalua
 	return out, nil
 }
 
-func (c *adminServiceClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error) {
+func (c *adminServiceClient) GetHistory(ctx context.Context, in *v1.GetHistoryRequest, opts ...grpc.CallOption) (*v1.GetHistoryResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetHistoryResponse)
+	out := new(v1.GetHistoryResponse)
 	err := c.cc.Invoke(ctx, AdminService_GetHistory_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -208,9 +200,9 @@ func (c *adminServiceClient) GetHistory(ctx context.Context, in *GetHistoryReque
 	return out, nil
 }
 
-func (c *adminServiceClient) GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+func (c *adminServiceClient) GetRollout(ctx context.Context, in *v1.GetRolloutRequest, opts ...grpc.CallOption) (*v1.Rollout, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Rollout)
+	out := new(v1.Rollout)
 	err := c.cc.Invoke(ctx, AdminService_GetRollout_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -218,9 +210,9 @@ func (c *adminServiceClient) GetRollout(ctx context.Context, in *GetRolloutReque
 	return out, nil
 }
 
-func (c *adminServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*Caller, error) {
+func (c *adminServiceClient) WhoAmI(ctx context.Context, in *v1.WhoAmIRequest, opts ...grpc.CallOption) (*v1.Caller, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Caller)
+	out := new(v1.Caller)
 	err := c.cc.Invoke(ctx, AdminService_WhoAmI_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -228,9 +220,9 @@ func (c *adminServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts
 	return out, nil
 }
 
-func (c *adminServiceClient) GetOutcomes(ctx context.Context, in *GetOutcomesRequest, opts ...grpc.CallOption) (*Outcomes, error) {
+func (c *adminServiceClient) GetOutcomes(ctx context.Context, in *v1.GetOutcomesRequest, opts ...grpc.CallOption) (*v1.Outcomes, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Outcomes)
+	out := new(v1.Outcomes)
 	err := c.cc.Invoke(ctx, AdminService_GetOutcomes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -246,46 +238,46 @@ func (c *adminServiceClient) GetOutcomes(ctx context.Context, in *GetOutcomesReq
 type AdminServiceServer interface {
 	// CreateExperiment validates and stores a new experiment. Its key must be
 	// unused (ALREADY_EXISTS otherwise).
-	CreateExperiment(context.Context, *CreateExperimentRequest) (*v1.Experiment, error)
+	CreateExperiment(context.Context, *v1.CreateExperimentRequest) (*v11.Experiment, error)
 	// GetExperiment returns one experiment.
-	GetExperiment(context.Context, *GetExperimentRequest) (*v1.Experiment, error)
+	GetExperiment(context.Context, *v1.GetExperimentRequest) (*v11.Experiment, error)
 	// ListExperiments returns the experiments matching every given filter,
 	// sorted by key.
-	ListExperiments(context.Context, *ListExperimentsRequest) (*ListExperimentsResponse, error)
+	ListExperiments(context.Context, *v1.ListExperimentsRequest) (*v1.ListExperimentsResponse, error)
 	// UpdateExperiment replaces an experiment's definition. The request's
 	// experiment.revision must be the revision the caller read: a stale one is
 	// ABORTED and nothing changes.
-	UpdateExperiment(context.Context, *UpdateExperimentRequest) (*v1.Experiment, error)
+	UpdateExperiment(context.Context, *v1.UpdateExperimentRequest) (*v11.Experiment, error)
 	// DeleteExperiment removes an experiment.
-	DeleteExperiment(context.Context, *DeleteExperimentRequest) (*DeleteExperimentResponse, error)
+	DeleteExperiment(context.Context, *v1.DeleteExperimentRequest) (*v1.DeleteExperimentResponse, error)
 	// StartExperiment sets a draft or paused experiment running.
-	StartExperiment(context.Context, *StartExperimentRequest) (*v1.Experiment, error)
+	StartExperiment(context.Context, *v1.StartExperimentRequest) (*v11.Experiment, error)
 	// PauseExperiment pauses a running experiment: nobody is assigned until it
 	// is started again.
-	PauseExperiment(context.Context, *PauseExperimentRequest) (*v1.Experiment, error)
+	PauseExperiment(context.Context, *v1.PauseExperimentRequest) (*v11.Experiment, error)
 	// StopExperiment ends a draft, running or paused experiment for good.
-	StopExperiment(context.Context, *StopExperimentRequest) (*v1.Experiment, error)
+	StopExperiment(context.Context, *v1.StopExperimentRequest) (*v11.Experiment, error)
 	// EvaluateExperiments previews the assignments the proxies of one service
 	// would make for one set of attributes, with the configuration they
 	// receive and the engine the filter runs.
-	EvaluateExperiments(context.Context, *EvaluateExperimentsRequest) (*EvaluateExperimentsResponse, error)
+	EvaluateExperiments(context.Context, *v1.EvaluateExperimentsRequest) (*v1.EvaluateExperimentsResponse, error)
 	// GetHistory returns the audit history: who changed what, when, and the
 	// experiment before and after.
-	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
+	GetHistory(context.Context, *v1.GetHistoryRequest) (*v1.GetHistoryResponse, error)
 	// GetRollout reports every connected proxy against the configuration
 	// version its cluster should run: applied, pending or rejected (with
 	// Envoy's reason).
-	GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error)
+	GetRollout(context.Context, *v1.GetRolloutRequest) (*v1.Rollout, error)
 	// WhoAmI returns the caller as its token authenticates it: name, role
 	// and owner namespaces, so a client (the web console) can tell what the
 	// caller may change before trying. Every token may call it.
-	WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error)
+	WhoAmI(context.Context, *v1.WhoAmIRequest) (*v1.Caller, error)
 	// GetOutcomes returns an observed experiment's outcomes per variation,
 	// summed over the proxies that report to this server, under its current
 	// assignment revision: over the last minutes and since the revision.
 	// NOT_FOUND for an experiment that does not observe. Every token may
 	// call it.
-	GetOutcomes(context.Context, *GetOutcomesRequest) (*Outcomes, error)
+	GetOutcomes(context.Context, *v1.GetOutcomesRequest) (*v1.Outcomes, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -296,43 +288,43 @@ type AdminServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedAdminServiceServer struct{}
 
-func (UnimplementedAdminServiceServer) CreateExperiment(context.Context, *CreateExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) CreateExperiment(context.Context, *v1.CreateExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) GetExperiment(context.Context, *GetExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) GetExperiment(context.Context, *v1.GetExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) ListExperiments(context.Context, *ListExperimentsRequest) (*ListExperimentsResponse, error) {
+func (UnimplementedAdminServiceServer) ListExperiments(context.Context, *v1.ListExperimentsRequest) (*v1.ListExperimentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExperiments not implemented")
 }
-func (UnimplementedAdminServiceServer) UpdateExperiment(context.Context, *UpdateExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) UpdateExperiment(context.Context, *v1.UpdateExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) DeleteExperiment(context.Context, *DeleteExperimentRequest) (*DeleteExperimentResponse, error) {
+func (UnimplementedAdminServiceServer) DeleteExperiment(context.Context, *v1.DeleteExperimentRequest) (*v1.DeleteExperimentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) StartExperiment(context.Context, *StartExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) StartExperiment(context.Context, *v1.StartExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) PauseExperiment(context.Context, *PauseExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) PauseExperiment(context.Context, *v1.PauseExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method PauseExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) StopExperiment(context.Context, *StopExperimentRequest) (*v1.Experiment, error) {
+func (UnimplementedAdminServiceServer) StopExperiment(context.Context, *v1.StopExperimentRequest) (*v11.Experiment, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopExperiment not implemented")
 }
-func (UnimplementedAdminServiceServer) EvaluateExperiments(context.Context, *EvaluateExperimentsRequest) (*EvaluateExperimentsResponse, error) {
+func (UnimplementedAdminServiceServer) EvaluateExperiments(context.Context, *v1.EvaluateExperimentsRequest) (*v1.EvaluateExperimentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EvaluateExperiments not implemented")
 }
-func (UnimplementedAdminServiceServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error) {
+func (UnimplementedAdminServiceServer) GetHistory(context.Context, *v1.GetHistoryRequest) (*v1.GetHistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
 }
-func (UnimplementedAdminServiceServer) GetRollout(context.Context, *GetRolloutRequest) (*Rollout, error) {
+func (UnimplementedAdminServiceServer) GetRollout(context.Context, *v1.GetRolloutRequest) (*v1.Rollout, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
 }
-func (UnimplementedAdminServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*Caller, error) {
+func (UnimplementedAdminServiceServer) WhoAmI(context.Context, *v1.WhoAmIRequest) (*v1.Caller, error) {
 	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
 }
-func (UnimplementedAdminServiceServer) GetOutcomes(context.Context, *GetOutcomesRequest) (*Outcomes, error) {
+func (UnimplementedAdminServiceServer) GetOutcomes(context.Context, *v1.GetOutcomesRequest) (*v1.Outcomes, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOutcomes not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
@@ -357,7 +349,7 @@ func RegisterAdminServiceServer(s grpc.ServiceRegistrar, srv AdminServiceServer)
 }
 
 func _AdminService_CreateExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CreateExperimentRequest)
+	in := new(v1.CreateExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -369,13 +361,13 @@ func _AdminService_CreateExperiment_Handler(srv interface{}, ctx context.Context
 		FullMethod: AdminService_CreateExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).CreateExperiment(ctx, req.(*CreateExperimentRequest))
+		return srv.(AdminServiceServer).CreateExperiment(ctx, req.(*v1.CreateExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_GetExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetExperimentRequest)
+	in := new(v1.GetExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -387,13 +379,13 @@ func _AdminService_GetExperiment_Handler(srv interface{}, ctx context.Context, d
 		FullMethod: AdminService_GetExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).GetExperiment(ctx, req.(*GetExperimentRequest))
+		return srv.(AdminServiceServer).GetExperiment(ctx, req.(*v1.GetExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_ListExperiments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListExperimentsRequest)
+	in := new(v1.ListExperimentsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -405,13 +397,13 @@ func _AdminService_ListExperiments_Handler(srv interface{}, ctx context.Context,
 		FullMethod: AdminService_ListExperiments_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).ListExperiments(ctx, req.(*ListExperimentsRequest))
+		return srv.(AdminServiceServer).ListExperiments(ctx, req.(*v1.ListExperimentsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_UpdateExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(UpdateExperimentRequest)
+	in := new(v1.UpdateExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -423,13 +415,13 @@ func _AdminService_UpdateExperiment_Handler(srv interface{}, ctx context.Context
 		FullMethod: AdminService_UpdateExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).UpdateExperiment(ctx, req.(*UpdateExperimentRequest))
+		return srv.(AdminServiceServer).UpdateExperiment(ctx, req.(*v1.UpdateExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_DeleteExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(DeleteExperimentRequest)
+	in := new(v1.DeleteExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -441,13 +433,13 @@ func _AdminService_DeleteExperiment_Handler(srv interface{}, ctx context.Context
 		FullMethod: AdminService_DeleteExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).DeleteExperiment(ctx, req.(*DeleteExperimentRequest))
+		return srv.(AdminServiceServer).DeleteExperiment(ctx, req.(*v1.DeleteExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_StartExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(StartExperimentRequest)
+	in := new(v1.StartExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -459,13 +451,13 @@ func _AdminService_StartExperiment_Handler(srv interface{}, ctx context.Context,
 		FullMethod: AdminService_StartExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).StartExperiment(ctx, req.(*StartExperimentRequest))
+		return srv.(AdminServiceServer).StartExperiment(ctx, req.(*v1.StartExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_PauseExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(PauseExperimentRequest)
+	in := new(v1.PauseExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -477,13 +469,13 @@ func _AdminService_PauseExperiment_Handler(srv interface{}, ctx context.Context,
 		FullMethod: AdminService_PauseExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).PauseExperiment(ctx, req.(*PauseExperimentRequest))
+		return srv.(AdminServiceServer).PauseExperiment(ctx, req.(*v1.PauseExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_StopExperiment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(StopExperimentRequest)
+	in := new(v1.StopExperimentRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -495,13 +487,13 @@ func _AdminService_StopExperiment_Handler(srv interface{}, ctx context.Context, 
 		FullMethod: AdminService_StopExperiment_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).StopExperiment(ctx, req.(*StopExperimentRequest))
+		return srv.(AdminServiceServer).StopExperiment(ctx, req.(*v1.StopExperimentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_EvaluateExperiments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(EvaluateExperimentsRequest)
+	in := new(v1.EvaluateExperimentsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -513,13 +505,13 @@ func _AdminService_EvaluateExperiments_Handler(srv interface{}, ctx context.Cont
 		FullMethod: AdminService_EvaluateExperiments_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).EvaluateExperiments(ctx, req.(*EvaluateExperimentsRequest))
+		return srv.(AdminServiceServer).EvaluateExperiments(ctx, req.(*v1.EvaluateExperimentsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetHistoryRequest)
+	in := new(v1.GetHistoryRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -531,13 +523,13 @@ func _AdminService_GetHistory_Handler(srv interface{}, ctx context.Context, dec 
 		FullMethod: AdminService_GetHistory_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).GetHistory(ctx, req.(*GetHistoryRequest))
+		return srv.(AdminServiceServer).GetHistory(ctx, req.(*v1.GetHistoryRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_GetRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetRolloutRequest)
+	in := new(v1.GetRolloutRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -549,13 +541,13 @@ func _AdminService_GetRollout_Handler(srv interface{}, ctx context.Context, dec 
 		FullMethod: AdminService_GetRollout_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).GetRollout(ctx, req.(*GetRolloutRequest))
+		return srv.(AdminServiceServer).GetRollout(ctx, req.(*v1.GetRolloutRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(WhoAmIRequest)
+	in := new(v1.WhoAmIRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -567,13 +559,13 @@ func _AdminService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func
 		FullMethod: AdminService_WhoAmI_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+		return srv.(AdminServiceServer).WhoAmI(ctx, req.(*v1.WhoAmIRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _AdminService_GetOutcomes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetOutcomesRequest)
+	in := new(v1.GetOutcomesRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -585,7 +577,7 @@ func _AdminService_GetOutcomes_Handler(srv interface{}, ctx context.Context, dec
 		FullMethod: AdminService_GetOutcomes_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServiceServer).GetOutcomes(ctx, req.(*GetOutcomesRequest))
+		return srv.(AdminServiceServer).GetOutcomes(ctx, req.(*v1.GetOutcomesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -651,5 +643,5 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "allot/admin/v1/admin.proto",
+	Metadata: "allot/admin/v1/adminv1grpc/admin_service.proto",
 }
