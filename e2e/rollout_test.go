@@ -417,13 +417,24 @@ func waitReconnect(t *testing.T, p *proxy, before ecdsCount) {
 
 // checkECDSCounts checks that each proxy accepted and reloaded exactly
 // changes configurations since before.
+// Envoy counts update_success when its subscription accepts a
+// configuration (and then ACKs it) but config_reload only once the workers
+// run it, so a waited write can return before config_reload moved: the
+// counts are polled until they match, for at most 5 s.
 func checkECDSCounts(t *testing.T, proxies []*proxy, before []ecdsCount, changes int64) {
 	t.Helper()
-	for i, now := range ecdsCounts(t, proxies) {
-		if now.reload != before[i].reload+changes || now.success != before[i].success+changes {
-			t.Errorf("%s: config_reload %d → %d, update_success %d → %d; want +%d each",
-				proxies[i].Name(), before[i].reload, now.reload, before[i].success, now.success, changes)
+	err := harness.Eventually(t.Context(), 5*time.Second, func() error {
+		var errs []error
+		for i, now := range ecdsCounts(t, proxies) {
+			if now.reload != before[i].reload+changes || now.success != before[i].success+changes {
+				errs = append(errs, fmt.Errorf("%s: config_reload %d → %d, update_success %d → %d; want +%d each",
+					proxies[i].Name(), before[i].reload, now.reload, before[i].success, now.success, changes))
+			}
 		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 
