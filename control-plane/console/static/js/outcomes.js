@@ -64,7 +64,7 @@ function outcomesTable(e, vs) {
 }
 
 // Chart geometry, in the SVG's user units (it scales to its box).
-const W = 600, H = 160, PAD = {l: 48, r: 8, t: 8, b: 20};
+const W = 400, H = 150, PAD = {l: 52, r: 8, t: 10, b: 22};
 
 // chart draws one line per series over time: series are [{variation,
 // points: [[t ms, y]]}]; fmt renders a y value for the axis.
@@ -120,7 +120,7 @@ function charts(samples) {
   return [
     chart('requests', 'Requests per second', perSecond, (v) => v.toFixed(v < 10 ? 1 : 0), t0, t1),
     chart('errors', 'Error rate (5xx and resets over requests)', errorRate, pct, t0, t1),
-    chart('p95', `Latency p95 over the last ${WINDOW_MINUTES} minutes`, p95, (v) => `${v.toFixed(0)} ms`, t0, t1),
+    chart('p95', `Latency p95 over the last ${WINDOW_MINUTES} minutes`, p95, (v) => `${v.toFixed(v < 10 ? 1 : 0)} ms`, t0, t1),
   ];
 }
 
