@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -565,4 +566,136 @@ func TestConsole(t *testing.T) {
 	if code := s.api("GET", "/v1/experiments/console-checkout", nil, nil); code != http.StatusNotFound {
 		t.Errorf("after the console's delete: GET %d, want 404", code)
 	}
+}
+
+// TestConsoleOutcomes: the experiment page of an observed experiment shows
+// its outcomes per variation live — a table whose requests and error rates
+// are GET /outcomes' figures for the requests the test sent through two
+// real Envoys (the echo upstream answers 503 to every request of variation
+// b: its error rate is 100%, a's 0%) and charts with one series per
+// variation, drawn from the reads since the page opened; an experiment
+// that does not observe says how to turn it on. Both on a phone-sized
+// screen too.
+func TestConsoleOutcomes(t *testing.T) {
+	s := startSystem(t)
+	proxies := []*proxy{s.startSinkSidecar("console-sink-1", "shop"), s.startSinkSidecar("console-sink-2", "shop")}
+	s.waitConnected("console-sink-1", "console-sink-2")
+	var w waitedWrite
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", map[string]any{"key": "sunk", "services": []string{"shop"},
+		"variations": []string{"one-page", "classic"}, "observe": true, "description": "Does the one-page checkout fail less?"}, &w)
+	if !w.Rollout.appliedBy(2) {
+		t.Fatalf("create: %+v", w.Rollout)
+	}
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{"key": "unobserved", "services": []string{"elsewhere"}, "variations": []string{"a", "b"}}, nil)
+
+	b := startBrowser(t, s.adminURL)
+	b.signIn(adminToken, "e2e · admin")
+	b.open("#/experiments/unobserved")
+	b.waitText("#outcomes-off", `"observe": true`, 10*time.Second)
+
+	b.open("#/experiments/sunk")
+	b.waitFor(`#outcomes[data-samples]`, 10*time.Second)
+	// Each unit's variation, from the preview; units of the second
+	// variation ask the echo upstream for a 503.
+	sent, failed := map[string]int64{}, map[string]int64{}
+	units := map[string]string{}
+	for i := range 40 {
+		unit := fmt.Sprintf("user-%d", i)
+		var ev struct {
+			Assignments []struct {
+				Value string `json:"value"`
+			} `json:"assignments"`
+		}
+		s.mustAPI(http.StatusOK, "POST", "/v1/evaluate", map[string]any{"service": "shop", "attributes": map[string]any{"id": unit}}, &ev)
+		if len(ev.Assignments) != 1 {
+			t.Fatalf("evaluate %s: %+v", unit, ev)
+		}
+		units[unit] = ev.Assignments[0].Value
+	}
+	samples := func() int {
+		var n int
+		fmt.Sscan(b.eval(`document.querySelector('#outcomes').dataset.samples || '0'`), &n)
+		return n
+	}
+	for burst := range 3 { // three bursts, two reads apart: the charts have a shape
+		for i := range 40 {
+			unit := fmt.Sprintf("user-%d", i)
+			v := units[unit]
+			h := map[string][]string{"x-user-id": {unit}}
+			if v == "classic" {
+				h[echo.StatusHeader] = []string{"503"}
+			}
+			r, err := proxies[(i+burst)%2].get(h)
+			if err != nil && r.StatusCode != 503 {
+				t.Fatal(err)
+			}
+			sent[v]++
+			if r.StatusCode == 503 {
+				failed[v]++
+			}
+		}
+		from := samples()
+		harness.MustEventually(t, 15*time.Second, func() error {
+			if n := samples(); n < from+2 {
+				return fmt.Errorf("the panel read the outcomes %d times since the burst, want 2", n-from)
+			}
+			return nil
+		})
+	}
+	if sent["one-page"] == 0 || failed["one-page"] != 0 || failed["classic"] != sent["classic"] || sent["classic"] == 0 {
+		t.Fatalf("sent %v, 503s %v", sent, failed)
+	}
+	wantCounts(t, s, map[string]int64{"a": sent["one-page"], "b": sent["classic"]}, map[string]int64{"a": 0, "b": failed["classic"]})
+
+	// The table shows the API's own figures (the counts are final: every
+	// request is in allotd).
+	var o struct {
+		Total []struct {
+			Variation int     `json:"variation"`
+			Requests  string  `json:"requests"`
+			ErrorRate float64 `json:"errorRate"`
+			Share     float64 `json:"share"`
+		} `json:"total"`
+	}
+	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk/outcomes", nil, &o)
+	if len(o.Total) != 2 {
+		t.Fatalf("outcomes: %+v", o)
+	}
+	for _, v := range o.Total {
+		row := fmt.Sprintf(`#outcomes tr[data-variation="%d"]`, v.Variation)
+		for col, want := range map[string]string{
+			"requests":   v.Requests,
+			"error rate": fmt.Sprintf("%.1f%%", 100*v.ErrorRate),
+			"share":      fmt.Sprintf("%.1f%%", 100*v.Share),
+		} {
+			b.waitText(row+` td[data-label="`+col+`"]`, want, 10*time.Second)
+			if got := b.text(row + ` td[data-label="` + col + `"]`); got != want {
+				t.Errorf("variation %d %s: the panel shows %q, the API %q", v.Variation, col, got, want)
+			}
+		}
+		if got := b.text(row + ` td[data-label="p95"]`); !strings.HasSuffix(got, " ms") {
+			t.Errorf("variation %d p95: %q, want a latency", v.Variation, got)
+		}
+	}
+	if got := b.text(`#outcomes tr[data-variation="1"] td[data-label="error rate"]`); got != "100.0%" {
+		t.Errorf("the 503 variation's error rate: %q, want 100.0%%", got)
+	}
+	if got := b.text(`#outcomes tr[data-variation="0"] td[data-label="error rate"]`); got != "0.0%" {
+		t.Errorf("the other variation's error rate: %q, want 0.0%%", got)
+	}
+	// One series per variation in each chart, each with points.
+	for _, metric := range []string{"requests", "errors", "p95"} {
+		sel := `#outcomes svg.chart[data-metric="` + metric + `"] polyline.series`
+		if n := b.count(sel); n != 2 {
+			t.Errorf("chart %s: %d series, want 2 (one per variation)", metric, n)
+		}
+		if fewest := b.eval(`String(Math.min(...[...document.querySelectorAll(` + jsString(sel) + `)].map((p) => p.points.numberOfItems)))`); fewest == "0" || fewest == "1" || fewest == "Infinity" {
+			t.Errorf("chart %s: a series has %s points, want a line", metric, fewest)
+		}
+	}
+	if got := b.eval(`document.querySelector('#outcomes svg.chart[data-metric="requests"]').getAttribute('role') + '|' + document.querySelector('#chart-requests-title').textContent`); got != "img|Requests per second" {
+		t.Errorf("the requests chart's text alternative: %q", got)
+	}
+	b.screenshot("outcomes")
+	b.narrow("outcomes-narrow")
 }

@@ -31,13 +31,7 @@ func TestOutcomesReachAllotd(t *testing.T) { forArtifacts(t, testOutcomesReachAl
 
 func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	s := startSystemFor(t, a)
-	sidecar := func(node string) *proxy {
-		_, echoPort, _ := splitHostPort(s.echoAddr)
-		return startEnvoy(t, a.sidecar, s.xdsPort, s.filter(), node, "shop", map[string]string{
-			"port_value: 8081":         "port_value: " + echoPort,
-			"stats_flush_interval: 5s": "stats_flush_interval: 1s",
-		})
-	}
+	sidecar := func(node string) *proxy { return s.startSinkSidecar(node, "shop") }
 	proxies := []*proxy{sidecar("sink-1"), sidecar("sink-2")}
 	s.waitConnected("sink-1")
 	s.waitConnected("sink-2")
@@ -130,6 +124,17 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	})
 	load(proxies, 2)
 	wantCounts(t, s, sent, failed)
+}
+
+// startSinkSidecar is startSidecar with the bootstrap's metrics_service
+// sink flushing every second instead of 5.
+func (s *system) startSinkSidecar(node, cluster string) *proxy {
+	s.t.Helper()
+	_, echoPort, _ := splitHostPort(s.echoAddr)
+	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
+		"port_value: 8081":         "port_value: " + echoPort,
+		"stats_flush_interval: 5s": "stats_flush_interval: 1s",
+	})
 }
 
 // wantCounts waits until allotd's outcomes of "sunk" equal what was sent,

@@ -1,10 +1,12 @@
 // One experiment: its definition, its lifecycle (start, pause, stop, with
 // the API's wait option and its outcome), the live rollout of the proxies
-// it concerns, and links to its preview and history.
+// it concerns, its outcomes per variation when it observes them, and links
+// to its preview and history.
 import {api, canWrite, denied, withWait} from './api.js';
 import {definition} from './diff.js';
 import {badge, errorBox, fill, fmtTime, h} from './dom.js';
 import {variationsText} from './experiments.js';
+import {outcomesPanel} from './outcomes.js';
 import {outcome, rolloutPanel} from './rollout.js';
 
 // actions are the lifecycle operations: the statuses each may start from
@@ -57,6 +59,8 @@ export async function experimentPage(page, key) {
   }
   const panel = rolloutPanel(e.services, {title: 'Proxies running it'});
   page.onLeave(panel.stop);
+  const outcomes = outcomesPanel(e);
+  page.onLeave(outcomes.stop);
   const wait = waitControl('wait');
   const buttons = h('div', {class: 'actions'});
   const reasons = h('ul', {class: 'reasons', id: 'reasons'});
@@ -135,6 +139,6 @@ export async function experimentPage(page, key) {
   };
 
   render();
-  fill(page.el, head, meta, h('section', {class: 'panel'}, h('h2', null, 'Lifecycle'), buttons, reasons, out), panel.el,
+  fill(page.el, head, meta, h('section', {class: 'panel'}, h('h2', null, 'Lifecycle'), buttons, reasons, out), outcomes.el, panel.el,
     h('section', {class: 'panel'}, h('h2', null, 'Definition'), def));
 }
