@@ -132,8 +132,8 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
 			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
-			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's assignment revision.",
-			[]string{"experiment", "variation", "class"}, nil),
+			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's current assignment revision (only the current revision's series are exported).",
+			[]string{"experiment", "revision", "variation", "class"}, nil),
 	}
 	for _, o := range opts {
 		o(a)
@@ -163,7 +163,8 @@ func (a *Aggregator) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: the counters of what the sink
 // received and dropped, and one
 // allot_outcome_requests_total series per observed experiment × variation
-// × class (at most the store's observed experiments).
+// × class, labelled with the current revision (so that a revision's
+// counter starting over is a new series, not a reset that rate() mixes).
 func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 	a.dropped.Collect(ch)
 	ch <- a.messages
@@ -174,7 +175,7 @@ func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 		for v, t := range e.total {
 			for c := range numClasses {
 				ch <- prometheus.MustNewConstMetric(a.reqDesc, prometheus.CounterValue, float64(t.counts[c]),
-					e.key, strconv.Itoa(v), plugin.ClassName(c))
+					e.key, e.revision, strconv.Itoa(v), plugin.ClassName(c))
 			}
 		}
 	}

@@ -331,3 +331,36 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
 	}
 }
+
+// TestRequestsLabelledWithRevision: allot_outcome_requests_total carries
+// the current revision, so that a new revision is a new series.
+func TestRequestsLabelledWithRevision(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 3))
+	rev := f.report(t, "checkout", 0).Revision
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(f.a)
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fam *clientmodel.MetricFamily
+	for _, mf := range got {
+		if mf.GetName() == "allot_outcome_requests_total" {
+			fam = mf
+		}
+	}
+	if fam == nil || len(fam.GetMetric()) != 2*numClasses {
+		t.Fatalf("family %v", fam)
+	}
+	for _, m := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["revision"] != rev {
+			t.Errorf("series %v: revision %q, want %q", labels, labels["revision"], rev)
+		}
+	}
+}
