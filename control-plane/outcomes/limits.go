@@ -23,6 +23,15 @@ const (
 	// "proxies"). A proxy without a stream is forgotten when a new one
 	// needs its room.
 	MaxProxies = 10000
+	// MaxStreamsPerProxy bounds the metrics streams one node id has open at
+	// once (Envoy opens one; two let a reconnect overlap the stream it
+	// replaces); one more is refused (RESOURCE_EXHAUSTED, reason
+	// "streams").
+	MaxStreamsPerProxy = 2
+	// MaxStreams bounds the metrics streams open at once, of every proxy
+	// (as many as MaxProxies: one each); one more is refused
+	// (RESOURCE_EXHAUSTED, reason "streams").
+	MaxStreams = MaxProxies
 	// MaxDelta bounds one counter delta or histogram increment of one
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
@@ -44,5 +53,6 @@ const (
 	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
 	reasonSeries     = "series"      // over MaxSeriesPerProxy
 	reasonProxies    = "proxies"     // over MaxProxies
+	reasonStreams    = "streams"     // over MaxStreamsPerProxy or MaxStreams (the stream is refused)
 	reasonValue      = "value"       // a value out of range, or a histogram with other buckets
 )

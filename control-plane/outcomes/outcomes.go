@@ -76,6 +76,7 @@ type Aggregator struct {
 	exps     map[string]*expState // observed experiments, by key
 	names    map[string]series    // outcome stat name → series
 	proxies  map[string]*proxyState
+	streams  int // open metrics streams, of every proxy
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
@@ -141,7 +142,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonStreams, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -255,21 +256,30 @@ func weights(e *experimentv1.Experiment) []float64 {
 	return w
 }
 
-// open registers a metrics stream of node; false when MaxProxies are
-// already reporting.
-func (a *Aggregator) open(node string) bool {
+// open registers a metrics stream of node; the reason to refuse it
+// (counted in allot_outcomes_dropped_total) when node has
+// MaxStreamsPerProxy open, MaxStreams are open or MaxProxies are
+// reporting.
+func (a *Aggregator) open(node string) (refused string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.streams >= MaxStreams {
+		return reasonStreams
+	}
 	p := a.proxies[node]
 	if p == nil {
 		if len(a.proxies) >= MaxProxies && !a.evictLocked() {
-			return false
+			return reasonProxies
 		}
 		p = &proxyState{series: map[series]struct{}{}}
 		a.proxies[node] = p
 	}
+	if p.streams >= MaxStreamsPerProxy {
+		return reasonStreams
+	}
 	p.streams++
-	return true
+	a.streams++
+	return ""
 }
 
 // close ends a metrics stream of node. The proxy's histograms stay, so
@@ -279,6 +289,7 @@ func (a *Aggregator) close(node string) {
 	defer a.mu.Unlock()
 	if p := a.proxies[node]; p != nil {
 		p.streams--
+		a.streams--
 	}
 }
 

@@ -102,8 +102,8 @@ func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFami
 
 func (f *fixture) open(t *testing.T, node string) {
 	t.Helper()
-	if !f.a.open(node) {
-		t.Fatalf("open %s refused", node)
+	if r := f.a.open(node); r != "" {
+		t.Fatalf("open %s refused: %s", node, r)
 	}
 }
 
@@ -228,8 +228,8 @@ func TestOverBoundsDropped(t *testing.T) {
 	for i := len(f.a.proxies); i < MaxProxies; i++ {
 		f.a.proxies[strings.Repeat("n", i%7)+string(rune(i))] = &proxyState{streams: 1}
 	}
-	if f.a.open("one-more") {
-		t.Error("a proxy over MaxProxies was admitted")
+	if r := f.a.open("one-more"); r != reasonProxies {
+		t.Errorf("a proxy over MaxProxies: refused %q, want %q", r, reasonProxies)
 	}
 }
 
@@ -329,6 +329,27 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
+	}
+}
+
+// TestStreamsBounded: a node has at most MaxStreamsPerProxy metrics
+// streams open and allotd at most MaxStreams; a closed stream frees its
+// room.
+func TestStreamsBounded(t *testing.T) {
+	f := newFixture(t, checkout)
+	for range MaxStreamsPerProxy {
+		f.open(t, "p1")
+	}
+	if r := f.a.open("p1"); r != reasonStreams {
+		t.Errorf("stream %d of one node: refused %q, want %q", MaxStreamsPerProxy+1, r, reasonStreams)
+	}
+	f.a.close("p1")
+	f.open(t, "p1")
+	f.a.mu.Lock()
+	f.a.streams = MaxStreams
+	f.a.mu.Unlock()
+	if r := f.a.open("p2"); r != reasonStreams {
+		t.Errorf("stream over MaxStreams: refused %q, want %q", r, reasonStreams)
 	}
 }
 

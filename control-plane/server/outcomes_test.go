@@ -136,6 +136,29 @@ func TestOutcomesSink(t *testing.T) {
 		}
 		return nil
 	})
+	// A node has at most outcomes.MaxStreamsPerProxy (2) metrics streams:
+	// with st and second open, a third is refused once second is counted.
+	second := metricsStream(t, a.XDS.String())
+	if err := second.Send(&metricsv3.StreamMetricsMessage{Identifier: id}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a third stream of p1 refused", func() error {
+		third := metricsStream(t, a.XDS.String())
+		if err := third.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{"cluster.shop.upstream_rq_total": 1})}); err != nil {
+			return err
+		}
+		if _, err := third.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+			return fmt.Errorf("a third stream of one node: %v, want ResourceExhausted", err)
+		}
+		_, body := get(t, http.DefaultClient, "http://"+a.Admin.String()+"/metrics")
+		if !strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} `) || strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} 0`) {
+			return fmt.Errorf("refused stream not counted")
+		}
+		return nil
+	})
+	if _, err := second.CloseAndRecv(); err != nil {
+		t.Errorf("close: %v", err)
+	}
 	if _, err := st.CloseAndRecv(); err != nil {
 		t.Errorf("close: %v", err)
 	}
