@@ -409,7 +409,7 @@ func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time
 		return false
 	}
 	h := ms[0].GetHistogram()
-	if len(h.GetBucket()) > maxBuckets {
+	if len(h.GetBucket()) > maxBuckets || (len(h.GetBucket()) == 0 && h.GetSampleCount() > 0) { // samples in no bucket: no quantile
 		return false
 	}
 	bounds := make([]float64, 0, len(h.GetBucket()))

@@ -353,6 +353,21 @@ func TestStreamsBounded(t *testing.T) {
 	}
 }
 
+// TestEmptyHistogramDropped: a histogram with samples but no buckets is
+// refused (its quantiles would be NaN).
+func TestEmptyHistogramDropped(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
+		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(5)}}}})
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
+		t.Errorf("dropped{reason=value} = %v, want 1", got)
+	}
+	if q := f.report(t, "checkout", 0).Total[0].LatencyMs; q != nil {
+		t.Errorf("latency %+v, want none", q)
+	}
+}
+
 // TestRequestsLabelledWithRevision: allot_outcome_requests_total carries
 // the current revision, so that a new revision is a new series.
 func TestRequestsLabelledWithRevision(t *testing.T) {
