@@ -36,9 +36,6 @@ const (
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
 	MaxDelta = 1 << 32
-	// maxBuckets bounds a histogram's buckets (Envoy's default has 20); a
-	// histogram with more is dropped (reason "value").
-	maxBuckets = 64
 	// MaxWindowMinutes bounds GET …/outcomes?minutes=N.
 	MaxWindowMinutes = 60
 	// DefaultWindowMinutes is the window when ?minutes is omitted.
@@ -54,5 +51,12 @@ const (
 	reasonSeries     = "series"      // over MaxSeriesPerProxy
 	reasonProxies    = "proxies"     // over MaxProxies
 	reasonStreams    = "streams"     // over MaxStreamsPerProxy or MaxStreams (the stream is refused)
-	reasonValue      = "value"       // a value out of range, or a histogram with other buckets
+	reasonValue      = "value"       // a value out of range, or a histogram with other buckets than LatencyBounds
 )
+
+// LatencyBounds are the upper bounds (ms) of the latency histogram buckets
+// allotd accepts: Envoy's default histogram buckets, which the bootstraps
+// keep (no histogram_bucket_settings). A histogram with other bounds is
+// dropped (reason "value"), so that every proxy's samples sum into the
+// same buckets.
+var LatencyBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}

@@ -107,8 +107,7 @@ type minute struct {
 // tally is one variation's responses by class and latency histogram.
 type tally struct {
 	counts  [numClasses]uint64
-	bounds  []float64 // upper bounds (ms) of the latency buckets
-	buckets []uint64  // samples per bucket (not cumulative); len(bounds)+1, the last above every bound
+	buckets []uint64 // samples per bucket of LatencyBounds (not cumulative); none or len(LatencyBounds)+1, the last above every bound
 }
 
 // proxyState is what allotd keeps of one reporting proxy: its open
@@ -402,27 +401,26 @@ func count(v float64) (uint64, bool) {
 
 // addHistogram adds one flush's latency histogram (the samples since the
 // previous flush, in cumulative buckets) to variation v; false when it is
-// malformed or its buckets differ from those already summed.
+// malformed or its bounds are not LatencyBounds.
 func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time) bool {
 	ms := f.GetMetric()
 	if len(ms) != 1 || ms[0].GetHistogram() == nil {
 		return false
 	}
 	h := ms[0].GetHistogram()
-	if len(h.GetBucket()) > maxBuckets || (len(h.GetBucket()) == 0 && h.GetSampleCount() > 0) { // samples in no bucket: no quantile
+	if len(h.GetBucket()) != len(LatencyBounds) {
 		return false
 	}
-	bounds := make([]float64, 0, len(h.GetBucket()))
-	cum := make([]uint64, 0, len(h.GetBucket())+1)
-	for _, b := range h.GetBucket() {
+	cum := make([]uint64, 0, len(LatencyBounds)+1)
+	for i, b := range h.GetBucket() {
 		c, ok := count(float64(b.GetCumulativeCount()))
-		if !ok || (len(cum) > 0 && (c < cum[len(cum)-1] || b.GetUpperBound() <= bounds[len(bounds)-1])) {
+		if !ok || b.GetUpperBound() != LatencyBounds[i] || (len(cum) > 0 && c < cum[len(cum)-1]) {
 			return false
 		}
-		bounds, cum = append(bounds, b.GetUpperBound()), append(cum, c)
+		cum = append(cum, c)
 	}
 	total, ok := count(float64(h.GetSampleCount()))
-	if !ok || (len(cum) > 0 && total < cum[len(cum)-1]) {
+	if !ok || total < cum[len(cum)-1] {
 		return false
 	}
 	cum = append(cum, total)
@@ -430,13 +428,6 @@ func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time
 		return true
 	}
 	t, m := &e.total[v], &e.minute(now)[v]
-	for _, x := range []*tally{t, m} {
-		if x.bounds == nil {
-			x.bounds = bounds
-		} else if !slices.Equal(x.bounds, bounds) {
-			return false
-		}
-	}
 	grow(t, len(cum))
 	grow(m, len(cum))
 	var below uint64

@@ -72,16 +72,22 @@ func counter(name string, v float64) *clientmodel.MetricFamily {
 }
 
 // histogram is one flush's latency histogram (Envoy's sink sends the
-// samples since the previous flush, in cumulative buckets) over bounds 10,
-// 100 ms with counts per bucket (the last above 100).
+// samples since the previous flush, in cumulative buckets) over
+// LatencyBounds with the counts in the buckets of 10, 100 and 250 ms.
 func histogram(name string, perBucket ...uint64) *clientmodel.MetricFamily {
 	h := &clientmodel.Histogram{}
 	var cum uint64
-	for i, b := range []float64{10, 100} {
-		cum += perBucket[i]
+	for _, b := range LatencyBounds {
+		switch b {
+		case 10:
+			cum += perBucket[0]
+		case 100:
+			cum += perBucket[1]
+		case 250:
+			cum += perBucket[2]
+		}
 		h.Bucket = append(h.Bucket, &clientmodel.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(cum)})
 	}
-	cum += perBucket[2]
 	h.SampleCount = proto.Uint64(cum)
 	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
 		Metric: []*clientmodel.Metric{{Histogram: h}}}
@@ -138,10 +144,10 @@ func TestTwoProxiesSummed(t *testing.T) {
 		if vs[1].Responses["reset"] != 10 || vs[1].Responses["5xx"] != 10 {
 			t.Errorf("responses %v", vs[1].Responses)
 		}
-		// 35 ≤ 10 ms, 20 in (10, 100], 5 above: 60 timed.
+		// 35 ≤ 10 ms, 20 in (10, 100], 5 in (100, 250]: 60 timed.
 		q := vs[0].LatencyMs
-		if q == nil || q.P50 > 10 || q.P95 <= 10 || q.P95 > 100 || q.P99 != 100 {
-			t.Errorf("latency %+v, want p50 ≤ 10, p95 in (10, 100], p99 = 100", q)
+		if q == nil || q.P50 > 10 || q.P95 <= 100 || q.P95 > 250 || q.P99 <= q.P95 || q.P99 > 250 {
+			t.Errorf("latency %+v, want p50 ≤ 10, p95 < p99 in (100, 250]", q)
 		}
 	}
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 0 {
@@ -184,8 +190,8 @@ func TestOverBoundsDropped(t *testing.T) {
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
 	f.add(t, "late", counter(name(0, "2xx"), 7))
-	// Histograms: the variation's buckets are 10, 100 ms once seen; other
-	// buckets, decreasing counts or too many buckets are refused.
+	// Histograms: buckets other than LatencyBounds, decreasing counts or
+	// too many buckets are refused.
 	other := histogram(latency(0), 1, 0, 0)
 	other.Metric[0].Histogram.Bucket[0].UpperBound = proto.Float64(5)
 	down := histogram(latency(0), 2, 0, 0)
@@ -350,6 +356,25 @@ func TestStreamsBounded(t *testing.T) {
 	f.a.mu.Unlock()
 	if r := f.a.open("p2"); r != reasonStreams {
 		t.Errorf("stream over MaxStreams: refused %q, want %q", r, reasonStreams)
+	}
+}
+
+// TestOtherBucketsDropped: a proxy whose histograms have other buckets
+// than LatencyBounds is dropped, whoever reports first; the others count.
+func TestOtherBucketsDropped(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "custom")
+	f.open(t, "p1")
+	custom := &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
+		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(3), Bucket: []*clientmodel.Bucket{
+			{UpperBound: proto.Float64(10), CumulativeCount: proto.Uint64(1)}, {UpperBound: proto.Float64(100), CumulativeCount: proto.Uint64(2)}}}}}}
+	f.add(t, "custom", custom)
+	f.add(t, "p1", histogram(latency(0), 4, 0, 0))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
+		t.Errorf("dropped{reason=value} = %v, want 1 (the other buckets)", got)
+	}
+	if r := f.report(t, "checkout", 0); r.Total[0].Timed != 4 {
+		t.Errorf("timed %d, want 4 (p1's)", r.Total[0].Timed)
 	}
 }
 
