@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,13 +71,20 @@ type Aggregator struct {
 
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
 
-	mu       sync.Mutex
-	stale    bool // the store changed since the experiments were read
+	// reading is held by the one caller reading the store (TryLock: the
+	// others go on with the experiments read last); it guards storeRev
+	// and retryAt. The store is never read with mu held, so that a slow
+	// store delays no flush, report or scrape.
+	reading  sync.Mutex
+	stale    atomic.Bool // the store changed since the experiments were read
 	storeRev int64
-	exps     map[string]*expState // observed experiments, by key
-	names    map[string]series    // outcome stat name → series
-	proxies  map[string]*proxyState
-	streams  int // open metrics streams, of every proxy
+	retryAt  time.Time // after a failed read, the next read waits until then
+
+	mu      sync.Mutex
+	exps    map[string]*expState // observed experiments, by key
+	names   map[string]series    // outcome stat name → series; replaced, never changed
+	proxies map[string]*proxyState
+	streams int // open metrics streams, of every proxy
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
@@ -195,9 +203,48 @@ func Revision(e *experimentv1.Experiment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// refresh re-reads the observed experiments when the store changed; a.mu
-// must be held. An experiment whose assignment revision changed starts
-// over.
+// refreshBackoff is how long a failed store read is not retried: with
+// the store down, flushes count under the experiments read last instead
+// of each waiting for the store's timeout.
+const refreshBackoff = 5 * time.Second
+
+// maybeRefresh re-reads the observed experiments if the store changed
+// since they were read (force: if its revision moved), unless another
+// caller is reading them or a read failed less than refreshBackoff ago.
+// a.mu must not be held.
+func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
+	select {
+	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
+		if ok {
+			a.stale.Store(true)
+		}
+	default:
+	}
+	if !force && !a.stale.Load() {
+		return nil
+	}
+	if !a.reading.TryLock() {
+		return nil
+	}
+	defer a.reading.Unlock()
+	if a.now().Before(a.retryAt) {
+		return nil
+	}
+	stale := a.stale.Swap(false) // a change during the read marks it again
+	if err := a.refresh(ctx); err != nil {
+		if stale {
+			a.stale.Store(true)
+		}
+		a.retryAt = a.now().Add(refreshBackoff)
+		return err
+	}
+	return nil
+}
+
+// refresh re-reads the observed experiments when the store's revision
+// moved; a.reading must be held and a.mu not: the store is read and the
+// experiments decoded outside a.mu, which is held only to swap the maps.
+// An experiment whose assignment revision changed starts over.
 func (a *Aggregator) refresh(ctx context.Context) error {
 	rev, err := a.st.Revision(ctx)
 	if err != nil {
@@ -210,7 +257,11 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list experiments: %w", err)
 	}
-	exps := make(map[string]*expState, len(a.exps))
+	type observed struct {
+		e        *experimentv1.Experiment
+		revision string
+	}
+	var read []observed
 	names := map[string]series{}
 	for _, se := range list {
 		e, err := a.decode(se)
@@ -221,21 +272,27 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		if !e.GetObserve() {
 			continue
 		}
-		n := len(e.GetVariations())
-		r := Revision(e)
-		st := a.exps[e.GetKey()]
-		if st == nil || st.revision != r {
-			st = &expState{key: e.GetKey(), revision: r, weights: weights(e), since: a.now(), total: make([]tally, n)}
-		}
-		exps[e.GetKey()] = st
-		for v := range n {
+		read = append(read, observed{e, Revision(e)})
+		for v := range len(e.GetVariations()) {
 			for c := range numClasses {
 				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
 			}
 			names[statName(plugin.LatencyMetric(e.GetKey(), v))] = series{e.GetKey(), v, latencyClass}
 		}
 	}
-	a.exps, a.names, a.storeRev = exps, names, rev
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	exps := make(map[string]*expState, len(read))
+	for _, o := range read {
+		key := o.e.GetKey()
+		st := a.exps[key]
+		if st == nil || st.revision != o.revision {
+			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
+		}
+		exps[key] = st
+	}
+	a.exps, a.names = exps, names
+	a.storeRev = rev
 	return nil
 }
 
@@ -311,22 +368,27 @@ func (a *Aggregator) evictLocked() bool {
 // over) needs nothing. Families that are not outcome stats of an observed
 // experiment, or are over a bound, are dropped and counted.
 func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	select {
-	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
-		a.stale = a.stale || ok
-	default:
+	// A store that cannot be read leaves the experiments as they were read
+	// last: the flush still counts, and a flush after refreshBackoff tries
+	// again.
+	if err := a.maybeRefresh(ctx, false); err != nil {
+		a.log.Warn("outcomes: experiments not re-read", "error", err)
 	}
-	if a.stale {
-		// A store that cannot be read leaves the experiments as they were
-		// read last: the flush still counts, and the next one tries again.
-		if err := a.refresh(ctx); err != nil {
-			a.log.Warn("outcomes: experiments not re-read", "error", err)
-		} else {
-			a.stale = false
+	// Whether the proxy applied its configuration is asked outside a.mu
+	// (it reads the xDS server's tracking), and only if the flush holds an
+	// outcome stat.
+	a.mu.Lock()
+	names := a.names
+	a.mu.Unlock()
+	applied := false
+	for _, f := range fams {
+		if _, ok := names[f.GetName()]; ok && len(f.GetName()) <= MaxNameBytes {
+			applied = a.applied(node, cluster)
+			break
 		}
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	drop := map[string]float64{}
 	defer func() {
 		for r, n := range drop {
@@ -338,7 +400,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 		drop[reasonProxies] += float64(len(fams))
 		return
 	}
-	var applied, asked bool
 	now := a.now()
 	for _, f := range fams {
 		name := f.GetName()
@@ -350,9 +411,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 		if !ok {
 			drop[reasonOther]++
 			continue
-		}
-		if !asked {
-			applied, asked = a.applied(node, cluster), true
 		}
 		if !applied {
 			drop[reasonNotApplied]++

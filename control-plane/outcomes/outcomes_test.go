@@ -101,6 +101,20 @@ func latency(v int) string {
 	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response_time_ms"
 }
 
+// updateSpec stores spec as the checkout experiment's new definition.
+func updateSpec(t *testing.T, st store.Store, spec string) {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := st.Get(ctx, "checkout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec = []byte(spec)
+	if _, err := st.Update(ctx, cur, cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFamily) {
 	t.Helper()
 	f.a.Add(context.Background(), node, "svc", fams)
@@ -222,8 +236,11 @@ func TestOverBoundsDropped(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	f.st.Create(context.Background(), &store.Experiment{Key: "many", Spec: []byte(b.String())}, "test")
-	for i := 0; i < MaxSeriesPerProxy; i++ {
-		f.a.proxies["p1"].series[series{key: "filler", variation: i, class: latencyClass}] = struct{}{}
+	if err := f.a.maybeRefresh(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < MaxSeriesPerProxy; i++ { // live series (of the current revision)
+		f.a.proxies["p1"].series[series{key: "many", variation: 64 + i, class: latencyClass}] = struct{}{}
 	}
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 1))
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 1 {
@@ -321,11 +338,7 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	a.open("p1")
 	a.Add(context.Background(), "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
-	cur, _ := f.st.Get(ctx, "checkout")
-	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
-	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	fs.fail.Store(true)
 	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
@@ -333,8 +346,97 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	}
 	fs.fail.Store(false)
 	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
+		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
+	}
+	f.clock.add(refreshBackoff)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
+	}
+}
+
+// blockingStore is a store whose List blocks, once armed, until released
+// (a store that does not answer, as etcd without quorum until
+// -store-timeout).
+type blockingStore struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, error) {
+	if s.armed.Load() {
+		s.entered <- struct{}{}
+		<-s.release
+		return nil, 0, store.ErrUnavailable
+	}
+	return s.Store.List(ctx)
+}
+
+// TestSlowStoreBlocksNothing: while one flush waits for the store, other
+// proxies' flushes, reports and /metrics scrapes go on with the
+// experiments read last.
+func TestSlowStoreBlocksNothing(t *testing.T) {
+	f := newFixture(t, checkout)
+	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	a, err := New(t.Context(), bs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a.open("p1")
+	a.open("p2")
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	bs.armed.Store(true)
+	slow := make(chan struct{})
+	go func() {
+		defer close(slow)
+		a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	}()
+	select {
+	case <-bs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush did not read the store")
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(bs.release)
+			<-slow
+		}
+	}
+	defer release()
+	done := make(chan string, 3)
+	go func() {
+		a.Add(ctx, "p2", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 2)})
+		done <- "add"
+	}()
+	go func() {
+		if _, err := a.Report(ctx, "checkout", 0); err != nil {
+			t.Error(err)
+		}
+		done <- "report"
+	}()
+	go func() {
+		testutil.CollectAndCount(a, "allot_outcome_requests_total")
+		done <- "collect"
+	}()
+	deadline := time.After(5 * time.Second)
+	for range 3 {
+		select {
+		case <-done:
+		case <-deadline:
+			release()
+			t.Fatal("a flush, report or scrape waited for the store")
+		}
+	}
+	release()
+	if got := a.exps["checkout"].total[1].counts[0]; got != 2 {
+		t.Errorf("p2's flush: %d counted, want 2", got)
 	}
 }
 

@@ -28,11 +28,13 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	if minutes < 1 || minutes > MaxWindowMinutes {
 		return nil, fmt.Errorf("minutes: %d, want 1 to %d: %w", minutes, MaxWindowMinutes, ErrWindow)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.refresh(ctx); err != nil {
+	// A report re-reads the experiments if the store's revision moved
+	// (not waiting for its watch), unless another caller is reading them.
+	if err := a.maybeRefresh(ctx, true); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	e := a.exps[key]
 	if e == nil {
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
