@@ -244,7 +244,9 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 // refresh re-reads the observed experiments when the store's revision
 // moved; a.reading must be held and a.mu not: the store is read and the
 // experiments decoded outside a.mu, which is held only to swap the maps.
-// An experiment whose assignment revision changed starts over.
+// An experiment whose assignment revision changed starts over, and the
+// proxies' series of experiments and revisions no longer current are
+// forgotten (MaxSeriesPerProxy bounds the live ones).
 func (a *Aggregator) refresh(ctx context.Context) error {
 	rev, err := a.st.Revision(ctx)
 	if err != nil {
@@ -290,6 +292,21 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
 		}
 		exps[key] = st
+	}
+	gone := map[string]bool{} // experiments no longer observed, or at a new revision
+	for key, old := range a.exps {
+		if exps[key] != old {
+			gone[key] = true
+		}
+	}
+	if len(gone) > 0 {
+		for _, p := range a.proxies {
+			for s := range p.series {
+				if gone[s.key] {
+					delete(p.series, s)
+				}
+			}
+		}
 	}
 	a.exps, a.names = exps, names
 	a.storeRev = rev

@@ -461,6 +461,28 @@ func TestStreamsBounded(t *testing.T) {
 	}
 }
 
+// TestDeadSeriesPruned: a proxy's series of a revision no longer current
+// are forgotten, so MaxSeriesPerProxy bounds the live ones only.
+func TestDeadSeriesPruned(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 1))
+	for i := 2; i < MaxSeriesPerProxy+2; i++ { // as if the experiment had had that many variations
+		f.a.proxies["p1"].series[series{key: "checkout", variation: i, class: latencyClass}] = struct{}{}
+	}
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.3,0.7],"observe":true}`)
+	f.add(t, "p1", counter(name(1, "2xx"), 4))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 0 {
+		t.Errorf("dropped{reason=series} = %v after the revision changed, want 0", got)
+	}
+	if r := f.report(t, "checkout", 0); r.Total[1].Requests != 4 {
+		t.Errorf("requests %d, want 4", r.Total[1].Requests)
+	}
+	if n := len(f.a.proxies["p1"].series); n != 1 {
+		t.Errorf("%d series kept, want 1 (variation 1 of the new revision)", n)
+	}
+}
+
 // TestOtherBucketsDropped: a proxy whose histograms have other buckets
 // than LatencyBounds is dropped, whoever reports first; the others count.
 func TestOtherBucketsDropped(t *testing.T) {
