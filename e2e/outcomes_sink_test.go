@@ -80,12 +80,12 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	if failed["a"] != 0 || failed["b"] == 0 {
 		t.Fatalf("503s %v of %v", failed, sent)
 	}
-	wantCounts(t, s, sent, failed)
+	rep := wantCounts(t, s, sent, failed)
 
-	// allotd's /metrics has the same counts; and what the sinks cost:
+	// allotd's /metrics has the same counts, under the current revision; and what the sinks cost:
 	// every stat in use, at each flush.
 	for i, v := range []string{"a", "b"} {
-		series := fmt.Sprintf(`allot_outcome_requests_total{class="5xx",experiment="sunk",variation="%d"}`, i)
+		series := fmt.Sprintf(`allot_outcome_requests_total{class="5xx",experiment="sunk",revision="%s",variation="%d"}`, rep.GetRevision(), i)
 		if got := metricValue(t, s, series); !within(int64(got), failed[v]) {
 			t.Errorf("%s = %v, want %d", series, got, failed[v])
 		}
@@ -140,7 +140,7 @@ func (s *system) startSinkSidecar(node, cluster string) *proxy {
 // wantCounts waits until allotd's outcomes of "sunk" equal what was sent,
 // each variation's requests and error rate within 5% (and every response
 // timed).
-func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) {
+func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) *adminv1.Outcomes {
 	t.Helper()
 	last := &adminv1.Outcomes{}
 	harness.MustEventually(t, 20*time.Second, func() error {
@@ -169,6 +169,7 @@ func wantCounts(t *testing.T, s *system, sent, failed map[string]int64) {
 			t.Errorf("variation %s: %d requests counted, %d sent", v, got, sent[v])
 		}
 	}
+	return last
 }
 
 // within: got is within 5% of want.

@@ -23,13 +23,19 @@ const (
 	// "proxies"). A proxy without a stream is forgotten when a new one
 	// needs its room.
 	MaxProxies = 10000
+	// MaxStreamsPerProxy bounds the metrics streams one node id has open at
+	// once (Envoy opens one; two let a reconnect overlap the stream it
+	// replaces); one more is refused (RESOURCE_EXHAUSTED, reason
+	// "streams").
+	MaxStreamsPerProxy = 2
+	// MaxStreams bounds the metrics streams open at once, of every proxy
+	// (as many as MaxProxies: one each); one more is refused
+	// (RESOURCE_EXHAUSTED, reason "streams").
+	MaxStreams = MaxProxies
 	// MaxDelta bounds one counter delta or histogram increment of one
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
 	MaxDelta = 1 << 32
-	// maxBuckets bounds a histogram's buckets (Envoy's default has 20); a
-	// histogram with more is dropped (reason "value").
-	maxBuckets = 64
 	// MaxWindowMinutes bounds GET …/outcomes?minutes=N.
 	MaxWindowMinutes = 60
 	// DefaultWindowMinutes is the window when ?minutes is omitted.
@@ -44,5 +50,13 @@ const (
 	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
 	reasonSeries     = "series"      // over MaxSeriesPerProxy
 	reasonProxies    = "proxies"     // over MaxProxies
-	reasonValue      = "value"       // a value out of range, or a histogram with other buckets
+	reasonStreams    = "streams"     // over MaxStreamsPerProxy or MaxStreams (the stream is refused)
+	reasonValue      = "value"       // a value out of range, or a histogram with other buckets than LatencyBounds
 )
+
+// LatencyBounds are the upper bounds (ms) of the latency histogram buckets
+// allotd accepts: Envoy's default histogram buckets, which the bootstraps
+// keep (no histogram_bucket_settings). A histogram with other bounds is
+// dropped (reason "value"), so that every proxy's samples sum into the
+// same buckets.
+var LatencyBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,12 +71,20 @@ type Aggregator struct {
 
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
 
-	mu       sync.Mutex
-	stale    bool // the store changed since the experiments were read
+	// reading is held by the one caller reading the store (TryLock: the
+	// others go on with the experiments read last); it guards storeRev
+	// and retryAt. The store is never read with mu held, so that a slow
+	// store delays no flush, report or scrape.
+	reading  sync.Mutex
+	stale    atomic.Bool // the store changed since the experiments were read
 	storeRev int64
-	exps     map[string]*expState // observed experiments, by key
-	names    map[string]series    // outcome stat name → series
-	proxies  map[string]*proxyState
+	retryAt  time.Time // after a failed read, the next read waits until then
+
+	mu      sync.Mutex
+	exps    map[string]*expState // observed experiments, by key
+	names   map[string]series    // outcome stat name → series; replaced, never changed
+	proxies map[string]*proxyState
+	streams int // open metrics streams, of every proxy
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
@@ -106,8 +115,7 @@ type minute struct {
 // tally is one variation's responses by class and latency histogram.
 type tally struct {
 	counts  [numClasses]uint64
-	bounds  []float64 // upper bounds (ms) of the latency buckets
-	buckets []uint64  // samples per bucket (not cumulative); len(bounds)+1, the last above every bound
+	buckets []uint64 // samples per bucket of LatencyBounds (not cumulative); none or len(LatencyBounds)+1, the last above every bound
 }
 
 // proxyState is what allotd keeps of one reporting proxy: its open
@@ -132,8 +140,8 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
 			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
-			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's assignment revision.",
-			[]string{"experiment", "variation", "class"}, nil),
+			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's current assignment revision (only the current revision's series are exported).",
+			[]string{"experiment", "revision", "variation", "class"}, nil),
 	}
 	for _, o := range opts {
 		o(a)
@@ -141,7 +149,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonStreams, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -163,7 +171,8 @@ func (a *Aggregator) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: the counters of what the sink
 // received and dropped, and one
 // allot_outcome_requests_total series per observed experiment × variation
-// × class (at most the store's observed experiments).
+// × class, labelled with the current revision (so that a revision's
+// counter starting over is a new series, not a reset that rate() mixes).
 func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 	a.dropped.Collect(ch)
 	ch <- a.messages
@@ -174,7 +183,7 @@ func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 		for v, t := range e.total {
 			for c := range numClasses {
 				ch <- prometheus.MustNewConstMetric(a.reqDesc, prometheus.CounterValue, float64(t.counts[c]),
-					e.key, strconv.Itoa(v), plugin.ClassName(c))
+					e.key, e.revision, strconv.Itoa(v), plugin.ClassName(c))
 			}
 		}
 	}
@@ -194,9 +203,50 @@ func Revision(e *experimentv1.Experiment) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// refresh re-reads the observed experiments when the store changed; a.mu
-// must be held. An experiment whose assignment revision changed starts
-// over.
+// refreshBackoff is how long a failed store read is not retried: with
+// the store down, flushes count under the experiments read last instead
+// of each waiting for the store's timeout.
+const refreshBackoff = 5 * time.Second
+
+// maybeRefresh re-reads the observed experiments if the store changed
+// since they were read (force: if its revision moved), unless another
+// caller is reading them or a read failed less than refreshBackoff ago.
+// a.mu must not be held.
+func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
+	select {
+	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
+		if ok {
+			a.stale.Store(true)
+		}
+	default:
+	}
+	if !force && !a.stale.Load() {
+		return nil
+	}
+	if !a.reading.TryLock() {
+		return nil
+	}
+	defer a.reading.Unlock()
+	if a.now().Before(a.retryAt) {
+		return nil
+	}
+	stale := a.stale.Swap(false) // a change during the read marks it again
+	if err := a.refresh(ctx); err != nil {
+		if stale {
+			a.stale.Store(true)
+		}
+		a.retryAt = a.now().Add(refreshBackoff)
+		return err
+	}
+	return nil
+}
+
+// refresh re-reads the observed experiments when the store's revision
+// moved; a.reading must be held and a.mu not: the store is read and the
+// experiments decoded outside a.mu, which is held only to swap the maps.
+// An experiment whose assignment revision changed starts over, and the
+// proxies' series of experiments and revisions no longer current are
+// forgotten (MaxSeriesPerProxy bounds the live ones).
 func (a *Aggregator) refresh(ctx context.Context) error {
 	rev, err := a.st.Revision(ctx)
 	if err != nil {
@@ -209,7 +259,11 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list experiments: %w", err)
 	}
-	exps := make(map[string]*expState, len(a.exps))
+	type observed struct {
+		e        *experimentv1.Experiment
+		revision string
+	}
+	var read []observed
 	names := map[string]series{}
 	for _, se := range list {
 		e, err := a.decode(se)
@@ -220,21 +274,42 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		if !e.GetObserve() {
 			continue
 		}
-		n := len(e.GetVariations())
-		r := Revision(e)
-		st := a.exps[e.GetKey()]
-		if st == nil || st.revision != r {
-			st = &expState{key: e.GetKey(), revision: r, weights: weights(e), since: a.now(), total: make([]tally, n)}
-		}
-		exps[e.GetKey()] = st
-		for v := range n {
+		read = append(read, observed{e, Revision(e)})
+		for v := range len(e.GetVariations()) {
 			for c := range numClasses {
 				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
 			}
 			names[statName(plugin.LatencyMetric(e.GetKey(), v))] = series{e.GetKey(), v, latencyClass}
 		}
 	}
-	a.exps, a.names, a.storeRev = exps, names, rev
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	exps := make(map[string]*expState, len(read))
+	for _, o := range read {
+		key := o.e.GetKey()
+		st := a.exps[key]
+		if st == nil || st.revision != o.revision {
+			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
+		}
+		exps[key] = st
+	}
+	gone := map[string]bool{} // experiments no longer observed, or at a new revision
+	for key, old := range a.exps {
+		if exps[key] != old {
+			gone[key] = true
+		}
+	}
+	if len(gone) > 0 {
+		for _, p := range a.proxies {
+			for s := range p.series {
+				if gone[s.key] {
+					delete(p.series, s)
+				}
+			}
+		}
+	}
+	a.exps, a.names = exps, names
+	a.storeRev = rev
 	return nil
 }
 
@@ -254,21 +329,30 @@ func weights(e *experimentv1.Experiment) []float64 {
 	return w
 }
 
-// open registers a metrics stream of node; false when MaxProxies are
-// already reporting.
-func (a *Aggregator) open(node string) bool {
+// open registers a metrics stream of node; the reason to refuse it
+// (counted in allot_outcomes_dropped_total) when node has
+// MaxStreamsPerProxy open, MaxStreams are open or MaxProxies are
+// reporting.
+func (a *Aggregator) open(node string) (refused string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.streams >= MaxStreams {
+		return reasonStreams
+	}
 	p := a.proxies[node]
 	if p == nil {
 		if len(a.proxies) >= MaxProxies && !a.evictLocked() {
-			return false
+			return reasonProxies
 		}
 		p = &proxyState{series: map[series]struct{}{}}
 		a.proxies[node] = p
 	}
+	if p.streams >= MaxStreamsPerProxy {
+		return reasonStreams
+	}
 	p.streams++
-	return true
+	a.streams++
+	return ""
 }
 
 // close ends a metrics stream of node. The proxy's histograms stay, so
@@ -278,6 +362,7 @@ func (a *Aggregator) close(node string) {
 	defer a.mu.Unlock()
 	if p := a.proxies[node]; p != nil {
 		p.streams--
+		a.streams--
 	}
 }
 
@@ -300,22 +385,27 @@ func (a *Aggregator) evictLocked() bool {
 // over) needs nothing. Families that are not outcome stats of an observed
 // experiment, or are over a bound, are dropped and counted.
 func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	select {
-	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
-		a.stale = a.stale || ok
-	default:
+	// A store that cannot be read leaves the experiments as they were read
+	// last: the flush still counts, and a flush after refreshBackoff tries
+	// again.
+	if err := a.maybeRefresh(ctx, false); err != nil {
+		a.log.Warn("outcomes: experiments not re-read", "error", err)
 	}
-	if a.stale {
-		// A store that cannot be read leaves the experiments as they were
-		// read last: the flush still counts, and the next one tries again.
-		if err := a.refresh(ctx); err != nil {
-			a.log.Warn("outcomes: experiments not re-read", "error", err)
-		} else {
-			a.stale = false
+	// Whether the proxy applied its configuration is asked outside a.mu
+	// (it reads the xDS server's tracking), and only if the flush holds an
+	// outcome stat.
+	a.mu.Lock()
+	names := a.names
+	a.mu.Unlock()
+	applied := false
+	for _, f := range fams {
+		if _, ok := names[f.GetName()]; ok && len(f.GetName()) <= MaxNameBytes {
+			applied = a.applied(node, cluster)
+			break
 		}
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	drop := map[string]float64{}
 	defer func() {
 		for r, n := range drop {
@@ -327,7 +417,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 		drop[reasonProxies] += float64(len(fams))
 		return
 	}
-	var applied, asked bool
 	now := a.now()
 	for _, f := range fams {
 		name := f.GetName()
@@ -339,9 +428,6 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 		if !ok {
 			drop[reasonOther]++
 			continue
-		}
-		if !asked {
-			applied, asked = a.applied(node, cluster), true
 		}
 		if !applied {
 			drop[reasonNotApplied]++
@@ -390,27 +476,26 @@ func count(v float64) (uint64, bool) {
 
 // addHistogram adds one flush's latency histogram (the samples since the
 // previous flush, in cumulative buckets) to variation v; false when it is
-// malformed or its buckets differ from those already summed.
+// malformed or its bounds are not LatencyBounds.
 func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time) bool {
 	ms := f.GetMetric()
 	if len(ms) != 1 || ms[0].GetHistogram() == nil {
 		return false
 	}
 	h := ms[0].GetHistogram()
-	if len(h.GetBucket()) > maxBuckets {
+	if len(h.GetBucket()) != len(LatencyBounds) {
 		return false
 	}
-	bounds := make([]float64, 0, len(h.GetBucket()))
-	cum := make([]uint64, 0, len(h.GetBucket())+1)
-	for _, b := range h.GetBucket() {
+	cum := make([]uint64, 0, len(LatencyBounds)+1)
+	for i, b := range h.GetBucket() {
 		c, ok := count(float64(b.GetCumulativeCount()))
-		if !ok || (len(cum) > 0 && (c < cum[len(cum)-1] || b.GetUpperBound() <= bounds[len(bounds)-1])) {
+		if !ok || b.GetUpperBound() != LatencyBounds[i] || (len(cum) > 0 && c < cum[len(cum)-1]) {
 			return false
 		}
-		bounds, cum = append(bounds, b.GetUpperBound()), append(cum, c)
+		cum = append(cum, c)
 	}
 	total, ok := count(float64(h.GetSampleCount()))
-	if !ok || (len(cum) > 0 && total < cum[len(cum)-1]) {
+	if !ok || total < cum[len(cum)-1] {
 		return false
 	}
 	cum = append(cum, total)
@@ -418,13 +503,6 @@ func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time
 		return true
 	}
 	t, m := &e.total[v], &e.minute(now)[v]
-	for _, x := range []*tally{t, m} {
-		if x.bounds == nil {
-			x.bounds = bounds
-		} else if !slices.Equal(x.bounds, bounds) {
-			return false
-		}
-	}
 	grow(t, len(cum))
 	grow(m, len(cum))
 	var below uint64

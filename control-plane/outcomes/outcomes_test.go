@@ -72,16 +72,22 @@ func counter(name string, v float64) *clientmodel.MetricFamily {
 }
 
 // histogram is one flush's latency histogram (Envoy's sink sends the
-// samples since the previous flush, in cumulative buckets) over bounds 10,
-// 100 ms with counts per bucket (the last above 100).
+// samples since the previous flush, in cumulative buckets) over
+// LatencyBounds with the counts in the buckets of 10, 100 and 250 ms.
 func histogram(name string, perBucket ...uint64) *clientmodel.MetricFamily {
 	h := &clientmodel.Histogram{}
 	var cum uint64
-	for i, b := range []float64{10, 100} {
-		cum += perBucket[i]
+	for _, b := range LatencyBounds {
+		switch b {
+		case 10:
+			cum += perBucket[0]
+		case 100:
+			cum += perBucket[1]
+		case 250:
+			cum += perBucket[2]
+		}
 		h.Bucket = append(h.Bucket, &clientmodel.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(cum)})
 	}
-	cum += perBucket[2]
 	h.SampleCount = proto.Uint64(cum)
 	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
 		Metric: []*clientmodel.Metric{{Histogram: h}}}
@@ -95,6 +101,20 @@ func latency(v int) string {
 	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response_time_ms"
 }
 
+// updateSpec stores spec as the checkout experiment's new definition.
+func updateSpec(t *testing.T, st store.Store, spec string) {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := st.Get(ctx, "checkout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec = []byte(spec)
+	if _, err := st.Update(ctx, cur, cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFamily) {
 	t.Helper()
 	f.a.Add(context.Background(), node, "svc", fams)
@@ -102,8 +122,8 @@ func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFami
 
 func (f *fixture) open(t *testing.T, node string) {
 	t.Helper()
-	if !f.a.open(node) {
-		t.Fatalf("open %s refused", node)
+	if r := f.a.open(node); r != "" {
+		t.Fatalf("open %s refused: %s", node, r)
 	}
 }
 
@@ -138,10 +158,10 @@ func TestTwoProxiesSummed(t *testing.T) {
 		if vs[1].Responses["reset"] != 10 || vs[1].Responses["5xx"] != 10 {
 			t.Errorf("responses %v", vs[1].Responses)
 		}
-		// 35 ≤ 10 ms, 20 in (10, 100], 5 above: 60 timed.
+		// 35 ≤ 10 ms, 20 in (10, 100], 5 in (100, 250]: 60 timed.
 		q := vs[0].LatencyMs
-		if q == nil || q.P50 > 10 || q.P95 <= 10 || q.P95 > 100 || q.P99 != 100 {
-			t.Errorf("latency %+v, want p50 ≤ 10, p95 in (10, 100], p99 = 100", q)
+		if q == nil || q.P50 > 10 || q.P95 <= 100 || q.P95 > 250 || q.P99 <= q.P95 || q.P99 > 250 {
+			t.Errorf("latency %+v, want p50 ≤ 10, p95 < p99 in (100, 250]", q)
 		}
 	}
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 0 {
@@ -184,8 +204,8 @@ func TestOverBoundsDropped(t *testing.T) {
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
 	f.add(t, "late", counter(name(0, "2xx"), 7))
-	// Histograms: the variation's buckets are 10, 100 ms once seen; other
-	// buckets, decreasing counts or too many buckets are refused.
+	// Histograms: buckets other than LatencyBounds, decreasing counts or
+	// too many buckets are refused.
 	other := histogram(latency(0), 1, 0, 0)
 	other.Metric[0].Histogram.Bucket[0].UpperBound = proto.Float64(5)
 	down := histogram(latency(0), 2, 0, 0)
@@ -216,8 +236,11 @@ func TestOverBoundsDropped(t *testing.T) {
 	}
 	b.WriteString(`]}`)
 	f.st.Create(context.Background(), &store.Experiment{Key: "many", Spec: []byte(b.String())}, "test")
-	for i := 0; i < MaxSeriesPerProxy; i++ {
-		f.a.proxies["p1"].series[series{key: "filler", variation: i, class: latencyClass}] = struct{}{}
+	if err := f.a.maybeRefresh(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < MaxSeriesPerProxy; i++ { // live series (of the current revision)
+		f.a.proxies["p1"].series[series{key: "many", variation: 64 + i, class: latencyClass}] = struct{}{}
 	}
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 1))
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 1 {
@@ -228,8 +251,8 @@ func TestOverBoundsDropped(t *testing.T) {
 	for i := len(f.a.proxies); i < MaxProxies; i++ {
 		f.a.proxies[strings.Repeat("n", i%7)+string(rune(i))] = &proxyState{streams: 1}
 	}
-	if f.a.open("one-more") {
-		t.Error("a proxy over MaxProxies was admitted")
+	if r := f.a.open("one-more"); r != reasonProxies {
+		t.Errorf("a proxy over MaxProxies: refused %q, want %q", r, reasonProxies)
 	}
 }
 
@@ -315,11 +338,7 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	a.open("p1")
 	a.Add(context.Background(), "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
-	cur, _ := f.st.Get(ctx, "checkout")
-	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
-	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	fs.fail.Store(true)
 	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
@@ -327,7 +346,206 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	}
 	fs.fail.Store(false)
 	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
+		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
+	}
+	f.clock.add(refreshBackoff)
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
+	}
+}
+
+// blockingStore is a store whose List blocks, once armed, until released
+// (a store that does not answer, as etcd without quorum until
+// -store-timeout).
+type blockingStore struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, error) {
+	if s.armed.Load() {
+		s.entered <- struct{}{}
+		<-s.release
+		return nil, 0, store.ErrUnavailable
+	}
+	return s.Store.List(ctx)
+}
+
+// TestSlowStoreBlocksNothing: while one flush waits for the store, other
+// proxies' flushes, reports and /metrics scrapes go on with the
+// experiments read last.
+func TestSlowStoreBlocksNothing(t *testing.T) {
+	f := newFixture(t, checkout)
+	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	a, err := New(t.Context(), bs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a.open("p1")
+	a.open("p2")
+	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	bs.armed.Store(true)
+	slow := make(chan struct{})
+	go func() {
+		defer close(slow)
+		a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	}()
+	select {
+	case <-bs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush did not read the store")
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(bs.release)
+			<-slow
+		}
+	}
+	defer release()
+	done := make(chan string, 3)
+	go func() {
+		a.Add(ctx, "p2", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 2)})
+		done <- "add"
+	}()
+	go func() {
+		if _, err := a.Report(ctx, "checkout", 0); err != nil {
+			t.Error(err)
+		}
+		done <- "report"
+	}()
+	go func() {
+		testutil.CollectAndCount(a, "allot_outcome_requests_total")
+		done <- "collect"
+	}()
+	deadline := time.After(5 * time.Second)
+	for range 3 {
+		select {
+		case <-done:
+		case <-deadline:
+			release()
+			t.Fatal("a flush, report or scrape waited for the store")
+		}
+	}
+	release()
+	if got := a.exps["checkout"].total[1].counts[0]; got != 2 {
+		t.Errorf("p2's flush: %d counted, want 2", got)
+	}
+}
+
+// TestStreamsBounded: a node has at most MaxStreamsPerProxy metrics
+// streams open and allotd at most MaxStreams; a closed stream frees its
+// room.
+func TestStreamsBounded(t *testing.T) {
+	f := newFixture(t, checkout)
+	for range MaxStreamsPerProxy {
+		f.open(t, "p1")
+	}
+	if r := f.a.open("p1"); r != reasonStreams {
+		t.Errorf("stream %d of one node: refused %q, want %q", MaxStreamsPerProxy+1, r, reasonStreams)
+	}
+	f.a.close("p1")
+	f.open(t, "p1")
+	f.a.mu.Lock()
+	f.a.streams = MaxStreams
+	f.a.mu.Unlock()
+	if r := f.a.open("p2"); r != reasonStreams {
+		t.Errorf("stream over MaxStreams: refused %q, want %q", r, reasonStreams)
+	}
+}
+
+// TestDeadSeriesPruned: a proxy's series of a revision no longer current
+// are forgotten, so MaxSeriesPerProxy bounds the live ones only.
+func TestDeadSeriesPruned(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 1))
+	for i := 2; i < MaxSeriesPerProxy+2; i++ { // as if the experiment had had that many variations
+		f.a.proxies["p1"].series[series{key: "checkout", variation: i, class: latencyClass}] = struct{}{}
+	}
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.3,0.7],"observe":true}`)
+	f.add(t, "p1", counter(name(1, "2xx"), 4))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 0 {
+		t.Errorf("dropped{reason=series} = %v after the revision changed, want 0", got)
+	}
+	if r := f.report(t, "checkout", 0); r.Total[1].Requests != 4 {
+		t.Errorf("requests %d, want 4", r.Total[1].Requests)
+	}
+	if n := len(f.a.proxies["p1"].series); n != 1 {
+		t.Errorf("%d series kept, want 1 (variation 1 of the new revision)", n)
+	}
+}
+
+// TestOtherBucketsDropped: a proxy whose histograms have other buckets
+// than LatencyBounds is dropped, whoever reports first; the others count.
+func TestOtherBucketsDropped(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "custom")
+	f.open(t, "p1")
+	custom := &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
+		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(3), Bucket: []*clientmodel.Bucket{
+			{UpperBound: proto.Float64(10), CumulativeCount: proto.Uint64(1)}, {UpperBound: proto.Float64(100), CumulativeCount: proto.Uint64(2)}}}}}}
+	f.add(t, "custom", custom)
+	f.add(t, "p1", histogram(latency(0), 4, 0, 0))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
+		t.Errorf("dropped{reason=value} = %v, want 1 (the other buckets)", got)
+	}
+	if r := f.report(t, "checkout", 0); r.Total[0].Timed != 4 {
+		t.Errorf("timed %d, want 4 (p1's)", r.Total[0].Timed)
+	}
+}
+
+// TestEmptyHistogramDropped: a histogram with samples but no buckets is
+// refused (its quantiles would be NaN).
+func TestEmptyHistogramDropped(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
+		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(5)}}}})
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
+		t.Errorf("dropped{reason=value} = %v, want 1", got)
+	}
+	if q := f.report(t, "checkout", 0).Total[0].LatencyMs; q != nil {
+		t.Errorf("latency %+v, want none", q)
+	}
+}
+
+// TestRequestsLabelledWithRevision: allot_outcome_requests_total carries
+// the current revision, so that a new revision is a new series.
+func TestRequestsLabelledWithRevision(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.open(t, "p1")
+	f.add(t, "p1", counter(name(0, "2xx"), 3))
+	rev := f.report(t, "checkout", 0).Revision
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(f.a)
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fam *clientmodel.MetricFamily
+	for _, mf := range got {
+		if mf.GetName() == "allot_outcome_requests_total" {
+			fam = mf
+		}
+	}
+	if fam == nil || len(fam.GetMetric()) != 2*numClasses {
+		t.Fatalf("family %v", fam)
+	}
+	for _, m := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["revision"] != rev {
+			t.Errorf("series %v: revision %q, want %q", labels, labels["revision"], rev)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -29,11 +28,13 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	if minutes < 1 || minutes > MaxWindowMinutes {
 		return nil, fmt.Errorf("minutes: %d, want 1 to %d: %w", minutes, MaxWindowMinutes, ErrWindow)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.refresh(ctx); err != nil {
+	// A report re-reads the experiments if the store's revision moved
+	// (not waiting for its watch), unless another caller is reading them.
+	if err := a.maybeRefresh(ctx, true); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	e := a.exps[key]
 	if e == nil {
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
@@ -54,9 +55,6 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 func (t *tally) add(o tally) {
 	for c := range t.counts {
 		t.counts[c] += o.counts[c]
-	}
-	if t.bounds == nil {
-		t.bounds = o.bounds
 	}
 	grow(t, len(o.buckets))
 	for i, n := range o.buckets {
@@ -118,17 +116,14 @@ func (t tally) quantile(q float64, n uint64) float64 {
 	var below uint64
 	for i, b := range t.buckets {
 		if b > 0 && float64(below+b) >= rank {
-			if i >= len(t.bounds) {
-				if len(t.bounds) == 0 {
-					return math.NaN()
-				}
-				return t.bounds[len(t.bounds)-1]
+			if i >= len(LatencyBounds) {
+				return LatencyBounds[len(LatencyBounds)-1]
 			}
 			lo := 0.0
 			if i > 0 {
-				lo = t.bounds[i-1]
+				lo = LatencyBounds[i-1]
 			}
-			return lo + (t.bounds[i]-lo)*(rank-float64(below))/float64(b)
+			return lo + (LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
 		}
 		below += b
 	}

@@ -31,7 +31,8 @@ func (s *Sink) Register(g grpc.ServiceRegistrar) { metricsv3.RegisterMetricsServ
 // StreamMetrics receives one proxy's flushes until it closes the stream.
 // The first message must name the node (Envoy sends it there only); a
 // stream without it, or with a node id over xds.MaxNodeIDBytes, is refused
-// with INVALID_ARGUMENT.
+// with INVALID_ARGUMENT; one over MaxStreamsPerProxy, MaxStreams or
+// MaxProxies with RESOURCE_EXHAUSTED.
 func (s *Sink) StreamMetrics(st grpc.ClientStreamingServer[metricsv3.StreamMetricsMessage, metricsv3.StreamMetricsResponse]) error {
 	first, err := st.Recv()
 	if err != nil {
@@ -47,8 +48,13 @@ func (s *Sink) StreamMetrics(st grpc.ClientStreamingServer[metricsv3.StreamMetri
 		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(len(first.GetEnvoyMetrics())))
 		return status.Errorf(codes.InvalidArgument, "metrics: identifier.node.id: %d bytes, limit %d", len(id), xds.MaxNodeIDBytes)
 	}
-	if !s.a.open(id) {
-		s.a.dropped.WithLabelValues(reasonProxies).Add(float64(len(first.GetEnvoyMetrics())))
+	switch reason := s.a.open(id); reason {
+	case "":
+	case reasonStreams:
+		s.a.dropped.WithLabelValues(reason).Add(float64(len(first.GetEnvoyMetrics())))
+		return status.Errorf(codes.ResourceExhausted, "metrics: node %q: streams over the limit (%d per node, %d in all)", id, MaxStreamsPerProxy, MaxStreams)
+	default:
+		s.a.dropped.WithLabelValues(reason).Add(float64(len(first.GetEnvoyMetrics())))
 		return status.Errorf(codes.ResourceExhausted, "metrics: %d proxies report already, limit %d", MaxProxies, MaxProxies)
 	}
 	defer s.a.close(id)

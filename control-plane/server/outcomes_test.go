@@ -105,6 +105,7 @@ func TestOutcomesSink(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	var rev string // the assignment revision, a label of allot_outcome_requests_total
 	eventually(t, 5*time.Second, "outcomes summed", func() error {
 		code, body := adminCall(t, a, "GET", "/v1/experiments/checkout/outcomes?minutes=1", "")
 		if code != http.StatusOK {
@@ -118,13 +119,14 @@ func TestOutcomesSink(t *testing.T) {
 			rep.GetWindow()[1].GetResponses()["5xx"] != 2 {
 			return fmt.Errorf("report %s", body)
 		}
+		rev = rep.GetRevision()
 		return nil
 	})
 	eventually(t, 5*time.Second, "metrics", func() error {
 		_, body := get(t, http.DefaultClient, "http://"+a.Admin.String()+"/metrics")
 		for _, want := range []string{
-			`allot_outcome_requests_total{class="5xx",experiment="checkout",variation="1"} 2`,
-			`allot_outcome_requests_total{class="2xx",experiment="checkout",variation="0"} 8`,
+			`allot_outcome_requests_total{class="5xx",experiment="checkout",revision="` + rev + `",variation="1"} 2`,
+			`allot_outcome_requests_total{class="2xx",experiment="checkout",revision="` + rev + `",variation="0"} 8`,
 			`allot_outcomes_dropped_total{reason="other_stat"} 1`,
 			`allot_outcomes_dropped_total{reason="not_applied"} 1`,
 		} {
@@ -134,6 +136,29 @@ func TestOutcomesSink(t *testing.T) {
 		}
 		return nil
 	})
+	// A node has at most outcomes.MaxStreamsPerProxy (2) metrics streams:
+	// with st and second open, a third is refused once second is counted.
+	second := metricsStream(t, a.XDS.String())
+	if err := second.Send(&metricsv3.StreamMetricsMessage{Identifier: id}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a third stream of p1 refused", func() error {
+		third := metricsStream(t, a.XDS.String())
+		if err := third.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{"cluster.shop.upstream_rq_total": 1})}); err != nil {
+			return err
+		}
+		if _, err := third.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+			return fmt.Errorf("a third stream of one node: %v, want ResourceExhausted", err)
+		}
+		_, body := get(t, http.DefaultClient, "http://"+a.Admin.String()+"/metrics")
+		if !strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} `) || strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} 0`) {
+			return fmt.Errorf("refused stream not counted")
+		}
+		return nil
+	})
+	if _, err := second.CloseAndRecv(); err != nil {
+		t.Errorf("close: %v", err)
+	}
 	if _, err := st.CloseAndRecv(); err != nil {
 		t.Errorf("close: %v", err)
 	}
