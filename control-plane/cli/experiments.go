@@ -305,16 +305,9 @@ func runGet(ctx context.Context, env *Env, args []string) error {
 	if !ok {
 		return err
 	}
-	c, err := conn.client()
-	if err != nil {
+	b, err := conn.get(ctx, env, "get "+pos[0], "/v1/experiments/"+url.PathEscape(pos[0]))
+	if b == nil {
 		return err
-	}
-	b, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(pos[0]), nil)
-	if err != nil {
-		return fmt.Errorf("get %s: %w", pos[0], err)
-	}
-	if conn.output != "table" {
-		return writeData(env.Stdout, conn.output, b)
 	}
 	e, err := decodeExperiment(b)
 	if err != nil {

@@ -33,16 +33,9 @@ func runOutcomes(ctx context.Context, env *Env, args []string) error {
 	if !ok {
 		return err
 	}
-	c, err := conn.client()
-	if err != nil {
+	b, err := conn.get(ctx, env, "outcomes", "/v1/experiments/"+url.PathEscape(pos[0])+"/outcomes?minutes="+strconv.Itoa(*minutes))
+	if b == nil {
 		return err
-	}
-	b, err := c.do(ctx, "GET", "/v1/experiments/"+url.PathEscape(pos[0])+"/outcomes?minutes="+strconv.Itoa(*minutes), nil)
-	if err != nil {
-		return fmt.Errorf("outcomes: %w", err)
-	}
-	if conn.output != "table" {
-		return writeData(env.Stdout, conn.output, b)
 	}
 	var r adminv1.Outcomes
 	if err := protojson.Unmarshal(b, &r); err != nil {

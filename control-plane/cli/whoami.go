@@ -43,13 +43,20 @@ func getDocument(ctx context.Context, env *Env, name, usage, path string, args [
 	if _, ok, err := parseFlags(fs, args, 0, 0); !ok {
 		return nil, err
 	}
+	return conn.get(ctx, env, name, path)
+}
+
+// get reads the document at path: printed whole when -o asks for json or
+// yaml (then it returns nil), else returned for the caller's table. what
+// names the read in an error.
+func (conn *connFlags) get(ctx context.Context, env *Env, what, path string) ([]byte, error) {
 	c, err := conn.client()
 	if err != nil {
 		return nil, err
 	}
 	b, err := c.do(ctx, "GET", path, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if conn.output != "table" {
 		return nil, writeData(env.Stdout, conn.output, b)
