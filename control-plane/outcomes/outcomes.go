@@ -142,6 +142,14 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 			return nil, fmt.Errorf("register outcomes metrics: %w", err)
 		}
 	}
+	// The experiments are read before the first export arrives: an export
+	// that finds another caller reading them goes on with what was read
+	// last, which must not be nothing (its outcomes would be dropped as
+	// not Allot's). A store that cannot be read now is read again at the
+	// next export after refreshBackoff.
+	if err := a.maybeRefresh(ctx, true); err != nil {
+		a.log.Warn("outcomes: experiments not read", "error", err)
+	}
 	return a, nil
 }
 

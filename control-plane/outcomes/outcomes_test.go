@@ -168,6 +168,19 @@ func TestTwoProxiesSummed(t *testing.T) {
 	}
 }
 
+// TestFirstExportsCounted: the experiments are read when the Aggregator
+// starts, so an export that arrives while another caller is reading them
+// (the first exports of a mesh arrive together) counts.
+func TestFirstExportsCounted(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.a.reading.Lock() // another export is reading the experiments
+	f.add(t, "p1", counter(name(0, "2xx"), 3))
+	f.a.reading.Unlock()
+	if got := f.report(t, "checkout", 0).Total[0].Requests; got != 3 {
+		t.Errorf("requests %d, want 3", got)
+	}
+}
+
 func TestRestartDoesNotDoubleCount(t *testing.T) {
 	f := newFixture(t, checkout)
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 10, 0, 0))
