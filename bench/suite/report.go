@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -23,20 +24,34 @@ import (
 var reportTemplate string
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"mib":    mib,
-	"rr":     ratioRange,
-	"join":   strings.Join,
-	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"sec":    func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"med":    stats.Median,
-	"ms":     func(ns float64) float64 { return ns / 1e6 },
-	"add":    func(a, b float64) float64 { return a + b },
-	"sub":    func(a, b float64) float64 { return a - b },
-	"mul":    func(a, b float64) float64 { return a * b },
-	"minus":  func(a, b int64) int64 { return a - b },
-	"int64":  func(n int) int64 { return int64(n) },
-	"div":    func(a, b float64) float64 { return a / b },
-	"ints":   func(xs []int) string { return joinInts(xs, " / ") },
+	"mib":   mib,
+	"rr":    ratioRange,
+	"join":  strings.Join,
+	"utc":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"sec":   func(d time.Duration) time.Duration { return d.Round(time.Second) },
+	"med":   stats.Median,
+	"ms":    func(ns float64) float64 { return ns / 1e6 },
+	"add":   func(a, b float64) float64 { return a + b },
+	"sub":   func(a, b float64) float64 { return a - b },
+	"mul":   func(a, b float64) float64 { return a * b },
+	"minus": func(a, b int64) int64 { return a - b },
+	"int64": func(n int) int64 { return int64(n) },
+	"div":   func(a, b float64) float64 { return a / b },
+	"ints":  func(xs []int) string { return joinInts(xs, " / ") },
+	"floats": func(xs []float64) string {
+		var parts []string
+		for _, x := range xs {
+			parts = append(parts, fmt.Sprintf("%.0f", x))
+		}
+		return strings.Join(parts, " / ")
+	},
+	"int64s": func(xs []int64) string {
+		var parts []string
+		for _, x := range xs {
+			parts = append(parts, strconv.FormatInt(x, 10))
+		}
+		return strings.Join(parts, " / ")
+	},
 	"commas": thousands,
 }).Parse(reportTemplate))
 
