@@ -79,8 +79,10 @@ type observedStats struct {
 	// variations and classes; OK those counted 2xx.
 	Responses map[string]int64 `json:"responses,omitempty"`
 	OK        int64            `json:"ok"`
-	// Unrecorded is allot.outcomes_unrecorded.
-	Unrecorded int64 `json:"unrecorded"`
+	// Unrecorded is allot.outcomes_unrecorded; HasUnrecorded says Envoy
+	// lists it (defined only with an observed experiment).
+	Unrecorded    int64 `json:"unrecorded"`
+	HasUnrecorded bool  `json:"has_unrecorded"`
 }
 
 // readObserved reads the outcome counters of an Allot variant's Envoy.
@@ -89,7 +91,8 @@ func readObserved(e *envoy, sent int64) (observedStats, error) {
 	if err != nil {
 		return observedStats{}, err
 	}
-	o := observedStats{Sent: sent, Responses: map[string]int64{}, Unrecorded: all[statPrefix+plugin.MetricOutcomesUnrecorded]}
+	o := observedStats{Sent: sent, Responses: map[string]int64{}}
+	o.Unrecorded, o.HasUnrecorded = all[statPrefix+plugin.MetricOutcomesUnrecorded]
 	for name, n := range all {
 		key, class, ok := outcomeStat(name)
 		if !ok {
@@ -111,9 +114,9 @@ const observedWait = 5 * time.Second
 
 // checkOutcomes is the pre-flight's check of the outcome stats after sent
 // pre-flight requests: an observe variant's Envoy lists every observed
-// experiment's and no other's, and has counted the pre-flight's responses
-// (every one is in observedKey), all 2xx; another Allot variant lists
-// none.
+// experiment's and no other's, and allot.outcomes_unrecorded, and has
+// counted the pre-flight's responses (every one is in observedKey), all
+// 2xx; another Allot variant lists none of them.
 func checkOutcomes(e *envoy, v variant, sent int64) error {
 	deadline := time.Now().Add(observedWait)
 	for {
@@ -122,14 +125,16 @@ func checkOutcomes(e *envoy, v variant, sent int64) error {
 			return err
 		}
 		if !v.observe {
-			if o.Stats > 0 {
-				return fmt.Errorf("outcome stats: %d listed (%v), want none: no experiment of %s observes", o.Stats, o.Responses, v.ID)
+			if o.Stats > 0 || o.HasUnrecorded {
+				return fmt.Errorf("outcome stats: %d listed (%v), %s listed %v, want none: no experiment of %s observes",
+					o.Stats, o.Responses, plugin.MetricOutcomesUnrecorded, o.HasUnrecorded, v.ID)
 			}
 			return nil
 		}
 		keys := slices.Sorted(maps.Keys(o.Responses))
-		if !slices.Equal(keys, slices.Sorted(slices.Values(observedKeys))) {
-			return fmt.Errorf("outcome stats of experiments %q, want %q", keys, observedKeys)
+		if !slices.Equal(keys, slices.Sorted(slices.Values(observedKeys))) || !o.HasUnrecorded {
+			return fmt.Errorf("outcome stats of experiments %q, want %q; %s listed %v, want true", keys, observedKeys,
+				plugin.MetricOutcomesUnrecorded, o.HasUnrecorded)
 		}
 		got := o.Responses[observedKey]
 		if got >= sent {
