@@ -703,10 +703,12 @@ func TestConsoleOutcomes(t *testing.T) {
 	// each point a minute's value; and after a reload the same (the
 	// history is the server's, not the page's).
 	harness.MustEventually(t, 15*time.Second, func() error { return chartsShowSeries(s, b) })
-	b.open("#/experiments/unobserved")
-	b.waitText("#outcomes-off", `"observe": true`, 10*time.Second)
-	b.open("#/experiments/sunk")
+	b.eval(`(window.beforeReload = '1', '')`)
+	b.do(chromedp.Reload())
 	b.waitFor(`#outcomes svg.chart`, 10*time.Second)
+	if b.eval(`window.beforeReload || ''`) != "" {
+		t.Fatal("the page was not reloaded")
+	}
 	harness.MustEventually(t, 15*time.Second, func() error { return chartsShowSeries(s, b) })
 	if got := b.eval(`document.querySelector('#outcomes svg.chart[data-metric="requests"]').getAttribute('role') + '|' + document.querySelector('#chart-requests-title').textContent`); got != "img|Requests per minute" {
 		t.Errorf("the requests chart's text alternative: %q", got)
