@@ -22,7 +22,9 @@ var ErrWindow = errors.New("window out of bounds")
 // Report returns key's outcomes (the admin API's allot.admin.v1.Outcomes),
 // with a window of the last minutes minutes (0: DefaultWindowMinutes; at
 // most MaxWindowMinutes): the window's sum and its series minute by
-// minute.
+// minute. It is built under a.mu: the largest (60 minutes × 64
+// variations) takes about 0.5 ms in all, the store's revision read
+// included (BenchmarkReportSeries).
 func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
 	if minutes == 0 {
 		minutes = DefaultWindowMinutes

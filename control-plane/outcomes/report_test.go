@@ -1,8 +1,11 @@
 package outcomes
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	clientmodel "github.com/prometheus/client_model/go"
 )
 
 // TestSeries: a report's series has one entry per minute of the window
@@ -102,5 +105,34 @@ func TestSeriesBounded(t *testing.T) {
 	}
 	if r.Total[3].Requests != 7 || r.Window[3].Requests != 0 {
 		t.Errorf("total %d, window %d, want 7, 0", r.Total[3].Requests, r.Window[3].Requests)
+	}
+}
+
+// BenchmarkReportSeries: the largest report (MaxWindowMinutes minutes of
+// 64 variations, each with responses and latency), which holds the
+// aggregation lock while it is built.
+func BenchmarkReportSeries(b *testing.B) {
+	spec := `{"key":"many","observe":true,"variations":[`
+	for i := range 64 {
+		if i > 0 {
+			spec += ","
+		}
+		spec += `"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`
+	}
+	f := newFixture(b, spec+`]}`)
+	f.a.open("p1")
+	for range MaxWindowMinutes {
+		for v := range 64 {
+			f.a.Add(b.Context(), "p1", "svc", []*clientmodel.MetricFamily{
+				counter(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response.2xx", v), 10),
+				histogram(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response_time_ms", v), 5, 4, 1)})
+		}
+		f.clock.add(time.Minute)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.a.Report(b.Context(), "many", MaxWindowMinutes); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
