@@ -171,7 +171,8 @@ export function outcomesPanel(e) {
     h('h3', null, `Minute by minute, since the revision (the last ${WINDOW_MINUTES} minutes at most)`),
     h('p', {class: 'muted'}, 'Each point is one minute, at its start; the last is the current minute, still counting. ',
       'The charts start at the revision\'s first minute (a dotted mark when it is the current one): nothing is counted before it. ',
-      'Error rate is drawn for the minutes with requests, latency for those with a timed response; a line breaks where a minute has none. Hover a point for its value.'),
+      'Error rate is drawn for the minutes with requests, latency for those with a timed response; a line breaks where a minute has none. Hover a point for its value; ',
+      h('code', null, `allotctl outcomes ${e.key} --series --minutes ${WINDOW_MINUTES}`), ' lists them as text.'),
     plots);
   const key = encodeURIComponent(e.key);
   let reads = 0;
