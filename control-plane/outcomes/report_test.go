@@ -72,10 +72,8 @@ func TestSeries(t *testing.T) {
 	}
 }
 
-// TestSeriesBounded: after longer than the ring of minutes, a report of
-// MaxWindowMinutes has exactly MaxWindowMinutes minutes of 64 variations,
-// the current one last, and no minute of the ring's previous turn.
-func TestSeriesBounded(t *testing.T) {
+// many is an observed experiment of 64 variations, the most one can have.
+var many = func() string {
 	spec := `{"key":"many","observe":true,"variations":[`
 	for i := range 64 {
 		if i > 0 {
@@ -83,7 +81,14 @@ func TestSeriesBounded(t *testing.T) {
 		}
 		spec += `"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`
 	}
-	f := newFixture(t, spec+`]}`)
+	return spec + `]}`
+}()
+
+// TestSeriesBounded: after longer than the ring of minutes, a report of
+// MaxWindowMinutes has exactly MaxWindowMinutes minutes of 64 variations,
+// the current one last, and no minute of the ring's previous turn.
+func TestSeriesBounded(t *testing.T) {
+	f := newFixture(t, many)
 	f.open(t, "p1")
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 7)) // at 00:00, the slot of 01:01
 	f.clock.add(61 * time.Minute)
@@ -112,14 +117,7 @@ func TestSeriesBounded(t *testing.T) {
 // 64 variations, each with responses and latency), which holds the
 // aggregation lock while it is built.
 func BenchmarkReportSeries(b *testing.B) {
-	spec := `{"key":"many","observe":true,"variations":[`
-	for i := range 64 {
-		if i > 0 {
-			spec += ","
-		}
-		spec += `"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`
-	}
-	f := newFixture(b, spec+`]}`)
+	f := newFixture(b, many)
 	f.a.open("p1")
 	for range MaxWindowMinutes {
 		for v := range 64 {
