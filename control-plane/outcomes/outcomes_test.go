@@ -44,7 +44,7 @@ type fixture struct {
 	notApplied map[string]bool
 }
 
-func newFixture(t *testing.T, specs ...string) *fixture {
+func newFixture(t testing.TB, specs ...string) *fixture {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
 	if err != nil {
