@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	clientmodel "github.com/prometheus/client_model/go"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 )
 
 // TestSeries: a report's series has one entry per minute of the window
@@ -14,7 +14,6 @@ import (
 // minute's requests, error rate and latency; the window is its sum.
 func TestSeries(t *testing.T) {
 	f := newFixture(t, checkout) // since 00:00:30
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 5), counter(name(1, "2xx"), 15), histogram(latency(0), 30, 0, 0))
 	f.clock.add(2 * time.Minute) // 00:01 has nothing
 	f.add(t, "p1", counter(name(0, "2xx"), 4), counter(name(0, "reset"), 1), histogram(latency(0), 0, 0, 4))
@@ -89,7 +88,6 @@ var many = func() string {
 // the current one last, and no minute of the ring's previous turn.
 func TestSeriesBounded(t *testing.T) {
 	f := newFixture(t, many)
-	f.open(t, "p1")
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 7)) // at 00:00, the slot of 01:01
 	f.clock.add(61 * time.Minute)
 	r := f.report(t, "many", MaxWindowMinutes)
@@ -118,10 +116,9 @@ func TestSeriesBounded(t *testing.T) {
 // aggregation lock while it is built.
 func BenchmarkReportSeries(b *testing.B) {
 	f := newFixture(b, many)
-	f.a.open("p1")
 	for range MaxWindowMinutes {
 		for v := range 64 {
-			f.a.Add(b.Context(), "p1", "svc", []*clientmodel.MetricFamily{
+			f.a.Add(b.Context(), "p1", true, []*metricsv1.Metric{
 				counter(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response.2xx", v), 10),
 				histogram(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response_time_ms", v), 5, 4, 1)})
 		}

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/service/metrics/v3"
+	collectorv1 "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -38,12 +37,11 @@ func TestOutcomesSeries(t *testing.T) {
 		}
 		return nil
 	})
-	st := metricsStream(t, a.XDS.String())
 	name := func(v int, class string) string {
 		return fmt.Sprintf("wasmcustom.allot.experiment.checkout.variation.%d.response.%s", v, class)
 	}
-	if err := st.Send(&metricsv3.StreamMetricsMessage{Identifier: &metricsv3.StreamMetricsMessage_Identifier{Node: &corev3.Node{Id: "p1", Cluster: "shop"}},
-		EnvoyMetrics: deltas(map[string]float64{name(0, "2xx"): 9, name(1, "2xx"): 3, name(1, "5xx"): 1})}); err != nil {
+	if _, err := collectorv1.NewMetricsServiceClient(p.conn).Export(t.Context(),
+		deltas(map[string]int64{name(0, "2xx"): 9, name(1, "2xx"): 3, name(1, "5xx"): 1})); err != nil {
 		t.Fatal(err)
 	}
 
