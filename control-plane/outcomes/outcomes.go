@@ -95,9 +95,11 @@ type expState struct {
 	key      string
 	revision string
 	weights  []float64
-	since    time.Time
-	total    []tally // per variation, since the revision
-	minutes  [MaxWindowMinutes + 1]minute
+	// guardrails are the experiment's (Report tests them on total).
+	guardrails []*experimentv1.Guardrail
+	since      time.Time
+	total      []tally // per variation, since the revision
+	minutes    [MaxWindowMinutes + 1]minute
 }
 
 // minute is one minute's tallies (stamp: Unix minute).
@@ -282,6 +284,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		if st == nil || st.revision != o.revision {
 			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
 		}
+		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
 		exps[key] = st
 	}
 	a.exps, a.names = exps, names

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -61,7 +62,8 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		series = append(series, &adminv1.OutcomesMinute{Start: timestamppb.New(time.Unix(stamp*60, 0)), Variations: vars})
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
-		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series}, nil
+		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series,
+		LatencyBoundsMs: slices.Clone(LatencyBounds), Guardrails: e.check()}, nil
 }
 
 // minuteOutcomes is variation v's figures of one minute's tally t.
@@ -98,6 +100,12 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 		o.ErrorRate = t.errorRate()
 		for _, n := range t.buckets {
 			o.Timed += int64(n)
+		}
+		if o.Timed > 0 {
+			o.LatencyBuckets = make([]int64, len(LatencyBounds)+1)
+			for i, n := range t.buckets {
+				o.LatencyBuckets[i] = int64(n)
+			}
 		}
 		o.LatencyMs = t.quantiles()
 		out[v] = o
