@@ -11,16 +11,12 @@ import (
 // Guardrail is an experiment's guardrail as the sequential test takes it
 // (control-plane/guard), with its control variation.
 func Guardrail(g *experimentv1.Guardrail) (guard.Guardrail, int) {
-	min := g.GetMinRequests()
-	if min == 0 {
-		min = experiment.DefaultGuardrailMinRequests
-	}
 	return guard.Guardrail{Metric: guard.Metric(g.GetMetric()), MaxIncrease: g.GetMaxIncrease(), MaxRatio: g.GetMaxRatio(),
-		MinRequests: uint64(min)}, int(g.GetControl())
+		MinRequests: uint64(experiment.GuardrailRequests(g))}, int(g.GetControl())
 }
 
-// counts is t as the sequential test takes it.
-func (t tally) counts() guard.Counts {
+// guardCounts is t as the sequential test takes it.
+func (t tally) guardCounts() guard.Counts {
 	c := guard.Counts{Requests: t.requests(), Errors: t.counts[plugin.Class5xx] + t.counts[plugin.ClassReset], Bounds: LatencyBounds}
 	if len(t.buckets) > 0 {
 		c.Buckets = t.buckets
@@ -37,12 +33,12 @@ func (e *expState) check() []*adminv1.GuardrailStatus {
 		if control < 0 || control >= len(e.total) {
 			continue // validation keeps it a variation's index
 		}
-		c := e.total[control].counts()
+		c := e.total[control].guardCounts()
 		for v := range e.total {
 			if v == control {
 				continue
 			}
-			d := guard.Check(g, c, e.total[v].counts())
+			d := guard.Check(g, c, e.total[v].guardCounts())
 			out = append(out, &adminv1.GuardrailStatus{Guardrail: int32(i), Metric: string(g.Metric), Control: int32(control), Variation: int32(v),
 				Evaluated: d.Evaluated, Breached: d.Breached, Statistic: d.Statistic, PValue: d.PValue, Estimate: d.Estimate,
 				Threshold: d.Threshold, ControlValue: d.Control, TreatmentValue: d.Treatment, Reason: d.Reason})
