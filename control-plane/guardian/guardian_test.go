@@ -17,6 +17,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/plugin"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -273,4 +274,60 @@ func TestPausedRampWaits(t *testing.T) {
 		t.Errorf("paused: step %d coverage %v, want 0, 0.01", e.GetRampState().GetStep(), e.GetCoverage())
 	}
 
+}
+
+// proxies is a hand-written admin.Rollouts: its proxy of cluster shop is
+// in state, and a waited write finds both proxies applied.
+type proxies struct{ state string }
+
+func (p *proxies) Mark() map[string]string { return nil }
+func (p *proxies) Wait(context.Context, map[string]string) *adminv1.Rollout {
+	return &adminv1.Rollout{Result: "applied", Counts: map[string]int32{"applied": 2}}
+}
+func (p *proxies) Status() *adminv1.Rollout {
+	return &adminv1.Rollout{Proxies: []*adminv1.ProxyStatus{{NodeId: "p1", Cluster: "shop", State: p.state}}}
+}
+
+// TestRampWaitsForProxies: a ramp step is not taken while a proxy the
+// experiment applies to has not applied the current configuration; a
+// rollback records how many proxies applied it.
+func TestRampWaitsForProxies(t *testing.T) {
+	f := newFixture(t)
+	ro := &proxies{state: "pending"}
+	g, err := New(f.svc, f.agg, ro, nil, WithClock(f.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
+		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
+	for range 3 {
+		f.clock.add(time.Minute)
+		if err := g.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 0 {
+		t.Fatalf("step %d with a proxy pending, want 0", e.GetRampState().GetStep())
+	}
+	ro.state = "applied"
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 1 || e.GetCoverage() != 0.5 {
+		t.Errorf("step %d coverage %v once applied, want 1, 0.5", e.GetRampState().GetStep(), e.GetCoverage())
+	}
+
+	// A rollback waits for the proxies and records what the wait found.
+	f = newFixture(t)
+	if g, err = New(f.svc, f.agg, ro, nil, WithClock(f.clock.now)); err != nil {
+		t.Fatal(err)
+	}
+	f.create(t, guarded)
+	f.report(t, "checkout", [][3]uint64{{20000, 200, 20}, {20000, 800, 20}})
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rb := f.get(t, "checkout").GetRollback(); rb.GetApplied() != 2 || rb.GetProxies() != 2 {
+		t.Errorf("rollback applied by %d of %d, want 2 of 2", rb.GetApplied(), rb.GetProxies())
+	}
 }
