@@ -55,8 +55,10 @@ func WithLogger(l *slog.Logger) Option { return func(a *Aggregator) { a.log = l 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(a *Aggregator) { a.now = now } }
 
-// Aggregator holds the mesh-wide outcomes of the observed experiments of
-// one allotd. Its methods are safe for concurrent use.
+// Aggregator holds the outcomes of the observed experiments that the
+// proxies of one allotd report; with a shared store (WithShared) it
+// publishes them there and its reports sum every replica's. Its methods
+// are safe for concurrent use.
 type Aggregator struct {
 	st      store.Store
 	decode  Decoder
@@ -70,6 +72,7 @@ type Aggregator struct {
 	reqDesc         *prometheus.Desc
 
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
+	shared  Shared       // the replicas' shared records; nil on one allotd
 
 	// reading is held by the one caller reading the store (TryLock: the
 	// others go on with the experiments read last); it guards storeRev
@@ -102,8 +105,17 @@ type expState struct {
 	revision string
 	weights  []float64
 	since    time.Time
-	total    []tally // per variation, since the revision
+	total    []tally // per variation, since the revision, counted by this allotd
 	minutes  [MaxWindowMinutes + 1]minute
+
+	// With a shared store (several replicas): the part of total and of
+	// each minute's tallies already in this replica's records (sent,
+	// sentMin), those records as the store holds them (own; nil until
+	// read), and a commit of them whose outcome is unknown (tried).
+	sent    []tally
+	sentMin map[int64][]tally
+	own     *ownRecords
+	tried   *attempt
 }
 
 // minute is one minute's tallies (stamp: Unix minute).
@@ -140,7 +152,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
 			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
-			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's current assignment revision (only the current revision's series are exported).",
+			"Responses to requests an observed experiment assigned, reported by the proxies connected to this allotd, by variation and class, since the experiment's current assignment revision or this allotd's start (only the current revision's series are exported; sum over the replicas for the mesh).",
 			[]string{"experiment", "revision", "variation", "class"}, nil),
 	}
 	for _, o := range opts {
@@ -289,7 +301,8 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		key := o.e.GetKey()
 		st := a.exps[key]
 		if st == nil || st.revision != o.revision {
-			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
+			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations())),
+				sentMin: map[int64][]tally{}}
 		}
 		exps[key] = st
 	}

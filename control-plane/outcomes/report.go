@@ -34,12 +34,35 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		return nil, err
 	}
 	a.mu.Lock()
+	observed := a.exps[key] != nil
+	a.mu.Unlock()
+	if !observed {
+		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
+	}
+	// The other replicas' figures are read outside a.mu; this replica's
+	// own come from memory, published or not (merged).
+	at := a.now()
+	recs, live, err := a.read(ctx, key, at)
+	if err != nil {
+		return nil, fmt.Errorf("outcomes of %q: %w", key, err)
+	}
+	if len(recs) > 0 {
+		defer func() {
+			if err := a.tidy(ctx, key, recs, live, at); err != nil {
+				a.log.Warn("outcomes: shared records not tidied", "key", key, "error", err)
+			}
+		}()
+	}
+	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.exps[key]
 	if e == nil {
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
 	}
-	now := a.now().Unix() / 60
+	if a.shared != nil {
+		e = e.merged(a.shared.Replica(), recs, at)
+	}
+	now := at.Unix() / 60
 	window := make([]tally, len(e.total))
 	for _, m := range e.minutes {
 		if m.vars != nil && m.stamp > now-int64(minutes) && m.stamp <= now {

@@ -20,10 +20,16 @@ import (
 // serveOutcomes registers the outcomes sink (Envoy's metrics_service) on
 // the xDS listener's gRPC server g, aggregating over db's observed
 // experiments what the proxies x tracks as having applied their
-// configuration send.
-func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer, log *slog.Logger) (*outcomes.Aggregator, error) {
+// configuration send, and sharing it with the other replicas through
+// shared (nil: one allotd).
+func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer,
+	shared outcomes.Shared, log *slog.Logger) (*outcomes.Aggregator, error) {
 	c := &appliedProxies{x: x}
-	a, err := outcomes.New(ctx, db, admin.FromStore, c.applied, reg, outcomes.WithLogger(log))
+	opts := []outcomes.Option{outcomes.WithLogger(log)}
+	if shared != nil {
+		opts = append(opts, outcomes.WithShared(shared))
+	}
+	a, err := outcomes.New(ctx, db, admin.FromStore, c.applied, reg, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -332,12 +332,15 @@ func unavailable(err error) bool {
 	return false
 }
 
-// get is one read of read: a key, or every key under a prefix; only the
-// keys if keysOnly.
+// get is one read of read: a key, every key under a prefix, or the keys
+// from key to end (excluded); only the keys if keysOnly; at most limit
+// keys if limit > 0.
 type get struct {
 	key      string
 	prefix   bool
+	end      string
 	keysOnly bool
+	limit    int64
 }
 
 func (g get) op(serializable bool) clientv3.Op {
@@ -345,8 +348,14 @@ func (g get) op(serializable bool) clientv3.Op {
 	if g.prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
+	if g.end != "" {
+		opts = append(opts, clientv3.WithRange(g.end))
+	}
 	if g.keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	if g.limit > 0 {
+		opts = append(opts, clientv3.WithLimit(g.limit))
 	}
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())
