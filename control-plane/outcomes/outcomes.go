@@ -2,10 +2,12 @@
 // filters keep for observed experiments (Envoy's metrics_service stat sink,
 // served on the xDS listener) and aggregates them mesh-wide, per experiment,
 // per revision of its assignment fields and per variation: responses by
-// class and latency buckets, since the revision and per minute. It reads
-// experiments through store.Store and never imports the admin API, the xDS
-// server or another sibling; allotd's wiring gives it what it needs of them
-// as functions.
+// class and latency buckets, since the revision and per minute. With
+// several allotd replicas, each publishes its figures to records shared
+// through the store's cluster (Shared, shared.go) and its reports sum
+// every replica's. It reads experiments through store.Store and never
+// imports the admin API, the xDS server or another sibling; allotd's
+// wiring gives it what it needs of them as functions.
 package outcomes
 
 import (
@@ -73,6 +75,8 @@ type Aggregator struct {
 
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
 	shared  Shared       // the replicas' shared records; nil on one allotd
+	// publishing is held by Publish: one at a time.
+	publishing sync.Mutex
 
 	// reading is held by the one caller reading the store (TryLock: the
 	// others go on with the experiments read last); it guards storeRev

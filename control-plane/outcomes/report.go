@@ -42,7 +42,8 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	// The other replicas' figures are read outside a.mu; this replica's
 	// own come from memory, published or not (merged).
 	at := a.now()
-	recs, live, err := a.read(ctx, key, at)
+	now := at.Unix() / 60
+	recs, live, err := a.read(ctx, key, now-int64(minutes)+1, now)
 	if err != nil {
 		return nil, fmt.Errorf("outcomes of %q: %w", key, err)
 	}
@@ -60,9 +61,8 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
 	}
 	if a.shared != nil {
-		e = e.merged(a.shared.Replica(), recs, at)
+		e = e.merged(a.shared.Replica(), recs, now-int64(minutes)+1, now)
 	}
-	now := at.Unix() / 60
 	window := make([]tally, len(e.total))
 	for _, m := range e.minutes {
 		if m.vars != nil && m.stamp > now-int64(minutes) && m.stamp <= now {

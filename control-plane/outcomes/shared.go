@@ -53,6 +53,11 @@ const (
 	// MaxCommitRecords bounds the records of one transaction
 	// (store/etcd.MaxOutcomeCommit).
 	MaxCommitRecords = 50
+	// MaxCommitBytes bounds the values of one transaction, under etcd's
+	// default --max-request-bytes (1.5 MiB): a record is at most about
+	// 35 KB (64 variations), so an experiment's total and at least 28 of
+	// its minutes fit in one.
+	MaxCommitBytes = 960 << 10
 )
 
 // ownRecords are this replica's records of an experiment as the shared
@@ -240,11 +245,10 @@ func (e *expState) ownPart(me string, recs []store.OutcomeRecord, from, to int64
 	return total, minutes, since
 }
 
-// merged returns a copy of e whose total and minutes are the mesh's: the
-// records of the other replicas at e's revision in recs, and this
-// replica's part (ownPart). e is held under a.mu.
-func (e *expState) merged(me string, recs []store.OutcomeRecord, now time.Time) *expState {
-	from, to := window(now)
+// merged returns a copy of e whose total and minutes from from to to are
+// the mesh's: the records of the other replicas at e's revision in recs,
+// and this replica's part (ownPart). e is held under a.mu.
+func (e *expState) merged(me string, recs []store.OutcomeRecord, from, to int64) *expState {
 	total, minutes, since := e.ownPart(me, recs, from, to)
 	for _, r := range recs {
 		if r.Replica == me && me != store.RetiredReplica {
@@ -272,13 +276,12 @@ func (e *expState) merged(me string, recs []store.OutcomeRecord, now time.Time) 
 	return m
 }
 
-// read returns the shared records of key within the window of now; none
-// without a shared store.
-func (a *Aggregator) read(ctx context.Context, key string, now time.Time) ([]store.OutcomeRecord, map[string]bool, error) {
+// read returns the shared records of key: its totals and its minutes from
+// from to to; none without a shared store.
+func (a *Aggregator) read(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, map[string]bool, error) {
 	if a.shared == nil {
 		return nil, nil, nil
 	}
-	from, to := window(now)
 	return a.shared.Read(ctx, key, from, to)
 }
 
@@ -294,6 +297,8 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 	if a.shared == nil {
 		return nil
 	}
+	a.publishing.Lock()
+	defer a.publishing.Unlock()
 	now := a.now()
 	from, to := window(now)
 	me := a.shared.Replica()
@@ -320,6 +325,7 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 	type write struct {
 		e       *expState
 		recs    []store.OutcomeRecord
+		bytes   int // of the values
 		own     *ownRecords
 		attempt *attempt
 	}
@@ -337,6 +343,8 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 		w.own.total = sum(len(e.total), e.own.total, diff(e.total, e.sent))
 		w.attempt.total = encodeRecord(e.revision, w.own.since, now, w.own.total)
 		w.recs = append(w.recs, store.OutcomeRecord{Key: e.key, Replica: me, Value: w.attempt.total, Mod: e.own.mod})
+		w.bytes = len(w.attempt.total)
+		// The minutes that do not fit are written at the next publish.
 		for m := to; m >= from && len(w.recs) < MaxCommitRecords; m-- {
 			local := e.minuteAt(m)
 			if local == nil {
@@ -347,10 +355,14 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 				continue
 			}
 			vars := sum(len(e.total), e.own.minutes[m].vars, d)
+			value := encodeRecord(e.revision, time.Time{}, now, vars)
+			if w.bytes+len(value) > MaxCommitBytes {
+				break
+			}
+			w.bytes += len(value)
 			w.own.minutes[m] = ownMinute{vars: vars}
 			w.attempt.sentMin[m] = sum(len(local), local)
-			w.recs = append(w.recs, store.OutcomeRecord{Key: e.key, Replica: me, Minute: m,
-				Value: encodeRecord(e.revision, time.Time{}, now, vars), Mod: e.own.minutes[m].mod})
+			w.recs = append(w.recs, store.OutcomeRecord{Key: e.key, Replica: me, Minute: m, Value: value, Mod: e.own.minutes[m].mod})
 		}
 		e.tried = w.attempt
 		writes = append(writes, w)
@@ -358,12 +370,14 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 	a.mu.Unlock()
 
 	// Experiments are packed into transactions of at most
-	// MaxCommitRecords records; a failed comparison fails its transaction's
-	// experiments alone, which read their records back next time.
+	// MaxCommitRecords records and MaxCommitBytes; a failed comparison
+	// fails its transaction's experiments alone, which read their records
+	// back next time.
 	for len(writes) > 0 {
-		n, size := 0, 0
-		for n < len(writes) && (n == 0 || size+len(writes[n].recs) <= MaxCommitRecords) {
+		n, size, bytes := 0, 0, 0
+		for n < len(writes) && (n == 0 || (size+len(writes[n].recs) <= MaxCommitRecords && bytes+writes[n].bytes <= MaxCommitBytes)) {
 			size += len(writes[n].recs)
+			bytes += writes[n].bytes
 			n++
 		}
 		batch := writes[:n]
@@ -521,8 +535,9 @@ func (a *Aggregator) Sweep(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	var errs []error
+	from, to := window(now)
 	for key := range keep {
-		recs, live, err := a.read(ctx, key, now)
+		recs, live, err := a.read(ctx, key, to, to) // the totals (and this minute's records)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -532,7 +547,6 @@ func (a *Aggregator) Sweep(ctx context.Context) error {
 		}
 	}
 	if rev >= 0 {
-		from, _ := window(now)
 		if err := a.shared.Sweep(ctx, keep, rev, from); err != nil {
 			errs = append(errs, err)
 		}

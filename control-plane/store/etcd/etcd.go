@@ -10,6 +10,8 @@
 //	experiments/<key>              Experiment as JSON
 //	history/<revision>             Change as JSON (revision zero-padded to 20 digits)
 //	key_history/<escaped key>/<revision>   the same Change (the per-key index)
+//	mesh/…                         the replicas' registry (Registry, registry.go)
+//	outcomes/…                     the replicas' outcome records (Outcomes, outcomes.go)
 //
 // The store revision is Allot's own counter in meta/revision, not etcd's
 // revision: etcd counts every write to the cluster (replica and proxy

@@ -140,7 +140,8 @@ const MaxOutcomeCommit = maxTxnOps / 2
 // if each record's revision is still its Mod (0: absent), and returns the
 // revision the written records have; ok is false, with nothing written,
 // if one is not. At most MaxOutcomeCommit records, each value at most
-// MaxOutcomeBytes.
+// MaxOutcomeBytes, and 1 MiB of keys and values in all (under etcd's
+// default --max-request-bytes).
 func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev int64, ok bool, err error) {
 	if len(recs) > MaxOutcomeCommit {
 		return 0, false, fmt.Errorf("commit outcomes: %d records, at most %d", len(recs), MaxOutcomeCommit)
@@ -150,10 +151,14 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 	}
 	conds := make([]clientv3.Cmp, len(recs))
 	ops := make([]clientv3.Op, len(recs))
+	size := 0
 	for i, r := range recs {
 		k := o.recordKey(r)
 		if len(r.Value) > MaxOutcomeBytes {
 			return 0, false, fmt.Errorf("commit outcomes: record %q: %d bytes, at most %d", k, len(r.Value), MaxOutcomeBytes)
+		}
+		if size += len(k) + len(r.Value); size > maxTxnBytes {
+			return 0, false, fmt.Errorf("commit outcomes: more than %d bytes of keys and values", maxTxnBytes)
 		}
 		conds[i] = clientv3.Compare(clientv3.ModRevision(k), "=", r.Mod)
 		ops[i] = clientv3.OpDelete(k)
