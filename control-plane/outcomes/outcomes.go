@@ -107,6 +107,7 @@ type series struct {
 type expState struct {
 	key      string
 	revision string
+	stored   int64 // the store revision of the document this revision was first read from
 	weights  []float64
 	since    time.Time
 	total    []tally // per variation, since the revision, counted by this allotd
@@ -278,6 +279,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	type observed struct {
 		e        *experimentv1.Experiment
 		revision string
+		stored   int64 // the store revision of its document
 	}
 	var read []observed
 	names := map[string]series{}
@@ -290,7 +292,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		if !e.GetObserve() {
 			continue
 		}
-		read = append(read, observed{e, Revision(e)})
+		read = append(read, observed{e, Revision(e), se.Revision})
 		for v := range len(e.GetVariations()) {
 			for c := range numClasses {
 				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
@@ -305,8 +307,8 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		key := o.e.GetKey()
 		st := a.exps[key]
 		if st == nil || st.revision != o.revision {
-			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations())),
-				sentMin: map[int64][]tally{}}
+			st = &expState{key: key, revision: o.revision, stored: o.stored, weights: weights(o.e), since: a.now(),
+				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
 		}
 		exps[key] = st
 	}

@@ -85,10 +85,16 @@ type attempt struct {
 
 // record is an outcome record's value.
 type record struct {
-	Revision string      `json:"revision"`
-	Since    int64       `json:"since,omitempty"` // Unix ms, totals only
-	At       int64       `json:"at,omitempty"`    // Unix ms of the write, totals only
-	Vars     []tallyJSON `json:"vars"`
+	Revision string `json:"revision"`
+	// Stored is the store revision of the experiment's document the
+	// writer read the assignment revision from: a record of another
+	// assignment revision is older than the reader's if its Stored is
+	// lower, and newer (the reader has not read the experiment since) if
+	// it is higher.
+	Stored int64       `json:"stored"`
+	Since  int64       `json:"since,omitempty"` // Unix ms, totals only
+	At     int64       `json:"at,omitempty"`    // Unix ms of the write, totals only
+	Vars   []tallyJSON `json:"vars"`
 }
 
 type tallyJSON struct {
@@ -96,8 +102,8 @@ type tallyJSON struct {
 	B []uint64 `json:"b,omitempty"`
 }
 
-func encodeRecord(revision string, since, at time.Time, ts []tally) []byte {
-	r := record{Revision: revision, Vars: make([]tallyJSON, len(ts))}
+func encodeRecord(e *expState, since, at time.Time, ts []tally) []byte {
+	r := record{Revision: e.revision, Stored: e.stored, Vars: make([]tallyJSON, len(ts))}
 	if !since.IsZero() {
 		r.Since, r.At = since.UnixMilli(), at.UnixMilli()
 	}
@@ -127,6 +133,15 @@ func decodeRecord(b []byte, e *expState) (r record, ts []tally, ok bool) {
 		ts[i].buckets = v.B
 	}
 	return r, ts, true
+}
+
+// stale reports whether a record that is not of e's revision is of an
+// older one (or undecodable), which its readers may delete; a newer one
+// (written by a replica that read the experiment after this one did) is
+// left alone.
+func stale(b []byte, e *expState) bool {
+	var r record
+	return json.Unmarshal(b, &r) != nil || r.Stored < e.stored
 }
 
 func (t *tally) sub(o tally) {
@@ -341,7 +356,7 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 			w.own.since = e.since
 		}
 		w.own.total = sum(len(e.total), e.own.total, diff(e.total, e.sent))
-		w.attempt.total = encodeRecord(e.revision, w.own.since, now, w.own.total)
+		w.attempt.total = encodeRecord(e, w.own.since, now, w.own.total)
 		w.recs = append(w.recs, store.OutcomeRecord{Key: e.key, Replica: me, Value: w.attempt.total, Mod: e.own.mod})
 		w.bytes = len(w.attempt.total)
 		// The minutes that do not fit are written at the next publish.
@@ -355,7 +370,7 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 				continue
 			}
 			vars := sum(len(e.total), e.own.minutes[m].vars, d)
-			value := encodeRecord(e.revision, time.Time{}, now, vars)
+			value := encodeRecord(e, time.Time{}, now, vars)
 			if w.bytes+len(value) > MaxCommitBytes {
 				break
 			}
@@ -558,7 +573,9 @@ func (a *Aggregator) Sweep(ctx context.Context) error {
 // of replicas that are not live and wrote nothing for FoldAfter, and
 // deletes the totals of older revisions — each a compare-and-swap on the
 // records as recs read them (another replica may do the same at once:
-// one wins, the others' comparisons fail).
+// one wins, the others' comparisons fail). Records of a newer revision
+// (this replica has not read the experiment's update yet) are left
+// alone, and nothing is folded into a retired record of one.
 func (a *Aggregator) tidy(ctx context.Context, key string, recs []store.OutcomeRecord, live map[string]bool, now time.Time) error {
 	me := a.shared.Replica()
 	a.mu.Lock()
@@ -570,16 +587,19 @@ func (a *Aggregator) tidy(ctx context.Context, key string, recs []store.OutcomeR
 	var retired *store.OutcomeRecord
 	var retiredTotal []tally
 	var retiredSince time.Time
-	var dead, stale []store.OutcomeRecord
+	var dead, old []store.OutcomeRecord
 	var deadTotal []tally
+	newerRetired := false
 	for i, r := range recs {
 		if r.Minute != 0 {
 			continue
 		}
 		rec, ts, ok := decodeRecord(r.Value, e)
 		switch {
+		case !ok && !stale(r.Value, e): // of a newer revision: this replica is behind
+			newerRetired = newerRetired || r.Replica == store.RetiredReplica
 		case !ok:
-			stale = append(stale, store.OutcomeRecord{Key: key, Replica: r.Replica, Mod: r.Mod})
+			old = append(old, store.OutcomeRecord{Key: key, Replica: r.Replica, Mod: r.Mod})
 			if r.Replica == store.RetiredReplica {
 				retired = &recs[i]
 			}
@@ -596,24 +616,25 @@ func (a *Aggregator) tidy(ctx context.Context, key string, recs []store.OutcomeR
 			}
 		}
 	}
-	revision := e.revision
-	n := len(e.total)
+	var put store.OutcomeRecord
+	if len(dead) > 0 {
+		put = store.OutcomeRecord{Key: key, Replica: store.RetiredReplica,
+			Value: encodeRecord(e, retiredSince, now, sum(len(e.total), retiredTotal, deadTotal))}
+	}
 	a.mu.Unlock()
 	var errs []error
-	if len(dead) > 0 {
-		put := store.OutcomeRecord{Key: key, Replica: store.RetiredReplica,
-			Value: encodeRecord(revision, retiredSince, now, sum(n, retiredTotal, deadTotal))}
+	if len(dead) > 0 && !newerRetired {
 		if retired != nil {
 			put.Mod = retired.Mod
 		}
-		// A stale retired record is overwritten here, not deleted.
-		stale = deleteReplica(stale, store.RetiredReplica)
+		// A retired record of an older revision is overwritten here, not deleted.
+		old = deleteReplica(old, store.RetiredReplica)
 		if _, _, err := a.shared.Commit(ctx, append(dead, put)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(stale) > 0 {
-		if _, _, err := a.shared.Commit(ctx, stale[:min(len(stale), MaxCommitRecords)]); err != nil {
+	if len(old) > 0 {
+		if _, _, err := a.shared.Commit(ctx, old[:min(len(old), MaxCommitRecords)]); err != nil {
 			errs = append(errs, err)
 		}
 	}

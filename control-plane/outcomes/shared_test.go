@@ -334,3 +334,32 @@ func TestUnknownCommitNotCountedTwice(t *testing.T) {
 	r2 := m.replica("r2", true)
 	r2.want(t, "after a lost reply", 15, 0)
 }
+
+// TestBehindReplicaLeavesNewerRecords: a replica that has not read an
+// experiment's update yet (its refresh is under way elsewhere, or backing
+// off) takes the records of the new assignment revision for newer, not
+// older: it deletes none of them, so no published figure is lost.
+func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
+	m := newMesh(t, checkout)
+	r1, behind := m.replica("r1", true), m.replica("behind", true)
+	behind.add(t, "p2", 0, 5)
+	behind.publish(t)
+	updateSpec(t, m.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	r1.add(t, "p1", 1, 4)
+	r1.publish(t)
+	// behind tidies with what it read of the experiment before the update.
+	now := m.clock.now()
+	recs, live, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.a.tidy(t.Context(), "checkout", recs, live, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.totals(t); !got["r1"] {
+		t.Fatalf("total records %v: r1's of the new revision deleted", got)
+	}
+	r1.add(t, "p1", 1, 1)
+	r1.publish(t)
+	m.replica("r3", true).want(t, "the new revision, read by another replica", 0, 5)
+}
