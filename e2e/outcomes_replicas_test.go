@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 )
 
@@ -15,24 +14,7 @@ import (
 // what the load generator counted — while each replica's own
 // allot_outcome_requests_total holds only its Envoy's share.
 func TestOutcomesAcrossReplicas(t *testing.T) {
-	h := startReplicated(t, 2)
-	var proxies []*proxy
-	for i := range h.replicas {
-		node := fmt.Sprintf("across-%d", i+1)
-		proxies = append(proxies, h.sidecarWith(i, node, "shop", sinkEverySecond()))
-		for via := range h.replicas {
-			if got := h.replicaOf(via, node); got != replicaID(i) {
-				t.Fatalf("replica %s sees Envoy %s on %s, want %s", replicaID(via), node, got, replicaID(i))
-			}
-		}
-	}
-	var w waitedWrite
-	h.replicas[0].mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
-		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
-	if !w.Rollout.appliedBy(2) {
-		t.Fatalf("create: %+v", w.Rollout)
-	}
-
+	h, proxies := sinkReplicas(t, "across")
 	g := newLoadGen(t)
 	g.load(proxies, 4) // each unit through both Envoys: each replica sees about half
 	if g.failed["a"] != 0 || g.failed["b"] == 0 {
@@ -54,4 +36,24 @@ func TestOutcomesAcrossReplicas(t *testing.T) {
 			t.Errorf("replica %s counted %v of its own proxies' requests, want a share of %d", replicaID(i), own, all)
 		}
 	}
+}
+
+// sinkReplicas starts 2 allotd replicas on etcd and an Envoy on each
+// (node prefix-<i+1>, its sink flushing every second), and creates the
+// observed experiment "sunk", waiting until both Envoys applied it.
+func sinkReplicas(t *testing.T, prefix string) (*replicated, []*proxy) {
+	t.Helper()
+	h := startReplicated(t, 2)
+	var proxies []*proxy
+	for i := range h.replicas {
+		node := fmt.Sprintf("%s-%d", prefix, i+1)
+		proxies = append(proxies, h.sidecarWith(i, node, "shop", sinkEverySecond()))
+		for via := range h.replicas {
+			if got := h.replicaOf(via, node); got != replicaID(i) {
+				t.Fatalf("replica %s sees Envoy %s on %s, want %s", replicaID(via), node, got, replicaID(i))
+			}
+		}
+	}
+	createSunk(t, h.replicas[0], 2)
+	return h, proxies
 }

@@ -35,12 +35,7 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	proxies := []*proxy{sidecar("sink-1"), sidecar("sink-2")}
 	s.waitConnected("sink-1")
 	s.waitConnected("sink-2")
-	var w waitedWrite
-	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
-		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
-	if !w.Rollout.appliedBy(2) {
-		t.Fatalf("create: %+v", w.Rollout)
-	}
+	createSunk(t, s, 2)
 
 	g := newLoadGen(t)
 	g.load(proxies, 3) // the first round learns each unit's variation
@@ -79,6 +74,18 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	})
 	g.load(proxies, 2)
 	wantCounts(t, s, sent, failed)
+}
+
+// createSunk creates the observed experiment "sunk" (variations a and b)
+// through s, waiting until n proxies applied it.
+func createSunk(t *testing.T, s *system, n int) {
+	t.Helper()
+	var w waitedWrite
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
+		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
+	if !w.Rollout.appliedBy(n) {
+		t.Fatalf("create: %+v", w.Rollout)
+	}
 }
 
 // loadGen sends requests of 60 units through proxies and counts them by
