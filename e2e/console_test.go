@@ -21,9 +21,11 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/internal/harness"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
 // browser is one headless Chromium (harness.ChromiumBinary) with one tab on
@@ -572,10 +574,12 @@ func TestConsole(t *testing.T) {
 // its outcomes per variation live — a table whose requests and error rates
 // are GET /outcomes' figures for the requests the test sent through two
 // real Envoys (the echo upstream answers 503 to every request of variation
-// b: its error rate is 100%, a's 0%) and charts with one series per
-// variation, drawn from the reads since the page opened; an experiment
-// that does not observe says how to turn it on. Both on a phone-sized
-// screen too.
+// b: its error rate is 100%, a's 0%) and charts with one line per
+// variation drawn from the API's per-minute series: a point per minute
+// (requests), per minute with requests (error rate) and per minute with
+// a timed response (p95), each with the API's value, the same after a
+// reload; an experiment that does not observe says how to turn it on.
+// Both on a phone-sized screen too.
 func TestConsoleOutcomes(t *testing.T) {
 	s := startSystem(t)
 	proxies := []*proxy{s.startSinkSidecar("console-sink-1", "shop"), s.startSinkSidecar("console-sink-2", "shop")}
@@ -594,7 +598,7 @@ func TestConsoleOutcomes(t *testing.T) {
 	b.waitText("#outcomes-off", `"observe": true`, 10*time.Second)
 
 	b.open("#/experiments/sunk")
-	b.waitFor(`#outcomes[data-samples]`, 10*time.Second)
+	b.waitFor(`#outcomes[data-reads]`, 10*time.Second)
 	// Each unit's variation, from the preview; units of the second
 	// variation ask the echo upstream for a 503.
 	sent, failed := map[string]int64{}, map[string]int64{}
@@ -612,12 +616,24 @@ func TestConsoleOutcomes(t *testing.T) {
 		}
 		units[unit] = ev.Assignments[0].Value
 	}
-	samples := func() int {
+	reads := func() int {
 		var n int
-		fmt.Sscan(b.eval(`document.querySelector('#outcomes').dataset.samples || '0'`), &n)
+		fmt.Sscan(b.eval(`document.querySelector('#outcomes').dataset.reads || '0'`), &n)
 		return n
 	}
-	for burst := range 3 { // three bursts, two reads apart: the charts have a shape
+	for burst := range 3 { // three bursts, two reads apart
+		if burst > 0 && screenshotDir(t) != "" {
+			// The screenshot's charts have lines: each burst in a minute of
+			// its own (up to two minutes more, only when screenshots are
+			// rewritten).
+			next := time.Now().Truncate(time.Minute).Add(time.Minute)
+			harness.MustEventually(t, 70*time.Second, func() error {
+				if time.Now().Before(next) {
+					return fmt.Errorf("the next minute (%v) has not begun", next)
+				}
+				return nil
+			})
+		}
 		for i := range 40 {
 			unit := fmt.Sprintf("user-%d", i)
 			v := units[unit]
@@ -634,9 +650,9 @@ func TestConsoleOutcomes(t *testing.T) {
 				failed[v]++
 			}
 		}
-		from := samples()
+		from := reads()
 		harness.MustEventually(t, 15*time.Second, func() error {
-			if n := samples(); n < from+2 {
+			if n := reads(); n < from+2 {
 				return fmt.Errorf("the panel read the outcomes %d times since the burst, want 2", n-from)
 			}
 			return nil
@@ -683,19 +699,97 @@ func TestConsoleOutcomes(t *testing.T) {
 	if got := b.text(`#outcomes tr[data-variation="0"] td[data-label="error rate"]`); got != "0.0%" {
 		t.Errorf("the other variation's error rate: %q, want 0.0%%", got)
 	}
-	// One series per variation in each chart, each with points.
-	for _, metric := range []string{"requests", "errors", "p95"} {
-		sel := `#outcomes svg.chart[data-metric="` + metric + `"] polyline.series`
-		if n := b.count(sel); n != 2 {
-			t.Errorf("chart %s: %d series, want 2 (one per variation)", metric, n)
-		}
-		if fewest := b.eval(`String(Math.min(...[...document.querySelectorAll(` + jsString(sel) + `)].map((p) => p.points.numberOfItems)))`); fewest == "0" || fewest == "1" || fewest == "Infinity" {
-			t.Errorf("chart %s: a series has %s points, want a line", metric, fewest)
-		}
+	// The charts are the API's series: a line and points per variation,
+	// each point a minute's value; and after a reload the same (the
+	// history is the server's, not the page's).
+	harness.MustEventually(t, 15*time.Second, func() error { return chartsShowSeries(s, b) })
+	b.eval(`(window.beforeReload = '1', '')`)
+	b.do(chromedp.Reload())
+	b.waitFor(`#outcomes svg.chart`, 10*time.Second)
+	if b.eval(`window.beforeReload || ''`) != "" {
+		t.Fatal("the page was not reloaded")
 	}
-	if got := b.eval(`document.querySelector('#outcomes svg.chart[data-metric="requests"]').getAttribute('role') + '|' + document.querySelector('#chart-requests-title').textContent`); got != "img|Requests per second" {
+	harness.MustEventually(t, 15*time.Second, func() error { return chartsShowSeries(s, b) })
+	if got := b.eval(`document.querySelector('#outcomes svg.chart[data-metric="requests"]').getAttribute('role') + '|' + document.querySelector('#chart-requests-title').textContent`); got != "img|Requests per minute" {
 		t.Errorf("the requests chart's text alternative: %q", got)
 	}
 	b.screenshot("outcomes")
 	b.narrow("outcomes-narrow")
+}
+
+// chartsShowSeries compares the Outcomes panel's three charts with
+// GET /v1/experiments/sunk/outcomes?minutes=60 (the panel's window): per
+// variation, the requests chart has a vertex and a point per minute of the
+// series, the error rate chart a point per minute with requests and the
+// p95 chart a point per minute with a timed response, each at the API's
+// minute with the API's value; a point's text (its <title>) names the
+// minute, the variation and the value.
+func chartsShowSeries(s *system, b *browser) error {
+	var raw json.RawMessage
+	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk/outcomes?minutes=60", nil, &raw)
+	var o adminv1.Outcomes
+	if err := protojson.Unmarshal(raw, &o); err != nil {
+		return err
+	}
+	type point struct {
+		Minute time.Time `json:"minute"`
+		Value  float64   `json:"value"`
+		Title  string    `json:"title"`
+	}
+	var charts []struct {
+		Metric string `json:"metric"`
+		Series []struct {
+			Variation int     `json:"variation"`
+			Vertices  int     `json:"vertices"`
+			Points    []point `json:"points"`
+		} `json:"series"`
+	}
+	page := b.eval(`JSON.stringify([...document.querySelectorAll('#outcomes svg.chart')].map((svg) => ({metric: svg.dataset.metric,
+		series: [...svg.querySelectorAll('g.series')].map((g) => ({variation: +g.dataset.variation,
+			vertices: [...g.querySelectorAll('polyline')].reduce((a, p) => a + p.points.numberOfItems, 0),
+			points: [...g.querySelectorAll('circle.point')].map((c) => ({minute: c.dataset.minute, value: +c.dataset.value, title: c.querySelector('title').textContent}))}))})))`)
+	if err := json.Unmarshal([]byte(page), &charts); err != nil {
+		return fmt.Errorf("the charts %s: %w", page, err)
+	}
+	if len(o.Series) == 0 {
+		return fmt.Errorf("no series in %s", raw)
+	}
+	names := []string{"one-page", "classic"}
+	if len(charts) != 3 {
+		return fmt.Errorf("%d charts, want 3", len(charts))
+	}
+	for _, c := range charts {
+		if len(c.Series) != 2 {
+			return fmt.Errorf("chart %s: %d lines, want 2 (one per variation)", c.Metric, len(c.Series))
+		}
+		for _, sr := range c.Series {
+			var want []point // the API's minutes with a value, and the value
+			for _, m := range o.Series {
+				v := m.Variations[sr.Variation]
+				at := m.Start.AsTime()
+				switch {
+				case c.Metric == "requests":
+					want = append(want, point{Minute: at, Value: float64(v.Requests)})
+				case c.Metric == "errors" && v.Requests > 0:
+					want = append(want, point{Minute: at, Value: v.ErrorRate})
+				case c.Metric == "p95" && v.LatencyMs != nil:
+					want = append(want, point{Minute: at, Value: v.LatencyMs.P95})
+				}
+			}
+			if len(sr.Points) != len(want) || sr.Vertices != len(want) {
+				return fmt.Errorf("chart %s, variation %d: %d points, %d vertices; the API's series has %d (of %d minutes)", c.Metric, sr.Variation, len(sr.Points), sr.Vertices, len(want), len(o.Series))
+			}
+			for i, p := range sr.Points {
+				if !p.Minute.Equal(want[i].Minute) || p.Value != want[i].Value {
+					return fmt.Errorf("chart %s, variation %d, point %d: %v at %v, the API %v at %v", c.Metric, sr.Variation, i, p.Value, p.Minute, want[i].Value, want[i].Minute)
+				}
+				if c.Metric == "requests" {
+					if label := fmt.Sprintf("%s %s: %d", p.Minute.Local().Format("15:04"), names[sr.Variation], int64(p.Value)); p.Title != label {
+						return fmt.Errorf("chart requests, variation %d, point %d: text %q, want %q", sr.Variation, i, p.Title, label)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

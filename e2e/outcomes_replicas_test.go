@@ -8,7 +8,7 @@ import (
 )
 
 // TestOutcomesAcrossReplicas: two allotd replicas on a real etcd, two real
-// Envoys each connected (xDS and metrics_service sink) to a different
+// Envoys each connected (xDS and OpenTelemetry stat sink) to a different
 // replica, load through both: either replica's GET …/outcomes and
 // `allotctl outcomes` against either show the mesh's totals, within 5% of
 // what the load generator counted — while each replica's own

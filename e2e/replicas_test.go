@@ -155,7 +155,7 @@ func liveReplicas(adminURL string) ([]string, error) {
 }
 
 // sidecar starts an Envoy whose xDS cluster is envoy-configs/xds-replicas.yaml
-// with replica home at priority 0 and the others at priority 1.
+// with replica home at priority 0 and the others at priorities 1 and 2.
 func (h *replicated) sidecar(home int, node, cluster string) *proxy {
 	h.t.Helper()
 	return h.sidecarWith(home, node, cluster, nil)

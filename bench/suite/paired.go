@@ -53,6 +53,10 @@ type paired struct {
 	// the "allot." prefix) after its last slice, its pre-flight and
 	// warm-up included: what its requests did (cache hits, cookies set).
 	Counters map[string]map[string]int64 `json:"counters,omitempty"`
+	// Observed[v] are Allot variant v's outcome stats (observe.go) after
+	// its last slice, with the requests it was sent: the observe rows'
+	// proof that Z and z observed and G and Q did not.
+	Observed map[string]observedStats `json:"observed,omitempty"`
 }
 
 // allotCounters are Allot's counters the interleaved section reads at its
@@ -165,6 +169,7 @@ type running struct {
 	e    *envoy
 	req  load.RequestFunc
 	next uint64          // the next request's index
+	sent int64           // requests sent, pre-flight and warm-up included
 	lat  []time.Duration // the latencies of its fixed-rate slices
 }
 
@@ -213,7 +218,9 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, az au
 			}
 		}
 	}
-	readCounters(rs, res)
+	if err := readCounters(rs, res); err != nil {
+		return nil, err
+	}
 	if plan.latency {
 		poolLatencies(rs, res)
 	}
@@ -242,7 +249,13 @@ func startRunning(ctx context.Context, o Options, p *paths, v variant, seq uint6
 		return nil, authz, err
 	}
 	r := &running{v: v, e: e}
-	if err := preflight(e.listener, v, checkIDs(v, 4, 131, "paired", seq)); err != nil {
+	ids := checkIDs(v, 4, 131, "paired", seq)
+	if err := preflight(e.listener, v, ids); err != nil {
+		e.Terminate()
+		return nil, authz, fmt.Errorf("%s: %w", name, err)
+	}
+	r.sent = int64(len(ids))
+	if err := checkOutcomes(e, v, r.sent); err != nil {
 		e.Terminate()
 		return nil, authz, fmt.Errorf("%s: %w", name, err)
 	}
@@ -250,11 +263,13 @@ func startRunning(ctx context.Context, o Options, p *paths, v variant, seq uint6
 		e.Terminate()
 		return nil, authz, err
 	}
-	if _, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0); err != nil {
+	warm, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0)
+	if err != nil {
 		e.Terminate()
 		return nil, authz, fmt.Errorf("%s warm-up: %w", name, err)
 	}
 	r.next = pairedWarmup
+	r.sent += int64(warm.Requests + warm.Errors)
 	return r, authz, nil
 }
 
@@ -274,6 +289,7 @@ func (r *running) slice(ctx context.Context, o Options, latency bool, res *paire
 		return err
 	}
 	r.next += pairedRequests
+	r.sent += int64(out.Requests + out.Errors)
 	if out.Errors > 0 || out.Requests == 0 {
 		return fmt.Errorf("paired-%s: %d errors in %d requests", r.v.ID, out.Errors, out.Requests)
 	}
@@ -287,20 +303,23 @@ func (r *running) slice(ctx context.Context, o Options, latency bool, res *paire
 		return fmt.Errorf("paired-%s fixed rate: %w", r.v.ID, err)
 	}
 	r.next += fr.Intended
+	r.sent += int64(fr.Requests)
 	r.lat = append(r.lat, fr.Latencies...)
 	res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], latencyQuantiles(slices.Sorted(slices.Values(fr.Latencies))))
 	res.Late[r.v.ID] += fr.Intended - fr.Requests
 	return nil
 }
 
-// readCounters reads Allot's counters (allotCounters) of every Allot
-// variant but D, after a second for the counters to flush.
-func readCounters(rs []*running, res *paired) {
+// readCounters reads Allot's counters (allotCounters) and outcome stats
+// (readObserved) of every Allot variant but D, after a second for the
+// counters to flush.
+func readCounters(rs []*running, res *paired) error {
 	if !slices.ContainsFunc(rs, func(r *running) bool { return r.v.allot > 0 && !r.v.authz }) {
-		return
+		return nil
 	}
 	time.Sleep(1100 * time.Millisecond) // counters flush once a second
 	res.Counters = map[string]map[string]int64{}
+	res.Observed = map[string]observedStats{}
 	for _, r := range rs {
 		if r.v.allot == 0 || r.v.authz {
 			continue
@@ -309,7 +328,13 @@ func readCounters(rs []*running, res *paired) {
 		for _, name := range allotCounters {
 			res.Counters[r.v.ID][strings.TrimPrefix(name, "allot.")] = r.e.stat(metricsNamespace + "." + name)
 		}
+		o, err := readObserved(r.e, r.sent)
+		if err != nil {
+			return fmt.Errorf("paired-%s: %w", r.v.ID, err)
+		}
+		res.Observed[r.v.ID] = o
 	}
+	return nil
 }
 
 // poolLatencies sets each variant's latency quantiles over all its slices.

@@ -59,6 +59,8 @@ type replicasResult struct {
 	ServerCPU int             `json:"server_cpu"`
 	ClientCPU int             `json:"client_cpu"`
 	Fleets    []replicaSpread `json:"fleets"`
+	// Outcomes is the outcomes load (outcomeload.go).
+	Outcomes *outcomeLoad `json:"outcomes,omitempty"`
 }
 
 // replicaSpread is one fleet's waited writes.
@@ -96,11 +98,15 @@ func measureReplicas(ctx context.Context, o Options, p *paths, fleets []ReplicaF
 		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms", f.Clients, s.P50, s.P99, s.Max)
 		res.Fleets = append(res.Fleets, *s)
 	}
+	logf("outcomes: %d etcd members, %d allotd replicas, %d simulated proxies reporting every %v", replicaCount, replicaCount, OutcomeClients, outcomeInterval)
+	ol := measureOutcomeLoad(ctx, o, p, bins, logf)
+	res.Outcomes = &ol
 	cmds = append(cmds,
 		fmt.Sprintf("taskset -c %d bench/raw/bin/etcd --name m<i> --listen-client-urls http://127.0.0.1:<port> --initial-cluster m0=…,m1=…,m2=… --auto-compaction-mode periodic --auto-compaction-retention 1m   # 3 members", o.EnvoyCPU),
 		fmt.Sprintf("taskset -c %d bench/raw/bin/allotd -store etcd://127.0.0.1:<port>,… -replica-id r<i> -lease-ttl %v -admin-addr 127.0.0.1:<port> -xds-addr 127.0.0.1:<port> -tokens envoy-configs/dev-tokens.json   # 3 replicas", o.EnvoyCPU, replicaLeaseTTL),
 		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-xdsload -addr <replica i's xDS address> -clients <N/3> -conns %d -cluster sim -node r<i>-sim   # one per replica", o.LoadCPU, replicaConns),
-		"curl -X POST -H 'Authorization: Bearer <admin token>' '127.0.0.1:<replica (write mod 3)'s port>/v1/experiments?wait=30s' -d '{\"key\":\"rep-…\",…}'   # timed; GET /v1/rollout through the next replica checks all N applied")
+		"curl -X POST -H 'Authorization: Bearer <admin token>' '127.0.0.1:<replica (write mod 3)'s port>/v1/experiments?wait=30s' -d '{\"key\":\"rep-…\",…}'   # timed; GET /v1/rollout through the next replica checks all N applied",
+		fmt.Sprintf("taskset -c %d bench/raw/bin/allot-xdsload -addr <replica i's xDS address> -clients %d -conns 0 -cluster sim -node r<i>-sim -report-interval %v -report-experiments obs-0,…,obs-%d   # outcomes: one per replica; SIGUSR1 starts the exports, SIGUSR2 stops them", o.LoadCPU, OutcomeClients/replicaCount, outcomeInterval, outcomeExperiments-1))
 	return res, cmds
 }
 

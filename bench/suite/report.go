@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -23,20 +24,34 @@ import (
 var reportTemplate string
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"mib":    mib,
-	"rr":     ratioRange,
-	"join":   strings.Join,
-	"utc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"sec":    func(d time.Duration) time.Duration { return d.Round(time.Second) },
-	"med":    stats.Median,
-	"ms":     func(ns float64) float64 { return ns / 1e6 },
-	"add":    func(a, b float64) float64 { return a + b },
-	"sub":    func(a, b float64) float64 { return a - b },
-	"mul":    func(a, b float64) float64 { return a * b },
-	"minus":  func(a, b int64) int64 { return a - b },
-	"int64":  func(n int) int64 { return int64(n) },
-	"div":    func(a, b float64) float64 { return a / b },
-	"ints":   func(xs []int) string { return joinInts(xs, " / ") },
+	"mib":   mib,
+	"rr":    ratioRange,
+	"join":  strings.Join,
+	"utc":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"sec":   func(d time.Duration) time.Duration { return d.Round(time.Second) },
+	"med":   stats.Median,
+	"ms":    func(ns float64) float64 { return ns / 1e6 },
+	"add":   func(a, b float64) float64 { return a + b },
+	"sub":   func(a, b float64) float64 { return a - b },
+	"mul":   func(a, b float64) float64 { return a * b },
+	"minus": func(a, b int64) int64 { return a - b },
+	"int64": func(n int) int64 { return int64(n) },
+	"div":   func(a, b float64) float64 { return a / b },
+	"ints":  func(xs []int) string { return joinInts(xs, " / ") },
+	"floats": func(xs []float64) string {
+		var parts []string
+		for _, x := range xs {
+			parts = append(parts, fmt.Sprintf("%.0f", x))
+		}
+		return strings.Join(parts, " / ")
+	},
+	"int64s": func(xs []int64) string {
+		var parts []string
+		for _, x := range xs {
+			parts = append(parts, strconv.FormatInt(x, 10))
+		}
+		return strings.Join(parts, " / ")
+	},
 	"commas": thousands,
 }).Parse(reportTemplate))
 
@@ -178,12 +193,15 @@ var (
 	}
 )
 
-// stickyRows are what sticky bucketing costs each artifact (#23): each
-// variant x against the baseline base measured in the same interleaved
-// rounds, with the same 50 experiments and requests but for what the row
-// changes. The issue sets no limit on them: they are reported, not judged.
-// A row without a baseline states x alone.
-var stickyRows = []struct{ artifact, what, x, base string }{
+// costSpec is a row of a cost table (stickyRows, observeRows): variant x
+// against the baseline base measured in the same interleaved rounds, with
+// the same 50 experiments and requests but for what the row changes, on
+// one artifact. A row without a baseline states x alone.
+type costSpec struct{ artifact, what, x, base string }
+
+// stickyRows are what sticky bucketing costs each artifact (#23). The
+// issue sets no limit on them: they are reported, not judged.
+var stickyRows = []costSpec{
 	{"Wasm", "no sticky cookie: the proxy_on_response_headers export, which every stream crosses (G, the default build, against Y, the same module built without the export)", "G", "Y"},
 	{"Wasm", "returning units, warm cache: every request carries its unit's valid cookie (V against G)", "V", "G"},
 	{"Wasm", "returning units, cache missing: the cookie verified and decoded and the experiments evaluated sticky on every request (W against H)", "W", "H"},
@@ -210,6 +228,9 @@ type reportView struct {
 	Counterparts []counterpart
 	Twins        []twinRow
 	Sticky       []stickyRow
+	Observe      []observeRow
+	// ObservedKeys are the observe variants' observed experiments.
+	ObservedKeys string
 	// NativeFloor is N − O: Go's runtime and cgo over C for the same work.
 	NativeFloor *twinRow
 	Rounds      []roundRow
@@ -282,8 +303,8 @@ type twinRow struct {
 	NatA, NatALo, NatAHi float64 // native's throughput × A
 }
 
-// stickyRow is one of stickyRows, measured.
-type stickyRow struct {
+// costRow is a costSpec measured.
+type costRow struct {
 	Artifact, What, X, Base string
 	XAdd, BaseAdd           float64
 	// X − Base per round: the median and its 95% interval.
@@ -295,6 +316,11 @@ type stickyRow struct {
 	// X's closed-loop throughput to Base's, per round: the median and its
 	// 95% interval.
 	RPS, RPSLo, RPSHi float64
+}
+
+// stickyRow is one of stickyRows, measured.
+type stickyRow struct {
+	costRow
 	// Of X's evaluated requests: the share that hit the cache, and the
 	// cookies set per request (HasCounters: the run read them).
 	Hits, Written float64
@@ -337,11 +363,12 @@ type profileRow struct {
 }
 
 func newReportView(res *results) *reportView {
-	v := &reportView{results: res, Resamples: stats.Resamples, WarmIDs: warmIDs, StickyPool: stickyPool}
+	v := &reportView{results: res, Resamples: stats.Resamples, WarmIDs: warmIDs, StickyPool: stickyPool, ObservedKeys: observedNames()}
 	v.targets()
 	v.floors()
 	v.twins()
 	v.sticky()
+	v.observe()
 	v.rounds()
 	v.interleaved()
 	for _, hp := range res.Profiles {
@@ -599,44 +626,56 @@ func (v *reportView) twins() {
 	}
 }
 
+// costRow measures t: false unless the run measured its variant (and its
+// baseline, when it has one) in the interleaved section.
+func (v *reportView) costRow(t costSpec) (costRow, bool) {
+	pr := v.Paired
+	if pr == nil {
+		return costRow{}, false
+	}
+	x, ok := pr.add(t.x)
+	if !ok || !v.Has(t.x) || t.base != "" && !v.Has(t.base) {
+		return costRow{}, false
+	}
+	row := costRow{Artifact: t.artifact, What: t.what, X: t.x, Base: t.base, XAdd: x}
+	if t.base == "" {
+		return row, true
+	}
+	d, ok := pr.between(t.x, t.base)
+	if !ok {
+		return costRow{}, false
+	}
+	row.BaseAdd, _ = pr.add(t.base)
+	row.Diff = stats.Median(d)
+	row.Lo, row.Hi = stats.BootstrapMedian(d)
+	if row.BaseAdd > 0 {
+		row.Ratio, row.HasRatio = x/row.BaseAdd, true
+		row.RatioLo, row.RatioHi, _ = pr.ratioCI(t.x, t.base)
+	}
+	if r, ok := stats.Ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
+		row.RPS = stats.Median(r)
+		row.RPSLo, row.RPSHi = stats.BootstrapMedian(r)
+	}
+	return row, true
+}
+
 // sticky are the stickiness rows the run measured; none unless it measured
 // a variant against its baseline.
 func (v *reportView) sticky() {
-	pr := v.Paired
-	if pr == nil {
-		return
-	}
 	against := false
 	for _, t := range stickyRows {
-		x, ok := pr.add(t.x)
-		if !ok || !v.Has(t.x) || t.base != "" && !v.Has(t.base) {
+		c, ok := v.costRow(t)
+		if !ok {
 			continue
 		}
-		row := stickyRow{Artifact: t.artifact, What: t.what, X: t.x, Base: t.base, XAdd: x}
-		if t.base != "" {
-			d, ok := pr.between(t.x, t.base)
-			if !ok {
-				continue
-			}
-			row.BaseAdd, _ = pr.add(t.base)
-			row.Diff = stats.Median(d)
-			row.Lo, row.Hi = stats.BootstrapMedian(d)
-			if row.BaseAdd > 0 {
-				row.Ratio, row.HasRatio = x/row.BaseAdd, true
-				row.RatioLo, row.RatioHi, _ = pr.ratioCI(t.x, t.base)
-			}
-			if r, ok := stats.Ratios(pr.RPS[t.x], pr.RPS[t.base]); ok {
-				row.RPS = stats.Median(r)
-				row.RPSLo, row.RPSHi = stats.BootstrapMedian(r)
-			}
-			against = true
-		}
-		c := pr.Counters[t.x]
-		if n := c["cache_hits"] + c["cache_misses"]; n > 0 {
+		against = against || c.Base != ""
+		row := stickyRow{costRow: c}
+		cs := v.Paired.Counters[t.x]
+		if n := cs["cache_hits"] + cs["cache_misses"]; n > 0 {
 			row.HasCounters = true
-			row.Hits = float64(c["cache_hits"]) / float64(n)
-			row.Written = float64(c["sticky_cookie_written"]) / float64(n)
-			row.Invalid = c["sticky_cookie_invalid"]
+			row.Hits = float64(cs["cache_hits"]) / float64(n)
+			row.Written = float64(cs["sticky_cookie_written"]) / float64(n)
+			row.Invalid = cs["sticky_cookie_invalid"]
 		}
 		v.Sticky = append(v.Sticky, row)
 	}

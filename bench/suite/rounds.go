@@ -143,8 +143,12 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	defer e.Terminate()
 
 	// Correctness first: warm ids and, for cold variants, fresh ones.
-	if err := preflight(e.listener, v, checkIDs(v, 8, 97, "pre", seq)); err != nil {
+	ids := checkIDs(v, 8, 97, "pre", seq)
+	if err := preflight(e.listener, v, ids); err != nil {
 		return r, fmt.Errorf("%w\nenvoy log:\n%s", err, e.LogTail(10))
+	}
+	if err := checkOutcomes(e, v, int64(len(ids))); err != nil {
+		return r, err
 	}
 
 	req, err := v.request(seq)

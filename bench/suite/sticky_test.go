@@ -27,7 +27,8 @@ func variantByID(t *testing.T, id string) variant {
 	return v
 }
 
-// TestStickyRowsPairLikeWithLike: every stickiness row sets a variant
+// TestStickyRowsPairLikeWithLike: every row of the cost tables (the
+// stickiness rows and the observe rows) sets a variant
 // against a baseline on the same artifact, with the same experiments and
 // the same state of the cache (a cold variant's or a pool larger than the
 // cache both miss it); exactly one of the two is a cost variant, measured
@@ -35,7 +36,7 @@ func variantByID(t *testing.T, id string) variant {
 // traffic of its Wasm twin.
 func TestStickyRowsPairLikeWithLike(t *testing.T) {
 	misses := func(v variant) bool { return v.cold || v.units() > config.DefaultCacheSize }
-	for _, r := range stickyRows {
+	for _, r := range slices.Concat(stickyRows, observeRows) {
 		x := variantByID(t, r.x)
 		if !strings.Contains(r.what, "("+r.x) {
 			t.Errorf("row %s: its text does not name it: %q", r.x, r.what)
@@ -47,7 +48,8 @@ func TestStickyRowsPairLikeWithLike(t *testing.T) {
 			continue
 		}
 		b := variantByID(t, r.base)
-		if x.allot != 50 || b.allot != 50 || (x.module == nil) != (b.module == nil) || misses(x) != misses(b) || x.lean || b.lean {
+		if x.allot != 50 || b.allot != 50 || (x.module == nil) != (b.module == nil) || misses(x) != misses(b) || x.lean || b.lean ||
+			x.observe && (b.observe || b.sticky || x.sticky) {
 			t.Errorf("row %s against %s: experiments %d/%d, native %v/%v, cache missing %v/%v",
 				r.x, r.base, x.allot, b.allot, x.module != nil, b.module != nil, misses(x), misses(b))
 		}

@@ -96,7 +96,7 @@ type variantInfo struct {
 	// WasmTwin names the Wasm variant a dynamic-module variant does the
 	// work of.
 	WasmTwin string `json:",omitempty"`
-	// Cost marks a variant of the stickiness rows.
+	// Cost marks a variant of the cost tables (stickiness, observe).
 	Cost bool `json:",omitempty"`
 }
 

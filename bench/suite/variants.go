@@ -67,9 +67,13 @@ type variant struct {
 	// allot_noresponse (p.noRespWasm): without the proxy_on_response_headers
 	// export.
 	noResponse bool
-	// cost marks a variant of the stickiness rows (report.go stickyRows),
-	// set against a baseline measured in the same rounds: measured in the
-	// interleaved section only, for its CPU and throughput.
+	// observe configures Allot with observedKeys observed (observe.go);
+	// the pre-flight then checks their outcome stats too.
+	observe bool
+	// cost marks a variant of the cost tables (report.go stickyRows,
+	// observe.go observeRows), set against a baseline measured in the same
+	// rounds: measured in the interleaved section only, for its CPU and
+	// throughput.
 	cost bool
 	// Expect is the x-seen value wanted for a user id.
 	expect func(id string) (string, error)
@@ -184,6 +188,12 @@ func variants() []variant {
 			allot: 50, sticky: true, returning: true, pool: stickyPool, cost: true, wasmTwin: "W"},
 		{ID: "x", Name: "X on Allot native", filters: nativeAllot(50, sticky), module: allotSO,
 			allot: 50, sticky: true, cold: true, cost: true, wasmTwin: "X"},
+		// The observe rows: each against G's configuration, where no
+		// experiment observes (observe.go observeRows).
+		{ID: "Z", Name: "as G with 5 of its 50 experiments `observe: true` (" + strings.Join(observedKeys, ", ") + "), each matching every warm unit's requests",
+			filters: wasmAllot(mainWasm, 50, observed), allot: 50, observe: true, cost: true},
+		{ID: "z", Name: "Z on Allot native", filters: nativeAllot(50, observed), module: allotSO,
+			allot: 50, observe: true, cost: true, wasmTwin: "Z"},
 	}
 }
 
@@ -370,6 +380,8 @@ const (
 	lean
 	// sticky adds the bench's sticky cookie (sticky.go).
 	sticky
+	// observed marks observedKeys `observe: true` (observe.go).
+	observed
 )
 
 // allotConfig is the n-experiment FilterConfig in shape s.
@@ -384,6 +396,10 @@ func allotConfig(n int, s shape) (*filterv1.FilterConfig, error) {
 		cfg.DisableExposureState = true
 	case sticky:
 		cfg.StickyCookie = stickyCookie()
+	case observed:
+		if err := observe(cfg); err != nil {
+			return nil, err
+		}
 	}
 	return cfg, nil
 }

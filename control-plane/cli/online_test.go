@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -38,10 +40,47 @@ func startAPI(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.NewService(db, nil, admin.WithClock(func() time.Time { return fixed }), admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}))
+	svc := admin.NewService(db, nil, admin.WithClock(func() time.Time { return fixed }), admin.WithMesh(translate.Mesh{WasmPath: "/allot.wasm"}),
+		admin.WithOutcomes(fixedOutcomes{}))
 	srv := httptest.NewServer(admin.NewHTTP(svc, tokens))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// fixedOutcomes is a hand-written admin.Outcomes: the observed experiment
+// "observed" (since 03:02:30, the window ending at startAPI's clock, 03:04)
+// whose variation 1 failed twice in 03:03 and which had no request in
+// 03:04; any other key is not observed.
+type fixedOutcomes struct{}
+
+func (fixedOutcomes) Outcomes(_ context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
+	if key != "observed" {
+		return nil, &admin.Error{Code: admin.CodeNotFound, Message: fmt.Sprintf("experiment %q: not an observed experiment", key)}
+	}
+	if minutes == 0 {
+		minutes = 5
+	}
+	at := func(m int) *timestamppb.Timestamp {
+		return timestamppb.New(time.Date(2030, 1, 2, 3, m, 0, 0, time.UTC))
+	}
+	lat := func(p50, p95, p99 float64) *adminv1.LatencyQuantiles {
+		return &adminv1.LatencyQuantiles{P50: p50, P95: p95, P99: p99}
+	}
+	series := []*adminv1.OutcomesMinute{
+		{Start: at(2), Variations: []*adminv1.MinuteOutcomes{{Variation: 0, Requests: 12, LatencyMs: lat(3, 4.75, 4.95)}, {Variation: 1, Requests: 10, LatencyMs: lat(7.5, 9.75, 9.95)}}},
+		{Start: at(3), Variations: []*adminv1.MinuteOutcomes{{Variation: 0, Requests: 8, LatencyMs: lat(3, 4.5, 4.9)}, {Variation: 1, Requests: 8, ErrorRate: 0.25, LatencyMs: lat(8, 9.8, 9.96)}}},
+		{Start: at(4), Variations: []*adminv1.MinuteOutcomes{{Variation: 0}, {Variation: 1}}},
+	}
+	if minutes < len(series) {
+		series = series[len(series)-minutes:]
+	}
+	v := func(i int, weight float64, requests, errors int64, share float64, l *adminv1.LatencyQuantiles) *adminv1.VariationOutcomes {
+		return &adminv1.VariationOutcomes{Variation: int32(i), Weight: weight, Requests: requests, Share: share, Timed: requests - errors,
+			ErrorRate: float64(errors) / float64(requests), Responses: map[string]int64{"2xx": requests - errors, "5xx": errors}, LatencyMs: l}
+	}
+	window := []*adminv1.VariationOutcomes{v(0, 0.5, 20, 0, 20.0/38, lat(3, 4.7, 4.94)), v(1, 0.5, 18, 2, 18.0/38, lat(7.7, 9.8, 9.96))}
+	return &adminv1.Outcomes{Experiment: key, Revision: "2d916848736603f7", Since: timestamppb.New(time.Date(2030, 1, 2, 3, 2, 30, 0, time.UTC)),
+		Minutes: int32(minutes), Window: window, Total: window, Series: series}, nil
 }
 
 // TestOnlineGolden runs testdata/online/<step>/args in order against one

@@ -13,7 +13,7 @@ import (
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-const outcomesUsage = `Usage: allotctl outcomes KEY [--minutes N]
+const outcomesUsage = `Usage: allotctl outcomes KEY [--minutes N] [--series]
 
 Prints what became of the requests an observed experiment (observe: true)
 assigned, per variation, summed over every proxy that reports to the server:
@@ -22,13 +22,18 @@ against the variation's weight, the error rate (5xx and resets over all
 responses) and the latency p50/p95/p99 in ms; and since the experiment's
 current assignment revision (figures start over when its variations,
 weights, coverage, hashing, seed, condition, namespace or bucket versions
-change) the requests, share and error rate. -o json|yaml prints the
-server's document.
+change) the requests, share and error rate. --series prints the last N
+minutes minute by minute instead: a row per minute and variation, oldest
+first, from the revision's minute at the earliest (MINUTE is the minute's
+start in UTC; the last row's minute is the current one, still counting),
+with its requests, error rate and latency p50/p95 in ms ("-" when no
+response was timed). -o json|yaml prints the server's document.
 `
 
 func runOutcomes(ctx context.Context, env *Env, args []string) error {
 	fs, conn := newFlagSet(env, "outcomes", outcomesUsage, true)
 	minutes := fs.Int("minutes", 5, "the window: the last `N` minutes (1 to 60)")
+	series := fs.Bool("series", false, "print the window minute by minute")
 	pos, ok, err := parseFlags(fs, args, 1, 1)
 	if !ok {
 		return err
@@ -43,6 +48,10 @@ func runOutcomes(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "experiment %s, assignment revision %s since %s\n", r.Experiment, r.Revision, r.Since.AsTime().UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	if *series {
+		printSeries(tw, &r)
+		return tw.Flush()
+	}
 	m := fmt.Sprintf("%dM", r.Minutes)
 	fmt.Fprintf(tw, "VARIATION\tWEIGHT\tREQUESTS_%s\tSHARE_%s\tERRORS_%s\tP50_MS\tP95_MS\tP99_MS\tREQUESTS\tSHARE\tERRORS\n", m, m, m)
 	for i, w := range r.Window {
@@ -50,14 +59,31 @@ func runOutcomes(ctx context.Context, env *Env, args []string) error {
 		if i < len(r.Total) {
 			t = r.Total[i]
 		}
-		p50, p95, p99 := "-", "-", "-"
-		if l := w.LatencyMs; l != nil {
-			p50, p95, p99 = ms(l.P50), ms(l.P95), ms(l.P99)
-		}
+		p50, p95, p99 := quantiles(w.LatencyMs)
 		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", w.Variation, w.Weight, w.Requests, pct(w.Share), pct(w.ErrorRate),
 			p50, p95, p99, t.Requests, pct(t.Share), pct(t.ErrorRate))
 	}
 	return tw.Flush()
+}
+
+// printSeries prints r's series: a row per minute and variation.
+func printSeries(tw *tabwriter.Writer, r *adminv1.Outcomes) {
+	fmt.Fprintf(tw, "MINUTE\tVARIATION\tREQUESTS\tERRORS\tP50_MS\tP95_MS\n")
+	for _, m := range r.Series {
+		start := m.Start.AsTime().UTC().Format(time.RFC3339)
+		for _, v := range m.Variations {
+			p50, p95, _ := quantiles(v.LatencyMs)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", start, v.Variation, v.Requests, pct(v.ErrorRate), p50, p95)
+		}
+	}
+}
+
+// quantiles are l's p50, p95 and p99 in ms; "-" when absent.
+func quantiles(l *adminv1.LatencyQuantiles) (p50, p95, p99 string) {
+	if l == nil {
+		return "-", "-", "-"
+	}
+	return ms(l.P50), ms(l.P95), ms(l.P99)
 }
 
 func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }

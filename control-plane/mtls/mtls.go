@@ -27,7 +27,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/service/metrics/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -285,10 +284,10 @@ func (r *Reloader) Collectors() []prometheus.Collector {
 // the stream's first request; a request naming another node is refused
 // too. A failed check ends the stream with PERMISSION_DENIED, so a refused
 // client receives nothing and is never tracked as a proxy, and a revoked
-// one is cut off at its next request or push. The metrics streams of
-// Envoy's metrics_service stat sink, served on the same listener, are
-// checked alike: the node is the one their first message's identifier
-// names.
+// one is cut off at its next request or push. The outcomes sink's unary
+// exports, served on the same listener, are not checked here: they are
+// the proxy's whose authorized xDS streams are open on the same
+// connection (outcomes.Sink), or refused.
 func (r *Reloader) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !r.MutualTLS() {
@@ -331,11 +330,8 @@ func (s *authorizedStream) RecvMsg(m any) error {
 		return err
 	}
 	var node *corev3.Node
-	switch n := m.(type) {
-	case interface{ GetNode() *corev3.Node }: // xDS requests
+	if n, ok := m.(interface{ GetNode() *corev3.Node }); ok { // xDS requests
 		node = n.GetNode()
-	case *metricsv3.StreamMetricsMessage: // the metrics_service stat sink: the node in the first message only
-		node = n.GetIdentifier().GetNode()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

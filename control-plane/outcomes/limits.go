@@ -1,38 +1,32 @@
 package outcomes
 
-// Bounds of what proxies send (the metrics_service sink is a trust
+// Bounds of what proxies send (the OpenTelemetry stat sink is a trust
 // boundary): input over a bound is dropped where it enters and counted in
-// allot_outcomes_dropped_total{reason}; the stream stays up.
+// allot_outcomes_dropped_total{reason} (in data points).
 const (
-	// MaxNameBytes bounds a metric family's name: the longest outcome stat
+	// MaxNameBytes bounds a metric's name: the longest outcome stat
 	// (the "wasmcustom." prefix, a 63-byte key, a two-digit variation and
 	// "response_time_ms") is 117 bytes. A longer name is no Allot outcome
 	// and is dropped unread (reason "name").
 	MaxNameBytes = 256
-	// MaxSeriesPerProxy bounds the (experiment, variation) series one proxy
-	// reports: 100 observed experiments (the filter's bound) of 64
-	// variations (the experiment's), the most one configuration can hold.
-	// Only series of the store's observed experiments are kept at all; a
-	// further series is dropped (reason "series"). allotd keeps about 50
-	// bytes per series and proxy.
-	MaxSeriesPerProxy = 100 * 64
-	// MaxProxies bounds the proxies allotd keeps track of (the series each
-	// reported): when that many have a metrics stream open, one more
-	// proxy's stream is
-	// refused (RESOURCE_EXHAUSTED) and its message dropped (reason
-	// "proxies"). A proxy without a stream is forgotten when a new one
-	// needs its room.
+	// MaxPointsPerExport bounds the data points of one export; a larger
+	// export is refused (RESOURCE_EXHAUSTED, reason "size"). The
+	// bootstraps set the sink's max_data_points_per_request to 1,000, so
+	// Envoy splits a flush into exports under it; one proxy's largest
+	// flush is 100 observed experiments (the filter's bound) × 64
+	// variations (the experiment's) × 7 stats, 44,800 points in 45
+	// exports.
+	MaxPointsPerExport = 5000
+	// MaxExportsPerSecond bounds the exports one proxy makes in a second
+	// (its largest flush is 45 of them, once every stats_flush_interval);
+	// one more is refused (RESOURCE_EXHAUSTED, reason "rate").
+	MaxExportsPerSecond = 64
+	// MaxProxies bounds the proxies whose exports allotd counts within one
+	// second (MaxExportsPerSecond): one more proxy's export in that second
+	// is refused (RESOURCE_EXHAUSTED, reason "proxies"). 10,000 proxies
+	// flushing every 5 s export about 2,000 a second.
 	MaxProxies = 10000
-	// MaxStreamsPerProxy bounds the metrics streams one node id has open at
-	// once (Envoy opens one; two let a reconnect overlap the stream it
-	// replaces); one more is refused (RESOURCE_EXHAUSTED, reason
-	// "streams").
-	MaxStreamsPerProxy = 2
-	// MaxStreams bounds the metrics streams open at once, of every proxy
-	// (as many as MaxProxies: one each); one more is refused
-	// (RESOURCE_EXHAUSTED, reason "streams").
-	MaxStreams = MaxProxies
-	// MaxDelta bounds one counter delta or histogram increment of one
+	// MaxDelta bounds one counter delta or histogram bucket of one
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
 	MaxDelta = 1 << 32
@@ -46,14 +40,14 @@ const (
 
 // Reasons of allot_outcomes_dropped_total.
 const (
-	reasonIdentity   = "identity"    // a stream whose first message has no node id, or one too long (the stream is refused)
+	reasonIdentity   = "identity"    // an export on a connection where no one proxy's xDS streams are open (refused)
+	reasonSize       = "size"        // an export over MaxPointsPerExport (refused)
+	reasonRate       = "rate"        // an export over MaxExportsPerSecond (refused)
 	reasonName       = "name"        // a family name over MaxNameBytes
 	reasonOther      = "other_stat"  // not an outcome stat of an observed experiment (Envoy's own stats)
 	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
-	reasonSeries     = "series"      // over MaxSeriesPerProxy
-	reasonProxies    = "proxies"     // over MaxProxies
-	reasonStreams    = "streams"     // over MaxStreamsPerProxy or MaxStreams (the stream is refused)
-	reasonValue      = "value"       // a value out of range, or a histogram with other buckets than LatencyBounds
+	reasonProxies    = "proxies"     // over MaxProxies (refused)
+	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, or a histogram with other bounds than LatencyBounds
 )
 
 // LatencyBounds are the upper bounds (ms) of the latency histogram buckets

@@ -1,5 +1,5 @@
 // Package outcomes receives the per-variation outcome stats the proxies'
-// filters keep for observed experiments (Envoy's metrics_service stat sink,
+// filters keep for observed experiments (Envoy's OpenTelemetry stat sink,
 // served on the xDS listener) and aggregates them mesh-wide, per experiment,
 // per revision of its assignment fields and per variation: responses by
 // class and latency buckets, since the revision and per minute. With
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientmodel "github.com/prometheus/client_model/go"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
@@ -44,10 +44,6 @@ const latencyClass = -1
 // Decoder rebuilds an experiment from its stored document (admin.FromStore).
 type Decoder func(*store.Experiment) (*experimentv1.Experiment, error)
 
-// AppliedFunc reports whether the proxy of node id and cluster has applied
-// (ACKed) the configuration its cluster should run now.
-type AppliedFunc func(node, cluster string) bool
-
 // Option configures an Aggregator.
 type Option func(*Aggregator)
 
@@ -64,12 +60,10 @@ func WithClock(now func() time.Time) Option { return func(a *Aggregator) { a.now
 type Aggregator struct {
 	st      store.Store
 	decode  Decoder
-	applied AppliedFunc
 	log     *slog.Logger
 	now     func() time.Time
 	dropped *prometheus.CounterVec
-	// received counts the sink's messages and their bytes (the cost of the
-	// sink: Envoy sends every stat in use at each flush).
+	// received counts the sink's exports and their bytes.
 	messages, bytes prometheus.Counter
 	reqDesc         *prometheus.Desc
 
@@ -90,8 +84,8 @@ type Aggregator struct {
 	mu      sync.Mutex
 	exps    map[string]*expState // observed experiments, by key
 	names   map[string]series    // outcome stat name → series; replaced, never changed
-	proxies map[string]*proxyState
-	streams int // open metrics streams, of every proxy
+	second  int64                // the Unix second exports counts
+	exports map[string]int       // node id → its exports in second (MaxExportsPerSecond, MaxProxies)
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
@@ -135,27 +129,18 @@ type tally struct {
 	buckets []uint64 // samples per bucket of LatencyBounds (not cumulative); none or len(LatencyBounds)+1, the last above every bound
 }
 
-// proxyState is what allotd keeps of one reporting proxy: its open
-// metrics streams and the series it reported (bounded by
-// MaxSeriesPerProxy).
-type proxyState struct {
-	streams int
-	series  map[series]struct{} // (key, variation, latencyClass) of each reported variation
-}
-
 // New returns an Aggregator reading experiments from st with decode (and
-// again after each write st's Watch reports, until ctx is done), asking
-// applied whether a reporting proxy runs the current configuration, and
+// again after each write st's Watch reports, until ctx is done) and
 // registering its metrics with reg.
-func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFunc, reg prometheus.Registerer, opts ...Option) (*Aggregator, error) {
-	a := &Aggregator{st: st, decode: decode, applied: applied, now: time.Now, storeRev: -1, changes: st.Watch(ctx),
-		exps: map[string]*expState{}, names: map[string]series{}, proxies: map[string]*proxyState{},
+func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Registerer, opts ...Option) (*Aggregator, error) {
+	a := &Aggregator{st: st, decode: decode, now: time.Now, storeRev: -1, changes: st.Watch(ctx),
+		exps: map[string]*expState{}, names: map[string]series{}, exports: map[string]int{},
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_outcomes_dropped_total",
-			Help: "Outcome stats (metric families) from proxies dropped on entry, by reason."}, []string{"reason"}),
+			Help: "Data points of outcome stats from proxies dropped on entry, by reason."}, []string{"reason"}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_messages_total",
-			Help: "Messages received from the proxies' metrics_service stat sinks."}),
+			Help: "Exports received from the proxies' OpenTelemetry stat sinks."}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
-			Help: "Bytes (protobuf) of the messages received from the proxies' metrics_service stat sinks."}),
+			Help: "Bytes (protobuf) of the exports received from the proxies' OpenTelemetry stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
 			"Responses to requests an observed experiment assigned, reported by the proxies connected to this allotd, by variation and class, since the experiment's current assignment revision or this allotd's start (only the current revision's series are exported; sum over the replicas for the mesh).",
 			[]string{"experiment", "revision", "variation", "class"}, nil),
@@ -166,13 +151,21 @@ func New(ctx context.Context, st store.Store, decode Decoder, applied AppliedFun
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonName, reasonOther, reasonNotApplied, reasonSeries, reasonProxies, reasonStreams, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonNotApplied, reasonProxies, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
 		if err := reg.Register(a); err != nil {
 			return nil, fmt.Errorf("register outcomes metrics: %w", err)
 		}
+	}
+	// The experiments are read before the first export arrives: an export
+	// that finds another caller reading them goes on with what was read
+	// last, which must not be nothing (its outcomes would be dropped as
+	// not Allot's). A store that cannot be read now is read again at the
+	// next export after refreshBackoff.
+	if err := a.maybeRefresh(ctx, true); err != nil {
+		a.log.Warn("outcomes: experiments not read", "error", err)
 	}
 	return a, nil
 }
@@ -261,9 +254,7 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 // refresh re-reads the observed experiments when the store's revision
 // moved; a.reading must be held and a.mu not: the store is read and the
 // experiments decoded outside a.mu, which is held only to swap the maps.
-// An experiment whose assignment revision changed starts over, and the
-// proxies' series of experiments and revisions no longer current are
-// forgotten (MaxSeriesPerProxy bounds the live ones).
+// An experiment whose assignment revision changed starts over.
 func (a *Aggregator) refresh(ctx context.Context) error {
 	rev, err := a.st.Revision(ctx)
 	if err != nil {
@@ -312,21 +303,6 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		}
 		exps[key] = st
 	}
-	gone := map[string]bool{} // experiments no longer observed, or at a new revision
-	for key, old := range a.exps {
-		if exps[key] != old {
-			gone[key] = true
-		}
-	}
-	if len(gone) > 0 {
-		for _, p := range a.proxies {
-			for s := range p.series {
-				if gone[s.key] {
-					delete(p.series, s)
-				}
-			}
-		}
-	}
 	a.exps, a.names = exps, names
 	a.storeRev = rev
 	return nil
@@ -348,80 +324,37 @@ func weights(e *experimentv1.Experiment) []float64 {
 	return w
 }
 
-// open registers a metrics stream of node; the reason to refuse it
-// (counted in allot_outcomes_dropped_total) when node has
-// MaxStreamsPerProxy open, MaxStreams are open or MaxProxies are
-// reporting.
-func (a *Aggregator) open(node string) (refused string) {
+// admit counts an export of node against MaxExportsPerSecond and
+// MaxProxies; false when it is over either (the caller says which:
+// overRate).
+func (a *Aggregator) admit(node string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.streams >= MaxStreams {
-		return reasonStreams
+	if sec := a.now().Unix(); sec != a.second {
+		a.second = sec
+		clear(a.exports)
 	}
-	p := a.proxies[node]
-	if p == nil {
-		if len(a.proxies) >= MaxProxies && !a.evictLocked() {
-			return reasonProxies
-		}
-		p = &proxyState{series: map[series]struct{}{}}
-		a.proxies[node] = p
+	n, seen := a.exports[node]
+	if (!seen && len(a.exports) >= MaxProxies) || n >= MaxExportsPerSecond {
+		return false
 	}
-	if p.streams >= MaxStreamsPerProxy {
-		return reasonStreams
-	}
-	p.streams++
-	a.streams++
-	return ""
+	a.exports[node] = n + 1
+	return true
 }
 
-// close ends a metrics stream of node. The proxy's histograms stay, so
-// that a reconnecting proxy continues them, until a new proxy needs room.
-func (a *Aggregator) close(node string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if p := a.proxies[node]; p != nil {
-		p.streams--
-		a.streams--
-	}
-}
-
-// evictLocked forgets one proxy without a stream; false if every proxy
-// has one.
-func (a *Aggregator) evictLocked() bool {
-	for n, p := range a.proxies {
-		if p.streams <= 0 {
-			delete(a.proxies, n)
-			return true
-		}
-	}
-	return false
-}
-
-// Add takes one flush of the proxy of node and cluster. Counters are
-// deltas since the previous flush (report_counters_as_deltas), and so are
-// histograms (Envoy's sink sends a histogram's interval statistics): both
-// are summed as they come, so that a restarted proxy (its stats start
-// over) needs nothing. Families that are not outcome stats of an observed
+// Add takes one export of the proxy of node, which has applied its
+// cluster's current configuration or not. Sums (counters) and histograms
+// must be deltas since the previous flush (the sink's
+// report_counters_as_deltas and report_histograms_as_deltas): they are
+// summed as they come, so that a restarted proxy (its stats start over)
+// needs nothing. Metrics that are not outcome stats of an observed
 // experiment, or are over a bound, are dropped and counted.
-func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clientmodel.MetricFamily) {
+func (a *Aggregator) Add(ctx context.Context, node string, applied bool, ms []*metricsv1.Metric) {
 	// A store that cannot be read leaves the experiments as they were read
 	// last: the flush still counts, and a flush after refreshBackoff tries
 	// again.
 	if err := a.maybeRefresh(ctx, false); err != nil {
 		a.log.Warn("outcomes: experiments not re-read", "error", err)
-	}
-	// Whether the proxy applied its configuration is asked outside a.mu
-	// (it reads the xDS server's tracking), and only if the flush holds an
-	// outcome stat.
-	a.mu.Lock()
-	names := a.names
-	a.mu.Unlock()
-	applied := false
-	for _, f := range fams {
-		if _, ok := names[f.GetName()]; ok && len(f.GetName()) <= MaxNameBytes {
-			applied = a.applied(node, cluster)
-			break
-		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -431,57 +364,60 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, fams []*clie
 			a.dropped.WithLabelValues(r).Add(n)
 		}
 	}()
-	p := a.proxies[node]
-	if p == nil {
-		drop[reasonProxies] += float64(len(fams))
-		return
-	}
 	now := a.now()
-	for _, f := range fams {
-		name := f.GetName()
+	for _, m := range ms {
+		name := m.GetName()
 		if len(name) > MaxNameBytes {
-			drop[reasonName]++
+			drop[reasonName] += float64(points(m))
 			continue
 		}
 		s, ok := a.names[name]
 		if !ok {
-			drop[reasonOther]++
+			drop[reasonOther] += float64(points(m))
 			continue
 		}
 		if !applied {
-			drop[reasonNotApplied]++
+			drop[reasonNotApplied] += float64(points(m))
 			continue
 		}
 		e := a.exps[s.key]
-		v := series{s.key, s.variation, latencyClass}
-		if _, seen := p.series[v]; !seen {
-			if len(p.series) >= MaxSeriesPerProxy {
-				drop[reasonSeries]++
-				continue
-			}
-			p.series[v] = struct{}{}
-		}
 		if s.class == latencyClass {
-			if !addHistogram(e, s.variation, f, now) {
-				drop[reasonValue]++
+			if !addHistogram(e, s.variation, m.GetHistogram(), now) {
+				drop[reasonValue] += float64(points(m))
 			}
 			continue
 		}
-		var sum uint64
-		for _, m := range f.GetMetric() {
-			d, ok := count(m.GetCounter().GetValue())
-			if !ok {
-				drop[reasonValue]++
-				sum = 0
-				break
-			}
-			sum += d
+		sum, ok := deltaSum(m.GetSum())
+		if !ok {
+			drop[reasonValue] += float64(points(m))
+			continue
 		}
 		if sum > 0 {
 			e.total[s.variation].counts[s.class] += sum
 			e.minute(now)[s.variation].counts[s.class] += sum
 		}
 	}
+}
+
+// deltaSum is the total of a monotonic delta sum's data points; false if s
+// is none, or a value is out of range.
+func deltaSum(s *metricsv1.Sum) (uint64, bool) {
+	if s == nil || !s.GetIsMonotonic() || s.GetAggregationTemporality() != metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
+		return 0, false
+	}
+	var sum uint64
+	for _, p := range s.GetDataPoints() {
+		v := p.GetAsDouble()
+		if _, isInt := p.GetValue().(*metricsv1.NumberDataPoint_AsInt); isInt {
+			v = float64(p.GetAsInt())
+		}
+		d, ok := count(v)
+		if !ok || sum+d > MaxDelta {
+			return 0, false
+		}
+		sum += d
+	}
+	return sum, true
 }
 
 // count is a counter delta or bucket count as a whole number, if it is one
@@ -494,41 +430,41 @@ func count(v float64) (uint64, bool) {
 }
 
 // addHistogram adds one flush's latency histogram (the samples since the
-// previous flush, in cumulative buckets) to variation v; false when it is
-// malformed or its bounds are not LatencyBounds.
-func addHistogram(e *expState, v int, f *clientmodel.MetricFamily, now time.Time) bool {
-	ms := f.GetMetric()
-	if len(ms) != 1 || ms[0].GetHistogram() == nil {
+// previous flush, in disjoint buckets over LatencyBounds and one above
+// them) to variation v; false when it is none, not a delta, malformed, or
+// its bounds are not LatencyBounds.
+func addHistogram(e *expState, v int, h *metricsv1.Histogram, now time.Time) bool {
+	if h == nil || h.GetAggregationTemporality() != metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
 		return false
 	}
-	h := ms[0].GetHistogram()
-	if len(h.GetBucket()) != len(LatencyBounds) {
-		return false
-	}
-	cum := make([]uint64, 0, len(LatencyBounds)+1)
-	for i, b := range h.GetBucket() {
-		c, ok := count(float64(b.GetCumulativeCount()))
-		if !ok || b.GetUpperBound() != LatencyBounds[i] || (len(cum) > 0 && c < cum[len(cum)-1]) {
+	sum := make([]uint64, len(LatencyBounds)+1)
+	var total uint64
+	for _, p := range h.GetDataPoints() {
+		if !slices.Equal(p.GetExplicitBounds(), LatencyBounds) || len(p.GetBucketCounts()) != len(sum) {
 			return false
 		}
-		cum = append(cum, c)
+		var n uint64
+		for i, c := range p.GetBucketCounts() {
+			if c > MaxDelta {
+				return false
+			}
+			sum[i] += c
+			n += c
+		}
+		if n != p.GetCount() || total+n > MaxDelta {
+			return false
+		}
+		total += n
 	}
-	total, ok := count(float64(h.GetSampleCount()))
-	if !ok || total < cum[len(cum)-1] {
-		return false
-	}
-	cum = append(cum, total)
 	if total == 0 {
 		return true
 	}
 	t, m := &e.total[v], &e.minute(now)[v]
-	grow(t, len(cum))
-	grow(m, len(cum))
-	var below uint64
-	for i, c := range cum {
-		t.buckets[i] += c - below
-		m.buckets[i] += c - below
-		below = c
+	grow(t, len(sum))
+	grow(m, len(sum))
+	for i, c := range sum {
+		t.buckets[i] += c
+		m.buckets[i] += c
 	}
 	return true
 }

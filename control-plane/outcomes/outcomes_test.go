@@ -3,6 +3,8 @@ package outcomes
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientmodel "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/proto"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -42,7 +44,7 @@ type fixture struct {
 	notApplied map[string]bool
 }
 
-func newFixture(t *testing.T, specs ...string) *fixture {
+func newFixture(t testing.TB, specs ...string) *fixture {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"))
 	if err != nil {
@@ -55,7 +57,7 @@ func newFixture(t *testing.T, specs ...string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.a, err = New(t.Context(), db, admin.FromStore, func(node, _ string) bool { return !f.notApplied[node] }, prometheus.NewRegistry(), WithClock(f.clock.now))
+	f.a, err = New(t.Context(), db, admin.FromStore, prometheus.NewRegistry(), WithClock(f.clock.now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,31 +72,37 @@ func specKey(spec string) string {
 
 const checkout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true}`
 
-func counter(name string, v float64) *clientmodel.MetricFamily {
-	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_COUNTER.Enum(),
-		Metric: []*clientmodel.Metric{{Counter: &clientmodel.Counter{Value: proto.Float64(v)}}}}
+// counter is one flush's delta of a counter, as Envoy's OpenTelemetry
+// sink exports it (a monotonic delta sum).
+func counter(name string, v float64) *metricsv1.Metric {
+	dp := &metricsv1.NumberDataPoint{Value: &metricsv1.NumberDataPoint_AsDouble{AsDouble: v}}
+	if v == float64(int64(v)) && v >= 0 {
+		dp.Value = &metricsv1.NumberDataPoint_AsInt{AsInt: int64(v)}
+	}
+	return &metricsv1.Metric{Name: name, Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
+		AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+		DataPoints:             []*metricsv1.NumberDataPoint{dp}}}}
 }
 
-// histogram is one flush's latency histogram (Envoy's sink sends the
-// samples since the previous flush, in cumulative buckets) over
-// LatencyBounds with the counts in the buckets of 10, 100 and 250 ms.
-func histogram(name string, perBucket ...uint64) *clientmodel.MetricFamily {
-	h := &clientmodel.Histogram{}
-	var cum uint64
-	for _, b := range LatencyBounds {
+// histogram is one flush's latency histogram as the sink exports it: the
+// samples since the previous flush in disjoint buckets over LatencyBounds
+// (and one above), with the counts in the buckets of 10, 100 and 250 ms.
+func histogram(name string, perBucket ...uint64) *metricsv1.Metric {
+	p := &metricsv1.HistogramDataPoint{ExplicitBounds: slices.Clone(LatencyBounds), BucketCounts: make([]uint64, len(LatencyBounds)+1)}
+	for i, b := range LatencyBounds {
 		switch b {
 		case 10:
-			cum += perBucket[0]
+			p.BucketCounts[i] = perBucket[0]
 		case 100:
-			cum += perBucket[1]
+			p.BucketCounts[i] = perBucket[1]
 		case 250:
-			cum += perBucket[2]
+			p.BucketCounts[i] = perBucket[2]
 		}
-		h.Bucket = append(h.Bucket, &clientmodel.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(cum)})
 	}
-	h.SampleCount = proto.Uint64(cum)
-	return &clientmodel.MetricFamily{Name: proto.String(name), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
-		Metric: []*clientmodel.Metric{{Histogram: h}}}
+	p.Count = perBucket[0] + perBucket[1] + perBucket[2]
+	return &metricsv1.Metric{Name: name, Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
+		AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+		DataPoints:             []*metricsv1.HistogramDataPoint{p}}}}
 }
 
 func name(v int, class string) string {
@@ -119,16 +127,9 @@ func updateSpec(t *testing.T, st store.Store, spec string) {
 	}
 }
 
-func (f *fixture) add(t *testing.T, node string, fams ...*clientmodel.MetricFamily) {
+func (f *fixture) add(t *testing.T, node string, ms ...*metricsv1.Metric) {
 	t.Helper()
-	f.a.Add(context.Background(), node, "svc", fams)
-}
-
-func (f *fixture) open(t *testing.T, node string) {
-	t.Helper()
-	if r := f.a.open(node); r != "" {
-		t.Fatalf("open %s refused: %s", node, r)
-	}
+	f.a.Add(context.Background(), node, !f.notApplied[node], ms)
 }
 
 func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcomes {
@@ -142,8 +143,6 @@ func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcome
 
 func TestTwoProxiesSummed(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
-	f.open(t, "p2")
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 10), histogram(latency(0), 20, 10, 0))
 	f.add(t, "p2", counter(name(0, "2xx"), 20), counter(name(1, "2xx"), 30), counter(name(1, "reset"), 10), histogram(latency(0), 10, 5, 5))
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 5, 5, 0))
@@ -173,18 +172,26 @@ func TestTwoProxiesSummed(t *testing.T) {
 	}
 }
 
+// TestFirstExportsCounted: the experiments are read when the Aggregator
+// starts, so an export that arrives while another caller is reading them
+// (the first exports of a mesh arrive together) counts.
+func TestFirstExportsCounted(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.a.reading.Lock() // another export is reading the experiments
+	f.add(t, "p1", counter(name(0, "2xx"), 3))
+	f.a.reading.Unlock()
+	if got := f.report(t, "checkout", 0).Total[0].Requests; got != 3 {
+		t.Errorf("requests %d, want 3", got)
+	}
+}
+
 func TestRestartDoesNotDoubleCount(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 10, 0, 0))
 	f.add(t, "p1", counter(name(0, "2xx"), 5), histogram(latency(0), 5, 0, 0))
 	f.add(t, "p1", counter(name(0, "2xx"), 0), histogram(latency(0), 0, 0, 0)) // an idle flush
-	f.a.close("p1")
 	// The restarted Envoy's stats start over, and so do its deltas.
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 4), histogram(latency(0), 4, 0, 0))
-	f.a.close("p1")
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 1), histogram(latency(0), 1, 0, 0))
 	r := f.report(t, "checkout", 0)
 	if got := r.Total[0].Requests; got != 20 {
@@ -197,8 +204,6 @@ func TestRestartDoesNotDoubleCount(t *testing.T) {
 
 func TestOverBoundsDropped(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
-	f.open(t, "late")
 	f.notApplied["late"] = true
 	f.add(t, "p1",
 		counter(strings.Repeat("x", MaxNameBytes+1), 1),
@@ -208,19 +213,18 @@ func TestOverBoundsDropped(t *testing.T) {
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
 	f.add(t, "late", counter(name(0, "2xx"), 7))
-	// Histograms: buckets other than LatencyBounds, decreasing counts or
-	// too many buckets are refused.
+	// Histograms: bounds other than LatencyBounds, a count other than the
+	// buckets' sum, too many buckets or a cumulative one are refused.
 	other := histogram(latency(0), 1, 0, 0)
-	other.Metric[0].Histogram.Bucket[0].UpperBound = proto.Float64(5)
+	other.GetHistogram().DataPoints[0].ExplicitBounds[0] = 5
 	down := histogram(latency(0), 2, 0, 0)
-	down.Metric[0].Histogram.SampleCount = proto.Uint64(1)
+	down.GetHistogram().DataPoints[0].Count = 1
 	many := histogram(latency(0), 1, 0, 0)
-	for i := range 64 {
-		many.Metric[0].Histogram.Bucket = append(many.Metric[0].Histogram.Bucket,
-			&clientmodel.Bucket{UpperBound: proto.Float64(1000 + float64(i)), CumulativeCount: proto.Uint64(1)})
-	}
-	f.add(t, "p1", histogram(latency(0), 1, 1, 0), other, down, many)
-	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 5, reasonNotApplied: 1} {
+	many.GetHistogram().DataPoints[0].BucketCounts = append(many.GetHistogram().DataPoints[0].BucketCounts, 1)
+	cumulative := histogram(latency(0), 1, 0, 0)
+	cumulative.GetHistogram().AggregationTemporality = metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE
+	f.add(t, "p1", histogram(latency(0), 1, 1, 0), other, down, many, cumulative)
+	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 6, reasonNotApplied: 1} {
 		if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reason)); got != want {
 			t.Errorf("dropped{reason=%q} = %v, want %v", reason, got, want)
 		}
@@ -229,40 +233,44 @@ func TestOverBoundsDropped(t *testing.T) {
 		t.Errorf("requests %d, timed %d, want 2 (the 3xx), 2 (the first histogram)", r.Total[0].Requests, r.Total[0].Timed)
 	}
 
-	// Series per proxy.
-	var b strings.Builder
-	b.WriteString(`{"key":"many","observe":true,"variations":[`)
-	for i := range 64 {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString(`"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`)
+	// A cumulative counter is refused too.
+	c := counter(name(0, "2xx"), 1)
+	c.GetSum().AggregationTemporality = metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE
+	f.add(t, "p1", c)
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 7 {
+		t.Errorf("dropped{reason=value} = %v after a cumulative sum, want 7", got)
 	}
-	b.WriteString(`]}`)
-	f.st.Create(context.Background(), &store.Experiment{Key: "many", Spec: []byte(b.String())}, "test")
-	if err := f.a.maybeRefresh(context.Background(), true); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < MaxSeriesPerProxy; i++ { // live series (of the current revision)
-		f.a.proxies["p1"].series[series{key: "many", variation: 64 + i, class: latencyClass}] = struct{}{}
-	}
-	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 1))
-	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 1 {
-		t.Errorf("dropped{reason=series} = %v, want 1", got)
-	}
+}
 
-	// Proxies.
-	for i := len(f.a.proxies); i < MaxProxies; i++ {
-		f.a.proxies[strings.Repeat("n", i%7)+string(rune(i))] = &proxyState{streams: 1}
+// TestExportsBounded: a proxy makes at most MaxExportsPerSecond exports a
+// second, and at most MaxProxies proxies export within one; the next
+// second starts over.
+func TestExportsBounded(t *testing.T) {
+	f := newFixture(t, checkout)
+	for range MaxExportsPerSecond {
+		if !f.a.admit("p1") {
+			t.Fatal("an export under the rate refused")
+		}
 	}
-	if r := f.a.open("one-more"); r != reasonProxies {
-		t.Errorf("a proxy over MaxProxies: refused %q, want %q", r, reasonProxies)
+	if f.a.admit("p1") {
+		t.Errorf("export %d of one proxy in a second admitted", MaxExportsPerSecond+1)
+	}
+	for i := 1; i < MaxProxies; i++ {
+		if !f.a.admit(strconv.Itoa(i)) {
+			t.Fatalf("proxy %d refused", i)
+		}
+	}
+	if f.a.admit("one-more") {
+		t.Errorf("proxy %d in a second admitted", MaxProxies+1)
+	}
+	f.clock.add(time.Second)
+	if !f.a.admit("p1") || !f.a.admit("one-more") {
+		t.Error("refused in the next second")
 	}
 }
 
 func TestRevisionChangeStartsNewWindow(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 10))
 	r1 := f.report(t, "checkout", 0)
 	ctx := context.Background()
@@ -295,7 +303,6 @@ func TestRevisionChangeStartsNewWindow(t *testing.T) {
 
 func TestWindow(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 10))
 	f.clock.add(10 * time.Minute)
 	f.add(t, "p1", counter(name(0, "2xx"), 1))
@@ -335,26 +342,25 @@ func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
 func TestStoreDownKeepsCounting(t *testing.T) {
 	f := newFixture(t, checkout)
 	fs := &flakyStore{Store: f.st}
-	a, err := New(t.Context(), fs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	a, err := New(t.Context(), fs, admin.FromStore, nil, WithClock(f.clock.now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.open("p1")
-	a.Add(context.Background(), "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	a.Add(context.Background(), "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
 	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	fs.fail.Store(true)
-	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 2)})
+	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
 		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
 	}
 	fs.fail.Store(false)
-	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
 		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
 	}
 	f.clock.add(refreshBackoff)
-	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
 	}
@@ -385,20 +391,18 @@ func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, e
 func TestSlowStoreBlocksNothing(t *testing.T) {
 	f := newFixture(t, checkout)
 	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a, err := New(t.Context(), bs, admin.FromStore, func(string, string) bool { return true }, nil, WithClock(f.clock.now))
+	a, err := New(t.Context(), bs, admin.FromStore, nil, WithClock(f.clock.now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a.open("p1")
-	a.open("p2")
-	a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	bs.armed.Store(true)
 	slow := make(chan struct{})
 	go func() {
 		defer close(slow)
-		a.Add(ctx, "p1", "svc", []*clientmodel.MetricFamily{counter(name(0, "2xx"), 1)})
+		a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	}()
 	select {
 	case <-bs.entered:
@@ -416,7 +420,7 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 	defer release()
 	done := make(chan string, 3)
 	go func() {
-		a.Add(ctx, "p2", "svc", []*clientmodel.MetricFamily{counter(name(1, "2xx"), 2)})
+		a.Add(ctx, "p2", true, []*metricsv1.Metric{counter(name(1, "2xx"), 2)})
 		done <- "add"
 	}()
 	go func() {
@@ -444,58 +448,13 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 	}
 }
 
-// TestStreamsBounded: a node has at most MaxStreamsPerProxy metrics
-// streams open and allotd at most MaxStreams; a closed stream frees its
-// room.
-func TestStreamsBounded(t *testing.T) {
-	f := newFixture(t, checkout)
-	for range MaxStreamsPerProxy {
-		f.open(t, "p1")
-	}
-	if r := f.a.open("p1"); r != reasonStreams {
-		t.Errorf("stream %d of one node: refused %q, want %q", MaxStreamsPerProxy+1, r, reasonStreams)
-	}
-	f.a.close("p1")
-	f.open(t, "p1")
-	f.a.mu.Lock()
-	f.a.streams = MaxStreams
-	f.a.mu.Unlock()
-	if r := f.a.open("p2"); r != reasonStreams {
-		t.Errorf("stream over MaxStreams: refused %q, want %q", r, reasonStreams)
-	}
-}
-
-// TestDeadSeriesPruned: a proxy's series of a revision no longer current
-// are forgotten, so MaxSeriesPerProxy bounds the live ones only.
-func TestDeadSeriesPruned(t *testing.T) {
-	f := newFixture(t, checkout)
-	f.open(t, "p1")
-	f.add(t, "p1", counter(name(0, "2xx"), 1))
-	for i := 2; i < MaxSeriesPerProxy+2; i++ { // as if the experiment had had that many variations
-		f.a.proxies["p1"].series[series{key: "checkout", variation: i, class: latencyClass}] = struct{}{}
-	}
-	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.3,0.7],"observe":true}`)
-	f.add(t, "p1", counter(name(1, "2xx"), 4))
-	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonSeries)); got != 0 {
-		t.Errorf("dropped{reason=series} = %v after the revision changed, want 0", got)
-	}
-	if r := f.report(t, "checkout", 0); r.Total[1].Requests != 4 {
-		t.Errorf("requests %d, want 4", r.Total[1].Requests)
-	}
-	if n := len(f.a.proxies["p1"].series); n != 1 {
-		t.Errorf("%d series kept, want 1 (variation 1 of the new revision)", n)
-	}
-}
-
 // TestOtherBucketsDropped: a proxy whose histograms have other buckets
 // than LatencyBounds is dropped, whoever reports first; the others count.
 func TestOtherBucketsDropped(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "custom")
-	f.open(t, "p1")
-	custom := &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
-		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(3), Bucket: []*clientmodel.Bucket{
-			{UpperBound: proto.Float64(10), CumulativeCount: proto.Uint64(1)}, {UpperBound: proto.Float64(100), CumulativeCount: proto.Uint64(2)}}}}}}
+	custom := histogram(latency(0), 1, 2, 0)
+	custom.GetHistogram().DataPoints[0].ExplicitBounds = []float64{10, 100}
+	custom.GetHistogram().DataPoints[0].BucketCounts = []uint64{1, 2, 0}
 	f.add(t, "custom", custom)
 	f.add(t, "p1", histogram(latency(0), 4, 0, 0))
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
@@ -510,9 +469,9 @@ func TestOtherBucketsDropped(t *testing.T) {
 // refused (its quantiles would be NaN).
 func TestEmptyHistogramDropped(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
-	f.add(t, "p1", &clientmodel.MetricFamily{Name: proto.String(latency(0)), Type: clientmodel.MetricType_HISTOGRAM.Enum(),
-		Metric: []*clientmodel.Metric{{Histogram: &clientmodel.Histogram{SampleCount: proto.Uint64(5)}}}})
+	f.add(t, "p1", &metricsv1.Metric{Name: latency(0), Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
+		AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+		DataPoints:             []*metricsv1.HistogramDataPoint{{Count: 5}}}}})
 	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonValue)); got != 1 {
 		t.Errorf("dropped{reason=value} = %v, want 1", got)
 	}
@@ -525,7 +484,6 @@ func TestEmptyHistogramDropped(t *testing.T) {
 // the current revision, so that a new revision is a new series.
 func TestRequestsLabelledWithRevision(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.open(t, "p1")
 	f.add(t, "p1", counter(name(0, "2xx"), 3))
 	rev := f.report(t, "checkout", 0).Revision
 	reg := prometheus.NewPedanticRegistry()

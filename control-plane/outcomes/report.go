@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,7 +21,10 @@ var ErrWindow = errors.New("window out of bounds")
 
 // Report returns key's outcomes (the admin API's allot.admin.v1.Outcomes),
 // with a window of the last minutes minutes (0: DefaultWindowMinutes; at
-// most MaxWindowMinutes).
+// most MaxWindowMinutes): the window's sum and its series minute by
+// minute. It is built under a.mu: the largest (60 minutes × 64
+// variations) takes about 0.5 ms in all, the store's revision read
+// included (BenchmarkReportSeries).
 func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error) {
 	if minutes == 0 {
 		minutes = DefaultWindowMinutes
@@ -63,16 +67,30 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	if a.shared != nil {
 		e = e.merged(a.shared.Replica(), recs, now-int64(minutes)+1, now)
 	}
+	first := max(now-int64(minutes)+1, e.since.Unix()/60)
 	window := make([]tally, len(e.total))
-	for _, m := range e.minutes {
-		if m.vars != nil && m.stamp > now-int64(minutes) && m.stamp <= now {
-			for v := range m.vars {
-				window[v].add(m.vars[v])
+	series := make([]*adminv1.OutcomesMinute, 0, max(now-first+1, 0)) // none if the clock stepped back before since
+	for stamp := first; stamp <= now; stamp++ {
+		m := e.minutes[stamp%int64(len(e.minutes))]
+		vars := make([]*adminv1.MinuteOutcomes, len(e.total))
+		for v := range vars {
+			var t tally
+			if m.stamp == stamp && m.vars != nil {
+				t = m.vars[v]
+				window[v].add(t)
 			}
+			vars[v] = minuteOutcomes(v, t)
 		}
+		series = append(series, &adminv1.OutcomesMinute{Start: timestamppb.New(time.Unix(stamp*60, 0)), Variations: vars})
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
-		Window: variations(window, e.weights), Total: variations(e.total, e.weights)}, nil
+		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series}, nil
+}
+
+// minuteOutcomes is variation v's figures of one minute's tally t.
+func minuteOutcomes(v int, t tally) *adminv1.MinuteOutcomes {
+	r := t.requests()
+	return &adminv1.MinuteOutcomes{Variation: int32(v), Requests: int64(r), ErrorRate: t.errorRate(), LatencyMs: t.quantiles()}
 }
 
 func (t *tally) add(o tally) {
@@ -100,9 +118,7 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 		if all > 0 {
 			o.Share = float64(r) / float64(all)
 		}
-		if r > 0 {
-			o.ErrorRate = float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
-		}
+		o.ErrorRate = t.errorRate()
 		for _, n := range t.buckets {
 			o.Timed += int64(n)
 		}
@@ -118,6 +134,15 @@ func (t tally) requests() uint64 {
 		n += c
 	}
 	return n
+}
+
+// errorRate is t's (5xx + reset) / requests; 0 without requests.
+func (t tally) errorRate() float64 {
+	r := t.requests()
+	if r == 0 {
+		return 0
+	}
+	return float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
 }
 
 // quantiles are the latency quantiles of t's buckets; nil when empty.

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientmodel "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/rollout"
@@ -59,8 +59,7 @@ func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *repli
 	for _, w := range wrap {
 		sh = w(sh)
 	}
-	a, err := New(m.t.Context(), s, admin.FromStore, func(string, string) bool { return true }, prometheus.NewRegistry(),
-		WithClock(m.clock.now), WithShared(sh))
+	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.now), WithShared(sh))
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -69,15 +68,10 @@ func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *repli
 
 func (r *replica) add(t *testing.T, node string, v int, n float64) {
 	t.Helper()
-	r.a.open(node)
 	if err := r.a.maybeRefresh(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	r.a.Add(context.Background(), node, "svc", counterFams(v, n))
-}
-
-func counterFams(v int, n float64) []*clientmodel.MetricFamily {
-	return []*clientmodel.MetricFamily{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)}
+	r.a.Add(context.Background(), node, true, []*metricsv1.Metric{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)})
 }
 
 func (r *replica) publish(t *testing.T) {

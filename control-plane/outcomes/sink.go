@@ -1,77 +1,90 @@
 package outcomes
 
 import (
-	"errors"
-	"io"
+	"context"
 
-	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/service/metrics/v3"
+	collectorv1 "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/allotmesh/allot/control-plane/xds"
 )
 
-// Sink is envoy.service.metrics.v3.MetricsService over an Aggregator: the
-// receiving end of Envoy's metrics_service stat sink. Register it on the
-// xDS listener's gRPC server, whose stream interceptor (mtls) authorizes
-// the node of each stream's first message as it does an xDS stream's.
+// IdentifyFunc names the proxy whose xDS streams are open on the
+// connection from addr (xds.Server.ConnProxy): its node id and whether it
+// has applied (ACKed) the configuration its cluster should run now; ok is
+// false when no one proxy is identified on that connection.
+type IdentifyFunc func(addr string) (node string, applied, ok bool)
+
+// Sink is opentelemetry.proto.collector.metrics.v1.MetricsService over an
+// Aggregator: the receiving end of Envoy's OpenTelemetry stat sink
+// (envoy.stat_sinks.open_telemetry), which the bootstraps point at the
+// allot_xds cluster with a matcher that drops every stat but Allot's
+// outcome stats. Register it on the xDS listener's gRPC server.
+//
+// An OTLP export carries no node: a call is the proxy's whose xDS streams
+// are open on the same connection (Envoy sends the sink's calls and its
+// xDS streams to the allot_xds cluster over one HTTP/2 connection), so
+// it is authenticated and authorized exactly as those streams were, under
+// the listener's TLS and mTLS rules. A call on a connection without one
+// identified proxy is refused (UNAUTHENTICATED) and its data points
+// dropped (reason "identity").
 type Sink struct {
-	metricsv3.UnimplementedMetricsServiceServer
-	a *Aggregator
+	collectorv1.UnimplementedMetricsServiceServer
+	a        *Aggregator
+	identify IdentifyFunc
 }
 
-// NewSink returns the MetricsService feeding a.
-func NewSink(a *Aggregator) *Sink { return &Sink{a: a} }
+// NewSink returns the MetricsService feeding a with the proxies identify
+// names.
+func NewSink(a *Aggregator, identify IdentifyFunc) *Sink { return &Sink{a: a, identify: identify} }
 
 // Register registers the sink on g.
-func (s *Sink) Register(g grpc.ServiceRegistrar) { metricsv3.RegisterMetricsServiceServer(g, s) }
+func (s *Sink) Register(g grpc.ServiceRegistrar) { collectorv1.RegisterMetricsServiceServer(g, s) }
 
-// StreamMetrics receives one proxy's flushes until it closes the stream.
-// The first message must name the node (Envoy sends it there only); a
-// stream without it, or with a node id over xds.MaxNodeIDBytes, is refused
-// with INVALID_ARGUMENT; one over MaxStreamsPerProxy, MaxStreams or
-// MaxProxies with RESOURCE_EXHAUSTED.
-func (s *Sink) StreamMetrics(st grpc.ClientStreamingServer[metricsv3.StreamMetricsMessage, metricsv3.StreamMetricsResponse]) error {
-	first, err := st.Recv()
-	if err != nil {
-		return eof(st, err)
-	}
-	node := first.GetIdentifier().GetNode()
-	if node.GetId() == "" {
-		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(len(first.GetEnvoyMetrics())))
-		return status.Error(codes.InvalidArgument, "metrics: identifier.node.id: the first message must name the node")
-	}
-	id, cluster := node.GetId(), node.GetCluster()
-	if len(id) > xds.MaxNodeIDBytes {
-		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(len(first.GetEnvoyMetrics())))
-		return status.Errorf(codes.InvalidArgument, "metrics: identifier.node.id: %d bytes, limit %d", len(id), xds.MaxNodeIDBytes)
-	}
-	switch reason := s.a.open(id); reason {
-	case "":
-	case reasonStreams:
-		s.a.dropped.WithLabelValues(reason).Add(float64(len(first.GetEnvoyMetrics())))
-		return status.Errorf(codes.ResourceExhausted, "metrics: node %q: streams over the limit (%d per node, %d in all)", id, MaxStreamsPerProxy, MaxStreams)
-	default:
-		s.a.dropped.WithLabelValues(reason).Add(float64(len(first.GetEnvoyMetrics())))
-		return status.Errorf(codes.ResourceExhausted, "metrics: %d proxies report already, limit %d", MaxProxies, MaxProxies)
-	}
-	defer s.a.close(id)
-	for m := first; ; {
-		s.a.messages.Inc()
-		s.a.bytes.Add(float64(proto.Size(m)))
-		s.a.Add(st.Context(), id, cluster, m.GetEnvoyMetrics())
-		if m, err = st.Recv(); err != nil {
-			return eof(st, err)
+// Export takes one flush (or one part of it) of the calling proxy. A call
+// with more than MaxPointsPerExport data points, or from a proxy over
+// MaxExportsPerSecond, is refused (RESOURCE_EXHAUSTED), its data dropped
+// and counted; the proxy's next flush is taken as usual.
+func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsServiceRequest) (*collectorv1.ExportMetricsServiceResponse, error) {
+	var ms []*metricsv1.Metric
+	n := 0 // data points
+	for _, rm := range req.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				n += points(m)
+				if n <= MaxPointsPerExport {
+					ms = append(ms, m)
+				}
+			}
 		}
 	}
+	s.a.messages.Inc()
+	s.a.bytes.Add(float64(proto.Size(req)))
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	node, applied, ok := s.identify(addr)
+	switch {
+	case !ok:
+		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(n))
+		return nil, status.Error(codes.Unauthenticated, "metrics: no proxy's xDS stream is open on this connection: send the stat sink's exports to the allot_xds cluster, which carries the proxy's xDS streams")
+	case n > MaxPointsPerExport:
+		s.a.dropped.WithLabelValues(reasonSize).Add(float64(n))
+		return nil, status.Errorf(codes.ResourceExhausted, "metrics: resource_metrics: %d data points, limit %d per export (the sink's max_data_points_per_request)", n, MaxPointsPerExport)
+	case !s.a.admit(node):
+		s.a.dropped.WithLabelValues(reasonRate).Add(float64(n))
+		return nil, status.Errorf(codes.ResourceExhausted, "metrics: node %.256q: over %d exports per second", node, MaxExportsPerSecond)
+	}
+	s.a.Add(ctx, node, applied, ms)
+	return &collectorv1.ExportMetricsServiceResponse{}, nil
 }
 
-// eof ends a stream: a clean end of the client's messages is answered.
-func eof(st grpc.ClientStreamingServer[metricsv3.StreamMetricsMessage, metricsv3.StreamMetricsResponse], err error) error {
-	if errors.Is(err, io.EOF) {
-		return st.SendAndClose(&metricsv3.StreamMetricsResponse{})
-	}
-	return err
+// points counts m's data points.
+func points(m *metricsv1.Metric) int {
+	return len(m.GetSum().GetDataPoints()) + len(m.GetHistogram().GetDataPoints()) + len(m.GetGauge().GetDataPoints()) +
+		len(m.GetExponentialHistogram().GetDataPoints()) + len(m.GetSummary().GetDataPoints())
 }

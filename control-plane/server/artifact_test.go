@@ -27,6 +27,7 @@ import (
 // allot ECDS resource and acknowledges every response.
 type adsProxy struct {
 	resps chan *discoveryv3.DiscoveryResponse
+	conn  *grpc.ClientConn // its connection, which the outcomes sink's exports share
 }
 
 // dial connects to addr without TLS until the test ends; ctx is
@@ -59,7 +60,7 @@ func connectProxy(t *testing.T, addr, node string, artifact any) *adsProxy {
 	if err := st.Send(req); err != nil {
 		t.Fatal(err)
 	}
-	p := &adsProxy{resps: make(chan *discoveryv3.DiscoveryResponse, 10)}
+	p := &adsProxy{resps: make(chan *discoveryv3.DiscoveryResponse, 10), conn: conn}
 	go func() {
 		for {
 			r, err := st.Recv()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -17,58 +15,25 @@ import (
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-// serveOutcomes registers the outcomes sink (Envoy's metrics_service) on
-// the xDS listener's gRPC server g, aggregating over db's observed
-// experiments what the proxies x tracks as having applied their
-// configuration send, and sharing it with the other replicas through
-// shared (nil: one allotd).
+// serveOutcomes registers the outcomes sink (Envoy's OpenTelemetry stat
+// sink) on the xDS listener's gRPC server g, aggregating over db's observed
+// experiments what the proxies x identifies by their connections send, and
+// sharing it with the other replicas through shared (nil: one allotd).
 func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer,
 	shared outcomes.Shared, log *slog.Logger) (*outcomes.Aggregator, error) {
-	c := &appliedProxies{x: x}
 	opts := []outcomes.Option{outcomes.WithLogger(log)}
 	if shared != nil {
 		opts = append(opts, outcomes.WithShared(shared))
 	}
-	a, err := outcomes.New(ctx, db, admin.FromStore, c.applied, reg, opts...)
+	a, err := outcomes.New(ctx, db, admin.FromStore, reg, opts...)
 	if err != nil {
 		return nil, err
 	}
-	outcomes.NewSink(a).Register(g)
+	outcomes.NewSink(a, func(addr string) (string, bool, bool) {
+		p, ok := x.ConnProxy(addr)
+		return p.NodeID, p.State == xds.StateApplied, ok
+	}).Register(g)
 	return a, nil
-}
-
-// appliedProxies answers whether a proxy applied its configuration from a
-// set of the applied proxies rebuilt from the xDS server's tracking at
-// most every appliedRefresh (and at once on a miss older than
-// appliedMissRefresh), so that each proxy's flush does not copy every
-// proxy's status: with 10,000 proxies flushing every 5 s that would be
-// 20 million copies a second.
-type appliedProxies struct {
-	x  *xds.Server
-	mu sync.Mutex
-	at time.Time
-	ok map[[2]string]bool // node id, cluster
-}
-
-const (
-	appliedRefresh     = time.Second
-	appliedMissRefresh = 100 * time.Millisecond
-)
-
-func (c *appliedProxies) applied(node, cluster string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	key := [2]string{node, cluster}
-	if age := time.Since(c.at); c.ok == nil || age > appliedRefresh || (!c.ok[key] && age > appliedMissRefresh) {
-		ok := make(map[[2]string]bool, len(c.ok))
-		for _, p := range c.x.AppendProxies(nil) {
-			if p.State == xds.StateApplied {
-				ok[[2]string{p.NodeID, p.Cluster}] = true
-			}
-		}
-		c.ok, c.at = ok, time.Now()
-	}
-	return c.ok[key]
 }
 
 // outcomeReports serves the admin API's outcome reads from an Aggregator,

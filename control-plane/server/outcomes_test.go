@@ -12,8 +12,10 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/service/metrics/v3"
-	clientmodel "github.com/prometheus/client_model/go"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	collectorv1 "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -21,10 +23,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
+	"github.com/allotmesh/allot/control-plane/outcomes"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
@@ -47,31 +49,24 @@ func adminCall(t *testing.T, a Addrs, method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func deltas(vals map[string]float64) []*clientmodel.MetricFamily {
-	var fams []*clientmodel.MetricFamily
+// deltas is one export of delta sums.
+func deltas(vals map[string]int64) *collectorv1.ExportMetricsServiceRequest {
+	var ms []*metricsv1.Metric
 	for n, v := range vals {
-		fams = append(fams, &clientmodel.MetricFamily{Name: proto.String(n), Type: clientmodel.MetricType_COUNTER.Enum(),
-			Metric: []*clientmodel.Metric{{Counter: &clientmodel.Counter{Value: proto.Float64(v)}}}})
+		ms = append(ms, &metricsv1.Metric{Name: n, Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
+			AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+			DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: v}}}}}})
 	}
-	return fams
+	return &collectorv1.ExportMetricsServiceRequest{ResourceMetrics: []*metricsv1.ResourceMetrics{{
+		ScopeMetrics: []*metricsv1.ScopeMetrics{{Metrics: ms}}}}}
 }
 
-// metricsStream opens a MetricsService stream to addr.
-func metricsStream(t *testing.T, addr string) grpc.ClientStreamingClient[metricsv3.StreamMetricsMessage, metricsv3.StreamMetricsResponse] {
-	t.Helper()
-	conn, ctx := dial(t, addr)
-	st, err := metricsv3.NewMetricsServiceClient(conn).StreamMetrics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-// TestOutcomesSink: allotd serves Envoy's MetricsService on the xDS
+// TestOutcomesSink: allotd serves OTLP's MetricsService on the xDS
 // listener; the outcome stats a proxy that applied the configuration
-// sends are summed into GET /v1/experiments/{key}/outcomes and
-// allot_outcome_requests_total, the rest are dropped and counted, and a
-// stream that names no node is refused.
+// exports on its xDS connection are summed into GET
+// /v1/experiments/{key}/outcomes and allot_outcome_requests_total, the
+// rest are dropped and counted, and an export on a connection no proxy
+// identified is refused.
 func TestOutcomesSink(t *testing.T) {
 	a := start(t)
 	if code, body := adminCall(t, a, "POST", "/v1/experiments", `{"key":"checkout","variations":["a","b"],"observe":true}`); code != http.StatusCreated {
@@ -89,19 +84,29 @@ func TestOutcomesSink(t *testing.T) {
 	name := func(v int, class string) string {
 		return fmt.Sprintf("wasmcustom.allot.experiment.checkout.variation.%d.response.%s", v, class)
 	}
-	st := metricsStream(t, a.XDS.String())
-	id := &metricsv3.StreamMetricsMessage_Identifier{Node: &corev3.Node{Id: "p1", Cluster: "shop"}}
-	if err := st.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{
-		name(0, "2xx"): 8, name(1, "5xx"): 2, "cluster.shop.upstream_rq_total": 10})}); err != nil {
-		t.Fatal(err)
+	sink := collectorv1.NewMetricsServiceClient(p.conn)
+	for _, req := range []*collectorv1.ExportMetricsServiceRequest{
+		deltas(map[string]int64{name(0, "2xx"): 8, name(1, "5xx"): 2, "cluster.shop.upstream_rq_total": 10}),
+		deltas(map[string]int64{name(1, "2xx"): 6}),
+	} {
+		if _, err := sink.Export(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := st.Send(&metricsv3.StreamMetricsMessage{EnvoyMetrics: deltas(map[string]float64{name(1, "2xx"): 6})}); err != nil {
-		t.Fatal(err)
+	// A connection with no xDS stream is no proxy's: refused.
+	strangerConn, ctx := dial(t, a.XDS.String())
+	if _, err := collectorv1.NewMetricsServiceClient(strangerConn).Export(ctx, deltas(map[string]int64{name(0, "2xx"): 100})); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("an export on a connection without an xDS stream: %v, want Unauthenticated", err)
 	}
-	// A node with no xDS stream here has applied nothing: dropped.
-	stranger := metricsStream(t, a.XDS.String())
-	if err := stranger.Send(&metricsv3.StreamMetricsMessage{Identifier: &metricsv3.StreamMetricsMessage_Identifier{
-		Node: &corev3.Node{Id: "stranger", Cluster: "shop"}}, EnvoyMetrics: deltas(map[string]float64{name(0, "2xx"): 100})}); err != nil {
+	// A proxy that has not applied its configuration: dropped.
+	late := connectProxy(t, a.XDS.String(), "p2", "no-such-artifact") // unserved: never applies
+	eventually(t, 5*time.Second, "p2 tracked", func() error {
+		if _, body := adminCall(t, a, "GET", "/v1/rollout", ""); !strings.Contains(body, `"p2"`) {
+			return fmt.Errorf("rollout %s", body)
+		}
+		return nil
+	})
+	if _, err := collectorv1.NewMetricsServiceClient(late.conn).Export(t.Context(), deltas(map[string]int64{name(0, "2xx"): 100})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -129,6 +134,8 @@ func TestOutcomesSink(t *testing.T) {
 			`allot_outcome_requests_total{class="2xx",experiment="checkout",revision="` + rev + `",variation="0"} 8`,
 			`allot_outcomes_dropped_total{reason="other_stat"} 1`,
 			`allot_outcomes_dropped_total{reason="not_applied"} 1`,
+			`allot_outcomes_dropped_total{reason="identity"} 1`,
+			`allot_outcomes_messages_total 4`,
 		} {
 			if !strings.Contains(body, want) {
 				return fmt.Errorf("no %s", want)
@@ -136,32 +143,48 @@ func TestOutcomesSink(t *testing.T) {
 		}
 		return nil
 	})
-	// A node has at most outcomes.MaxStreamsPerProxy (2) metrics streams:
-	// with st and second open, a third is refused once second is counted.
-	second := metricsStream(t, a.XDS.String())
-	if err := second.Send(&metricsv3.StreamMetricsMessage{Identifier: id}); err != nil {
-		t.Fatal(err)
+	// One proxy makes at most outcomes.MaxExportsPerSecond exports a
+	// second: a burst of twice as many sees some refused.
+	refused := 0
+	for range 2 * outcomes.MaxExportsPerSecond {
+		if _, err := sink.Export(t.Context(), deltas(nil)); status.Code(err) == codes.ResourceExhausted {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
 	}
-	eventually(t, 5*time.Second, "a third stream of p1 refused", func() error {
-		third := metricsStream(t, a.XDS.String())
-		if err := third.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{"cluster.shop.upstream_rq_total": 1})}); err != nil {
-			return err
-		}
-		if _, err := third.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
-			return fmt.Errorf("a third stream of one node: %v, want ResourceExhausted", err)
-		}
-		_, body := get(t, http.DefaultClient, "http://"+a.Admin.String()+"/metrics")
-		if !strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} `) || strings.Contains(body, `allot_outcomes_dropped_total{reason="streams"} 0`) {
-			return fmt.Errorf("refused stream not counted")
+	if refused == 0 {
+		t.Errorf("%d exports in a burst: none refused", 2*outcomes.MaxExportsPerSecond)
+	}
+	// An export over outcomes.MaxPointsPerExport is refused.
+	big := map[string]int64{}
+	for i := range outcomes.MaxPointsPerExport + 1 {
+		big[fmt.Sprintf("s%d", i)] = 1
+	}
+	eventually(t, 5*time.Second, "an export over the points limit refused", func() error {
+		_, err := sink.Export(t.Context(), deltas(big))
+		if !strings.Contains(fmt.Sprint(err), "data points, limit") {
+			return fmt.Errorf("an export of %d points: %v, want ResourceExhausted naming the limit", len(big), err)
 		}
 		return nil
 	})
-	if _, err := second.CloseAndRecv(); err != nil {
-		t.Errorf("close: %v", err)
+
+	// A connection whose streams name two nodes is no one proxy's: its
+	// exports are refused.
+	other, err := discoveryv3.NewAggregatedDiscoveryServiceClient(p.conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := st.CloseAndRecv(); err != nil {
-		t.Errorf("close: %v", err)
+	if err := other.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "p3", Cluster: "shop"},
+		TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
+		t.Fatal(err)
 	}
+	eventually(t, 5*time.Second, "exports on a connection of two nodes refused", func() error {
+		if _, err := sink.Export(t.Context(), deltas(nil)); status.Code(err) != codes.Unauthenticated {
+			return fmt.Errorf("an export on a connection of p1 and p3: %v, want Unauthenticated", err)
+		}
+		return nil
+	})
 
 	// The same through the gRPC admin API.
 	conn, err := grpc.NewClient(a.Admin.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -169,26 +192,16 @@ func TestOutcomesSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+testToken)
-	o, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "checkout"})
+	mctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+testToken)
+	o, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(mctx, &adminv1.GetOutcomesRequest{Key: "checkout"})
 	if err != nil || len(o.GetTotal()) != 2 || o.GetTotal()[1].GetRequests() != 8 || o.GetMinutes() != 5 {
 		t.Errorf("GetOutcomes: %v, %v", o, err)
 	}
-	if _, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(ctx, &adminv1.GetOutcomesRequest{Key: "nope"}); status.Code(err) != codes.NotFound {
+	if _, err := adminv1grpc.NewAdminServiceClient(conn).GetOutcomes(mctx, &adminv1.GetOutcomesRequest{Key: "nope"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetOutcomes of an unobserved experiment: %v, want NotFound", err)
 	}
-
-	anonymous := metricsStream(t, a.XDS.String())
-	if err := anonymous.Send(&metricsv3.StreamMetricsMessage{EnvoyMetrics: deltas(map[string]float64{name(0, "2xx"): 1})}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := anonymous.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("a stream naming no node: %v, want InvalidArgument", err)
-	}
-	// A message over the listener's 1 MiB ends the stream.
-	huge := metricsStream(t, a.XDS.String())
-	huge.Send(&metricsv3.StreamMetricsMessage{Identifier: id, EnvoyMetrics: deltas(map[string]float64{strings.Repeat("x", 1<<20): 1})})
-	if _, err := huge.CloseAndRecv(); status.Code(err) != codes.ResourceExhausted {
+	// A message over the listener's 1 MiB is refused.
+	if _, err := sink.Export(t.Context(), deltas(map[string]int64{strings.Repeat("x", 1<<20): 1})); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a message over 1 MiB: %v, want ResourceExhausted", err)
 	}
 	for path, want := range map[string]int{
@@ -203,9 +216,10 @@ func TestOutcomesSink(t *testing.T) {
 	}
 }
 
-// TestOutcomesSinkMutualTLS: with client certificates required, a metrics
-// stream is authorized as an xDS stream is: the node its first message
-// names must be one the certificate's identity may be.
+// TestOutcomesSinkMutualTLS: with client certificates required, an export
+// counts only on a connection whose xDS stream the certificate's identity
+// was allowed: a proxy that may not subscribe as its cluster has no
+// stream, so its exports are refused too.
 func TestOutcomesSinkMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	serverCA, proxyCA := mtlstest.NewCA(t, "allotd"), mtlstest.NewCA(t, "proxies")
@@ -226,7 +240,7 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 		want          codes.Code
 	}{
 		{"own cluster", "checkout", codes.OK},
-		{"another cluster", "payments", codes.PermissionDenied},
+		{"another cluster", "payments", codes.Unauthenticated},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
@@ -237,16 +251,22 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 			defer conn.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			st, err := metricsv3.NewMetricsServiceClient(conn).StreamMetrics(ctx)
+			ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := st.Send(&metricsv3.StreamMetricsMessage{Identifier: &metricsv3.StreamMetricsMessage_Identifier{
-				Node: &corev3.Node{Id: "n1", Cluster: tt.cluster}}}); err != nil {
+			if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: tt.cluster},
+				TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.CloseAndRecv(); status.Code(err) != tt.want {
-				t.Errorf("as cluster %s: %v, want code %v", tt.cluster, err, tt.want)
+			_, recvErr := ads.Recv() // the configuration, or the refusal
+			if tt.want == codes.OK && recvErr != nil {
+				t.Fatalf("xDS as cluster %s: %v", tt.cluster, recvErr)
+			}
+			_, err = collectorv1.NewMetricsServiceClient(conn).Export(ctx, deltas(map[string]int64{
+				"wasmcustom.allot.experiment.checkout.variation.0.response.2xx": 1}))
+			if status.Code(err) != tt.want {
+				t.Errorf("an export as cluster %s: %v, want code %v", tt.cluster, err, tt.want)
 			}
 		})
 	}

@@ -130,6 +130,33 @@ func (s *Server) AppendProxies(dst []ProxyStatus) []ProxyStatus {
 	return dst
 }
 
+// ConnProxy returns the proxy whose identified xDS streams are open on the
+// connection from addr (a gRPC peer's remote address), with its state
+// against its cluster's current version: how another service on the xDS
+// listener (the outcomes sink) learns, from the connection a call arrived
+// on, which proxy made it — an identity its xDS streams established, under
+// the listener's TLS and mTLS rules. ok is false when no identified
+// stream is open on that connection, or when its streams name different
+// nodes or clusters (a client that is no one proxy).
+func (s *Server) ConnProxy(addr string) (p ProxyStatus, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sts := s.conns[addr]
+	if len(sts) == 0 {
+		return ProxyStatus{}, false
+	}
+	for _, o := range sts[1:] {
+		if o.node != sts[0].node || o.cluster != sts[0].cluster {
+			return ProxyStatus{}, false
+		}
+	}
+	// The state of the connection's latest stream (an ECDS stream and an
+	// ADS one of the same proxy, or a stream replacing one, agree once
+	// acknowledged).
+	st := sts[len(sts)-1]
+	return st.status(s.clusters[st.cluster]), true
+}
+
 // Changes returns a channel that is closed at the next change of any
 // proxy's or cluster's state (a connect, disconnect, push, ACK, NACK or new
 // snapshot).
@@ -193,6 +220,11 @@ func (s *Server) untrack(id int64) {
 func (s *Server) dropLocked(st *stream) {
 	delete(s.streams, st.id)
 	if st.identified {
+		if c := slices.DeleteFunc(s.conns[st.addr], func(o *stream) bool { return o == st }); len(c) > 0 {
+			s.conns[st.addr] = c
+		} else {
+			delete(s.conns, st.addr)
+		}
 		s.admitted--
 		s.useLocked(st.cluster, -1)
 	}
@@ -239,6 +271,9 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 		s.admitted++
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
+		if st.addr != "" {
+			s.conns[st.addr] = append(s.conns[st.addr], st)
+		}
 		s.useLocked(st.cluster, 1) // in use before it is ensured (see forgetIdle)
 		a, err := nodeArtifact(req.GetNode())
 		st.artifact, st.unserved = a, s.hash.unservedReason(a, err, s.served)

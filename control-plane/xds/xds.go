@@ -80,6 +80,7 @@ type Server struct {
 	idle        map[string]time.Time // cluster → since when no stream uses it (useLocked, forgetIdle)
 	users       map[string]int       // cluster → the identified streams (and delta streams) using it
 	streams     map[int64]*stream    // open xDS streams
+	conns       map[string][]*stream // remote address → its identified streams (ConnProxy)
 	deltas      map[int64]string     // delta xDS streams with an admitted request → their cluster
 	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
@@ -173,6 +174,7 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		idle:     map[string]time.Time{},
 		users:    map[string]int{},
 		streams:  map[int64]*stream{},
+		conns:    map[string][]*stream{},
 		deltas:   map[int64]string{},
 		changed:  make(chan struct{}),
 	}

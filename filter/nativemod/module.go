@@ -61,9 +61,10 @@ type module struct {
 	// cookies are the Set-Cookie values requests left, in tests; guarded
 	// by mu.
 	cookies []string
-	// observed are the outcome stat ids requests left, in tests; guarded
-	// by mu.
-	observed [][]uint64
+	// observeStream leaves a request's observed stat ids in its stream's
+	// C state (dynmod.Stream.Observe); tests, whose streams are not
+	// hooks.c's, record them instead.
+	observeStream func(dynmod.Stream, dynmod.Config, []uint64) bool
 }
 
 // entry is one compiled configuration.
@@ -95,7 +96,7 @@ type worker struct {
 }
 
 func newModule() *module {
-	m := &module{}
+	m := &module{observeStream: dynmod.Stream.Observe}
 	m.configs.Store(&map[uintptr]*entry{})
 	m.workers.Store(&[]*worker{})
 	return m
@@ -366,21 +367,19 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 }
 
 // observe leaves the stat ids of the request's observed variations in the
-// stream's C state, whose hooks count their outcomes; tests record them
-// instead. The ids go through the worker's scratch slice: nothing is
-// allocated per request.
+// stream's C state, whose hooks count their outcomes. The ids go through
+// the worker's scratch slice: nothing is allocated per request in Go. If
+// the stream has no C state or its copy cannot be allocated (malloc), the
+// request is served as usual and counted in plugin.MetricOutcomesUnrecorded
+// instead of its outcome.
 func (m *module) observe(w *worker, e *entry, s dynmod.Stream, slots []int32) {
 	w.ids = w.ids[:0]
 	for _, slot := range slots {
 		w.ids = append(w.ids, e.outcomes[int(slot)*dynmod.OutcomeIDs:(int(slot)+1)*dynmod.OutcomeIDs]...)
 	}
-	if m.newHost != nil {
-		m.mu.Lock()
-		m.observed = append(m.observed, append([]uint64(nil), w.ids...))
-		m.mu.Unlock()
-		return
+	if !m.observeStream(s, e.envoy, w.ids) {
+		w.plugin.CountUnrecorded(e.id)
 	}
-	s.Observe(e.envoy, w.ids)
 }
 
 // respond leaves a sticky cookie for the stream's response; tests record

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -28,6 +29,9 @@ type fakeModule struct {
 	*module
 	mu    sync.Mutex
 	hosts map[*worker]*fakehost.Host
+	// observed are the outcome stat ids requests left (the fake streams
+	// are not hooks.c's); guarded by mu.
+	observed [][]uint64
 }
 
 func newFakeModule(workers int) *fakeModule {
@@ -38,6 +42,12 @@ func newFakeModule(workers int) *fakeModule {
 		f.hosts[w] = b.Host
 		f.mu.Unlock()
 		return b
+	}
+	f.observeStream = func(_ dynmod.Stream, _ dynmod.Config, ids []uint64) bool {
+		f.mu.Lock()
+		f.observed = append(f.observed, slices.Clone(ids))
+		f.mu.Unlock()
+		return true
 	}
 	f.ProgramInit(uint32(workers))
 	return f
@@ -350,5 +360,55 @@ func TestOutcomeClassesAgree(t *testing.T) {
 	}
 	if dynmod.StatusClass("503") != plugin.Class5xx || dynmod.StatusClass("101") != plugin.ClassOther {
 		t.Errorf("503 → %d, 101 → %d", dynmod.StatusClass("503"), dynmod.StatusClass("101"))
+	}
+}
+
+// TestObserveFailureCounted: when a request's observed stat ids cannot be
+// left in its stream's C state — the stream has none (filter-new's calloc
+// failed: its module value is 0, which the real dynmod.Stream.Observe
+// refuses) or the copy's malloc fails — the request is still served and is
+// counted in allot.outcomes_unrecorded once, on the flush; a request whose
+// ids were left is not, and a configuration without an observed
+// experiment has no such counter.
+func TestObserveFailureCounted(t *testing.T) {
+	observedCfg := `{"version":"o","experiments":[{"key":"one","variations":["a","b"],"force":1,"observe":true}]}`
+	for _, tc := range []struct {
+		name    string
+		observe func(f *fakeModule) func(dynmod.Stream, dynmod.Config, []uint64) bool
+		want    int64
+	}{
+		{"left in the stream", func(f *fakeModule) func(dynmod.Stream, dynmod.Config, []uint64) bool { return f.observeStream }, 0},
+		{"no stream state", func(*fakeModule) func(dynmod.Stream, dynmod.Config, []uint64) bool { return dynmod.Stream.Observe }, 1},
+		{"malloc failed", func(*fakeModule) func(dynmod.Stream, dynmod.Config, []uint64) bool {
+			return func(dynmod.Stream, dynmod.Config, []uint64) bool { return false }
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFakeModule(1)
+			m.observeStream = tc.observe(m)
+			plain := m.ConfigNew(0, FilterName, []byte(experimentsConfig("v1", 1)))
+			h := m.ConfigNew(0, FilterName, []byte(observedCfg))
+			m.request(0, plain, [][2]string{{"x-user-id", "u1"}})
+			got := m.request(0, h, [][2]string{{"x-user-id", "u1"}})
+			if v, n := header(got, "x-experiment-one"); n != 1 || v != "b" {
+				t.Fatalf("x-experiment-one %q (%d), want b once: the request must be served as usual", v, n)
+			}
+			m.flush()
+			host := m.host(0)
+			dropped, ok := host.Metrics[plugin.MetricOutcomesUnrecorded]
+			if !ok {
+				t.Fatalf("%s not defined; metrics %v", plugin.MetricOutcomesUnrecorded, slices.Sorted(maps.Keys(host.Metrics)))
+			}
+			if dropped.Value != tc.want {
+				t.Errorf("%s = %d, want %d", plugin.MetricOutcomesUnrecorded, dropped.Value, tc.want)
+			}
+			c, err := plugin.ParseConfig([]byte(experimentsConfig("v1", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(c.MetricNames(), plugin.MetricOutcomesUnrecorded) {
+				t.Errorf("a configuration without an observed experiment defines %s", plugin.MetricOutcomesUnrecorded)
+			}
+		})
 	}
 }

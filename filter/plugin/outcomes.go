@@ -175,6 +175,17 @@ func (p *Plugin) observeResponse(id uint32, reset bool) {
 // request.
 func (p *Plugin) Observed() []int32 { return p.observed }
 
+// CountUnrecorded counts, on root rootID, a request whose observed outcomes
+// the host that records them itself could not keep (the native module:
+// the stream's C state could not be allocated), in
+// MetricOutcomesUnrecorded: the request is served as usual, its outcome is
+// not counted. It does nothing for a root without an observed experiment.
+func (p *Plugin) CountUnrecorded(rootID uint32) {
+	if r := p.roots[rootID]; r != nil && r.stats.hasUnrecorded {
+		r.stats.outcomesUnrecorded++
+	}
+}
+
 // observeSlots lists the outcome slots of e's assignments in p.observed.
 //
 //go:noinline

@@ -33,6 +33,13 @@ const (
 	MetricStickyDropped = "allot.sticky_cookie_dropped"
 )
 
+// MetricOutcomesUnrecorded counts observed requests whose outcome is not
+// counted because the host could not keep what their response needs (the
+// native module: no memory for the stream's observe state; see
+// Plugin.CountUnrecorded). Defined only by configurations with an observed
+// experiment.
+const MetricOutcomesUnrecorded = "allot.outcomes_unrecorded"
+
 // VariationMetric names the counter of units assigned to variation v of
 // experiment key.
 func VariationMetric(key string, v int) string {
@@ -45,6 +52,12 @@ type stats struct {
 	// sticky cookies: invalid, oversized, stale, written, dropped
 	stickyInvalid, stickyOversized, stickyStale, stickyWritten, stickyDropped int64
 	variations                                                                [][]int64 // [experiment][variation]
+	// outcomesUnrecorded counts observed requests whose outcomes the host
+	// could not keep (CountUnrecorded); unrecordedID is its counter, defined
+	// only with an observed experiment (hasUnrecorded).
+	outcomesUnrecorded int64
+	unrecordedID       uint32
+	hasUnrecorded      bool
 
 	ids        [9]uint32 // of the fixed counters, in fixed's order
 	nfixed     int       // fixed counters defined: 4, or 9 with a sticky cookie
@@ -80,6 +93,9 @@ func (c *Config) MetricNames() []string {
 			names = append(names, VariationMetric(key, v))
 		}
 	}
+	if c.Observed() {
+		names = append(names, MetricOutcomesUnrecorded)
+	}
 	return names
 }
 
@@ -107,6 +123,10 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 		n := len(cfg.values[i])
 		s.variations[i] = make([]int64, n)
 		s.varIDs[i], ids = ids[:n:n], ids[n:]
+	}
+	s.hasUnrecorded = cfg.Observed()
+	if s.hasUnrecorded {
+		s.unrecordedID = ids[0]
 	}
 	s.outcomes, s.outIDs, s.latIDs = nil, nil, nil
 	if outcomes && cfg.Observed() {
@@ -140,7 +160,7 @@ func (r *root) flush(h Host) {
 	if r.cfg == nil || s.defineFail {
 		clear(s.outcomes)
 		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail,
-			outcomes: s.outcomes, outIDs: s.outIDs, latIDs: s.latIDs}
+			outcomes: s.outcomes, outIDs: s.outIDs, latIDs: s.latIDs, unrecordedID: s.unrecordedID, hasUnrecorded: s.hasUnrecorded}
 		return
 	}
 	for i, n := range s.fixed() {
@@ -159,6 +179,10 @@ func (r *root) flush(h Host) {
 			}
 		}
 	}
+	if s.hasUnrecorded && s.outcomesUnrecorded != 0 {
+		h.IncrementMetric(s.unrecordedID, s.outcomesUnrecorded)
+	}
+	s.outcomesUnrecorded = 0
 	for slot := range s.outcomes {
 		for class, n := range s.outcomes[slot] {
 			if n != 0 {

@@ -3,6 +3,11 @@
 // all of them have acknowledged a new version it prints how long that took
 // from the first response to the last ACK (p50/p99). Trigger versions with
 // allotctl (or any admin API write) while it runs.
+//
+// With -report-interval, each proxy (one connection each) also exports
+// outcome stats of -report-experiments as Envoy's OpenTelemetry stat sink
+// does, from SIGUSR1 on; SIGUSR2 stops the exports, waits for those in
+// flight and prints "exports stopped: <n> taken, <m> refused".
 package main
 
 import (
@@ -11,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
@@ -35,8 +41,18 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Node, "node", "", "node id prefix, <node>-<i> (default: -cluster); fleets on several replicas need one each")
 	fs.BoolVar(&cfg.ECDS, "ecds", false, "use the ECDS service instead of ADS")
 	versions := fs.Int("versions", 0, "exit after this many versions reached every proxy (0: run until interrupted)")
+	var r loadgen.Report
+	fs.DurationVar(&r.Interval, "report-interval", 0, "export outcome stats every interval from SIGUSR1 to SIGUSR2 (0: never); needs -conns 0")
+	exps := fs.String("report-experiments", "", "comma-separated observed experiments the exports cover")
+	fs.IntVar(&r.Variations, "report-variations", 2, "variations of each reported experiment")
+	fs.Uint64Var(&r.Requests, "report-requests", 10, "responses per variation in each export")
+	fs.Uint64Var(&r.ErrorsPerMille, "report-errors-permille", 100, "5xx among them, per mille")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if r.Interval > 0 {
+		r.Experiments = strings.Split(*exps, ",")
+		cfg.Report = &r
 	}
 	f, err := loadgen.Connect(ctx, cfg)
 	if err != nil {
@@ -44,6 +60,21 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer f.Close()
 	fmt.Printf("%d proxies connected to %s (cluster %s)\n", cfg.Clients, cfg.Addr, cfg.Cluster)
+	if cfg.Report != nil {
+		sig := make(chan os.Signal, 2)
+		signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+		go func() {
+			for s := range sig {
+				if s == syscall.SIGUSR1 {
+					f.Report()
+					fmt.Println("exports started")
+					continue
+				}
+				f.StopReport()
+				fmt.Printf("exports stopped: %d taken, %d refused\n", f.Exported.Load(), f.Refused.Load())
+			}
+		}()
+	}
 	for n := 0; *versions == 0 || n < *versions; n++ {
 		select {
 		case r := <-f.Results():

@@ -4,23 +4,37 @@
 // measures, per configuration version, how long the fleet takes from the
 // first proxy receiving it to the last one acknowledging it.
 //
-// It speaks only the xDS wire protocol; it must not import the rest of the
-// control plane, so it works against any allotd.
+// With Config.Report, each proxy also exports outcome stats as Envoy's
+// OpenTelemetry stat sink does (OTLP MetricsService/Export on its xDS
+// connection, deltas at a fixed interval): what a mesh's reporting costs
+// allotd.
+//
+// It speaks only the xDS and OTLP wire protocols, with the filter's stat
+// names and allotd's latency buckets; it must not import the rest of the
+// control plane's server side, so it works against any allotd.
 package loadgen
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
+	collectorv1 "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/allotmesh/allot/control-plane/outcomes"
+	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/plugin"
 )
 
 // MaxStreamsPerConn is the most streams Connect opens on one connection:
@@ -51,7 +65,59 @@ type Config struct {
 	Node string
 	// ECDS uses the dedicated ECDS service instead of ADS.
 	ECDS bool
+	// Report, when set, makes every proxy export outcome stats once it
+	// acknowledged a configuration and Fleet.Report started. It needs one
+	// connection per proxy (Conns 0): allotd takes an export to be the
+	// proxy's whose xDS stream is open on its connection.
+	Report *Report
 }
+
+// Report is what each proxy exports, every Interval: for each of
+// Experiments and each of Variations variations, a delta of Requests
+// responses — ErrorsPerMille of them 5xx, the rest 2xx — and as many
+// latency samples in the (5, 10] ms bucket; Envoy's sink sends the other
+// classes' zero deltas too.
+type Report struct {
+	Interval       time.Duration
+	Experiments    []string
+	Variations     int
+	Requests       uint64
+	ErrorsPerMille uint64
+}
+
+// Request is one export of r, as the sink sends it.
+func (r *Report) Request() *collectorv1.ExportMetricsServiceRequest {
+	var ms []*metricsv1.Metric
+	fails := r.Requests * r.ErrorsPerMille / 1000
+	for _, key := range r.Experiments {
+		for v := range r.Variations {
+			for c := range plugin.NumClasses {
+				n := uint64(0)
+				switch c {
+				case plugin.Class2xx:
+					n = r.Requests - fails
+				case plugin.Class5xx:
+					n = fails
+				}
+				ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, v, c),
+					Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
+						AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+						DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
+			}
+			buckets := make([]uint64, len(outcomes.LatencyBounds)+1)
+			buckets[slices.Index(outcomes.LatencyBounds, 10)] = r.Requests
+			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, v),
+				Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
+					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
+					DataPoints: []*metricsv1.HistogramDataPoint{{Count: r.Requests, Sum: ptr(float64(r.Requests) * 7),
+						ExplicitBounds: outcomes.LatencyBounds, BucketCounts: buckets}}}}})
+		}
+	}
+	return &collectorv1.ExportMetricsServiceRequest{ResourceMetrics: []*metricsv1.ResourceMetrics{{
+		ScopeMetrics: []*metricsv1.ScopeMetrics{{Metrics: ms}}}}}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // Result is how one version reached the fleet.
 type Result struct {
@@ -78,6 +144,15 @@ type Fleet struct {
 	conns   []*grpc.ClientConn
 	results chan Result
 
+	report    *Report
+	reporting chan struct{} // closed by Report
+	stopping  chan struct{} // closed by StopReport
+	startOnce sync.Once
+	stopOnce  sync.Once
+	exporters sync.WaitGroup
+	// Exported and Refused count the exports allotd took and refused.
+	Exported, Refused atomic.Int64
+
 	mu      sync.Mutex
 	rounds  map[string]*round // version → its rollout in progress
 	current []string          // client → version acknowledged
@@ -102,7 +177,11 @@ func Connect(ctx context.Context, cfg Config) (*Fleet, error) {
 		nconns = cfg.Clients
 	}
 	nconns = max(nconns, (cfg.Clients+MaxStreamsPerConn-1)/MaxStreamsPerConn)
+	if cfg.Report != nil && nconns != cfg.Clients {
+		return nil, fmt.Errorf("conns: %d for %d reporting clients, want one per client", nconns, cfg.Clients)
+	}
 	f := &Fleet{
+		report: cfg.Report, reporting: make(chan struct{}), stopping: make(chan struct{}),
 		n: cfg.Clients, results: make(chan Result, 64),
 		rounds:  map[string]*round{},
 		current: make([]string, cfg.Clients), changed: make(chan struct{}),
@@ -137,8 +216,72 @@ func Connect(ctx context.Context, cfg Config) (*Fleet, error) {
 			return nil, fmt.Errorf("client %d: first request: %w", i, err)
 		}
 		go f.run(i, st.Send, st.Recv)
+		if cfg.Report != nil {
+			f.exporters.Add(1)
+			go f.export(ctx, i, collectorv1.NewMetricsServiceClient(conn), cfg.Report.Request())
+		}
 	}
 	return f, nil
+}
+
+// Report starts the proxies' exports (Config.Report).
+func (f *Fleet) Report() { f.startOnce.Do(func() { close(f.reporting) }) }
+
+// StopReport stops the proxies' exports and returns once none is in
+// flight: Exported then counts every export allotd took.
+func (f *Fleet) StopReport() {
+	f.stopOnce.Do(func() { close(f.stopping) })
+	f.exporters.Wait()
+}
+
+// export sends req every interval on client i's connection, from a random
+// offset within the first interval on, once Report started and client i
+// acknowledged a configuration (allotd counts a proxy's outcomes only
+// then).
+func (f *Fleet) export(ctx context.Context, i int, c collectorv1.MetricsServiceClient, req *collectorv1.ExportMetricsServiceRequest) {
+	defer f.exporters.Done()
+	select {
+	case <-f.reporting:
+	case <-f.stopping:
+		return
+	case <-ctx.Done():
+		return
+	}
+	for {
+		f.mu.Lock()
+		acked, ch := f.current[i] != "", f.changed
+		f.mu.Unlock()
+		if acked {
+			break
+		}
+		select {
+		case <-ch:
+		case <-f.stopping:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	t := time.NewTimer(rand.N(f.report.Interval))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-f.stopping:
+			return
+		case <-ctx.Done():
+			return
+		}
+		t.Reset(f.report.Interval)
+		if _, err := c.Export(ctx, req); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.Refused.Add(1)
+		} else {
+			f.Exported.Add(1)
+		}
+	}
 }
 
 // run acknowledges every response on one stream.

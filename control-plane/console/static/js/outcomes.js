@@ -1,11 +1,10 @@
 // The outcomes panel of an experiment page: for an experiment that
 // observes, each variation's requests, share of traffic beside its weight,
-// error rate and latency quantiles as allotd sums them
-// (GET /v1/experiments/{key}/outcomes), read every OUTCOMES_POLL_MS while the
-// tab is visible, and charts of requests, error rate and p95 latency by
-// variation over time. The API has no time series: the charts are made of
-// the figures this page read since it opened (at most MAX_SAMPLES reads),
-// and they say so.
+// error rate and latency quantiles since its assignment revision, as
+// allotd sums them (GET /v1/experiments/{key}/outcomes), and charts of
+// requests, error rate and p95 latency by variation minute by minute over
+// the last WINDOW_MINUTES minutes (the API's series, so a reload shows the
+// same history); read every OUTCOMES_POLL_MS while the tab is visible.
 import {api} from './api.js';
 import {errorBox, fill, fmtTime, h, table} from './dom.js';
 import {poll} from './rollout.js';
@@ -14,12 +13,11 @@ import {poll} from './rollout.js';
 // them; the proxies' sinks flush every 5 s by default (stats_flush_interval).
 export const OUTCOMES_POLL_MS = 2000;
 
-// MAX_SAMPLES bounds the reads the charts keep: 10 minutes at OUTCOMES_POLL_MS.
-export const MAX_SAMPLES = 300;
+// WINDOW_MINUTES is the window the charts show: the API's largest, every
+// minute allotd keeps.
+export const WINDOW_MINUTES = 60;
 
-// WINDOW_MINUTES is the window of the latency quantiles charted (the API's
-// default): p95 over the last 5 minutes at each read.
-const WINDOW_MINUTES = 5;
+const MINUTE_MS = 60000;
 
 const svgNS = 'http://www.w3.org/2000/svg';
 
@@ -66,14 +64,37 @@ function outcomesTable(e, vs) {
 // Chart geometry, in the SVG's user units (it scales to its box).
 const W = 400, H = 150, PAD = {l: 52, r: 8, t: 10, b: 22};
 
-// chart draws one line per series over time: series are [{variation,
-// points: [[t ms, y]]}]; fmt renders a y value for the axis.
-function chart(metric, title, series, fmt, t0, t1) {
-  const ys = series.flatMap((x) => x.points.map((p) => p[1]));
+// hhmm is a time's hours and minutes in the browser's time zone.
+const hhmm = (t) => fmtTime(new Date(t).toISOString()).slice(11, 16);
+
+// runs cuts points [[t, y or null]] into the runs without a null: a
+// minute without a value breaks the line rather than bridging it.
+function runs(points) {
+  const out = [[]];
+  for (const p of points) {
+    if (p[1] == null) {
+      if (out[out.length - 1].length) out.push([]);
+    } else {
+      out[out.length - 1].push(p);
+    }
+  }
+  return out.filter((r) => r.length);
+}
+
+// chart draws each variation's values minute by minute over [t0, t1] (the
+// first minute on the axis and the current one): series are [{variation, name,
+// points: [[minute start ms, y or null]]}]; fmt renders a y value. Each
+// value is a point (a circle carrying data-minute and data-value, with its
+// text as <title>) on the variation's line (polylines, broken where a
+// minute has no value); since marks the revision's first minute when the
+// axis reaches before it.
+function chart(metric, title, series, fmt, t0, t1, since) {
+  const ys = series.flatMap((x) => x.points.map((p) => p[1]).filter((v) => v != null));
   const yMax = Math.max(...ys, 0) || 1;
   const span = Math.max(t1 - t0, 1);
   const x = (t) => PAD.l + ((t - t0) / span) * (W - PAD.l - PAD.r);
   const y = (v) => H - PAD.b - (v / yMax) * (H - PAD.t - PAD.b);
+  const xy = ([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`;
   const id = `chart-${metric}`;
   return h('figure', {class: 'chart-box'},
     h('figcaption', {id: `${id}-title`}, title),
@@ -83,49 +104,50 @@ function chart(metric, title, series, fmt, t0, t1) {
       s('line', {class: 'grid', x1: PAD.l, y1: PAD.t, x2: W - PAD.r, y2: PAD.t}),
       s('text', {class: 'tick', x: PAD.l - 4, y: PAD.t + 4, 'text-anchor': 'end'}, fmt(yMax)),
       s('text', {class: 'tick', x: PAD.l - 4, y: H - PAD.b, 'text-anchor': 'end'}, fmt(0)),
-      s('text', {class: 'tick', x: PAD.l, y: H - 4}, fmtTime(new Date(t0).toISOString()).slice(11)),
-      s('text', {class: 'tick', x: W - PAD.r, y: H - 4, 'text-anchor': 'end'}, fmtTime(new Date(t1).toISOString()).slice(11)),
-      series.map((sr) => s('polyline', {
-        class: `series series-${sr.variation % 8}`, 'data-variation': sr.variation,
-        points: sr.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(' '),
-      }))));
+      s('text', {class: 'tick', x: PAD.l, y: H - 4}, hhmm(t0)),
+      s('text', {class: 'tick', x: W - PAD.r, y: H - 4, 'text-anchor': 'end'}, hhmm(t1)),
+      since > t0 ? s('line', {class: 'since', x1: x(since), y1: PAD.t, x2: x(since), y2: H - PAD.b},
+        s('title', null, `revision since ${hhmm(since)}: nothing counted before`)) : null,
+      series.map((sr) => s('g', {class: `series series-${sr.variation % 8}`, 'data-variation': sr.variation},
+        runs(sr.points).map((r) => s('polyline', {class: 'line', points: r.map(xy).join(' ')})),
+        sr.points.filter((p) => p[1] != null).map(([t, v]) => s('circle', {
+          class: 'point', cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2.5,
+          'data-minute': new Date(t).toISOString(), 'data-value': v,
+        }, s('title', null, `${hhmm(t)} ${sr.name}: ${fmt(v)}`)))))));
 }
 
-// charts turns the kept reads into three charts: requests per second and
-// error rate between consecutive reads (from the totals since the
-// revision), and p95 latency over the window at each read.
-function charts(samples) {
-  const vars = samples[samples.length - 1].total.map((v) => v.variation || 0);
-  const perSecond = [], errorRate = [], p95 = [];
+// charts draws outcomes o's series: per variation and minute, the
+// requests (every minute of the series, 0 when none), the error rate and
+// the p95 latency (minutes with requests, and with a timed response).
+function charts(e, o) {
+  const vars = o.total.map((v) => v.variation || 0);
+  const requests = [], errorRate = [], p95 = [];
   for (const i of vars) {
-    const r = {variation: i, points: []}, er = {variation: i, points: []}, l = {variation: i, points: []};
-    for (let k = 0; k < samples.length; k++) {
-      const cur = samples[k];
-      const v = cur.total.find((x) => (x.variation || 0) === i);
-      const w = cur.window.find((x) => (x.variation || 0) === i);
-      if (w?.latencyMs?.p95 != null) l.points.push([cur.at, w.latencyMs.p95]);
-      if (k === 0) continue;
-      const prev = samples[k - 1].total.find((x) => (x.variation || 0) === i);
-      const dReq = n(v?.requests) - n(prev?.requests);
-      const dErr = errors(v) - errors(prev);
-      const dt = (cur.at - samples[k - 1].at) / 1000;
-      r.points.push([cur.at, dt > 0 ? Math.max(dReq, 0) / dt : 0]);
-      er.points.push([cur.at, dReq > 0 ? Math.max(dErr, 0) / dReq : 0]);
+    const name = variationName(e, i);
+    const r = {variation: i, name, points: []}, er = {variation: i, name, points: []}, l = {variation: i, name, points: []};
+    for (const m of o.series) {
+      const t = Date.parse(m.start);
+      const v = (m.variations || []).find((x) => (x.variation || 0) === i);
+      r.points.push([t, n(v?.requests)]);
+      er.points.push([t, n(v?.requests) ? v.errorRate || 0 : null]);
+      l.points.push([t, v?.latencyMs?.p95 ?? null]);
     }
-    perSecond.push(r);
+    requests.push(r);
     errorRate.push(er);
     p95.push(l);
   }
-  const t0 = samples[0].at, t1 = samples[samples.length - 1].at;
+  // The x axis spans the series (from the revision's first minute, or the
+  // window's), at least a minute wide.
+  const t1 = Date.parse(o.series[o.series.length - 1].start);
+  const t0 = Math.min(Date.parse(o.series[0].start), t1 - MINUTE_MS);
+  const since = Math.floor(Date.parse(o.since) / MINUTE_MS) * MINUTE_MS;
+  const count = (v) => String(Math.round(v));
   return [
-    chart('requests', 'Requests per second', perSecond, (v) => v.toFixed(v < 10 ? 1 : 0), t0, t1),
-    chart('errors', 'Error rate (5xx and resets over requests)', errorRate, pct, t0, t1),
-    chart('p95', `Latency p95 over the last ${WINDOW_MINUTES} minutes`, p95, (v) => `${v.toFixed(v < 10 ? 1 : 0)} ms`, t0, t1),
+    chart('requests', 'Requests per minute', requests, count, t0, t1, since),
+    chart('errors', 'Error rate per minute (5xx and resets over requests)', errorRate, pct, t0, t1, since),
+    chart('p95', 'Latency p95 per minute', p95, (v) => `${v.toFixed(v < 10 ? 1 : 0)} ms`, t0, t1, since),
   ];
 }
-
-// errors is a variation's 5xx and resets.
-const errors = (v) => n(v?.responses?.['5xx']) + n(v?.responses?.reset);
 
 // legend names each variation's colour.
 function legend(e, vs) {
@@ -146,11 +168,14 @@ export function outcomesPanel(e) {
   const body = h('div');
   const plots = h('div', {class: 'charts'});
   el.append(status, body,
-    h('h3', null, 'Over time, since this page opened'),
-    h('p', {class: 'muted'}, `The charts are the figures this page read every ${OUTCOMES_POLL_MS / 1000} s since it opened (the last ${MAX_SAMPLES * OUTCOMES_POLL_MS / 60000} minutes at most); the table above is their text.`),
+    h('h3', null, `Minute by minute, since the revision (the last ${WINDOW_MINUTES} minutes at most)`),
+    h('p', {class: 'muted'}, 'Each point is one minute, at its start; the last is the current minute, still counting. ',
+      'The charts start at the revision\'s first minute (a dotted mark when it is the current one): nothing is counted before it. ',
+      'Error rate is drawn for the minutes with requests, latency for those with a timed response; a line breaks where a minute has none. Hover a point for its value; ',
+      h('code', null, `allotctl outcomes ${e.key} --series --minutes ${WINDOW_MINUTES}`), ' lists them as text.'),
     plots);
   const key = encodeURIComponent(e.key);
-  let samples = [];
+  let reads = 0;
   const stop = poll(async () => {
     let o;
     try {
@@ -166,16 +191,13 @@ export function outcomesPanel(e) {
       throw err;
     }
     o.total ||= [];
-    o.window ||= [];
-    if (samples.length && samples[0].revision !== o.revision) samples = []; // the figures started over
-    samples.push({at: Date.now(), revision: o.revision, total: o.total, window: o.window});
-    if (samples.length > MAX_SAMPLES) samples.shift();
-    el.dataset.samples = String(samples.length);
+    o.series ||= [];
+    el.dataset.reads = String(++reads);
     fill(status, `Live: read every ${OUTCOMES_POLL_MS / 1000} s from GET /v1/experiments/${e.key}/outcomes; last read ${fmtTime(new Date().toISOString())}. `,
       `Since revision ${o.revision.slice(0, 12)} (${fmtTime(o.since)}).`);
     const total = o.total.reduce((a, v) => a + n(v.requests), 0);
     fill(body, total ? null : h('p', {class: 'muted'}, 'No request counted yet.'), legend(e, o.total), outcomesTable(e, o.total));
-    fill(plots, o.total.length ? charts(samples) : null);
+    fill(plots, o.total.length && o.series.length ? charts(e, o) : null);
   }, OUTCOMES_POLL_MS);
   return {el, stop};
 }

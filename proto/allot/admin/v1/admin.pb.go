@@ -1633,7 +1633,14 @@ type Outcomes struct {
 	// before since), in variation order.
 	Window []*VariationOutcomes `protobuf:"bytes,5,rep,name=window,proto3" json:"window,omitempty"`
 	// total has each variation's figures since the revision.
-	Total         []*VariationOutcomes `protobuf:"bytes,6,rep,name=total,proto3" json:"total,omitempty"`
+	Total []*VariationOutcomes `protobuf:"bytes,6,rep,name=total,proto3" json:"total,omitempty"`
+	// series has the window minute by minute, oldest first: one entry per
+	// minute from the later of the window's first minute and the minute of
+	// since to the current minute (still counting), none skipped — in a
+	// minute without requests each variation has zero requests. Its sums are
+	// window. Bounded: at most minutes entries (minutes is at most 60), each
+	// with every variation (at most 64), so at most 3,840 variation figures.
+	Series        []*OutcomesMinute `protobuf:"bytes,7,rep,name=series,proto3" json:"series,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1710,6 +1717,143 @@ func (x *Outcomes) GetTotal() []*VariationOutcomes {
 	return nil
 }
 
+func (x *Outcomes) GetSeries() []*OutcomesMinute {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+// OutcomesMinute is one minute of an experiment's outcomes.
+type OutcomesMinute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// start is the minute's start (a whole UTC minute).
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// variations has each variation's figures in that minute, in variation
+	// order, every variation of the experiment included.
+	Variations    []*MinuteOutcomes `protobuf:"bytes,2,rep,name=variations,proto3" json:"variations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutcomesMinute) Reset() {
+	*x = OutcomesMinute{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutcomesMinute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutcomesMinute) ProtoMessage() {}
+
+func (x *OutcomesMinute) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutcomesMinute.ProtoReflect.Descriptor instead.
+func (*OutcomesMinute) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *OutcomesMinute) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *OutcomesMinute) GetVariations() []*MinuteOutcomes {
+	if x != nil {
+		return x.Variations
+	}
+	return nil
+}
+
+// MinuteOutcomes are one variation's figures in one minute.
+type MinuteOutcomes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variation is the variation's index.
+	Variation int32 `protobuf:"varint,1,opt,name=variation,proto3" json:"variation,omitempty"`
+	// requests counts the requests of every class, resets included.
+	Requests int64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// error_rate is (5xx + reset) / requests (0 when none).
+	ErrorRate float64 `protobuf:"fixed64,3,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
+	// latency_ms has the latency quantiles in ms of the minute's histogram;
+	// absent when no response was timed in that minute.
+	LatencyMs     *LatencyQuantiles `protobuf:"bytes,4,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MinuteOutcomes) Reset() {
+	*x = MinuteOutcomes{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MinuteOutcomes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MinuteOutcomes) ProtoMessage() {}
+
+func (x *MinuteOutcomes) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MinuteOutcomes.ProtoReflect.Descriptor instead.
+func (*MinuteOutcomes) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MinuteOutcomes) GetVariation() int32 {
+	if x != nil {
+		return x.Variation
+	}
+	return 0
+}
+
+func (x *MinuteOutcomes) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *MinuteOutcomes) GetErrorRate() float64 {
+	if x != nil {
+		return x.ErrorRate
+	}
+	return 0
+}
+
+func (x *MinuteOutcomes) GetLatencyMs() *LatencyQuantiles {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return nil
+}
+
 // VariationOutcomes are one variation's figures.
 type VariationOutcomes struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1737,7 +1881,7 @@ type VariationOutcomes struct {
 
 func (x *VariationOutcomes) Reset() {
 	*x = VariationOutcomes{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1893,7 @@ func (x *VariationOutcomes) String() string {
 func (*VariationOutcomes) ProtoMessage() {}
 
 func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1906,7 @@ func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VariationOutcomes.ProtoReflect.Descriptor instead.
 func (*VariationOutcomes) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VariationOutcomes) GetVariation() int32 {
@@ -1837,7 +1981,7 @@ type LatencyQuantiles struct {
 
 func (x *LatencyQuantiles) Reset() {
 	*x = LatencyQuantiles{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1993,7 @@ func (x *LatencyQuantiles) String() string {
 func (*LatencyQuantiles) ProtoMessage() {}
 
 func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2006,7 @@ func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyQuantiles.ProtoReflect.Descriptor instead.
 func (*LatencyQuantiles) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LatencyQuantiles) GetP50() float64 {
@@ -2016,7 +2160,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\areplica\x18\x10 \x01(\tR\areplica\"@\n" +
 	"\x12GetOutcomesRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\x86\x02\n" +
+	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\xbe\x02\n" +
 	"\bOutcomes\x12\x1e\n" +
 	"\n" +
 	"experiment\x18\x01 \x01(\tR\n" +
@@ -2025,7 +2169,20 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
 	"\aminutes\x18\x04 \x01(\x05R\aminutes\x129\n" +
 	"\x06window\x18\x05 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x06window\x127\n" +
-	"\x05total\x18\x06 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\"\xff\x02\n" +
+	"\x05total\x18\x06 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\x126\n" +
+	"\x06series\x18\a \x03(\v2\x1e.allot.admin.v1.OutcomesMinuteR\x06series\"\x82\x01\n" +
+	"\x0eOutcomesMinute\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12>\n" +
+	"\n" +
+	"variations\x18\x02 \x03(\v2\x1e.allot.admin.v1.MinuteOutcomesR\n" +
+	"variations\"\xaa\x01\n" +
+	"\x0eMinuteOutcomes\x12\x1c\n" +
+	"\tvariation\x18\x01 \x01(\x05R\tvariation\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x03R\brequests\x12\x1d\n" +
+	"\n" +
+	"error_rate\x18\x03 \x01(\x01R\terrorRate\x12?\n" +
+	"\n" +
+	"latency_ms\x18\x04 \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\"\xff\x02\n" +
 	"\x11VariationOutcomes\x12\x1c\n" +
 	"\tvariation\x18\x01 \x01(\x05R\tvariation\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x1a\n" +
@@ -2057,7 +2214,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -2083,50 +2240,56 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*ProxyStatus)(nil),                 // 21: allot.admin.v1.ProxyStatus
 	(*GetOutcomesRequest)(nil),          // 22: allot.admin.v1.GetOutcomesRequest
 	(*Outcomes)(nil),                    // 23: allot.admin.v1.Outcomes
-	(*VariationOutcomes)(nil),           // 24: allot.admin.v1.VariationOutcomes
-	(*LatencyQuantiles)(nil),            // 25: allot.admin.v1.LatencyQuantiles
-	nil,                                 // 26: allot.admin.v1.Rollout.TargetsEntry
-	nil,                                 // 27: allot.admin.v1.Rollout.CountsEntry
-	nil,                                 // 28: allot.admin.v1.VariationOutcomes.ResponsesEntry
-	(*v1.Experiment)(nil),               // 29: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 30: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 31: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
+	(*OutcomesMinute)(nil),              // 24: allot.admin.v1.OutcomesMinute
+	(*MinuteOutcomes)(nil),              // 25: allot.admin.v1.MinuteOutcomes
+	(*VariationOutcomes)(nil),           // 26: allot.admin.v1.VariationOutcomes
+	(*LatencyQuantiles)(nil),            // 27: allot.admin.v1.LatencyQuantiles
+	nil,                                 // 28: allot.admin.v1.Rollout.TargetsEntry
+	nil,                                 // 29: allot.admin.v1.Rollout.CountsEntry
+	nil,                                 // 30: allot.admin.v1.VariationOutcomes.ResponsesEntry
+	(*v1.Experiment)(nil),               // 31: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 33: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	29, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	30, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	29, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	29, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	30, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	30, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	30, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	30, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	30, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	31, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	32, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	31, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	32, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	31, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	31, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	32, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	32, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	32, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	32, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	32, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	34, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	32, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	29, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	29, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	26, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	34, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	31, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	31, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	28, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
 	21, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
 	20, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	27, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
-	32, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	32, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	32, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	32, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
-	24, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
-	24, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
-	28, // 26: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
-	25, // 27: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	29, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	34, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	34, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	34, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	34, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
+	26, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
+	26, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
+	24, // 26: allot.admin.v1.Outcomes.series:type_name -> allot.admin.v1.OutcomesMinute
+	34, // 27: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
+	25, // 28: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
+	27, // 29: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	30, // 30: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
+	27, // 31: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -2140,7 +2303,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
