@@ -74,6 +74,16 @@ func (r *replica) add(t *testing.T, node string, v int, n float64) {
 	r.a.Add(context.Background(), node, true, []*metricsv1.Metric{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)})
 }
 
+// reweighted is checkout with new weights: a new assignment revision.
+const reweighted = `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`
+
+// addPublished is add, then publish.
+func (r *replica) addPublished(t *testing.T, node string, v int, n float64) {
+	t.Helper()
+	r.add(t, node, v, n)
+	r.publish(t)
+}
+
 func (r *replica) publish(t *testing.T) {
 	t.Helper()
 	if err := r.a.Publish(context.Background()); err != nil {
@@ -142,16 +152,14 @@ func TestReplicasShareOutcomes(t *testing.T) {
 	r1.publish(t)
 	r2.want(t, "r2 after r1's next publish", 15, 7)
 	// p1 moves to r2: its deltas go on there.
-	r2.add(t, "p1", 0, 3)
-	r2.publish(t)
+	r2.addPublished(t, "p1", 0, 3)
 	r1.want(t, "after p1 moved", 18, 7)
 	r2.want(t, "after p1 moved", 18, 7)
 
 	// The window covers minutes, the total everything: 10 minutes on,
 	// only what came since is in the window.
 	m.clock.add(10 * time.Minute)
-	r1.add(t, "p1", 1, 2)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 1, 2)
 	total, window, _ := r2.requests(t)
 	if total != [2]int64{18, 9} || window != [2]int64{0, 2} {
 		t.Errorf("10 minutes on: total %v window %v, want [18 9] and [0 2]", total, window)
@@ -163,8 +171,7 @@ func TestReplicasShareOutcomes(t *testing.T) {
 func TestRestartedReplicaAdoptsItsRecords(t *testing.T) {
 	m := newMesh(t, checkout)
 	r1 := m.replica("r1", true)
-	r1.add(t, "p1", 0, 10)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 0, 10)
 	again := m.replica("r1", true)
 	again.add(t, "p1", 0, 4)
 	again.want(t, "restarted, unpublished", 14, 0)
@@ -181,8 +188,7 @@ func TestRestartedReplicaAdoptsItsRecords(t *testing.T) {
 func TestDeadReplicaFolded(t *testing.T) {
 	m := newMesh(t, checkout)
 	live := m.replica("live", true)
-	live.add(t, "p0", 1, 1)
-	live.publish(t)
+	live.addPublished(t, "p0", 1, 1)
 	want := int64(0)
 	for i := range 5 {
 		d := m.replica("gen-"+string(rune('a'+i)), true)
@@ -218,8 +224,7 @@ func TestFoldedWhileCounting(t *testing.T) {
 	m := newMesh(t, checkout)
 	slow := m.replica("slow", false) // not in the registry (yet)
 	other := m.replica("other", true)
-	slow.add(t, "p1", 0, 10)
-	slow.publish(t)
+	slow.addPublished(t, "p1", 0, 10)
 	m.clock.add(FoldAfter)
 	if err := other.a.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
@@ -242,12 +247,10 @@ func TestFoldedWhileCounting(t *testing.T) {
 func TestSharedRevisionChange(t *testing.T) {
 	m := newMesh(t, checkout)
 	r1, r2 := m.replica("r1", true), m.replica("r2", true)
-	r1.add(t, "p1", 0, 10)
-	r1.publish(t)
-	r2.add(t, "p2", 0, 10)
-	r2.publish(t)
+	r1.addPublished(t, "p1", 0, 10)
+	r2.addPublished(t, "p2", 0, 10)
 	r1.want(t, "before", 20, 0)
-	updateSpec(t, m.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	updateSpec(t, m.st, reweighted)
 	r1.add(t, "p1", 1, 4)
 	r1.want(t, "new revision on r1", 0, 4) // r2's record is of the old revision: ignored, then deleted
 	if got := m.totals(t); len(got) != 0 {
@@ -262,11 +265,9 @@ func TestSharedRevisionChange(t *testing.T) {
 func TestSweepDeletesRecords(t *testing.T) {
 	m := newMesh(t, checkout)
 	r1 := m.replica("r1", true)
-	r1.add(t, "p1", 0, 10)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 0, 10)
 	m.clock.add((MaxWindowMinutes + 1) * time.Minute)
-	r1.add(t, "p1", 0, 1)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 0, 1)
 	if err := r1.a.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -317,8 +318,7 @@ func TestUnknownCommitNotCountedTwice(t *testing.T) {
 	m := newMesh(t, checkout)
 	var lr *lostReply
 	r1 := m.replica("r1", true, func(s Shared) Shared { lr = &lostReply{Shared: s}; return lr })
-	r1.add(t, "p1", 0, 10)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 0, 10)
 	r1.add(t, "p1", 0, 5)
 	lr.fail = true
 	if err := r1.a.Publish(t.Context()); err == nil {
@@ -336,11 +336,9 @@ func TestUnknownCommitNotCountedTwice(t *testing.T) {
 func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
 	m := newMesh(t, checkout)
 	r1, behind := m.replica("r1", true), m.replica("behind", true)
-	behind.add(t, "p2", 0, 5)
-	behind.publish(t)
-	updateSpec(t, m.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
-	r1.add(t, "p1", 1, 4)
-	r1.publish(t)
+	behind.addPublished(t, "p2", 0, 5)
+	updateSpec(t, m.st, reweighted)
+	r1.addPublished(t, "p1", 1, 4)
 	// behind tidies with what it read of the experiment before the update.
 	now := m.clock.now()
 	recs, live, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60)
@@ -353,7 +351,6 @@ func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
 	if got := m.totals(t); !got["r1"] {
 		t.Fatalf("total records %v: r1's of the new revision deleted", got)
 	}
-	r1.add(t, "p1", 1, 1)
-	r1.publish(t)
+	r1.addPublished(t, "p1", 1, 1)
 	m.replica("r3", true).want(t, "the new revision, read by another replica", 0, 5)
 }
