@@ -144,10 +144,12 @@ func stale(b []byte, e *expState) bool {
 	return json.Unmarshal(b, &r) != nil || r.Stored < e.stored
 }
 
+// sub subtracts o, a past snapshot of t (so no count goes below zero).
 func (t *tally) sub(o tally) {
 	for c := range t.counts {
 		t.counts[c] -= o.counts[c]
 	}
+	grow(t, len(o.buckets))
 	for i, n := range o.buckets {
 		t.buckets[i] -= n
 	}
