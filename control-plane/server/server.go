@@ -31,6 +31,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/console"
+	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/reconcile"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -85,6 +86,10 @@ type Config struct {
 	Registry reconcile.Registry
 	// ReplicaID names this replica in the registry.
 	ReplicaID string
+	// Outcomes, when set, is where the replicas share their outcome
+	// figures (store/etcd.Outcomes): this allotd publishes its proxies'
+	// there, and its outcome reports sum every replica's.
+	Outcomes outcomes.Shared
 	// AdminReadTimeout bounds the reading of a request's headers and
 	// body on the admin listener (0: DefaultAdminReadTimeout).
 	AdminReadTimeout time.Duration
@@ -165,6 +170,7 @@ type servers struct {
 	adminGRPC       *grpc.Server
 	http            *http.Server
 	publishFailures prometheus.Counter
+	outcomes        *outcomes.Aggregator
 }
 
 // assemble builds every part of allotd over db and registers their
@@ -190,10 +196,11 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 		}
 	}
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
-	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, log.With("component", "outcomes"))
+	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, cfg.Outcomes, log.With("component", "outcomes"))
 	if err != nil {
 		return nil, err
 	}
+	s.outcomes = oc
 
 	adminLog := log.With("component", "admin")
 	var ro admin.Rollouts = rollout.NewLocal(s.xds)
@@ -318,6 +325,7 @@ func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []ne
 		}
 	}()
 	go func() { defer wg.Done(); reconcile.Sync(ctx, s.db, s.xds, s.b, log) }()
+	wg.Go(func() { s.outcomes.Run(ctx) }) // publishes to the shared records, if any
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {
 		self := rollout.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}
