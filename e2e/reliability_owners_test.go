@@ -71,7 +71,7 @@ func TestReliabilityHostileOwners(t *testing.T) {
 			t.Fatalf("create with a condition string of %d bytes: %d %s", n, code, b)
 			return false, e
 		}
-		lo, hi := 0, experiment.MaxSpecBytes // lo accepted, hi refused
+		lo, hi := 0, experiment.MaxDocumentBytes // lo accepted, hi refused
 		if ok, _ := try(lo); !ok {
 			t.Fatal("the smallest probe was refused")
 		}
@@ -86,7 +86,7 @@ func TestReliabilityHostileOwners(t *testing.T) {
 			}
 		}
 		_, refused := try(hi)
-		over := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxSpecBytes+1, experiment.MaxSpecBytes)
+		over := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxDocumentBytes+1, experiment.MaxDocumentBytes)
 		if refused.Error.Code != string(admin.CodeInvalid) || len(refused.Error.Details) != 1 || refused.Error.Details[0] != over {
 			t.Fatalf("one byte over the largest accepted: %+v, want invalid_argument %q", refused.Error, over)
 		}
@@ -119,7 +119,7 @@ func TestReliabilityHostileOwners(t *testing.T) {
 		if c := read.api("GET", "/v1/experiments/big", nil, nil); c != http.StatusNotFound {
 			t.Fatalf("the largest is still listed through the other replica: %d", c)
 		}
-		report(t, "bad_input", fmt.Sprintf("the largest experiment the API accepts (%d KiB as compact JSON), found by the API itself, on 3 etcd members at their default request limit (1.5 MiB), through 2 allotd replicas", experiment.MaxSpecBytes>>10),
+		report(t, "bad_input", fmt.Sprintf("the largest experiment the API accepts (%d KiB as compact JSON), found by the API itself, on 3 etcd members at their default request limit (1.5 MiB), through 2 allotd replicas", experiment.MaxDocumentBytes>>10),
 			fmt.Sprintf("%s all acknowledged; one byte more refused 400 %q; %d internal errors", strings.Join(steps, ", "), over, internal), 0)
 	})
 

@@ -162,7 +162,11 @@ func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperime
 func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
 	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
-		e, err = g.svc.Start(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+		start := g.svc.Start
+		if req.GetAcknowledgeRollback() {
+			start = g.svc.StartAcknowledgingRollback
+		}
+		e, err = start(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
 		return err
 	})
 	if err != nil {

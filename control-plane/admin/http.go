@@ -30,7 +30,7 @@ const MaxBodyBytes = 1 << 20
 //	GET    /v1/experiments/{key}               GetExperiment
 //	PUT    /v1/experiments/{key}               UpdateExperiment (body: Experiment with revision)
 //	DELETE /v1/experiments/{key}[?revision=N]  DeleteExperiment
-//	POST   /v1/experiments/{key}:start         StartExperiment (also /start; optional body {"revision"})
+//	POST   /v1/experiments/{key}:start         StartExperiment (also /start; optional body {"revision", "acknowledgeRollback"})
 //	POST   /v1/experiments/{key}:pause         PauseExperiment (also /pause)
 //	POST   /v1/experiments/{key}:stop          StopExperiment (also /stop)
 //	POST   /v1/evaluate                        EvaluateExperiments (body: EvaluateExperimentsRequest)
@@ -329,6 +329,12 @@ func (h *HTTP) transition(r *http.Request, p *Principal) (int, any, error) {
 	}
 	if req.Key != "" && req.Key != key {
 		return 0, nil, &Error{Code: CodeInvalid, Message: "invalid request", Details: []string{"key: " + strconv.Quote(req.Key) + " does not match the URL's " + strconv.Quote(key)}}
+	}
+	if req.AcknowledgeRollback {
+		if action != "start" {
+			return 0, nil, &Error{Code: CodeInvalid, Message: "invalid request", Details: []string{"acknowledgeRollback: only a start acknowledges a rollback"}}
+		}
+		op = h.svc.StartAcknowledgingRollback
 	}
 	rev := req.Revision
 	if rev == 0 {

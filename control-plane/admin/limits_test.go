@@ -70,7 +70,7 @@ func TestValidateBounds(t *testing.T) {
 			"fallbackAttribute: 129 bytes, limit 128"},
 		{"seed", func(e *experimentv1.Experiment, p int) { e.Seed = rep(experiment.MaxSeedBytes + p) }, "seed: 257 bytes, limit 256"},
 		{"the document", func(e *experimentv1.Experiment, p int) { *e = *largest(t, p) },
-			fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxSpecBytes+1, experiment.MaxSpecBytes)},
+			fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxDocumentBytes+1, experiment.MaxDocumentBytes)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,9 +110,9 @@ func largest(t *testing.T, past int) *experimentv1.Experiment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := build(experiment.MaxSpecBytes - base + past)
-	if n, _ := experiment.DocumentBytes(e); n != experiment.MaxSpecBytes+past {
-		t.Fatalf("largest document is %d bytes, want %d", n, experiment.MaxSpecBytes+past)
+	e := build(experiment.MaxDocumentBytes - base + past)
+	if n, _ := experiment.DocumentBytes(e); n != experiment.MaxDocumentBytes+past {
+		t.Fatalf("largest document is %d bytes, want %d", n, experiment.MaxDocumentBytes+past)
 	}
 	return e
 }
@@ -133,7 +133,7 @@ func TestLargestDocumentLifecycle(t *testing.T) {
 			return db
 		}},
 	}
-	tooBig := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxSpecBytes+1, experiment.MaxSpecBytes)
+	tooBig := fmt.Sprintf("experiment: %d bytes as compact JSON (with the longest status), limit %d", experiment.MaxDocumentBytes+1, experiment.MaxDocumentBytes)
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			e := newEnv(t, st.open(t))
@@ -184,8 +184,8 @@ func TestLargestDocumentLifecycle(t *testing.T) {
 				if cur.Status != step.want || cur.Description != "d2" {
 					t.Fatalf("after %s: status %q, description %q; want %q, d2", step.op, cur.Status, cur.Description, step.want)
 				}
-				if n, _ := experiment.DocumentBytes(&cur); n != experiment.MaxSpecBytes {
-					t.Fatalf("after %s: %d bytes, want %d", step.op, n, experiment.MaxSpecBytes)
+				if n, _ := experiment.DocumentBytes(&cur); n != experiment.MaxDocumentBytes {
+					t.Fatalf("after %s: %d bytes, want %d", step.op, n, experiment.MaxDocumentBytes)
 				}
 			}
 			e.mustDo(http.StatusNoContent, aliceToken, "DELETE", "/v1/experiments/big?revision="+fmt.Sprint(cur.Revision), "", nil)

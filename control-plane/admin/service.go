@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
@@ -109,6 +110,8 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "create", e.Key, e.Owner)
 	}
+	experiment.ClearState(e)
+	experiment.FillRampCoverage(e)
 	if err := translate.Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
@@ -222,15 +225,21 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, e.Owner)
 	}
-	if err := translate.Validate(e, s.mesh); err != nil {
-		return nil, err
-	}
 	old, err := FromStore(cur)
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", cur.Key, err)
 	}
-	if from, to := experiment.Status(old), experiment.Status(e); from != to && !experiment.Allowed(from, to) {
+	experiment.CopyState(e, old)
+	experiment.FillRampCoverage(e)
+	if err := translate.Validate(e, s.mesh); err != nil {
+		return nil, err
+	}
+	from, to := experiment.Status(old), experiment.Status(e)
+	if from != to && !experiment.Allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "status %s → %s is not allowed (%s)", from, to, experiment.TransitionsHelp)
+	}
+	if from != to && to == experiment.StatusRunning && experiment.RollbackPending(old) {
+		return nil, rollbackPending(old)
 	}
 	wctx, err := s.checkServices(ctx, e, cur.Revision)
 	if err != nil {
@@ -269,19 +278,37 @@ func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision
 	return nil
 }
 
-// Start sets a draft or paused experiment running.
+// Start sets a draft or paused experiment running. An experiment rolled
+// back by a guardrail whose rollback is not acknowledged is
+// CodeFailedPrecond: StartAcknowledgingRollback starts it.
 func (s *Service) Start(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "start", key, revision, experiment.StatusRunning)
+	return s.transition(ctx, p, "start", key, revision, experiment.StatusRunning, false)
+}
+
+// StartAcknowledgingRollback acknowledges the rollback of an experiment
+// (rollback.acknowledgedBy and acknowledgeTime: p and now, in the same
+// write) and sets it running, as Start does otherwise.
+func (s *Service) StartAcknowledgingRollback(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
+	return s.transition(ctx, p, "start", key, revision, experiment.StatusRunning, true)
+}
+
+// rollbackPending is the error of a start of e while its rollback is not
+// acknowledged.
+func rollbackPending(e *experimentv1.Experiment) error {
+	rb := e.GetRollback()
+	return errorf(CodeFailedPrecond, "experiment %q was rolled back by guardrails[%d] (%s, variation %d against %d) at %s and nobody acknowledged it: "+
+		"start it with acknowledgeRollback (allotctl start --acknowledge-rollback) to acknowledge and restart",
+		e.GetKey(), rb.GetGuardrail(), rb.GetMetric(), rb.GetVariation(), rb.GetControl(), rb.GetTime().AsTime().Format(time.RFC3339))
 }
 
 // Pause pauses a running experiment.
 func (s *Service) Pause(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "pause", key, revision, experiment.StatusPaused)
+	return s.transition(ctx, p, "pause", key, revision, experiment.StatusPaused, false)
 }
 
 // Stop ends a draft, running or paused experiment for good.
 func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision int64) (*experimentv1.Experiment, error) {
-	return s.transition(ctx, p, "stop", key, revision, experiment.StatusStopped)
+	return s.transition(ctx, p, "stop", key, revision, experiment.StatusStopped, false)
 }
 
 // transition moves an experiment to status to. A non-zero revision must
@@ -289,12 +316,13 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 // The write is a compare-and-swap on the revision the owner was checked on.
 // Only a start checks the bounds of the services (checkServices): a pause
 // or a stop never adds to them, and the document bound counts the longest
-// status, so the emergency brake cannot be refused for size.
-func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
-	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to) })
+// status, so the emergency brake cannot be refused for size. With ack, a
+// pending rollback is acknowledged in the same write.
+func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string, ack bool) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to, ack) })
 }
 
-func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key string, revision int64, to string) (*experimentv1.Experiment, error) {
+func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key string, revision int64, to string, ack bool) (*experimentv1.Experiment, error) {
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -316,6 +344,12 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	if !experiment.Allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, experiment.TransitionsHelp)
 	}
+	if to == experiment.StatusRunning && experiment.RollbackPending(e) {
+		if !ack {
+			return nil, rollbackPending(e)
+		}
+		experiment.Acknowledge(e, p.Name, s.now())
+	}
 	e.Status = to
 	wctx, err := s.checkServices(ctx, e, cur.Revision)
 	if err != nil {
@@ -331,6 +365,64 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	}
 	s.log.InfoContext(ctx, "experiment status changed", "key", key, "principal", p.Name, "from", from, "to", to, "revision", se.Revision)
 	return FromStore(se)
+}
+
+// WriteState is how allotd writes what it keeps in an experiment: set
+// changes a copy of the stored experiment, which is written with a
+// compare-and-swap on the revision read, as actor (a concurrent write is
+// CodeConflict: read again and decide again). set may change rampState,
+// rollback, coverage (a ramp step) and the status to any the lifecycle
+// allows but running (a rollback pauses or stops; only an owner's start
+// runs it again); anything else is refused. A write that changes coverage
+// must pass translate.Validate as an owner's write does (its coverage is
+// the ramp step's); one that does not (a rollback) is never refused for
+// validation, like a pause.
+func (s *Service) WriteState(ctx context.Context, key, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) {
+		cur, err := s.store.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		old, err := FromStore(cur)
+		if err != nil {
+			return nil, fmt.Errorf("stored experiment %q: %w", key, err)
+		}
+		e := proto.Clone(old).(*experimentv1.Experiment)
+		set(e)
+		if !sameButState(old, e) {
+			return nil, fmt.Errorf("write state of %q: changes more than rampState, rollback, coverage and status", key)
+		}
+		from, to := experiment.Status(old), experiment.Status(e)
+		if from != to && (to == experiment.StatusRunning || !experiment.Allowed(from, to)) {
+			return nil, fmt.Errorf("write state of %q: status %s → %s (allotd may pause or stop, never start)", key, from, to)
+		}
+		if (e.Coverage == nil) != (old.Coverage == nil) || e.GetCoverage() != old.GetCoverage() {
+			if err := translate.Validate(e, s.mesh); err != nil { // a ramp step adds exposure
+				return nil, fmt.Errorf("write state of %q: %w", key, err)
+			}
+		}
+		b, err := spec(e)
+		if err != nil {
+			return nil, err
+		}
+		se, err := s.store.Update(ctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, actor)
+		if err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "experiment state written", "key", key, "principal", actor, "from", from, "to", to, "revision", se.Revision)
+		return FromStore(se)
+	})
+}
+
+// sameButState reports whether a and b differ at most in what WriteState
+// may change: rampState, rollback, coverage and status.
+func sameButState(a, b *experimentv1.Experiment) bool {
+	a, b = experiment.Spec(a), experiment.Spec(b)
+	for _, x := range []*experimentv1.Experiment{a, b} {
+		experiment.ClearState(x)
+		x.Coverage, x.Status = nil, ""
+	}
+	return proto.Equal(a, b)
 }
 
 // Evaluate previews what the proxies of cluster service would assign for

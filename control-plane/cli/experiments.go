@@ -162,9 +162,13 @@ func putExperiment(ctx context.Context, c *client, e *experimentv1.Experiment, w
 }
 
 // sameDefinition reports whether the file's definition equals the stored
-// one, ignoring output-only metadata (and the owner when the file has none).
+// one, ignoring output-only metadata and state (and the owner when the file
+// has none, and the coverage when the file has a ramp and no coverage), as
+// the admin API would store the file.
 func sameDefinition(file, stored *experimentv1.Experiment) bool {
 	a, b := experiment.Spec(file), experiment.Spec(stored)
+	experiment.CopyState(a, b)
+	experiment.FillRampCoverage(a)
 	if a.Owner == "" {
 		a.Owner = b.Owner
 	}
@@ -313,7 +317,55 @@ func runGet(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return writeTable(env.Stdout, []*experimentv1.Experiment{e})
+	if err := writeTable(env.Stdout, []*experimentv1.Experiment{e}); err != nil {
+		return err
+	}
+	writeGuards(env.Stdout, e)
+	return nil
+}
+
+// writeGuards prints, below get's table, a line each for the experiment's
+// guardrails, ramp and rollback when it has them.
+func writeGuards(w io.Writer, e *experimentv1.Experiment) {
+	var gs []string
+	for _, g := range e.GetGuardrails() {
+		var limit string
+		switch {
+		case g.MaxIncrease != nil:
+			limit = "+" + strconv.FormatFloat(g.GetMaxIncrease(), 'g', -1, 64)
+		case g.MaxRatio != nil:
+			limit = "x" + strconv.FormatFloat(g.GetMaxRatio(), 'g', -1, 64)
+		}
+		gs = append(gs, fmt.Sprintf("%s %s (control %d, min %d requests)", g.GetMetric(), limit, g.GetControl(), experiment.GuardrailRequests(g)))
+	}
+	if len(gs) > 0 {
+		fmt.Fprintf(w, "guardrails: %s\n", strings.Join(gs, "; "))
+	}
+	if steps := e.GetRamp().GetSteps(); len(steps) > 0 {
+		var ss []string
+		for i, st := range steps {
+			s := strconv.FormatFloat(st.GetCoverage()*100, 'g', -1, 64) + "%/" + st.GetMinHold().AsDuration().String()
+			if i == experiment.RampStep(e) {
+				s = "[" + s + "]"
+			}
+			ss = append(ss, s)
+		}
+		since := ""
+		if t := e.GetRampState().GetStepStartTime(); t != nil {
+			since = " since " + t.AsTime().UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "ramp: %s (at step %d%s)\n", strings.Join(ss, " -> "), experiment.RampStep(e), since)
+	}
+	if rb := e.GetRollback(); rb != nil {
+		ack := "not acknowledged (allotctl start --acknowledge-rollback)"
+		if rb.GetAcknowledgedBy() != "" {
+			ack = "acknowledged by " + rb.GetAcknowledgedBy() + " at " + rb.GetAcknowledgeTime().AsTime().UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "rollback: guardrails[%d] %s: variation %d %g against control %d %g (%d/%d requests, statistic %g, p %g) at %s, revision %d applied by %d/%d; %s\n",
+			rb.GetGuardrail(), rb.GetMetric(), rb.GetVariation(), rb.GetTreatmentValue(), rb.GetControl(), rb.GetControlValue(),
+			rb.GetTreatmentRequests(), rb.GetControlRequests(), rb.GetStatistic(), rb.GetPValue(),
+			rb.GetTime().AsTime().UTC().Format(time.RFC3339), rb.GetRevision(), rb.GetApplied(), rb.GetProxies(), ack)
+	}
 }
 
 const listUsage = `Usage: allotctl list [--owner NS] [--status STATUS] [--service CLUSTER] [-o table|json|yaml]
@@ -490,6 +542,10 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 	return func(ctx context.Context, env *Env, args []string) error {
 		fs, conn := newFlagSet(env, action, fmt.Sprintf(transitionUsage, action, summary), true)
 		rev := fs.Int64("revision", 0, "change only at this `revision` (0: any)")
+		ack := new(bool)
+		if action == "start" {
+			fs.BoolVar(ack, "acknowledge-rollback", false, "acknowledge the experiment's guardrail rollback and start it again")
+		}
 		wait := waitFlag(fs)
 		pos, ok, err := parseFlags(fs, args, 1, 1)
 		if !ok {
@@ -500,8 +556,11 @@ func transition(action, summary string) func(context.Context, *Env, []string) er
 			return err
 		}
 		var body []byte
-		if *rev != 0 {
-			body = []byte(`{"revision":"` + strconv.FormatInt(*rev, 10) + `"}`)
+		if *rev != 0 || *ack {
+			body, err = protojson.Marshal(&adminv1.StartExperimentRequest{Revision: *rev, AcknowledgeRollback: *ack})
+			if err != nil {
+				return err
+			}
 		}
 		b, err := c.do(ctx, "POST", withWait("/v1/experiments/"+url.PathEscape(pos[0])+":"+action, *wait), body)
 		if err != nil {

@@ -30,6 +30,14 @@ const onlineTokens = `{"tokens": [
 // clock is fixed, so outputs are byte-for-byte stable.
 func startAPI(t *testing.T) string {
 	t.Helper()
+	url, _ := startAPIStore(t)
+	return url
+}
+
+// startAPIStore is startAPI that also returns the store, for a test to
+// write what allotd writes.
+func startAPIStore(t *testing.T) (string, *bolt.DB) {
+	t.Helper()
 	fixed := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "allot.db"), bolt.WithClock(func() time.Time { return fixed }))
 	if err != nil {
@@ -44,7 +52,7 @@ func startAPI(t *testing.T) string {
 		admin.WithOutcomes(fixedOutcomes{}))
 	srv := httptest.NewServer(admin.NewHTTP(svc, tokens))
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, db
 }
 
 // fixedOutcomes is a hand-written admin.Outcomes: the observed experiment

@@ -1,8 +1,10 @@
 // Package experiment holds what is true of one experiment document, with no
 // I/O: its lifecycle (the statuses, the transitions between them, whether
 // it runs at a time, which services it applies to), the forms it is kept
-// and served in (Spec, Definition) and the bounds of the document and its
-// fields (CheckBounds, CheckFields). translate, admin and allotctl all
+// and served in (Spec, Definition), the bounds of the document and its
+// fields (CheckBounds, CheckFields, guardrails and ramp included) and the
+// state allotd keeps in it (ClearState, CopyState, Acknowledge,
+// FillRampCoverage). translate, admin and allotctl all
 // decide these questions here; the console's transition table is checked
 // against Transitions by a test.
 //
@@ -12,8 +14,10 @@
 package experiment
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -92,14 +96,77 @@ func Spec(e *experimentv1.Experiment) *experimentv1.Experiment {
 
 // Definition returns a copy of e with only what the filter evaluates:
 // without output-only metadata, schedule and status (applied by the control
-// plane), owner, services and description. Changing a description therefore
-// reconfigures no proxy.
+// plane), owner, services, description, guardrails, ramp and the state
+// allotd writes. Changing a description or a guardrail therefore
+// reconfigures no proxy; a ramp step does, through coverage.
 func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
 	d := Spec(e)
 	d.StartTime, d.EndTime = nil, nil
 	d.Description, d.Owner, d.Services = "", "", nil
 	d.Status = ""
+	d.Guardrails, d.Ramp = nil, nil
+	ClearState(d)
 	return d
+}
+
+// ClearState removes from e the state allotd writes (rampState,
+// rollback): what an owner's write may not set.
+func ClearState(e *experimentv1.Experiment) {
+	e.RampState, e.Rollback = nil, nil
+}
+
+// CopyState sets dst's state (rampState, rollback) to a copy of src's:
+// the admin API keeps the stored state whatever a write sends.
+func CopyState(dst, src *experimentv1.Experiment) {
+	dst.RampState, dst.Rollback = nil, nil
+	if src.RampState != nil {
+		dst.RampState = proto.Clone(src.RampState).(*experimentv1.RampState)
+	}
+	if src.Rollback != nil {
+		dst.Rollback = proto.Clone(src.Rollback).(*experimentv1.Rollback)
+	}
+}
+
+// RollbackPending reports whether e was rolled back by a guardrail and
+// no owner has acknowledged it yet: starting it again needs an explicit
+// acknowledgement.
+func RollbackPending(e *experimentv1.Experiment) bool {
+	return e.GetRollback() != nil && e.GetRollback().GetAcknowledgedBy() == ""
+}
+
+// Acknowledge records that actor acknowledged e's rollback at now (a no-op
+// without a rollback). The name is kept without the characters JSON
+// escapes and cut at a character boundary to MaxAcknowledgedByBytes, so the
+// state stays within StateReserveBytes.
+func Acknowledge(e *experimentv1.Experiment, actor string, now time.Time) {
+	if e.GetRollback() == nil {
+		return
+	}
+	actor = strings.Map(func(r rune) rune {
+		if escaped(r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(actor, ""))
+	if len(actor) > MaxAcknowledgedByBytes {
+		actor = strings.ToValidUTF8(actor[:MaxAcknowledgedByBytes], "")
+	}
+	e.Rollback.AcknowledgedBy, e.Rollback.AcknowledgeTime = actor, timestamppb.New(now)
+}
+
+// RampStep is the index of the ramp step e is at (0 before allotd wrote
+// any state).
+func RampStep(e *experimentv1.Experiment) int { return int(e.GetRampState().GetStep()) }
+
+// FillRampCoverage sets an unset coverage of an experiment with a ramp to
+// the coverage of the step it is at, so that an owner need not repeat
+// what the ramp decides (CheckFields refuses any other coverage).
+func FillRampCoverage(e *experimentv1.Experiment) {
+	steps := e.GetRamp().GetSteps()
+	if e.Coverage == nil && RampStep(e) < len(steps) {
+		c := steps[RampStep(e)].GetCoverage()
+		e.Coverage = &c
+	}
 }
 
 // CheckFields lists every problem of the fields the control plane itself
@@ -127,6 +194,127 @@ func CheckFields(e *experimentv1.Experiment) []string {
 	}
 	if start.IsValid() && end.IsValid() && !end.AsTime().After(start.AsTime()) {
 		details = append(details, "endTime: must be after startTime")
+	}
+	details = append(details, checkGuardrails(e)...)
+	return append(details, checkRamp(e)...)
+}
+
+// Guardrail metrics: the values of a guardrail's metric field.
+const (
+	// MetricErrorRate is the share of 5xx responses and resets; its
+	// threshold is maxIncrease.
+	MetricErrorRate = "errorRate"
+	// MetricLatencyP95 is the 95th percentile of the response time; its
+	// threshold is maxRatio.
+	MetricLatencyP95 = "latencyP95"
+)
+
+// GuardrailRequests is g's minRequests with the default applied.
+func GuardrailRequests(g *experimentv1.Guardrail) int64 {
+	if g.GetMinRequests() == 0 {
+		return DefaultGuardrailRequests
+	}
+	return g.GetMinRequests()
+}
+
+// checkGuardrails lists every problem of e's guardrails, each as
+// "guardrails[i].field: message".
+func checkGuardrails(e *experimentv1.Experiment) []string {
+	var details []string
+	if len(e.GetGuardrails()) > 0 && !e.GetObserve() {
+		details = append(details, "guardrails: need observe: true (guardrails are evaluated on the outcomes the proxies observe)")
+	}
+	for i, g := range e.GetGuardrails() {
+		path := "guardrails[" + strconv.Itoa(i) + "]"
+		bad := func(field, msg string) { details = append(details, path+"."+field+": "+msg) }
+		if g == nil {
+			details = append(details, path+": want an object")
+			continue
+		}
+		switch g.GetMetric() {
+		case MetricErrorRate:
+			if g.MaxIncrease == nil {
+				bad("maxIncrease", "required for metric errorRate")
+			} else if v := g.GetMaxIncrease(); !(v >= 0 && v <= 1) {
+				bad("maxIncrease", fmt.Sprintf("%g, want within [0, 1]", v))
+			}
+			if g.MaxRatio != nil {
+				bad("maxRatio", "only for metric latencyP95")
+			}
+		case MetricLatencyP95:
+			if g.MaxRatio == nil {
+				bad("maxRatio", "required for metric latencyP95")
+			} else if v := g.GetMaxRatio(); !(v > 1 && v <= MaxGuardrailRatio) {
+				bad("maxRatio", fmt.Sprintf("%g, want > 1 and at most %d", v, MaxGuardrailRatio))
+			}
+			if g.MaxIncrease != nil {
+				bad("maxIncrease", "only for metric errorRate")
+			}
+		case "":
+			bad("metric", "required: errorRate or latencyP95")
+		default:
+			bad("metric", "unknown metric "+strconv.Quote(g.GetMetric())+", want errorRate or latencyP95")
+		}
+		if c := g.GetControl(); c < 0 || int(c) >= len(e.GetVariations()) {
+			bad("control", fmt.Sprintf("%d, want a variation index in [0, %d)", c, len(e.GetVariations())))
+		}
+		if n := g.GetMinRequests(); n != 0 && (n < MinGuardrailRequests || n > MaxGuardrailRequests) {
+			bad("minRequests", fmt.Sprintf("%d, want 0 (default %d) or %d to %d", n, DefaultGuardrailRequests, MinGuardrailRequests, MaxGuardrailRequests))
+		}
+	}
+	return details
+}
+
+// checkRamp lists every problem of e's ramp, each as "ramp.…: message",
+// and of its coverage, which must be the coverage of the step the ramp is
+// at.
+func checkRamp(e *experimentv1.Experiment) []string {
+	r := e.GetRamp()
+	if r == nil {
+		return nil
+	}
+	var details []string
+	steps := r.GetSteps()
+	if len(steps) == 0 {
+		details = append(details, "ramp.steps: empty, want 1 to "+strconv.Itoa(MaxRampSteps)+" steps (or no ramp)")
+	}
+	prev := 0.0
+	for i, st := range steps {
+		path := "ramp.steps[" + strconv.Itoa(i) + "]"
+		if st == nil {
+			details = append(details, path+": want an object")
+			continue
+		}
+		c := st.GetCoverage()
+		switch {
+		case !(c > 0 && c <= 1):
+			details = append(details, fmt.Sprintf("%s.coverage: %g, want within (0, 1]", path, c))
+		case i > 0 && c <= prev:
+			details = append(details, fmt.Sprintf("%s.coverage: %g, want more than the previous step's %g", path, c, prev))
+		}
+		prev = c
+		if h := st.GetMinHold(); h != nil {
+			switch {
+			case h.CheckValid() != nil:
+				details = append(details, path+".minHold: "+h.CheckValid().Error())
+			case h.GetNanos() != 0:
+				details = append(details, path+".minHold: "+h.AsDuration().String()+", want whole seconds")
+			case h.AsDuration() < 0 || h.AsDuration() > MaxRampHold:
+				details = append(details, fmt.Sprintf("%s.minHold: %s, want 0s to %ds (30 days)", path, h.AsDuration(), int64(MaxRampHold/time.Second)))
+			}
+		}
+	}
+	step := RampStep(e)
+	switch {
+	case len(steps) == 0:
+	case step < 0 || step >= len(steps):
+		details = append(details, fmt.Sprintf("ramp.steps: %d steps, but the ramp is at step %d (rampState.step); keep that step", len(steps), step))
+	case e.Coverage == nil || e.GetCoverage() != steps[step].GetCoverage():
+		cov := "unset (1)"
+		if e.Coverage != nil {
+			cov = strconv.FormatFloat(e.GetCoverage(), 'g', -1, 64)
+		}
+		details = append(details, fmt.Sprintf("coverage: %s, want ramp.steps[%d].coverage %g while the ramp is at step %d (omit coverage to take it)", cov, step, steps[step].GetCoverage(), step))
 	}
 	return details
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -16,8 +17,9 @@ import (
 )
 
 // MaxSpecBytes is the largest document, as the store keeps it (Spec,
-// compacted proto3 JSON), that the admin API lets an owner write
-// (CheckBounds names the field). Every store must carry a document of this
+// compacted proto3 JSON): what an owner writes (at most MaxDocumentBytes,
+// CheckBounds names the field) and the state allotd adds (at most
+// StateReserveBytes). Every store must carry a document of this
 // size through every write: an update sends it about five times (the
 // experiment, and the Change with its Before and After twice: the history
 // and its per-key index), 320 KiB plus metadata, well inside etcd's default
@@ -27,7 +29,7 @@ const MaxSpecBytes = 64 << 10
 
 // Bounds of an experiment document's fields, enforced by CheckBounds with
 // an error naming the field (control-plane/README.md lists them for
-// owners). The whole document is bounded by MaxSpecBytes; the key by the
+// owners). The whole document is bounded by MaxDocumentBytes; the key by the
 // engine (^[a-z][a-z0-9._-]{0,62}$); a condition's size by the document
 // and its nesting by the filter's decoder.
 const (
@@ -56,15 +58,49 @@ const (
 	MaxAttributeNameBytes = 128
 	// MaxSeedBytes bounds seed.
 	MaxSeedBytes = 256
+	// MaxGuardrails bounds the entries of guardrails: one per metric and
+	// control variation is the common case, 8 leaves room for a second
+	// control without making a rollback's cause hard to read.
+	MaxGuardrails = 8
+	// MinGuardrailRequests and MaxGuardrailRequests bound a guardrail's
+	// minRequests: below 100 requests a proportion's normal approximation
+	// is poor; 10,000,000 is still reached by a busy service in a day.
+	MinGuardrailRequests = 100
+	MaxGuardrailRequests = 10_000_000
+	// DefaultGuardrailRequests is a guardrail's minRequests when unset: an
+	// error rate of 1% then rests on about 10 errors per variation.
+	DefaultGuardrailRequests = 1_000
+	// MaxGuardrailRatio bounds latencyP95's maxRatio: a ratio above it
+	// guards nothing.
+	MaxGuardrailRatio = 100
+	// MaxRampSteps bounds the steps of ramp.
+	MaxRampSteps = 16
+	// MaxRampHold bounds a ramp step's minHold: a ramp of 16 steps at the
+	// bound still ends within about a year.
+	MaxRampHold = 30 * 24 * time.Hour
+	// StateReserveBytes is the room MaxSpecBytes keeps for what allotd
+	// writes into a document (rampState, rollback) after the admin API
+	// accepted it, so a state write never makes a document larger than
+	// the store carries (TestStateFitsReserve).
+	StateReserveBytes = 1 << 10
+	// MaxAcknowledgedByBytes bounds rollback.acknowledgedBy, the name of
+	// the principal who acknowledged a rollback (Acknowledge cuts a longer
+	// one).
+	MaxAcknowledgedByBytes = 128
+	// MaxDocumentBytes is the largest document an owner may write, as
+	// DocumentBytes counts it: MaxSpecBytes less StateReserveBytes.
+	MaxDocumentBytes = MaxSpecBytes - StateReserveBytes
 )
 
 // DocumentBytes is the size of e as the store keeps it (compact proto3
 // JSON without output-only metadata), counted with the longest status
-// ("running"), so that no status transition writes a larger document than
-// CheckBounds accepted.
+// ("running") and without the state allotd writes (rampState, rollback),
+// so that no status transition makes a larger document than CheckBounds
+// accepted and a state write adds at most StateReserveBytes.
 func DocumentBytes(e *experimentv1.Experiment) (int, error) {
 	d := Spec(e)
 	d.Status = StatusRunning
+	ClearState(d)
 	b, err := protojson.Marshal(d)
 	if err != nil {
 		return 0, err
@@ -88,7 +124,7 @@ func CheckBounds(e *experimentv1.Experiment) []string {
 	if n, err := DocumentBytes(e); err != nil {
 		details = append(details, "experiment: not encodable as JSON: "+err.Error())
 	} else {
-		over("experiment", n, MaxSpecBytes, "bytes as compact JSON (with the longest status)")
+		over("experiment", n, MaxDocumentBytes, "bytes as compact JSON (with the longest status)")
 	}
 	over("description", len(e.GetDescription()), MaxDescriptionBytes, "bytes")
 	over("owner", len(e.GetOwner()), MaxOwnerBytes, "bytes")
@@ -102,6 +138,8 @@ func CheckBounds(e *experimentv1.Experiment) []string {
 	over("hashAttribute", len(e.GetHashAttribute()), MaxAttributeNameBytes, "bytes")
 	over("fallbackAttribute", len(e.GetFallbackAttribute()), MaxAttributeNameBytes, "bytes")
 	over("seed", len(e.GetSeed()), MaxSeedBytes, "bytes")
+	over("guardrails", len(e.GetGuardrails()), MaxGuardrails, "guardrails")
+	over("ramp.steps", len(e.GetRamp().GetSteps()), MaxRampSteps, "steps")
 	return details
 }
 

@@ -195,11 +195,15 @@ var experimentFields = []field{
 	{json: "services", proto: "services", repeated: true, reject: controlPlaneOnly},
 	{json: "startTime", proto: "start_time", kind: kindTimestamp, reject: controlPlaneOnly},
 	{json: "endTime", proto: "end_time", kind: kindTimestamp, reject: controlPlaneOnly},
+	{json: "guardrails", proto: "guardrails", kind: kindMessage, repeated: true, reject: controlPlaneOnly},
+	{json: "ramp", proto: "ramp", kind: kindMessage, reject: controlPlaneOnly},
 	{json: "revision", proto: "revision", kind: kindInt64, reject: outputOnly},
 	{json: "createTime", proto: "create_time", kind: kindTimestamp, reject: outputOnly},
 	{json: "updateTime", proto: "update_time", kind: kindTimestamp, reject: outputOnly},
 	{json: "createdBy", proto: "created_by", reject: outputOnly},
 	{json: "updatedBy", proto: "updated_by", reject: outputOnly},
+	{json: "rampState", proto: "ramp_state", kind: kindMessage, reject: outputOnly},
+	{json: "rollback", proto: "rollback", kind: kindMessage, reject: outputOnly},
 }
 
 // set decodes v into the field of message m (a *Filter, *Attribute or
@@ -542,14 +546,20 @@ func (d *decoder) list(v any, each func(i int, x any)) {
 
 // rejectSet checks a field the filter configuration must leave at its
 // default value: it must have its type, and any other value is an error
-// naming the field. A timestamp is rejected without parsing it.
+// naming the field. A timestamp or a message is rejected without parsing
+// it.
 func (d *decoder) rejectSet(f *field, v any) {
 	n := len(d.errs)
 	set := true
 	switch {
-	case f.repeated: // of strings
+	case f.repeated: // of strings or messages: any element is a value
 		set = false
-		d.list(v, func(_ int, x any) { d.str(x); set = true })
+		d.list(v, func(_ int, x any) {
+			if f.kind == kindString {
+				d.str(x)
+			}
+			set = true
+		})
 	case f.kind == kindString:
 		set = d.str(v) != ""
 	case f.kind == kindInt64:

@@ -391,16 +391,18 @@ func FuzzDecodeMatchesProtojson(f *testing.F) {
 func TestDecodeErrors(t *testing.T) {
 	cp := "not part of the filter configuration (" + controlPlaneOnly + ")"
 	for in, want := range map[string]string{
-		`{"cacheSize":1.5}`:                                       "cacheSize: want an integer",
-		`{"cacheSize":"5000000000"}`:                              "cacheSize: out of the int32 range",
-		`{"cacheSizee":1,"UnitHeader":"x"}`:                       "cacheSizee: unknown field\nUnitHeader: unknown field (names are case-sensitive: \"unitHeader\")",
-		`{"experiments":[{},{},{},{"weigths":[0.5]}]}`:            "experiments[3].weigths: unknown field",
-		`{"experiments":[{"weights":[0.5,"x",null]}]}`:            "experiments[0].weights[1]: want a number\nexperiments[0].weights[2]: want a number",
-		`{"experiments":[{"owner":"o","status":"paused"}]}`:       "experiments[0].owner: " + cp + "\nexperiments[0].status: " + cp,
-		`{"experiments":[{"start_time":"2024-01-01T00:00:00Z"}]}`: "experiments[0].startTime: " + cp,
-		`{"experiments":[{"revision":"7"}]}`:                      "experiments[0].revision: not part of the filter configuration (" + outputOnly + ")",
-		`{"experiments":[{"revision":"x","services":[1]}]}`:       "experiments[0].revision: want an integer\nexperiments[0].services[0]: want a string",
-		`{"unitHeader":"a","unit_header":"b"}`:                    "unitHeader: given twice",
+		`{"cacheSize":1.5}`:                                                   "cacheSize: want an integer",
+		`{"cacheSize":"5000000000"}`:                                          "cacheSize: out of the int32 range",
+		`{"cacheSizee":1,"UnitHeader":"x"}`:                                   "cacheSizee: unknown field\nUnitHeader: unknown field (names are case-sensitive: \"unitHeader\")",
+		`{"experiments":[{},{},{},{"weigths":[0.5]}]}`:                        "experiments[3].weigths: unknown field",
+		`{"experiments":[{"weights":[0.5,"x",null]}]}`:                        "experiments[0].weights[1]: want a number\nexperiments[0].weights[2]: want a number",
+		`{"experiments":[{"owner":"o","status":"paused"}]}`:                   "experiments[0].owner: " + cp + "\nexperiments[0].status: " + cp,
+		`{"experiments":[{"start_time":"2024-01-01T00:00:00Z"}]}`:             "experiments[0].startTime: " + cp,
+		`{"experiments":[{"revision":"7"}]}`:                                  "experiments[0].revision: not part of the filter configuration (" + outputOnly + ")",
+		`{"experiments":[{"revision":"x","services":[1]}]}`:                   "experiments[0].revision: want an integer\nexperiments[0].services[0]: want a string",
+		`{"experiments":[{"guardrails":[{"metric":"errorRate"}],"ramp":{}}]}`: "experiments[0].guardrails: " + cp + "\nexperiments[0].ramp: " + cp,
+		`{"experiments":[{"rampState":{"step":1},"rollback":{}}]}`:            "experiments[0].rampState: not part of the filter configuration (" + outputOnly + ")\nexperiments[0].rollback: not part of the filter configuration (" + outputOnly + ")",
+		`{"unitHeader":"a","unit_header":"b"}`:                                "unitHeader: given twice",
 		`{"attributes":[5,{"name":"n","header":"h","query":"q"}]}`: "attributes[0]: want an object\n" +
 			"attributes[1].query: only one of header, cookie, query or property may be set, and header is",
 		`{"savedGroups":[1]}`:                                     "savedGroups: want an object",
@@ -421,7 +423,8 @@ func TestDecodeErrors(t *testing.T) {
 		}
 	}
 	for _, in := range []string{`{"unit_header":"x-device-id"}`, deep(9997),
-		`{"experiments":[{"key":"k","variations":["a","b"],"status":"","services":[],"revision":"0","startTime":null}]}`} {
+		`{"experiments":[{"key":"k","variations":["a","b"],"status":"","services":[],"revision":"0","startTime":null}]}`,
+		`{"experiments":[{"key":"k","variations":["a","b"],"guardrails":[],"ramp":null,"rollback":null}]}`} {
 		if _, err := Decode([]byte(in)); err != nil {
 			t.Errorf("Decode(%.80q): %.300v", in, err)
 		}
@@ -485,7 +488,8 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 				return kindList
 			case "google.protobuf.Timestamp":
 				return kindTimestamp
-			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute", "allot.filter.v1.StickyCookie", "allot.filter.v1.SigningKey":
+			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute", "allot.filter.v1.StickyCookie", "allot.filter.v1.SigningKey",
+				"allot.experiment.v1.Guardrail", "allot.experiment.v1.Ramp", "allot.experiment.v1.RampState", "allot.experiment.v1.Rollback":
 				return kindMessage
 			}
 		}

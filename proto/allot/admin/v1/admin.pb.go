@@ -431,6 +431,10 @@ type StartExperimentRequest struct {
 	// revision, when non-zero, must be the experiment's current revision
 	// (ABORTED otherwise).
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// acknowledge_rollback acknowledges the experiment's guardrail rollback
+	// (its rollback field) and starts it again; a start without it is
+	// FAILED_PRECONDITION while a rollback is not acknowledged.
+	AcknowledgeRollback bool `protobuf:"varint,3,opt,name=acknowledge_rollback,json=acknowledgeRollback,proto3" json:"acknowledge_rollback,omitempty"`
 	// wait, when set, makes the call wait for the proxies (see above).
 	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -479,6 +483,13 @@ func (x *StartExperimentRequest) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *StartExperimentRequest) GetAcknowledgeRollback() bool {
+	if x != nil {
+		return x.AcknowledgeRollback
+	}
+	return false
 }
 
 func (x *StartExperimentRequest) GetWait() *durationpb.Duration {
@@ -2061,10 +2072,11 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
 	"\x04wait\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x1a\n" +
-	"\x18DeleteExperimentResponse\"u\n" +
+	"\x18DeleteExperimentResponse\"\xa8\x01\n" +
 	"\x16StartExperimentRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\x12-\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
+	"\x14acknowledge_rollback\x18\x03 \x01(\bR\x13acknowledgeRollback\x12-\n" +
 	"\x04wait\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\"u\n" +
 	"\x16PauseExperimentRequest\x12\x10\n" +

@@ -14,6 +14,7 @@ package experimentv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -30,9 +31,10 @@ const (
 
 // Experiment is one A/B experiment: a definition (GrowthBook's experiment
 // model plus Allot's fields) and output-only metadata kept by the control
-// plane. The admin API refuses an experiment over 65,536 bytes as compact
+// plane. The admin API refuses an experiment over 64,512 bytes as compact
 // proto3 JSON without its output-only fields (counted with the longest
-// status, "running"), and one whose running experiments of a service could
+// status, "running"; the store's 65,536 keep 1,024 for ramp_state and
+// rollback), and one whose running experiments of a service could
 // add more than 16,384 bytes of headers to a request of that service, or be
 // more than 1,000 (control-plane/README.md, "Limits").
 type Experiment struct {
@@ -111,6 +113,17 @@ type Experiment struct {
 	// 100 experiments of one proxy's configuration observe; default false
 	// (no outcome stats, no cost).
 	Observe bool `protobuf:"varint,23,opt,name=observe,proto3" json:"observe,omitempty"`
+	// guardrails are the limits each treatment variation must keep against
+	// the control on the outcomes the proxies observe: a treatment that
+	// breaks one is rolled back (control-plane/README.md, "Guardrails and
+	// ramps"). They need observe: true. At most 8; default none. Not an
+	// assignment field: proxies receive experiments without them.
+	Guardrails []*Guardrail `protobuf:"bytes,24,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
+	// ramp, when set, raises coverage in steps (e.g. 1% → 5% → 25% → 50%),
+	// each held at least its min_hold while every guardrail holds. Its
+	// current step's coverage is the coverage field. Not an assignment
+	// field: proxies receive experiments without it.
+	Ramp *Ramp `protobuf:"bytes,25,opt,name=ramp,proto3" json:"ramp,omitempty"`
 	// revision is the store revision of the last write (output only; send it
 	// back on update for optimistic concurrency).
 	Revision int64 `protobuf:"varint,100,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -121,7 +134,15 @@ type Experiment struct {
 	// created_by is the actor who created it (output only).
 	CreatedBy string `protobuf:"bytes,103,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// updated_by is the actor who last changed it (output only).
-	UpdatedBy     string `protobuf:"bytes,104,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedBy string `protobuf:"bytes,104,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	// ramp_state is where the ramp stands, written by allotd (output only:
+	// the admin API keeps the stored value whatever a write sends).
+	RampState *RampState `protobuf:"bytes,105,opt,name=ramp_state,json=rampState,proto3" json:"ramp_state,omitempty"`
+	// rollback, when set, records the guardrail that rolled the experiment
+	// back, written by allotd (output only, like ramp_state). While it is
+	// not acknowledged the experiment cannot be started again except by a
+	// start that acknowledges it.
+	Rollback      *Rollback `protobuf:"bytes,106,opt,name=rollback,proto3" json:"rollback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +338,20 @@ func (x *Experiment) GetObserve() bool {
 	return false
 }
 
+func (x *Experiment) GetGuardrails() []*Guardrail {
+	if x != nil {
+		return x.Guardrails
+	}
+	return nil
+}
+
+func (x *Experiment) GetRamp() *Ramp {
+	if x != nil {
+		return x.Ramp
+	}
+	return nil
+}
+
 func (x *Experiment) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
@@ -352,11 +387,473 @@ func (x *Experiment) GetUpdatedBy() string {
 	return ""
 }
 
+func (x *Experiment) GetRampState() *RampState {
+	if x != nil {
+		return x.RampState
+	}
+	return nil
+}
+
+func (x *Experiment) GetRollback() *Rollback {
+	if x != nil {
+		return x.Rollback
+	}
+	return nil
+}
+
+// Guardrail is one limit every treatment variation must keep against the
+// control variation on one metric of the observed outcomes. Exactly the
+// threshold of its metric is set.
+type Guardrail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metric is what is compared: "errorRate" (the share of 5xx responses
+	// and resets among the variation's requests) or "latencyP95" (the 95th
+	// percentile of the milliseconds to the response headers).
+	Metric string `protobuf:"bytes,1,opt,name=metric,proto3" json:"metric,omitempty"`
+	// max_increase is errorRate's threshold: the largest absolute increase
+	// of the treatment's error rate over the control's, in [0, 1] (0.01:
+	// one percentage point).
+	MaxIncrease *float64 `protobuf:"fixed64,2,opt,name=max_increase,json=maxIncrease,proto3,oneof" json:"max_increase,omitempty"`
+	// max_ratio is latencyP95's threshold: the largest ratio of the
+	// treatment's p95 to the control's, above 1 and at most 100 (1.2: 20%
+	// slower).
+	MaxRatio *float64 `protobuf:"fixed64,3,opt,name=max_ratio,json=maxRatio,proto3,oneof" json:"max_ratio,omitempty"`
+	// control is the index of the variation the others are compared with,
+	// a valid index of variations; default 0.
+	Control int32 `protobuf:"varint,4,opt,name=control,proto3" json:"control,omitempty"`
+	// min_requests is how many requests the control and a treatment must
+	// each have before the guardrail is evaluated for that treatment: 0
+	// (the default, 1,000) or 100 to 10,000,000.
+	MinRequests   int64 `protobuf:"varint,5,opt,name=min_requests,json=minRequests,proto3" json:"min_requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Guardrail) Reset() {
+	*x = Guardrail{}
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Guardrail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Guardrail) ProtoMessage() {}
+
+func (x *Guardrail) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Guardrail.ProtoReflect.Descriptor instead.
+func (*Guardrail) Descriptor() ([]byte, []int) {
+	return file_allot_experiment_v1_experiment_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Guardrail) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *Guardrail) GetMaxIncrease() float64 {
+	if x != nil && x.MaxIncrease != nil {
+		return *x.MaxIncrease
+	}
+	return 0
+}
+
+func (x *Guardrail) GetMaxRatio() float64 {
+	if x != nil && x.MaxRatio != nil {
+		return *x.MaxRatio
+	}
+	return 0
+}
+
+func (x *Guardrail) GetControl() int32 {
+	if x != nil {
+		return x.Control
+	}
+	return 0
+}
+
+func (x *Guardrail) GetMinRequests() int64 {
+	if x != nil {
+		return x.MinRequests
+	}
+	return 0
+}
+
+// Ramp is a list of coverage steps allotd moves through, at most 16.
+type Ramp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// steps are the coverages in strictly increasing order, 1 to 16 of
+	// them.
+	Steps         []*RampStep `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ramp) Reset() {
+	*x = Ramp{}
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ramp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ramp) ProtoMessage() {}
+
+func (x *Ramp) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ramp.ProtoReflect.Descriptor instead.
+func (*Ramp) Descriptor() ([]byte, []int) {
+	return file_allot_experiment_v1_experiment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Ramp) GetSteps() []*RampStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// RampStep is one step of a ramp.
+type RampStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// coverage is the experiment's coverage while the ramp is at this step,
+	// in (0, 1].
+	Coverage float64 `protobuf:"fixed64,1,opt,name=coverage,proto3" json:"coverage,omitempty"`
+	// min_hold is how long the step is held, at least, before the next one:
+	// 0 to 30 days, in whole seconds (e.g. "3600s"); unset means 0.
+	MinHold       *durationpb.Duration `protobuf:"bytes,2,opt,name=min_hold,json=minHold,proto3" json:"min_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RampStep) Reset() {
+	*x = RampStep{}
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RampStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RampStep) ProtoMessage() {}
+
+func (x *RampStep) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RampStep.ProtoReflect.Descriptor instead.
+func (*RampStep) Descriptor() ([]byte, []int) {
+	return file_allot_experiment_v1_experiment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RampStep) GetCoverage() float64 {
+	if x != nil {
+		return x.Coverage
+	}
+	return 0
+}
+
+func (x *RampStep) GetMinHold() *durationpb.Duration {
+	if x != nil {
+		return x.MinHold
+	}
+	return nil
+}
+
+// RampState is where an experiment's ramp stands (written by allotd).
+type RampState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step is the index of the current step of ramp.steps.
+	Step int32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// step_start_time is when the current step started to be held.
+	StepStartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=step_start_time,json=stepStartTime,proto3" json:"step_start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RampState) Reset() {
+	*x = RampState{}
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RampState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RampState) ProtoMessage() {}
+
+func (x *RampState) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RampState.ProtoReflect.Descriptor instead.
+func (*RampState) Descriptor() ([]byte, []int) {
+	return file_allot_experiment_v1_experiment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RampState) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *RampState) GetStepStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StepStartTime
+	}
+	return nil
+}
+
+// Rollback records a guardrail that failed and the write that rolled the
+// experiment back (written by allotd, acknowledged by an owner).
+type Rollback struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// guardrail is the index of the failed guardrail in guardrails.
+	Guardrail int32 `protobuf:"varint,1,opt,name=guardrail,proto3" json:"guardrail,omitempty"`
+	// metric is the failed guardrail's metric.
+	Metric string `protobuf:"bytes,2,opt,name=metric,proto3" json:"metric,omitempty"`
+	// control is the index of the control variation.
+	Control int32 `protobuf:"varint,3,opt,name=control,proto3" json:"control,omitempty"`
+	// variation is the index of the treatment variation that broke the
+	// guardrail.
+	Variation int32 `protobuf:"varint,4,opt,name=variation,proto3" json:"variation,omitempty"`
+	// control_value is the control's estimate of the metric.
+	ControlValue float64 `protobuf:"fixed64,5,opt,name=control_value,json=controlValue,proto3" json:"control_value,omitempty"`
+	// treatment_value is the treatment's estimate of the metric.
+	TreatmentValue float64 `protobuf:"fixed64,6,opt,name=treatment_value,json=treatmentValue,proto3" json:"treatment_value,omitempty"`
+	// control_requests is how many requests of the control were counted.
+	ControlRequests int64 `protobuf:"varint,7,opt,name=control_requests,json=controlRequests,proto3" json:"control_requests,omitempty"`
+	// treatment_requests is how many requests of the treatment were counted.
+	TreatmentRequests int64 `protobuf:"varint,8,opt,name=treatment_requests,json=treatmentRequests,proto3" json:"treatment_requests,omitempty"`
+	// statistic is the test statistic the decision was made on.
+	Statistic float64 `protobuf:"fixed64,9,opt,name=statistic,proto3" json:"statistic,omitempty"`
+	// p_value is the statistic's p-value.
+	PValue float64 `protobuf:"fixed64,10,opt,name=p_value,json=pValue,proto3" json:"p_value,omitempty"`
+	// time is when the guardrail was found broken.
+	Time *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	// revision is the store revision of the write that rolled the
+	// experiment back.
+	Revision int64 `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	// applied is how many proxies had applied the rollback write at
+	// applied_time.
+	Applied int32 `protobuf:"varint,13,opt,name=applied,proto3" json:"applied,omitempty"`
+	// proxies is how many proxies the rollback write concerned.
+	Proxies int32 `protobuf:"varint,14,opt,name=proxies,proto3" json:"proxies,omitempty"`
+	// applied_time is when applied was counted.
+	AppliedTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=applied_time,json=appliedTime,proto3" json:"applied_time,omitempty"`
+	// acknowledged_by is the actor who acknowledged the rollback (by
+	// starting the experiment again); empty while it is not acknowledged.
+	AcknowledgedBy string `protobuf:"bytes,16,opt,name=acknowledged_by,json=acknowledgedBy,proto3" json:"acknowledged_by,omitempty"`
+	// acknowledge_time is when it was acknowledged.
+	AcknowledgeTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=acknowledge_time,json=acknowledgeTime,proto3" json:"acknowledge_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Rollback) Reset() {
+	*x = Rollback{}
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rollback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rollback) ProtoMessage() {}
+
+func (x *Rollback) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_experiment_v1_experiment_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rollback.ProtoReflect.Descriptor instead.
+func (*Rollback) Descriptor() ([]byte, []int) {
+	return file_allot_experiment_v1_experiment_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Rollback) GetGuardrail() int32 {
+	if x != nil {
+		return x.Guardrail
+	}
+	return 0
+}
+
+func (x *Rollback) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *Rollback) GetControl() int32 {
+	if x != nil {
+		return x.Control
+	}
+	return 0
+}
+
+func (x *Rollback) GetVariation() int32 {
+	if x != nil {
+		return x.Variation
+	}
+	return 0
+}
+
+func (x *Rollback) GetControlValue() float64 {
+	if x != nil {
+		return x.ControlValue
+	}
+	return 0
+}
+
+func (x *Rollback) GetTreatmentValue() float64 {
+	if x != nil {
+		return x.TreatmentValue
+	}
+	return 0
+}
+
+func (x *Rollback) GetControlRequests() int64 {
+	if x != nil {
+		return x.ControlRequests
+	}
+	return 0
+}
+
+func (x *Rollback) GetTreatmentRequests() int64 {
+	if x != nil {
+		return x.TreatmentRequests
+	}
+	return 0
+}
+
+func (x *Rollback) GetStatistic() float64 {
+	if x != nil {
+		return x.Statistic
+	}
+	return 0
+}
+
+func (x *Rollback) GetPValue() float64 {
+	if x != nil {
+		return x.PValue
+	}
+	return 0
+}
+
+func (x *Rollback) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Rollback) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Rollback) GetApplied() int32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *Rollback) GetProxies() int32 {
+	if x != nil {
+		return x.Proxies
+	}
+	return 0
+}
+
+func (x *Rollback) GetAppliedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppliedTime
+	}
+	return nil
+}
+
+func (x *Rollback) GetAcknowledgedBy() string {
+	if x != nil {
+		return x.AcknowledgedBy
+	}
+	return ""
+}
+
+func (x *Rollback) GetAcknowledgeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcknowledgeTime
+	}
+	return nil
+}
+
 var File_allot_experiment_v1_experiment_proto protoreflect.FileDescriptor
 
 const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\n" +
-	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\t\n" +
+	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xef\n" +
+	"\n" +
 	"\n" +
 	"Experiment\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
@@ -385,7 +882,11 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\x0ebucket_version\x18\x14 \x01(\x05R\rbucketVersion\x12,\n" +
 	"\x12min_bucket_version\x18\x15 \x01(\x05R\x10minBucketVersion\x128\n" +
 	"\x18disable_sticky_bucketing\x18\x16 \x01(\bR\x16disableStickyBucketing\x12\x18\n" +
-	"\aobserve\x18\x17 \x01(\bR\aobserve\x12\x1a\n" +
+	"\aobserve\x18\x17 \x01(\bR\aobserve\x12>\n" +
+	"\n" +
+	"guardrails\x18\x18 \x03(\v2\x1e.allot.experiment.v1.GuardrailR\n" +
+	"guardrails\x12-\n" +
+	"\x04ramp\x18\x19 \x01(\v2\x19.allot.experiment.v1.RampR\x04ramp\x12\x1a\n" +
 	"\brevision\x18d \x01(\x03R\brevision\x12;\n" +
 	"\vcreate_time\x18e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
@@ -394,9 +895,48 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18g \x01(\tR\tcreatedBy\x12\x1d\n" +
 	"\n" +
-	"updated_by\x18h \x01(\tR\tupdatedByB\v\n" +
+	"updated_by\x18h \x01(\tR\tupdatedBy\x12=\n" +
+	"\n" +
+	"ramp_state\x18i \x01(\v2\x1e.allot.experiment.v1.RampStateR\trampState\x129\n" +
+	"\brollback\x18j \x01(\v2\x1d.allot.experiment.v1.RollbackR\brollbackB\v\n" +
 	"\t_coverageB\b\n" +
-	"\x06_forceBCZAgithub.com/allotmesh/allot/proto/allot/experiment/v1;experimentv1b\x06proto3"
+	"\x06_force\"\xc9\x01\n" +
+	"\tGuardrail\x12\x16\n" +
+	"\x06metric\x18\x01 \x01(\tR\x06metric\x12&\n" +
+	"\fmax_increase\x18\x02 \x01(\x01H\x00R\vmaxIncrease\x88\x01\x01\x12 \n" +
+	"\tmax_ratio\x18\x03 \x01(\x01H\x01R\bmaxRatio\x88\x01\x01\x12\x18\n" +
+	"\acontrol\x18\x04 \x01(\x05R\acontrol\x12!\n" +
+	"\fmin_requests\x18\x05 \x01(\x03R\vminRequestsB\x0f\n" +
+	"\r_max_increaseB\f\n" +
+	"\n" +
+	"_max_ratio\";\n" +
+	"\x04Ramp\x123\n" +
+	"\x05steps\x18\x01 \x03(\v2\x1d.allot.experiment.v1.RampStepR\x05steps\"\\\n" +
+	"\bRampStep\x12\x1a\n" +
+	"\bcoverage\x18\x01 \x01(\x01R\bcoverage\x124\n" +
+	"\bmin_hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aminHold\"c\n" +
+	"\tRampState\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x05R\x04step\x12B\n" +
+	"\x0fstep_start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rstepStartTime\"\x86\x05\n" +
+	"\bRollback\x12\x1c\n" +
+	"\tguardrail\x18\x01 \x01(\x05R\tguardrail\x12\x16\n" +
+	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x18\n" +
+	"\acontrol\x18\x03 \x01(\x05R\acontrol\x12\x1c\n" +
+	"\tvariation\x18\x04 \x01(\x05R\tvariation\x12#\n" +
+	"\rcontrol_value\x18\x05 \x01(\x01R\fcontrolValue\x12'\n" +
+	"\x0ftreatment_value\x18\x06 \x01(\x01R\x0etreatmentValue\x12)\n" +
+	"\x10control_requests\x18\a \x01(\x03R\x0fcontrolRequests\x12-\n" +
+	"\x12treatment_requests\x18\b \x01(\x03R\x11treatmentRequests\x12\x1c\n" +
+	"\tstatistic\x18\t \x01(\x01R\tstatistic\x12\x17\n" +
+	"\ap_value\x18\n" +
+	" \x01(\x01R\x06pValue\x12.\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\brevision\x18\f \x01(\x03R\brevision\x12\x18\n" +
+	"\aapplied\x18\r \x01(\x05R\aapplied\x12\x18\n" +
+	"\aproxies\x18\x0e \x01(\x05R\aproxies\x12=\n" +
+	"\fapplied_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x12'\n" +
+	"\x0facknowledged_by\x18\x10 \x01(\tR\x0eacknowledgedBy\x12E\n" +
+	"\x10acknowledge_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0facknowledgeTimeBCZAgithub.com/allotmesh/allot/proto/allot/experiment/v1;experimentv1b\x06proto3"
 
 var (
 	file_allot_experiment_v1_experiment_proto_rawDescOnce sync.Once
@@ -410,29 +950,45 @@ func file_allot_experiment_v1_experiment_proto_rawDescGZIP() []byte {
 	return file_allot_experiment_v1_experiment_proto_rawDescData
 }
 
-var file_allot_experiment_v1_experiment_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_allot_experiment_v1_experiment_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_allot_experiment_v1_experiment_proto_goTypes = []any{
 	(*Experiment)(nil),            // 0: allot.experiment.v1.Experiment
-	(*structpb.Value)(nil),        // 1: google.protobuf.Value
-	(*structpb.ListValue)(nil),    // 2: google.protobuf.ListValue
-	(*structpb.Struct)(nil),       // 3: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*Guardrail)(nil),             // 1: allot.experiment.v1.Guardrail
+	(*Ramp)(nil),                  // 2: allot.experiment.v1.Ramp
+	(*RampStep)(nil),              // 3: allot.experiment.v1.RampStep
+	(*RampState)(nil),             // 4: allot.experiment.v1.RampState
+	(*Rollback)(nil),              // 5: allot.experiment.v1.Rollback
+	(*structpb.Value)(nil),        // 6: google.protobuf.Value
+	(*structpb.ListValue)(nil),    // 7: google.protobuf.ListValue
+	(*structpb.Struct)(nil),       // 8: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
 }
 var file_allot_experiment_v1_experiment_proto_depIdxs = []int32{
-	1, // 0: allot.experiment.v1.Experiment.variations:type_name -> google.protobuf.Value
-	2, // 1: allot.experiment.v1.Experiment.namespace:type_name -> google.protobuf.ListValue
-	3, // 2: allot.experiment.v1.Experiment.condition:type_name -> google.protobuf.Struct
-	2, // 3: allot.experiment.v1.Experiment.filters:type_name -> google.protobuf.ListValue
-	2, // 4: allot.experiment.v1.Experiment.ranges:type_name -> google.protobuf.ListValue
-	4, // 5: allot.experiment.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
-	4, // 6: allot.experiment.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
-	4, // 7: allot.experiment.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
-	4, // 8: allot.experiment.v1.Experiment.update_time:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	6,  // 0: allot.experiment.v1.Experiment.variations:type_name -> google.protobuf.Value
+	7,  // 1: allot.experiment.v1.Experiment.namespace:type_name -> google.protobuf.ListValue
+	8,  // 2: allot.experiment.v1.Experiment.condition:type_name -> google.protobuf.Struct
+	7,  // 3: allot.experiment.v1.Experiment.filters:type_name -> google.protobuf.ListValue
+	7,  // 4: allot.experiment.v1.Experiment.ranges:type_name -> google.protobuf.ListValue
+	9,  // 5: allot.experiment.v1.Experiment.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 6: allot.experiment.v1.Experiment.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 7: allot.experiment.v1.Experiment.guardrails:type_name -> allot.experiment.v1.Guardrail
+	2,  // 8: allot.experiment.v1.Experiment.ramp:type_name -> allot.experiment.v1.Ramp
+	9,  // 9: allot.experiment.v1.Experiment.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 10: allot.experiment.v1.Experiment.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 11: allot.experiment.v1.Experiment.ramp_state:type_name -> allot.experiment.v1.RampState
+	5,  // 12: allot.experiment.v1.Experiment.rollback:type_name -> allot.experiment.v1.Rollback
+	3,  // 13: allot.experiment.v1.Ramp.steps:type_name -> allot.experiment.v1.RampStep
+	10, // 14: allot.experiment.v1.RampStep.min_hold:type_name -> google.protobuf.Duration
+	9,  // 15: allot.experiment.v1.RampState.step_start_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: allot.experiment.v1.Rollback.time:type_name -> google.protobuf.Timestamp
+	9,  // 17: allot.experiment.v1.Rollback.applied_time:type_name -> google.protobuf.Timestamp
+	9,  // 18: allot.experiment.v1.Rollback.acknowledge_time:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_allot_experiment_v1_experiment_proto_init() }
@@ -441,13 +997,14 @@ func file_allot_experiment_v1_experiment_proto_init() {
 		return
 	}
 	file_allot_experiment_v1_experiment_proto_msgTypes[0].OneofWrappers = []any{}
+	file_allot_experiment_v1_experiment_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_experiment_v1_experiment_proto_rawDesc), len(file_allot_experiment_v1_experiment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
