@@ -35,48 +35,11 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	proxies := []*proxy{sidecar("sink-1"), sidecar("sink-2")}
 	s.waitConnected("sink-1")
 	s.waitConnected("sink-2")
-	var w waitedWrite
-	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
-		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
-	if !w.Rollout.appliedBy(2) {
-		t.Fatalf("create: %+v", w.Rollout)
-	}
+	createSunk(t, s, 2)
 
-	// sent[v] counts requests by variation, failed[v] the 503s among them.
-	sent, failed := map[string]int64{}, map[string]int64{}
-	unitVariation := map[string]string{}
-	send := func(p *proxy, unit string) {
-		t.Helper()
-		h := map[string][]string{"x-user-id": {unit}}
-		if unitVariation[unit] == "b" {
-			h[echo.StatusHeader] = []string{"503"}
-		}
-		r, err := p.get(h) // an error for any status but 200, with the response
-		if err != nil && r.StatusCode != 503 {
-			t.Fatal(err)
-		}
-		v := strings.Join(r.Header("x-experiment-sunk"), ",")
-		if r.StatusCode == 503 { // a b unit's: the echo's body (and its headers) only with 200
-			v = unitVariation[unit]
-		}
-		if v != "a" && v != "b" {
-			t.Fatalf("unit %s: x-experiment-sunk %q", unit, v)
-		}
-		unitVariation[unit] = v
-		sent[v]++
-		if r.StatusCode == 503 {
-			failed[v]++
-		}
-	}
-	load := func(ps []*proxy, rounds int) {
-		t.Helper()
-		for round := range rounds {
-			for i := range 60 {
-				send(ps[(i+round)%len(ps)], "user-"+strconv.Itoa(i))
-			}
-		}
-	}
-	load(proxies, 3) // the first round learns each unit's variation
+	g := newLoadGen(t)
+	g.load(proxies, 3) // the first round learns each unit's variation
+	sent, failed := g.sent, g.failed
 	if failed["a"] != 0 || failed["b"] == 0 {
 		t.Fatalf("503s %v of %v", failed, sent)
 	}
@@ -99,20 +62,7 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	}
 
 	// allotctl shows the same figures.
-	ctl := harness.MustBuild(t, "./control-plane/cmd/allotctl")
-	cmd := exec.Command(ctl, "outcomes", "sunk", "--minutes", "5")
-	cmd.Env = append(os.Environ(), "ALLOT_SERVER="+s.adminURL, "ALLOT_TOKEN="+adminToken)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("allotctl outcomes: %v\n%s", err, out)
-	}
-	for i, v := range []string{"a", "b"} {
-		rate := fmt.Sprintf("%.1f%%", 100*float64(failed[v])/float64(sent[v]))
-		row := regexpRow(string(out), i)
-		if !strings.Contains(row, " "+strconv.FormatInt(sent[v], 10)+" ") || !strings.Contains(row, rate) {
-			t.Errorf("allotctl outcomes: variation %d row %q, want %d requests and %s errors\n%s", i, row, sent[v], rate, out)
-		}
-	}
+	wantCtlCounts(t, s, sent, failed)
 
 	// Restart sink-2 (its figures are all in allotd: wantCounts waited):
 	// the new process's deltas start over, nothing is counted twice.
@@ -126,19 +76,104 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 		}
 		return nil
 	})
-	load(proxies, 2)
+	g.load(proxies, 2)
 	wantCounts(t, s, sent, failed)
 }
 
+// createSunk creates the observed experiment "sunk" (variations a and b)
+// through s, waiting until n proxies applied it.
+func createSunk(t *testing.T, s *system, n int) {
+	t.Helper()
+	var w waitedWrite
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s",
+		map[string]any{"key": "sunk", "variations": []string{"a", "b"}, "observe": true}, &w)
+	if !w.Rollout.appliedBy(n) {
+		t.Fatalf("create: %+v", w.Rollout)
+	}
+}
+
+// loadGen sends requests of 60 units through proxies and counts them by
+// their variation of "sunk": sent[v] the requests, failed[v] the 503s
+// among them (the echo upstream answers 503 to every request of a unit of
+// variation b after its first).
+type loadGen struct {
+	t             *testing.T
+	sent, failed  map[string]int64
+	unitVariation map[string]string
+}
+
+func newLoadGen(t *testing.T) *loadGen {
+	return &loadGen{t: t, sent: map[string]int64{}, failed: map[string]int64{}, unitVariation: map[string]string{}}
+}
+
+func (g *loadGen) send(p *proxy, unit string) {
+	g.t.Helper()
+	h := map[string][]string{"x-user-id": {unit}}
+	if g.unitVariation[unit] == "b" {
+		h[echo.StatusHeader] = []string{"503"}
+	}
+	r, err := p.get(h) // an error for any status but 200, with the response
+	if err != nil && r.StatusCode != 503 {
+		g.t.Fatal(err)
+	}
+	v := strings.Join(r.Header("x-experiment-sunk"), ",")
+	if r.StatusCode == 503 { // a b unit's: the echo's body (and its headers) only with 200
+		v = g.unitVariation[unit]
+	}
+	if v != "a" && v != "b" {
+		g.t.Fatalf("unit %s: x-experiment-sunk %q", unit, v)
+	}
+	g.unitVariation[unit] = v
+	g.sent[v]++
+	if r.StatusCode == 503 {
+		g.failed[v]++
+	}
+}
+
+// load sends rounds rounds of the 60 units' requests, spread over ps.
+func (g *loadGen) load(ps []*proxy, rounds int) {
+	g.t.Helper()
+	for round := range rounds {
+		for i := range 60 {
+			g.send(ps[(i+round)%len(ps)], "user-"+strconv.Itoa(i))
+		}
+	}
+}
+
+// wantCtlCounts checks that allotctl outcomes against s shows each
+// variation's requests as sent and its error rate.
+func wantCtlCounts(t *testing.T, s *system, sent, failed map[string]int64) {
+	t.Helper()
+	ctl := harness.MustBuild(t, "./control-plane/cmd/allotctl")
+	cmd := exec.Command(ctl, "outcomes", "sunk", "--minutes", "5")
+	cmd.Env = append(os.Environ(), "ALLOT_SERVER="+s.adminURL, "ALLOT_TOKEN="+adminToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("allotctl outcomes: %v\n%s", err, out)
+	}
+	for i, v := range []string{"a", "b"} {
+		rate := fmt.Sprintf("%.1f%%", 100*float64(failed[v])/float64(sent[v]))
+		row := regexpRow(string(out), i)
+		if !strings.Contains(row, " "+strconv.FormatInt(sent[v], 10)+" ") || !strings.Contains(row, rate) {
+			t.Errorf("allotctl outcomes against %s: variation %d row %q, want %d requests and %s errors\n%s", s.adminURL, i, row, sent[v], rate, out)
+		}
+	}
+}
+
 // startSinkSidecar is startSidecar with the bootstrap's OpenTelemetry stat
-// sink flushing every second instead of 5.
+// sink flushing every second instead of 5 (sinkEverySecond).
 func (s *system) startSinkSidecar(node, cluster string) *proxy {
 	s.t.Helper()
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
-		"port_value: 8081":         "port_value: " + echoPort,
-		"stats_flush_interval: 5s": "stats_flush_interval: 1s",
-	})
+	replace := sinkEverySecond()
+	replace["port_value: 8081"] = "port_value: " + echoPort
+	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, replace)
+}
+
+// sinkEverySecond are the replacements in a bootstrap of envoy-configs/
+// that make its OpenTelemetry stat sink flush every second instead of 5.
+func sinkEverySecond() map[string]string {
+	return map[string]string{"stats_flush_interval: 5s": "stats_flush_interval: 1s"}
 }
 
 // wantCounts waits until allotd's outcomes of "sunk" equal what was sent,

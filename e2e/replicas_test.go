@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -157,6 +158,12 @@ func liveReplicas(adminURL string) ([]string, error) {
 // with replica home at priority 0 and the others at priorities 1 and 2.
 func (h *replicated) sidecar(home int, node, cluster string) *proxy {
 	h.t.Helper()
+	return h.sidecarWith(home, node, cluster, nil)
+}
+
+// sidecarWith is sidecar with more replacements in the bootstrap.
+func (h *replicated) sidecarWith(home int, node, cluster string, replace map[string]string) *proxy {
+	h.t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
 		h.t.Fatal(err)
@@ -185,10 +192,9 @@ func (h *replicated) sidecar(home int, node, cluster string) *proxy {
 	frag = strings.NewReplacer(ports...).Replace(frag)
 	s := h.replicas[home]
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	return startEnvoy(h.t, wasmArtifact.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
-		"port_value: 8081": "port_value: " + echoPort,
-		tail:               frag,
-	})
+	all := map[string]string{"port_value: 8081": "port_value: " + echoPort, tail: frag}
+	maps.Copy(all, replace)
+	return startEnvoy(h.t, wasmArtifact.sidecar, s.xdsPort, s.filter(), node, cluster, all)
 }
 
 // sidecars starts one checkout-svc Envoy per replica into h.proxies, Envoy

@@ -12,10 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
-	"github.com/allotmesh/allot/control-plane/store"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -43,17 +44,11 @@ func (e *env) getExp(key string) *experimentv1.Experiment {
 	return x
 }
 
-// writeState writes x's state into the stored experiment as allotd's
-// controller does: straight to the store, as actor "allotd".
-func (e *env) writeState(x *experimentv1.Experiment, status string) {
+// writeState writes state into the stored experiment key as allotd does
+// (admin.Service.WriteState, as actor "allotd").
+func (e *env) writeState(key string, set func(x *experimentv1.Experiment)) {
 	e.t.Helper()
-	d := experiment.Spec(x)
-	d.Status = status
-	b, err := protojson.Marshal(d)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.store.Update(context.Background(), &store.Experiment{Key: x.Key, Owner: x.Owner, Spec: b}, x.Revision, "allotd"); err != nil {
+	if _, err := admin.NewService(e.store, nil).WriteState(context.Background(), key, 0, "allotd", set); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -83,10 +78,10 @@ func TestGuardrailsAndRampThroughTheAPI(t *testing.T) {
 	}
 
 	// allotd advances the ramp.
-	got.RampState = &experimentv1.RampState{Step: 1, StepStartTime: timestamppb.New(e.now)}
-	c := 0.05
-	got.Coverage = &c
-	e.writeState(got, experiment.StatusRunning)
+	e.writeState("checkout", func(x *experimentv1.Experiment) {
+		x.RampState = &experimentv1.RampState{Step: 1, StepStartTime: timestamppb.New(e.now)}
+		x.Coverage = proto.Float64(0.05)
+	})
 	got = e.getExp("checkout")
 
 	// An owner's update without coverage and with forged state: the stored
@@ -157,10 +152,11 @@ func TestRollbackAcknowledgedByStart(t *testing.T) {
 			e.mustDo(http.StatusCreated, aliceToken, "POST", "/v1/experiments", strings.Replace(guardedDoc, `"checkout"`, `"`+key+`"`, 1), nil)
 		}
 		// allotd rolls it back: paused, with the failed guardrail.
-		x := e.getExp(key)
-		x.Rollback = &experimentv1.Rollback{Guardrail: 0, Metric: experiment.MetricErrorRate, Variation: 1, ControlValue: 0.01,
-			TreatmentValue: 0.05, Statistic: 4.2, PValue: 1e-5, Time: timestamppb.New(e.now), Applied: 3, Proxies: 3}
-		e.writeState(x, experiment.StatusPaused)
+		e.writeState(key, func(x *experimentv1.Experiment) {
+			x.Status = experiment.StatusPaused
+			x.Rollback = &experimentv1.Rollback{Guardrail: 0, Metric: experiment.MetricErrorRate, Variation: 1, ControlValue: 0.01,
+				TreatmentValue: 0.05, Statistic: 4.2, PValue: 1e-5, Time: timestamppb.New(e.now), Applied: 3, Proxies: 3}
+		})
 	}
 
 	refused := func(what string, code int, body []byte) {
@@ -208,5 +204,50 @@ func TestRollbackAcknowledgedByStart(t *testing.T) {
 	r, err := e.client.StartExperiment(ctx(aliceToken), &adminv1.StartExperimentRequest{Key: "search", AcknowledgeRollback: true})
 	if err != nil || experiment.Status(r) != experiment.StatusRunning || r.GetRollback().GetAcknowledgedBy() != "alice" {
 		t.Errorf("gRPC acknowledging start: %v, %v", r, err)
+	}
+}
+
+// TestWriteStateRefusesMore: allotd's state write changes state, coverage
+// and a status other than running, nothing else; a ramp step's coverage
+// is validated; a rollback of a document is written whatever it holds.
+func TestWriteStateRefusesMore(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mustDo(http.StatusCreated, aliceToken, "POST", "/v1/experiments", guardedDoc, nil)
+	svc := admin.NewService(e.store, nil)
+	before := e.getExp("checkout")
+	for _, tc := range []struct {
+		name string
+		set  func(x *experimentv1.Experiment)
+		want string
+	}{
+		{"a description", func(x *experimentv1.Experiment) { x.Description = "d" }, "changes more than rampState, rollback, coverage and status"},
+		{"a guardrail", func(x *experimentv1.Experiment) { x.Guardrails[0].MaxIncrease = proto.Float64(0.5) }, "changes more than"},
+		{"back to draft", func(x *experimentv1.Experiment) { x.Status = experiment.StatusDraft }, "status running → draft"},
+		{"a coverage off the ramp", func(x *experimentv1.Experiment) { x.Coverage = proto.Float64(0.05) },
+			"coverage: 0.05, want ramp.steps[0].coverage 0.01 while the ramp is at step 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", tc.set)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("WriteState: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+	if got := e.getExp("checkout"); got.Revision != before.Revision {
+		t.Fatalf("a refused state write wrote: revision %d → %d", before.Revision, got.Revision)
+	}
+	paused, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) {
+		x.Status = experiment.StatusPaused
+		x.Rollback = &experimentv1.Rollback{Metric: experiment.MetricErrorRate}
+	})
+	if err != nil || experiment.Status(paused) != experiment.StatusPaused || paused.GetUpdatedBy() != "allotd" || paused.GetRollback() == nil {
+		t.Fatalf("a rollback that pauses: %v, %v", paused, err)
+	}
+	if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusRunning }); err == nil ||
+		!strings.Contains(err.Error(), "never start") {
+		t.Errorf("allotd restarted a paused experiment: %v", err)
+	}
+	if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusStopped }); err != nil {
+		t.Errorf("allotd stopping a paused experiment: %v", err)
 	}
 }

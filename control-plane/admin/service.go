@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
@@ -350,6 +351,11 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 		experiment.Acknowledge(e, p.Name, s.now())
 	}
 	e.Status = to
+	if to == experiment.StatusRunning && e.GetRampState() != nil {
+		// The ramp's current step is held from the start again: time not
+		// running never counts towards a step's minHold.
+		e.RampState.StepStartTime = timestamppb.New(s.now())
+	}
 	wctx, err := s.checkServices(ctx, e, cur.Revision)
 	if err != nil {
 		return nil, err
@@ -364,6 +370,70 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	}
 	s.log.InfoContext(ctx, "experiment status changed", "key", key, "principal", p.Name, "from", from, "to", to, "revision", se.Revision)
 	return FromStore(se)
+}
+
+// WriteState is how allotd writes what it keeps in an experiment
+// (control-plane/guardian: a rollback, a ramp step): set changes a copy of
+// the experiment stored at revision (0: whatever is stored), which is
+// written with a compare-and-swap on that revision, as actor. It is never
+// retried on a conflict: a write since revision makes it store.ErrConflict
+// (read again and decide again), so that of several replicas deciding the
+// same write on the same revision, exactly one makes it. set may change rampState,
+// rollback, coverage (a ramp step) and the status to any the lifecycle
+// allows but running (a rollback pauses or stops; only an owner's start
+// runs it again); anything else is refused. A write that changes coverage
+// must pass translate.Validate as an owner's write does (its coverage is
+// the ramp step's); one that does not (a rollback) is never refused for
+// validation, like a pause.
+func (s *Service) WriteState(ctx context.Context, key string, revision int64, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
+	return retryStale(func() (*experimentv1.Experiment, error) {
+		cur, err := s.store.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if revision != 0 && cur.Revision != revision {
+			return nil, fmt.Errorf("write state of %q at revision %d, current %d: %w", key, revision, cur.Revision, store.ErrConflict)
+		}
+		old, err := FromStore(cur)
+		if err != nil {
+			return nil, fmt.Errorf("stored experiment %q: %w", key, err)
+		}
+		e := proto.Clone(old).(*experimentv1.Experiment)
+		set(e)
+		if !sameButState(old, e) {
+			return nil, fmt.Errorf("write state of %q: changes more than rampState, rollback, coverage and status", key)
+		}
+		from, to := experiment.Status(old), experiment.Status(e)
+		if from != to && (to == experiment.StatusRunning || !experiment.Allowed(from, to)) {
+			return nil, fmt.Errorf("write state of %q: status %s → %s (allotd may pause or stop, never start)", key, from, to)
+		}
+		if (e.Coverage == nil) != (old.Coverage == nil) || e.GetCoverage() != old.GetCoverage() {
+			if err := translate.Validate(e, s.mesh); err != nil { // a ramp step adds exposure
+				return nil, fmt.Errorf("write state of %q: %w", key, err)
+			}
+		}
+		b, err := spec(e)
+		if err != nil {
+			return nil, err
+		}
+		se, err := s.store.Update(ctx, &store.Experiment{Key: key, Owner: cur.Owner, Spec: b}, cur.Revision, actor)
+		if err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "experiment state written", "key", key, "principal", actor, "from", from, "to", to, "revision", se.Revision)
+		return FromStore(se)
+	})
+}
+
+// sameButState reports whether a and b differ at most in what WriteState
+// may change: rampState, rollback, coverage and status.
+func sameButState(a, b *experimentv1.Experiment) bool {
+	a, b = experiment.Spec(a), experiment.Spec(b)
+	for _, x := range []*experimentv1.Experiment{a, b} {
+		experiment.ClearState(x)
+		x.Coverage, x.Status = nil, ""
+	}
+	return proto.Equal(a, b)
 }
 
 // Evaluate previews what the proxies of cluster service would assign for

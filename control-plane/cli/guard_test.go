@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
-	"github.com/allotmesh/allot/control-plane/store"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -68,29 +67,14 @@ func TestGuardrailsAndRamp(t *testing.T) {
 
 	// allotd moves the ramp to its second step: the file is unchanged.
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	allotd := func(status string, set func(x *experimentv1.Experiment)) { // status "": unchanged
+	svc := admin.NewService(db, nil)
+	allotd := func(set func(x *experimentv1.Experiment)) {
 		t.Helper()
-		se, err := db.Get(context.Background(), "checkout")
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := &experimentv1.Experiment{}
-		if err := protojson.Unmarshal(se.Spec, x); err != nil {
-			t.Fatal(err)
-		}
-		if status != "" {
-			x.Status = status
-		}
-		set(x)
-		b, err := protojson.Marshal(x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Update(context.Background(), &store.Experiment{Key: "checkout", Owner: "team-a", Spec: b}, se.Revision, "allotd"); err != nil {
+		if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", set); err != nil {
 			t.Fatal(err)
 		}
 	}
-	allotd("", func(x *experimentv1.Experiment) {
+	allotd(func(x *experimentv1.Experiment) {
 		c := 0.05
 		x.Coverage = &c
 		x.RampState = &experimentv1.RampState{Step: 1, StepStartTime: timestamppb.New(at)}
@@ -99,7 +83,8 @@ func TestGuardrailsAndRamp(t *testing.T) {
 
 	// allotd rolls it back (pauses it): applying the file, which says
 	// running, is refused until the rollback is acknowledged.
-	allotd(experiment.StatusPaused, func(x *experimentv1.Experiment) {
+	allotd(func(x *experimentv1.Experiment) {
+		x.Status = experiment.StatusPaused
 		x.Rollback = &experimentv1.Rollback{Guardrail: 1, Metric: experiment.MetricLatencyP95, Variation: 1, ControlValue: 100, TreatmentValue: 180,
 			ControlRequests: 6000, TreatmentRequests: 5900, Statistic: 5.5, PValue: 1e-6, Time: timestamppb.New(at), Revision: 3, Applied: 3, Proxies: 3}
 	})
@@ -113,7 +98,7 @@ func TestGuardrailsAndRamp(t *testing.T) {
 	for _, want := range []string{
 		"\nguardrails: errorRate +0.01 (control 0, min 1000 requests); latencyP95 x1.2 (control 0, min 5000 requests)\n",
 		"\nramp: 1%/1h0m0s -> [5%/24h0m0s] -> 50%/0s (at step 1 since 2030-01-02T03:04:05Z)\n",
-		"\nrollback: guardrails[1] latencyP95: variation 1 180 against control 0 100 (5900/6000 requests, statistic 5.5, p 1e-06) at 2030-01-02T03:04:05Z, revision 3 applied by 3/3; not acknowledged (allotctl start --acknowledge-rollback)\n",
+		"\nrolled back by guardrail 1 (latencyP95) at 2030-01-02T03:04:05Z: variation 1 180 against control 0 100 (5900/6000 requests, statistic 5.5, p 1e-06); revision 3 applied by 3/3 proxies; not acknowledged (allotctl start --acknowledge-rollback)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("allotctl get:\n%s\nlacks %q", out, want)

@@ -1,8 +1,10 @@
 // Package experiment holds what is true of one experiment document, with no
 // I/O: its lifecycle (the statuses, the transitions between them, whether
 // it runs at a time, which services it applies to), the forms it is kept
-// and served in (Spec, Definition) and the bounds of the document and its
-// fields (CheckBounds, CheckFields). translate, admin and allotctl all
+// and served in (Spec, Definition), the bounds of the document and its
+// fields (CheckBounds, CheckFields, guardrails and ramp included) and the
+// state allotd keeps in it (ClearState, CopyState, Acknowledge,
+// FillRampCoverage). translate, admin and allotctl all
 // decide these questions here; the console's transition table is checked
 // against Transitions by a test.
 //

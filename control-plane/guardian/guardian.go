@@ -43,10 +43,10 @@ const DefaultInterval = 10 * time.Second
 const DefaultWait = admin.MaxWait
 
 // Experiments is what a guardian needs of the admin API: the experiments,
-// and the system write (admin.Service.GuardianWrite).
+// and allotd's own write of its state (admin.Service.WriteState).
 type Experiments interface {
 	List(ctx context.Context, p *admin.Principal, f admin.Filter) ([]*experimentv1.Experiment, int64, error)
-	GuardianWrite(ctx context.Context, actor, key string, revision int64, change func(*experimentv1.Experiment) error) (*experimentv1.Experiment, error)
+	WriteState(ctx context.Context, key string, revision int64, actor string, set func(*experimentv1.Experiment)) (*experimentv1.Experiment, error)
 }
 
 // Reports gives an observed experiment's outcomes with its guardrails'
@@ -215,10 +215,9 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 	if v := int(st.GetVariation()); v < len(total) {
 		rb.TreatmentRequests = total[v].GetRequests()
 	}
-	rolled, err := g.exps.GuardianWrite(ctx, Actor, e.GetKey(), e.GetRevision(), func(x *experimentv1.Experiment) error {
+	rolled, err := g.exps.WriteState(ctx, e.GetKey(), e.GetRevision(), Actor, func(x *experimentv1.Experiment) {
 		x.Status = experiment.StatusPaused
 		x.Rollback = rb
-		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return nil // written meanwhile: the next check reads it
@@ -241,9 +240,8 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 	rb.AppliedTime = timestamppb.New(g.now())
 	// Record the count on the rollback write, unless it was changed since
 	// (an owner acknowledged it and started again: the record is theirs).
-	_, err = g.exps.GuardianWrite(ctx, Actor, e.GetKey(), rolled.GetRevision(), func(x *experimentv1.Experiment) error {
+	_, err = g.exps.WriteState(ctx, e.GetKey(), rolled.GetRevision(), Actor, func(x *experimentv1.Experiment) {
 		x.Rollback = rb
-		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		g.log.Info("guardian: rollback changed before its proxies were counted", "experiment", e.GetKey())
@@ -270,15 +268,18 @@ func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, hold
 		if cur >= len(steps)-1 {
 			return nil
 		}
-		if now.Sub(st.GetStepStartTime().AsTime()) < steps[cur].GetMinHold().AsDuration() || !holding || !g.appliedEverywhere(e) {
+		held := st.GetStepStartTime().AsTime()
+		if start := e.GetStartTime(); start != nil && start.AsTime().After(held) {
+			held = start.AsTime() // the schedule's start: time before it never counts
+		}
+		if now.Sub(held) < steps[cur].GetMinHold().AsDuration() || !holding || !g.appliedEverywhere(e) {
 			return nil
 		}
 		next = cur + 1
 	}
-	written, err := g.exps.GuardianWrite(ctx, Actor, e.GetKey(), e.GetRevision(), func(x *experimentv1.Experiment) error {
+	written, err := g.exps.WriteState(ctx, e.GetKey(), e.GetRevision(), Actor, func(x *experimentv1.Experiment) {
 		x.Coverage = ptr(steps[next].GetCoverage())
 		x.RampState = &experimentv1.RampState{Step: int32(next), StepStartTime: timestamppb.New(now)}
-		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return nil

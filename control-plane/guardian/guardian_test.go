@@ -254,26 +254,34 @@ func TestRampAdvances(t *testing.T) {
 	}
 }
 
-// TestPausedRampWaits: a paused experiment's ramp does not move.
+// TestPausedRampWaits: a paused experiment's ramp does not move, and a
+// start holds the current step from then on: time paused never counts
+// towards its minHold.
 func TestPausedRampWaits(t *testing.T) {
 	f := newFixture(t)
-	e := f.create(t, `{"key":"checkout","variations":["control","treatment"],
-		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
-	if err := f.g.Check(context.Background()); err != nil {
-		t.Fatal(err)
+	f.create(t, `{"key":"checkout","variations":["control","treatment"],
+		"ramp":{"steps":[{"coverage":0.01,"minHold":"60s"},{"coverage":0.5}]}}`)
+	check := func(wantStep int32) {
+		t.Helper()
+		if err := f.g.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if e := f.get(t, "checkout"); e.GetRampState().GetStep() != wantStep {
+			t.Fatalf("step %d coverage %v, want step %d", e.GetRampState().GetStep(), e.GetCoverage(), wantStep)
+		}
 	}
-	e = f.get(t, "checkout")
-	if _, err := f.svc.Pause(context.Background(), owner, "checkout", e.GetRevision()); err != nil {
+	check(0)
+	if _, err := f.svc.Pause(context.Background(), owner, "checkout", 0); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.add(time.Hour)
-	if err := f.g.Check(context.Background()); err != nil {
+	check(0) // paused
+	if _, err := f.svc.Start(context.Background(), owner, "checkout", 0); err != nil {
 		t.Fatal(err)
 	}
-	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 0 || e.GetCoverage() != 0.01 {
-		t.Errorf("paused: step %d coverage %v, want 0, 0.01", e.GetRampState().GetStep(), e.GetCoverage())
-	}
-
+	check(0) // held 0 s since the start
+	f.clock.add(time.Minute)
+	check(1)
 }
 
 // proxies is a hand-written admin.Rollouts: its proxy of cluster shop is

@@ -30,7 +30,9 @@ const (
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
 	MaxDelta = 1 << 32
-	// MaxWindowMinutes bounds GET …/outcomes?minutes=N.
+	// MaxWindowMinutes bounds GET …/outcomes?minutes=N, and the minutes
+	// of tallies kept, in memory and (several replicas) in the shared
+	// records: older minute records are deleted at the next sweep.
 	MaxWindowMinutes = 60
 	// DefaultWindowMinutes is the window when ?minutes is omitted.
 	DefaultWindowMinutes = 5
@@ -54,3 +56,19 @@ const (
 // dropped (reason "value"), so that every proxy's samples sum into the
 // same buckets.
 var LatencyBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
+
+// Bounds of the records replicas share through etcd (shared.go;
+// control-plane/README.md, "Outcomes across replicas"): PublishInterval
+// bounds each replica's write rate (one publish per 2 s: at most one
+// transaction per MaxCommitRecords records or MaxCommitBytes, and only
+// for experiments whose figures changed — their total and the minutes
+// that changed, usually one); store/etcd.MaxOutcomeBytes (64 KiB) bounds
+// a record (the largest, 64 variations × 6 counts and 20 buckets, is
+// about 35 KB); store/etcd.MaxOutcomeReplicas (64) bounds an experiment's
+// totals and each minute's records that a report reads (the live
+// replicas, the dead ones not yet folded, the retired record), and a
+// report reads its window's minutes only (at most MaxWindowMinutes+1);
+// FoldAfter and SweepInterval bound how long a dead replica's total stays
+// a record of its own (a live replica folds it into the retired record),
+// so that replica restarts under new ids do not grow the records; minute
+// records are never folded, they expire.

@@ -2,10 +2,12 @@
 // filters keep for observed experiments (Envoy's OpenTelemetry stat sink,
 // served on the xDS listener) and aggregates them mesh-wide, per experiment,
 // per revision of its assignment fields and per variation: responses by
-// class and latency buckets, since the revision and per minute. It reads
-// experiments through store.Store and never imports the admin API, the xDS
-// server or another sibling; allotd's wiring gives it what it needs of them
-// as functions.
+// class and latency buckets, since the revision and per minute. With
+// several allotd replicas, each publishes its figures to records shared
+// through the store's cluster (Shared, shared.go) and its reports sum
+// every replica's. It reads experiments through store.Store and never
+// imports the admin API, the xDS server or another sibling; allotd's
+// wiring gives it what it needs of them as functions.
 package outcomes
 
 import (
@@ -51,8 +53,10 @@ func WithLogger(l *slog.Logger) Option { return func(a *Aggregator) { a.log = l 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(a *Aggregator) { a.now = now } }
 
-// Aggregator holds the mesh-wide outcomes of the observed experiments of
-// one allotd. Its methods are safe for concurrent use.
+// Aggregator holds the outcomes of the observed experiments that the
+// proxies of one allotd report; with a shared store (WithShared) it
+// publishes them there and its reports sum every replica's. Its methods
+// are safe for concurrent use.
 type Aggregator struct {
 	st      store.Store
 	decode  Decoder
@@ -64,6 +68,9 @@ type Aggregator struct {
 	reqDesc         *prometheus.Desc
 
 	changes <-chan int64 // the store's watch: a flush re-reads the experiments after a write
+	shared  Shared       // the replicas' shared records; nil on one allotd
+	// publishing is held by Publish: one at a time.
+	publishing sync.Mutex
 
 	// reading is held by the one caller reading the store (TryLock: the
 	// others go on with the experiments read last); it guards storeRev
@@ -94,12 +101,22 @@ type series struct {
 type expState struct {
 	key      string
 	revision string
+	stored   int64 // the store revision of the document this revision was first read from
 	weights  []float64
 	// guardrails are the experiment's (Report tests them on total).
 	guardrails []*experimentv1.Guardrail
 	since      time.Time
-	total      []tally // per variation, since the revision
+	total      []tally // per variation, since the revision, counted by this allotd
 	minutes    [MaxWindowMinutes + 1]minute
+
+	// With a shared store (several replicas): the part of total and of
+	// each minute's tallies already in this replica's records (sent,
+	// sentMin), those records as the store holds them (own; nil until
+	// read), and a commit of them whose outcome is unknown (tried).
+	sent    []tally
+	sentMin map[int64][]tally
+	own     *ownRecords
+	tried   *attempt
 }
 
 // minute is one minute's tallies (stamp: Unix minute).
@@ -127,7 +144,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_received_bytes_total",
 			Help: "Bytes (protobuf) of the exports received from the proxies' OpenTelemetry stat sinks."}),
 		reqDesc: prometheus.NewDesc("allot_outcome_requests_total",
-			"Responses to requests an observed experiment assigned, mesh-wide, by variation and class, since the experiment's current assignment revision (only the current revision's series are exported).",
+			"Responses to requests an observed experiment assigned, reported by the proxies connected to this allotd, by variation and class, since the experiment's current assignment revision or this allotd's start (only the current revision's series are exported; sum over the replicas for the mesh).",
 			[]string{"experiment", "revision", "variation", "class"}, nil),
 	}
 	for _, o := range opts {
@@ -255,6 +272,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	type observed struct {
 		e        *experimentv1.Experiment
 		revision string
+		stored   int64 // the store revision of its document
 	}
 	var read []observed
 	names := map[string]series{}
@@ -267,7 +285,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		if !e.GetObserve() {
 			continue
 		}
-		read = append(read, observed{e, Revision(e)})
+		read = append(read, observed{e, Revision(e), se.Revision})
 		for v := range len(e.GetVariations()) {
 			for c := range numClasses {
 				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
@@ -282,7 +300,8 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		key := o.e.GetKey()
 		st := a.exps[key]
 		if st == nil || st.revision != o.revision {
-			st = &expState{key: key, revision: o.revision, weights: weights(o.e), since: a.now(), total: make([]tally, len(o.e.GetVariations()))}
+			st = &expState{key: key, revision: o.revision, stored: o.stored, weights: weights(o.e), since: a.now(),
+				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
 		}
 		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
 		exps[key] = st

@@ -53,9 +53,7 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 	t.Cleanup(func() { db.Close() })
 	f := &fixture{st: db, clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}, notApplied: map[string]bool{}}
 	for _, s := range specs {
-		key := s[strings.Index(s, `"key":"`)+7:]
-		key = key[:strings.Index(key, `"`)]
-		if _, err := db.Create(context.Background(), &store.Experiment{Key: key, Spec: []byte(s)}, "test"); err != nil {
+		if _, err := db.Create(context.Background(), &store.Experiment{Key: specKey(s), Spec: []byte(s)}, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,6 +62,12 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// specKey is the key of an experiment's JSON document.
+func specKey(spec string) string {
+	key := spec[strings.Index(spec, `"key":"`)+7:]
+	return key[:strings.Index(key, `"`)]
 }
 
 const checkout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true}`

@@ -39,12 +39,35 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		return nil, err
 	}
 	a.mu.Lock()
+	observed := a.exps[key] != nil
+	a.mu.Unlock()
+	if !observed {
+		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
+	}
+	// The other replicas' figures are read outside a.mu; this replica's
+	// own come from memory, published or not (merged).
+	at := a.now()
+	now := at.Unix() / 60
+	recs, live, err := a.read(ctx, key, now-int64(minutes)+1, now)
+	if err != nil {
+		return nil, fmt.Errorf("outcomes of %q: %w", key, err)
+	}
+	if len(recs) > 0 {
+		defer func() {
+			if err := a.tidy(ctx, key, recs, live, at); err != nil {
+				a.log.Warn("outcomes: shared records not tidied", "key", key, "error", err)
+			}
+		}()
+	}
+	a.mu.Lock()
 	defer a.mu.Unlock()
 	e := a.exps[key]
 	if e == nil {
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
 	}
-	now := a.now().Unix() / 60
+	if a.shared != nil {
+		e = e.merged(a.shared.Replica(), recs, now-int64(minutes)+1, now)
+	}
 	first := max(now-int64(minutes)+1, e.since.Unix()/60)
 	window := make([]tally, len(e.total))
 	series := make([]*adminv1.OutcomesMinute, 0, max(now-first+1, 0)) // none if the clock stepped back before since

@@ -17,9 +17,15 @@ import (
 
 // serveOutcomes registers the outcomes sink (Envoy's OpenTelemetry stat
 // sink) on the xDS listener's gRPC server g, aggregating over db's observed
-// experiments what the proxies x identifies by their connections send.
-func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer, log *slog.Logger) (*outcomes.Aggregator, error) {
-	a, err := outcomes.New(ctx, db, admin.FromStore, reg, outcomes.WithLogger(log))
+// experiments what the proxies x identifies by their connections send, and
+// sharing it with the other replicas through shared (nil: one allotd).
+func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.Server, reg prometheus.Registerer,
+	shared outcomes.Shared, log *slog.Logger) (*outcomes.Aggregator, error) {
+	opts := []outcomes.Option{outcomes.WithLogger(log)}
+	if shared != nil {
+		opts = append(opts, outcomes.WithShared(shared))
+	}
+	a, err := outcomes.New(ctx, db, admin.FromStore, reg, opts...)
 	if err != nil {
 		return nil, err
 	}

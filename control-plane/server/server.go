@@ -33,6 +33,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/console"
 	"github.com/allotmesh/allot/control-plane/guardian"
+	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/reconcile"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -87,6 +88,10 @@ type Config struct {
 	Registry reconcile.Registry
 	// ReplicaID names this replica in the registry.
 	ReplicaID string
+	// Outcomes, when set, is where the replicas share their outcome
+	// figures (store/etcd.Outcomes): this allotd publishes its proxies'
+	// there, and its outcome reports sum every replica's.
+	Outcomes outcomes.Shared
 	// AdminReadTimeout bounds the reading of a request's headers and
 	// body on the admin listener (0: DefaultAdminReadTimeout).
 	AdminReadTimeout time.Duration
@@ -171,6 +176,7 @@ type servers struct {
 	http            *http.Server
 	publishFailures prometheus.Counter
 	guardian        *guardian.Guardian
+	outcomes        *outcomes.Aggregator
 }
 
 // assemble builds every part of allotd over db and registers their
@@ -196,10 +202,11 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 		}
 	}
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
-	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, log.With("component", "outcomes"))
+	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, cfg.Outcomes, log.With("component", "outcomes"))
 	if err != nil {
 		return nil, err
 	}
+	s.outcomes = oc
 
 	adminLog := log.With("component", "admin")
 	var ro admin.Rollouts = rollout.NewLocal(s.xds)
@@ -329,8 +336,8 @@ func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []ne
 		}
 	}()
 	go func() { defer wg.Done(); reconcile.Sync(ctx, s.db, s.xds, s.b, log) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); s.guardian.Run(ctx) }()
+	wg.Go(func() { s.guardian.Run(ctx) })
+	wg.Go(func() { s.outcomes.Run(ctx) }) // publishes to the shared records, if any
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {
 		self := rollout.Replica{ID: cfg.ReplicaID, AdminAddr: addrs.Admin.String(), XDSAddr: addrs.XDS.String()}

@@ -126,7 +126,8 @@ func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg server.Confi
 		host, _ := os.Hostname()
 		id = host + "/" + cfg.XDSAddr
 	}
-	cfg.Registry, cfg.ReplicaID = db.Registry(id, f.leaseTTL), id
+	reg := db.Registry(id, f.leaseTTL)
+	cfg.Registry, cfg.ReplicaID, cfg.Outcomes = reg, id, reg.Outcomes()
 	cfg.Logger.Info("store opened", "store", db.Name(), "prefix", f.prefix, "replica", id)
 	return server.Run(ctx, db, cfg)
 }

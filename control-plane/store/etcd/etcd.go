@@ -10,6 +10,8 @@
 //	experiments/<key>              Experiment as JSON
 //	history/<revision>             Change as JSON (revision zero-padded to 20 digits)
 //	key_history/<escaped key>/<revision>   the same Change (the per-key index)
+//	mesh/…                         the replicas' registry (Registry, registry.go)
+//	outcomes/…                     the replicas' outcome records (Outcomes, outcomes.go)
 //
 // The store revision is Allot's own counter in meta/revision, not etcd's
 // revision: etcd counts every write to the cluster (replica and proxy
@@ -332,12 +334,15 @@ func unavailable(err error) bool {
 	return false
 }
 
-// get is one read of read: a key, or every key under a prefix; only the
-// keys if keysOnly.
+// get is one read of read: a key, every key under a prefix, or the keys
+// from key to end (excluded); only the keys if keysOnly; at most limit
+// keys if limit > 0.
 type get struct {
 	key      string
 	prefix   bool
+	end      string
 	keysOnly bool
+	limit    int64
 }
 
 func (g get) op(serializable bool) clientv3.Op {
@@ -345,8 +350,14 @@ func (g get) op(serializable bool) clientv3.Op {
 	if g.prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
+	if g.end != "" {
+		opts = append(opts, clientv3.WithRange(g.end))
+	}
 	if g.keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	if g.limit > 0 {
+		opts = append(opts, clientv3.WithLimit(g.limit))
 	}
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())

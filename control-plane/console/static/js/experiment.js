@@ -1,11 +1,13 @@
 // One experiment: its definition, its lifecycle (start, pause, stop, with
 // the API's wait option and its outcome), the live rollout of the proxies
-// it concerns, its outcomes per variation when it observes them, and links
-// to its preview and history.
+// it concerns, its outcomes per variation when it observes them, its
+// guardrails, ramp and rollback (with "Acknowledge and start" while a
+// rollback is pending), and links to its preview and history.
 import {api, canWrite, denied, withWait} from './api.js';
 import {definition} from './diff.js';
 import {badge, errorBox, fill, fmtTime, h} from './dom.js';
 import {variationsText} from './experiments.js';
+import {guardsPanel} from './guards.js';
 import {outcomesPanel} from './outcomes.js';
 import {outcome, rolloutPanel} from './rollout.js';
 
@@ -67,6 +69,7 @@ export async function experimentPage(page, key) {
   const head = h('div');
   const meta = h('dl', {class: 'meta'});
   const def = h('pre', {id: 'definition', class: 'json'});
+  const guards = h('div');
 
   const render = () => {
     const status = e.status || 'running';
@@ -92,23 +95,27 @@ export async function experimentPage(page, key) {
       ? h('button', {type: 'button', id: 'edit', disabled: true, title: editReason}, 'Edit')
       : h('a', {class: 'button', id: 'edit', href: `#/experiments/${encodeURIComponent(e.key)}/edit`}, 'Edit')];
     if (!writeReason && editReason) why.push(`Edit: ${editReason}`);
+    const pending = e.rollback && !e.rollback.acknowledgedBy;
     for (const a of actions) {
-      const r = writeReason || lifecycleReason(a, status);
+      const r = writeReason || lifecycleReason(a, status)
+        || (a.op === 'start' && pending ? 'a guardrail rolled it back: acknowledge the rollback and start it below' : null);
       if (!writeReason && r) why.push(`${a.label}: ${r}`);
       controls.push(h('button', {type: 'button', id: `action-${a.op}`, 'data-op': a.op, disabled: !!r, title: r, onclick: () => act(a)}, a.label));
     }
     controls.push(h('button', {type: 'button', id: 'action-delete', class: 'danger', disabled: !!writeReason, title: writeReason, onclick: confirmDelete}, 'Delete'));
     fill(buttons, controls, canWrite(e.owner) ? wait.el : null);
     fill(reasons, why.map((r) => h('li', {class: 'reason'}, r)));
+    const canAck = pending && !writeReason && actions[0].from.includes(status);
+    fill(guards, guardsPanel(e, canAck ? () => act({...actions[0], label: 'Acknowledge and start'}, {acknowledgeRollback: true}) : null));
   };
 
   const busy = (on) => buttons.querySelectorAll('button').forEach((b) => { if (on) b.disabled = true; });
-  const act = async (a) => {
+  const act = async (a, extra) => {
     const seconds = wait.seconds();
     busy(true);
     fill(out, h('p', {class: 'muted'}, `${a.label}: `, seconds ? `waiting up to ${seconds} s for the proxies…` : 'sending…'));
     try {
-      const res = await api('POST', withWait(`/v1/experiments/${encodeURIComponent(e.key)}:${a.op}`, seconds), {revision: e.revision});
+      const res = await api('POST', withWait(`/v1/experiments/${encodeURIComponent(e.key)}:${a.op}`, seconds), {revision: e.revision, ...extra});
       if (!page.live()) return;
       e = seconds ? res.experiment : res;
       fill(out, h('p', null, `${a.label}: now ${e.status || 'running'} at revision ${e.revision}.`), seconds ? outcome(res.rollout, seconds) : null);
@@ -139,6 +146,6 @@ export async function experimentPage(page, key) {
   };
 
   render();
-  fill(page.el, head, meta, h('section', {class: 'panel'}, h('h2', null, 'Lifecycle'), buttons, reasons, out), outcomes.el, panel.el,
+  fill(page.el, head, meta, h('section', {class: 'panel'}, h('h2', null, 'Lifecycle'), buttons, reasons, out), guards, outcomes.el, panel.el,
     h('section', {class: 'panel'}, h('h2', null, 'Definition'), def));
 }

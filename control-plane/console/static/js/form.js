@@ -12,7 +12,12 @@ import {outcome, rolloutPanel} from './rollout.js';
 const fields = ['key', 'owner', 'status', 'description', 'services', 'variations', 'weights', 'coverage', 'hashAttribute', 'condition', 'startTime', 'endTime'];
 
 // others are the resource's fields edited as JSON under "Other fields".
-const others = ['fallbackAttribute', 'hashVersion', 'seed', 'namespace', 'force', 'filters', 'ranges', 'bucketVersion', 'minBucketVersion', 'disableStickyBucketing', 'observe'];
+const others = ['fallbackAttribute', 'hashVersion', 'seed', 'namespace', 'force', 'filters', 'ranges', 'bucketVersion', 'minBucketVersion', 'disableStickyBucketing', 'observe',
+  'guardrails', 'ramp'];
+
+// state are the fields allotd writes; the API keeps them whatever a write
+// sends, so the form leaves them out.
+const state = ['rampState', 'rollback'];
 
 // variationLine shows one variation: a string as it is, unless it would
 // read back as another JSON value ("1", "true", "\"x\""), which is quoted.
@@ -73,7 +78,7 @@ export async function formPage(page, key) {
     : text(e.owner, {placeholder: 'an owner namespace, e.g. team-a'});
   const statusControl = h('select', null, ['running', 'draft'].map((s) => h('option', {value: s, selected: (e.status || 'running') === s}, s)));
   const rest = {};
-  for (const [k, v] of Object.entries(definition(e))) if (!fields.includes(k)) rest[k] = v;
+  for (const [k, v] of Object.entries(definition(e))) if (!fields.includes(k) && !state.includes(k)) rest[k] = v;
   const wait = waitControl('form-wait');
   const general = h('div', {id: 'form-errors', 'aria-live': 'polite'});
   const progress = h('div', {id: 'form-progress'});

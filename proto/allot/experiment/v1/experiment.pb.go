@@ -31,9 +31,10 @@ const (
 
 // Experiment is one A/B experiment: a definition (GrowthBook's experiment
 // model plus Allot's fields) and output-only metadata kept by the control
-// plane. The admin API refuses an experiment over 65,536 bytes as compact
+// plane. The admin API refuses an experiment over 64,512 bytes as compact
 // proto3 JSON without its output-only fields (counted with the longest
-// status, "running"), and one whose running experiments of a service could
+// status, "running"; the store's 65,536 keep 1,024 for ramp_state and
+// rollback), and one whose running experiments of a service could
 // add more than 16,384 bytes of headers to a request of that service, or be
 // more than 1,000 (control-plane/README.md, "Limits").
 type Experiment struct {

@@ -62,7 +62,8 @@ type AdminServiceClient interface {
 	UpdateExperiment(ctx context.Context, in *v1.UpdateExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// DeleteExperiment removes an experiment.
 	DeleteExperiment(ctx context.Context, in *v1.DeleteExperimentRequest, opts ...grpc.CallOption) (*v1.DeleteExperimentResponse, error)
-	// StartExperiment sets a draft or paused experiment running.
+	// StartExperiment sets a draft or paused experiment running; one whose
+	// guardrail rollback is not acknowledged only with acknowledge_rollback.
 	StartExperiment(ctx context.Context, in *v1.StartExperimentRequest, opts ...grpc.CallOption) (*v11.Experiment, error)
 	// PauseExperiment pauses a running experiment: nobody is assigned until it
 	// is started again.
@@ -250,7 +251,8 @@ type AdminServiceServer interface {
 	UpdateExperiment(context.Context, *v1.UpdateExperimentRequest) (*v11.Experiment, error)
 	// DeleteExperiment removes an experiment.
 	DeleteExperiment(context.Context, *v1.DeleteExperimentRequest) (*v1.DeleteExperimentResponse, error)
-	// StartExperiment sets a draft or paused experiment running.
+	// StartExperiment sets a draft or paused experiment running; one whose
+	// guardrail rollback is not acknowledged only with acknowledge_rollback.
 	StartExperiment(context.Context, *v1.StartExperimentRequest) (*v11.Experiment, error)
 	// PauseExperiment pauses a running experiment: nobody is assigned until it
 	// is started again.

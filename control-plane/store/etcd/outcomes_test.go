@@ -1,0 +1,91 @@
+package etcd_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allotmesh/allot/control-plane/rollout"
+	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/control-plane/store/etcd"
+	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
+)
+
+// TestOutcomeRecords: records are written by compare-and-swap (a stale
+// revision writes nothing), read back per experiment with the minutes
+// asked for and the live replicas, and bounded: a record over
+// MaxOutcomeBytes and a commit of more than MaxOutcomeCommit records are
+// refused, a read of more than MaxOutcomeReplicas records of one range or
+// of more than 61 minutes fails naming the experiment.
+func TestOutcomeRecords(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	s := c.Open(t)
+	reg := s.Registry("r1", 2*time.Second)
+	if err := reg.Publish(ctx, rollout.Replica{ID: "r1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	o := reg.Outcomes()
+	rec := func(replica string, minute int64, v string, mod int64) store.OutcomeRecord {
+		var b []byte
+		if v != "" {
+			b = []byte(v)
+		}
+		return store.OutcomeRecord{Key: "checkout", Replica: replica, Minute: minute, Value: b, Mod: mod}
+	}
+	rev, ok, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, "t1", 0), rec("r1", 100, "m1", 0), rec(store.RetiredReplica, 0, "old", 0),
+		rec("gone/x", 0, "t2", 0), rec("r1", 90, "m0", 0)})
+	if err != nil || !ok {
+		t.Fatalf("commit: %v %v", ok, err)
+	}
+	// A stale comparison writes nothing.
+	if _, ok, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, "t1'", 0), rec("r1", 101, "m2", 0)}); err != nil || ok {
+		t.Fatalf("stale commit: %v %v", ok, err)
+	}
+	if _, ok, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, "t1b", rev)}); err != nil || !ok {
+		t.Fatalf("commit on the revision: %v %v", ok, err)
+	}
+	recs, live, err := o.Read(ctx, "checkout", 95, 101)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Replica+"@"+strconv.FormatInt(r.Minute, 10)+"="+string(r.Value))
+	}
+	// Totals by escaped replica id ("%retired" sorts before letters), then minutes 95..101.
+	if want := "@0=old gone/x@0=t2 r1@0=t1b r1@100=m1"; strings.Join(got, " ") != want {
+		t.Errorf("read %q, want %q", strings.Join(got, " "), want)
+	}
+	if len(live) != 1 || !live["r1"] {
+		t.Errorf("live %v, want r1", live)
+	}
+
+	if _, _, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, strings.Repeat("x", etcd.MaxOutcomeBytes+1), 0)}); err == nil ||
+		!strings.Contains(err.Error(), "outcomes/t/checkout/r1") {
+		t.Errorf("a record over MaxOutcomeBytes: %v", err)
+	}
+	many := make([]store.OutcomeRecord, etcd.MaxOutcomeCommit+1)
+	for i := range many {
+		many[i] = rec("r"+strconv.Itoa(i), 0, "x", 0)
+	}
+	if _, _, err := o.Commit(ctx, many); err == nil {
+		t.Error("a commit over MaxOutcomeCommit")
+	}
+	if _, _, err := o.Read(ctx, "checkout", 0, 61); err == nil {
+		t.Error("a read of 62 minutes")
+	}
+	for i := 0; i < etcd.MaxOutcomeReplicas; i += etcd.MaxOutcomeCommit {
+		batch := many[:0]
+		for j := i; j < min(i+etcd.MaxOutcomeCommit, etcd.MaxOutcomeReplicas); j++ {
+			batch = append(batch, rec("x"+strconv.Itoa(j), 0, "x", 0))
+		}
+		if _, _, err := o.Commit(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := o.Read(ctx, "checkout", 100, 100); err == nil || !strings.Contains(err.Error(), `"checkout"`) {
+		t.Errorf("a read of more than MaxOutcomeReplicas totals: %v", err)
+	}
+}
