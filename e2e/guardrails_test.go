@@ -58,34 +58,7 @@ func TestGuardrailRollback(t *testing.T) {
 		}
 	}
 
-	var e experimentJSON
-	sent, n := 0, 0
-	harness.MustEventually(t, 90*time.Second, func() error {
-		for range 100 { // a round of requests, then a look
-			unit := "user-" + strconv.Itoa(n%500)
-			n++
-			h := map[string][]string{"x-user-id": {unit}}
-			p := proxies[n%2]
-			// Learn the unit's variation of "bad" from a request that
-			// cannot fail, then fail every third request of a b unit.
-			r, err := p.get(h)
-			if err != nil {
-				return fmt.Errorf("request: %w", err)
-			}
-			sent++
-			if strings.Join(r.Header("x-experiment-bad"), ",") == "b" && n%3 == 0 {
-				h[echo.StatusHeader] = []string{"503"}
-				p.get(h) // a 503 is an error here, and the point
-				sent++
-			}
-		}
-		e = experimentJSON{}
-		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/bad", nil, &e)
-		if e.Rollback == nil || e.Rollback.AppliedTime == "" {
-			return fmt.Errorf("after %d requests: status %s, rollback %+v", sent, e.Status, e.Rollback)
-		}
-		return nil
-	})
+	e, sent := failUntilRolledBack(t, s, proxies, "bad")
 	t.Logf("rolled back after %d requests: %+v", sent, *e.Rollback)
 	if e.Status != "paused" || e.Rollback.Guardrail != 0 || e.Rollback.Metric != "errorRate" || e.Rollback.Variation != 1 ||
 		e.Rollback.Applied != 2 || e.Rollback.Proxies != 2 || e.Rollback.PValue > 0.05 {
@@ -93,22 +66,8 @@ func TestGuardrailRollback(t *testing.T) {
 	}
 
 	// The history: one write by allotd's guardian that paused it.
-	var hist struct {
-		Changes []struct {
-			Actor  string         `json:"actor"`
-			After  experimentJSON `json:"after"`
-			Before experimentJSON `json:"before"`
-		} `json:"changes"`
-	}
-	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/bad/history", nil, &hist)
-	pauses := 0
-	for _, c := range hist.Changes {
-		if c.Actor == "allotd:guardian" && c.After.Status == "paused" && c.Before.Status != "paused" {
-			pauses++
-		}
-	}
-	if pauses != 1 {
-		t.Errorf("history: %d rollback writes by allotd:guardian, want 1: %+v", pauses, hist.Changes)
+	if n := rollbackWrites(t, s, "bad"); n != 1 {
+		t.Errorf("history: %d rollback writes by allotd:guardian, want 1", n)
 	}
 
 	// allotctl shows the rollback and its proxies.
@@ -198,4 +157,111 @@ func TestGuardrailRamp(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// failUntilRolledBack sends requests of 500 units through proxies, failing
+// (echo 503) every third request of a unit experiment key assigned "b",
+// until s reports key rolled back and its proxies counted.
+func failUntilRolledBack(t *testing.T, s *system, proxies []*proxy, key string) (experimentJSON, int) {
+	t.Helper()
+	var e experimentJSON
+	sent, n := 0, 0
+	harness.MustEventually(t, 90*time.Second, func() error {
+		for range 100 { // a round of requests, then a look
+			unit := "user-" + strconv.Itoa(n%500)
+			n++
+			h := map[string][]string{"x-user-id": {unit}}
+			p := proxies[n%len(proxies)]
+			// Learn the unit's variation from a request that cannot fail,
+			// then fail every third request of a b unit.
+			r, err := p.get(h)
+			if err != nil {
+				return fmt.Errorf("request: %w", err)
+			}
+			sent++
+			if strings.Join(r.Header("x-experiment-"+key), ",") == "b" && n%3 == 0 {
+				h[echo.StatusHeader] = []string{"503"}
+				p.get(h) // a 503 is an error here, and the point
+				sent++
+			}
+		}
+		e = experimentJSON{}
+		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/"+key, nil, &e)
+		if e.Rollback == nil || e.Rollback.AppliedTime == "" {
+			return fmt.Errorf("after %d requests: status %s, rollback %+v", sent, e.Status, e.Rollback)
+		}
+		return nil
+	})
+	return e, sent
+}
+
+// rollbackWrites counts the writes in key's history by allotd's guardian
+// that paused it.
+func rollbackWrites(t *testing.T, s *system, key string) int {
+	t.Helper()
+	var hist struct {
+		Changes []struct {
+			Actor  string         `json:"actor"`
+			After  experimentJSON `json:"after"`
+			Before experimentJSON `json:"before"`
+		} `json:"changes"`
+	}
+	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/"+key+"/history", nil, &hist)
+	n := 0
+	for _, c := range hist.Changes {
+		if c.Actor == "allotd:guardian" && c.After.Status == "paused" && c.Before.Status != "paused" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGuardrailRollbackReplicas: 2 allotd replicas on etcd, each checking
+// every second on the mesh-wide outcomes, each of 2 Envoys on a different
+// replica. Both replicas see the guardrail break; exactly one rollback
+// write happens (the history, and the replicas' allot_guardrail_rollbacks_total
+// summed), applied by 2 of 2 proxies.
+func TestGuardrailRollbackReplicas(t *testing.T) {
+	h := startReplicated(t, 2, "-guardian-interval", "1s")
+	var proxies []*proxy
+	for i := range h.replicas {
+		node := fmt.Sprintf("guard-%d", i+1)
+		proxies = append(proxies, h.sidecarWith(i, node, "shop", sinkEverySecond()))
+		for via := range h.replicas {
+			if got := h.replicaOf(via, node); got != replicaID(i) {
+				t.Fatalf("replica %s sees Envoy %s on %s, want %s", replicaID(via), node, got, replicaID(i))
+			}
+		}
+	}
+	var w waitedWrite
+	h.replicas[0].mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", map[string]any{"key": "bad", "variations": []string{"a", "b"},
+		"observe": true, "guardrails": []map[string]any{{"metric": "errorRate", "maxIncrease": 0.01, "minRequests": 200}}}, &w)
+	if !w.Rollout.appliedBy(2) {
+		t.Fatalf("create: %+v", w.Rollout)
+	}
+	e, sent := failUntilRolledBack(t, h.replicas[1], proxies, "bad")
+	t.Logf("rolled back after %d requests: %+v", sent, *e.Rollback)
+	if e.Status != "paused" || e.Rollback.Applied != 2 || e.Rollback.Proxies != 2 {
+		t.Errorf("status %s, rollback %+v; want paused, applied by 2/2", e.Status, *e.Rollback)
+	}
+	// Both replicas go on checking, two more times each: still one write.
+	for _, s := range h.replicas {
+		from := metricValue(t, s, "allot_guardian_checks_total")
+		harness.MustEventually(t, 10*time.Second, func() error {
+			if n := metricValue(t, s, "allot_guardian_checks_total"); n < from+2 {
+				return fmt.Errorf("%v checks since the rollback", n-from)
+			}
+			return nil
+		})
+	}
+	if n := rollbackWrites(t, h.replicas[0], "bad"); n != 1 {
+		t.Errorf("history: %d rollback writes, want exactly 1", n)
+	}
+	var total float64
+	for _, s := range h.replicas {
+		total += metricValue(t, s, `allot_guardrail_rollbacks_total{experiment="bad"}`)
+	}
+	if total != 1 {
+		t.Errorf("the replicas' allot_guardrail_rollbacks_total sum to %v, want 1", total)
+	}
 }

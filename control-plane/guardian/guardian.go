@@ -70,6 +70,7 @@ type Guardian struct {
 	step      *prometheus.GaugeVec
 	rollbacks *prometheus.CounterVec
 	steps     *prometheus.CounterVec
+	checks    prometheus.Counter
 }
 
 // Option configures a Guardian.
@@ -108,6 +109,8 @@ func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometh
 			Help: "Rollbacks this replica wrote, by experiment."}, []string{"experiment"}),
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_ramp_steps_total",
 			Help: "Ramp steps this replica wrote, by experiment."}, []string{"experiment"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_guardian_checks_total",
+			Help: "Checks of every running experiment's guardrails and ramp this replica completed."}),
 	}
 	for _, o := range opts {
 		o(g)
@@ -116,7 +119,7 @@ func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometh
 		g.log = slog.New(slog.DiscardHandler)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.breached, g.pValue, g.step, g.rollbacks, g.steps} {
+		for _, c := range []prometheus.Collector{g.breached, g.pValue, g.step, g.rollbacks, g.steps, g.checks} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -160,6 +163,7 @@ func (g *Guardian) Check(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	g.checks.Inc()
 	return errors.Join(errs...)
 }
 
