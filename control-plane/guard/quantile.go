@@ -13,12 +13,19 @@ type estimate struct {
 	tail   uint64  // timed requests in the bucket holding the quantile
 }
 
-// estimateQuantile reads the q-quantile of a histogram (buckets per
-// bound, the last above every bound), or says why it cannot.
+// edge is the latency (ms) below which a sample the filter recorded in
+// whole milliseconds, truncated, is at most the bucket bound b: ⌊b⌋ + 1.
+func edge(b float64) float64 { return math.Floor(b) + 1 }
+
+// estimateQuantile reads the q-quantile of the latencies behind a
+// histogram (buckets per bound, the last above every bound), or says why
+// it cannot. The filter records whole milliseconds, truncated, so the
+// share of samples up to a bound b is that of latencies below edge(b):
+// the estimate is of the latency itself, not of its truncation.
 //
-// Above the first bound it interpolates the share of requests slower than
+// Above the first edge it interpolates the share of requests slower than
 // x, S(x), on log-log axes with a monotone cubic (Fritsch and Butland's
-// PCHIP) through the bounds around the quantile: a latency tail is close
+// PCHIP) through the edges around the quantile: a latency tail is close
 // to a smooth curve there, so the estimate follows a change of scale
 // across Envoy's buckets (twice to two and a half times wide) far better
 // than a straight line in x (docs/guardrails-statistics.md has the
@@ -65,11 +72,11 @@ func estimateQuantile(bounds []float64, buckets []uint64, q float64) (estimate, 
 	}
 	e.tail = buckets[i]
 	if i == 0 {
-		// Uniform on [0, b₀]: q̂ = b₀·q/F̂(b₀), so
+		// Uniform on [0, e₀]: q̂ = e₀·q/F̂, so
 		// Var(log q̂) = Var(F̂)/F² = (1−F)/(nF), with 1−F read as at
 		// least half a request.
 		f := float64(e.tail) / n
-		e.value = bounds[0] * q / f
+		e.value = edge(bounds[0]) * q / f
 		e.logVar = max(1-f, 0.5/n) / (f * n)
 		return e, ""
 	}
@@ -89,7 +96,7 @@ func estimateQuantile(bounds []float64, buckets []uint64, q float64) (estimate, 
 		}
 		s := max(1-float64(cum)/n, 0.5/n)
 		c.s[c.len] = s
-		c.x[c.len] = math.Log(bounds[j])
+		c.x[c.len] = math.Log(edge(bounds[j]))
 		c.y[c.len] = math.Log(s)
 		c.len++
 	}
