@@ -110,9 +110,9 @@ type Decision struct {
 }
 
 // Check tests whether treatment breaks g against control. It is
-// deterministic, allocates only to format its reason and never panics: an invalid guardrail
-// or inconsistent counts give a decision that is not evaluated, with the
-// reason.
+// deterministic, allocates only to format its reason and never panics: an
+// invalid guardrail or inconsistent counts give a decision that is not
+// evaluated, with the reason naming the field.
 func Check(g Guardrail, control, treatment Counts) Decision {
 	alpha := g.Alpha
 	if alpha == 0 {
