@@ -15,6 +15,7 @@ package guard
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Metric names what a guardrail compares; the names are the ones an
@@ -42,9 +43,9 @@ const (
 	// tuning choice that changes how fast a breach is found, never the
 	// false-stop rate.
 	PlannedRequests = 10_000
-	// MinTailRequests is the fewest timed requests a variation needs at or
-	// above its p95 (and in the bucket holding it) before latencyP95 is
-	// tested: the quantile's variance is estimated from that bucket.
+	// MinTailRequests is the fewest timed requests a variation needs in the
+	// bucket holding its p95 before latencyP95 is tested: the p95 and its
+	// variance are read from the shares around that bucket.
 	MinTailRequests = 20
 	// quantile is the latency quantile latencyP95 compares.
 	quantile = 0.95
@@ -79,7 +80,8 @@ type Counts struct {
 	// request was timed.
 	Buckets []uint64
 	// Bounds are the buckets' upper bounds in milliseconds, increasing
-	// (allotd's outcomes.LatencyBounds).
+	// (allotd's outcomes.LatencyBounds; the filter records whole
+	// milliseconds, truncated, so below 1 ms every latency reads 0).
 	Bounds []float64
 }
 
@@ -108,9 +110,9 @@ type Decision struct {
 }
 
 // Check tests whether treatment breaks g against control. It is
-// deterministic, allocates nothing and never panics: an invalid guardrail
-// or inconsistent counts give a decision that is not evaluated, with the
-// reason.
+// deterministic, allocates only to format its reason and never panics: an
+// invalid guardrail or inconsistent counts give a decision that is not
+// evaluated, with the reason naming the field.
 func Check(g Guardrail, control, treatment Counts) Decision {
 	alpha := g.Alpha
 	if alpha == 0 {
@@ -183,7 +185,7 @@ func checkLatency(g Guardrail, alpha float64, c, t Counts) Decision {
 		d.Reason = "control: " + ok
 		return d
 	}
-	if !sameBounds(c.Bounds, t.Bounds) {
+	if !slices.Equal(c.Bounds, t.Bounds) {
 		d.Reason = "treatment: latency bounds differ from the control's"
 		return d
 	}
@@ -212,18 +214,6 @@ func checkLatency(g Guardrail, alpha float64, c, t Counts) Decision {
 		qc.logVar+qt.logVar, qc.logVar*float64(qc.n)+qt.logVar*float64(qt.n), "treatment's p95 over control's × maxRatio")
 }
 
-func sameBounds(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // decide completes d with the one-sided mixture test of H0: δ ≤ 0, where
 // excess is the estimate of δ (the estimate less the threshold), v its
 // estimated variance and s2 the variance of one request's contribution
@@ -242,10 +232,11 @@ func decide(d Decision, alpha, excess, v, s2 float64, what string) Decision {
 	return d
 }
 
-// rho2 is ρ², the mixing variance per unit of a request's variance, tuned
-// so that the two-sided normal-mixture boundary is tightest at
-// PlannedRequests per variation (Howard et al. 2021, eq. (3.10) and its
-// discussion; GrowthBook's sequential testing uses the same tuning).
+// rho2 is ρ², the mixing variance per unit of a request's variance:
+// (−2 ln α + ln(1 − 2 ln α)) / N*, which makes the two-sided
+// normal-mixture boundary tightest near N* = PlannedRequests per variation
+// (Howard et al. 2021; GrowthBook's sequential testing tunes it the same
+// way).
 func rho2(alpha float64) float64 {
 	l := -2 * math.Log(alpha)
 	return (l + math.Log(l+1)) / PlannedRequests
