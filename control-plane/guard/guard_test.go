@@ -1,24 +1,23 @@
 package guard
 
 import (
+	"github.com/allotmesh/allot/filter/plugin"
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/allotmesh/allot/control-plane/outcomes"
 )
 
-// hist is a histogram over outcomes.LatencyBounds with the given counts
+// hist is a histogram over plugin.LatencyBounds with the given counts
 // in the buckets whose upper bound is the key (0: the overflow bucket).
 func hist(requests, errors uint64, counts map[float64]uint64) Counts {
-	c := Counts{Requests: requests, Errors: errors, Bounds: outcomes.LatencyBounds}
+	c := Counts{Requests: requests, Errors: errors, Bounds: plugin.LatencyBounds}
 	if counts == nil {
 		return c
 	}
-	c.Buckets = make([]uint64, len(outcomes.LatencyBounds)+1)
+	c.Buckets = make([]uint64, len(plugin.LatencyBounds)+1)
 	for bound, n := range counts {
-		i := len(outcomes.LatencyBounds)
-		for j, b := range outcomes.LatencyBounds {
+		i := len(plugin.LatencyBounds)
+		for j, b := range plugin.LatencyBounds {
 			if b == bound {
 				i = j
 			}
@@ -183,7 +182,7 @@ func p95Of(t *testing.T, shares []float64) float64 {
 	for i, p := range shares {
 		b[i] = uint64(math.Round(p * 1e9))
 	}
-	e, why := estimateQuantile(outcomes.LatencyBounds, b, 0.95)
+	e, why := estimateQuantile(plugin.LatencyBounds, b, 0.95)
 	if why != "" {
 		t.Fatal(why)
 	}

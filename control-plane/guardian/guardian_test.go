@@ -104,16 +104,16 @@ func (f *fixture) report(t *testing.T, key string, perVariation [][3]uint64) {
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
 		}
-		buckets := make([]uint64, len(outcomes.LatencyBounds)+1)
+		buckets := make([]uint64, len(plugin.LatencyBounds)+1)
 		i := 0
-		for i < len(outcomes.LatencyBounds) && outcomes.LatencyBounds[i] < at {
+		for i < len(plugin.LatencyBounds) && plugin.LatencyBounds[i] < at {
 			i++
 		}
 		buckets[i] = requests
 		ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, v),
 			Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
-				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: outcomes.LatencyBounds, BucketCounts: buckets}}}}})
+				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
 	}
 	f.agg.Add(context.Background(), "p1", true, ms)
 }

@@ -17,7 +17,7 @@ func Guardrail(g *experimentv1.Guardrail) (guard.Guardrail, int) {
 
 // guardCounts is t as the sequential test takes it.
 func (t tally) guardCounts() guard.Counts {
-	c := guard.Counts{Requests: t.requests(), Errors: t.counts[plugin.Class5xx] + t.counts[plugin.ClassReset], Bounds: LatencyBounds}
+	c := guard.Counts{Requests: t.requests(), Errors: t.counts[plugin.Class5xx] + t.counts[plugin.ClassReset], Bounds: plugin.LatencyBounds}
 	if len(t.buckets) > 0 {
 		c.Buckets = t.buckets
 	}

@@ -86,7 +86,7 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
 		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series,
-		LatencyBoundsMs: slices.Clone(LatencyBounds), Guardrails: e.check()}, nil
+		LatencyBoundsMs: slices.Clone(plugin.LatencyBounds), Guardrails: e.check()}, nil
 }
 
 // minuteOutcomes is variation v's figures of one minute's tally t.
@@ -125,7 +125,7 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 			o.Timed += int64(n)
 		}
 		if o.Timed > 0 {
-			o.LatencyBuckets = make([]int64, len(LatencyBounds)+1)
+			o.LatencyBuckets = make([]int64, len(plugin.LatencyBounds)+1)
 			for i, n := range t.buckets {
 				o.LatencyBuckets[i] = int64(n)
 			}
@@ -172,14 +172,14 @@ func (t tally) quantile(q float64, n uint64) float64 {
 	var below uint64
 	for i, b := range t.buckets {
 		if b > 0 && float64(below+b) >= rank {
-			if i >= len(LatencyBounds) {
-				return LatencyBounds[len(LatencyBounds)-1]
+			if i >= len(plugin.LatencyBounds) {
+				return plugin.LatencyBounds[len(plugin.LatencyBounds)-1]
 			}
 			lo := 0.0
 			if i > 0 {
-				lo = LatencyBounds[i-1]
+				lo = plugin.LatencyBounds[i-1]
 			}
-			return lo + (LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
+			return lo + (plugin.LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
 		}
 		below += b
 	}
