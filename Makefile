@@ -149,7 +149,7 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 	bad=$$(echo "$$deps" | grep -E '^($(ALLOTCTL_FORBIDDEN))(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "allotctl must not link the server side:"; echo "$$bad"; exit 1; fi; \
 	deps=$$($(GO) list -deps ./control-plane/experiment); \
-	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|proto/|filter/engine|filter/internal/)' || true); \
+	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|control-plane/guard|proto/|filter/engine|filter/internal/)' || true); \
 	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages and filter/engine:"; echo "$$bad"; exit 1; fi; \
 	deps=$$($(GO) list -deps ./control-plane/rollout); \
 	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/|^github\.com/prometheus|^github\.com/envoyproxy|^go\.etcd\.io' | grep -vE '^github\.com/allotmesh/allot/(control-plane/rollout|proto/)' || true); \

@@ -41,13 +41,13 @@ func TestConsoleGuardrails(t *testing.T) {
 	}
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	svc := admin.NewService(db, nil)
-	_, err = svc.WriteState(context.Background(), "guarded", "allotd", func(x *experimentv1.Experiment) {
+	_, err = svc.WriteState(context.Background(), "guarded", 0, "allotd", func(x *experimentv1.Experiment) {
 		c := 0.05
 		x.Coverage = &c
 		x.RampState = &experimentv1.RampState{Step: 1, StepStartTime: timestamppb.New(at)}
 	})
 	if err == nil {
-		_, err = svc.WriteState(context.Background(), "guarded", "allotd", func(x *experimentv1.Experiment) {
+		_, err = svc.WriteState(context.Background(), "guarded", 0, "allotd", func(x *experimentv1.Experiment) {
 			x.Status = experiment.StatusPaused
 			x.Rollback = &experimentv1.Rollback{Guardrail: 0, Metric: experiment.MetricErrorRate, Variation: 1, ControlValue: 0.002, TreatmentValue: 0.04,
 				ControlRequests: 6000, TreatmentRequests: 5900, Statistic: 14.1, PValue: 1e-9, Time: timestamppb.New(at), Revision: 3, Applied: 2, Proxies: 2}

@@ -92,15 +92,15 @@ type replicated struct {
 // replicaID is replica i's -replica-id.
 func replicaID(i int) string { return fmt.Sprintf("r%d", i+1) }
 
-func startReplicated(t *testing.T, n int) *replicated {
+func startReplicated(t *testing.T, n int, allotdArgs ...string) *replicated {
 	t.Helper()
 	h := &replicated{t: t, etcd: startEtcd(t, 3)}
 	base := prepareSystem(t, wasmArtifact)
 	for i := range n {
 		s := *base
 		s.xdsPort, s.adminPort = harness.MustFreePort(t), harness.MustFreePort(t)
-		s.args = []string{"-store", h.etcd.storeFlag(), "-replica-id", replicaID(i),
-			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}
+		s.args = append([]string{"-store", h.etcd.storeFlag(), "-replica-id", replicaID(i),
+			"-lease-ttl", leaseTTL.String(), "-store-timeout", "2s"}, allotdArgs...)
 		s.startAllotd()
 		h.replicas = append(h.replicas, &s)
 	}

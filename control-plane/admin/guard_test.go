@@ -48,7 +48,7 @@ func (e *env) getExp(key string) *experimentv1.Experiment {
 // (admin.Service.WriteState, as actor "allotd").
 func (e *env) writeState(key string, set func(x *experimentv1.Experiment)) {
 	e.t.Helper()
-	if _, err := admin.NewService(e.store, nil).WriteState(context.Background(), key, "allotd", set); err != nil {
+	if _, err := admin.NewService(e.store, nil).WriteState(context.Background(), key, 0, "allotd", set); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -227,7 +227,7 @@ func TestWriteStateRefusesMore(t *testing.T) {
 			"coverage: 0.05, want ramp.steps[0].coverage 0.01 while the ramp is at step 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := svc.WriteState(context.Background(), "checkout", "allotd", tc.set)
+			_, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", tc.set)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("WriteState: %v, want an error with %q", err, tc.want)
 			}
@@ -236,18 +236,18 @@ func TestWriteStateRefusesMore(t *testing.T) {
 	if got := e.getExp("checkout"); got.Revision != before.Revision {
 		t.Fatalf("a refused state write wrote: revision %d → %d", before.Revision, got.Revision)
 	}
-	paused, err := svc.WriteState(context.Background(), "checkout", "allotd", func(x *experimentv1.Experiment) {
+	paused, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) {
 		x.Status = experiment.StatusPaused
 		x.Rollback = &experimentv1.Rollback{Metric: experiment.MetricErrorRate}
 	})
 	if err != nil || experiment.Status(paused) != experiment.StatusPaused || paused.GetUpdatedBy() != "allotd" || paused.GetRollback() == nil {
 		t.Fatalf("a rollback that pauses: %v, %v", paused, err)
 	}
-	if _, err := svc.WriteState(context.Background(), "checkout", "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusRunning }); err == nil ||
+	if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusRunning }); err == nil ||
 		!strings.Contains(err.Error(), "never start") {
 		t.Errorf("allotd restarted a paused experiment: %v", err)
 	}
-	if _, err := svc.WriteState(context.Background(), "checkout", "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusStopped }); err != nil {
+	if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", func(x *experimentv1.Experiment) { x.Status = experiment.StatusStopped }); err != nil {
 		t.Errorf("allotd stopping a paused experiment: %v", err)
 	}
 }

@@ -351,6 +351,11 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 		experiment.Acknowledge(e, p.Name, s.now())
 	}
 	e.Status = to
+	if to == experiment.StatusRunning && e.GetRampState() != nil {
+		// The ramp's current step is held from the start again: time not
+		// running never counts towards a step's minHold.
+		e.RampState.StepStartTime = timestamppb.New(s.now())
+	}
 	wctx, err := s.checkServices(ctx, e, cur.Revision)
 	if err != nil {
 		return nil, err
@@ -367,21 +372,27 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	return FromStore(se)
 }
 
-// WriteState is how allotd writes what it keeps in an experiment: set
-// changes a copy of the stored experiment, which is written with a
-// compare-and-swap on the revision read, as actor (a concurrent write is
-// CodeConflict: read again and decide again). set may change rampState,
+// WriteState is how allotd writes what it keeps in an experiment
+// (control-plane/guardian: a rollback, a ramp step): set changes a copy of
+// the experiment stored at revision (0: whatever is stored), which is
+// written with a compare-and-swap on that revision, as actor. It is never
+// retried on a conflict: a write since revision makes it store.ErrConflict
+// (read again and decide again), so that of several replicas deciding the
+// same write on the same revision, exactly one makes it. set may change rampState,
 // rollback, coverage (a ramp step) and the status to any the lifecycle
 // allows but running (a rollback pauses or stops; only an owner's start
 // runs it again); anything else is refused. A write that changes coverage
 // must pass translate.Validate as an owner's write does (its coverage is
 // the ramp step's); one that does not (a rollback) is never refused for
 // validation, like a pause.
-func (s *Service) WriteState(ctx context.Context, key, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
+func (s *Service) WriteState(ctx context.Context, key string, revision int64, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
 	return retryStale(func() (*experimentv1.Experiment, error) {
 		cur, err := s.store.Get(ctx, key)
 		if err != nil {
 			return nil, err
+		}
+		if revision != 0 && cur.Revision != revision {
+			return nil, fmt.Errorf("write state of %q at revision %d, current %d: %w", key, revision, cur.Revision, store.ErrConflict)
 		}
 		old, err := FromStore(cur)
 		if err != nil {

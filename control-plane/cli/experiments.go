@@ -361,10 +361,17 @@ func writeGuards(w io.Writer, e *experimentv1.Experiment) {
 		if rb.GetAcknowledgedBy() != "" {
 			ack = "acknowledged by " + rb.GetAcknowledgedBy() + " at " + rb.GetAcknowledgeTime().AsTime().UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "rollback: guardrails[%d] %s: variation %d %g against control %d %g (%d/%d requests, statistic %g, p %g) at %s, revision %d applied by %d/%d; %s\n",
-			rb.GetGuardrail(), rb.GetMetric(), rb.GetVariation(), rb.GetTreatmentValue(), rb.GetControl(), rb.GetControlValue(),
-			rb.GetTreatmentRequests(), rb.GetControlRequests(), rb.GetStatistic(), rb.GetPValue(),
-			rb.GetTime().AsTime().UTC().Format(time.RFC3339), rb.GetRevision(), rb.GetApplied(), rb.GetProxies(), ack)
+		applied := "its proxies not yet counted"
+		switch {
+		case rb.GetAppliedTime() != nil:
+			applied = fmt.Sprintf("applied by %d/%d proxies at %s", rb.GetApplied(), rb.GetProxies(), rb.GetAppliedTime().AsTime().UTC().Format(time.RFC3339))
+		case rb.GetProxies() > 0:
+			applied = fmt.Sprintf("applied by %d/%d proxies", rb.GetApplied(), rb.GetProxies())
+		}
+		fmt.Fprintf(w, "rolled back by guardrail %d (%s) at %s: variation %d %g against control %d %g (%d/%d requests, statistic %g, p %g); revision %d %s; %s\n",
+			rb.GetGuardrail(), rb.GetMetric(), rb.GetTime().AsTime().UTC().Format(time.RFC3339), rb.GetVariation(), rb.GetTreatmentValue(),
+			rb.GetControl(), rb.GetControlValue(), rb.GetTreatmentRequests(), rb.GetControlRequests(), rb.GetStatistic(), rb.GetPValue(),
+			rb.GetRevision(), applied, ack)
 	}
 }
 

@@ -70,7 +70,7 @@ func TestGuardrailsAndRamp(t *testing.T) {
 	svc := admin.NewService(db, nil)
 	allotd := func(set func(x *experimentv1.Experiment)) {
 		t.Helper()
-		if _, err := svc.WriteState(context.Background(), "checkout", "allotd", set); err != nil {
+		if _, err := svc.WriteState(context.Background(), "checkout", 0, "allotd", set); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestGuardrailsAndRamp(t *testing.T) {
 	for _, want := range []string{
 		"\nguardrails: errorRate +0.01 (control 0, min 1000 requests); latencyP95 x1.2 (control 0, min 5000 requests)\n",
 		"\nramp: 1%/1h0m0s -> [5%/24h0m0s] -> 50%/0s (at step 1 since 2030-01-02T03:04:05Z)\n",
-		"\nrollback: guardrails[1] latencyP95: variation 1 180 against control 0 100 (5900/6000 requests, statistic 5.5, p 1e-06) at 2030-01-02T03:04:05Z, revision 3 applied by 3/3; not acknowledged (allotctl start --acknowledge-rollback)\n",
+		"\nrolled back by guardrail 1 (latencyP95) at 2030-01-02T03:04:05Z: variation 1 180 against control 0 100 (5900/6000 requests, statistic 5.5, p 1e-06); revision 3 applied by 3/3 proxies; not acknowledged (allotctl start --acknowledge-rollback)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("allotctl get:\n%s\nlacks %q", out, want)

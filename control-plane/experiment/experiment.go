@@ -15,6 +15,7 @@ package experiment
 
 import (
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/guard"
 	"slices"
 	"strconv"
 	"strings"
@@ -199,14 +200,15 @@ func CheckFields(e *experimentv1.Experiment) []string {
 	return append(details, checkRamp(e)...)
 }
 
-// Guardrail metrics: the values of a guardrail's metric field.
+// Guardrail metrics: the values of a guardrail's metric field, the
+// sequential test's (control-plane/guard).
 const (
 	// MetricErrorRate is the share of 5xx responses and resets; its
 	// threshold is maxIncrease.
-	MetricErrorRate = "errorRate"
+	MetricErrorRate = string(guard.ErrorRate)
 	// MetricLatencyP95 is the 95th percentile of the response time; its
 	// threshold is maxRatio.
-	MetricLatencyP95 = "latencyP95"
+	MetricLatencyP95 = string(guard.LatencyP95)
 )
 
 // GuardrailRequests is g's minRequests with the default applied.

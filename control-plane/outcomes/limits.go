@@ -47,15 +47,8 @@ const (
 	reasonOther      = "other_stat"  // not an outcome stat of an observed experiment (Envoy's own stats)
 	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
 	reasonProxies    = "proxies"     // over MaxProxies (refused)
-	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, or a histogram with other bounds than LatencyBounds
+	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, or a histogram with other bounds than plugin.LatencyBounds
 )
-
-// LatencyBounds are the upper bounds (ms) of the latency histogram buckets
-// allotd accepts: Envoy's default histogram buckets, which the bootstraps
-// keep (no histogram_bucket_settings). A histogram with other bounds is
-// dropped (reason "value"), so that every proxy's samples sum into the
-// same buckets.
-var LatencyBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
 
 // Bounds of the records replicas share through etcd (shared.go;
 // control-plane/README.md, "Outcomes across replicas"): PublishInterval

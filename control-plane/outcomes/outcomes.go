@@ -103,9 +103,11 @@ type expState struct {
 	revision string
 	stored   int64 // the store revision of the document this revision was first read from
 	weights  []float64
-	since    time.Time
-	total    []tally // per variation, since the revision, counted by this allotd
-	minutes  [MaxWindowMinutes + 1]minute
+	// guardrails are the experiment's (Report tests them on total).
+	guardrails []*experimentv1.Guardrail
+	since      time.Time
+	total      []tally // per variation, since the revision, counted by this allotd
+	minutes    [MaxWindowMinutes + 1]minute
 
 	// With a shared store (several replicas): the part of total and of
 	// each minute's tallies already in this replica's records (sent,
@@ -126,7 +128,7 @@ type minute struct {
 // tally is one variation's responses by class and latency histogram.
 type tally struct {
 	counts  [numClasses]uint64
-	buckets []uint64 // samples per bucket of LatencyBounds (not cumulative); none or len(LatencyBounds)+1, the last above every bound
+	buckets []uint64 // samples per bucket of plugin.LatencyBounds (not cumulative); none or len(plugin.LatencyBounds)+1, the last above every bound
 }
 
 // New returns an Aggregator reading experiments from st with decode (and
@@ -301,6 +303,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 			st = &expState{key: key, revision: o.revision, stored: o.stored, weights: weights(o.e), since: a.now(),
 				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
 		}
+		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
 		exps[key] = st
 	}
 	a.exps, a.names = exps, names
@@ -430,17 +433,17 @@ func count(v float64) (uint64, bool) {
 }
 
 // addHistogram adds one flush's latency histogram (the samples since the
-// previous flush, in disjoint buckets over LatencyBounds and one above
+// previous flush, in disjoint buckets over plugin.LatencyBounds and one above
 // them) to variation v; false when it is none, not a delta, malformed, or
-// its bounds are not LatencyBounds.
+// its bounds are not plugin.LatencyBounds.
 func addHistogram(e *expState, v int, h *metricsv1.Histogram, now time.Time) bool {
 	if h == nil || h.GetAggregationTemporality() != metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
 		return false
 	}
-	sum := make([]uint64, len(LatencyBounds)+1)
+	sum := make([]uint64, len(plugin.LatencyBounds)+1)
 	var total uint64
 	for _, p := range h.GetDataPoints() {
-		if !slices.Equal(p.GetExplicitBounds(), LatencyBounds) || len(p.GetBucketCounts()) != len(sum) {
+		if !slices.Equal(p.GetExplicitBounds(), plugin.LatencyBounds) || len(p.GetBucketCounts()) != len(sum) {
 			return false
 		}
 		var n uint64

@@ -2,6 +2,7 @@ package outcomes
 
 import (
 	"context"
+	"github.com/allotmesh/allot/filter/plugin"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -85,11 +86,11 @@ func counter(name string, v float64) *metricsv1.Metric {
 }
 
 // histogram is one flush's latency histogram as the sink exports it: the
-// samples since the previous flush in disjoint buckets over LatencyBounds
+// samples since the previous flush in disjoint buckets over plugin.LatencyBounds
 // (and one above), with the counts in the buckets of 10, 100 and 250 ms.
 func histogram(name string, perBucket ...uint64) *metricsv1.Metric {
-	p := &metricsv1.HistogramDataPoint{ExplicitBounds: slices.Clone(LatencyBounds), BucketCounts: make([]uint64, len(LatencyBounds)+1)}
-	for i, b := range LatencyBounds {
+	p := &metricsv1.HistogramDataPoint{ExplicitBounds: slices.Clone(plugin.LatencyBounds), BucketCounts: make([]uint64, len(plugin.LatencyBounds)+1)}
+	for i, b := range plugin.LatencyBounds {
 		switch b {
 		case 10:
 			p.BucketCounts[i] = perBucket[0]
@@ -213,7 +214,7 @@ func TestOverBoundsDropped(t *testing.T) {
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
 	f.add(t, "late", counter(name(0, "2xx"), 7))
-	// Histograms: bounds other than LatencyBounds, a count other than the
+	// Histograms: bounds other than plugin.LatencyBounds, a count other than the
 	// buckets' sum, too many buckets or a cumulative one are refused.
 	other := histogram(latency(0), 1, 0, 0)
 	other.GetHistogram().DataPoints[0].ExplicitBounds[0] = 5
@@ -449,7 +450,7 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 }
 
 // TestOtherBucketsDropped: a proxy whose histograms have other buckets
-// than LatencyBounds is dropped, whoever reports first; the others count.
+// than plugin.LatencyBounds is dropped, whoever reports first; the others count.
 func TestOtherBucketsDropped(t *testing.T) {
 	f := newFixture(t, checkout)
 	custom := histogram(latency(0), 1, 2, 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -84,7 +85,8 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		series = append(series, &adminv1.OutcomesMinute{Start: timestamppb.New(time.Unix(stamp*60, 0)), Variations: vars})
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
-		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series}, nil
+		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series,
+		LatencyBoundsMs: slices.Clone(plugin.LatencyBounds), Guardrails: e.check()}, nil
 }
 
 // minuteOutcomes is variation v's figures of one minute's tally t.
@@ -121,6 +123,12 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 		o.ErrorRate = t.errorRate()
 		for _, n := range t.buckets {
 			o.Timed += int64(n)
+		}
+		if o.Timed > 0 {
+			o.LatencyBuckets = make([]int64, len(plugin.LatencyBounds)+1)
+			for i, n := range t.buckets {
+				o.LatencyBuckets[i] = int64(n)
+			}
 		}
 		o.LatencyMs = t.quantiles()
 		out[v] = o
@@ -164,14 +172,14 @@ func (t tally) quantile(q float64, n uint64) float64 {
 	var below uint64
 	for i, b := range t.buckets {
 		if b > 0 && float64(below+b) >= rank {
-			if i >= len(LatencyBounds) {
-				return LatencyBounds[len(LatencyBounds)-1]
+			if i >= len(plugin.LatencyBounds) {
+				return plugin.LatencyBounds[len(plugin.LatencyBounds)-1]
 			}
 			lo := 0.0
 			if i > 0 {
-				lo = LatencyBounds[i-1]
+				lo = plugin.LatencyBounds[i-1]
 			}
-			return lo + (LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
+			return lo + (plugin.LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
 		}
 		below += b
 	}

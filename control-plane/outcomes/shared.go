@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/filter/plugin"
 	"time"
 
 	"github.com/allotmesh/allot/control-plane/store"
@@ -119,14 +120,14 @@ func encodeRecord(e *expState, since, at time.Time, ts []tally) []byte {
 
 // decodeRecord decodes a record of experiment e; ok is false for a
 // record of another revision, or one that does not fit e's variations
-// and LatencyBounds.
+// and plugin.LatencyBounds.
 func decodeRecord(b []byte, e *expState) (r record, ts []tally, ok bool) {
 	if err := json.Unmarshal(b, &r); err != nil || r.Revision != e.revision || len(r.Vars) != len(e.total) {
 		return r, nil, false
 	}
 	ts = make([]tally, len(r.Vars))
 	for i, v := range r.Vars {
-		if len(v.C) != numClasses || len(v.B) > len(LatencyBounds)+1 {
+		if len(v.C) != numClasses || len(v.B) > len(plugin.LatencyBounds)+1 {
 			return r, nil, false
 		}
 		copy(ts[i].counts[:], v.C)
@@ -286,7 +287,7 @@ func (e *expState) merged(me string, recs []store.OutcomeRecord, from, to int64)
 			minutes[r.Minute] = sum(len(total), minutes[r.Minute], ts)
 		}
 	}
-	m := &expState{key: e.key, revision: e.revision, weights: e.weights, since: since, total: total}
+	m := &expState{key: e.key, revision: e.revision, weights: e.weights, guardrails: e.guardrails, since: since, total: total}
 	for stamp, vars := range minutes {
 		m.minutes[stamp%int64(len(m.minutes))] = minute{stamp: stamp, vars: vars}
 	}

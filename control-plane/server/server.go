@@ -9,6 +9,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/console"
+	"github.com/allotmesh/allot/control-plane/guardian"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/reconcile"
 	"github.com/allotmesh/allot/control-plane/rollout"
@@ -93,6 +95,9 @@ type Config struct {
 	// AdminReadTimeout bounds the reading of a request's headers and
 	// body on the admin listener (0: DefaultAdminReadTimeout).
 	AdminReadTimeout time.Duration
+	// GuardianInterval is how often the guardian checks the guardrails and
+	// ramps of running experiments (0: guardian.DefaultInterval).
+	GuardianInterval time.Duration
 }
 
 // Limits of the admin listener (control-plane/README.md, Listeners). A
@@ -170,6 +175,7 @@ type servers struct {
 	adminGRPC       *grpc.Server
 	http            *http.Server
 	publishFailures prometheus.Counter
+	guardian        *guardian.Guardian
 	outcomes        *outcomes.Aggregator
 }
 
@@ -212,6 +218,11 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 	}
 	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro), admin.WithOutcomes(outcomeReports{oc}))
 	s.adminGRPC = newAdminGRPC(cfg, svc, adminLog, metrics)
+	s.guardian, err = guardian.New(svc, oc, ro, reg, guardian.WithLogger(log.With("component", "guardian")),
+		guardian.WithClock(now), guardian.WithInterval(cmp.Or(cfg.GuardianInterval, guardian.DefaultInterval)))
+	if err != nil {
+		return nil, fmt.Errorf("guardian: %w", err)
+	}
 	ui, err := console.Handler()
 	if err != nil {
 		return nil, err
@@ -325,6 +336,7 @@ func (s *servers) serve(ctx context.Context, cancel context.CancelFunc, lns []ne
 		}
 	}()
 	go func() { defer wg.Done(); reconcile.Sync(ctx, s.db, s.xds, s.b, log) }()
+	wg.Go(func() { s.guardian.Run(ctx) })
 	wg.Go(func() { s.outcomes.Run(ctx) }) // publishes to the shared records, if any
 	addrs := Addrs{Admin: adminLn.Addr(), XDS: xdsLn.Addr()}
 	if cfg.Registry != nil {

@@ -200,3 +200,9 @@ func (p *Plugin) observeSlots(cfg *Config, e entry) {
 
 // ClassName is the name of class in stat names ("2xx", …, "reset").
 func ClassName(class int) string { return classNames[class] }
+
+// LatencyBounds are the upper bounds (ms) of the buckets of the
+// response_time_ms histogram: Envoy's default histogram buckets, which the
+// bootstraps keep (no histogram_bucket_settings). allotd sums every
+// proxy's samples into them and drops a histogram with other bounds.
+var LatencyBounds = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/guardian"
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/server"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
@@ -105,6 +106,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.AdminAddr, "admin-addr", "127.0.0.1:8080", "admin listen address: HTTP/JSON and gRPC admin API, /metrics, /healthz, /readyz")
 	fs.StringVar(&f.cfg.AdminGRPCAddr, "admin-grpc-addr", "", "optional dedicated gRPC admin API listen address (the gRPC API is always served on -admin-addr too)")
 	fs.StringVar(&f.cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "xDS listen address (gRPC: ADS and ECDS)")
+	fs.DurationVar(&f.cfg.GuardianInterval, "guardian-interval", guardian.DefaultInterval, "how often allotd checks the guardrails of running experiments on their outcomes (rolling back a treatment that breaks one) and advances their ramps")
 	fs.DurationVar(&f.cfg.XDSClusterGrace, "xds-cluster-grace", xds.DefaultClusterGrace, "how long a proxy cluster (service) with no proxy connected keeps its configuration snapshots before it is forgotten (built again when a proxy of it connects)")
 	fs.IntVar(&f.cfg.XDSMaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "how many xDS streams (one per proxy) this allotd serves at once, each counted from its first admitted request: one more is refused with RESOURCE_EXHAUSTED, so that Envoy retries or fails over to another replica; it bounds the proxies' memory in allotd (about 40 KB per stream)")
 	fs.StringVar(&f.dbPath, "db", "allot.db", "bbolt store file (created if missing): the store of a single allotd")
@@ -150,6 +152,8 @@ func (f *flags) config(stderr io.Writer) (server.Config, error) {
 		return cfg, fmt.Errorf("-tls-reload: %v, want a positive duration", f.tlsReload)
 	case cfg.XDSClusterGrace <= 0:
 		return cfg, fmt.Errorf("-xds-cluster-grace: %v, want a positive duration", cfg.XDSClusterGrace)
+	case cfg.GuardianInterval < 100*time.Millisecond || cfg.GuardianInterval > time.Hour:
+		return cfg, fmt.Errorf("-guardian-interval: %v, want 100ms to 1h", cfg.GuardianInterval)
 	case cfg.XDSMaxStreams <= 0:
 		return cfg, fmt.Errorf("-xds-max-streams: %d, want a positive number", cfg.XDSMaxStreams)
 	}

@@ -32,7 +32,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/plugin"
 )
@@ -104,13 +103,13 @@ func (r *Report) Request() *collectorv1.ExportMetricsServiceRequest {
 						AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 						DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
 			}
-			buckets := make([]uint64, len(outcomes.LatencyBounds)+1)
-			buckets[slices.Index(outcomes.LatencyBounds, 10)] = r.Requests
+			buckets := make([]uint64, len(plugin.LatencyBounds)+1)
+			buckets[slices.Index(plugin.LatencyBounds, 10)] = r.Requests
 			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, v),
 				Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints: []*metricsv1.HistogramDataPoint{{Count: r.Requests, Sum: ptr(float64(r.Requests) * 7),
-						ExplicitBounds: outcomes.LatencyBounds, BucketCounts: buckets}}}}})
+						ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
 		}
 	}
 	return &collectorv1.ExportMetricsServiceRequest{ResourceMetrics: []*metricsv1.ResourceMetrics{{

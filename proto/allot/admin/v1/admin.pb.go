@@ -1651,7 +1651,16 @@ type Outcomes struct {
 	// minute without requests each variation has zero requests. Its sums are
 	// window. Bounded: at most minutes entries (minutes is at most 60), each
 	// with every variation (at most 64), so at most 3,840 variation figures.
-	Series        []*OutcomesMinute `protobuf:"bytes,7,rep,name=series,proto3" json:"series,omitempty"`
+	Series []*OutcomesMinute `protobuf:"bytes,7,rep,name=series,proto3" json:"series,omitempty"`
+	// latency_bounds_ms are the upper bounds, in milliseconds, of the latency
+	// histogram buckets every VariationOutcomes.latency_buckets counts in
+	// (Envoy's default histogram buckets).
+	LatencyBoundsMs []float64 `protobuf:"fixed64,8,rep,packed,name=latency_bounds_ms,json=latencyBoundsMs,proto3" json:"latency_bounds_ms,omitempty"`
+	// guardrails has, for each of the experiment's guardrails and each
+	// treatment variation, the sequential test on total (since the
+	// revision): what allotd decides a rollback on. Guardrail order, then
+	// variation order; at most 8 guardrails × 63 treatments.
+	Guardrails    []*GuardrailStatus `protobuf:"bytes,9,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1735,6 +1744,180 @@ func (x *Outcomes) GetSeries() []*OutcomesMinute {
 	return nil
 }
 
+func (x *Outcomes) GetLatencyBoundsMs() []float64 {
+	if x != nil {
+		return x.LatencyBoundsMs
+	}
+	return nil
+}
+
+func (x *Outcomes) GetGuardrails() []*GuardrailStatus {
+	if x != nil {
+		return x.Guardrails
+	}
+	return nil
+}
+
+// GuardrailStatus is one guardrail's sequential test for one treatment
+// variation against the control, on the totals since the revision
+// (control-plane/guard).
+type GuardrailStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// guardrail is the index of the guardrail in the experiment's
+	// guardrails.
+	Guardrail int32 `protobuf:"varint,1,opt,name=guardrail,proto3" json:"guardrail,omitempty"`
+	// metric is the guardrail's metric: "errorRate" or "latencyP95".
+	Metric string `protobuf:"bytes,2,opt,name=metric,proto3" json:"metric,omitempty"`
+	// control and variation are the indexes of the control and of the
+	// treatment tested against it.
+	Control   int32 `protobuf:"varint,3,opt,name=control,proto3" json:"control,omitempty"`
+	Variation int32 `protobuf:"varint,4,opt,name=variation,proto3" json:"variation,omitempty"`
+	// evaluated says the counts were enough to test (every minimum met);
+	// when false, reason says what is missing and breached is false.
+	Evaluated bool `protobuf:"varint,5,opt,name=evaluated,proto3" json:"evaluated,omitempty"`
+	// breached says the always-valid p-value fell to the false-stop rate or
+	// below: the treatment breaks the guardrail, and allotd rolls it back.
+	Breached bool `protobuf:"varint,6,opt,name=breached,proto3" json:"breached,omitempty"`
+	// statistic is log Λ, the logarithm of the mixture likelihood ratio.
+	Statistic float64 `protobuf:"fixed64,7,opt,name=statistic,proto3" json:"statistic,omitempty"`
+	// p_value is the always-valid p-value, min(1, 1/Λ).
+	PValue float64 `protobuf:"fixed64,8,opt,name=p_value,json=pValue,proto3" json:"p_value,omitempty"`
+	// estimate is the treatment's error rate less the control's
+	// (errorRate), or the ratio of their p95s (latencyP95); threshold is the
+	// guardrail's max_increase or max_ratio.
+	Estimate  float64 `protobuf:"fixed64,9,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	Threshold float64 `protobuf:"fixed64,10,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// control_value and treatment_value are each variation's error rate or
+	// p95 (ms).
+	ControlValue   float64 `protobuf:"fixed64,11,opt,name=control_value,json=controlValue,proto3" json:"control_value,omitempty"`
+	TreatmentValue float64 `protobuf:"fixed64,12,opt,name=treatment_value,json=treatmentValue,proto3" json:"treatment_value,omitempty"`
+	// reason says in a few words why the decision is what it is.
+	Reason        string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuardrailStatus) Reset() {
+	*x = GuardrailStatus{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuardrailStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuardrailStatus) ProtoMessage() {}
+
+func (x *GuardrailStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuardrailStatus.ProtoReflect.Descriptor instead.
+func (*GuardrailStatus) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GuardrailStatus) GetGuardrail() int32 {
+	if x != nil {
+		return x.Guardrail
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *GuardrailStatus) GetControl() int32 {
+	if x != nil {
+		return x.Control
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetVariation() int32 {
+	if x != nil {
+		return x.Variation
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetEvaluated() bool {
+	if x != nil {
+		return x.Evaluated
+	}
+	return false
+}
+
+func (x *GuardrailStatus) GetBreached() bool {
+	if x != nil {
+		return x.Breached
+	}
+	return false
+}
+
+func (x *GuardrailStatus) GetStatistic() float64 {
+	if x != nil {
+		return x.Statistic
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetPValue() float64 {
+	if x != nil {
+		return x.PValue
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetEstimate() float64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetControlValue() float64 {
+	if x != nil {
+		return x.ControlValue
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetTreatmentValue() float64 {
+	if x != nil {
+		return x.TreatmentValue
+	}
+	return 0
+}
+
+func (x *GuardrailStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // OutcomesMinute is one minute of an experiment's outcomes.
 type OutcomesMinute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1749,7 +1932,7 @@ type OutcomesMinute struct {
 
 func (x *OutcomesMinute) Reset() {
 	*x = OutcomesMinute{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1944,7 @@ func (x *OutcomesMinute) String() string {
 func (*OutcomesMinute) ProtoMessage() {}
 
 func (x *OutcomesMinute) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1957,7 @@ func (x *OutcomesMinute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesMinute.ProtoReflect.Descriptor instead.
 func (*OutcomesMinute) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutcomesMinute) GetStart() *timestamppb.Timestamp {
@@ -1809,7 +1992,7 @@ type MinuteOutcomes struct {
 
 func (x *MinuteOutcomes) Reset() {
 	*x = MinuteOutcomes{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2004,7 @@ func (x *MinuteOutcomes) String() string {
 func (*MinuteOutcomes) ProtoMessage() {}
 
 func (x *MinuteOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2017,7 @@ func (x *MinuteOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MinuteOutcomes.ProtoReflect.Descriptor instead.
 func (*MinuteOutcomes) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MinuteOutcomes) GetVariation() int32 {
@@ -1885,14 +2068,18 @@ type VariationOutcomes struct {
 	Timed int64 `protobuf:"varint,7,opt,name=timed,proto3" json:"timed,omitempty"`
 	// latency_ms has the latency quantiles in ms, estimated from the summed
 	// histogram buckets; absent when no response was timed.
-	LatencyMs     *LatencyQuantiles `protobuf:"bytes,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LatencyMs *LatencyQuantiles `protobuf:"bytes,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	// latency_buckets counts the timed responses per bucket of
+	// Outcomes.latency_bounds_ms (not cumulative), and last those above
+	// every bound; empty when no response was timed.
+	LatencyBuckets []int64 `protobuf:"varint,9,rep,packed,name=latency_buckets,json=latencyBuckets,proto3" json:"latency_buckets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VariationOutcomes) Reset() {
 	*x = VariationOutcomes{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2091,7 @@ func (x *VariationOutcomes) String() string {
 func (*VariationOutcomes) ProtoMessage() {}
 
 func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2104,7 @@ func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VariationOutcomes.ProtoReflect.Descriptor instead.
 func (*VariationOutcomes) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *VariationOutcomes) GetVariation() int32 {
@@ -1976,6 +2163,13 @@ func (x *VariationOutcomes) GetLatencyMs() *LatencyQuantiles {
 	return nil
 }
 
+func (x *VariationOutcomes) GetLatencyBuckets() []int64 {
+	if x != nil {
+		return x.LatencyBuckets
+	}
+	return nil
+}
+
 // LatencyQuantiles are latency quantiles in milliseconds, interpolated
 // linearly within the histogram bucket that holds each.
 type LatencyQuantiles struct {
@@ -1992,7 +2186,7 @@ type LatencyQuantiles struct {
 
 func (x *LatencyQuantiles) Reset() {
 	*x = LatencyQuantiles{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2198,7 @@ func (x *LatencyQuantiles) String() string {
 func (*LatencyQuantiles) ProtoMessage() {}
 
 func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2211,7 @@ func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyQuantiles.ProtoReflect.Descriptor instead.
 func (*LatencyQuantiles) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LatencyQuantiles) GetP50() float64 {
@@ -2172,7 +2366,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\areplica\x18\x10 \x01(\tR\areplica\"@\n" +
 	"\x12GetOutcomesRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\xbe\x02\n" +
+	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\xab\x03\n" +
 	"\bOutcomes\x12\x1e\n" +
 	"\n" +
 	"experiment\x18\x01 \x01(\tR\n" +
@@ -2182,7 +2376,26 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\aminutes\x18\x04 \x01(\x05R\aminutes\x129\n" +
 	"\x06window\x18\x05 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x06window\x127\n" +
 	"\x05total\x18\x06 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\x126\n" +
-	"\x06series\x18\a \x03(\v2\x1e.allot.admin.v1.OutcomesMinuteR\x06series\"\x82\x01\n" +
+	"\x06series\x18\a \x03(\v2\x1e.allot.admin.v1.OutcomesMinuteR\x06series\x12*\n" +
+	"\x11latency_bounds_ms\x18\b \x03(\x01R\x0flatencyBoundsMs\x12?\n" +
+	"\n" +
+	"guardrails\x18\t \x03(\v2\x1f.allot.admin.v1.GuardrailStatusR\n" +
+	"guardrails\"\x90\x03\n" +
+	"\x0fGuardrailStatus\x12\x1c\n" +
+	"\tguardrail\x18\x01 \x01(\x05R\tguardrail\x12\x16\n" +
+	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x18\n" +
+	"\acontrol\x18\x03 \x01(\x05R\acontrol\x12\x1c\n" +
+	"\tvariation\x18\x04 \x01(\x05R\tvariation\x12\x1c\n" +
+	"\tevaluated\x18\x05 \x01(\bR\tevaluated\x12\x1a\n" +
+	"\bbreached\x18\x06 \x01(\bR\bbreached\x12\x1c\n" +
+	"\tstatistic\x18\a \x01(\x01R\tstatistic\x12\x17\n" +
+	"\ap_value\x18\b \x01(\x01R\x06pValue\x12\x1a\n" +
+	"\bestimate\x18\t \x01(\x01R\bestimate\x12\x1c\n" +
+	"\tthreshold\x18\n" +
+	" \x01(\x01R\tthreshold\x12#\n" +
+	"\rcontrol_value\x18\v \x01(\x01R\fcontrolValue\x12'\n" +
+	"\x0ftreatment_value\x18\f \x01(\x01R\x0etreatmentValue\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\"\x82\x01\n" +
 	"\x0eOutcomesMinute\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12>\n" +
 	"\n" +
@@ -2194,7 +2407,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"error_rate\x18\x03 \x01(\x01R\terrorRate\x12?\n" +
 	"\n" +
-	"latency_ms\x18\x04 \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\"\xff\x02\n" +
+	"latency_ms\x18\x04 \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\"\xa8\x03\n" +
 	"\x11VariationOutcomes\x12\x1c\n" +
 	"\tvariation\x18\x01 \x01(\x05R\tvariation\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x1a\n" +
@@ -2205,7 +2418,8 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"error_rate\x18\x06 \x01(\x01R\terrorRate\x12\x14\n" +
 	"\x05timed\x18\a \x01(\x03R\x05timed\x12?\n" +
 	"\n" +
-	"latency_ms\x18\b \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\x1a<\n" +
+	"latency_ms\x18\b \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\x12'\n" +
+	"\x0flatency_buckets\x18\t \x03(\x03R\x0elatencyBuckets\x1a<\n" +
 	"\x0eResponsesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"H\n" +
@@ -2226,7 +2440,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -2252,56 +2466,58 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*ProxyStatus)(nil),                 // 21: allot.admin.v1.ProxyStatus
 	(*GetOutcomesRequest)(nil),          // 22: allot.admin.v1.GetOutcomesRequest
 	(*Outcomes)(nil),                    // 23: allot.admin.v1.Outcomes
-	(*OutcomesMinute)(nil),              // 24: allot.admin.v1.OutcomesMinute
-	(*MinuteOutcomes)(nil),              // 25: allot.admin.v1.MinuteOutcomes
-	(*VariationOutcomes)(nil),           // 26: allot.admin.v1.VariationOutcomes
-	(*LatencyQuantiles)(nil),            // 27: allot.admin.v1.LatencyQuantiles
-	nil,                                 // 28: allot.admin.v1.Rollout.TargetsEntry
-	nil,                                 // 29: allot.admin.v1.Rollout.CountsEntry
-	nil,                                 // 30: allot.admin.v1.VariationOutcomes.ResponsesEntry
-	(*v1.Experiment)(nil),               // 31: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 33: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
+	(*GuardrailStatus)(nil),             // 24: allot.admin.v1.GuardrailStatus
+	(*OutcomesMinute)(nil),              // 25: allot.admin.v1.OutcomesMinute
+	(*MinuteOutcomes)(nil),              // 26: allot.admin.v1.MinuteOutcomes
+	(*VariationOutcomes)(nil),           // 27: allot.admin.v1.VariationOutcomes
+	(*LatencyQuantiles)(nil),            // 28: allot.admin.v1.LatencyQuantiles
+	nil,                                 // 29: allot.admin.v1.Rollout.TargetsEntry
+	nil,                                 // 30: allot.admin.v1.Rollout.CountsEntry
+	nil,                                 // 31: allot.admin.v1.VariationOutcomes.ResponsesEntry
+	(*v1.Experiment)(nil),               // 32: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 33: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 34: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	31, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	32, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	31, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	31, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	32, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	32, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	32, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	32, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	32, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	33, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	34, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	32, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	33, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	32, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	32, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	33, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	34, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	35, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	34, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	31, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	31, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	28, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	35, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	32, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	32, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	29, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
 	21, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
 	20, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	29, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
-	34, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	34, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	34, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	34, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
-	26, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
-	26, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
-	24, // 26: allot.admin.v1.Outcomes.series:type_name -> allot.admin.v1.OutcomesMinute
-	34, // 27: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
-	25, // 28: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
-	27, // 29: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	30, // 30: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
-	27, // 31: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	30, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	35, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	35, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	35, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	35, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
+	27, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
+	27, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
+	25, // 26: allot.admin.v1.Outcomes.series:type_name -> allot.admin.v1.OutcomesMinute
+	24, // 27: allot.admin.v1.Outcomes.guardrails:type_name -> allot.admin.v1.GuardrailStatus
+	35, // 28: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
+	26, // 29: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
+	28, // 30: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	31, // 31: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
+	28, // 32: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -2315,7 +2531,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

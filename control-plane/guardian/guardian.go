@@ -1,0 +1,326 @@
+// Package guardian acts on the guardrails and ramps of running experiments:
+// it reads each one's mesh-wide outcomes and the sequential test of every
+// guardrail (control-plane/outcomes, control-plane/guard), rolls back a
+// treatment that breaks a guardrail — pausing the experiment with a
+// Rollback record through the admin API's write path, then waiting until
+// every proxy applied the pause and recording how many did — and moves a
+// ramp to its next step once the step was held long enough, every
+// guardrail holds and every proxy applied the step.
+//
+// Every allotd replica runs a Guardian. Each write is a compare-and-swap on
+// the store revision it was decided on, so when several replicas decide the
+// same rollback or step, exactly one writes it and the others find a
+// conflict and do nothing.
+package guardian
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
+	"github.com/allotmesh/allot/control-plane/rollout"
+	"github.com/allotmesh/allot/control-plane/store"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
+)
+
+// Actor is the name a guardian's writes carry in the history.
+const Actor = "allotd:guardian"
+
+// DefaultInterval is how often a guardian checks (-guardian-interval).
+const DefaultInterval = 10 * time.Second
+
+// DefaultWait bounds how long a rollback waits for the proxies before it
+// records how many applied it.
+const DefaultWait = admin.MaxWait
+
+// Experiments is what a guardian needs of the admin API: the experiments,
+// and allotd's own write of its state (admin.Service.WriteState).
+type Experiments interface {
+	List(ctx context.Context, p *admin.Principal, f admin.Filter) ([]*experimentv1.Experiment, int64, error)
+	WriteState(ctx context.Context, key string, revision int64, actor string, set func(*experimentv1.Experiment)) (*experimentv1.Experiment, error)
+}
+
+// Reports gives an observed experiment's outcomes with its guardrails'
+// tests (outcomes.Aggregator.Report).
+type Reports interface {
+	Report(ctx context.Context, key string, minutes int) (*adminv1.Outcomes, error)
+}
+
+// Guardian checks guardrails and advances ramps; New, then Run.
+type Guardian struct {
+	exps     Experiments
+	reports  Reports
+	rollouts admin.Rollouts
+	log      *slog.Logger
+	now      func() time.Time
+	interval time.Duration
+	wait     time.Duration
+
+	breached  *prometheus.GaugeVec
+	pValue    *prometheus.GaugeVec
+	step      *prometheus.GaugeVec
+	rollbacks *prometheus.CounterVec
+	steps     *prometheus.CounterVec
+	checks    prometheus.Counter
+}
+
+// Option configures a Guardian.
+type Option func(*Guardian)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(g *Guardian) { g.log = l } }
+
+// WithClock sets the clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(g *Guardian) { g.now = now } }
+
+// WithInterval sets how often Run checks (default DefaultInterval).
+func WithInterval(d time.Duration) Option { return func(g *Guardian) { g.interval = d } }
+
+// WithWait sets how long a rollback waits for the proxies (default
+// DefaultWait).
+func WithWait(d time.Duration) Option { return func(g *Guardian) { g.wait = d } }
+
+// system is the principal a guardian reads with.
+var system = &admin.Principal{Name: Actor, Role: admin.RoleAdmin}
+
+// New returns a Guardian over exps, reports and rollouts (nil: rollbacks
+// record no proxies, ramps never wait for them), registering its metrics
+// with reg.
+func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometheus.Registerer, opts ...Option) (*Guardian, error) {
+	g := &Guardian{exps: exps, reports: reports, rollouts: rollouts, now: time.Now, interval: DefaultInterval, wait: DefaultWait,
+		breached: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_guardrail_breached",
+			Help: "1 when the guardrail's sequential test says the treatment breaks it, 0 while it holds, -1 while its counts are under the minimum; per running experiment, guardrail index and treatment variation, at the last check."},
+			[]string{"experiment", "guardrail", "variation"}),
+		pValue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_guardrail_p_value",
+			Help: "The guardrail's always-valid p-value at the last check, per running experiment, guardrail index and treatment variation."},
+			[]string{"experiment", "guardrail", "variation"}),
+		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_ramp_step",
+			Help: "The index of the current ramp step of each running experiment with a ramp."}, []string{"experiment"}),
+		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_guardrail_rollbacks_total",
+			Help: "Rollbacks this replica wrote, by experiment."}, []string{"experiment"}),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_ramp_steps_total",
+			Help: "Ramp steps this replica wrote, by experiment."}, []string{"experiment"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_guardian_checks_total",
+			Help: "Checks of every running experiment's guardrails and ramp this replica completed."}),
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{g.breached, g.pValue, g.step, g.rollbacks, g.steps, g.checks} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return g, nil
+}
+
+// Run checks every interval until ctx ends.
+func (g *Guardian) Run(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.Check(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("guardian: check", "error", err)
+		}
+	}
+}
+
+// Check checks every running experiment with guardrails or a ramp once.
+func (g *Guardian) Check(ctx context.Context) error {
+	list, _, err := g.exps.List(ctx, system, admin.Filter{Status: experiment.StatusRunning})
+	if err != nil {
+		return err
+	}
+	g.breached.Reset()
+	g.pValue.Reset()
+	g.step.Reset()
+	now := g.now()
+	var errs []error
+	for _, e := range list {
+		if (len(e.GetGuardrails()) == 0 && e.GetRamp() == nil) || !experiment.Running(e, now) {
+			continue
+		}
+		if err := g.one(ctx, e, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	g.checks.Inc()
+	return errors.Join(errs...)
+}
+
+// one checks e, a running experiment with guardrails or a ramp.
+func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time.Time) error {
+	holding := true // every guardrail evaluated for every treatment, none breached
+	if len(e.GetGuardrails()) > 0 {
+		rep, err := g.reports.Report(ctx, e.GetKey(), 1)
+		if err != nil {
+			return err
+		}
+		for _, st := range rep.GetGuardrails() {
+			labels := []string{e.GetKey(), itoa(st.GetGuardrail()), itoa(st.GetVariation())}
+			switch {
+			case st.GetBreached():
+				g.breached.WithLabelValues(labels...).Set(1)
+			case st.GetEvaluated():
+				g.breached.WithLabelValues(labels...).Set(0)
+			default:
+				g.breached.WithLabelValues(labels...).Set(-1)
+				holding = false
+			}
+			g.pValue.WithLabelValues(labels...).Set(st.GetPValue())
+		}
+		for _, st := range rep.GetGuardrails() {
+			if st.GetBreached() {
+				return g.rollback(ctx, e, rep, st, now)
+			}
+		}
+	}
+	if e.GetRamp() != nil {
+		g.step.WithLabelValues(e.GetKey()).Set(float64(e.GetRampState().GetStep()))
+		return g.advance(ctx, e, holding, now)
+	}
+	return nil
+}
+
+// rollback pauses e with a Rollback record of st, waits for the proxies and
+// records how many applied the pause. Another writer first (a replica that
+// rolled it back, an owner's change) makes it do nothing.
+func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep *adminv1.Outcomes, st *adminv1.GuardrailStatus, now time.Time) error {
+	var mark map[string]string
+	if g.rollouts != nil {
+		mark = g.rollouts.Mark()
+	}
+	total := rep.GetTotal()
+	rb := &experimentv1.Rollback{Guardrail: st.GetGuardrail(), Metric: st.GetMetric(), Control: st.GetControl(), Variation: st.GetVariation(),
+		ControlValue: st.GetControlValue(), TreatmentValue: st.GetTreatmentValue(), Statistic: st.GetStatistic(), PValue: st.GetPValue(),
+		Time: timestamppb.New(now)}
+	if c := int(st.GetControl()); c < len(total) {
+		rb.ControlRequests = total[c].GetRequests()
+	}
+	if v := int(st.GetVariation()); v < len(total) {
+		rb.TreatmentRequests = total[v].GetRequests()
+	}
+	rolled, err := g.exps.WriteState(ctx, e.GetKey(), e.GetRevision(), Actor, func(x *experimentv1.Experiment) {
+		x.Status = experiment.StatusPaused
+		x.Rollback = rb
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // written meanwhile: the next check reads it
+	}
+	if err != nil {
+		return err
+	}
+	g.rollbacks.WithLabelValues(e.GetKey()).Inc()
+	g.log.Warn("guardrail broken: experiment rolled back", "experiment", e.GetKey(), "guardrail", st.GetGuardrail(), "metric", st.GetMetric(),
+		"variation", st.GetVariation(), "control_value", st.GetControlValue(), "treatment_value", st.GetTreatmentValue(),
+		"p_value", st.GetPValue(), "revision", rolled.GetRevision())
+	rb = proto.Clone(rb).(*experimentv1.Rollback)
+	rb.Revision = rolled.GetRevision()
+	if g.rollouts != nil {
+		wctx, cancel := context.WithTimeout(ctx, g.wait)
+		ro := g.rollouts.Wait(wctx, mark)
+		cancel()
+		rb.Applied, rb.Proxies = applied(ro)
+	}
+	rb.AppliedTime = timestamppb.New(g.now())
+	// Record the count on the rollback write, unless it was changed since
+	// (an owner acknowledged it and started again: the record is theirs).
+	_, err = g.exps.WriteState(ctx, e.GetKey(), rolled.GetRevision(), Actor, func(x *experimentv1.Experiment) {
+		x.Rollback = rb
+	})
+	if errors.Is(err, store.ErrConflict) {
+		g.log.Info("guardian: rollback changed before its proxies were counted", "experiment", e.GetKey())
+		return nil
+	}
+	if err == nil {
+		g.log.Warn("rollback applied", "experiment", e.GetKey(), "applied", rb.GetApplied(), "proxies", rb.GetProxies())
+	}
+	return err
+}
+
+// advance starts e's ramp or moves it to its next step: once the step was
+// held its min_hold, every guardrail holds (holding) and every proxy e
+// applies to runs the current configuration.
+func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, holding bool, now time.Time) error {
+	steps := e.GetRamp().GetSteps()
+	if len(steps) == 0 {
+		return nil
+	}
+	st := e.GetRampState()
+	next := 0
+	if st != nil {
+		cur := int(st.GetStep())
+		if cur >= len(steps)-1 {
+			return nil
+		}
+		held := st.GetStepStartTime().AsTime()
+		if start := e.GetStartTime(); start != nil && start.AsTime().After(held) {
+			held = start.AsTime() // the schedule's start: time before it never counts
+		}
+		if now.Sub(held) < steps[cur].GetMinHold().AsDuration() || !holding || !g.appliedEverywhere(e) {
+			return nil
+		}
+		next = cur + 1
+	}
+	written, err := g.exps.WriteState(ctx, e.GetKey(), e.GetRevision(), Actor, func(x *experimentv1.Experiment) {
+		x.Coverage = ptr(steps[next].GetCoverage())
+		x.RampState = &experimentv1.RampState{Step: int32(next), StepStartTime: timestamppb.New(now)}
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	g.steps.WithLabelValues(e.GetKey()).Inc()
+	g.log.Info("ramp step", "experiment", e.GetKey(), "step", next, "coverage", steps[next].GetCoverage(), "revision", written.GetRevision())
+	return nil
+}
+
+// appliedEverywhere reports whether every proxy e applies to has applied
+// its cluster's current configuration (with no rollouts tracked: true).
+func (g *Guardian) appliedEverywhere(e *experimentv1.Experiment) bool {
+	if g.rollouts == nil {
+		return true
+	}
+	for _, p := range g.rollouts.Status().GetProxies() {
+		if experiment.AppliesTo(e, p.GetCluster()) && p.GetState() != string(rollout.StateApplied) {
+			return false
+		}
+	}
+	return true
+}
+
+// applied counts a waited rollout's applied proxies and all its proxies.
+func applied(ro *adminv1.Rollout) (n, all int32) {
+	for state, c := range ro.GetCounts() {
+		all += int32(c)
+		if state == string(rollout.StateApplied) {
+			n += int32(c)
+		}
+	}
+	return n, all
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+func ptr[T any](v T) *T { return &v }
