@@ -25,8 +25,9 @@ import (
 // observed experiment to allotd, which sums them: GET …/outcomes and
 // `allotctl outcomes` show each variation's requests and error rate as the
 // load generator counted them (the echo upstream answers 503 to every
-// request of variation b after the first pass), and restarting one Envoy
-// neither counts its earlier figures twice nor loses them.
+// request of variation b after the first pass), restarting one Envoy
+// neither counts its earlier figures twice nor loses them, and new weights
+// (a new assignment revision) start new figures.
 func TestOutcomesReachAllotd(t *testing.T) { forArtifacts(t, testOutcomesReachAllotd) }
 
 func testOutcomesReachAllotd(t *testing.T, a artifact) {
@@ -78,6 +79,25 @@ func testOutcomesReachAllotd(t *testing.T, a artifact) {
 	})
 	g.load(proxies, 2)
 	wantCounts(t, s, sent, failed)
+
+	// New weights: a new assignment revision, whose figures start from
+	// zero and count only the requests after it (wantCounts refuses more
+	// than was sent).
+	var cur struct {
+		Revision string `json:"revision"`
+	}
+	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/sunk", nil, &cur)
+	var w waitedWrite
+	s.mustAPI(http.StatusOK, "PUT", "/v1/experiments/sunk?wait=10s", map[string]any{"variations": []string{"a", "b"},
+		"weights": []float64{0.3, 0.7}, "observe": true, "revision": cur.Revision}, &w)
+	if !w.Rollout.appliedBy(2) {
+		t.Fatalf("new weights: %+v", w.Rollout)
+	}
+	g2 := newLoadGen(t)
+	g2.load(proxies, 3)
+	if rep2 := wantCounts(t, s, g2.sent, g2.failed); rep2.GetRevision() == rep.GetRevision() {
+		t.Errorf("after new weights the report's revision is still %s", rep.GetRevision())
+	}
 }
 
 // createSunk creates the observed experiment "sunk" (variations a and b)
