@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,8 +69,16 @@ func FuzzHTTPWrite(f *testing.F) {
 			t.Fatalf("%s %q: answer is not JSON: %q", method, body, rec.Body)
 		}
 		if rec.Code == http.StatusCreated || rec.Code == http.StatusOK {
+			// Read back the experiment the answer names (a create may be
+			// of any key).
+			var written struct {
+				Key string `json:"key"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &written); err != nil || written.Key == "" {
+				t.Fatalf("%s %q: the answer names no key: %s", method, body, rec.Body)
+			}
 			get := httptest.NewRecorder()
-			r := httptest.NewRequest("GET", "/v1/experiments/k", nil)
+			r := httptest.NewRequest("GET", "/v1/experiments/"+url.PathEscape(written.Key), nil)
 			r.Header.Set("Authorization", "Bearer "+adminToken)
 			h.ServeHTTP(get, r)
 			if get.Code != http.StatusOK {
