@@ -40,6 +40,31 @@ export function fmtTime(s) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
+// pct renders a ratio as a percentage with one decimal: 0.5 → "50.0%".
+export const pct = (x) => `${(100 * (x || 0)).toFixed(1)}%`;
+
+// ms renders a latency in milliseconds: "12.3 ms"; "—" when absent.
+export const ms = (x) => (x == null ? '—' : `${(+x).toFixed(1)} ms`);
+
+// seconds is a proto3 JSON Duration ("3600s", "1.5s"; absent when 0) in
+// seconds.
+export const seconds = (d) => parseFloat(d || '0') || 0;
+
+// fmtDuration renders seconds for people in at most two units: 45 → "45s",
+// 720 → "12m", 3600 → "1h", 5400 → "1h 30m", 90000 → "1d 1h".
+export function fmtDuration(sec) {
+  let left = Math.max(0, Math.floor(sec));
+  const parts = [];
+  for (const [unit, size] of [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]]) {
+    if (left >= size || (size === 1 && !parts.length)) {
+      parts.push(`${Math.floor(left / size)}${unit}`);
+      left %= size;
+    }
+    if (parts.length === 2 || (parts.length && !left)) break;
+  }
+  return parts.join(' ');
+}
+
 // badge is a coloured label for a status (draft, running, ...) or a
 // proxy state (applied, pending, ...).
 export function badge(word) {

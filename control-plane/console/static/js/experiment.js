@@ -7,7 +7,7 @@ import {api, canWrite, denied, withWait} from './api.js';
 import {definition} from './diff.js';
 import {badge, errorBox, fill, fmtTime, h} from './dom.js';
 import {variationsText} from './experiments.js';
-import {guardsPanel} from './guards.js';
+import {guardsPanel, rampProgress} from './guards.js';
 import {outcomesPanel} from './outcomes.js';
 import {outcome, rolloutPanel} from './rollout.js';
 
@@ -61,7 +61,21 @@ export async function experimentPage(page, key) {
   }
   const panel = rolloutPanel(e.services, {title: 'Proxies running it'});
   page.onLeave(panel.stop);
-  const outcomes = outcomesPanel(e);
+  // The outcomes panel re-reads the experiment: a later revision (allotd's
+  // guardian moved the ramp or rolled it back, or another owner wrote it)
+  // is shown unless a write of this page is under way; the same one
+  // refreshes the ramp's hold time. Revisions are int64 strings, below
+  // 2^53 in any store allotd runs on.
+  let acting = false;
+  const outcomes = outcomesPanel(e, (x) => {
+    if (acting || !page.live() || Number(x.revision) < Number(e.revision)) return;
+    if (x.revision !== e.revision) {
+      e = x;
+      render();
+      return;
+    }
+    guards.querySelector('#ramp')?.replaceWith(rampProgress(e));
+  });
   page.onLeave(outcomes.stop);
   const wait = waitControl('wait');
   const buttons = h('div', {class: 'actions'});
@@ -113,6 +127,7 @@ export async function experimentPage(page, key) {
   const act = async (a, extra) => {
     const seconds = wait.seconds();
     busy(true);
+    acting = true;
     fill(out, h('p', {class: 'muted'}, `${a.label}: `, seconds ? `waiting up to ${seconds} s for the proxies…` : 'sending…'));
     try {
       const res = await api('POST', withWait(`/v1/experiments/${encodeURIComponent(e.key)}:${a.op}`, seconds), {revision: e.revision, ...extra});
@@ -123,6 +138,7 @@ export async function experimentPage(page, key) {
       if (!page.live()) return;
       fill(out, errorBox(err, `${a.label} refused`));
     }
+    acting = false;
     render();
   };
   const confirmDelete = () => {

@@ -4,9 +4,13 @@
 // allotd sums them (GET /v1/experiments/{key}/outcomes), and charts of
 // requests, error rate and p95 latency by variation minute by minute over
 // the last WINDOW_MINUTES minutes (the API's series, so a reload shows the
-// same history); read every OUTCOMES_POLL_MS while the tab is visible.
+// same history), and each guardrail's sequential test per treatment;
+// read every OUTCOMES_POLL_MS while the tab is visible, with the
+// experiment itself (its ramp and rollback move as allotd's guardian
+// writes them).
 import {api} from './api.js';
-import {errorBox, fill, fmtTime, h, table} from './dom.js';
+import {errorBox, fill, fmtTime, h, ms, pct, table} from './dom.js';
+import {guardrailTable, variationName} from './guards.js';
 import {poll} from './rollout.js';
 
 // OUTCOMES_POLL_MS is how often the outcomes are read while the page shows
@@ -33,17 +37,8 @@ function s(tag, attrs, ...children) {
   return el;
 }
 
-// pct renders a ratio as a percentage with one decimal: 0.5 → "50.0%".
-export const pct = (x) => `${(100 * (x || 0)).toFixed(1)}%`;
-
-// ms renders a latency in milliseconds: "12.3 ms"; "—" when absent.
-export const ms = (x) => (x == null ? '—' : `${(+x).toFixed(1)} ms`);
-
 // n is a proto3 JSON int64 (a string, absent when 0) as a number.
 const n = (x) => Number(x || 0);
-
-// variationName is variation i's name in e, or its index.
-const variationName = (e, i) => e.variations?.[i] ?? String(i);
 
 // outcomesTable lists each variation's figures; each row carries
 // data-variation, and its cells data-label (the column) for the narrow
@@ -154,9 +149,22 @@ function legend(e, vs) {
   return h('p', {class: 'legend'}, vs.map((v) => h('span', {class: `swatch series-${(v.variation || 0) % 8}`}, '■ ', variationName(e, v.variation || 0))));
 }
 
+// guardrailsPart shows the guardrails' tests of outcomes o for e, or
+// nothing when e has no guardrails.
+function guardrailsPart(e, o) {
+  if (!o.guardrails.length) return null;
+  return [h('h3', null, 'Guardrails'),
+    h('p', {class: 'muted'}, 'Each guardrail\'s sequential test of each treatment against its control, on the totals above, as allotd\'s guardian runs it: ',
+      'the estimate is the difference of the error rates or the ratio of the p95s; the p-value is always valid, so reading it at any time is sound; ',
+      'a breach pauses the experiment and records the rollback.'),
+    guardrailTable(e, o.guardrails)];
+}
+
 // outcomesPanel shows experiment e's outcomes, live; for an experiment that
-// does not observe, how to turn it on. It returns {el, stop}.
-export function outcomesPanel(e) {
+// does not observe, how to turn it on. It returns {el, stop}. Each read
+// also reads the experiment, passed to onExperiment (when given) and used
+// for the guardrails' states.
+export function outcomesPanel(e, onExperiment) {
   const el = h('section', {class: 'panel outcomes-panel', id: 'outcomes'}, h('h2', null, 'Outcomes'));
   const off = () => h('p', {id: 'outcomes-off'}, 'This experiment does not observe its outcomes. Set ', h('code', null, '"observe": true'),
       ' in its definition (Edit, then the JSON of the other fields) and the proxies count each variation\'s responses and latency; they appear here within a few seconds.');
@@ -166,8 +174,9 @@ export function outcomesPanel(e) {
   }
   const status = h('p', {class: 'muted live', 'aria-live': 'polite'}, 'Reading the outcomes…');
   const body = h('div');
+  const guards = h('div', {id: 'guardrail-tests'});
   const plots = h('div', {class: 'charts'});
-  el.append(status, body,
+  el.append(status, body, guards,
     h('h3', null, `Minute by minute, since the revision (the last ${WINDOW_MINUTES} minutes at most)`),
     h('p', {class: 'muted'}, 'Each point is one minute, at its start; the last is the current minute, still counting. ',
       'The charts start at the revision\'s first minute (a dotted mark when it is the current one): nothing is counted before it. ',
@@ -179,11 +188,12 @@ export function outcomesPanel(e) {
   const stop = poll(async () => {
     let o;
     try {
-      o = await api('GET', `/v1/experiments/${key}/outcomes?minutes=${WINDOW_MINUTES}`);
+      [o, e] = await Promise.all([api('GET', `/v1/experiments/${key}/outcomes?minutes=${WINDOW_MINUTES}`), api('GET', `/v1/experiments/${key}`)]);
     } catch (err) {
       if (err.status === 404) { // observe was turned off meanwhile
         fill(status);
         fill(body, off());
+        fill(guards);
         fill(plots);
         return;
       }
@@ -192,11 +202,14 @@ export function outcomesPanel(e) {
     }
     o.total ||= [];
     o.series ||= [];
+    o.guardrails ||= [];
+    onExperiment?.(e);
     el.dataset.reads = String(++reads);
     fill(status, `Live: read every ${OUTCOMES_POLL_MS / 1000} s from GET /v1/experiments/${e.key}/outcomes; last read ${fmtTime(new Date().toISOString())}. `,
       `Since revision ${o.revision.slice(0, 12)} (${fmtTime(o.since)}).`);
     const total = o.total.reduce((a, v) => a + n(v.requests), 0);
     fill(body, total ? null : h('p', {class: 'muted'}, 'No request counted yet.'), legend(e, o.total), outcomesTable(e, o.total));
+    fill(guards, guardrailsPart(e, o));
     fill(plots, o.total.length && o.series.length ? charts(e, o) : null);
   }, OUTCOMES_POLL_MS);
   return {el, stop};
