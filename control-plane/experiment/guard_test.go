@@ -260,8 +260,10 @@ func TestAcknowledge(t *testing.T) {
 }
 
 // TestGuardsAreNotAssignment: guardrails, the ramp and the state allotd
-// writes reach no proxy and leave the assignment revision alone; the
-// coverage a ramp step writes changes both.
+// writes reach no proxy; guardrails, ramp and rampState leave the outcomes'
+// assignment revision alone, a rollback starts a new one (figures before it
+// are no evidence about the experiment started again); the coverage a ramp
+// step writes changes both.
 func TestGuardsAreNotAssignment(t *testing.T) {
 	plain := guarded()
 	plain.Guardrails, plain.Ramp = nil, nil
@@ -270,9 +272,15 @@ func TestGuardsAreNotAssignment(t *testing.T) {
 	if d, want := experiment.Definition(e), experiment.Definition(plain); !proto.Equal(d, want) {
 		t.Errorf("Definition with guardrails, ramp and state: %v, want %v", d, want)
 	}
+	rolled := proto.Clone(e).(*experimentv1.Experiment)
+	e.Rollback = nil
 	if got, want := outcomes.Revision(e), outcomes.Revision(plain); got != want {
-		t.Errorf("outcomes.Revision with guardrails, ramp and state: %s, without %s", got, want)
+		t.Errorf("outcomes.Revision with guardrails, ramp and rampState: %s, without %s", got, want)
 	}
+	if outcomes.Revision(rolled) == outcomes.Revision(e) {
+		t.Error("a rollback left the outcomes' revision unchanged")
+	}
+	e = rolled
 	if e.Guardrails == nil || e.Ramp == nil || e.Rollback == nil {
 		t.Error("Definition changed its argument")
 	}

@@ -56,7 +56,7 @@ type Guardrail struct {
 	// Metric is what is compared.
 	Metric Metric
 	// MaxIncrease is ErrorRate's threshold: the largest allowed increase of
-	// the treatment's error rate over the control's, absolute, in [0, 1).
+	// the treatment's error rate over the control's, absolute, in [0, 1].
 	MaxIncrease float64
 	// MaxRatio is LatencyP95's threshold: the largest allowed ratio of the
 	// treatment's p95 to the control's, at least 1.
@@ -133,8 +133,8 @@ func Check(g Guardrail, control, treatment Counts) Decision {
 // checkErrorRate tests H0: p_t − p_c ≤ MaxIncrease.
 func checkErrorRate(g Guardrail, alpha float64, c, t Counts) Decision {
 	d := Decision{Threshold: g.MaxIncrease}
-	if !(g.MaxIncrease >= 0 && g.MaxIncrease < 1) {
-		d.Reason = fmt.Sprintf("maxIncrease: %g, want in [0, 1)", g.MaxIncrease)
+	if !(g.MaxIncrease >= 0 && g.MaxIncrease <= 1) { // 1 holds always: no rate exceeds another by more
+		d.Reason = fmt.Sprintf("maxIncrease: %g, want in [0, 1]", g.MaxIncrease)
 		return d
 	}
 	for _, v := range [...]struct {

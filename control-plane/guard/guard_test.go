@@ -54,7 +54,7 @@ func TestCheck(t *testing.T) {
 		{name: "unknown metric", g: Guardrail{Metric: "p99"}, reason: `metric: "p99"`},
 		{name: "alpha above 0.5", g: Guardrail{Metric: ErrorRate, Alpha: 0.6}, reason: "alpha: 0.6"},
 		{name: "alpha NaN", g: Guardrail{Metric: ErrorRate, Alpha: math.NaN()}, reason: "alpha: NaN"},
-		{name: "maxIncrease 1", g: Guardrail{Metric: ErrorRate, MaxIncrease: 1}, reason: "maxIncrease: 1"},
+		{name: "maxIncrease above 1", g: Guardrail{Metric: ErrorRate, MaxIncrease: 1.5}, reason: "maxIncrease: 1.5"},
 		{name: "maxIncrease negative", g: Guardrail{Metric: ErrorRate, MaxIncrease: -0.1}, reason: "maxIncrease: -0.1"},
 		{name: "maxRatio below 1", g: Guardrail{Metric: LatencyP95, MaxRatio: 0.9}, reason: "maxRatio: 0.9"},
 		{name: "maxRatio infinite", g: Guardrail{Metric: LatencyP95, MaxRatio: math.Inf(1)}, reason: "maxRatio: +Inf"},

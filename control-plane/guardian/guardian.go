@@ -18,6 +18,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
+	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
@@ -71,6 +73,8 @@ type Guardian struct {
 	rollbacks *prometheus.CounterVec
 	steps     *prometheus.CounterVec
 	checks    prometheus.Counter
+
+	waits sync.WaitGroup // rollbacks waiting for their proxies (record)
 }
 
 // Option configures a Guardian.
@@ -128,8 +132,10 @@ func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometh
 	return g, nil
 }
 
-// Run checks every interval until ctx ends.
+// Run checks every interval until ctx ends, then waits for the rollbacks
+// still waiting for their proxies (which end with ctx).
 func (g *Guardian) Run(ctx context.Context) {
+	defer g.waits.Wait()
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
 	for {
@@ -174,6 +180,12 @@ func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time
 		rep, err := g.reports.Report(ctx, e.GetKey(), 1)
 		if err != nil {
 			return err
+		}
+		if rep.GetRevision() != outcomes.Revision(e) {
+			// Figures of another assignment revision (the report read the
+			// experiments before the write this check read): none of them
+			// is evidence about this one. The next check decides.
+			return nil
 		}
 		for _, st := range rep.GetGuardrails() {
 			labels := []string{e.GetKey(), itoa(st.GetGuardrail()), itoa(st.GetVariation())}
@@ -235,6 +247,17 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 		"p_value", st.GetPValue(), "revision", rolled.GetRevision())
 	rb = proto.Clone(rb).(*experimentv1.Rollback)
 	rb.Revision = rolled.GetRevision()
+	// The wait for the proxies runs on its own, so that it holds up no
+	// other experiment's check; Run waits for it before returning.
+	g.waits.Go(func() { g.record(ctx, e.GetKey(), rb, mark) })
+	return nil
+}
+
+// record waits until every proxy the rollback write concerned applied it
+// (at most the guardian's wait) and records how many did on that write,
+// unless it was changed since (an owner acknowledged it and started again:
+// the record is theirs).
+func (g *Guardian) record(ctx context.Context, key string, rb *experimentv1.Rollback, mark map[string]string) {
 	if g.rollouts != nil {
 		wctx, cancel := context.WithTimeout(ctx, g.wait)
 		ro := g.rollouts.Wait(wctx, mark)
@@ -242,19 +265,17 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 		rb.Applied, rb.Proxies = applied(ro)
 	}
 	rb.AppliedTime = timestamppb.New(g.now())
-	// Record the count on the rollback write, unless it was changed since
-	// (an owner acknowledged it and started again: the record is theirs).
-	_, err = g.exps.WriteState(ctx, e.GetKey(), rolled.GetRevision(), Actor, func(x *experimentv1.Experiment) {
+	_, err := g.exps.WriteState(ctx, key, rb.GetRevision(), Actor, func(x *experimentv1.Experiment) {
 		x.Rollback = rb
 	})
-	if errors.Is(err, store.ErrConflict) {
-		g.log.Info("guardian: rollback changed before its proxies were counted", "experiment", e.GetKey())
-		return nil
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		g.log.Info("guardian: rollback changed before its proxies were counted", "experiment", key)
+	case err != nil:
+		g.log.Warn("guardian: rollback's proxies not recorded", "experiment", key, "error", err)
+	default:
+		g.log.Warn("rollback applied", "experiment", key, "applied", rb.GetApplied(), "proxies", rb.GetProxies())
 	}
-	if err == nil {
-		g.log.Warn("rollback applied", "experiment", e.GetKey(), "applied", rb.GetApplied(), "proxies", rb.GetProxies())
-	}
-	return err
 }
 
 // advance starts e's ramp or moves it to its next step: once the step was
@@ -302,7 +323,11 @@ func (g *Guardian) appliedEverywhere(e *experimentv1.Experiment) bool {
 	if g.rollouts == nil {
 		return true
 	}
-	for _, p := range g.rollouts.Status().GetProxies() {
+	st := g.rollouts.Status()
+	if st.GetResult() == rollout.ResultError {
+		return false // where the proxies stand is unknown: wait
+	}
+	for _, p := range st.GetProxies() {
 		if experiment.AppliesTo(e, p.GetCluster()) && p.GetState() != string(rollout.StateApplied) {
 			return false
 		}

@@ -115,7 +115,7 @@ func (f *fixture) report(t *testing.T, key string, perVariation [][3]uint64) {
 				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
 	}
-	f.agg.Add(context.Background(), "p1", true, ms)
+	f.agg.Add(context.Background(), "p1", "", true, ms)
 }
 
 // guarded is an observed experiment whose treatment may raise the error
@@ -151,6 +151,7 @@ func TestRollbackOnBreach(t *testing.T) {
 	if err := f.g.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	f.g.waits.Wait() // the record of the proxies
 	e := f.get(t, "checkout")
 	rb := e.GetRollback()
 	if experiment.Status(e) != experiment.StatusPaused || rb == nil {
@@ -335,6 +336,7 @@ func TestRampWaitsForProxies(t *testing.T) {
 	if err := g.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	g.waits.Wait()
 	if rb := f.get(t, "checkout").GetRollback(); rb.GetApplied() != 2 || rb.GetProxies() != 2 {
 		t.Errorf("rollback applied by %d of %d, want 2 of 2", rb.GetApplied(), rb.GetProxies())
 	}

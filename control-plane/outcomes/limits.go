@@ -11,16 +11,29 @@ const (
 	MaxNameBytes = 256
 	// MaxPointsPerExport bounds the data points of one export; a larger
 	// export is refused (RESOURCE_EXHAUSTED, reason "size"). The
-	// bootstraps set the sink's max_data_points_per_request to 1,000, so
-	// Envoy splits a flush into exports under it; one proxy's largest
-	// flush is 100 observed experiments (the filter's bound) × 64
-	// variations (the experiment's) × 7 stats, 44,800 points in 45
-	// exports.
+	// bootstraps set the sink's max_data_points_per_request to
+	// BootstrapPointsPerExport, so that Envoy splits a flush into exports
+	// under it and under the listener's 1 MiB a message (a data point is
+	// at most about 250 bytes).
 	MaxPointsPerExport = 5000
+	// BootstrapPointsPerExport is the envoy-configs bootstraps'
+	// max_data_points_per_request (TestBootstrapsSplitFlushes).
+	BootstrapPointsPerExport = 3500
+	// MaxFlushPoints is one proxy's largest flush: 100 observed
+	// experiments (the filter's bound) × 64 variations (the experiment's)
+	// × 7 stats.
+	MaxFlushPoints = 100 * 64 * 7
+	// MaxFlushExports is the exports of the largest flush, which Envoy
+	// sends at once over the proxy's xDS connection: with its xDS stream
+	// they must fit xds.MaxStreamsPerConnection, or the rest would go over
+	// another connection and be refused (TestBootstrapsSplitFlushes,
+	// e2e TestOutcomesLargestFlush).
+	MaxFlushExports = (MaxFlushPoints + BootstrapPointsPerExport - 1) / BootstrapPointsPerExport
 	// MaxExportsPerSecond bounds the exports one proxy makes in a second
-	// (its largest flush is 45 of them, once every stats_flush_interval);
-	// one more is refused (RESOURCE_EXHAUSTED, reason "rate").
-	MaxExportsPerSecond = 64
+	// (its largest flush is MaxFlushExports, once every
+	// stats_flush_interval); one more is refused (RESOURCE_EXHAUSTED,
+	// reason "rate").
+	MaxExportsPerSecond = 16
 	// MaxProxies bounds the proxies whose exports allotd counts within one
 	// second (MaxExportsPerSecond): one more proxy's export in that second
 	// is refused (RESOURCE_EXHAUSTED, reason "proxies"). 10,000 proxies
@@ -47,7 +60,8 @@ const (
 	reasonOther      = "other_stat"  // not an outcome stat of an observed experiment (Envoy's own stats)
 	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
 	reasonProxies    = "proxies"     // over MaxProxies (refused)
-	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, or a histogram with other bounds than plugin.LatencyBounds
+	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than plugin.LatencyBounds, or a series repeated within one export
+	reasonCluster    = "cluster"     // an experiment that does not apply to the reporting proxy's cluster
 )
 
 // Bounds of the records replicas share through etcd (shared.go;

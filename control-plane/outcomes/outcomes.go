@@ -105,6 +105,8 @@ type expState struct {
 	weights  []float64
 	// guardrails are the experiment's (Report tests them on total).
 	guardrails []*experimentv1.Guardrail
+	// def is the experiment as read last (Add: which clusters run it).
+	def *experimentv1.Experiment
 	since      time.Time
 	total      []tally // per variation, since the revision, counted by this allotd
 	minutes    [MaxWindowMinutes + 1]minute
@@ -153,7 +155,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonNotApplied, reasonProxies, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonNotApplied, reasonCluster, reasonProxies, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -203,7 +205,9 @@ func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 
 // Revision is the assignment revision of e: a digest of what decides which
 // unit gets which variation (the evaluated fields, experiment.Definition,
-// without observe).
+// without observe) and of the time of its rollback, if a guardrail rolled
+// it back: figures from before a rollback are no evidence about the
+// experiment an owner acknowledged and started again, so they start over.
 func Revision(e *experimentv1.Experiment) string {
 	d := experiment.Definition(e)
 	d.Observe = false
@@ -211,8 +215,12 @@ func Revision(e *experimentv1.Experiment) string {
 	if err != nil { // a message built from a decoded one always marshals
 		panic(fmt.Sprintf("marshal definition: %v", err))
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	h := sha256.New()
+	h.Write(b)
+	if t := e.GetRollback().GetTime(); t != nil {
+		fmt.Fprintf(h, "\x00rollback %d.%09d", t.GetSeconds(), t.GetNanos())
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // refreshBackoff is how long a failed store read is not retried: with
@@ -304,6 +312,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
 		}
 		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
+		st.def = o.e
 		exps[key] = st
 	}
 	a.exps, a.names = exps, names
@@ -352,7 +361,7 @@ func (a *Aggregator) admit(node string) bool {
 // summed as they come, so that a restarted proxy (its stats start over)
 // needs nothing. Metrics that are not outcome stats of an observed
 // experiment, or are over a bound, are dropped and counted.
-func (a *Aggregator) Add(ctx context.Context, node string, applied bool, ms []*metricsv1.Metric) {
+func (a *Aggregator) Add(ctx context.Context, node, cluster string, applied bool, ms []*metricsv1.Metric) {
 	// A store that cannot be read leaves the experiments as they were read
 	// last: the flush still counts, and a flush after refreshBackoff tries
 	// again.
@@ -368,6 +377,7 @@ func (a *Aggregator) Add(ctx context.Context, node string, applied bool, ms []*m
 		}
 	}()
 	now := a.now()
+	seen := make(map[series]bool, len(ms))
 	for _, m := range ms {
 		name := m.GetName()
 		if len(name) > MaxNameBytes {
@@ -384,6 +394,17 @@ func (a *Aggregator) Add(ctx context.Context, node string, applied bool, ms []*m
 			continue
 		}
 		e := a.exps[s.key]
+		if !e.appliesTo(cluster) {
+			// A proxy counts only for the experiments its cluster runs:
+			// no proxy can weigh on another team's experiment.
+			drop[reasonCluster] += float64(points(m))
+			continue
+		}
+		if seen[s] {
+			drop[reasonValue] += float64(points(m)) // one delta per series and export
+			continue
+		}
+		seen[s] = true
 		if s.class == latencyClass {
 			if !addHistogram(e, s.variation, m.GetHistogram(), now) {
 				drop[reasonValue] += float64(points(m))
@@ -401,6 +422,9 @@ func (a *Aggregator) Add(ctx context.Context, node string, applied bool, ms []*m
 		}
 	}
 }
+
+// appliesTo reports whether the proxies of cluster run e.
+func (e *expState) appliesTo(cluster string) bool { return experiment.AppliesTo(e.def, cluster) }
 
 // deltaSum is the total of a monotonic delta sum's data points; false if s
 // is none, or a value is out of range.

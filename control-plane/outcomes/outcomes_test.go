@@ -130,7 +130,7 @@ func updateSpec(t *testing.T, st store.Store, spec string) {
 
 func (f *fixture) add(t *testing.T, node string, ms ...*metricsv1.Metric) {
 	t.Helper()
-	f.a.Add(context.Background(), node, !f.notApplied[node], ms)
+	f.a.Add(context.Background(), node, "", !f.notApplied[node], ms)
 }
 
 func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcomes {
@@ -347,21 +347,21 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Add(context.Background(), "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+	a.Add(context.Background(), "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
 	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	fs.fail.Store(true)
-	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
+	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
 		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
 	}
 	fs.fail.Store(false)
-	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
 		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
 	}
 	f.clock.add(refreshBackoff)
-	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
 	}
@@ -397,13 +397,13 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
 	bs.armed.Store(true)
 	slow := make(chan struct{})
 	go func() {
 		defer close(slow)
-		a.Add(ctx, "p1", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+		a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	}()
 	select {
 	case <-bs.entered:
@@ -421,7 +421,7 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 	defer release()
 	done := make(chan string, 3)
 	go func() {
-		a.Add(ctx, "p2", true, []*metricsv1.Metric{counter(name(1, "2xx"), 2)})
+		a.Add(ctx, "p2", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 2)})
 		done <- "add"
 	}()
 	go func() {

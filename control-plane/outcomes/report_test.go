@@ -118,7 +118,7 @@ func BenchmarkReportSeries(b *testing.B) {
 	f := newFixture(b, many)
 	for range MaxWindowMinutes {
 		for v := range 64 {
-			f.a.Add(b.Context(), "p1", true, []*metricsv1.Metric{
+			f.a.Add(b.Context(), "p1", "", true, []*metricsv1.Metric{
 				counter(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response.2xx", v), 10),
 				histogram(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response_time_ms", v), 5, 4, 1)})
 		}

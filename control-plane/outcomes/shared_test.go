@@ -71,7 +71,7 @@ func (r *replica) add(t *testing.T, node string, v int, n float64) {
 	if err := r.a.maybeRefresh(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	r.a.Add(context.Background(), node, true, []*metricsv1.Metric{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)})
+	r.a.Add(context.Background(), node, "", true, []*metricsv1.Metric{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)})
 }
 
 // reweighted is checkout with new weights: a new assignment revision.

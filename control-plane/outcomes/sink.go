@@ -13,10 +13,10 @@ import (
 )
 
 // IdentifyFunc names the proxy whose xDS streams are open on the
-// connection from addr (xds.Server.ConnProxy): its node id and whether it
-// has applied (ACKed) the configuration its cluster should run now; ok is
-// false when no one proxy is identified on that connection.
-type IdentifyFunc func(addr string) (node string, applied, ok bool)
+// connection from addr (xds.Server.ConnProxy): its node id, its cluster and
+// whether it has applied (ACKed) the configuration its cluster should run
+// now; ok is false when no one proxy is identified on that connection.
+type IdentifyFunc func(addr string) (node, cluster string, applied, ok bool)
 
 // Sink is opentelemetry.proto.collector.metrics.v1.MetricsService over an
 // Aggregator: the receiving end of Envoy's OpenTelemetry stat sink
@@ -67,7 +67,7 @@ func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsService
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
 	}
-	node, applied, ok := s.identify(addr)
+	node, cluster, applied, ok := s.identify(addr)
 	switch {
 	case !ok:
 		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(n))
@@ -79,7 +79,7 @@ func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsService
 		s.a.dropped.WithLabelValues(reasonRate).Add(float64(n))
 		return nil, status.Errorf(codes.ResourceExhausted, "metrics: node %.256q: over %d exports per second", node, MaxExportsPerSecond)
 	}
-	s.a.Add(ctx, node, applied, ms)
+	s.a.Add(ctx, node, cluster, applied, ms)
 	return &collectorv1.ExportMetricsServiceResponse{}, nil
 }
 

@@ -29,9 +29,9 @@ func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.S
 	if err != nil {
 		return nil, err
 	}
-	outcomes.NewSink(a, func(addr string) (string, bool, bool) {
+	outcomes.NewSink(a, func(addr string) (string, string, bool, bool) {
 		p, ok := x.ConnProxy(addr)
-		return p.NodeID, p.State == xds.StateApplied, ok
+		return p.NodeID, p.Cluster, p.State == xds.StateApplied, ok
 	}).Register(g)
 	return a, nil
 }
