@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"context"
+	"github.com/allotmesh/allot/internal/harness"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -21,26 +22,13 @@ import (
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // fixture is the admin API and the outcomes of a real bbolt store, and a
 // guardian over them (no proxies tracked).
 type fixture struct {
 	svc   *admin.Service
 	agg   *outcomes.Aggregator
 	g     *Guardian
-	clock *clock
+	clock *harness.Clock
 }
 
 var owner = &admin.Principal{Name: "alice", Role: admin.RoleAdmin}
@@ -52,9 +40,9 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	f := &fixture{clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}}
-	f.svc = admin.NewService(db, nil, admin.WithClock(f.clock.now))
-	if f.agg, err = outcomes.New(t.Context(), db, admin.FromStore, nil, outcomes.WithClock(f.clock.now)); err != nil {
+	f := &fixture{clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))}
+	f.svc = admin.NewService(db, nil, admin.WithClock(f.clock.Now))
+	if f.agg, err = outcomes.New(t.Context(), db, admin.FromStore, nil, outcomes.WithClock(f.clock.Now)); err != nil {
 		t.Fatal(err)
 	}
 	f.g = f.guardian(t)
@@ -62,7 +50,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) guardian(t *testing.T) *Guardian {
-	g, err := New(f.svc, f.agg, nil, prometheus.NewRegistry(), WithClock(f.clock.now))
+	g, err := New(f.svc, f.agg, nil, prometheus.NewRegistry(), WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +221,11 @@ func TestRampAdvances(t *testing.T) {
 	f.report(t, "checkout", [][3]uint64{{200, 2, 20}, {200, 2, 20}})
 	check(1, 0.05)
 	f.report(t, "checkout", [][3]uint64{{200, 2, 20}, {200, 2, 20}}) // the new step is a new revision: counts start over
-	f.clock.add(59 * time.Second)
+	f.clock.Add(59 * time.Second)
 	check(1, 0.05) // held 59 s of 60
-	f.clock.add(time.Second)
+	f.clock.Add(time.Second)
 	check(2, 0.25)
-	f.clock.add(time.Hour)
+	f.clock.Add(time.Hour)
 	f.report(t, "checkout", [][3]uint64{{200, 2, 20}, {200, 2, 20}})
 	check(2, 0.25) // the last step
 	changes, err := f.svc.History(context.Background(), owner, "checkout")
@@ -275,13 +263,13 @@ func TestPausedRampWaits(t *testing.T) {
 	if _, err := f.svc.Pause(context.Background(), owner, "checkout", 0); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.add(time.Hour)
+	f.clock.Add(time.Hour)
 	check(0) // paused
 	if _, err := f.svc.Start(context.Background(), owner, "checkout", 0); err != nil {
 		t.Fatal(err)
 	}
 	check(0) // held 0 s since the start
-	f.clock.add(time.Minute)
+	f.clock.Add(time.Minute)
 	check(1)
 }
 
@@ -303,14 +291,14 @@ func (p *proxies) Status() *adminv1.Rollout {
 func TestRampWaitsForProxies(t *testing.T) {
 	f := newFixture(t)
 	ro := &proxies{state: "pending"}
-	g, err := New(f.svc, f.agg, ro, nil, WithClock(f.clock.now))
+	g, err := New(f.svc, f.agg, ro, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
 		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
 	for range 3 {
-		f.clock.add(time.Minute)
+		f.clock.Add(time.Minute)
 		if err := g.Check(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +316,7 @@ func TestRampWaitsForProxies(t *testing.T) {
 
 	// A rollback waits for the proxies and records what the wait found.
 	f = newFixture(t)
-	if g, err = New(f.svc, f.agg, ro, nil, WithClock(f.clock.now)); err != nil {
+	if g, err = New(f.svc, f.agg, ro, nil, WithClock(f.clock.Now)); err != nil {
 		t.Fatal(err)
 	}
 	f.create(t, guarded)

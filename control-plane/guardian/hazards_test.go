@@ -40,7 +40,7 @@ func TestRollbackWaitHoldsOtherExperiments(t *testing.T) {
 		f.report(t, key, [][3]uint64{{20000, 200, 20}, {20000, 800, 20}})
 	}
 	const wait = 6 * time.Second
-	g, err := New(f.svc, f.agg, laggard{}, prometheus.NewRegistry(), WithClock(f.clock.now), WithWait(wait))
+	g, err := New(f.svc, f.agg, laggard{}, prometheus.NewRegistry(), WithClock(f.clock.Now), WithWait(wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func (staleReports) Report(_ context.Context, key string, _ int) (*adminv1.Outco
 func TestRollbackNeedsTheCurrentRevision(t *testing.T) {
 	f := newFixture(t)
 	f.create(t, guarded)
-	g, err := New(f.svc, staleReports{}, nil, prometheus.NewRegistry(), WithClock(f.clock.now))
+	g, err := New(f.svc, staleReports{}, nil, prometheus.NewRegistry(), WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +110,14 @@ func (unknownRollout) Status() *adminv1.Rollout {
 // read, where the proxies stand is unknown and the ramp does not move.
 func TestRampNeedsAKnownRollout(t *testing.T) {
 	f := newFixture(t)
-	g, err := New(f.svc, f.agg, unknownRollout{}, nil, WithClock(f.clock.now))
+	g, err := New(f.svc, f.agg, unknownRollout{}, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
 		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
 	for range 3 {
-		f.clock.add(time.Minute)
+		f.clock.Add(time.Minute)
 		if err := g.Check(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestAcknowledgedRestartStartsOver(t *testing.T) {
 	if _, err := f.svc.StartAcknowledgingRollback(context.Background(), owner, "checkout", 0); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.add(10 * time.Second)
+	f.clock.Add(10 * time.Second)
 	if err := f.g.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestAcceptedGuardrailIsEvaluated(t *testing.T) {
 		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
 	for range 3 {
 		f.report(t, "checkout", [][3]uint64{{5000, 50, 20}, {5000, 50, 20}})
-		f.clock.add(time.Minute)
+		f.clock.Add(time.Minute)
 		if err := f.g.Check(context.Background()); err != nil {
 			t.Fatal(err)
 		}

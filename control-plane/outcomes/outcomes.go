@@ -106,10 +106,10 @@ type expState struct {
 	// guardrails are the experiment's (Report tests them on total).
 	guardrails []*experimentv1.Guardrail
 	// def is the experiment as read last (Add: which clusters run it).
-	def *experimentv1.Experiment
-	since      time.Time
-	total      []tally // per variation, since the revision, counted by this allotd
-	minutes    [MaxWindowMinutes + 1]minute
+	def     *experimentv1.Experiment
+	since   time.Time
+	total   []tally // per variation, since the revision, counted by this allotd
+	minutes [MaxWindowMinutes + 1]minute
 
 	// With a shared store (several replicas): the part of total and of
 	// each minute's tallies already in this replica's records (sent,

@@ -3,11 +3,11 @@ package outcomes
 import (
 	"context"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/internal/harness"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,25 +23,12 @@ import (
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // fixture is an Aggregator over a real bbolt store whose proxies are
 // applied unless listed in notApplied.
 type fixture struct {
 	st         store.Store
 	a          *Aggregator
-	clock      *clock
+	clock      *harness.Clock
 	notApplied map[string]bool
 }
 
@@ -52,13 +39,13 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	f := &fixture{st: db, clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}, notApplied: map[string]bool{}}
+	f := &fixture{st: db, clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)), notApplied: map[string]bool{}}
 	for _, s := range specs {
 		if _, err := db.Create(context.Background(), &store.Experiment{Key: specKey(s), Spec: []byte(s)}, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.a, err = New(t.Context(), db, admin.FromStore, prometheus.NewRegistry(), WithClock(f.clock.now))
+	f.a, err = New(t.Context(), db, admin.FromStore, prometheus.NewRegistry(), WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +251,7 @@ func TestExportsBounded(t *testing.T) {
 	if f.a.admit("one-more") {
 		t.Errorf("proxy %d in a second admitted", MaxProxies+1)
 	}
-	f.clock.add(time.Second)
+	f.clock.Add(time.Second)
 	if !f.a.admit("p1") || !f.a.admit("one-more") {
 		t.Error("refused in the next second")
 	}
@@ -305,7 +292,7 @@ func TestRevisionChangeStartsNewWindow(t *testing.T) {
 func TestWindow(t *testing.T) {
 	f := newFixture(t, checkout)
 	f.add(t, "p1", counter(name(0, "2xx"), 10))
-	f.clock.add(10 * time.Minute)
+	f.clock.Add(10 * time.Minute)
 	f.add(t, "p1", counter(name(0, "2xx"), 1))
 	r := f.report(t, "checkout", 5)
 	if r.Window[0].Requests != 1 || r.Total[0].Requests != 11 {
@@ -343,7 +330,7 @@ func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
 func TestStoreDownKeepsCounting(t *testing.T) {
 	f := newFixture(t, checkout)
 	fs := &flakyStore{Store: f.st}
-	a, err := New(t.Context(), fs, admin.FromStore, nil, WithClock(f.clock.now))
+	a, err := New(t.Context(), fs, admin.FromStore, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +347,7 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
 		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
 	}
-	f.clock.add(refreshBackoff)
+	f.clock.Add(refreshBackoff)
 	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
@@ -392,7 +379,7 @@ func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, e
 func TestSlowStoreBlocksNothing(t *testing.T) {
 	f := newFixture(t, checkout)
 	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a, err := New(t.Context(), bs, admin.FromStore, nil, WithClock(f.clock.now))
+	a, err := New(t.Context(), bs, admin.FromStore, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 func TestSeries(t *testing.T) {
 	f := newFixture(t, checkout) // since 00:00:30
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 5), counter(name(1, "2xx"), 15), histogram(latency(0), 30, 0, 0))
-	f.clock.add(2 * time.Minute) // 00:01 has nothing
+	f.clock.Add(2 * time.Minute) // 00:01 has nothing
 	f.add(t, "p1", counter(name(0, "2xx"), 4), counter(name(0, "reset"), 1), histogram(latency(0), 0, 0, 4))
 
 	minute := func(m int) time.Time { return time.Date(2026, 1, 1, 0, m, 0, 0, time.UTC) }
@@ -89,7 +89,7 @@ var many = func() string {
 func TestSeriesBounded(t *testing.T) {
 	f := newFixture(t, many)
 	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 7)) // at 00:00, the slot of 01:01
-	f.clock.add(61 * time.Minute)
+	f.clock.Add(61 * time.Minute)
 	r := f.report(t, "many", MaxWindowMinutes)
 	if len(r.Series) != MaxWindowMinutes {
 		t.Fatalf("%d minutes, want %d", len(r.Series), MaxWindowMinutes)
@@ -122,7 +122,7 @@ func BenchmarkReportSeries(b *testing.B) {
 				counter(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response.2xx", v), 10),
 				histogram(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response_time_ms", v), 5, 4, 1)})
 		}
-		f.clock.add(time.Minute)
+		f.clock.Add(time.Minute)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -3,6 +3,7 @@ package outcomes
 import (
 	"context"
 	"errors"
+	"github.com/allotmesh/allot/internal/harness"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ type mesh struct {
 	t     *testing.T
 	c     *etcdtest.Cluster
 	st    *etcd.Store // the experiments' writer
-	clock *clock
+	clock *harness.Clock
 }
 
 // replica is one replica: its registry (live while published) and its
@@ -35,7 +36,7 @@ type replica struct {
 func newMesh(t *testing.T, specs ...string) *mesh {
 	t.Helper()
 	c := etcdtest.Start(t, 1)
-	m := &mesh{t: t, c: c, st: c.Open(t), clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}}
+	m := &mesh{t: t, c: c, st: c.Open(t), clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))}
 	for _, s := range specs {
 		if _, err := m.st.Create(t.Context(), &store.Experiment{Key: specKey(s), Spec: []byte(s)}, "test"); err != nil {
 			t.Fatal(err)
@@ -59,7 +60,7 @@ func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *repli
 	for _, w := range wrap {
 		sh = w(sh)
 	}
-	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.now), WithShared(sh))
+	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestReplicasShareOutcomes(t *testing.T) {
 
 	// The window covers minutes, the total everything: 10 minutes on,
 	// only what came since is in the window.
-	m.clock.add(10 * time.Minute)
+	m.clock.Add(10 * time.Minute)
 	r1.addPublished(t, "p1", 1, 2)
 	total, window, _ := r2.requests(t)
 	if total != [2]int64{18, 9} || window != [2]int64{0, 2} {
@@ -204,14 +205,14 @@ func TestDeadReplicaFolded(t *testing.T) {
 		if got := m.totals(t); len(got) != 2+min(i, 1) {
 			t.Errorf("gen %d, before FoldAfter: %d total records %v, want %d", i, len(got), got, 2+min(i, 1))
 		}
-		m.clock.add(FoldAfter)
+		m.clock.Add(FoldAfter)
 		if err := live.a.Sweep(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if got := m.totals(t); len(got) != 2 || !got["live"] || !got[store.RetiredReplica] {
 			t.Errorf("gen %d, after FoldAfter: total records %v, want live and retired", i, got)
 		}
-		m.clock.add(-FoldAfter) // the window stays put
+		m.clock.Add(-FoldAfter) // the window stays put
 		live.want(t, "after a fold", want, 1)
 	}
 }
@@ -225,7 +226,7 @@ func TestFoldedWhileCounting(t *testing.T) {
 	slow := m.replica("slow", false) // not in the registry (yet)
 	other := m.replica("other", true)
 	slow.addPublished(t, "p1", 0, 10)
-	m.clock.add(FoldAfter)
+	m.clock.Add(FoldAfter)
 	if err := other.a.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestSweepDeletesRecords(t *testing.T) {
 	m := newMesh(t, checkout)
 	r1 := m.replica("r1", true)
 	r1.addPublished(t, "p1", 0, 10)
-	m.clock.add((MaxWindowMinutes + 1) * time.Minute)
+	m.clock.Add((MaxWindowMinutes + 1) * time.Minute)
 	r1.addPublished(t, "p1", 0, 1)
 	if err := r1.a.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
@@ -340,7 +341,7 @@ func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
 	updateSpec(t, m.st, reweighted)
 	r1.addPublished(t, "p1", 1, 4)
 	// behind tidies with what it read of the experiment before the update.
-	now := m.clock.now()
+	now := m.clock.Now()
 	recs, live, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60)
 	if err != nil {
 		t.Fatal(err)
