@@ -5,8 +5,8 @@
 // allot-xdsload, etcd), the in-process echo upstream — and holds what both
 // measure them with: free ports, polling with deadlines, Envoy's admin
 // (readiness, listeners, stats), RSS and CPU time from /proc, allotd's
-// command line and admin API, bootstraps rendered from envoy-configs/. (The
-// benchmark's statistics are bench/stats.)
+// command line and admin API, bootstraps rendered from envoy-configs/, and a
+// clock a test sets (Clock). (The benchmark's statistics are bench/stats.)
 //
 // Every helper is written once, as a core that returns an error and takes no
 // testing.TB (the benchmark's main has none); a process a core starts is the
@@ -16,7 +16,8 @@
 // t.Fatal where the core returns an error, and registers the cleanup with
 // t.Cleanup, so that no process or port outlives the test.
 //
-// It is internal to the module: only e2e and bench import it. It imports
+// It is internal to the module: e2e and bench import it, and unit tests
+// that need its polling or its Clock. It imports
 // nothing from filter/ or control-plane/ (the echo upstream is e2e/echo).
 package harness
 
