@@ -40,6 +40,13 @@ const Actor = "allotd:guardian"
 // DefaultInterval is how often a guardian checks (-guardian-interval).
 const DefaultInterval = 10 * time.Second
 
+// Reasons of allot_ramp_waiting.
+const (
+	waitHold       = "hold"
+	waitGuardrails = "guardrails"
+	waitProxies    = "proxies"
+)
+
 // DefaultWait bounds how long a rollback waits for the proxies before it
 // records how many applied it.
 const DefaultWait = admin.MaxWait
@@ -73,6 +80,7 @@ type Guardian struct {
 	rollbacks *prometheus.CounterVec
 	steps     *prometheus.CounterVec
 	checks    prometheus.Counter
+	waiting   *prometheus.GaugeVec
 
 	waits sync.WaitGroup // rollbacks waiting for their proxies (record)
 }
@@ -115,6 +123,9 @@ func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometh
 			Help: "Ramp steps this replica wrote, by experiment."}, []string{"experiment"}),
 		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_guardian_checks_total",
 			Help: "Checks of every running experiment's guardrails and ramp this replica completed."}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_ramp_waiting",
+			Help: "1 for what keeps a running experiment's ramp at its step at the last check: hold (its minHold not over), guardrails (one not evaluated yet, too few requests), proxies (one the experiment applies to has not applied the current configuration, or where they stand is unknown)."},
+			[]string{"experiment", "reason"}),
 	}
 	for _, o := range opts {
 		o(g)
@@ -123,7 +134,7 @@ func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometh
 		g.log = slog.New(slog.DiscardHandler)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.breached, g.pValue, g.step, g.rollbacks, g.steps, g.checks} {
+		for _, c := range []prometheus.Collector{g.breached, g.pValue, g.step, g.rollbacks, g.steps, g.checks, g.waiting} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -159,6 +170,7 @@ func (g *Guardian) Check(ctx context.Context) error {
 	g.breached.Reset()
 	g.pValue.Reset()
 	g.step.Reset()
+	g.waiting.Reset()
 	now := g.now()
 	var errs []error
 	for _, e := range list {
@@ -297,7 +309,15 @@ func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, hold
 		if start := e.GetStartTime(); start != nil && start.AsTime().After(held) {
 			held = start.AsTime() // the schedule's start: time before it never counts
 		}
-		if now.Sub(held) < steps[cur].GetMinHold().AsDuration() || !holding || !g.appliedEverywhere(e) {
+		switch {
+		case now.Sub(held) < steps[cur].GetMinHold().AsDuration():
+			g.waiting.WithLabelValues(e.GetKey(), waitHold).Set(1)
+			return nil
+		case !holding:
+			g.waiting.WithLabelValues(e.GetKey(), waitGuardrails).Set(1)
+			return nil
+		case !g.appliedEverywhere(e):
+			g.waiting.WithLabelValues(e.GetKey(), waitProxies).Set(1)
 			return nil
 		}
 		next = cur + 1

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -305,6 +306,9 @@ func TestRampWaitsForProxies(t *testing.T) {
 	}
 	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 0 {
 		t.Fatalf("step %d with a proxy pending, want 0", e.GetRampState().GetStep())
+	}
+	if v := testutil.ToFloat64(g.waiting.WithLabelValues("checkout", waitProxies)); v != 1 {
+		t.Errorf(`allot_ramp_waiting{reason="proxies"} = %v while a proxy is pending, want 1`, v)
 	}
 	ro.state = "applied"
 	if err := g.Check(context.Background()); err != nil {
