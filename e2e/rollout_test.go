@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"net"
 	"net/http"
 	"os"
@@ -97,7 +98,7 @@ func (cp *controlPlane) build(cluster string) (string, *corev3.TypedExtensionCon
 
 // write replaces the experiments and does what the admin API does after a
 // store write: refresh, then wait for the proxies of the changed clusters.
-func (cp *controlPlane) write(defs ...map[string]any) (xds.Rollout, error) {
+func (cp *controlPlane) write(defs ...map[string]any) (rollout.Rollout, error) {
 	cp.t.Helper()
 	exps := make([]*experimentv1.Experiment, len(defs))
 	for i, d := range defs {
@@ -123,19 +124,19 @@ func (cp *controlPlane) write(defs ...map[string]any) (xds.Rollout, error) {
 }
 
 // proxy returns node's status (ok false if it is not connected).
-func (cp *controlPlane) proxy(node string) (xds.ProxyStatus, bool) {
+func (cp *controlPlane) proxy(node string) (rollout.ProxyStatus, bool) {
 	for _, p := range cp.x.Proxies() {
 		if p.NodeID == node {
 			return p, true
 		}
 	}
-	return xds.ProxyStatus{}, false
+	return rollout.ProxyStatus{}, false
 }
 
 // waitState waits until node is connected and in state st.
-func (cp *controlPlane) waitState(node string, st xds.State) xds.ProxyStatus {
+func (cp *controlPlane) waitState(node string, st rollout.State) rollout.ProxyStatus {
 	cp.t.Helper()
-	var p xds.ProxyStatus
+	var p rollout.ProxyStatus
 	harness.MustEventually(cp.t, 15*time.Second, func() error {
 		var ok bool
 		if p, ok = cp.proxy(node); !ok {
@@ -177,7 +178,7 @@ func TestRolloutWaitsForEveryProxy(t *testing.T) {
 		node := fmt.Sprintf("checkout-%d", i+1)
 		proxies = append(proxies, s.startSidecar(node, "checkout-svc"))
 		nodes = append(nodes, node)
-		cp.waitState(node, xds.StateApplied)
+		cp.waitState(node, rollout.StateApplied)
 	}
 
 	units := userIDs(2000)
@@ -206,7 +207,7 @@ func TestRolloutWaitsForEveryProxy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		if len(r.Proxies) != 3 || r.Count(xds.StateApplied) != 3 {
+		if len(r.Proxies) != 3 || r.Count(rollout.StateApplied) != 3 {
 			t.Fatalf("step %d: rollout %+v, want 3 applied", step, r.Proxies)
 		}
 		for i, p := range proxies {
@@ -291,26 +292,26 @@ func TestRolloutRejectedByOneProxy(t *testing.T) {
 	}
 	good := []*proxy{s.startSidecar("shop-1", "shop"), s.startSidecar("shop-2", "shop")}
 	bad := s.startRejectingSidecar("shop-bad", "shop")
-	cp.waitState("shop-1", xds.StateApplied)
-	cp.waitState("shop-2", xds.StateApplied)
-	rej := cp.waitState("shop-bad", xds.StateRejected)
+	cp.waitState("shop-1", rollout.StateApplied)
+	cp.waitState("shop-2", rollout.StateApplied)
+	rej := cp.waitState("shop-bad", rollout.StateRejected)
 	if rej.Rejected == nil || !strings.Contains(rej.Rejected.Error, "type URL") {
 		t.Errorf("shop-bad rejection: %+v, want Envoy's type URL error", rej.Rejected)
 	}
 
 	start := time.Now()
 	r, err := cp.write(checkoutRamp(1))
-	if !errors.Is(err, xds.ErrRejected) {
+	if !errors.Is(err, rollout.ErrRejected) {
 		t.Fatalf("WaitFor = %v, want ErrRejected", err)
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("WaitFor took %v: a rejection must end the wait for that proxy", time.Since(start))
 	}
-	states := map[string]xds.State{}
+	states := map[string]rollout.State{}
 	for _, p := range r.Proxies {
 		states[p.NodeID] = p.State
 	}
-	if want := map[string]xds.State{"shop-1": xds.StateApplied, "shop-2": xds.StateApplied, "shop-bad": xds.StateRejected}; fmt.Sprint(states) != fmt.Sprint(want) {
+	if want := map[string]rollout.State{"shop-1": rollout.StateApplied, "shop-2": rollout.StateApplied, "shop-bad": rollout.StateRejected}; fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("rollout states %v, want %v", states, want)
 	}
 	for _, p := range good {
@@ -327,7 +328,7 @@ func TestRolloutRejectedByOneProxy(t *testing.T) {
 	// sent exactly one configuration per change (3 in all), and the
 	// rejecting Envoy must have failed exactly those it was sent.
 	time.Sleep(time.Second)
-	if _, err := cp.write(checkoutRamp(0)); !errors.Is(err, xds.ErrRejected) {
+	if _, err := cp.write(checkoutRamp(0)); !errors.Is(err, rollout.ErrRejected) {
 		t.Fatalf("third write: %v, want ErrRejected", err)
 	}
 	time.Sleep(time.Second)
@@ -363,7 +364,7 @@ func TestRolloutRestartNoReconfiguration(t *testing.T) {
 	for i := range 3 {
 		node := fmt.Sprintf("pay-%d", i+1)
 		proxies = append(proxies, s.startSidecar(node, "pay"))
-		cp.waitState(node, xds.StateApplied)
+		cp.waitState(node, rollout.StateApplied)
 	}
 	before := ecdsCounts(t, proxies)
 	version, _ := cp.x.Version("pay")
@@ -372,7 +373,7 @@ func TestRolloutRestartNoReconfiguration(t *testing.T) {
 	for i, p := range proxies {
 		node := fmt.Sprintf("pay-%d", i+1)
 		waitReconnect(t, p, before[i])
-		st := cp.waitState(node, xds.StateApplied)
+		st := cp.waitState(node, rollout.StateApplied)
 		if st.Acked != version || st.Pushes != 0 {
 			t.Errorf("%s after restart: acked %q pushes %d, want %q and 0 pushes", node, st.Acked, st.Pushes, version)
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +32,7 @@ func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.S
 	}
 	outcomes.NewSink(a, func(addr string) (string, string, bool, bool) {
 		p, ok := x.ConnProxy(addr)
-		return p.NodeID, p.Cluster, p.State == xds.StateApplied, ok
+		return p.NodeID, p.Cluster, p.State == rollout.StateApplied, ok
 	}).Register(g)
 	return a, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"net"
 	"strings"
 	"testing"
@@ -148,7 +149,7 @@ func TestArtifacts(t *testing.T) {
 	native.ack(native.expectType("v1", nativeType))
 	nativeECDS.ack(nativeECDS.expectType("v1", nativeType))
 	for _, n := range []string{"shop-wasm", "shop-wasm-explicit", "shop-native", "shop-native-ecds"} {
-		wantState(t, s, n, xds.StateApplied, "v1")
+		wantState(t, s, n, rollout.StateApplied, "v1")
 	}
 	odd.silent()
 	num.silent()
@@ -164,7 +165,7 @@ func TestArtifacts(t *testing.T) {
 		if p.Artifact != tc.artifact || !strings.Contains(p.Error, tc.errPart) || (tc.errPart == "") != (p.Error == "") {
 			t.Errorf("%s: artifact %q error %q, want %q and an error containing %q", tc.node, p.Artifact, p.Error, tc.artifact, tc.errPart)
 		}
-		if want := map[bool]xds.State{true: xds.StateApplied, false: xds.StateUnserved}[tc.errPart == ""]; p.State != want {
+		if want := map[bool]rollout.State{true: rollout.StateApplied, false: rollout.StateUnserved}[tc.errPart == ""]; p.State != want {
 			t.Errorf("%s: state %s, want %s", tc.node, p.State, want)
 		}
 		if tc.errPart != "" && (p.Sent != "" || p.Pushes != 0 || p.Target != "v1") {
@@ -180,7 +181,7 @@ func TestArtifacts(t *testing.T) {
 	before := s.Targets()
 	s.change(t, "shop", "v2")
 	done := make(chan error, 1)
-	var ro xds.Rollout
+	var ro rollout.Rollout
 	go func() {
 		var err error
 		ro, err = s.WaitFor(context.Background(), s.Targets().Changed(before))
@@ -191,16 +192,16 @@ func TestArtifacts(t *testing.T) {
 	nativeECDS.ack(nativeECDS.expectType("v2", nativeType))
 	native.nack(native.expectType("v2", nativeType), "v1", "Failed to load dynamic module: undefined symbol: envoy_dynamic_module_on_http_filter_new")
 	err := <-done
-	if !errors.Is(err, xds.ErrRejected) || !errors.Is(err, xds.ErrUnserved) ||
+	if !errors.Is(err, rollout.ErrRejected) || !errors.Is(err, rollout.ErrUnserved) ||
 		!strings.Contains(err.Error(), "undefined symbol") || !strings.Contains(err.Error(), `"Native"`) {
 		t.Fatalf("WaitFor = %v, want the native rejection and both unserved proxies", err)
 	}
-	states := map[string]xds.State{}
+	states := map[string]rollout.State{}
 	for _, p := range ro.Proxies {
 		states[p.NodeID] = p.State
 	}
-	want := map[string]xds.State{"shop-wasm": xds.StateApplied, "shop-wasm-explicit": xds.StateApplied, "shop-native": xds.StateRejected,
-		"shop-native-ecds": xds.StateApplied, "shop-odd": xds.StateUnserved, "shop-num": xds.StateUnserved}
+	want := map[string]rollout.State{"shop-wasm": rollout.StateApplied, "shop-wasm-explicit": rollout.StateApplied, "shop-native": rollout.StateRejected,
+		"shop-native-ecds": rollout.StateApplied, "shop-odd": rollout.StateUnserved, "shop-num": rollout.StateUnserved}
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("rollout states %v, want %v", states, want)
 	}
@@ -216,7 +217,7 @@ func TestArtifacts(t *testing.T) {
 	// The next change is the next response the native proxy gets.
 	s.change(t, "shop", "v3")
 	native.ack(native.expectType("v3", nativeType))
-	wantState(t, s, "shop-native", xds.StateApplied, "v3")
+	wantState(t, s, "shop-native", rollout.StateApplied, "v3")
 	wasm.expectType("v3", wasmType)
 	num.silent()
 }
@@ -232,7 +233,7 @@ func TestWasmOnlyServer(t *testing.T) {
 	wasm.ack(wasm.expect("v1"))
 	native.silent()
 	p := proxy(t, s, "shop-native")
-	if p.State != xds.StateUnserved || !strings.Contains(p.Error, "(it serves wasm)") {
+	if p.State != rollout.StateUnserved || !strings.Contains(p.Error, "(it serves wasm)") {
 		t.Fatalf("native proxy on a Wasm-only server: %+v", p)
 	}
 	s.change(t, "shop", "v2")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestNodeOverLimitRefused(t *testing.T) {
 	c := connect(t, s.addr, xds.APIADS, "shop-1", "shop")
 	c.request("", "", "")
 	c.ack(c.expect("v1"))
-	wantState(t, s, "shop-1", xds.StateApplied, "v1")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v1")
 	if ts := s.Targets(); len(ts) != 1 {
 		t.Errorf("targets %v, want shop's only", ts)
 	}
@@ -151,7 +152,7 @@ func TestNACKMessageBounded(t *testing.T) {
 	c.nack(r, "", msg)
 	eventually(t, func() error {
 		p := proxy(t, s, "shop-1")
-		if p.State != xds.StateRejected || p.Rejected == nil {
+		if p.State != rollout.StateRejected || p.Rejected == nil {
 			return fmt.Errorf("%+v", p)
 		}
 		return nil
@@ -183,7 +184,7 @@ func TestNACKMessageBounded(t *testing.T) {
 	}
 	s.change(t, "shop", "v2")
 	c.ack(c.expect("v2"))
-	wantState(t, s, "shop-1", xds.StateApplied, "v2")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v2")
 }
 
 // TestClusterLimit: the first proxy of a cluster beyond the server's
@@ -242,7 +243,7 @@ func TestImplausibleVersionIgnored(t *testing.T) {
 		t.Errorf("over_limit_total{field=version_info,action=ignored} = %v, want 1", n)
 	}
 	c.ack(r)
-	wantState(t, s, "shop-1", xds.StateApplied, "v1")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v1")
 }
 
 // TestStreamLimit: a stream opened while the server serves its limit of
@@ -280,5 +281,5 @@ func TestStreamLimit(t *testing.T) {
 	c := connect(t, s.addr, xds.APIADS, "a-3", "a")
 	c.request("", "", "")
 	c.ack(c.expect("v0"))
-	wantState(t, s, "a-3", xds.StateApplied, "v0")
+	wantState(t, s, "a-3", rollout.StateApplied, "v0")
 }

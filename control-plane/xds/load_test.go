@@ -3,6 +3,7 @@ package xds_test
 import (
 	"context"
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"net"
 	"testing"
 	"time"
@@ -40,8 +41,8 @@ func TestManyProxies(t *testing.T) {
 		before := s.Targets()
 		s.change(t, "load", v)
 		r, err := s.WaitFor(ctx, s.Targets().Changed(before))
-		if err != nil || r.Count(xds.StateApplied) != 200 {
-			t.Fatalf("%s: %d applied, %v", v, r.Count(xds.StateApplied), err)
+		if err != nil || r.Count(rollout.StateApplied) != 200 {
+			t.Fatalf("%s: %d applied, %v", v, r.Count(rollout.StateApplied), err)
 		}
 		if res := <-f.Results(); res.Version != v || res.Clients != 200 {
 			t.Errorf("fleet result %v, want %s by 200", res, v)

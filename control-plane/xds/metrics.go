@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -73,7 +74,7 @@ func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[State]int{StateApplied: 0, StatePending: 0, StateRejected: 0, StateUnserved: 0}
+	counts := map[rollout.State]int{rollout.StateApplied: 0, rollout.StatePending: 0, rollout.StateRejected: 0, rollout.StateUnserved: 0}
 	total := 0
 	c.s.mu.Lock()
 	for _, st := range c.s.streams {

@@ -14,38 +14,10 @@ import (
 	"github.com/allotmesh/allot/control-plane/rollout"
 )
 
-// The rollout's types, named here too for the callers (e2e among them)
-// that know them as the xDS server's: one definition each, in rollout.
-type (
-	// State is where a proxy stands (rollout.State).
-	State = rollout.State
-	// Rejection is a version a proxy refused (rollout.Rejection).
-	Rejection = rollout.Rejection
-	// ProxyStatus is one connected proxy (rollout.ProxyStatus).
-	ProxyStatus = rollout.ProxyStatus
-	// Rollout is where proxies stand with their targets (rollout.Rollout).
-	Rollout = rollout.Rollout
-	// Targets maps a cluster to its version (rollout.Targets).
-	Targets = rollout.Targets
-)
-
-// The states of a proxy (rollout's). A proxy is StateUnserved when its
-// node metadata names a filter artifact the server does not serve
-// (ArtifactKey): it is sent no configuration and keeps running whatever
-// its bootstrap gave it; the server never guesses an artifact for it.
-const (
-	StateApplied  = rollout.StateApplied
-	StatePending  = rollout.StatePending
-	StateRejected = rollout.StateRejected
-	StateUnserved = rollout.StateUnserved
-)
-
-// ErrRejected and ErrUnserved are rollout's: a proxy refused a
-// configuration, a proxy's artifact is not served.
-var (
-	ErrRejected = rollout.ErrRejected
-	ErrUnserved = rollout.ErrUnserved
-)
+// A proxy is rollout.StateUnserved when its node metadata names a filter
+// artifact the server does not serve (ArtifactKey): it is sent no
+// configuration and keeps running whatever its bootstrap gave it; the
+// server never guesses an artifact for it.
 
 // API names of the xDS services a proxy may use.
 const (
@@ -74,24 +46,24 @@ type stream struct {
 	pushes    int
 	acked     string
 	ackedAt   time.Time
-	rejected  *Rejection
+	rejected  *rollout.Rejection
 }
 
 // state is where st stands with version target.
-func (st *stream) state(target string) State {
+func (st *stream) state(target string) rollout.State {
 	switch {
 	case st.unserved != "":
-		return StateUnserved
+		return rollout.StateUnserved
 	case target != "" && st.acked == target:
-		return StateApplied
+		return rollout.StateApplied
 	case target != "" && st.rejected != nil && st.rejected.Version == target:
-		return StateRejected
+		return rollout.StateRejected
 	}
-	return StatePending
+	return rollout.StatePending
 }
 
-func (st *stream) status(target string) ProxyStatus {
-	p := ProxyStatus{
+func (st *stream) status(target string) rollout.ProxyStatus {
+	p := rollout.ProxyStatus{
 		NodeID: st.node, Cluster: st.cluster, Address: st.addr, Stream: st.id, API: st.api,
 		Artifact: st.artifact, Target: target, State: st.state(target), Error: st.unserved,
 		Sent: st.sent, SentAt: st.sentAt, Pushes: st.pushes,
@@ -108,7 +80,7 @@ func (st *stream) status(target string) ProxyStatus {
 // Proxies returns every connected proxy that has identified itself, sorted
 // by cluster, node id and stream, with its state against its cluster's
 // current version.
-func (s *Server) Proxies() []ProxyStatus {
+func (s *Server) Proxies() []rollout.ProxyStatus {
 	out := s.AppendProxies(nil)
 	rollout.SortProxies(out)
 	return out
@@ -118,7 +90,7 @@ func (s *Server) Proxies() []ProxyStatus {
 // order, for a caller that keys them by node and stream and reuses dst
 // (the mesh registry, after every change): sorting and allocating
 // thousands of proxies cost more than copying them.
-func (s *Server) AppendProxies(dst []ProxyStatus) []ProxyStatus {
+func (s *Server) AppendProxies(dst []rollout.ProxyStatus) []rollout.ProxyStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dst = slices.Grow(dst, len(s.streams))
@@ -138,16 +110,16 @@ func (s *Server) AppendProxies(dst []ProxyStatus) []ProxyStatus {
 // the listener's TLS and mTLS rules. ok is false when no identified
 // stream is open on that connection, or when its streams name different
 // nodes or clusters (a client that is no one proxy).
-func (s *Server) ConnProxy(addr string) (p ProxyStatus, ok bool) {
+func (s *Server) ConnProxy(addr string) (p rollout.ProxyStatus, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sts := s.conns[addr]
 	if len(sts) == 0 {
-		return ProxyStatus{}, false
+		return rollout.ProxyStatus{}, false
 	}
 	for _, o := range sts[1:] {
 		if o.node != sts[0].node || o.cluster != sts[0].cluster {
-			return ProxyStatus{}, false
+			return rollout.ProxyStatus{}, false
 		}
 	}
 	// The state of the connection's latest stream (an ECDS stream and an
@@ -299,7 +271,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 		// Answers an older response; the server ignores it too.
 		return nil
 	case req.GetErrorDetail() != nil:
-		st.rejected = &Rejection{Version: st.sent, Error: s.rejection(req.GetErrorDetail().GetMessage()), At: now}
+		st.rejected = &rollout.Rejection{Version: st.sent, Error: s.rejection(req.GetErrorDetail().GetMessage()), At: now}
 		s.metrics.nacks.Inc()
 		s.log.Warn("proxy rejected configuration", "node_id", st.node, "cluster", st.cluster, "version", st.sent,
 			"running", clip(req.GetVersionInfo(), MaxVersionBytes), "error", st.rejected.Error)

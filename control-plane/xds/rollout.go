@@ -14,7 +14,7 @@ var _ rollout.Server = (*Server)(nil)
 
 // Targets returns every known cluster's current version. Take it before a
 // write and pass Targets().Changed(before) to WaitFor after Refresh.
-func (s *Server) Targets() Targets {
+func (s *Server) Targets() rollout.Targets {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.clusters)
@@ -22,7 +22,7 @@ func (s *Server) Targets() Targets {
 
 // Status is the rollout of every cluster's current version to every
 // connected proxy, without waiting.
-func (s *Server) Status() Rollout {
+func (s *Server) Status() rollout.Rollout {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rolloutLocked(maps.Clone(s.clusters), nil)
@@ -30,8 +30,8 @@ func (s *Server) Status() Rollout {
 
 // rolloutLocked reports the identified streams of targets' clusters (only
 // those in ids if ids is non-nil); s.mu must be held.
-func (s *Server) rolloutLocked(targets Targets, ids map[int64]bool) Rollout {
-	r := Rollout{Targets: targets, Proxies: []ProxyStatus{}}
+func (s *Server) rolloutLocked(targets rollout.Targets, ids map[int64]bool) rollout.Rollout {
+	r := rollout.Rollout{Targets: targets, Proxies: []rollout.ProxyStatus{}}
 	for id, st := range s.streams {
 		if _, ok := targets[st.cluster]; !ok || !st.identified || (ids != nil && !ids[id]) {
 			continue
@@ -58,7 +58,7 @@ func (s *Server) rolloutLocked(targets Targets, ids map[int64]bool) Rollout {
 //	// ... write ...
 //	if err := x.Refresh(ctx); err != nil { ... }
 //	rollout, err := x.WaitFor(ctx, x.Targets().Changed(before))
-func (s *Server) WaitFor(ctx context.Context, targets Targets) (Rollout, error) {
+func (s *Server) WaitFor(ctx context.Context, targets rollout.Targets) (rollout.Rollout, error) {
 	s.mu.Lock()
 	ids := map[int64]bool{}
 	for id, st := range s.streams {
@@ -79,7 +79,7 @@ func (s *Server) WaitFor(ctx context.Context, targets Targets) (Rollout, error) 
 		kept := pending[:0]
 		for _, id := range pending {
 			st, ok := s.streams[id]
-			if ok && st.state(s.clusters[st.cluster]) == StatePending {
+			if ok && st.state(s.clusters[st.cluster]) == rollout.StatePending {
 				kept = append(kept, id)
 			}
 		}

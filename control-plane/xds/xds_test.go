@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"net"
 	"strings"
 	"sync"
@@ -265,7 +266,7 @@ func (c *client) silent() {
 }
 
 // proxy returns node's status, failing if it is not connected.
-func proxy(t *testing.T, s *testServer, node string) xds.ProxyStatus {
+func proxy(t *testing.T, s *testServer, node string) rollout.ProxyStatus {
 	t.Helper()
 	p, ok := find(s, node)
 	if !ok {
@@ -274,13 +275,13 @@ func proxy(t *testing.T, s *testServer, node string) xds.ProxyStatus {
 	return p
 }
 
-func find(s *testServer, node string) (xds.ProxyStatus, bool) {
+func find(s *testServer, node string) (rollout.ProxyStatus, bool) {
 	for _, p := range s.Proxies() {
 		if p.NodeID == node {
 			return p, true
 		}
 	}
-	return xds.ProxyStatus{}, false
+	return rollout.ProxyStatus{}, false
 }
 
 // eventually retries f until it returns nil, failing after 5 s.
@@ -299,7 +300,7 @@ func eventually(t *testing.T, f func() error) {
 	}
 }
 
-func wantState(t *testing.T, s *testServer, node string, state xds.State, acked string) {
+func wantState(t *testing.T, s *testServer, node string, state rollout.State, acked string) {
 	t.Helper()
 	eventually(t, func() error {
 		p, ok := find(s, node)
@@ -322,11 +323,11 @@ func TestApplyAndReject(t *testing.T) {
 			c.request("", "", "")
 			r := c.expect("v1")
 			p := proxy(t, s, "shop-1")
-			if p.Cluster != "shop" || p.API != api || p.Sent != "v1" || p.Pushes != 1 || p.State != xds.StatePending || p.Address == "" {
+			if p.Cluster != "shop" || p.API != api || p.Sent != "v1" || p.Pushes != 1 || p.State != rollout.StatePending || p.Address == "" {
 				t.Errorf("before ACK: %+v", p)
 			}
 			c.ack(r)
-			wantState(t, s, "shop-1", xds.StateApplied, "v1")
+			wantState(t, s, "shop-1", rollout.StateApplied, "v1")
 
 			// v2 is rejected: recorded, and not sent again.
 			s.change(t, "shop", "v2")
@@ -334,7 +335,7 @@ func TestApplyAndReject(t *testing.T) {
 			c.nack(r, "v1", "allot: configuration rejected: experiments[0].weights: sum 0.9, want 1")
 			eventually(t, func() error {
 				p := proxy(t, s, "shop-1")
-				if p.State != xds.StateRejected || p.Rejected == nil || p.Rejected.Version != "v2" ||
+				if p.State != rollout.StateRejected || p.Rejected == nil || p.Rejected.Version != "v2" ||
 					!strings.Contains(p.Rejected.Error, "sum 0.9") || p.Acked != "v1" {
 					return fmt.Errorf("after NACK: %+v (rejected %+v)", p, p.Rejected)
 				}
@@ -350,7 +351,7 @@ func TestApplyAndReject(t *testing.T) {
 			s.change(t, "shop", "v3")
 			r = c.expect("v3")
 			c.ack(r)
-			wantState(t, s, "shop-1", xds.StateApplied, "v3")
+			wantState(t, s, "shop-1", rollout.StateApplied, "v3")
 			if p := proxy(t, s, "shop-1"); p.Pushes != 3 {
 				t.Errorf("pushes = %d, want 3 (v1, v2, v3)", p.Pushes)
 			}
@@ -371,7 +372,7 @@ func TestRejectFirstConfiguration(t *testing.T) {
 	r := c.expect("v1")
 	c.nack(r, "", "bad")
 	eventually(t, func() error {
-		if p := proxy(t, s, "shop-1"); p.State != xds.StateRejected || p.Acked != "" {
+		if p := proxy(t, s, "shop-1"); p.State != rollout.StateRejected || p.Acked != "" {
 			return fmt.Errorf("%+v", p)
 		}
 		return nil
@@ -379,7 +380,7 @@ func TestRejectFirstConfiguration(t *testing.T) {
 	c.silent()
 	s.change(t, "shop", "v2")
 	c.ack(c.expect("v2"))
-	wantState(t, s, "shop-1", xds.StateApplied, "v2")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v2")
 }
 
 // A proxy that rejected v2 runs v1; going back to v1 must not send it v1
@@ -391,9 +392,9 @@ func TestRevertAfterReject(t *testing.T) {
 	c.ack(c.expect("v1"))
 	s.change(t, "shop", "v2")
 	c.nack(c.expect("v2"), "v1", "bad")
-	wantState(t, s, "shop-1", xds.StateRejected, "v1")
+	wantState(t, s, "shop-1", rollout.StateRejected, "v1")
 	s.change(t, "shop", "v1")
-	wantState(t, s, "shop-1", xds.StateApplied, "v1")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v1")
 	c.silent()
 	s.change(t, "shop", "v3")
 	c.expect("v3")
@@ -412,19 +413,19 @@ func TestReconnect(t *testing.T) {
 	s := startServer(t, b) // the restarted control plane
 	c = connect(t, s.addr, xds.APIADS, "shop-1", "shop")
 	c.request("v1", "", "")
-	wantState(t, s, "shop-1", xds.StateApplied, "v1")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v1")
 	c.silent()
 	if p := proxy(t, s, "shop-1"); p.Pushes != 0 {
 		t.Errorf("pushes = %d, want 0", p.Pushes)
 	}
 	s.change(t, "shop", "v2")
 	c.ack(c.expect("v2"))
-	wantState(t, s, "shop-1", xds.StateApplied, "v2")
+	wantState(t, s, "shop-1", rollout.StateApplied, "v2")
 
 	old := connect(t, s.addr, xds.APIECDS, "shop-2", "shop")
 	old.request("v1", "", "")
 	old.ack(old.expect("v2"))
-	wantState(t, s, "shop-2", xds.StateApplied, "v2")
+	wantState(t, s, "shop-2", rollout.StateApplied, "v2")
 }
 
 func TestWaitFor(t *testing.T) {
@@ -436,7 +437,7 @@ func TestWaitFor(t *testing.T) {
 		c := connect(t, s.addr, xds.APIADS, n.node, n.cluster)
 		c.request("", "", "")
 		c.ack(c.expect(n.version))
-		wantState(t, s, n.node, xds.StateApplied, n.version)
+		wantState(t, s, n.node, rollout.StateApplied, n.version)
 		clients[n.node] = c
 	}
 	if got := s.metric(t, "allot_xds_connected_proxies", ""); got != 4 {
@@ -444,10 +445,10 @@ func TestWaitFor(t *testing.T) {
 	}
 
 	type result struct {
-		r   xds.Rollout
+		r   rollout.Rollout
 		err error
 	}
-	waitFor := func(ctx context.Context, targets xds.Targets) chan result {
+	waitFor := func(ctx context.Context, targets rollout.Targets) chan result {
 		ch := make(chan result, 1)
 		go func() {
 			r, err := s.WaitFor(ctx, targets)
@@ -455,7 +456,7 @@ func TestWaitFor(t *testing.T) {
 		}()
 		return ch
 	}
-	write := func(version string) xds.Targets {
+	write := func(version string) rollout.Targets {
 		before := s.Targets()
 		s.change(t, "shop", version)
 		changed := s.Targets().Changed(before)
@@ -485,10 +486,10 @@ func TestWaitFor(t *testing.T) {
 		if res.err != nil {
 			t.Fatal(res.err)
 		}
-		if len(res.r.Proxies) != 3 || res.r.Count(xds.StateApplied) != 3 {
+		if len(res.r.Proxies) != 3 || res.r.Count(rollout.StateApplied) != 3 {
 			t.Errorf("rollout: %+v, want shop-1..3 applied (not cart-1, not shop-late)", res.r.Proxies)
 		}
-		if p := proxy(t, s, "shop-late"); p.State != xds.StatePending {
+		if p := proxy(t, s, "shop-late"); p.State != rollout.StatePending {
 			t.Errorf("shop-late: %+v", p)
 		}
 		if got := s.metric(t, "allot_xds_proxies", "pending"); got != 1 {
@@ -510,10 +511,10 @@ func TestWaitFor(t *testing.T) {
 		clients["shop-2"].ack(clients["shop-2"].expect("v3"))
 		clients["shop-3"].nack(clients["shop-3"].expect("v3"), "v2", "unknown field")
 		res := <-done
-		if !errors.Is(res.err, xds.ErrRejected) || !strings.Contains(res.err.Error(), "unknown field") {
+		if !errors.Is(res.err, rollout.ErrRejected) || !strings.Contains(res.err.Error(), "unknown field") {
 			t.Fatalf("err = %v, want ErrRejected naming the reason", res.err)
 		}
-		if res.r.Count(xds.StateApplied) != 2 || res.r.Count(xds.StateRejected) != 1 {
+		if res.r.Count(rollout.StateApplied) != 2 || res.r.Count(rollout.StateRejected) != 1 {
 			t.Errorf("rollout: %+v", res.r.Proxies)
 		}
 		if u := res.r.Unfinished(); len(u) != 1 || u[0].NodeID != "shop-3" || u[0].Rejected.Version != "v3" {
@@ -533,14 +534,14 @@ func TestWaitFor(t *testing.T) {
 		clients["shop-2"].nack(clients["shop-2"].expect("v4"), "v3", "bad")
 		clients["shop-3"].expect("v4") // never answered
 		res := <-done
-		if !errors.Is(res.err, context.DeadlineExceeded) || !errors.Is(res.err, xds.ErrRejected) {
+		if !errors.Is(res.err, context.DeadlineExceeded) || !errors.Is(res.err, rollout.ErrRejected) {
 			t.Fatalf("err = %v, want deadline and rejection", res.err)
 		}
-		got := map[string]xds.State{}
+		got := map[string]rollout.State{}
 		for _, p := range res.r.Proxies {
 			got[p.NodeID] = p.State
 		}
-		want := map[string]xds.State{"shop-1": xds.StateApplied, "shop-2": xds.StateRejected, "shop-3": xds.StatePending}
+		want := map[string]rollout.State{"shop-1": rollout.StateApplied, "shop-2": rollout.StateRejected, "shop-3": rollout.StatePending}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("states = %v, want %v", got, want)
 		}
