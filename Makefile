@@ -190,8 +190,8 @@ test-e2e: envoy chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION)
 	exit $${PIPESTATUS[0]}
 
 .PHONY: console-screenshots
-console-screenshots: envoy chromium ## Rewrite the web console's screenshots in docs/console/ (TestConsole and TestConsoleOutcomes in headless Chromium, ~1 min).
-	ALLOT_CONSOLE_SCREENSHOTS=docs/console $(GO) test -tags e2e -count=1 -timeout 5m -run 'TestConsole(Outcomes)?$$' ./e2e/
+console-screenshots: envoy chromium ## Rewrite the web console's screenshots in docs/console/ (TestConsole, TestConsoleOutcomes and TestConsoleGuardrailTests in headless Chromium, ~3 min).
+	ALLOT_CONSOLE_SCREENSHOTS=docs/console $(GO) test -tags e2e -count=1 -timeout 5m -run 'TestConsole(Outcomes|GuardrailTests)?$$' ./e2e/
 
 .PHONY: test-reliability
 test-reliability: envoy ## Slow suite: faults (control plane, allotd replicas, etcd members), soak, hostile input, fuzzing, SIGKILL durability; rewrites docs/RELIABILITY.md.
