@@ -67,7 +67,19 @@ type Reloader struct {
 	reloads  *prometheus.CounterVec
 	notAfter prometheus.GaugeFunc
 	denied   *prometheus.CounterVec
+
+	// verified caches, for UnaryInterceptor, the client CAs each leaf
+	// certificate (one per connection) last verified against; cleared
+	// when it holds maxVerified, so it stays bounded.
+	verified  sync.Map // *x509.Certificate → *x509.CertPool
+	nVerified atomic.Int64
 }
+
+// maxVerified bounds the certificates UnaryInterceptor remembers as
+// verified (as many as the proxies the outcomes sink counts in a second,
+// twice); past it the cache starts over and certificates are verified
+// again.
+const maxVerified = 20000
 
 // Load reads files and returns a Reloader serving them. A missing or
 // invalid file is an error naming it.
@@ -285,9 +297,9 @@ func (r *Reloader) Collectors() []prometheus.Collector {
 // too. A failed check ends the stream with PERMISSION_DENIED, so a refused
 // client receives nothing and is never tracked as a proxy, and a revoked
 // one is cut off at its next request or push. The outcomes sink's unary
-// exports, served on the same listener, are not checked here: they are
-// the proxy's whose authorized xDS streams are open on the same
-// connection (outcomes.Sink), or refused.
+// exports, served on the same listener, are the proxy's whose authorized
+// xDS streams are open on the same connection (outcomes.Sink), or
+// refused; UnaryInterceptor checks their certificate at each call.
 func (r *Reloader) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !r.MutualTLS() {
@@ -306,6 +318,51 @@ func (r *Reloader) StreamInterceptor() grpc.StreamServerInterceptor {
 			return *denied
 		}
 		return err
+	}
+}
+
+// UnaryInterceptor checks the unary calls of the xDS listener (the
+// outcomes sink's exports) when client certificates are required: the
+// caller's certificate must be unexpired and still verify against the
+// current client CAs, or the call ends with UNAUTHENTICATED (no
+// certificate) or PERMISSION_DENIED. Which proxy the call is, and whether
+// its identity may be that proxy, the xDS stream on the same connection
+// decides (outcomes.Sink); this check keeps a certificate revoked by a
+// reload (its CA removed) or expired from counting between that stream's
+// checks. A certificate is verified once per change of the client CAs.
+func (r *Reloader) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !r.MutualTLS() {
+			return handler(ctx, req)
+		}
+		chain, _, err := peerCertificate(ctx)
+		if err != nil {
+			r.denied.WithLabelValues("certificate").Inc()
+			return nil, status.Error(codes.Unauthenticated, "xds: "+err.Error())
+		}
+		leaf := chain[0]
+		if now := time.Now(); now.After(leaf.NotAfter) {
+			r.denied.WithLabelValues("certificate").Inc()
+			return nil, status.Errorf(codes.PermissionDenied, "xds: the client certificate expired at %v", leaf.NotAfter)
+		}
+		cur := r.cur.Load()
+		if v, ok := r.verified.Load(leaf); !ok || v != cur.clientCAs {
+			inter := x509.NewCertPool()
+			for _, c := range chain[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: cur.clientCAs, Intermediates: inter,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				r.denied.WithLabelValues("certificate").Inc()
+				return nil, status.Error(codes.PermissionDenied, "xds: the client certificate no longer verifies against the client CAs: "+err.Error())
+			}
+			if !ok && r.nVerified.Add(1) > maxVerified {
+				r.verified.Clear()
+				r.nVerified.Store(0)
+			}
+			r.verified.Store(leaf, cur.clientCAs)
+		}
+		return handler(ctx, req)
 	}
 }
 

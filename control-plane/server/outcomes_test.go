@@ -233,6 +233,7 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 	}
 	a := start(t, func(c *Config) {
 		c.TLS, c.XDSTLS, c.XDSStreamInterceptor, c.Collectors = r.AdminTLS(), r.XDSTLS(), r.StreamInterceptor(), r.Collectors()
+		c.XDSUnaryInterceptor = r.UnaryInterceptor()
 	})
 	checkout := proxyCA.Client(t, "spiffe://allot.test/cluster/checkout").TLS
 	for _, tt := range []struct {
@@ -269,5 +270,40 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 				t.Errorf("an export as cluster %s: %v, want code %v", tt.cluster, err, tt.want)
 			}
 		})
+	}
+
+	// A reload that removes the proxies' CA revokes their certificates: an
+	// export on a connection whose xDS stream was authorized before is
+	// refused at once, before that stream's next check.
+	conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: serverCA.Pool(), Certificates: []tls.Certificate{checkout}, MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n2", Cluster: "checkout"},
+		TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	export := func() error {
+		_, err := collectorv1.NewMetricsServiceClient(conn).Export(t.Context(), deltas(map[string]int64{"cluster.x": 1}))
+		return err
+	}
+	if err := export(); err != nil {
+		t.Fatalf("an export before the revocation: %v", err)
+	}
+	mtlstest.WriteFile(t, files.ClientCA, mtlstest.NewCA(t, "others").PEM)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := export(); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("an export after the proxies' CA was removed: %v, want PermissionDenied", err)
 	}
 }

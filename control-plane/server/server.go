@@ -77,6 +77,10 @@ type Config struct {
 	// mtls.Reloader.StreamInterceptor, which authorizes each request's node
 	// against the client certificate's identity.
 	XDSStreamInterceptor grpc.StreamServerInterceptor
+	// XDSUnaryInterceptor, when set, wraps every unary call of the xDS
+	// listener (the outcomes sink's exports): mtls.Reloader.UnaryInterceptor,
+	// which checks the client certificate is still valid.
+	XDSUnaryInterceptor grpc.UnaryServerInterceptor
 	// Collectors are extra Prometheus collectors exposed on /metrics
 	// beside allotd's own (Go runtime, process, admin API, experiments).
 	Collectors []prometheus.Collector
@@ -253,6 +257,9 @@ func newXDSGRPC(cfg Config, x *xds.Server) *grpc.Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.XDSTLS)))
 	case cfg.TLS != nil:
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.XDSUnaryInterceptor != nil {
+		opts = append(opts, grpc.UnaryInterceptor(cfg.XDSUnaryInterceptor))
 	}
 	if cfg.XDSStreamInterceptor != nil {
 		opts = append(opts, grpc.StreamInterceptor(cfg.XDSStreamInterceptor))

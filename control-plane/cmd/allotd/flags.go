@@ -77,7 +77,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		cfg.TLS, cfg.XDSTLS = r.AdminTLS(), r.XDSTLS()
 		if r.MutualTLS() {
-			cfg.XDSStreamInterceptor = r.StreamInterceptor()
+			cfg.XDSStreamInterceptor, cfg.XDSUnaryInterceptor = r.StreamInterceptor(), r.UnaryInterceptor()
 		}
 		cfg.Collectors = append(cfg.Collectors, r.Collectors()...)
 		ctx, cancel := context.WithCancel(ctx)
