@@ -274,6 +274,22 @@ func TestPausedRampWaits(t *testing.T) {
 	check(1)
 }
 
+// rampOfShop creates experiment checkout of service shop with a ramp of
+// two steps and no hold, has g check it three times a minute apart, and
+// returns the ramp's step.
+func (f *fixture) rampOfShop(t *testing.T, g *Guardian) int32 {
+	t.Helper()
+	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
+		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
+	for range 3 {
+		f.clock.Add(time.Minute)
+		if err := g.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f.get(t, "checkout").GetRampState().GetStep()
+}
+
 // proxies is a hand-written admin.Rollouts: its proxy of cluster shop is
 // in state, and a waited write finds both proxies applied.
 type proxies struct{ state string }
@@ -296,16 +312,8 @@ func TestRampWaitsForProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
-		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
-	for range 3 {
-		f.clock.Add(time.Minute)
-		if err := g.Check(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 0 {
-		t.Fatalf("step %d with a proxy pending, want 0", e.GetRampState().GetStep())
+	if step := f.rampOfShop(t, g); step != 0 {
+		t.Fatalf("step %d with a proxy pending, want 0", step)
 	}
 	if v := testutil.ToFloat64(g.waiting.WithLabelValues("checkout", waitProxies)); v != 1 {
 		t.Errorf(`allot_ramp_waiting{reason="proxies"} = %v while a proxy is pending, want 1`, v)

@@ -114,16 +114,8 @@ func TestRampNeedsAKnownRollout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.create(t, `{"key":"checkout","variations":["control","treatment"],"services":["shop"],
-		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.5}]}}`)
-	for range 3 {
-		f.clock.Add(time.Minute)
-		if err := g.Check(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 0 {
-		t.Errorf("ramp at step %d (coverage %v) while the rollout status is %q, want step 0", e.GetRampState().GetStep(), e.GetCoverage(), unknownRollout{}.Status().GetError())
+	if step := f.rampOfShop(t, g); step != 0 {
+		t.Errorf("ramp at step %d while the rollout status is %q, want step 0", step, unknownRollout{}.Status().GetError())
 	}
 }
 

@@ -236,6 +236,33 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 		c.XDSUnaryInterceptor = r.UnaryInterceptor()
 	})
 	checkout := proxyCA.Client(t, "spiffe://allot.test/cluster/checkout").TLS
+	// asProxy connects with checkout's certificate and opens an ADS stream
+	// as node of cluster, returning the connection and the stream's first
+	// answer's error (the configuration, or the refusal).
+	asProxy := func(t *testing.T, node, cluster string) (*grpc.ClientConn, error) {
+		t.Helper()
+		conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			RootCAs: serverCA.Pool(), Certificates: []tls.Certificate{checkout}, MinVersion: tls.VersionTLS12})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node, Cluster: cluster},
+			TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ads.Recv()
+		return conn, err
+	}
+	export := func(t *testing.T, conn *grpc.ClientConn) error {
+		_, err := collectorv1.NewMetricsServiceClient(conn).Export(t.Context(), deltas(map[string]int64{
+			"wasmcustom.allot.experiment.checkout.variation.0.response.2xx": 1}))
+		return err
+	}
 	for _, tt := range []struct {
 		name, cluster string
 		want          codes.Code
@@ -244,29 +271,11 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 		{"another cluster", "payments", codes.Unauthenticated},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-				RootCAs: serverCA.Pool(), Certificates: []tls.Certificate{checkout}, MinVersion: tls.VersionTLS12})))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: tt.cluster},
-				TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
-				t.Fatal(err)
-			}
-			_, recvErr := ads.Recv() // the configuration, or the refusal
+			conn, recvErr := asProxy(t, "n1", tt.cluster)
 			if tt.want == codes.OK && recvErr != nil {
 				t.Fatalf("xDS as cluster %s: %v", tt.cluster, recvErr)
 			}
-			_, err = collectorv1.NewMetricsServiceClient(conn).Export(ctx, deltas(map[string]int64{
-				"wasmcustom.allot.experiment.checkout.variation.0.response.2xx": 1}))
-			if status.Code(err) != tt.want {
+			if err := export(t, conn); status.Code(err) != tt.want {
 				t.Errorf("an export as cluster %s: %v, want code %v", tt.cluster, err, tt.want)
 			}
 		})
@@ -275,35 +284,18 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 	// A reload that removes the proxies' CA revokes their certificates: an
 	// export on a connection whose xDS stream was authorized before is
 	// refused at once, before that stream's next check.
-	conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: serverCA.Pool(), Certificates: []tls.Certificate{checkout}, MinVersion: tls.VersionTLS12})))
+	conn, err := asProxy(t, "n2", "checkout")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n2", Cluster: "checkout"},
-		TypeUrl: resource.ExtensionConfigType, ResourceNames: []string{"allot"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ads.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	export := func() error {
-		_, err := collectorv1.NewMetricsServiceClient(conn).Export(t.Context(), deltas(map[string]int64{"cluster.x": 1}))
-		return err
-	}
-	if err := export(); err != nil {
+	if err := export(t, conn); err != nil {
 		t.Fatalf("an export before the revocation: %v", err)
 	}
 	mtlstest.WriteFile(t, files.ClientCA, mtlstest.NewCA(t, "others").PEM)
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if err := export(); status.Code(err) != codes.PermissionDenied {
+	if err := export(t, conn); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("an export after the proxies' CA was removed: %v, want PermissionDenied", err)
 	}
 }
