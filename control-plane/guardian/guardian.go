@@ -172,12 +172,21 @@ func (g *Guardian) Check(ctx context.Context) error {
 	g.step.Reset()
 	g.waiting.Reset()
 	now := g.now()
+	// Where the proxies stand is read once a check, by the first ramp that
+	// asks (with replicas it is a read of the mesh registry).
+	var st *adminv1.Rollout
+	status := func() *adminv1.Rollout {
+		if st == nil {
+			st = g.rollouts.Status()
+		}
+		return st
+	}
 	var errs []error
 	for _, e := range list {
 		if (len(e.GetGuardrails()) == 0 && e.GetRamp() == nil) || !experiment.Running(e, now) {
 			continue
 		}
-		if err := g.one(ctx, e, now); err != nil {
+		if err := g.one(ctx, e, now, status); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -185,8 +194,9 @@ func (g *Guardian) Check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// one checks e, a running experiment with guardrails or a ramp.
-func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time.Time) error {
+// one checks e, a running experiment with guardrails or a ramp; status is
+// the rollout status of this check.
+func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time.Time, status func() *adminv1.Rollout) error {
 	holding := true // every guardrail evaluated for every treatment, none breached
 	if len(e.GetGuardrails()) > 0 {
 		rep, err := g.reports.Report(ctx, e.GetKey(), 1)
@@ -220,7 +230,7 @@ func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time
 	}
 	if e.GetRamp() != nil {
 		g.step.WithLabelValues(e.GetKey()).Set(float64(e.GetRampState().GetStep()))
-		return g.advance(ctx, e, holding, now)
+		return g.advance(ctx, e, holding, now, status)
 	}
 	return nil
 }
@@ -293,7 +303,7 @@ func (g *Guardian) record(ctx context.Context, key string, rb *experimentv1.Roll
 // advance starts e's ramp or moves it to its next step: once the step was
 // held its min_hold, every guardrail holds (holding) and every proxy e
 // applies to runs the current configuration.
-func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, holding bool, now time.Time) error {
+func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, holding bool, now time.Time, status func() *adminv1.Rollout) error {
 	steps := e.GetRamp().GetSteps()
 	if len(steps) == 0 {
 		return nil
@@ -316,7 +326,7 @@ func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, hold
 		case !holding:
 			g.waiting.WithLabelValues(e.GetKey(), waitGuardrails).Set(1)
 			return nil
-		case !g.appliedEverywhere(e):
+		case !g.appliedEverywhere(e, status):
 			g.waiting.WithLabelValues(e.GetKey(), waitProxies).Set(1)
 			return nil
 		}
@@ -339,11 +349,11 @@ func (g *Guardian) advance(ctx context.Context, e *experimentv1.Experiment, hold
 
 // appliedEverywhere reports whether every proxy e applies to has applied
 // its cluster's current configuration (with no rollouts tracked: true).
-func (g *Guardian) appliedEverywhere(e *experimentv1.Experiment) bool {
+func (g *Guardian) appliedEverywhere(e *experimentv1.Experiment, status func() *adminv1.Rollout) bool {
 	if g.rollouts == nil {
 		return true
 	}
-	st := g.rollouts.Status()
+	st := status()
 	if st.GetResult() == rollout.ResultError {
 		return false // where the proxies stand is unknown: wait
 	}
