@@ -1,0 +1,329 @@
+package dynmod
+
+/*
+#include <stdlib.h>
+#include <string.h>
+
+#include "wcache.h"
+
+#cgo noescape allot_wcache_insert
+#cgo nocallback allot_wcache_insert
+#cgo nocallback allot_wcache_take
+#cgo nocallback allot_wcache_bump
+
+// The allocator the tests count with (allocatorCounting): every
+// allocation and free of a cache made with it, and, when budget is not
+// negative, a failure once budget allocations have been made.
+static size_t allot_counted_allocs, allot_counted_frees;
+static long allot_alloc_budget = -1;
+static void* allot_counting_alloc(size_t n) {
+  if (allot_alloc_budget == 0) return NULL;
+  if (allot_alloc_budget > 0) allot_alloc_budget--;
+  allot_counted_allocs++;
+  return malloc(n);
+}
+static void allot_counting_free(void* p) {
+  if (p != NULL) allot_counted_frees++;
+  free(p);
+}
+static const allot_allocator allot_counting = {allot_counting_alloc, allot_counting_free};
+static const allot_allocator* allot_counting_allocator(void) { return &allot_counting; }
+static void allot_counting_reset(long budget) {
+  allot_counted_allocs = allot_counted_frees = 0;
+  allot_alloc_budget = budget;
+}
+static size_t allot_counting_allocs(void) { return allot_counted_allocs; }
+static size_t allot_counting_frees(void) { return allot_counted_frees; }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// The warm path's bounds (wcache.h).
+const (
+	// WarmMaxHeaders is the most request headers the warm path reads; a
+	// request with more goes to Go.
+	WarmMaxHeaders = C.ALLOT_WCACHE_MAX_HEADERS
+	// WarmMaxKey is the longest cache key the warm path builds or keeps.
+	WarmMaxKey = C.ALLOT_WCACHE_MAX_KEY
+	// WarmMaxSlots bounds a plan's value slots and its headers.
+	WarmMaxSlots = C.ALLOT_WPLAN_MAX_SLOTS
+	// WarmMaxEntries bounds a cache's entries.
+	WarmMaxEntries = C.ALLOT_WCACHE_MAX_ENTRIES
+	// WarmEntryOverhead is what an entry costs against its cache's byte
+	// bound besides its key, headers, exposure record and counter positions.
+	WarmEntryOverhead = C.ALLOT_WENTRY_OVERHEAD
+)
+
+// Results of a warm lookup (allot_wcache_find).
+const (
+	warmHit     = C.ALLOT_WFIND_HIT
+	warmMiss    = C.ALLOT_WFIND_MISS
+	warmOwned   = C.ALLOT_WFIND_OWNED
+	warmTooMany = C.ALLOT_WFIND_TOO_MANY
+	warmTooLong = C.ALLOT_WFIND_TOO_LONG
+)
+
+// WarmHeader is a request header whose value fills one of a warm plan's
+// value slots.
+type WarmHeader struct {
+	Name string
+	Slot int
+}
+
+// WarmPlan is, for one configuration, what the warm path needs to build a
+// request's cache key in C as the plugin builds it in Go: the value slots,
+// the headers that fill them, the constant slots' values, and the header
+// names the filter owns (a request carrying one goes to Go). Read-only once
+// made; Free it after every cache made from it.
+type WarmPlan struct{ p *C.allot_wplan }
+
+// NewWarmPlan makes a plan of slots value slots filled by headers (a
+// header's first non-empty value fills its slot), consts the constant
+// slots' values (nil or slots long; "" for a header slot), and the owned
+// names: the assignment header prefix, the dictionary and the version
+// header, ASCII, compared in any case. An invalid plan is an error naming
+// the field.
+func NewWarmPlan(slots int, headers []WarmHeader, consts []string, prefix, dictionary, version string) (*WarmPlan, error) {
+	return newWarmPlan(slots, headers, consts, prefix, dictionary, version, nil)
+}
+
+func newWarmPlan(slots int, headers []WarmHeader, consts []string, prefix, dictionary, version string, a *C.allot_allocator) (*WarmPlan, error) {
+	var errs []error
+	if slots < 0 || slots > WarmMaxSlots {
+		errs = append(errs, fmt.Errorf("slots: %d, want 0 to %d", slots, WarmMaxSlots))
+	}
+	if len(headers) > WarmMaxSlots {
+		errs = append(errs, fmt.Errorf("headers: %d, want at most %d", len(headers), WarmMaxSlots))
+	}
+	for i, h := range headers {
+		if h.Slot < 0 || h.Slot >= slots {
+			errs = append(errs, fmt.Errorf("headers[%d].slot: %d, want 0 to %d", i, h.Slot, slots-1))
+		}
+		if h.Name == "" {
+			errs = append(errs, fmt.Errorf("headers[%d].name: empty", i))
+		}
+	}
+	if consts != nil && len(consts) != slots {
+		errs = append(errs, fmt.Errorf("consts: %d values, want %d (one per slot)", len(consts), slots))
+	}
+	for _, n := range []struct{ field, name string }{{"prefix", prefix}, {"dictionary", dictionary}, {"version", version}} {
+		if n.name == "" || !isASCII(n.name) {
+			errs = append(errs, fmt.Errorf("%s: %q, want a non-empty ASCII header name", n.field, n.name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("warm plan: %w", err)
+	}
+	// Everything handed to C lives in C memory for the call: the headers'
+	// array holds pointers, which cgo does not let Go memory hold.
+	var mem cArena
+	defer mem.free()
+	ch := (*C.allot_wplan_header)(mem.alloc(len(headers) * C.sizeof_allot_wplan_header))
+	hs := unsafe.Slice(ch, len(headers))
+	for i, h := range headers {
+		hs[i] = C.allot_wplan_header{name: mem.str(h.Name), name_length: C.size_t(len(h.Name)), slot: C.uint32_t(h.Slot)}
+	}
+	var cc *C.allot_buffer
+	if consts != nil {
+		cc = (*C.allot_buffer)(mem.alloc(slots * C.sizeof_allot_buffer))
+		cs := unsafe.Slice(cc, slots)
+		for i, v := range consts {
+			cs[i] = mem.buf(v)
+		}
+	}
+	p := C.allot_wplan_new(C.size_t(slots), ch, C.size_t(len(headers)), cc, mem.buf(strings.ToLower(prefix)),
+		mem.buf(strings.ToLower(dictionary)), mem.buf(strings.ToLower(version)), a)
+	if p == nil {
+		return nil, errors.New("warm plan: no memory")
+	}
+	return &WarmPlan{p: p}, nil
+}
+
+// Free releases the plan.
+func (p *WarmPlan) Free() {
+	C.allot_wplan_free(p.p)
+	p.p = nil
+}
+
+// WarmCache is one worker's warm cache for one configuration: used only on
+// that worker's thread (Take excepted), freed with the configuration.
+type WarmCache struct{ c *C.allot_wcache }
+
+// NewWarmCache makes a cache for plan p (which must outlive it) of at most
+// maxEntries entries and maxBytes bytes of entries, with counters pending
+// counts.
+func NewWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int) (*WarmCache, error) {
+	return newWarmCache(p, maxEntries, maxBytes, counters, nil)
+}
+
+func newWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int, a *C.allot_allocator) (*WarmCache, error) {
+	var errs []error
+	if maxEntries < 1 || maxEntries > WarmMaxEntries {
+		errs = append(errs, fmt.Errorf("maxEntries: %d, want 1 to %d", maxEntries, WarmMaxEntries))
+	}
+	if maxBytes < 1 {
+		errs = append(errs, fmt.Errorf("maxBytes: %d, want at least 1", maxBytes))
+	}
+	if counters < 0 {
+		errs = append(errs, fmt.Errorf("counters: %d, want at least 0", counters))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("warm cache: %w", err)
+	}
+	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), a)
+	if c == nil {
+		return nil, errors.New("warm cache: no memory")
+	}
+	return &WarmCache{c: c}, nil
+}
+
+// Free releases the cache and its entries.
+func (c *WarmCache) Free() {
+	C.allot_wcache_free(c.c)
+	c.c = nil
+}
+
+// Bump starts a new generation: no entry inserted before is served again.
+func (c *WarmCache) Bump() { C.allot_wcache_bump(c.c) }
+
+// Insert caches what a request with key got: the headers of b, in its
+// order, the exposure record (empty: none) and the counter positions a
+// hit counts. False if the cache refused it (too large for its bounds) or
+// had no memory.
+func (c *WarmCache) Insert(key []byte, b *HeaderBatch, exposure []byte, stats []uint32) bool {
+	return bool(C.allot_wcache_insert(c.c, C.uint64_t(C.allot_wkey_hash(cBytes(key), C.size_t(len(key)))), cBytes(key),
+		C.size_t(len(key)), cBytes(b.data), (*C.uint32_t)(unsafe.SliceData(b.lens)), C.size_t(b.Len()),
+		cBytes(exposure), C.size_t(len(exposure)), (*C.uint32_t)(unsafe.SliceData(stats)), C.size_t(len(stats))))
+}
+
+// Take returns the count pending at counter position i and resets it.
+func (c *WarmCache) Take(i int) uint64 { return uint64(C.allot_wcache_take(c.c, C.size_t(i))) }
+
+// cBytes is b's first byte for C (nil if empty).
+func cBytes(b []byte) *C.char { return (*C.char)(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// cArena is C memory for one call's arguments, freed together.
+type cArena struct{ blocks []unsafe.Pointer }
+
+func (m *cArena) alloc(n int) unsafe.Pointer {
+	if n == 0 {
+		return nil
+	}
+	p := C.calloc(1, C.size_t(n))
+	m.blocks = append(m.blocks, p)
+	return p
+}
+
+func (m *cArena) str(s string) *C.char {
+	p := (*C.char)(m.alloc(len(s)))
+	if p != nil {
+		C.memcpy(unsafe.Pointer(p), unsafe.Pointer(unsafe.StringData(s)), C.size_t(len(s)))
+	}
+	return p
+}
+
+func (m *cArena) buf(s string) C.allot_buffer {
+	return C.allot_buffer{ptr: m.str(s), length: C.size_t(len(s))}
+}
+
+func (m *cArena) free() {
+	for _, p := range m.blocks {
+		C.free(p)
+	}
+}
+
+// warmEntry is a Go copy of a cached entry, for tests.
+type warmEntry struct {
+	headers  [][2]string
+	exposure string
+	stats    []uint32
+	key      string
+	gen      uint32
+}
+
+func copyEntry(e *C.allot_wentry) *warmEntry {
+	if e == nil {
+		return nil
+	}
+	out := &warmEntry{key: C.GoStringN(e.key, C.int(e.key_length)), gen: uint32(e.gen)}
+	lens := unsafe.Slice(e.lens, 2*int(e.n_headers))
+	data := e.headers
+	off := 0
+	for i := range int(e.n_headers) {
+		k := C.GoStringN((*C.char)(unsafe.Add(unsafe.Pointer(data), off)), C.int(lens[2*i]))
+		off += int(lens[2*i])
+		v := C.GoStringN((*C.char)(unsafe.Add(unsafe.Pointer(data), off)), C.int(lens[2*i+1]))
+		off += int(lens[2*i+1])
+		out.headers = append(out.headers, [2]string{k, v})
+	}
+	if e.exposure != nil {
+		out.exposure = C.GoStringN(e.exposure, C.int(e.exposure_length))
+	}
+	for _, s := range unsafe.Slice(e.stats, int(e.n_stats)) {
+		out.stats = append(out.stats, uint32(s))
+	}
+	return out
+}
+
+// find runs the warm lookup over request headers pairs, copied into C
+// memory as Envoy's would be, and returns its result, the key it built
+// and, on a hit, the entry. allocs is how many allocations the counting
+// allocator saw during the lookup itself.
+func (c *WarmCache) find(pairs [][2]string) (status int, key string, hit *warmEntry, allocs int) {
+	var mem cArena
+	defer mem.free()
+	n := len(pairs)
+	var h *C.allot_header
+	if n <= WarmMaxHeaders {
+		h = c.c.hdrs // the worker's scratch, as the hook fills it
+	} else {
+		h = (*C.allot_header)(mem.alloc(n * C.sizeof_allot_header))
+	}
+	hs := unsafe.Slice(h, n)
+	for i, kv := range pairs {
+		hs[i] = C.allot_header{key_ptr: mem.str(kv[0]), key_length: C.size_t(len(kv[0])),
+			value_ptr: mem.str(kv[1]), value_length: C.size_t(len(kv[1]))}
+	}
+	var e *C.allot_wentry
+	before := C.allot_counting_allocs()
+	r := C.allot_wcache_find(c.c, h, C.size_t(n), &e)
+	allocs = int(C.allot_counting_allocs() - before)
+	return int(r), C.GoStringN(c.c.key, C.int(c.c.key_length)), copyEntry(e), allocs
+}
+
+// get looks key up directly.
+func (c *WarmCache) get(key []byte) *warmEntry {
+	var mem cArena
+	defer mem.free()
+	k := mem.str(string(key))
+	return copyEntry(C.allot_wcache_get(c.c, C.allot_wkey_hash(k, C.size_t(len(key))), k, C.size_t(len(key))))
+}
+
+// count adds n to pending count i, as the warm path's hits do.
+func (c *WarmCache) count(i int, n uint64) { C.allot_wcache_count(c.c, C.size_t(i), C.uint64_t(n)) }
+
+// entries and bytes are what the cache holds and counts.
+func (c *WarmCache) entries() int { return int(c.c.n) }
+func (c *WarmCache) bytes() int   { return int(c.c.bytes) }
+
+// allocatorCounting is the tests' allocator; countingReset zeroes its
+// counts and lets budget more allocations succeed (negative: all).
+func allocatorCounting() *C.allot_allocator { return C.allot_counting_allocator() }
+func countingReset(budget int)              { C.allot_counting_reset(C.long(budget)) }
+func countingAllocs() int                   { return int(C.allot_counting_allocs()) }
+func countingFrees() int                    { return int(C.allot_counting_frees()) }
