@@ -287,3 +287,48 @@ bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t
   while (c->n > c->max_entries || c->bytes > c->max_bytes) allot_drop(c, c->oldest);
   return true;
 }
+
+void allot_wcache_take_all(allot_wcache* c, uint64_t* out, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = allot_wcache_take(c, i);
+}
+
+void allot_wconfig_free(allot_wconfig* w) {
+  if (w == NULL) return;
+  const allot_allocator a = w->a;
+  if (w->workers != NULL) {
+    for (size_t i = 0; i < w->n_workers; i++) allot_wcache_free(w->workers[i]);
+    a.free(w->workers);
+  }
+  allot_wplan_free(w->plan);
+  a.free((void*)w->exposure_key.ptr);
+  a.free(w);
+}
+
+allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max_entries, size_t max_bytes,
+                                 size_t n_counters, allot_buffer exposure_key, const allot_allocator* alloc) {
+  const allot_allocator* a = allot_or_default(alloc);
+  allot_wconfig* w = a->alloc(sizeof(allot_wconfig));
+  if (w == NULL) {
+    allot_wplan_free(plan);
+    return NULL;
+  }
+  memset(w, 0, sizeof(*w));
+  w->a = *a;
+  w->plan = plan;
+  if (plan == NULL) return w;
+  if (n_workers > ALLOT_WCONFIG_MAX_WORKERS || !allot_copy(a, exposure_key, &w->exposure_key)) goto fail;
+  if (n_workers > 0) {
+    w->workers = a->alloc(n_workers * sizeof(allot_wcache*));
+    if (w->workers == NULL) goto fail;
+    memset(w->workers, 0, n_workers * sizeof(allot_wcache*));
+    w->n_workers = n_workers;
+    for (size_t i = 0; i < n_workers; i++) {
+      w->workers[i] = allot_wcache_new(plan, max_entries, max_bytes, n_counters, a);
+      if (w->workers[i] == NULL) goto fail;
+    }
+  }
+  return w;
+fail:
+  allot_wconfig_free(w);
+  return NULL;
+}

@@ -10,6 +10,8 @@ package dynmod
 #cgo nocallback allot_wcache_insert
 #cgo nocallback allot_wcache_take
 #cgo nocallback allot_wcache_bump
+#cgo noescape allot_wcache_take_all
+#cgo nocallback allot_wcache_take_all
 
 // The allocator the tests count with (allocatorCounting): every
 // allocation and free of a cache made with it, and, when budget is not
@@ -163,6 +165,19 @@ func NewWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int) (*WarmCache, 
 }
 
 func newWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int, a *C.allot_allocator) (*WarmCache, error) {
+	if err := errors.Join(cacheProblems(maxEntries, maxBytes, counters)...); err != nil {
+		return nil, fmt.Errorf("warm cache: %w", err)
+	}
+	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), a)
+	if c == nil {
+		return nil, errors.New("warm cache: no memory")
+	}
+	return &WarmCache{c: c}, nil
+}
+
+// cacheProblems are what is wrong with a cache's bounds, each naming its
+// field.
+func cacheProblems(maxEntries, maxBytes, counters int) []error {
 	var errs []error
 	if maxEntries < 1 || maxEntries > WarmMaxEntries {
 		errs = append(errs, fmt.Errorf("maxEntries: %d, want 1 to %d", maxEntries, WarmMaxEntries))
@@ -173,14 +188,7 @@ func newWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int, a *C.allot_al
 	if counters < 0 {
 		errs = append(errs, fmt.Errorf("counters: %d, want at least 0", counters))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("warm cache: %w", err)
-	}
-	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), a)
-	if c == nil {
-		return nil, errors.New("warm cache: no memory")
-	}
-	return &WarmCache{c: c}, nil
+	return errs
 }
 
 // Free releases the cache and its entries.
@@ -204,6 +212,89 @@ func (c *WarmCache) Insert(key []byte, b *HeaderBatch, exposure []byte, stats []
 
 // Take returns the count pending at counter position i and resets it.
 func (c *WarmCache) Take(i int) uint64 { return uint64(C.allot_wcache_take(c.c, C.size_t(i))) }
+
+// WarmMaxWorkers bounds the workers a configuration keeps warm caches
+// for; a worker of a higher index is served by Go.
+const WarmMaxWorkers = C.ALLOT_WCONFIG_MAX_WORKERS
+
+// WarmConfig is the C side of one configuration, which the C request hook
+// reads: its Handle is the configuration's handle (Stateless aside). Made
+// and freed on Envoy's main thread, after no stream uses it.
+type WarmConfig struct {
+	c      *C.allot_wconfig
+	caches []WarmCache // the workers' caches, by worker index
+}
+
+// NewColdConfig makes the C side of a configuration the warm path does
+// not serve: every request goes to Go.
+func NewColdConfig() (*WarmConfig, error) {
+	c := C.allot_wconfig_new(nil, 0, 0, 0, 0, C.allot_buffer{}, nil)
+	if c == nil {
+		return nil, errors.New("cold config: no memory")
+	}
+	return &WarmConfig{c: c}, nil
+}
+
+// NewWarmConfig makes the C side of a configuration the warm path serves
+// with plan p, which it takes (it is freed with the WarmConfig, or now on
+// an error): a cache per worker, of at most maxEntries entries and
+// maxBytes bytes each, with counters pending counts; exposureKey is the
+// exposure record's filter state key.
+func NewWarmConfig(p *WarmPlan, workers, maxEntries, maxBytes, counters int, exposureKey string) (*WarmConfig, error) {
+	errs := cacheProblems(maxEntries, maxBytes, counters)
+	if workers < 0 || workers > WarmMaxWorkers {
+		errs = append(errs, fmt.Errorf("workers: %d, want 0 to %d", workers, WarmMaxWorkers))
+	}
+	if err := errors.Join(errs...); err != nil {
+		p.Free()
+		return nil, fmt.Errorf("warm config: %w", err)
+	}
+	var mem cArena
+	defer mem.free()
+	c := C.allot_wconfig_new(p.p, C.size_t(workers), C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters),
+		mem.buf(exposureKey), nil)
+	p.p = nil // taken
+	if c == nil {
+		return nil, errors.New("warm config: no memory")
+	}
+	w := &WarmConfig{c: c, caches: make([]WarmCache, workers)}
+	for i, wc := range unsafe.Slice(c.workers, workers) {
+		w.caches[i] = WarmCache{c: wc}
+	}
+	return w, nil
+}
+
+// Handle is the configuration's handle: the C side's address, whose low
+// bit is free (malloc aligns it) for Stateless.
+func (w *WarmConfig) Handle() uintptr { return uintptr(unsafe.Pointer(w.c)) }
+
+// Free releases the C side, its plan and its caches.
+func (w *WarmConfig) Free() {
+	C.allot_wconfig_free(w.c)
+	w.c, w.caches = nil, nil
+}
+
+// Worker is worker i's cache; nil if the configuration is cold or has
+// none for i. Use it on worker i's thread only (TakeAll excepted).
+func (w *WarmConfig) Worker(i int) *WarmCache {
+	if i < 0 || i >= len(w.caches) {
+		return nil
+	}
+	return &w.caches[i]
+}
+
+// Workers is the number of workers with a cache.
+func (w *WarmConfig) Workers() int { return len(w.caches) }
+
+// TakeAll moves the counts pending in c into dst, by counter position
+// (0 past c's counters).
+func (c *WarmCache) TakeAll(dst []uint64) {
+	n := min(len(dst), int(c.c.n_counters))
+	clear(dst[n:])
+	if n > 0 {
+		C.allot_wcache_take_all(c.c, (*C.uint64_t)(unsafe.SliceData(dst)), C.size_t(n))
+	}
+}
 
 // cBytes is b's first byte for C (nil if empty).
 func cBytes(b []byte) *C.char { return (*C.char)(unsafe.Pointer(unsafe.SliceData(b))) }

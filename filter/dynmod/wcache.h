@@ -34,6 +34,9 @@
 #define ALLOT_WCACHE_MAX_KEY 8192
 // ALLOT_WPLAN_MAX_SLOTS bounds a plan's value slots.
 #define ALLOT_WPLAN_MAX_SLOTS 1024
+// ALLOT_WCONFIG_MAX_WORKERS bounds the workers a configuration keeps
+// caches for; a worker of a higher index goes to Go.
+#define ALLOT_WCONFIG_MAX_WORKERS 1024
 // ALLOT_WCACHE_MAX_ENTRIES bounds a cache's entries (the configuration's
 // cacheSize is an int32).
 #define ALLOT_WCACHE_MAX_ENTRIES (1u << 24)
@@ -154,6 +157,33 @@ const allot_wentry* allot_wcache_get(allot_wcache* c, uint64_t hash, const char*
 bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const char* data,
                          const uint32_t* lens, size_t n_headers, const char* exposure, size_t exposure_length,
                          const uint32_t* stats, size_t n_stats);
+
+// allot_wcache_take_all moves the n first pending counts into out (any
+// thread).
+void allot_wcache_take_all(allot_wcache* c, uint64_t* out, size_t n);
+
+// allot_wconfig is the C side of one configuration, whose address is its
+// handle (dynmod.Stateless aside: malloc aligns it). plan NULL: the warm
+// path is off for it and every request goes to Go; else workers[i] is
+// worker i's cache. Made and freed on Envoy's main thread; a worker reads
+// it and touches its own cache only.
+typedef struct {
+  allot_wplan* plan;
+  allot_wcache** workers;
+  size_t n_workers;
+  allot_buffer exposure_key;  // the exposure record's filter state
+  allot_allocator a;
+} allot_wconfig;
+
+// allot_wconfig_new makes a configuration's C side, taking plan (NULL:
+// off; freed with it, or here if it cannot be made): n_workers caches of
+// the given bounds and n_counters pending counts each. NULL on no memory
+// or bounds out of range.
+allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max_entries, size_t max_bytes,
+                                 size_t n_counters, allot_buffer exposure_key, const allot_allocator* a);
+
+// allot_wconfig_free frees a configuration's C side: caches, plan, all.
+void allot_wconfig_free(allot_wconfig* w);
 
 // allot_wcache_count adds n to pending count i (the worker's thread).
 static inline void allot_wcache_count(allot_wcache* c, size_t i, uint64_t n) {

@@ -377,3 +377,43 @@ func TestWarmPlanRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmConfig: a configuration's C side has a handle with the
+// Stateless bit free; a cold one has no worker caches, a warm one one per
+// worker, each its own; bounds out of range are refused naming the field
+// (and the plan is freed either way: ASan's leak check).
+func TestWarmConfig(t *testing.T) {
+	cold, err := NewColdConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cold.Free()
+	if cold.Handle()&Stateless != 0 || cold.Handle() == 0 || cold.Workers() != 0 || cold.Worker(0) != nil {
+		t.Errorf("cold config: handle %#x, %d workers", cold.Handle(), cold.Workers())
+	}
+	p := testPlan(t, false)
+	warm, err := NewWarmConfig(p, 2, 16, 1<<16, 3, "wasm.allot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Free()
+	if warm.Handle()&Stateless != 0 || warm.Workers() != 2 || warm.Worker(2) != nil || warm.Worker(-1) != nil {
+		t.Fatalf("warm config: handle %#x, %d workers", warm.Handle(), warm.Workers())
+	}
+	insert(t, warm.Worker(0), "u1", [][2]string{{"x-experiment-a", "v"}}, "", nil)
+	if hit(warm.Worker(0), "u1") == nil || hit(warm.Worker(1), "u1") != nil {
+		t.Error("want worker 0's entry in worker 0's cache only")
+	}
+	warm.Worker(1).count(2, 4)
+	got := []uint64{9, 9, 9, 9}
+	warm.Worker(1).TakeAll(got)
+	if !slices.Equal(got, []uint64{0, 0, 4, 0}) {
+		t.Errorf("TakeAll = %v, want [0 0 4 0]", got)
+	}
+	_, err = NewWarmConfig(testPlan(t, false), WarmMaxWorkers+1, 0, 1, 0, "wasm.allot")
+	for _, want := range []string{"workers", "maxEntries"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}

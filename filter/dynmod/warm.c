@@ -1,0 +1,54 @@
+// The request-headers hook: the warm path in C, Go for everything else
+// (docs/perf/native-warm-path.md). A request of a configuration whose C
+// side has a plan, whose headers build a key its worker's cache holds, is
+// served here: the cached headers added in Go's order, the exposure
+// record, the counts, the route cleared. Any other request, and one whose
+// add Envoy refuses, enters Go (allot_go_request_headers, exports.go),
+// which runs as it always did: C's partial adds carry names the filter
+// owns, so Go removes them first, as it removes forged ones.
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "_cgo_export.h"
+#include "callbacks.h"
+#include "wcache.h"
+
+// allot_warm_serve serves a request from its worker's cache; false if it
+// did not (nothing counted; headers possibly added, which Go removes).
+static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
+  uintptr_t h = (m & 1) ? m : ((allot_stream*)m)->config;
+  const allot_wconfig* w = (const allot_wconfig*)(h & ~(uintptr_t)1);
+  if (w->plan == NULL) return false;
+  uint32_t i = envoy_dynamic_module_callback_http_filter_get_worker_index(f);
+  if (i >= w->n_workers) return false;
+  allot_wcache* c = w->workers[i];
+  size_t n = envoy_dynamic_module_callback_http_get_headers_size(f, 0);  // 0: request headers
+  if (n > ALLOT_WCACHE_MAX_HEADERS) return false;
+  if (n > 0 && !envoy_dynamic_module_callback_http_get_headers(f, 0, c->hdrs)) return false;
+  const allot_wentry* e;
+  if (allot_wcache_find(c, c->hdrs, n, &e) != ALLOT_WFIND_HIT) return false;
+  const char* d = e->headers;
+  for (uint32_t k = 0; k < e->n_headers; k++) {
+    allot_buffer name = {d, e->lens[2 * k]};
+    d += e->lens[2 * k];
+    allot_buffer value = {d, e->lens[2 * k + 1]};
+    d += e->lens[2 * k + 1];
+    if (!envoy_dynamic_module_callback_http_add_header(f, 0, name, value)) return false;
+  }
+  if (e->exposure != NULL) {
+    allot_buffer v = {e->exposure, e->exposure_length};
+    envoy_dynamic_module_callback_http_set_filter_state_bytes(f, w->exposure_key, v);  // losing it costs the record only
+  }
+  for (uint32_t k = 0; k < e->n_stats; k++) allot_wcache_count(c, e->stats[k], 1);
+  if (e->n_headers > 0) envoy_dynamic_module_callback_http_clear_route_cache(f);
+  return true;
+}
+
+// A stream whose module value is 0 (no state could be allocated) is
+// Go's, which passes it through.
+int32_t envoy_dynamic_module_on_http_filter_request_headers(uintptr_t f, uintptr_t m, bool eos) {
+  if (m != 0 && allot_warm_serve(f, m)) return 0;
+  return allot_go_request_headers(f, m, eos);
+}

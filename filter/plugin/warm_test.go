@@ -1,0 +1,108 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestWarmPlan: a configuration whose attributes are all headers or
+// constant gets a plan listing each header's slot; any other source, a
+// sticky cookie, an observed experiment or a cache without a byte bound
+// gets none.
+func TestWarmPlan(t *testing.T) {
+	const exps = `"experiments":[{"key":"e","variations":["a","b"],"weights":[0.5,0.5],"condition":{"c":"fr","n":{"$exists":false}}}]`
+	// Slots are the referenced attributes in the engine's order: c, id, n
+	// (n unmapped or node.id: empty).
+	for _, tc := range []struct {
+		name, attrs string
+		extra       string
+		want        []WarmHeader // nil: no plan
+	}{
+		{"headers", `{"name":"c","header":"x-country"}`, ``, []WarmHeader{{"x-country", 0}, {"x-user-id", 1}}},
+		{"pseudo-header", `{"name":"c","property":"request.method"}`, ``, []WarmHeader{{":method", 0}, {"x-user-id", 1}}},
+		{"node attribute", `{"name":"c","header":"x-country"},{"name":"n","property":"node.id"}`, ``, []WarmHeader{{"x-country", 0}, {"x-user-id", 1}}},
+		{"cookie", `{"name":"c","cookie":"country"}`, ``, nil},
+		{"query", `{"name":"c","query":"country"}`, ``, nil},
+		{"url path", `{"name":"c","property":"request.url_path"}`, ``, nil},
+		{"property", `{"name":"c","property":"source.address"}`, ``, nil},
+		{"no byte bound", `{"name":"c","header":"x-country"}`, `"cacheMaxBytes":-1,`, nil},
+		{"sticky cookie", `{"name":"c","header":"x-country"}`, `"stickyCookie":{"name":"sb","insecure":true,"keys":[{"id":"k","secret":"` + stickySecret + `"}]},`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte(`{` + tc.extra + `"attributes":[` + tc.attrs + `],` + exps + `}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := cfg.WarmPlan()
+			if ok != (tc.want != nil) {
+				t.Fatalf("plan %v, want one: %v", ok, tc.want != nil)
+			}
+			if !ok {
+				return
+			}
+			slices.SortFunc(w.Headers, func(a, b WarmHeader) int { return a.Slot - b.Slot })
+			if w.Slots != len(cfg.attrs) || !slices.Equal(w.Headers, tc.want) || w.Prefix != "x-experiment-" ||
+				w.MaxEntries != cfg.CacheSize || w.MaxBytes != cfg.CacheMaxBytes {
+				t.Errorf("plan %+v, want headers %v over %d slots", w, tc.want, len(cfg.attrs))
+			}
+		})
+	}
+	cfg, err := ParseConfig([]byte(`{"experiments":[{"key":"e","variations":["a","b"],"weights":[0.5,0.5],"observe":true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.WarmPlan(); ok {
+		t.Error("a configuration with an observed experiment got a plan")
+	}
+}
+
+// TestWarmResult: after a request the plugin assigned, WarmResult is its
+// cache key, its exposure record and the positions of what it counted
+// (evaluated, hits, its variation); after one that failed open, or left a
+// sticky cookie, there is none.
+func TestWarmResult(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	key, exposure, stats, ok := p.WarmResult()
+	want := binary.AppendUvarint(nil, uint64(len("alice")))
+	want = append(want, "alice"...)
+	v := expected(t, twoArm, "alice")["checkout"]
+	names := p.roots[root].cfg.MetricNames()
+	var got []string
+	for _, s := range stats {
+		got = append(got, names[s])
+	}
+	variation := VariationMetric("checkout", slices.Index([]string{"control", "treatment"}, v))
+	if !ok || string(key) != string(want) || string(exposure) != `checkout="`+v+`"` ||
+		!slices.Equal(got, []string{MetricEvaluated, MetricCacheHits, variation}) {
+		t.Errorf("WarmResult = %q, %q, %q, %v; want %q, checkout=%q, [evaluated hits %s], true", key, exposure, got, ok, want, v, variation)
+	}
+
+	h.Fail = func(call string) error {
+		if call == "proxy_add_header_map_value" {
+			return errors.New("injected")
+		}
+		return nil
+	}
+	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok := p.WarmResult(); ok {
+		t.Error("a request that failed open has a warm result")
+	}
+
+	h, p, root = start(t, stickyConfig("0.5,0.5", 0, 0))
+	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p.SetCookie() == "" {
+		t.Fatal("no sticky cookie written: the case does not test what it says")
+	}
+	if _, _, _, ok := p.WarmResult(); ok {
+		t.Error("a request that left a sticky cookie has a warm result")
+	}
+}
