@@ -55,9 +55,8 @@ type Handler interface {
 	// module; concurrency is Envoy's number of worker threads.
 	ProgramInit(concurrency uint32)
 	// ConfigNew compiles a filter configuration and returns its non-zero
-	// handle: the Handle of a WarmConfig made for it (the C request hook
-	// reads it), Stateless set or not; 0 rejects the configuration (Envoy
-	// keeps the previous one).
+	// handle (a WarmHandler's: a WarmConfig's Handle, Stateless set or
+	// not); 0 rejects the configuration (Envoy keeps the previous one).
 	// The config bytes are valid only during the call.
 	ConfigNew(c Config, name string, config []byte) uintptr
 	// ConfigDestroy releases a configuration: no stream uses it any more.
@@ -69,6 +68,16 @@ type Handler interface {
 	// enters Go for: creating and destroying a stream and its response hooks
 	// are C (hooks.c).
 	RequestHeaders(f Filter, s Stream, handle uintptr, endOfStream bool)
+}
+
+// WarmHandler is a Handler whose every handle is a WarmConfig's Handle
+// (Stateless aside): the C request hook (warm.c) reads a configuration's
+// C side through it, and serves what the warm path can without Go. For
+// any other Handler the C hook calls Go at once and never reads a handle.
+type WarmHandler interface {
+	Handler
+	// WarmHandles marks the Handler; it is never called.
+	WarmHandles()
 }
 
 // Handles. ConfigNew's handle says, by its low bit, whether the
@@ -93,7 +102,11 @@ var (
 )
 
 // SetHandler installs the hooks' receiver. Call it from main's init.
-func SetHandler(h Handler) { handler = h }
+func SetHandler(h Handler) {
+	handler = h
+	_, warm := h.(WarmHandler)
+	setWarmHandles(warm)
+}
 
 // Panics is how many panics the hooks recovered since the module loaded.
 func Panics() uint64 { return recoveries.Load() }

@@ -15,6 +15,12 @@
 #include "callbacks.h"
 #include "wcache.h"
 
+// allot_warm_handles is whether the Handler's handles are allot_wconfig
+// addresses (dynmod.WarmHandler); set by SetHandler, before any hook.
+static bool allot_warm_handles;
+
+void allot_set_warm_handles(bool on) { allot_warm_handles = on; }
+
 // allot_warm_serve serves a request from its worker's cache; false if it
 // did not (nothing counted; headers possibly added, which Go removes).
 static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
@@ -47,8 +53,9 @@ static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
 }
 
 // A stream whose module value is 0 (no state could be allocated) is
-// Go's, which passes it through.
+// Go's, which passes it through; so is every stream of a Handler whose
+// handles are not allot_wconfig addresses.
 int32_t envoy_dynamic_module_on_http_filter_request_headers(uintptr_t f, uintptr_t m, bool eos) {
-  if (m != 0 && allot_warm_serve(f, m)) return 0;
+  if (allot_warm_handles && m != 0 && allot_warm_serve(f, m)) return 0;
   return allot_go_request_headers(f, m, eos);
 }

@@ -6,10 +6,13 @@ package dynmod
 
 #include "wcache.h"
 
+int32_t envoy_dynamic_module_on_http_filter_request_headers(uintptr_t f, uintptr_t m, bool eos);
+
 #cgo noescape allot_wcache_insert
 #cgo nocallback allot_wcache_insert
 #cgo nocallback allot_wcache_take
 #cgo nocallback allot_wcache_bump
+#cgo nocallback allot_set_warm_handles
 #cgo noescape allot_wcache_take_all
 #cgo nocallback allot_wcache_take_all
 
@@ -294,6 +297,15 @@ func (c *WarmCache) TakeAll(dst []uint64) {
 	if n > 0 {
 		C.allot_wcache_take_all(c.c, (*C.uint64_t)(unsafe.SliceData(dst)), C.size_t(n))
 	}
+}
+
+// setWarmHandles tells the C request hook whether handles are WarmConfig
+// handles (SetHandler).
+func setWarmHandles(on bool) { C.allot_set_warm_handles(C.bool(on)) }
+
+// requestHook calls the C request hook as Envoy does, for tests.
+func requestHook(f, m uintptr) int32 {
+	return int32(C.envoy_dynamic_module_on_http_filter_request_headers(C.uintptr_t(f), C.uintptr_t(m), true))
 }
 
 // cBytes is b's first byte for C (nil if empty).

@@ -185,6 +185,10 @@ allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max
 // allot_wconfig_free frees a configuration's C side: caches, plan, all.
 void allot_wconfig_free(allot_wconfig* w);
 
+// allot_set_warm_handles says whether the Handler's configuration handles
+// are allot_wconfig addresses (warm.c).
+void allot_set_warm_handles(bool on);
+
 // allot_wcache_count adds n to pending count i (the worker's thread).
 static inline void allot_wcache_count(allot_wcache* c, size_t i, uint64_t n) {
   if (i < c->n_counters) __atomic_fetch_add(&c->pending[i], n, __ATOMIC_RELAXED);

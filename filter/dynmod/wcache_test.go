@@ -417,3 +417,36 @@ func TestWarmConfig(t *testing.T) {
 		}
 	}
 }
+
+// warmRecording is a recording Handler whose handles are WarmConfigs'.
+type warmRecording struct{ recording }
+
+func (*warmRecording) WarmHandles() {}
+
+// TestRequestHookReadsOnlyWarmHandles: the C request hook reads a
+// configuration's C side only for a WarmHandler; any other Handler's
+// handles (bench/mindynmod's are small numbers) go to Go unread, and so
+// does a WarmHandler's cold configuration.
+func TestRequestHookReadsOnlyWarmHandles(t *testing.T) {
+	r := &recording{}
+	SetHandler(r)
+	defer SetHandler(nil)
+	for _, m := range []uintptr{1, 3, 7, 9} { // odd: a stateless stream's value is its handle
+		if s := requestHook(9, m); s != 0 {
+			t.Errorf("hook(%d) = %d, want 0 (continue)", m, s)
+		}
+	}
+	if len(r.calls) != 4 {
+		t.Errorf("the handler got %q, want 4 request_headers", r.calls)
+	}
+	cold, err := NewColdConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cold.Free()
+	w := &warmRecording{}
+	SetHandler(w)
+	if requestHook(9, cold.Handle()|Stateless); len(w.calls) != 1 {
+		t.Errorf("a cold configuration's request: the handler got %q, want request_headers", w.calls)
+	}
+}

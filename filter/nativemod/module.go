@@ -120,7 +120,11 @@ func newModule() *module {
 	return m
 }
 
-var _ dynmod.Handler = (*module)(nil)
+var _ dynmod.WarmHandler = (*module)(nil)
+
+// WarmHandles implements dynmod.WarmHandler: every handle ConfigNew
+// returns is its configuration's C side (newSide).
+func (m *module) WarmHandles() {}
 
 // ProgramInit implements dynmod.Handler: it makes the workers and starts
 // the flush tick.
