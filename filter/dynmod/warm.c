@@ -1,8 +1,8 @@
 // The request-headers hook: the warm path in C, Go for everything else
 // (docs/perf/native-warm-path.md). A request of a configuration whose C
 // side has a plan, whose headers build a key its worker's cache holds, is
-// served here: the cached headers added in Go's order, the exposure
-// record, the counts, the route cleared. Any other request, and one whose
+// served here: its assignment's headers rendered and added in Go's order,
+// the exposure record, the counts, the route cleared. Any other request, and one whose
 // add Envoy refuses, enters Go (allot_go_request_headers, exports.go),
 // which runs as it always did: C's partial adds carry names the filter
 // owns, so Go removes them first, as it removes forged ones.
@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "_cgo_export.h"
 #include "callbacks.h"
@@ -35,20 +36,46 @@ static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
   if (n > 0 && !envoy_dynamic_module_callback_http_get_headers(f, 0, c->hdrs)) return false;
   const allot_wentry* e;
   if (allot_wcache_find(c, c->hdrs, n, &e) != ALLOT_WFIND_HIT) return false;
-  const char* d = e->headers;
-  for (uint32_t k = 0; k < e->n_headers; k++) {
-    allot_buffer name = {d, e->lens[2 * k]};
-    d += e->lens[2 * k];
-    allot_buffer value = {d, e->lens[2 * k + 1]};
-    d += e->lens[2 * k + 1];
-    if (!envoy_dynamic_module_callback_http_add_header(f, 0, name, value)) return false;
+  const allot_wrender* r = w->render;
+  // The dictionary first (nothing is added yet if an item is out of
+  // range), then the adds in addBatch's order.
+  size_t dl = 0;
+  for (uint32_t k = 0; k < e->n_items; k++) {
+    uint32_t x = e->items[k] >> 16, v = e->items[k] & 0xffff;
+    if (x >= r->n_exps || v >= r->exps[x].n_vars) return false;
+    allot_buffer m = r->exps[x].members[v];
+    if (m.length > c->dict_cap - dl) return false;  // never: dict_cap is the longest dictionary
+    memcpy(c->dict + dl, m.ptr, m.length);
+    dl += m.length;
   }
-  if (e->exposure != NULL) {
-    allot_buffer v = {e->exposure, e->exposure_length};
-    envoy_dynamic_module_callback_http_set_filter_state_bytes(f, w->exposure_key, v);  // losing it costs the record only
+  allot_buffer dict = {c->dict + 2, dl > 2 ? dl - 2 : 0};  // without the first ", "
+  bool added = false;
+  if (r->per_experiment) {
+    for (uint32_t k = 0; k < e->n_items; k++) {
+      const allot_wexp* x = &r->exps[e->items[k] >> 16];
+      if (!envoy_dynamic_module_callback_http_add_header(f, 0, x->header, x->values[e->items[k] & 0xffff])) {
+        return false;
+      }
+      added = true;
+    }
   }
-  for (uint32_t k = 0; k < e->n_stats; k++) allot_wcache_count(c, e->stats[k], 1);
-  if (e->n_headers > 0) envoy_dynamic_module_callback_http_clear_route_cache(f);
+  if (dict.length > 0) {
+    if (!envoy_dynamic_module_callback_http_add_header(f, 0, r->dictionary, dict)) return false;
+    added = true;
+  }
+  if (r->version.length > 0) {
+    if (!envoy_dynamic_module_callback_http_add_header(f, 0, r->version_header, r->version)) return false;
+    added = true;
+  }
+  if (r->exposure && dict.length > 0) {
+    envoy_dynamic_module_callback_http_set_filter_state_bytes(f, w->exposure_key, dict);  // losing it costs the record only
+  }
+  allot_wcache_count(c, r->evaluated, 1);
+  allot_wcache_count(c, r->hits, 1);
+  for (uint32_t k = 0; k < e->n_items; k++) {
+    allot_wcache_count(c, r->exps[e->items[k] >> 16].stats[e->items[k] & 0xffff], 1);
+  }
+  if (added) envoy_dynamic_module_callback_http_clear_route_cache(f);
   return true;
 }
 

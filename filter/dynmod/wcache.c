@@ -109,14 +109,18 @@ void allot_wcache_free(allot_wcache* c) {
   a.free(c->hdrs);
   a.free(c->vals);
   a.free(c->key);
+  a.free(c->dict);
   a.free(c->pending);
   a.free(c);
 }
 
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
-                               const allot_allocator* alloc) {
+                               size_t dict_cap, const allot_allocator* alloc) {
   const allot_allocator* a = allot_or_default(alloc);
-  if (p == NULL || max_entries == 0 || max_entries > ALLOT_WCACHE_MAX_ENTRIES || max_bytes == 0) return NULL;
+  if (p == NULL || max_entries == 0 || max_entries > ALLOT_WCACHE_MAX_ENTRIES || max_bytes == 0 ||
+      dict_cap > ALLOT_WRENDER_MAX_DICTIONARY) {
+    return NULL;
+  }
   allot_wcache* c = a->alloc(sizeof(allot_wcache));
   if (c == NULL) return NULL;
   memset(c, 0, sizeof(*c));
@@ -131,9 +135,12 @@ allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t 
   c->hdrs = a->alloc(ALLOT_WCACHE_MAX_HEADERS * sizeof(allot_header));
   c->vals = a->alloc((p->n_slots > 0 ? p->n_slots : 1) * sizeof(allot_buffer));
   c->key = a->alloc(ALLOT_WCACHE_MAX_KEY);
+  c->dict_cap = dict_cap;
+  c->dict = a->alloc(dict_cap > 0 ? dict_cap : 1);
   c->n_counters = n_counters;
   c->pending = a->alloc((n_counters > 0 ? n_counters : 1) * sizeof(uint64_t));
-  if (c->slots == NULL || c->hdrs == NULL || c->vals == NULL || c->key == NULL || c->pending == NULL) {
+  if (c->slots == NULL || c->hdrs == NULL || c->vals == NULL || c->key == NULL || c->dict == NULL ||
+      c->pending == NULL) {
     allot_wcache_free(c);
     return NULL;
   }
@@ -232,31 +239,19 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
   return *out != NULL ? ALLOT_WFIND_HIT : ALLOT_WFIND_MISS;
 }
 
-bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const char* data,
-                         const uint32_t* lens, size_t n_headers, const char* exposure, size_t exposure_length,
-                         const uint32_t* stats, size_t n_stats) {
-  if (key_length > ALLOT_WCACHE_MAX_KEY || n_headers > ALLOT_WCACHE_MAX_HEADERS ||
-      n_stats > ALLOT_WCACHE_MAX_ENTRIES || exposure_length > c->max_bytes) {
-    return false;
-  }
-  size_t data_length = 0;
-  for (size_t i = 0; i < 2 * n_headers; i++) data_length += lens[i];
-  size_t size = ALLOT_WENTRY_OVERHEAD + (2 * n_headers + n_stats) * sizeof(uint32_t) + key_length + data_length +
-                exposure_length;
+bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
+                         size_t n_items) {
+  if (key_length > ALLOT_WCACHE_MAX_KEY || n_items > 0xffff) return false;
+  size_t size = ALLOT_WENTRY_OVERHEAD + n_items * sizeof(uint32_t) + key_length;
   if (size > c->max_bytes) return false;
   allot_wentry* e = c->a.alloc(size);
   if (e == NULL) return false;
   uint32_t* u = (uint32_t*)(e + 1);
-  char* b = (char*)(u + 2 * n_headers + n_stats);
+  char* b = (char*)(u + n_items);
   *e = (allot_wentry){.hash = hash, .size = size, .gen = c->gen, .key_length = (uint32_t)key_length,
-                      .n_headers = (uint32_t)n_headers, .exposure_length = (uint32_t)exposure_length,
-                      .n_stats = (uint32_t)n_stats, .lens = u, .stats = u + 2 * n_headers, .key = b,
-                      .headers = b + key_length, .exposure = exposure_length > 0 ? b + key_length + data_length : NULL};
-  if (n_headers > 0) memcpy(u, lens, 2 * n_headers * sizeof(uint32_t));
-  if (n_stats > 0) memcpy(u + 2 * n_headers, stats, n_stats * sizeof(uint32_t));
+                      .n_items = (uint32_t)n_items, .items = u, .key = b};
+  if (n_items > 0) memcpy(u, items, n_items * sizeof(uint32_t));
   if (key_length > 0) memcpy(b, key, key_length);
-  if (data_length > 0) memcpy(b + key_length, data, data_length);
-  if (exposure_length > 0) memcpy(b + key_length + data_length, exposure, exposure_length);
 
   size_t base = (hash & c->mask) * ALLOT_WAYS;
   allot_wslot* set = c->slots + base;
@@ -292,6 +287,95 @@ void allot_wcache_take_all(allot_wcache* c, uint64_t* out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = allot_wcache_take(c, i);
 }
 
+void allot_wrender_free(allot_wrender* r) {
+  if (r == NULL) return;
+  const allot_allocator a = r->a;
+  if (r->exps != NULL) {
+    for (uint32_t i = 0; i < r->n_exps; i++) {
+      allot_wexp* x = &r->exps[i];
+      a.free((void*)x->header.ptr);
+      for (uint32_t v = 0; v < x->n_vars; v++) {
+        if (x->values != NULL) a.free((void*)x->values[v].ptr);
+        if (x->members != NULL) a.free((void*)x->members[v].ptr);
+      }
+      a.free(x->values);
+      a.free(x->members);
+      a.free(x->stats);
+    }
+    a.free(r->exps);
+  }
+  a.free((void*)r->dictionary.ptr);
+  a.free((void*)r->version_header.ptr);
+  a.free((void*)r->version.ptr);
+  a.free(r);
+}
+
+allot_wrender* allot_wrender_new(uint32_t n_exps, bool per_experiment, bool exposure, allot_buffer dictionary,
+                                 allot_buffer version_header, allot_buffer version, uint32_t evaluated, uint32_t hits,
+                                 const allot_allocator* alloc) {
+  const allot_allocator* a = allot_or_default(alloc);
+  if (n_exps > 0xffff) return NULL;
+  allot_wrender* r = a->alloc(sizeof(allot_wrender));
+  if (r == NULL) return NULL;
+  memset(r, 0, sizeof(*r));
+  r->a = *a;
+  r->per_experiment = per_experiment;
+  r->exposure = exposure;
+  r->evaluated = evaluated;
+  r->hits = hits;
+  if (n_exps > 0) {
+    r->exps = a->alloc(n_exps * sizeof(allot_wexp));
+    if (r->exps == NULL) goto fail;
+    memset(r->exps, 0, n_exps * sizeof(allot_wexp));
+    r->n_exps = n_exps;
+  }
+  if (!allot_copy(a, dictionary, &r->dictionary) || !allot_copy(a, version_header, &r->version_header) ||
+      !allot_copy(a, version, &r->version)) {
+    goto fail;
+  }
+  return r;
+fail:
+  allot_wrender_free(r);
+  return NULL;
+}
+
+bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32_t n_vars, const allot_buffer* values,
+                       const allot_buffer* members, const uint32_t* stats) {
+  if (i >= r->n_exps || r->exps[i].n_vars != 0 || n_vars == 0 || n_vars > 0xffff) return false;
+  const allot_allocator* a = &r->a;
+  allot_wexp* x = &r->exps[i];
+  size_t longest = 0;
+  for (uint32_t v = 0; v < n_vars; v++) {
+    if (members[v].length > longest) longest = members[v].length;
+  }
+  if (longest > ALLOT_WRENDER_MAX_DICTIONARY - r->max_dictionary) return false;
+  x->values = a->alloc(n_vars * sizeof(allot_buffer));
+  x->members = a->alloc(n_vars * sizeof(allot_buffer));
+  x->stats = a->alloc(n_vars * sizeof(uint32_t));
+  if (x->values == NULL || x->members == NULL || x->stats == NULL) goto fail;
+  memset(x->values, 0, n_vars * sizeof(allot_buffer));
+  memset(x->members, 0, n_vars * sizeof(allot_buffer));
+  x->n_vars = n_vars;  // from here on, free walks the variations
+  memcpy(x->stats, stats, n_vars * sizeof(uint32_t));
+  if (!allot_copy(a, header, &x->header)) goto fail;
+  for (uint32_t v = 0; v < n_vars; v++) {
+    if (!allot_copy(a, values[v], &x->values[v]) || !allot_copy(a, members[v], &x->members[v])) goto fail;
+  }
+  r->max_dictionary += longest;
+  return true;
+fail:  // leave the experiment unset; the table is freed whole
+  a->free((void*)x->header.ptr);
+  for (uint32_t v = 0; v < x->n_vars; v++) {
+    a->free((void*)x->values[v].ptr);
+    a->free((void*)x->members[v].ptr);
+  }
+  a->free(x->values);
+  a->free(x->members);
+  a->free(x->stats);
+  memset(x, 0, sizeof(*x));
+  return false;
+}
+
 void allot_wconfig_free(allot_wconfig* w) {
   if (w == NULL) return;
   const allot_allocator a = w->a;
@@ -300,22 +384,30 @@ void allot_wconfig_free(allot_wconfig* w) {
     a.free(w->workers);
   }
   allot_wplan_free(w->plan);
+  allot_wrender_free(w->render);
   a.free((void*)w->exposure_key.ptr);
   a.free(w);
 }
 
-allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max_entries, size_t max_bytes,
-                                 size_t n_counters, allot_buffer exposure_key, const allot_allocator* alloc) {
+allot_wconfig* allot_wconfig_new(allot_wplan* plan, allot_wrender* render, size_t n_workers, size_t max_entries,
+                                 size_t max_bytes, size_t n_counters, allot_buffer exposure_key,
+                                 const allot_allocator* alloc) {
   const allot_allocator* a = allot_or_default(alloc);
   allot_wconfig* w = a->alloc(sizeof(allot_wconfig));
   if (w == NULL) {
     allot_wplan_free(plan);
+    allot_wrender_free(render);
     return NULL;
   }
   memset(w, 0, sizeof(*w));
   w->a = *a;
   w->plan = plan;
-  if (plan == NULL) return w;
+  w->render = render;
+  if (plan == NULL && render == NULL) return w;
+  if (plan == NULL || render == NULL) goto fail;
+  for (uint32_t i = 0; i < render->n_exps; i++) {
+    if (render->exps[i].n_vars == 0) goto fail;  // an experiment never set
+  }
   if (n_workers > ALLOT_WCONFIG_MAX_WORKERS || !allot_copy(a, exposure_key, &w->exposure_key)) goto fail;
   if (n_workers > 0) {
     w->workers = a->alloc(n_workers * sizeof(allot_wcache*));
@@ -323,7 +415,7 @@ allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max
     memset(w->workers, 0, n_workers * sizeof(allot_wcache*));
     w->n_workers = n_workers;
     for (size_t i = 0; i < n_workers; i++) {
-      w->workers[i] = allot_wcache_new(plan, max_entries, max_bytes, n_counters, a);
+      w->workers[i] = allot_wcache_new(plan, max_entries, max_bytes, n_counters, render->max_dictionary, a);
       if (w->workers[i] == NULL) goto fail;
     }
   }

@@ -171,7 +171,7 @@ func newWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int, a *C.allot_al
 	if err := errors.Join(cacheProblems(maxEntries, maxBytes, counters)...); err != nil {
 		return nil, fmt.Errorf("warm cache: %w", err)
 	}
-	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), a)
+	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), 0, a)
 	if c == nil {
 		return nil, errors.New("warm cache: no memory")
 	}
@@ -203,14 +203,12 @@ func (c *WarmCache) Free() {
 // Bump starts a new generation: no entry inserted before is served again.
 func (c *WarmCache) Bump() { C.allot_wcache_bump(c.c) }
 
-// Insert caches what a request with key got: the headers of b, in its
-// order, the exposure record (empty: none) and the counter positions a
-// hit counts. False if the cache refused it (too large for its bounds) or
-// had no memory.
-func (c *WarmCache) Insert(key []byte, b *HeaderBatch, exposure []byte, stats []uint32) bool {
+// Insert caches what a request with key got: its assignments, each
+// experiment << 16 | variation, in the dictionary's order. False if the
+// cache refused it (too large for its bounds) or had no memory.
+func (c *WarmCache) Insert(key []byte, items []uint32) bool {
 	return bool(C.allot_wcache_insert(c.c, C.uint64_t(C.allot_wkey_hash(cBytes(key), C.size_t(len(key)))), cBytes(key),
-		C.size_t(len(key)), cBytes(b.data), (*C.uint32_t)(unsafe.SliceData(b.lens)), C.size_t(b.Len()),
-		cBytes(exposure), C.size_t(len(exposure)), (*C.uint32_t)(unsafe.SliceData(stats)), C.size_t(len(stats))))
+		C.size_t(len(key)), (*C.uint32_t)(unsafe.SliceData(items)), C.size_t(len(items))))
 }
 
 // Take returns the count pending at counter position i and resets it.
@@ -228,10 +226,71 @@ type WarmConfig struct {
 	caches []WarmCache // the workers' caches, by worker index
 }
 
+// WarmExperiment is what a warm hit renders for one experiment: its
+// header, and each variation's header value, dictionary member (`, key="value"`)
+// and counter position.
+type WarmExperiment struct {
+	Header  string
+	Values  []string
+	Members []string
+	Stats   []uint32
+}
+
+// WarmRender is how a configuration's warm hits render an assignment, as
+// the plugin adds its headers: each assigned experiment's header when
+// PerExperiment, the dictionary header (when the dictionary is not empty),
+// the version header (when Version is not empty), the exposure record
+// (when Exposure), and the counts at positions Evaluated, Hits and each
+// assigned variation's.
+type WarmRender struct {
+	Experiments                        []WarmExperiment
+	PerExperiment, Exposure            bool
+	Dictionary, VersionHeader, Version string
+	Evaluated, Hits                    uint32
+}
+
+// newRender copies r into C; nil and an error naming the field if C
+// refuses it (a dictionary that could exceed WarmMaxDictionary, more than
+// 0xffff experiments or variations) or has no memory.
+func newRender(r *WarmRender) (*C.allot_wrender, error) {
+	var mem cArena
+	defer mem.free()
+	cr := C.allot_wrender_new(C.uint32_t(len(r.Experiments)), C.bool(r.PerExperiment), C.bool(r.Exposure),
+		mem.buf(r.Dictionary), mem.buf(r.VersionHeader), mem.buf(r.Version), C.uint32_t(r.Evaluated), C.uint32_t(r.Hits), nil)
+	if cr == nil {
+		return nil, fmt.Errorf("experiments: %d, want at most %d", len(r.Experiments), 0xffff)
+	}
+	for i, x := range r.Experiments {
+		n := len(x.Values)
+		if len(x.Members) != n || len(x.Stats) != n {
+			C.allot_wrender_free(cr)
+			return nil, fmt.Errorf("experiments[%d]: %d values, %d members, %d stats, want as many", i, n, len(x.Members), len(x.Stats))
+		}
+		values := (*C.allot_buffer)(mem.alloc(n * C.sizeof_allot_buffer))
+		members := (*C.allot_buffer)(mem.alloc(n * C.sizeof_allot_buffer))
+		vs, ms := unsafe.Slice(values, n), unsafe.Slice(members, n)
+		for v := range n {
+			vs[v], ms[v] = mem.buf(x.Values[v]), mem.buf(x.Members[v])
+		}
+		stats := (*C.uint32_t)(mem.alloc(n * 4))
+		copy(unsafe.Slice((*uint32)(unsafe.Pointer(stats)), n), x.Stats)
+		if !C.allot_wrender_set(cr, C.uint32_t(i), mem.buf(x.Header), C.uint32_t(n), values, members, stats) {
+			C.allot_wrender_free(cr)
+			return nil, fmt.Errorf("experiments[%d]: refused (no variations, over %d, or the longest dictionary over %d bytes)", i, 0xffff, WarmMaxDictionary)
+		}
+	}
+	return cr, nil
+}
+
+// WarmMaxDictionary bounds a configuration's longest possible dictionary
+// value for the warm path; a configuration whose could be longer is
+// served by Go.
+const WarmMaxDictionary = C.ALLOT_WRENDER_MAX_DICTIONARY
+
 // NewColdConfig makes the C side of a configuration the warm path does
 // not serve: every request goes to Go.
 func NewColdConfig() (*WarmConfig, error) {
-	c := C.allot_wconfig_new(nil, 0, 0, 0, 0, C.allot_buffer{}, nil)
+	c := C.allot_wconfig_new(nil, nil, 0, 0, 0, 0, C.allot_buffer{}, nil)
 	if c == nil {
 		return nil, errors.New("cold config: no memory")
 	}
@@ -240,10 +299,10 @@ func NewColdConfig() (*WarmConfig, error) {
 
 // NewWarmConfig makes the C side of a configuration the warm path serves
 // with plan p, which it takes (it is freed with the WarmConfig, or now on
-// an error): a cache per worker, of at most maxEntries entries and
-// maxBytes bytes each, with counters pending counts; exposureKey is the
-// exposure record's filter state key.
-func NewWarmConfig(p *WarmPlan, workers, maxEntries, maxBytes, counters int, exposureKey string) (*WarmConfig, error) {
+// an error), rendering hits with r: a cache per worker, of at most
+// maxEntries entries and maxBytes bytes each, with counters pending counts;
+// exposureKey is the exposure record's filter state key.
+func NewWarmConfig(p *WarmPlan, r *WarmRender, workers, maxEntries, maxBytes, counters int, exposureKey string) (*WarmConfig, error) {
 	errs := cacheProblems(maxEntries, maxBytes, counters)
 	if workers < 0 || workers > WarmMaxWorkers {
 		errs = append(errs, fmt.Errorf("workers: %d, want 0 to %d", workers, WarmMaxWorkers))
@@ -252,9 +311,14 @@ func NewWarmConfig(p *WarmPlan, workers, maxEntries, maxBytes, counters int, exp
 		p.Free()
 		return nil, fmt.Errorf("warm config: %w", err)
 	}
+	cr, err := newRender(r)
+	if err != nil {
+		p.Free()
+		return nil, fmt.Errorf("warm config: render: %w", err)
+	}
 	var mem cArena
 	defer mem.free()
-	c := C.allot_wconfig_new(p.p, C.size_t(workers), C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters),
+	c := C.allot_wconfig_new(p.p, cr, C.size_t(workers), C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters),
 		mem.buf(exposureKey), nil)
 	p.p = nil // taken
 	if c == nil {
@@ -352,11 +416,9 @@ func (m *cArena) free() {
 
 // warmEntry is a Go copy of a cached entry, for tests.
 type warmEntry struct {
-	headers  [][2]string
-	exposure string
-	stats    []uint32
-	key      string
-	gen      uint32
+	items []uint32
+	key   string
+	gen   uint32
 }
 
 func copyEntry(e *C.allot_wentry) *warmEntry {
@@ -364,21 +426,8 @@ func copyEntry(e *C.allot_wentry) *warmEntry {
 		return nil
 	}
 	out := &warmEntry{key: C.GoStringN(e.key, C.int(e.key_length)), gen: uint32(e.gen)}
-	lens := unsafe.Slice(e.lens, 2*int(e.n_headers))
-	data := e.headers
-	off := 0
-	for i := range int(e.n_headers) {
-		k := C.GoStringN((*C.char)(unsafe.Add(unsafe.Pointer(data), off)), C.int(lens[2*i]))
-		off += int(lens[2*i])
-		v := C.GoStringN((*C.char)(unsafe.Add(unsafe.Pointer(data), off)), C.int(lens[2*i+1]))
-		off += int(lens[2*i+1])
-		out.headers = append(out.headers, [2]string{k, v})
-	}
-	if e.exposure != nil {
-		out.exposure = C.GoStringN(e.exposure, C.int(e.exposure_length))
-	}
-	for _, s := range unsafe.Slice(e.stats, int(e.n_stats)) {
-		out.stats = append(out.stats, uint32(s))
+	for _, x := range unsafe.Slice(e.items, int(e.n_items)) {
+		out.items = append(out.items, uint32(x))
 	}
 	return out
 }

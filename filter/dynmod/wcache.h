@@ -62,20 +62,51 @@ typedef struct {
 } allot_wplan;
 
 // allot_wentry is one cached result, in one allocation: the struct, then
-// lens (2 per header: name, value), stats, the key, the headers' bytes
-// (names and values back to back) and the exposure record.
+// its items — the assignments, experiment << 16 | variation, in the
+// dictionary's order, as plugin.cache keeps them: a hit renders the
+// headers from the configuration's allot_wrender, so an entry is as small
+// as Go's — then the key.
 typedef struct allot_wentry {
   struct allot_wentry *older, *newer;  // insertion order
   uint64_t hash;
   size_t size;  // bytes counted against max_bytes
   uint32_t gen, slot;
-  uint32_t key_length, n_headers, exposure_length, n_stats;
-  const uint32_t* lens;
-  const uint32_t* stats;  // counter positions to count on a hit
+  uint32_t key_length, n_items;
+  const uint32_t* items;
   const char* key;
-  const char* headers;
-  const char* exposure;  // NULL: none (exposure_length 0)
 } allot_wentry;
+
+// allot_wexp is what a hit renders for one experiment: its header, each
+// variation's header value, dictionary member (", key=\"value\"") and
+// counter position.
+typedef struct {
+  allot_buffer header;
+  uint32_t n_vars;
+  allot_buffer* values;
+  allot_buffer* members;
+  uint32_t* stats;
+} allot_wexp;
+
+// allot_wrender is how a configuration's hit renders an entry, as the
+// plugin adds its headers (addBatch): each assignment's header when
+// per_experiment, the dictionary (when not empty), the version header
+// (when the version is not empty); the exposure record (the dictionary,
+// when exposure and it is not empty); the counts (evaluated, hits, each
+// assignment's variation).
+typedef struct {
+  uint32_t n_exps;
+  allot_wexp* exps;
+  bool per_experiment, exposure;
+  allot_buffer dictionary, version_header, version;
+  uint32_t evaluated, hits;
+  size_t max_dictionary;  // the longest dictionary value, its leading ", " included
+  allot_allocator a;
+} allot_wrender;
+
+// ALLOT_WRENDER_MAX_DICTIONARY bounds a configuration's longest possible
+// dictionary value: a configuration whose dictionary could be longer is
+// served by Go (allot_wrender_new refuses it).
+#define ALLOT_WRENDER_MAX_DICTIONARY (64 * 1024)
 
 #define ALLOT_WENTRY_OVERHEAD (sizeof(allot_wentry))
 
@@ -93,10 +124,13 @@ typedef struct {
   uint32_t tick, gen;
   size_t n, bytes, max_entries, max_bytes;
   allot_wentry *oldest, *newest;
-  // The worker's scratch: the request's headers, its slots' values, the key.
+  // The worker's scratch: the request's headers, its slots' values, the
+  // key, a hit's dictionary value (dict_cap bytes).
   allot_header* hdrs;
   allot_buffer* vals;
   char* key;
+  char* dict;
+  size_t dict_cap;
   size_t key_length;
   uint64_t key_hash;
   // pending counts, by counter position (n_counters), taken by Go's flush.
@@ -123,10 +157,11 @@ allot_wplan* allot_wplan_new(size_t n_slots, const allot_wplan_header* headers, 
 void allot_wplan_free(allot_wplan* p);
 
 // allot_wcache_new makes a worker's cache for plan p (which must outlive
-// it), with n_counters pending counts. NULL on no memory or bounds out of
-// range (max_entries 1..ALLOT_WCACHE_MAX_ENTRIES, max_bytes > 0).
+// it), with n_counters pending counts and dict_cap bytes of dictionary
+// scratch. NULL on no memory or bounds out of range (max_entries
+// 1..ALLOT_WCACHE_MAX_ENTRIES, max_bytes > 0).
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
-                               const allot_allocator* a);
+                               size_t dict_cap, const allot_allocator* a);
 
 // allot_wcache_free frees the cache and every entry.
 void allot_wcache_free(allot_wcache* c);
@@ -146,17 +181,14 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
 // allot_wcache_get looks a key up; NULL if absent.
 const allot_wentry* allot_wcache_get(allot_wcache* c, uint64_t hash, const char* key, size_t key_length);
 
-// allot_wcache_insert copies an entry in: its key, n_headers headers
-// (names and values back to back in data, lens[2i] and lens[2i+1] header
-// i's), the exposure record (empty: none) and the counter positions to count
-// on a hit. It replaces an entry of the same hash, or the least recently
+// allot_wcache_insert copies an entry in: its key and n_items items. It
+// replaces an entry of the same hash, or the least recently
 // used of its set, then evicts the oldest entries until the bounds hold.
 // False if the entry is larger than max_bytes, its key longer than
 // ALLOT_WCACHE_MAX_KEY, or there is no memory (then nothing changed but
 // possibly the replaced way).
-bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const char* data,
-                         const uint32_t* lens, size_t n_headers, const char* exposure, size_t exposure_length,
-                         const uint32_t* stats, size_t n_stats);
+bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
+                         size_t n_items);
 
 // allot_wcache_take_all moves the n first pending counts into out (any
 // thread).
@@ -169,18 +201,35 @@ void allot_wcache_take_all(allot_wcache* c, uint64_t* out, size_t n);
 // it and touches its own cache only.
 typedef struct {
   allot_wplan* plan;
+  allot_wrender* render;
   allot_wcache** workers;
   size_t n_workers;
   allot_buffer exposure_key;  // the exposure record's filter state
   allot_allocator a;
 } allot_wconfig;
 
-// allot_wconfig_new makes a configuration's C side, taking plan (NULL:
-// off; freed with it, or here if it cannot be made): n_workers caches of
-// the given bounds and n_counters pending counts each. NULL on no memory
-// or bounds out of range.
-allot_wconfig* allot_wconfig_new(allot_wplan* plan, size_t n_workers, size_t max_entries, size_t max_bytes,
-                                 size_t n_counters, allot_buffer exposure_key, const allot_allocator* a);
+// allot_wrender_new makes a render table of n_exps experiments, each set
+// with allot_wrender_set; NULL on no memory or n_exps over 0xffff.
+allot_wrender* allot_wrender_new(uint32_t n_exps, bool per_experiment, bool exposure, allot_buffer dictionary,
+                                 allot_buffer version_header, allot_buffer version, uint32_t evaluated, uint32_t hits,
+                                 const allot_allocator* a);
+
+// allot_wrender_set copies experiment i's header and its n_vars
+// variations' values, dictionary members and counter positions; false on
+// no memory, i out of range, a second set, or a longest dictionary over
+// ALLOT_WRENDER_MAX_DICTIONARY.
+bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32_t n_vars, const allot_buffer* values,
+                       const allot_buffer* members, const uint32_t* stats);
+
+void allot_wrender_free(allot_wrender* r);
+
+// allot_wconfig_new makes a configuration's C side, taking plan and
+// render (both NULL: off; freed with it, or here if it cannot be made):
+// n_workers caches of the given bounds, with n_counters pending counts
+// each. NULL on no memory or bounds out of range.
+allot_wconfig* allot_wconfig_new(allot_wplan* plan, allot_wrender* render, size_t n_workers, size_t max_entries,
+                                 size_t max_bytes, size_t n_counters, allot_buffer exposure_key,
+                                 const allot_allocator* a);
 
 // allot_wconfig_free frees a configuration's C side: caches, plan, all.
 void allot_wconfig_free(allot_wconfig* w);

@@ -150,15 +150,11 @@ func TestWarmFindGoesToGo(t *testing.T) {
 	}
 }
 
-// insert caches, for the request of unit, its rendered headers.
-func insert(t *testing.T, c *WarmCache, unit string, headers [][2]string, exposure string, stats []uint32) bool {
+// insert caches, for the request of unit, its assignments.
+func insert(t *testing.T, c *WarmCache, unit string, items ...uint32) bool {
 	t.Helper()
 	key, _ := oracleKey([][2]string{{"x-user-id", unit}})
-	var b HeaderBatch
-	for _, h := range headers {
-		b.Add(h[0], h[1])
-	}
-	return c.Insert([]byte(key), &b, []byte(exposure), stats)
+	return c.Insert([]byte(key), items)
 }
 
 func hit(c *WarmCache, unit string) *warmEntry {
@@ -174,15 +170,15 @@ func hit(c *WarmCache, unit string) *warmEntry {
 // exposure record has none.
 func TestWarmCacheRoundTrip(t *testing.T) {
 	c := testCache(t, 16, 1<<16, 4)
-	hs := [][2]string{{"x-experiment-a", "blue"}, {"x-experiments", `a="blue", b="v"`}, {"x-experiments-version", "7"}, {"x-empty", ""}}
-	if !insert(t, c, "u1", hs, `a="blue", b="v"`, []uint32{4, 9}) || !insert(t, c, "u2", nil, "", nil) {
+	items := []uint32{0<<16 | 1, 3<<16 | 0, 0xffff<<16 | 0xffff}
+	if !insert(t, c, "u1", items...) || !insert(t, c, "u2") {
 		t.Fatal("insert refused")
 	}
 	e := hit(c, "u1")
-	if e == nil || !slices.Equal(e.headers, hs) || e.exposure != `a="blue", b="v"` || !slices.Equal(e.stats, []uint32{4, 9}) {
+	if e == nil || !slices.Equal(e.items, items) {
 		t.Fatalf("hit u1 = %+v", e)
 	}
-	if e := hit(c, "u2"); e == nil || len(e.headers) != 0 || e.exposure != "" || len(e.stats) != 0 {
+	if e := hit(c, "u2"); e == nil || len(e.items) != 0 {
 		t.Fatalf("hit u2 = %+v", e)
 	}
 	if hit(c, "u3") != nil {
@@ -195,12 +191,12 @@ func TestWarmCacheRoundTrip(t *testing.T) {
 // bound the oldest entries go first; within a full set, the least
 // recently used way is replaced.
 func TestWarmCacheBounds(t *testing.T) {
-	hs := [][2]string{{"x-experiment-a", strings.Repeat("v", 100)}}
+	items := make([]uint32, 25) // an entry of 25 assignments
 	t.Run("entries", func(t *testing.T) {
 		c := testCache(t, 8, 1<<20, 0)
 		for i := range 1000 {
 			unit := fmt.Sprint("u", i)
-			if !insert(t, c, unit, hs, "", nil) {
+			if !insert(t, c, unit, items...) {
 				t.Fatalf("insert %d refused", i)
 			}
 			if c.entries() > 8 {
@@ -215,10 +211,10 @@ func TestWarmCacheBounds(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
-		one := WarmEntryOverhead + 2*4 + len("x-experiment-a") + 100 + 4 + len("u0") + len("node-a") // 2 lens; the key: 4 lengths, the unit, "node-a"
+		one := WarmEntryOverhead + 25*4 + 4 + len("u0") + len("node-a") // the key: 4 lengths, the unit, "node-a"
 		c := testCache(t, 1000, 3*one, 0)
 		for i := range 4 {
-			if !insert(t, c, fmt.Sprint("u", i), hs, "", nil) {
+			if !insert(t, c, fmt.Sprint("u", i), items...) {
 				t.Fatalf("insert %d refused", i)
 			}
 			if c.bytes() > 3*one {
@@ -231,8 +227,7 @@ func TestWarmCacheBounds(t *testing.T) {
 		if hit(c, "u0") != nil || hit(c, "u1") == nil || hit(c, "u2") == nil || hit(c, "u3") == nil {
 			t.Errorf("byte bound: want the oldest (u0) evicted and u1..u3 kept")
 		}
-		big := [][2]string{{"x-experiment-a", strings.Repeat("v", 3*one)}}
-		if insert(t, c, "u9", big, "", nil) {
+		if insert(t, c, "u9", make([]uint32, 3*one/4)...) {
 			t.Error("an entry larger than the byte bound was accepted")
 		}
 		if c.entries() != 3 || hit(c, "u9") != nil {
@@ -242,10 +237,10 @@ func TestWarmCacheBounds(t *testing.T) {
 	t.Run("lru in a set", func(t *testing.T) {
 		c := testCache(t, 4, 1<<20, 0) // one set of 4 ways
 		for i := range 4 {
-			insert(t, c, fmt.Sprint("u", i), hs, "", nil)
+			insert(t, c, fmt.Sprint("u", i), items...)
 		}
 		hit(c, "u0") // u1 is now the least recently used
-		insert(t, c, "u4", hs, "", nil)
+		insert(t, c, "u4", items...)
 		if hit(c, "u1") != nil || hit(c, "u0") == nil || hit(c, "u4") == nil {
 			t.Error("want u1, the least recently used way, replaced")
 		}
@@ -263,7 +258,7 @@ func TestWarmCacheNoAllocOnHit(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := countingAllocs()
-	insert(t, c, "u1", [][2]string{{"x-experiment-a", "blue"}}, "a", []uint32{2})
+	insert(t, c, "u1", 1<<16|2)
 	if n := countingAllocs() - before; n != 1 {
 		t.Errorf("an insert allocated %d times, want 1", n)
 	}
@@ -302,7 +297,7 @@ func TestWarmCacheNoMemory(t *testing.T) {
 		if err == nil {
 			c, err = newWarmCache(p, 8, 1<<16, 2, allocatorCounting())
 		}
-		ok := err == nil && insert(t, c, "u1", [][2]string{{"a", "b"}}, "", nil)
+		ok := err == nil && insert(t, c, "u1", 7)
 		if c != nil {
 			c.Free()
 		}
@@ -327,8 +322,8 @@ func TestWarmCacheNoMemory(t *testing.T) {
 // is served; it is dropped when met, and the same key inserted again is.
 func TestWarmCacheGeneration(t *testing.T) {
 	c := testCache(t, 16, 1<<16, 0)
-	insert(t, c, "u1", [][2]string{{"x-experiment-a", "old"}}, "", nil)
-	insert(t, c, "u2", [][2]string{{"x-experiment-a", "old"}}, "", nil)
+	insert(t, c, "u1", 1)
+	insert(t, c, "u2", 1)
 	if hit(c, "u1") == nil {
 		t.Fatal("no hit before the bump")
 	}
@@ -339,8 +334,8 @@ func TestWarmCacheGeneration(t *testing.T) {
 	if c.entries() != 1 {
 		t.Errorf("%d entries, want 1 (u1 dropped when met, u2 not yet)", c.entries())
 	}
-	insert(t, c, "u1", [][2]string{{"x-experiment-a", "new"}}, "", nil)
-	if e := hit(c, "u1"); e == nil || e.headers[0][1] != "new" {
+	insert(t, c, "u1", 2)
+	if e := hit(c, "u1"); e == nil || !slices.Equal(e.items, []uint32{2}) {
 		t.Fatalf("after a bump and an insert: %+v", e)
 	}
 }
@@ -378,6 +373,30 @@ func TestWarmPlanRefused(t *testing.T) {
 	}
 }
 
+// testRender is a render table of two experiments.
+func testRender() *WarmRender {
+	return &WarmRender{PerExperiment: true, Exposure: true, Dictionary: "x-experiments", VersionHeader: "x-experiments-version",
+		Version: "7", Evaluated: 0, Hits: 1, Experiments: []WarmExperiment{
+			{Header: "x-experiment-a", Values: []string{"off", "on"}, Members: []string{`, a="off"`, `, a="on"`}, Stats: []uint32{4, 5}},
+			{Header: "x-experiment-b", Values: []string{"x"}, Members: []string{`, b="x"`}, Stats: []uint32{6}},
+		}}
+}
+
+// TestWarmRenderRefused: a render table C cannot serve is an error naming
+// the experiment, and its plan is freed.
+func TestWarmRenderRefused(t *testing.T) {
+	long := strings.Repeat("v", WarmMaxDictionary/2)
+	for name, r := range map[string]*WarmRender{
+		"lengths":         {Experiments: []WarmExperiment{{Header: "h", Values: []string{"a"}, Members: nil, Stats: []uint32{1}}}},
+		"no variations":   {Experiments: []WarmExperiment{{Header: "h"}}},
+		"long dictionary": {Experiments: []WarmExperiment{{Header: "h", Values: []string{"a"}, Members: []string{long}, Stats: []uint32{1}}, {Header: "i", Values: []string{"a"}, Members: []string{long + "x"}, Stats: []uint32{1}}}},
+	} {
+		if _, err := NewWarmConfig(testPlan(t, false), r, 1, 16, 1<<16, 3, "k"); err == nil || !strings.Contains(err.Error(), "experiments[") {
+			t.Errorf("%s: error %v, want one naming experiments[i]", name, err)
+		}
+	}
+}
+
 // TestWarmConfig: a configuration's C side has a handle with the
 // Stateless bit free; a cold one has no worker caches, a warm one one per
 // worker, each its own; bounds out of range are refused naming the field
@@ -392,7 +411,7 @@ func TestWarmConfig(t *testing.T) {
 		t.Errorf("cold config: handle %#x, %d workers", cold.Handle(), cold.Workers())
 	}
 	p := testPlan(t, false)
-	warm, err := NewWarmConfig(p, 2, 16, 1<<16, 3, "wasm.allot")
+	warm, err := NewWarmConfig(p, testRender(), 2, 16, 1<<16, 3, "wasm.allot")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +419,7 @@ func TestWarmConfig(t *testing.T) {
 	if warm.Handle()&Stateless != 0 || warm.Workers() != 2 || warm.Worker(2) != nil || warm.Worker(-1) != nil {
 		t.Fatalf("warm config: handle %#x, %d workers", warm.Handle(), warm.Workers())
 	}
-	insert(t, warm.Worker(0), "u1", [][2]string{{"x-experiment-a", "v"}}, "", nil)
+	insert(t, warm.Worker(0), "u1", 1)
 	if hit(warm.Worker(0), "u1") == nil || hit(warm.Worker(1), "u1") != nil {
 		t.Error("want worker 0's entry in worker 0's cache only")
 	}
@@ -410,7 +429,7 @@ func TestWarmConfig(t *testing.T) {
 	if !slices.Equal(got, []uint64{0, 0, 4, 0}) {
 		t.Errorf("TakeAll = %v, want [0 0 4 0]", got)
 	}
-	_, err = NewWarmConfig(testPlan(t, false), WarmMaxWorkers+1, 0, 1, 0, "wasm.allot")
+	_, err = NewWarmConfig(testPlan(t, false), testRender(), WarmMaxWorkers+1, 0, 1, 0, "wasm.allot")
 	for _, want := range []string{"workers", "maxEntries"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)

@@ -108,8 +108,8 @@ func (h *envoyHost) RequestHeaders() ([][2]string, error) {
 // QueueRequestHeader implements plugin.HeaderBatcher.
 func (h *envoyHost) QueueRequestHeader(name, value string) { h.batch.Add(name, value) }
 
-// AddQueuedRequestHeaders implements plugin.HeaderBatcher (once per
-// request): the queued headers go to Envoy with one call from Go
+// AddQueuedRequestHeaders implements plugin.HeaderBatcher: the queued
+// headers go to Envoy with one call from Go
 // (dynmod.Filter.AddRequestHeaders) — about 0.35 µs less per header than
 // one call each (docs/perf/native.md).
 func (h *envoyHost) AddQueuedRequestHeaders() error {
@@ -119,8 +119,7 @@ func (h *envoyHost) AddQueuedRequestHeaders() error {
 		h.changed = true
 		added = h.filter.AddRequestHeaders(&h.batch)
 	}
-	// The batch stays until the next request resets it: the warm path
-	// caches it (module.handOff).
+	h.batch.Reset()
 	if added != n {
 		return errAddHeader
 	}

@@ -320,7 +320,13 @@ func newWarmSide(w plugin.WarmPlan, workers, counters int) (*dynmod.WarmConfig, 
 	if err != nil {
 		return nil, err
 	}
-	return dynmod.NewWarmConfig(p, workers, w.MaxEntries, w.MaxBytes, counters, exposureState)
+	r := &dynmod.WarmRender{Experiments: make([]dynmod.WarmExperiment, len(w.Experiments)), PerExperiment: w.PerExperiment,
+		Exposure: w.Exposure, Dictionary: w.Dictionary, VersionHeader: w.Version, Version: w.VersionValue,
+		Evaluated: w.Evaluated, Hits: w.Hits}
+	for i, x := range w.Experiments {
+		r.Experiments[i] = dynmod.WarmExperiment(x)
+	}
+	return dynmod.NewWarmConfig(p, r, workers, w.MaxEntries, w.MaxBytes, counters, exposureState)
 }
 
 // defineOutcomes defines the outcome stats of the observed variations in
@@ -453,18 +459,17 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 }
 
 // handOff gives the stream's worker's C cache, if the configuration has a
-// warm path, what the request Go just served got — the headers Go added,
-// in its order, the exposure record and what a hit counts — under Go's
+// warm path, the assignment the request Go just served got, under Go's
 // key for it, which is the key C builds for the same request: the unit's
-// next request is served in C. Tests' workers, whose hosts are fakes,
-// queue no headers in w.host and hand nothing off.
+// next request is served in C, which renders the assignment's headers as
+// Go adds them.
 func (m *module) handOff(w *worker, e *entry, idx uint32) {
 	c := e.side.Worker(int(idx))
-	if c == nil || w.fake != nil {
+	if c == nil {
 		return
 	}
-	if key, exposure, stats, ok := w.plugin.WarmResult(); ok {
-		c.Insert(key, &w.host.batch, exposure, stats)
+	if key, items, ok := w.plugin.WarmResult(); ok {
+		c.Insert(key, items)
 	}
 }
 

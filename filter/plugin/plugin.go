@@ -87,10 +87,10 @@ type Plugin struct {
 	hostOutcomes bool
 	// warm is the last request's result for the native warm path
 	// (WarmResult); warmKeep whether lookup's result may be cached,
-	// warmStats WarmResult's scratch.
+	// warmItems WarmResult's scratch.
 	warm      warmResult
 	warmKeep  bool
-	warmStats []uint32
+	warmItems []uint32
 
 	vm vmMetrics
 }
@@ -400,7 +400,7 @@ func (p *Plugin) assign(r *root) error {
 		p.observeSlots(cfg, e)
 	}
 	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
-	p.warm = warmResult{ok: p.warmKeep, r: r, e: e, dict: dict}
+	p.warm = warmResult{ok: p.warmKeep, r: r, e: e}
 	return nil
 }
 

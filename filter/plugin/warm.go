@@ -1,7 +1,5 @@
 package plugin
 
-import "github.com/allotmesh/allot/filter/abi"
-
 // The native module's warm path (docs/perf/native-warm-path.md) serves a
 // request whose assignment is cached without entering Go: C builds the
 // request's cache key as lookup does, from a plan Go hands it once per
@@ -13,6 +11,16 @@ import "github.com/allotmesh/allot/filter/abi"
 type WarmHeader struct {
 	Name string
 	Slot int
+}
+
+// WarmExperiment is what a warm hit renders for experiment i: its header,
+// and each variation's header value, dictionary member (`, key="value"`)
+// and counter position in MetricNames.
+type WarmExperiment struct {
+	Header  string
+	Values  []string
+	Members []string
+	Stats   []uint32
 }
 
 // WarmPlan is how lookup's key is made for a configuration whose every
@@ -28,6 +36,15 @@ type WarmPlan struct {
 	// MaxEntries and MaxBytes are the cache's bounds (cacheSize,
 	// cacheMaxBytes).
 	MaxEntries, MaxBytes int
+
+	// How a hit renders an assignment, as addBatch adds it: each assigned
+	// experiment's header when PerExperiment, the dictionary, the version
+	// header when VersionValue is not empty, the exposure record when
+	// Exposure; and what it counts, by position in MetricNames.
+	Experiments             []WarmExperiment
+	PerExperiment, Exposure bool
+	VersionValue            string
+	Evaluated, Hits         uint32
 }
 
 // WarmPlan returns the configuration's plan, and false when the warm path
@@ -41,11 +58,25 @@ func (c *Config) WarmPlan() (WarmPlan, bool) {
 		return WarmPlan{}, false
 	}
 	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, Dictionary: c.DictionaryHeader, Version: c.VersionHeader,
-		MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes}
+		MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes, PerExperiment: c.PerExperimentHeaders,
+		Exposure: c.ExposureState, VersionValue: c.Version}
 	for _, h := range c.headers {
 		for _, i := range h.idx {
 			w.Headers = append(w.Headers, WarmHeader{Name: h.name, Slot: i})
 		}
+	}
+	pos := map[string]uint32{}
+	for i, name := range c.MetricNames() {
+		pos[name] = uint32(i)
+	}
+	w.Evaluated, w.Hits = pos[MetricEvaluated], pos[MetricCacheHits]
+	w.Experiments = make([]WarmExperiment, c.Len())
+	for i, key := range c.keys {
+		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i]}
+		for v := range c.values[i] {
+			x.Stats = append(x.Stats, pos[VariationMetric(key, v)])
+		}
+		w.Experiments[i] = x
 	}
 	return w, true
 }
@@ -54,32 +85,26 @@ func (c *Config) WarmPlan() (WarmPlan, bool) {
 // end of an assignment that succeeded, cleared by every request and by
 // failOpen.
 type warmResult struct {
-	ok   bool // the request was assigned and its result may be cached
-	r    *root
-	e    entry
-	dict string
+	ok bool // the request was assigned and its result may be cached
+	r  *root
+	e  entry
 }
 
-// WarmResult is what the last request (RequestHeaders) did, for the warm
-// path to cache: its key (lookup's), its exposure record (empty when none
-// was written) and the positions, among the configuration's counters
-// (MetricNames), of what a hit counts: requests_evaluated, cache_hits and
-// each assigned variation. ok is false when the request failed open, left
-// a sticky cookie or must not be cached, or the counters are not all
-// defined. Everything is valid until the next request.
-func (p *Plugin) WarmResult() (key []byte, exposure []byte, stats []uint32, ok bool) {
+// WarmResult is what the last request (RequestHeaders) got, for the warm
+// path to cache: its key (lookup's) and its assignments, each experiment
+// << 16 | variation, in the dictionary's order (a WarmPlan's hit renders
+// and counts them). ok is false when the request failed open, left a
+// sticky cookie or must not be cached, or the counters are not all
+// defined. Both are valid until the next request.
+func (p *Plugin) WarmResult() (key []byte, items []uint32, ok bool) {
 	w := &p.warm
 	if !w.ok || w.r.stats.defineFail {
-		return nil, nil, nil, false
+		return nil, nil, false
 	}
-	s := &w.r.stats
-	p.warmStats = append(p.warmStats[:0], s.ids[0], s.ids[1])
+	p.warmItems = p.warmItems[:0]
 	for j := range w.e.assignments() {
 		i, v := w.e.at(j)
-		p.warmStats = append(p.warmStats, s.varIDs[i][v])
+		p.warmItems = append(p.warmItems, uint32(i)<<16|uint32(v))
 	}
-	if w.r.cfg.ExposureState && w.dict != "" {
-		exposure = abi.Bytes(w.dict)
-	}
-	return p.key, exposure, p.warmStats, true
+	return p.key, p.warmItems, true
 }

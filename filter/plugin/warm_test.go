@@ -67,19 +67,23 @@ func TestWarmResult(t *testing.T) {
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	key, exposure, stats, ok := p.WarmResult()
+	key, items, ok := p.WarmResult()
 	want := binary.AppendUvarint(nil, uint64(len("alice")))
 	want = append(want, "alice"...)
-	v := expected(t, twoArm, "alice")["checkout"]
-	names := p.roots[root].cfg.MetricNames()
-	var got []string
-	for _, s := range stats {
-		got = append(got, names[s])
+	v := slices.Index([]string{"control", "treatment"}, expected(t, twoArm, "alice")["checkout"])
+	if !ok || string(key) != string(want) || !slices.Equal(items, []uint32{0<<16 | uint32(v)}) {
+		t.Errorf("WarmResult = %q, %v, %v; want %q, [%d], true", key, items, ok, want, v)
 	}
-	variation := VariationMetric("checkout", slices.Index([]string{"control", "treatment"}, v))
-	if !ok || string(key) != string(want) || string(exposure) != `checkout="`+v+`"` ||
-		!slices.Equal(got, []string{MetricEvaluated, MetricCacheHits, variation}) {
-		t.Errorf("WarmResult = %q, %q, %q, %v; want %q, checkout=%q, [evaluated hits %s], true", key, exposure, got, ok, want, v, variation)
+	// The plan renders that item as Go added it, and counts it where Go does.
+	cfg := p.roots[root].cfg
+	plan, _ := cfg.WarmPlan()
+	names := cfg.MetricNames()
+	x := plan.Experiments[0]
+	if x.Header != "x-experiment-checkout" || x.Values[v] != []string{"control", "treatment"}[v] ||
+		x.Members[v] != `, checkout="`+x.Values[v]+`"` || names[x.Stats[v]] != VariationMetric("checkout", v) ||
+		names[plan.Evaluated] != MetricEvaluated || names[plan.Hits] != MetricCacheHits ||
+		!plan.PerExperiment || !plan.Exposure || plan.VersionValue != "v1" {
+		t.Errorf("plan %+v", plan)
 	}
 
 	h.Fail = func(call string) error {
@@ -91,7 +95,7 @@ func TestWarmResult(t *testing.T) {
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, ok := p.WarmResult(); ok {
+	if _, _, ok := p.WarmResult(); ok {
 		t.Error("a request that failed open has a warm result")
 	}
 
@@ -102,7 +106,7 @@ func TestWarmResult(t *testing.T) {
 	if p.SetCookie() == "" {
 		t.Fatal("no sticky cookie written: the case does not test what it says")
 	}
-	if _, _, _, ok := p.WarmResult(); ok {
+	if _, _, ok := p.WarmResult(); ok {
 		t.Error("a request that left a sticky cookie has a warm result")
 	}
 }
