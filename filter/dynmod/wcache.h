@@ -1,7 +1,7 @@
 // The warm path's cache in C (docs/perf/native-warm-path.md): per worker
-// and configuration, the rendered result of each unit's assignment, keyed
-// exactly as plugin.Plugin keys its own cache, so that a warm request can be
-// served without entering Go.
+// and configuration, each unit's assignment, keyed exactly as plugin.Plugin
+// keys its own cache, and how to render it (allot_wrender), so that a warm
+// request can be served without entering Go.
 //
 // A plan (allot_wplan, one per configuration, read-only once made) says
 // which request headers fill which of the key's value slots, the constant

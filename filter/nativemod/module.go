@@ -316,12 +316,12 @@ func newWarmSide(w plugin.WarmPlan, workers, counters int) (*dynmod.WarmConfig, 
 	for i, h := range w.Headers {
 		headers[i] = dynmod.WarmHeader(h)
 	}
-	p, err := dynmod.NewWarmPlan(w.Slots, headers, nil, w.Prefix, w.Dictionary, w.Version)
+	p, err := dynmod.NewWarmPlan(w.Slots, headers, nil, w.Prefix, w.DictionaryHeader, w.VersionHeader)
 	if err != nil {
 		return nil, err
 	}
 	r := &dynmod.WarmRender{Experiments: make([]dynmod.WarmExperiment, len(w.Experiments)), PerExperiment: w.PerExperiment,
-		Exposure: w.Exposure, Dictionary: w.Dictionary, VersionHeader: w.Version, Version: w.VersionValue,
+		Exposure: w.Exposure, Dictionary: w.DictionaryHeader, VersionHeader: w.VersionHeader, Version: w.Version,
 		Evaluated: w.Evaluated, Hits: w.Hits}
 	for i, x := range w.Experiments {
 		r.Experiments[i] = dynmod.WarmExperiment(x)

@@ -27,23 +27,24 @@ type WarmExperiment struct {
 // attribute is read from a request header or is constant: Slots values in
 // order, each filled by the first non-empty value of its headers; a slot
 // no header fills is empty (node.* attributes, which the native module
-// never answers, and unmapped ones). Prefix, Dictionary and Version are
-// the names the filter owns: a request that carries one goes to Go.
+// never answers, and unmapped ones). Prefix, DictionaryHeader and
+// VersionHeader are the names the filter owns: a request that carries one
+// goes to Go.
 type WarmPlan struct {
-	Slots                       int
-	Headers                     []WarmHeader
-	Prefix, Dictionary, Version string
+	Slots                                   int
+	Headers                                 []WarmHeader
+	Prefix, DictionaryHeader, VersionHeader string
 	// MaxEntries and MaxBytes are the cache's bounds (cacheSize,
 	// cacheMaxBytes).
 	MaxEntries, MaxBytes int
 
 	// How a hit renders an assignment, as addBatch adds it: each assigned
 	// experiment's header when PerExperiment, the dictionary, the version
-	// header when VersionValue is not empty, the exposure record when
+	// header when Version is not empty, the exposure record when
 	// Exposure; and what it counts, by position in MetricNames.
 	Experiments             []WarmExperiment
 	PerExperiment, Exposure bool
-	VersionValue            string
+	Version                 string
 	Evaluated, Hits         uint32
 }
 
@@ -57,9 +58,9 @@ func (c *Config) WarmPlan() (WarmPlan, bool) {
 		len(c.props) > 0 || c.CacheSize <= 0 || c.CacheMaxBytes <= 0 {
 		return WarmPlan{}, false
 	}
-	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, Dictionary: c.DictionaryHeader, Version: c.VersionHeader,
-		MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes, PerExperiment: c.PerExperimentHeaders,
-		Exposure: c.ExposureState, VersionValue: c.Version}
+	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, DictionaryHeader: c.DictionaryHeader,
+		VersionHeader: c.VersionHeader, MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes,
+		PerExperiment: c.PerExperimentHeaders, Exposure: c.ExposureState, Version: c.Version}
 	for _, h := range c.headers {
 		for _, i := range h.idx {
 			w.Headers = append(w.Headers, WarmHeader{Name: h.name, Slot: i})

@@ -82,7 +82,7 @@ func TestWarmResult(t *testing.T) {
 	if x.Header != "x-experiment-checkout" || x.Values[v] != []string{"control", "treatment"}[v] ||
 		x.Members[v] != `, checkout="`+x.Values[v]+`"` || names[x.Stats[v]] != VariationMetric("checkout", v) ||
 		names[plan.Evaluated] != MetricEvaluated || names[plan.Hits] != MetricCacheHits ||
-		!plan.PerExperiment || !plan.Exposure || plan.VersionValue != "v1" {
+		!plan.PerExperiment || !plan.Exposure || plan.Version != "v1" || plan.VersionHeader != "x-experiments-version" {
 		t.Errorf("plan %+v", plan)
 	}
 
