@@ -469,3 +469,60 @@ func TestRequestHookReadsOnlyWarmHandles(t *testing.T) {
 		t.Errorf("a cold configuration's request: the handler got %q, want request_headers", w.calls)
 	}
 }
+
+// FuzzWarmKey drives the C key building and lookup with arbitrary header
+// sets: the key equals the plugin's (oracleKey) or the request goes to Go
+// for a reason Go agrees with (an owned name) or a bound; a key inserted
+// is then found, and nothing else is. The input is header lines, "name:
+// value" separated by newlines.
+func FuzzWarmKey(f *testing.F) {
+	for _, seed := range []string{"", "x-user-id:u1", "x-user-id:\nx-user-id:u2\nx-country:fr", "X-Experiment-a:1\nx-user-id:u",
+		"x-country:de\nx-country:\nx-user-id:\u00e9\u00e9", "x-experiments-VERSION:1", "\u212a:1\nx-user-id:z"} {
+		f.Add(seed)
+	}
+	p, err := NewWarmPlan(4, []WarmHeader{{"x-user-id", 0}, {"x-country", 1}, {"x-country", 3}}, []string{"", "", "node-a", ""},
+		"x-experiment-", "x-experiments", "x-experiments-version")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer p.Free()
+	c, err := NewWarmCache(p, 64, 1<<16, 0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Free()
+	f.Fuzz(func(t *testing.T, in string) {
+		var pairs [][2]string
+		for line := range strings.SplitSeq(in, "\n") {
+			if name, value, ok := strings.Cut(line, ":"); ok {
+				pairs = append(pairs, [2]string{name, value})
+			}
+		}
+		st, key, _, _ := c.find(pairs)
+		want, ok := oracleKey(pairs)
+		switch {
+		case st == warmTooMany || st == warmTooLong:
+			return
+		case !ok || st == warmOwned:
+			// Go and C agree that it is Go's; C also sends names it cannot fold.
+			names := true
+			for _, kv := range pairs {
+				names = names && isASCII(kv[0])
+			}
+			if ok && names {
+				t.Fatalf("%q: C sent an ASCII request without an owned name to Go", pairs)
+			}
+			if !ok && st != warmOwned {
+				t.Fatalf("%q: an owned name, but status %d", pairs, st)
+			}
+			return
+		case key != want:
+			t.Fatalf("%q: C key %q, Go key %q", pairs, key, want)
+		}
+		c.Insert([]byte(key), []uint32{7})
+		if st, _, e, _ := c.find(pairs); st != warmHit || e == nil || !slices.Equal(e.items, []uint32{7}) {
+			t.Fatalf("%q: inserted, then status %d entry %+v", pairs, st, e)
+		}
+		c.Bump() // the next input starts from an empty cache, as far as lookups can tell
+	})
+}
