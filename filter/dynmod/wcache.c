@@ -207,7 +207,7 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
   *out = NULL;
   c->key_length = 0;
   if (n > ALLOT_WCACHE_MAX_HEADERS) return ALLOT_WFIND_TOO_MANY;
-  memcpy(c->vals, p->consts, p->n_slots * sizeof(allot_buffer));
+  if (p->n_slots > 0) memcpy(c->vals, p->consts, p->n_slots * sizeof(allot_buffer));
   for (size_t i = 0; i < n; i++) {
     const char* name = h[i].key_ptr;
     size_t nl = h[i].key_length;
