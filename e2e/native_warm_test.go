@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,47 +66,104 @@ func upstreamView(r harness.EchoResponse) map[string][]string {
 	return out
 }
 
+// startWarmNative runs Envoy with the native module configured with
+// config, the warm path on or off, logging each request's x-seq header
+// and exposure record to the file it returns.
+func startWarmNative(t *testing.T, config string, warm bool) (*proxy, string) {
+	t.Helper()
+	t.Setenv(nativemod.WarmEnv, map[bool]string{true: "1", false: "0"}[warm]) // Envoy inherits it
+	log := filepath.Join(t.TempDir(), "access.log")
+	p := startNativeBootstrap(t, "e2e/testdata/native-warm.yaml", map[string]string{
+		"bin/liballot.so": harness.MustBuildNative(t, "./filter/native", "liballot.so"),
+		"FILTER_CONFIG":   strings.ReplaceAll(config, "'", "''"),
+		"ACCESS_LOG":      log,
+	})
+	return p, log
+}
+
+// exposures reads an access log of startWarmNative's until it has n lines
+// and returns each request's exposure record by its x-seq.
+func exposures(t *testing.T, log string, n int) map[string]string {
+	t.Helper()
+	var out map[string]string
+	harness.MustEventually(t, 10*time.Second, func() error {
+		b, err := os.ReadFile(log)
+		if err != nil {
+			return err
+		}
+		out = map[string]string{}
+		for line := range strings.Lines(string(b)) {
+			seq, exp, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " exposures=")
+			out[strings.TrimPrefix(seq, "seq=")] = exp
+		}
+		if len(out) != n {
+			return fmt.Errorf("%d requests logged, want %d", len(out), n)
+		}
+		return nil
+	})
+	return out
+}
+
 // TestNativeWarmPathEqualsGo sends the same random requests, three rounds
 // of them, through the native module with the warm path off (every request
-// served by Go) and on (a unit's later requests served in C): the upstream
-// sees the same headers for each, header for header, and the counters
-// agree: requests evaluated, failed open, per variation.
+// served by Go) and on (a unit's later requests served in C), for each
+// header mode and with the exposure record off: the upstream sees the same
+// headers for each request, header for header, the access log the same
+// exposure record, and the counters agree (requests evaluated, failed
+// open, per variation).
 func TestNativeWarmPathEqualsGo(t *testing.T) {
-	cold := startStaticNative(t, warmConfig)
-	t.Setenv(nativemod.WarmEnv, "1") // Envoy inherits it
-	warm := startStaticNative(t, warmConfig)
-
-	r := rand.New(rand.NewPCG(37, 1))
-	var reqs []map[string][]string
-	for range 150 {
-		reqs = append(reqs, warmRequest(r))
-	}
-	for round := range 3 {
-		for i, h := range reqs {
-			a, err := cold.get(h)
-			if err != nil {
-				t.Fatal(err)
+	for name, config := range map[string]string{
+		"every header":  warmConfig,
+		"lean":          strings.Replace(warmConfig, `{"version"`, `{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","version"`, 1),
+		"no exposure":   strings.Replace(warmConfig, `{"version"`, `{"disableExposureState":true,"version"`, 1),
+		"empty version": strings.Replace(warmConfig, `"version":"w1",`, ``, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			cold, coldLog := startWarmNative(t, config, false)
+			warm, warmLog := startWarmNative(t, config, true)
+			r := rand.New(rand.NewPCG(37, 1))
+			var reqs []map[string][]string
+			for range 150 {
+				reqs = append(reqs, warmRequest(r))
 			}
-			b, err := warm.get(h)
-			if err != nil {
-				t.Fatal(err)
+			for round := range 3 {
+				for i, h := range reqs {
+					h = maps.Clone(h)
+					h["x-seq"] = []string{fmt.Sprint(round, "-", i)} // no attribute reads it: the key is unchanged
+					a, err := cold.get(h)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, err := warm.get(h)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if av, bv := upstreamView(a), upstreamView(b); !maps.EqualFunc(av, bv, slices.Equal) {
+						t.Fatalf("round %d, request %d %q:\nwarm path off: %q\nwarm path on:  %q", round, i, h, av, bv)
+					}
+				}
 			}
-			if av, bv := upstreamView(a), upstreamView(b); !maps.EqualFunc(av, bv, slices.Equal) {
-				t.Fatalf("round %d, request %d %q:\nwarm path off: %q\nwarm path on:  %q", round, i, h, av, bv)
+			n := 3 * len(reqs)
+			if a, b := exposures(t, coldLog, n), exposures(t, warmLog, n); !maps.Equal(a, b) {
+				for seq, e := range a {
+					if b[seq] != e {
+						t.Errorf("request %s: exposure %q with the warm path off, %q with it on", seq, e, b[seq])
+					}
+				}
 			}
-		}
-	}
-	cs, ws := cold.settledStats(t), warm.settledStats(t)
-	for name, n := range cs {
-		if !strings.HasPrefix(name, "wasmcustom.allot.") || strings.Contains(name, "cache_") {
-			continue // hits and misses depend on which worker each connection landed on
-		}
-		if ws[name] != n {
-			t.Errorf("%s: %d with the warm path off, %d with it on", name, n, ws[name])
-		}
-	}
-	if n := ws["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
-		t.Errorf("fail_open %d with the warm path on, want 0", n)
+			cs, ws := cold.settledStats(t), warm.settledStats(t)
+			for name, n := range cs {
+				if !strings.HasPrefix(name, "wasmcustom.allot.") || strings.Contains(name, "cache_") {
+					continue // hits and misses depend on which worker each connection landed on
+				}
+				if ws[name] != n {
+					t.Errorf("%s: %d with the warm path off, %d with it on", name, n, ws[name])
+				}
+			}
+			if n := ws["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
+				t.Errorf("fail_open %d with the warm path on, want 0", n)
+			}
+		})
 	}
 }
 
