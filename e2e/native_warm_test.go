@@ -107,16 +107,19 @@ func exposures(t *testing.T, log string, n int) map[string]string {
 // TestNativeWarmPathEqualsGo sends the same random requests, three rounds
 // of them, through the native module with the warm path off (every request
 // served by Go) and on (a unit's later requests served in C), for each
-// header mode and with the exposure record off: the upstream sees the same
-// headers for each request, header for header, the access log the same
-// exposure record, and the counters agree (requests evaluated, failed
-// open, per variation).
+// header mode, with the exposure record off, without a version and with
+// observed experiments: the upstream sees the same headers for each
+// request, header for header, the access log the same exposure record,
+// and the counters agree (requests evaluated, failed open, per variation,
+// per observed variation's outcome class).
 func TestNativeWarmPathEqualsGo(t *testing.T) {
 	for name, config := range map[string]string{
 		"every header":  warmConfig,
 		"lean":          strings.Replace(warmConfig, `{"version"`, `{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","version"`, 1),
 		"no exposure":   strings.Replace(warmConfig, `{"version"`, `{"disableExposureState":true,"version"`, 1),
 		"empty version": strings.Replace(warmConfig, `"version":"w1",`, ``, 1),
+		"observed": strings.NewReplacer(`"key":"split",`, `"key":"split","observe":true,`,
+			`"key":"fr",`, `"key":"fr","observe":true,`).Replace(warmConfig),
 	} {
 		t.Run(name, func(t *testing.T) {
 			cold, coldLog := startWarmNative(t, config, false)

@@ -37,6 +37,9 @@ static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
   const allot_wentry* e;
   if (allot_wcache_find(c, c->hdrs, n, &e) != ALLOT_WFIND_HIT) return false;
   const allot_wrender* r = w->render;
+  // An observed configuration's streams have state (an even value): its
+  // outcomes go there.
+  if (r->n_observed > 0 && (m & 1)) return false;
   // The dictionary first (nothing is added yet if an item is out of
   // range), then the adds in addBatch's order.
   size_t dl = 0;
@@ -74,6 +77,17 @@ static bool allot_warm_serve(uintptr_t f, uintptr_t m) {
   allot_wcache_count(c, r->hits, 1);
   for (uint32_t k = 0; k < e->n_items; k++) {
     allot_wcache_count(c, r->exps[e->items[k] >> 16].stats[e->items[k] & 0xffff], 1);
+  }
+  size_t no = 0;
+  for (uint32_t k = 0; k < e->n_items && r->n_observed > 0; k++) {
+    const allot_wexp* x = &r->exps[e->items[k] >> 16];
+    if (x->outcomes == NULL || no + ALLOT_OUTCOME_IDS > c->obs_cap) continue;
+    memcpy(c->obs + no, x->outcomes + (size_t)(e->items[k] & 0xffff) * ALLOT_OUTCOME_IDS,
+           ALLOT_OUTCOME_IDS * sizeof(size_t));
+    no += ALLOT_OUTCOME_IDS;
+  }
+  if (no > 0 && !allot_stream_observe(m, r->envoy_config, c->obs, no / ALLOT_OUTCOME_IDS) && r->has_unrecorded) {
+    allot_wcache_count(c, r->unrecorded, 1);  // as module.observe: served, its outcome not counted
   }
   if (added) envoy_dynamic_module_callback_http_clear_route_cache(f);
   return true;

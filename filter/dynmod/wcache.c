@@ -110,15 +110,16 @@ void allot_wcache_free(allot_wcache* c) {
   a.free(c->vals);
   a.free(c->key);
   a.free(c->dict);
+  a.free(c->obs);
   a.free(c->pending);
   a.free(c);
 }
 
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
-                               size_t dict_cap, const allot_allocator* alloc) {
+                               size_t dict_cap, size_t obs_cap, const allot_allocator* alloc) {
   const allot_allocator* a = allot_or_default(alloc);
   if (p == NULL || max_entries == 0 || max_entries > ALLOT_WCACHE_MAX_ENTRIES || max_bytes == 0 ||
-      dict_cap > ALLOT_WRENDER_MAX_DICTIONARY) {
+      dict_cap > ALLOT_WRENDER_MAX_DICTIONARY || obs_cap > 0xffff * ALLOT_OUTCOME_IDS) {
     return NULL;
   }
   allot_wcache* c = a->alloc(sizeof(allot_wcache));
@@ -137,10 +138,12 @@ allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t 
   c->key = a->alloc(ALLOT_WCACHE_MAX_KEY);
   c->dict_cap = dict_cap;
   c->dict = a->alloc(dict_cap > 0 ? dict_cap : 1);
+  c->obs_cap = obs_cap;
+  c->obs = a->alloc((obs_cap > 0 ? obs_cap : 1) * sizeof(size_t));
   c->n_counters = n_counters;
   c->pending = a->alloc((n_counters > 0 ? n_counters : 1) * sizeof(uint64_t));
   if (c->slots == NULL || c->hdrs == NULL || c->vals == NULL || c->key == NULL || c->dict == NULL ||
-      c->pending == NULL) {
+      c->obs == NULL || c->pending == NULL) {
     allot_wcache_free(c);
     return NULL;
   }
@@ -301,6 +304,7 @@ void allot_wrender_free(allot_wrender* r) {
       a.free(x->values);
       a.free(x->members);
       a.free(x->stats);
+      a.free(x->outcomes);
     }
     a.free(r->exps);
   }
@@ -312,6 +316,7 @@ void allot_wrender_free(allot_wrender* r) {
 
 allot_wrender* allot_wrender_new(uint32_t n_exps, bool per_experiment, bool exposure, allot_buffer dictionary,
                                  allot_buffer version_header, allot_buffer version, uint32_t evaluated, uint32_t hits,
+                                 uintptr_t envoy_config, uint32_t unrecorded, bool has_unrecorded,
                                  const allot_allocator* alloc) {
   const allot_allocator* a = allot_or_default(alloc);
   if (n_exps > 0xffff) return NULL;
@@ -323,6 +328,9 @@ allot_wrender* allot_wrender_new(uint32_t n_exps, bool per_experiment, bool expo
   r->exposure = exposure;
   r->evaluated = evaluated;
   r->hits = hits;
+  r->envoy_config = envoy_config;
+  r->unrecorded = unrecorded;
+  r->has_unrecorded = has_unrecorded;
   if (n_exps > 0) {
     r->exps = a->alloc(n_exps * sizeof(allot_wexp));
     if (r->exps == NULL) goto fail;
@@ -340,7 +348,7 @@ fail:
 }
 
 bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32_t n_vars, const allot_buffer* values,
-                       const allot_buffer* members, const uint32_t* stats) {
+                       const allot_buffer* members, const uint32_t* stats, const size_t* outcomes) {
   if (i >= r->n_exps || r->exps[i].n_vars != 0 || n_vars == 0 || n_vars > 0xffff) return false;
   const allot_allocator* a = &r->a;
   allot_wexp* x = &r->exps[i];
@@ -352,7 +360,11 @@ bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32
   x->values = a->alloc(n_vars * sizeof(allot_buffer));
   x->members = a->alloc(n_vars * sizeof(allot_buffer));
   x->stats = a->alloc(n_vars * sizeof(uint32_t));
-  if (x->values == NULL || x->members == NULL || x->stats == NULL) goto fail;
+  if (outcomes != NULL) x->outcomes = a->alloc(n_vars * ALLOT_OUTCOME_IDS * sizeof(size_t));
+  if (x->values == NULL || x->members == NULL || x->stats == NULL || (outcomes != NULL && x->outcomes == NULL)) {
+    goto fail;
+  }
+  if (outcomes != NULL) memcpy(x->outcomes, outcomes, n_vars * ALLOT_OUTCOME_IDS * sizeof(size_t));
   memset(x->values, 0, n_vars * sizeof(allot_buffer));
   memset(x->members, 0, n_vars * sizeof(allot_buffer));
   x->n_vars = n_vars;  // from here on, free walks the variations
@@ -362,6 +374,7 @@ bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32
     if (!allot_copy(a, values[v], &x->values[v]) || !allot_copy(a, members[v], &x->members[v])) goto fail;
   }
   r->max_dictionary += longest;
+  if (outcomes != NULL) r->n_observed++;
   return true;
 fail:  // leave the experiment unset; the table is freed whole
   a->free((void*)x->header.ptr);
@@ -372,6 +385,7 @@ fail:  // leave the experiment unset; the table is freed whole
   a->free(x->values);
   a->free(x->members);
   a->free(x->stats);
+  a->free(x->outcomes);
   memset(x, 0, sizeof(*x));
   return false;
 }
@@ -415,7 +429,8 @@ allot_wconfig* allot_wconfig_new(allot_wplan* plan, allot_wrender* render, size_
     memset(w->workers, 0, n_workers * sizeof(allot_wcache*));
     w->n_workers = n_workers;
     for (size_t i = 0; i < n_workers; i++) {
-      w->workers[i] = allot_wcache_new(plan, max_entries, max_bytes, n_counters, render->max_dictionary, a);
+      w->workers[i] = allot_wcache_new(plan, max_entries, max_bytes, n_counters, render->max_dictionary,
+                                       (size_t)render->n_observed * ALLOT_OUTCOME_IDS, a);
       if (w->workers[i] == NULL) goto fail;
     }
   }

@@ -171,7 +171,7 @@ func newWarmCache(p *WarmPlan, maxEntries, maxBytes, counters int, a *C.allot_al
 	if err := errors.Join(cacheProblems(maxEntries, maxBytes, counters)...); err != nil {
 		return nil, fmt.Errorf("warm cache: %w", err)
 	}
-	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), 0, a)
+	c := C.allot_wcache_new(p.p, C.size_t(maxEntries), C.size_t(maxBytes), C.size_t(counters), 0, 0, a)
 	if c == nil {
 		return nil, errors.New("warm cache: no memory")
 	}
@@ -228,12 +228,14 @@ type WarmConfig struct {
 
 // WarmExperiment is what a warm hit renders for one experiment: its
 // header, and each variation's header value, dictionary member (`, key="value"`)
-// and counter position.
+// and counter position; for an observed experiment, each variation's
+// OutcomeIDs outcome stat ids (Stream.Observe's), nil otherwise.
 type WarmExperiment struct {
-	Header  string
-	Values  []string
-	Members []string
-	Stats   []uint32
+	Header   string
+	Values   []string
+	Members  []string
+	Stats    []uint32
+	Outcomes []uint64
 }
 
 // WarmRender is how a configuration's warm hits render an assignment, as
@@ -241,8 +243,14 @@ type WarmExperiment struct {
 // PerExperiment, the dictionary header (when the dictionary is not empty),
 // the version header (when Version is not empty), the exposure record
 // (when Exposure), and the counts at positions Evaluated, Hits and each
-// assigned variation's.
+// assigned variation's; an observed assignment's outcome stat ids go into
+// the stream's state as Stream.Observe leaves them (with EnvoyConfig), and
+// if they cannot, the count at position Unrecorded (when HasUnrecorded).
 type WarmRender struct {
+	EnvoyConfig   Config
+	Unrecorded    uint32
+	HasUnrecorded bool
+
 	Experiments                        []WarmExperiment
 	PerExperiment, Exposure            bool
 	Dictionary, VersionHeader, Version string
@@ -256,15 +264,22 @@ func newRender(r *WarmRender) (*C.allot_wrender, error) {
 	var mem cArena
 	defer mem.free()
 	cr := C.allot_wrender_new(C.uint32_t(len(r.Experiments)), C.bool(r.PerExperiment), C.bool(r.Exposure),
-		mem.buf(r.Dictionary), mem.buf(r.VersionHeader), mem.buf(r.Version), C.uint32_t(r.Evaluated), C.uint32_t(r.Hits), nil)
+		mem.buf(r.Dictionary), mem.buf(r.VersionHeader), mem.buf(r.Version), C.uint32_t(r.Evaluated), C.uint32_t(r.Hits),
+		C.uintptr_t(r.EnvoyConfig), C.uint32_t(r.Unrecorded), C.bool(r.HasUnrecorded), nil)
 	if cr == nil {
 		return nil, fmt.Errorf("experiments: %d, want at most %d", len(r.Experiments), 0xffff)
 	}
 	for i, x := range r.Experiments {
 		n := len(x.Values)
-		if len(x.Members) != n || len(x.Stats) != n {
+		if len(x.Members) != n || len(x.Stats) != n || x.Outcomes != nil && len(x.Outcomes) != n*OutcomeIDs {
 			C.allot_wrender_free(cr)
-			return nil, fmt.Errorf("experiments[%d]: %d values, %d members, %d stats, want as many", i, n, len(x.Members), len(x.Stats))
+			return nil, fmt.Errorf("experiments[%d]: %d values, %d members, %d stats, %d outcome ids, want as many (%d ids each)",
+				i, n, len(x.Members), len(x.Stats), len(x.Outcomes), OutcomeIDs)
+		}
+		var outcomes *C.size_t
+		if x.Outcomes != nil {
+			outcomes = (*C.size_t)(mem.alloc(len(x.Outcomes) * C.sizeof_size_t))
+			copy(unsafe.Slice((*uint64)(unsafe.Pointer(outcomes)), len(x.Outcomes)), x.Outcomes)
 		}
 		values := (*C.allot_buffer)(mem.alloc(n * C.sizeof_allot_buffer))
 		members := (*C.allot_buffer)(mem.alloc(n * C.sizeof_allot_buffer))
@@ -274,7 +289,7 @@ func newRender(r *WarmRender) (*C.allot_wrender, error) {
 		}
 		stats := (*C.uint32_t)(mem.alloc(n * 4))
 		copy(unsafe.Slice((*uint32)(unsafe.Pointer(stats)), n), x.Stats)
-		if !C.allot_wrender_set(cr, C.uint32_t(i), mem.buf(x.Header), C.uint32_t(n), values, members, stats) {
+		if !C.allot_wrender_set(cr, C.uint32_t(i), mem.buf(x.Header), C.uint32_t(n), values, members, stats, outcomes) {
 			C.allot_wrender_free(cr)
 			return nil, fmt.Errorf("experiments[%d]: refused (no variations, over %d, or the longest dictionary over %d bytes)", i, 0xffff, WarmMaxDictionary)
 		}

@@ -85,6 +85,7 @@ typedef struct {
   allot_buffer* values;
   allot_buffer* members;
   uint32_t* stats;
+  size_t* outcomes;  // ALLOT_OUTCOME_IDS stat ids per variation; NULL: not observed
 } allot_wexp;
 
 // allot_wrender is how a configuration's hit renders an entry, as the
@@ -92,7 +93,9 @@ typedef struct {
 // per_experiment, the dictionary (when not empty), the version header
 // (when the version is not empty); the exposure record (the dictionary,
 // when exposure and it is not empty); the counts (evaluated, hits, each
-// assignment's variation).
+// assignment's variation); the observed assignments' outcome stat ids, left
+// in the stream's state (allot_stream_observe, with envoy_config; if that
+// fails, the unrecorded count when has_unrecorded).
 typedef struct {
   uint32_t n_exps;
   allot_wexp* exps;
@@ -100,6 +103,10 @@ typedef struct {
   allot_buffer dictionary, version_header, version;
   uint32_t evaluated, hits;
   size_t max_dictionary;  // the longest dictionary value, its leading ", " included
+  uint32_t n_observed;    // experiments with outcomes
+  uintptr_t envoy_config;
+  uint32_t unrecorded;
+  bool has_unrecorded;
   allot_allocator a;
 } allot_wrender;
 
@@ -131,6 +138,8 @@ typedef struct {
   char* key;
   char* dict;
   size_t dict_cap;
+  size_t* obs;  // a hit's observed stat ids (obs_cap of them)
+  size_t obs_cap;
   size_t key_length;
   uint64_t key_hash;
   // pending counts, by counter position (n_counters), taken by Go's flush.
@@ -161,7 +170,7 @@ void allot_wplan_free(allot_wplan* p);
 // scratch. NULL on no memory or bounds out of range (max_entries
 // 1..ALLOT_WCACHE_MAX_ENTRIES, max_bytes > 0).
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
-                               size_t dict_cap, const allot_allocator* a);
+                               size_t dict_cap, size_t obs_cap, const allot_allocator* a);
 
 // allot_wcache_free frees the cache and every entry.
 void allot_wcache_free(allot_wcache* c);
@@ -212,14 +221,16 @@ typedef struct {
 // with allot_wrender_set; NULL on no memory or n_exps over 0xffff.
 allot_wrender* allot_wrender_new(uint32_t n_exps, bool per_experiment, bool exposure, allot_buffer dictionary,
                                  allot_buffer version_header, allot_buffer version, uint32_t evaluated, uint32_t hits,
+                                 uintptr_t envoy_config, uint32_t unrecorded, bool has_unrecorded,
                                  const allot_allocator* a);
 
 // allot_wrender_set copies experiment i's header and its n_vars
-// variations' values, dictionary members and counter positions; false on
+// variations' values, dictionary members, counter positions and outcome
+// stat ids (NULL: not observed; else ALLOT_OUTCOME_IDS each); false on
 // no memory, i out of range, a second set, or a longest dictionary over
 // ALLOT_WRENDER_MAX_DICTIONARY.
 bool allot_wrender_set(allot_wrender* r, uint32_t i, allot_buffer header, uint32_t n_vars, const allot_buffer* values,
-                       const allot_buffer* members, const uint32_t* stats);
+                       const allot_buffer* members, const uint32_t* stats, const size_t* outcomes);
 
 void allot_wrender_free(allot_wrender* r);
 

@@ -378,7 +378,8 @@ func testRender() *WarmRender {
 	return &WarmRender{PerExperiment: true, Exposure: true, Dictionary: "x-experiments", VersionHeader: "x-experiments-version",
 		Version: "7", Evaluated: 0, Hits: 1, Experiments: []WarmExperiment{
 			{Header: "x-experiment-a", Values: []string{"off", "on"}, Members: []string{`, a="off"`, `, a="on"`}, Stats: []uint32{4, 5}},
-			{Header: "x-experiment-b", Values: []string{"x"}, Members: []string{`, b="x"`}, Stats: []uint32{6}},
+			{Header: "x-experiment-b", Values: []string{"x"}, Members: []string{`, b="x"`}, Stats: []uint32{6},
+				Outcomes: []uint64{10, 11, 12, 13, 14, 15, 16}},
 		}}
 }
 
@@ -389,6 +390,7 @@ func TestWarmRenderRefused(t *testing.T) {
 	for name, r := range map[string]*WarmRender{
 		"lengths":         {Experiments: []WarmExperiment{{Header: "h", Values: []string{"a"}, Members: nil, Stats: []uint32{1}}}},
 		"no variations":   {Experiments: []WarmExperiment{{Header: "h"}}},
+		"outcome ids":     {Experiments: []WarmExperiment{{Header: "h", Values: []string{"a"}, Members: []string{"m"}, Stats: []uint32{1}, Outcomes: []uint64{1, 2}}}},
 		"long dictionary": {Experiments: []WarmExperiment{{Header: "h", Values: []string{"a"}, Members: []string{long}, Stats: []uint32{1}}, {Header: "i", Values: []string{"a"}, Members: []string{long + "x"}, Stats: []uint32{1}}}},
 	} {
 		if _, err := NewWarmConfig(testPlan(t, false), r, 1, 16, 1<<16, 3, "k"); err == nil || !strings.Contains(err.Error(), "experiments[") {

@@ -261,7 +261,7 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if cfg.Observed() {
 		e.outcomes = defineOutcomes(c, cfg.Outcomes())
 	}
-	if e.side = m.newSide(cfg, len(names)); e.side == nil {
+	if e.side = m.newSide(e); e.side == nil {
 		return 0
 	}
 	m.mu.Lock()
@@ -291,10 +291,10 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 // every request to Go. A warm side that cannot be made is logged, and the
 // configuration served by Go; nil (logged at critical level) if not even
 // a cold one can be: no memory.
-func (m *module) newSide(cfg *plugin.Config, counters int) *dynmod.WarmConfig {
+func (m *module) newSide(e *entry) *dynmod.WarmConfig {
 	if m.warm {
-		if w, ok := cfg.WarmPlan(); ok {
-			side, err := newWarmSide(w, len(*m.workers.Load()), counters)
+		if w, ok := e.cfg.WarmPlan(); ok {
+			side, err := newWarmSide(w, e, len(*m.workers.Load()))
 			if err == nil {
 				return side
 			}
@@ -309,9 +309,10 @@ func (m *module) newSide(cfg *plugin.Config, counters int) *dynmod.WarmConfig {
 	return side
 }
 
-// newWarmSide makes the C side of a configuration the warm path serves
-// with plan w, for workers workers.
-func newWarmSide(w plugin.WarmPlan, workers, counters int) (*dynmod.WarmConfig, error) {
+// newWarmSide makes the C side of configuration e, which the warm path
+// serves with plan w, for workers workers: its counters and outcome stats
+// are e's.
+func newWarmSide(w plugin.WarmPlan, e *entry, workers int) (*dynmod.WarmConfig, error) {
 	headers := make([]dynmod.WarmHeader, len(w.Headers))
 	for i, h := range w.Headers {
 		headers[i] = dynmod.WarmHeader(h)
@@ -322,11 +323,15 @@ func newWarmSide(w plugin.WarmPlan, workers, counters int) (*dynmod.WarmConfig, 
 	}
 	r := &dynmod.WarmRender{Experiments: make([]dynmod.WarmExperiment, len(w.Experiments)), PerExperiment: w.PerExperiment,
 		Exposure: w.Exposure, Dictionary: w.DictionaryHeader, VersionHeader: w.VersionHeader, Version: w.Version,
-		Evaluated: w.Evaluated, Hits: w.Hits}
+		Evaluated: w.Evaluated, Hits: w.Hits, EnvoyConfig: e.envoy, Unrecorded: w.Unrecorded, HasUnrecorded: w.HasUnrecorded}
 	for i, x := range w.Experiments {
-		r.Experiments[i] = dynmod.WarmExperiment(x)
+		r.Experiments[i] = dynmod.WarmExperiment{Header: x.Header, Values: x.Values, Members: x.Members, Stats: x.Stats}
+		if x.FirstSlot >= 0 { // the outcome ids of its slots, as module.observe hands them
+			from := int(x.FirstSlot) * dynmod.OutcomeIDs
+			r.Experiments[i].Outcomes = e.outcomes[from : from+len(x.Values)*dynmod.OutcomeIDs]
+		}
 	}
-	return dynmod.NewWarmConfig(p, r, workers, w.MaxEntries, w.MaxBytes, counters, exposureState)
+	return dynmod.NewWarmConfig(p, r, workers, w.MaxEntries, w.MaxBytes, len(e.counters), exposureState)
 }
 
 // defineOutcomes defines the outcome stats of the observed variations in

@@ -15,12 +15,14 @@ type WarmHeader struct {
 
 // WarmExperiment is what a warm hit renders for experiment i: its header,
 // and each variation's header value, dictionary member (`, key="value"`)
-// and counter position in MetricNames.
+// and counter position in MetricNames; FirstSlot is the outcome slot
+// (Outcomes) of its variation 0 when it observes its outcomes, else -1.
 type WarmExperiment struct {
-	Header  string
-	Values  []string
-	Members []string
-	Stats   []uint32
+	Header    string
+	Values    []string
+	Members   []string
+	Stats     []uint32
+	FirstSlot int32
 }
 
 // WarmPlan is how lookup's key is made for a configuration whose every
@@ -46,15 +48,18 @@ type WarmPlan struct {
 	PerExperiment, Exposure bool
 	Version                 string
 	Evaluated, Hits         uint32
+	// Unrecorded is the position of MetricOutcomesUnrecorded, when an
+	// experiment is observed (HasUnrecorded).
+	Unrecorded    uint32
+	HasUnrecorded bool
 }
 
 // WarmPlan returns the configuration's plan, and false when the warm path
-// cannot serve it: a sticky cookie (every request verifies it), an
-// observed experiment (its outcome ids go into the stream's state),
+// cannot serve it: a sticky cookie (every request verifies it),
 // attributes read from cookies, the query string, the URL path or
 // properties, or a cache that is off or has no byte bound.
 func (c *Config) WarmPlan() (WarmPlan, bool) {
-	if c.jar != nil || c.Observed() || len(c.cookies) > 0 || len(c.queries) > 0 || len(c.urlPath) > 0 ||
+	if c.jar != nil || len(c.cookies) > 0 || len(c.queries) > 0 || len(c.urlPath) > 0 ||
 		len(c.props) > 0 || c.CacheSize <= 0 || c.CacheMaxBytes <= 0 {
 		return WarmPlan{}, false
 	}
@@ -71,9 +76,10 @@ func (c *Config) WarmPlan() (WarmPlan, bool) {
 		pos[name] = uint32(i)
 	}
 	w.Evaluated, w.Hits = pos[MetricEvaluated], pos[MetricCacheHits]
+	w.Unrecorded, w.HasUnrecorded = pos[MetricOutcomesUnrecorded], c.Observed()
 	w.Experiments = make([]WarmExperiment, c.Len())
 	for i, key := range c.keys {
-		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i]}
+		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i], FirstSlot: c.outBase[i]}
 		for v := range c.values[i] {
 			x.Stats = append(x.Stats, pos[VariationMetric(key, v)])
 		}

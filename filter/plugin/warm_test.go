@@ -9,8 +9,8 @@ import (
 
 // TestWarmPlan: a configuration whose attributes are all headers or
 // constant gets a plan listing each header's slot; any other source, a
-// sticky cookie, an observed experiment or a cache without a byte bound
-// gets none.
+// sticky cookie or a cache without a byte bound gets none; an observed
+// experiment's plan names its outcome slots and the unrecorded counter.
 func TestWarmPlan(t *testing.T) {
 	const exps = `"experiments":[{"key":"e","variations":["a","b"],"weights":[0.5,0.5],"condition":{"c":"fr","n":{"$exists":false}}}]`
 	// Slots are the referenced attributes in the engine's order: c, id, n
@@ -53,8 +53,10 @@ func TestWarmPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cfg.WarmPlan(); ok {
-		t.Error("a configuration with an observed experiment got a plan")
+	w, ok := cfg.WarmPlan()
+	names := cfg.MetricNames()
+	if !ok || w.Experiments[0].FirstSlot != 0 || !w.HasUnrecorded || names[w.Unrecorded] != MetricOutcomesUnrecorded {
+		t.Errorf("an observed experiment's plan: %v %+v", ok, w)
 	}
 }
 
@@ -82,7 +84,7 @@ func TestWarmResult(t *testing.T) {
 	if x.Header != "x-experiment-checkout" || x.Values[v] != []string{"control", "treatment"}[v] ||
 		x.Members[v] != `, checkout="`+x.Values[v]+`"` || names[x.Stats[v]] != VariationMetric("checkout", v) ||
 		names[plan.Evaluated] != MetricEvaluated || names[plan.Hits] != MetricCacheHits ||
-		!plan.PerExperiment || !plan.Exposure || plan.Version != "v1" || plan.VersionHeader != "x-experiments-version" {
+		x.FirstSlot != -1 || plan.HasUnrecorded || !plan.PerExperiment || !plan.Exposure || plan.Version != "v1" || plan.VersionHeader != "x-experiments-version" {
 		t.Errorf("plan %+v", plan)
 	}
 
