@@ -33,7 +33,7 @@ func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
 // startNativeBootstrap runs Envoy (two workers) with the bootstrap at path
 // in front of a fresh echo upstream: its listener, admin and upstream
 // ports (10000, 9901, 8081) moved to free ones, and replace's other
-// replacements made.
+// replacements made. Files it logs to are flushed every 100 ms.
 func startNativeBootstrap(t *testing.T, path string, replace map[string]string) *proxy {
 	t.Helper()
 	echo := harness.MustStartEcho(t)
@@ -46,7 +46,8 @@ func startNativeBootstrap(t *testing.T, path string, replace map[string]string) 
 	}
 	maps.Copy(r, replace)
 	boot := harness.MustRenderBootstrap(t, path, r)
-	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2})
+	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2,
+		ExtraArgs: []string{"--file-flush-interval-msec", "100"}}) // a bootstrap's access log, if any, within 100 ms
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
 }
 

@@ -18,8 +18,6 @@
 
 #include "stream.h"
 
-typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
-
 // ALLOT_CALLBACKS(X) calls X(return type, name, parameters) once per
 // callback, as declared in Envoy 1.40's
 // source/extensions/dynamic_modules/abi/abi.h (ABI v0.2.0), pointers the

@@ -25,10 +25,13 @@
 // Envoy reject the configuration).
 //
 // Envoy refuses the filter unless the module exports every HTTP-filter
-// hook. Only four are Go (exports.go): program-init, config-new,
-// config-destroy and request-headers. The rest, the stream's own
-// filter-new and filter-destroy among them, are C (hooks.c), so that a
-// request crosses from Envoy into Go once.
+// hook. Three are Go (exports.go): program-init, config-new and
+// config-destroy. Request-headers is C (warm.c): it serves a request of a
+// configuration with a warm plan from its worker's C cache when it can
+// (WarmConfig), and calls the Go half, which runs the Handler, for any
+// other. The rest, the stream's own filter-new and filter-destroy among
+// them, are C (hooks.c), so that a request crosses from Envoy into Go at
+// most once.
 //
 // This package imports only the standard library; it must never import
 // gRPC or net/http.
@@ -52,17 +55,29 @@ type Handler interface {
 	// module; concurrency is Envoy's number of worker threads.
 	ProgramInit(concurrency uint32)
 	// ConfigNew compiles a filter configuration and returns its non-zero
-	// handle; 0 rejects the configuration (Envoy keeps the previous one).
+	// handle (a WarmHandler's: a WarmConfig's Handle, Stateless set or
+	// not); 0 rejects the configuration (Envoy keeps the previous one).
 	// The config bytes are valid only during the call.
 	ConfigNew(c Config, name string, config []byte) uintptr
 	// ConfigDestroy releases a configuration: no stream uses it any more.
 	ConfigDestroy(handle uintptr)
-	// RequestHeaders is called when a stream's request headers arrive,
-	// with the handle of the stream's configuration and, if the handle is
-	// even, the stream's state (else 0); the stream always continues. It
-	// is the only hook a request enters Go for: creating and destroying a
-	// stream and its response hooks are C (hooks.c).
+	// RequestHeaders is called when a stream's request headers arrive and
+	// the warm path (warm.c) did not serve them, with the handle of the
+	// stream's configuration and, if the handle is even, the stream's state
+	// (else 0); the stream always continues. It is the only hook a request
+	// enters Go for: creating and destroying a stream and its response hooks
+	// are C (hooks.c).
 	RequestHeaders(f Filter, s Stream, handle uintptr, endOfStream bool)
+}
+
+// WarmHandler is a Handler whose every handle is a WarmConfig's Handle
+// (Stateless aside): the C request hook (warm.c) reads a configuration's
+// C side through it, and serves what the warm path can without Go. For
+// any other Handler the C hook calls Go at once and never reads a handle.
+type WarmHandler interface {
+	Handler
+	// WarmHandles marks the Handler; it is never called.
+	WarmHandles()
 }
 
 // Handles. ConfigNew's handle says, by its low bit, whether the
@@ -87,7 +102,11 @@ var (
 )
 
 // SetHandler installs the hooks' receiver. Call it from main's init.
-func SetHandler(h Handler) { handler = h }
+func SetHandler(h Handler) {
+	handler = h
+	_, warm := h.(WarmHandler)
+	setWarmHandles(warm)
+}
 
 // Panics is how many panics the hooks recovered since the module loaded.
 func Panics() uint64 { return recoveries.Load() }

@@ -41,7 +41,7 @@ func TestEveryHookRecovers(t *testing.T) {
 		t.Errorf("config_new returned %d after a panic, want 0 (reject)", h)
 	}
 	envoy_dynamic_module_on_http_filter_config_destroy(7)
-	if s := envoy_dynamic_module_on_http_filter_request_headers(9, 7, true); s != 0 {
+	if s := allot_go_request_headers(9, 7, true); s != 0 {
 		t.Errorf("request_headers returned %d after a panic, want 0 (continue)", s)
 	}
 	if n := Panics() - before; n != 4 {
@@ -56,7 +56,7 @@ func TestNoHandler(t *testing.T) {
 	if h := envoy_dynamic_module_on_http_filter_config_new(1, buf("allot"), buf("{}")); h != 0 {
 		t.Errorf("config_new without a handler returned %d, want 0", h)
 	}
-	if s := envoy_dynamic_module_on_http_filter_request_headers(9, 7, false); s != 0 {
+	if s := allot_go_request_headers(9, 7, false); s != 0 {
 		t.Errorf("request_headers returned %d, want 0", s)
 	}
 }

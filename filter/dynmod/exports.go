@@ -17,8 +17,10 @@ import (
 	"unsafe"
 )
 
-// The four hooks that need Go, of those Envoy 1.40 resolves when it loads an
-// HTTP filter module (the others are C: hooks.c). The ABI's pointer types
+// The hooks that need Go, of those Envoy 1.40 resolves when it loads an
+// HTTP filter module: three, and the Go half of the fourth, request
+// headers, whose C half (warm.c) serves warm requests itself (the others
+// are C: hooks.c). The ABI's pointer types
 // are passed as uintptr_t here: the same registers. Hooks that return a
 // status return 0, Continue.
 
@@ -75,8 +77,11 @@ func envoy_dynamic_module_on_http_filter_config_destroy(h C.uintptr_t) {
 	}
 }
 
-//export envoy_dynamic_module_on_http_filter_request_headers
-func envoy_dynamic_module_on_http_filter_request_headers(f, m C.uintptr_t, endOfStream C.bool) C.int32_t {
+// allot_go_request_headers is the request-headers hook's Go half: the C
+// hook (warm.c) calls it for every request the warm path does not serve.
+//
+//export allot_go_request_headers
+func allot_go_request_headers(f, m C.uintptr_t, endOfStream C.bool) C.int32_t {
 	defer func() {
 		if v := recover(); v != nil {
 			recovered("http_filter_request_headers", v)

@@ -1,4 +1,4 @@
-// The ABI's buffer, and the state a stream of an even-handled
+// The ABI's buffer and header, and the state a stream of an even-handled
 // configuration keeps (hooks.c).
 
 #ifndef ALLOT_STREAM_H
@@ -12,6 +12,9 @@
 #include <time.h>
 
 typedef struct { const char* ptr; size_t length; } allot_buffer;
+
+// allot_header is the ABI's header: a name and a value.
+typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
 
 // ALLOT_OUTCOME_IDS is the number of Envoy stat ids of one observed
 // variation: a counter per outcome class (2xx, 3xx, 4xx, 5xx, other, reset:

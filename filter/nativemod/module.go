@@ -32,8 +32,18 @@ import (
 // filter_name); any other is refused.
 const FilterName = "allot"
 
+// WarmEnv is the environment variable that turns the warm path on: with
+// it set to 1 when Envoy loads the module, a configuration the warm path
+// can serve (plugin.Config.WarmPlan) serves its warm requests in C,
+// without entering Go (docs/perf/native-warm-path.md). Off by default.
+const WarmEnv = "ALLOT_NATIVE_WARM"
+
 // New returns the module: the dynmod.Handler a process installs once.
-func New() dynmod.Handler { return newModule() }
+func New() dynmod.Handler {
+	m := newModule()
+	m.warm = os.Getenv(WarmEnv) == "1"
+	return m
+}
 
 // module implements dynmod.Handler: one per process.
 //
@@ -65,6 +75,10 @@ type module struct {
 	// C state (dynmod.Stream.Observe); tests, whose streams are not
 	// hooks.c's, record them instead.
 	observeStream func(dynmod.Stream, dynmod.Config, []uint64) bool
+	// warm is whether configurations get a warm path (WarmEnv); pending is
+	// flushWarmLocked's scratch, guarded by mu.
+	warm    bool
+	pending []uint64
 }
 
 // entry is one compiled configuration.
@@ -81,6 +95,10 @@ type entry struct {
 	// class's counter, then the latency histogram (noCounter: not
 	// defined).
 	outcomes []uint64
+	// side is the configuration's C side, whose address is its handle:
+	// with a warm plan, each worker's C cache, filled after each request
+	// Go serves (handOff).
+	side *dynmod.WarmConfig
 }
 
 // worker is one Envoy worker thread's share of the module.
@@ -102,7 +120,11 @@ func newModule() *module {
 	return m
 }
 
-var _ dynmod.Handler = (*module)(nil)
+var _ dynmod.WarmHandler = (*module)(nil)
+
+// WarmHandles implements dynmod.WarmHandler: every handle ConfigNew
+// returns is its configuration's C side (newSide).
+func (m *module) WarmHandles() {}
 
 // ProgramInit implements dynmod.Handler: it makes the workers and starts
 // the flush tick.
@@ -154,6 +176,26 @@ func (m *module) flush() {
 		}
 		w.host.entry = nil
 		w.mu.Unlock()
+	}
+	for _, e := range *m.configs.Load() {
+		m.flushWarmLocked(e)
+	}
+}
+
+// flushWarmLocked adds the counts the warm path made for e on each
+// worker to Envoy's counters. m.mu must be held.
+func (m *module) flushWarmLocked(e *entry) {
+	if cap(m.pending) < len(e.counters) {
+		m.pending = make([]uint64, len(e.counters))
+	}
+	pending := m.pending[:len(e.counters)]
+	for i := range e.side.Workers() {
+		e.side.Worker(i).TakeAll(pending)
+		for pos, n := range pending {
+			if n != 0 && e.counters[pos] != noCounter && e.envoy != 0 {
+				e.envoy.IncrementCounter(e.counters[pos], n)
+			}
+		}
 	}
 }
 
@@ -219,6 +261,9 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if cfg.Observed() {
 		e.outcomes = defineOutcomes(c, cfg.Outcomes())
 	}
+	if e.side = m.newSide(e); e.side == nil {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
@@ -226,9 +271,9 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	// Only the streams of a sticky or observed configuration keep state:
 	// the cookie its request hook leaves for the response, the stat ids of
 	// its observed variations (dynmod's handles).
-	h := uintptr(e.id)<<1 | dynmod.Stateless
+	h := e.side.Handle() | dynmod.Stateless
 	if cfg.Sticky() || cfg.Observed() {
-		h = uintptr(e.id) << 1
+		h = e.side.Handle()
 	}
 	old := *m.configs.Load()
 	next := make(map[uintptr]*entry, len(old)+1)
@@ -239,6 +284,54 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	m.configs.Store(&next)
 	m.releaseSoonLocked()
 	return h
+}
+
+// newSide makes a configuration's C side: with the warm path on and a
+// configuration it can serve, a cache per worker; else one that sends
+// every request to Go. A warm side that cannot be made is logged, and the
+// configuration served by Go; nil (logged at critical level) if not even
+// a cold one can be: no memory.
+func (m *module) newSide(e *entry) *dynmod.WarmConfig {
+	if m.warm {
+		if w, ok := e.cfg.WarmPlan(); ok {
+			side, err := newWarmSide(w, e, len(*m.workers.Load()))
+			if err == nil {
+				return side
+			}
+			dynmod.Log(dynmod.LogWarn, "allot: warm path off for this configuration: "+err.Error())
+		}
+	}
+	side, err := dynmod.NewColdConfig()
+	if err != nil {
+		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+err.Error())
+		return nil
+	}
+	return side
+}
+
+// newWarmSide makes the C side of configuration e, which the warm path
+// serves with plan w, for workers workers: its counters and outcome stats
+// are e's.
+func newWarmSide(w plugin.WarmPlan, e *entry, workers int) (*dynmod.WarmConfig, error) {
+	headers := make([]dynmod.WarmHeader, len(w.Headers))
+	for i, h := range w.Headers {
+		headers[i] = dynmod.WarmHeader(h)
+	}
+	p, err := dynmod.NewWarmPlan(w.Slots, headers, nil, w.Prefix, w.DictionaryHeader, w.VersionHeader)
+	if err != nil {
+		return nil, err
+	}
+	r := &dynmod.WarmRender{Experiments: make([]dynmod.WarmExperiment, len(w.Experiments)), PerExperiment: w.PerExperiment,
+		Exposure: w.Exposure, Dictionary: w.DictionaryHeader, VersionHeader: w.VersionHeader, Version: w.Version,
+		Evaluated: w.Evaluated, Hits: w.Hits, EnvoyConfig: e.envoy, Unrecorded: w.Unrecorded, HasUnrecorded: w.HasUnrecorded}
+	for i, x := range w.Experiments {
+		r.Experiments[i] = dynmod.WarmExperiment{Header: x.Header, Values: x.Values, Members: x.Members, Stats: x.Stats}
+		if x.FirstSlot >= 0 { // the outcome ids of its slots, as module.observe hands them
+			from := int(x.FirstSlot) * dynmod.OutcomeIDs
+			r.Experiments[i].Outcomes = e.outcomes[from : from+len(x.Values)*dynmod.OutcomeIDs]
+		}
+	}
+	return dynmod.NewWarmConfig(p, r, workers, w.MaxEntries, w.MaxBytes, len(e.counters), exposureState)
 }
 
 // defineOutcomes defines the outcome stats of the observed variations in
@@ -332,6 +425,8 @@ func (m *module) ConfigDestroy(h uintptr) {
 		}
 		w.mu.Unlock()
 	}
+	m.flushWarmLocked(e)
+	e.side.Free()
 	m.releaseSoonLocked()
 }
 
@@ -346,7 +441,8 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	if e == nil {
 		return
 	}
-	w := m.worker(m.workerIndex(f))
+	idx := m.workerIndex(f)
+	w := m.worker(idx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
@@ -358,11 +454,27 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 		w.plugin.Install(e.id, e.cfg)
 	}
 	w.plugin.RequestHeaders(e.id)
+	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
 	}
 	if slots := w.plugin.Observed(); len(slots) > 0 {
 		m.observe(w, e, s, slots)
+	}
+}
+
+// handOff gives the stream's worker's C cache, if the configuration has a
+// warm path, the assignment the request Go just served got, under Go's
+// key for it, which is the key C builds for the same request: the unit's
+// next request is served in C, which renders the assignment's headers as
+// Go adds them.
+func (m *module) handOff(w *worker, e *entry, idx uint32) {
+	c := e.side.Worker(int(idx))
+	if c == nil {
+		return
+	}
+	if key, items, ok := w.plugin.WarmResult(); ok {
+		c.Insert(key, items)
 	}
 }
 

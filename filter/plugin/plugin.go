@@ -85,6 +85,12 @@ type Plugin struct {
 	observing    map[uint32]*observation
 	obsFree      []*observation
 	hostOutcomes bool
+	// warm is the last request's result for the native warm path
+	// (WarmResult); warmKeep whether lookup's result may be cached,
+	// warmItems WarmResult's scratch.
+	warm      warmResult
+	warmKeep  bool
+	warmItems []uint32
 
 	vm vmMetrics
 }
@@ -296,6 +302,7 @@ func (p *Plugin) Configured(rootID uint32) bool {
 func (p *Plugin) request(r *root) abi.Action {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]
+	p.warm = warmResult{}
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}
@@ -393,6 +400,7 @@ func (p *Plugin) assign(r *root) error {
 		p.observeSlots(cfg, e)
 	}
 	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
+	p.warm = warmResult{ok: p.warmKeep, r: r, e: e}
 	return nil
 }
 
@@ -569,6 +577,7 @@ var errPanic = errors.New("panic in a host call")
 //go:noinline
 func (p *Plugin) failOpen(r *root, err error, v any) {
 	r.stats.failOpen++
+	p.warm = warmResult{}
 	p.setCookie = p.setCookie[:0] // an unassigned request changes no sticky assignment
 	p.observed = p.observed[:0]   // nor is it observed: its service saw no assignment
 	defer func() { recover() }()  // the log's: the scrub guards itself
@@ -648,11 +657,13 @@ func (p *Plugin) lookup(r *root, vals []string) entry {
 		h = hashBytes(p.key)
 		if e, ok := r.cache.get(h, p.key); ok {
 			r.stats.hits++
+			p.warmKeep = true
 			return e
 		}
 	}
 	r.stats.misses++
 	e, keep := p.compute(r, vals)
+	p.warmKeep = keep
 	if r.cache != nil && keep {
 		r.cache.add(h, e)
 	}

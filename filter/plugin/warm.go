@@ -1,0 +1,117 @@
+package plugin
+
+// The native module's warm path (docs/perf/native-warm-path.md) serves a
+// request whose assignment is cached without entering Go: C builds the
+// request's cache key as lookup does, from a plan Go hands it once per
+// configuration (WarmPlan), and after each request Go served it caches
+// what Go did (WarmResult). Nothing here runs under Wasm.
+
+// WarmHeader is a request header whose first non-empty value fills value
+// slot Slot of the cache key.
+type WarmHeader struct {
+	Name string
+	Slot int
+}
+
+// WarmExperiment is what a warm hit renders for experiment i: its header,
+// and each variation's header value, dictionary member (`, key="value"`)
+// and counter position in MetricNames; FirstSlot is the outcome slot
+// (Outcomes) of its variation 0 when it observes its outcomes, else -1.
+type WarmExperiment struct {
+	Header    string
+	Values    []string
+	Members   []string
+	Stats     []uint32
+	FirstSlot int32
+}
+
+// WarmPlan is how lookup's key is made for a configuration whose every
+// attribute is read from a request header or is constant: Slots values in
+// order, each filled by the first non-empty value of its headers; a slot
+// no header fills is empty (node.* attributes, which the native module
+// never answers, and unmapped ones). Prefix, DictionaryHeader and
+// VersionHeader are the names the filter owns: a request that carries one
+// goes to Go.
+type WarmPlan struct {
+	Slots                                   int
+	Headers                                 []WarmHeader
+	Prefix, DictionaryHeader, VersionHeader string
+	// MaxEntries and MaxBytes are the cache's bounds (cacheSize,
+	// cacheMaxBytes).
+	MaxEntries, MaxBytes int
+
+	// How a hit renders an assignment, as addBatch adds it: each assigned
+	// experiment's header when PerExperiment, the dictionary, the version
+	// header when Version is not empty, the exposure record when
+	// Exposure; and what it counts, by position in MetricNames.
+	Experiments             []WarmExperiment
+	PerExperiment, Exposure bool
+	Version                 string
+	Evaluated, Hits         uint32
+	// Unrecorded is the position of MetricOutcomesUnrecorded, when an
+	// experiment is observed (HasUnrecorded).
+	Unrecorded    uint32
+	HasUnrecorded bool
+}
+
+// WarmPlan returns the configuration's plan, and false when the warm path
+// cannot serve it: a sticky cookie (every request verifies it),
+// attributes read from cookies, the query string, the URL path or
+// properties, or a cache that is off or has no byte bound.
+func (c *Config) WarmPlan() (WarmPlan, bool) {
+	if c.jar != nil || len(c.cookies) > 0 || len(c.queries) > 0 || len(c.urlPath) > 0 ||
+		len(c.props) > 0 || c.CacheSize <= 0 || c.CacheMaxBytes <= 0 {
+		return WarmPlan{}, false
+	}
+	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, DictionaryHeader: c.DictionaryHeader,
+		VersionHeader: c.VersionHeader, MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes,
+		PerExperiment: c.PerExperimentHeaders, Exposure: c.ExposureState, Version: c.Version}
+	for _, h := range c.headers {
+		for _, i := range h.idx {
+			w.Headers = append(w.Headers, WarmHeader{Name: h.name, Slot: i})
+		}
+	}
+	pos := map[string]uint32{}
+	for i, name := range c.MetricNames() {
+		pos[name] = uint32(i)
+	}
+	w.Evaluated, w.Hits = pos[MetricEvaluated], pos[MetricCacheHits]
+	w.Unrecorded, w.HasUnrecorded = pos[MetricOutcomesUnrecorded], c.Observed()
+	w.Experiments = make([]WarmExperiment, c.Len())
+	for i, key := range c.keys {
+		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i], FirstSlot: c.outBase[i]}
+		for v := range c.values[i] {
+			x.Stats = append(x.Stats, pos[VariationMetric(key, v)])
+		}
+		w.Experiments[i] = x
+	}
+	return w, true
+}
+
+// warmResult is what the last request's warm hand-off needs: set at the
+// end of an assignment that succeeded, cleared by every request and by
+// failOpen.
+type warmResult struct {
+	ok bool // the request was assigned and its result may be cached
+	r  *root
+	e  entry
+}
+
+// WarmResult is what the last request (RequestHeaders) got, for the warm
+// path to cache: its key (lookup's) and its assignments, each experiment
+// << 16 | variation, in the dictionary's order (a WarmPlan's hit renders
+// and counts them). ok is false when the request failed open, left a
+// sticky cookie or must not be cached, or the counters are not all
+// defined. Both are valid until the next request.
+func (p *Plugin) WarmResult() (key []byte, items []uint32, ok bool) {
+	w := &p.warm
+	if !w.ok || w.r.stats.defineFail {
+		return nil, nil, false
+	}
+	p.warmItems = p.warmItems[:0]
+	for j := range w.e.assignments() {
+		i, v := w.e.at(j)
+		p.warmItems = append(p.warmItems, uint32(i)<<16|uint32(v))
+	}
+	return p.key, p.warmItems, true
+}
