@@ -2,7 +2,8 @@ package plugin
 
 import (
 	"errors"
-	"fmt"
+	"strconv"
+	"strings"
 )
 
 // The native module's warm path (docs/perf/native-warm-path.md) serves a
@@ -79,9 +80,9 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 	case len(c.consts) > 0:
 		return WarmPlan{}, errors.New("attributes: node.* attributes are resolved by Go only")
 	case c.CacheSize <= 0:
-		return WarmPlan{}, fmt.Errorf("cacheSize: %d, the cache is off", c.CacheSize)
+		return WarmPlan{}, errors.New("cacheSize: " + strconv.Itoa(c.CacheSize) + ", the cache is off")
 	case c.CacheMaxBytes <= 0:
-		return WarmPlan{}, fmt.Errorf("cacheMaxBytes: %d, no byte bound", c.CacheMaxBytes)
+		return WarmPlan{}, errors.New("cacheMaxBytes: " + strconv.Itoa(c.CacheMaxBytes) + ", no byte bound")
 	}
 	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, DictionaryHeader: c.DictionaryHeader,
 		VersionHeader: c.VersionHeader, MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes,
@@ -95,11 +96,11 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 	for i, name := range names {
 		pos[name] = uint32(i)
 	}
-	var missing []string
+	var missing []string // quoted
 	at := func(name string) uint32 {
 		v, ok := pos[name]
 		if !ok {
-			missing = append(missing, name)
+			missing = append(missing, strconv.Quote(name))
 		}
 		return v
 	}
@@ -116,7 +117,7 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 		w.Experiments[i] = x
 	}
 	if len(missing) > 0 {
-		return WarmPlan{}, fmt.Errorf("counters: %q not among the configuration's metrics", missing)
+		return WarmPlan{}, errors.New("counters: " + strings.Join(missing, ", ") + " not among the configuration's metrics")
 	}
 	return w, nil
 }
