@@ -93,6 +93,8 @@ bool allot_warm_serve(uintptr_t f, uintptr_t m) {
            ALLOT_OUTCOME_IDS * sizeof(size_t));
     no += ALLOT_OUTCOME_IDS;
   }
+  // The stream has room for them (allot_stream_new, allot_warm_observed):
+  // this copies, and allocates nothing.
   if (no > 0 && !allot_stream_observe(m, r->envoy_config, c->obs, no / ALLOT_OUTCOME_IDS) && r->has_unrecorded) {
     allot_wcache_count(c, r->unrecorded, 1);  // as module.observe: served, its outcome not counted
   }
