@@ -159,11 +159,23 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 ## ---------------------------------------------------------------- tests
 
 .PHONY: test
-test: lint check-deps check-generate test-unit test-engine-builds test-e2e ## Everything CI runs.
+test: lint check-deps check-generate test-unit test-asan test-engine-builds test-e2e ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (native), including the GrowthBook conformance suite when ALLOT_GROWTHBOOK_CASES is set.
 	$(GO) test -race -count=1 ./...
+
+# The native module's C (filter/dynmod: the warm path's cache and hit, the
+# stream hooks) under AddressSanitizer: the package's Go tests drive it
+# through cgo built with -asan, and its C tests (TestStreamHooksInC,
+# TestWarmServeInC) build testdata/*.c with gcc's ASan and UBSan. Fails,
+# never skips, without gcc or its sanitizer runtimes.
+.PHONY: test-asan
+test-asan: ## filter/dynmod's C under AddressSanitizer: go test -asan and the C tests (gcc with libasan and libubsan).
+	@command -v gcc >/dev/null || { echo "test-asan needs gcc on PATH (go test -asan and the C tests build with it)"; exit 1; }
+	@echo 'int main(void) { return 0; }' | gcc -x c -fsanitize=address,undefined -o /dev/null - 2>/dev/null || \
+		{ echo "test-asan needs gcc's AddressSanitizer and UndefinedBehaviorSanitizer runtimes (libasan, libubsan)"; exit 1; }
+	CC=gcc $(GO) test -asan -count=1 ./filter/dynmod
 
 # The engine must decide the same in every build. GOAMD64=v3 lets the
 # compiler fuse x*y+z into one FMA (as arm64 always may); the Wasm build runs

@@ -172,18 +172,44 @@ func TestCallbacksListed(t *testing.T) {
 // reset on the configuration's counters, an odd handle's stream makes no
 // callback, and the sticky cookie's header still goes out.
 func TestStreamHooksInC(t *testing.T) {
+	runCTest(t, "hooks_test.c")
+}
+
+// TestWarmServeInC builds testdata/warm_test.c — the warm path's hit
+// (wserve.c) over its cache and the stream hooks, with fake callbacks and
+// every malloc counted — with AddressSanitizer and
+// UndefinedBehaviorSanitizer, and runs it: a hit in every header mode adds
+// exactly the plugin's headers in its order, writes the exposure record
+// when asked, counts, and clears the route once; an item out of range and
+// an add Envoy refuses at each position serve nothing and count nothing; an
+// observed hit leaves its outcome ids in the stream without allocating, and
+// they are counted and freed; a stateless handle of an observed
+// configuration, a miss, a forged header and a worker with nothing cached
+// go to Go.
+func TestWarmServeInC(t *testing.T) {
+	runCTest(t, "warm_test.c", "-Wl,--wrap=malloc")
+}
+
+// runCTest builds testdata/src with $CC (gcc by default) under
+// AddressSanitizer (which also fails it on a leak) and
+// UndefinedBehaviorSanitizer, with flags, runs it, and fails unless it
+// prints "ok" and exits 0. A missing compiler or sanitizer fails the test:
+// never a skip.
+func runCTest(t *testing.T, src string, flags ...string) {
+	t.Helper()
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "gcc"
 	}
-	bin := filepath.Join(t.TempDir(), "hooks_test")
-	build := exec.Command(cc, "-std=gnu11", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-		"-o", bin, filepath.Join("testdata", "hooks_test.c"))
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(src, ".c"))
+	args := append([]string{"-std=gnu11", "-g", "-Wall", "-Wshadow", "-Werror", "-fsanitize=address,undefined",
+		"-fno-sanitize-recover=undefined", "-o", bin, filepath.Join("testdata", src)}, flags...)
+	build := exec.Command(cc, args...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", build, err, out)
 	}
 	out, err := exec.Command(bin).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		t.Fatalf("hooks_test: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", src, err, out)
 	}
 }

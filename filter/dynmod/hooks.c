@@ -27,18 +27,18 @@
 #include <stdlib.h>
 
 #include "callbacks.h"
+#include "wcache.h"
 
 // A stream's module value is its configuration's handle (never 0: 0 would
 // make Envoy close the stream, and a configuration Envoy accepted has a
 // non-zero handle), or, for an even handle, its allot_stream (0 if it
 // cannot be allocated: Envoy 1.40 still calls the stream's hooks, with 0,
-// and each hook here and in exports.go passes such a stream through).
+// and each hook here and in exports.go passes such a stream through),
+// with room for the outcome ids of its configuration's observed
+// experiments when the warm path knows them (allot_warm_observed).
 uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t filter) {
   if (config & 1) return config;
-  allot_stream* s = calloc(1, sizeof(allot_stream));
-  if (s == NULL) return 0;
-  s->config = config;
-  return (uintptr_t)s;
+  return (uintptr_t)allot_stream_new(config, allot_warm_observed(config));
 }
 
 // A stream that ends with outcomes still to count got no response
@@ -52,7 +52,7 @@ void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {
     envoy_dynamic_module_callback_http_filter_config_increment_counter(
         s->envoy_config, s->outcomes[i * ALLOT_OUTCOME_IDS + ALLOT_CLASS_RESET], NULL, 0, 1);
   }
-  free(s->outcomes);
+  allot_stream_drop_outcomes(s);
   free(s->header);
   free(s);
 }
@@ -74,9 +74,7 @@ static void allot_record_outcomes(uintptr_t f, allot_stream* s) {
     envoy_dynamic_module_callback_http_filter_increment_counter(f, ids[class], NULL, 0, 1);
     envoy_dynamic_module_callback_http_filter_record_histogram_value(f, ids[ALLOT_OUTCOME_IDS - 1], NULL, 0, ms);
   }
-  free(s->outcomes);
-  s->outcomes = NULL;
-  s->n_outcomes = 0;
+  allot_stream_drop_outcomes(s);
 }
 
 // Allot has no per-route configuration: refuse one.

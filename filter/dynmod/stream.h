@@ -30,15 +30,47 @@ typedef struct {
   char* header;
   size_t name_length, value_length;
   // outcomes are the stat ids of the observed variations the request was
-  // assigned, ALLOT_OUTCOME_IDS each (malloc'd; NULL: none), n_outcomes
-  // their number; start_ns the monotonic clock at the request headers;
-  // envoy_config Envoy's side of the configuration, whose counters a stream
-  // that ends without response headers counts in.
+  // assigned, ALLOT_OUTCOME_IDS each (ids, or malloc'd when more than room
+  // variations; NULL: none), n_outcomes their number; start_ns the
+  // monotonic clock at the request headers; envoy_config Envoy's side of
+  // the configuration, whose counters a stream that ends without response
+  // headers counts in.
   size_t* outcomes;
   size_t n_outcomes;
   int64_t start_ns;
   uintptr_t envoy_config;
+  // room is how many variations' ids fit in ids, allocated with the stream:
+  // its configuration's observed experiments (a request is assigned one
+  // variation of each), so that observing copies and allocates nothing.
+  size_t room;
+  size_t ids[];
 } allot_stream;
+
+// ALLOT_STREAM_MAX_ROOM bounds a stream's own room for outcome ids, in
+// variations (a configuration has at most 0xffff experiments); more goes
+// to malloc at each observe.
+#define ALLOT_STREAM_MAX_ROOM 0xffff
+
+// allot_stream_new allocates a stream of configuration handle config with
+// room for room observed variations' ids (bounded by
+// ALLOT_STREAM_MAX_ROOM); NULL on no memory. The ids' room is not zeroed:
+// nothing reads it before an observe writes it.
+static inline allot_stream* allot_stream_new(uintptr_t config, size_t room) {
+  if (room > ALLOT_STREAM_MAX_ROOM) room = 0;
+  allot_stream* s = malloc(sizeof(allot_stream) + room * ALLOT_OUTCOME_IDS * sizeof(size_t));
+  if (s == NULL) return NULL;
+  memset(s, 0, sizeof(*s));
+  s->config = config;
+  s->room = room;
+  return s;
+}
+
+// allot_stream_drop_outcomes forgets the stream's outcome ids.
+static inline void allot_stream_drop_outcomes(allot_stream* s) {
+  if (s->outcomes != s->ids) free(s->outcomes);
+  s->outcomes = NULL;
+  s->n_outcomes = 0;
+}
 
 // allot_now_ns is the monotonic clock in nanoseconds.
 static inline int64_t allot_now_ns(void) {
@@ -57,13 +89,15 @@ static inline int allot_status_class(const char* s, size_t n) {
 
 // allot_stream_observe copies n observed variations' stat ids
 // (ALLOT_OUTCOME_IDS each) into the stream, replacing any, and starts its
-// clock; false if there is no memory (the stream is then not observed).
+// clock: into the stream's own room when they fit (no allocation), else a
+// malloc'd copy; false if there is no memory (the stream keeps what it
+// had).
 static inline bool allot_stream_observe(uintptr_t stream, uintptr_t envoy_config, const size_t* ids, size_t n) {
   allot_stream* s = (allot_stream*)stream;
-  size_t* o = malloc(n * ALLOT_OUTCOME_IDS * sizeof(size_t));
+  size_t* o = n <= s->room ? s->ids : malloc(n * ALLOT_OUTCOME_IDS * sizeof(size_t));
   if (o == NULL) return false;
+  if (s->outcomes != NULL && s->outcomes != s->ids) free(s->outcomes);
   memcpy(o, ids, n * ALLOT_OUTCOME_IDS * sizeof(size_t));
-  free(s->outcomes);
   s->outcomes = o;
   s->n_outcomes = n;
   s->envoy_config = envoy_config;

@@ -97,13 +97,28 @@ fail:
   return NULL;
 }
 
+// allot_alloc64 allocates n bytes 64-byte aligned (a cache line of their
+// own: allot_wcache), through a, keeping a's pointer before them.
+static void* allot_alloc64(const allot_allocator* a, size_t n) {
+  char* raw = a->alloc(n + 63 + sizeof(void*));
+  if (raw == NULL) return NULL;
+  uintptr_t p = ((uintptr_t)raw + sizeof(void*) + 63) & ~(uintptr_t)63;
+  ((void**)p)[-1] = raw;
+  return (void*)p;
+}
+
+static void allot_free64(const allot_allocator* a, void* p) {
+  if (p != NULL) a->free(((void**)p)[-1]);
+}
+
+// allot_lines rounds n bytes up to whole cache lines.
+static size_t allot_lines(size_t n) { return (n + 63) & ~(size_t)63; }
+
 void allot_wcache_free(allot_wcache* c) {
   if (c == NULL) return;
   const allot_allocator a = c->a;
-  for (allot_wentry* e = c->oldest; e != NULL;) {
-    allot_wentry* next = e->newer;
-    a.free(e);
-    e = next;
+  if (c->slots != NULL) {
+    for (size_t i = 0; i < (c->mask + 1) * ALLOT_WAYS; i++) a.free(c->slots[i].e);
   }
   a.free(c->slots);
   a.free(c->hdrs);
@@ -111,72 +126,111 @@ void allot_wcache_free(allot_wcache* c) {
   a.free(c->key);
   a.free(c->dict);
   a.free(c->obs);
-  a.free(c->pending);
-  a.free(c);
+  allot_free64(&a, c->pending);
+  allot_free64(&a, c);
+}
+
+size_t allot_wcache_ways(size_t max_entries, size_t max_bytes) {
+  size_t units = max_bytes / (ALLOT_WENTRY_OVERHEAD + 1);
+  if (units > max_entries) units = max_entries;
+  size_t sets = 1;
+  while (sets * ALLOT_WAYS < units) sets *= 2;
+  return sets * ALLOT_WAYS;
 }
 
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
                                size_t dict_cap, size_t obs_cap, const allot_allocator* alloc) {
   const allot_allocator* a = allot_or_default(alloc);
   if (p == NULL || max_entries == 0 || max_entries > ALLOT_WCACHE_MAX_ENTRIES || max_bytes == 0 ||
-      dict_cap > ALLOT_WRENDER_MAX_DICTIONARY || obs_cap > 0xffff * ALLOT_OUTCOME_IDS) {
+      n_counters > ALLOT_WCACHE_MAX_COUNTERS || dict_cap > ALLOT_WRENDER_MAX_DICTIONARY ||
+      obs_cap > 0xffff * ALLOT_OUTCOME_IDS) {
     return NULL;
   }
-  allot_wcache* c = a->alloc(sizeof(allot_wcache));
+  allot_wcache* c = allot_alloc64(a, sizeof(allot_wcache));
   if (c == NULL) return NULL;
   memset(c, 0, sizeof(*c));
   c->a = *a;
   c->plan = p;
   c->max_entries = max_entries;
   c->max_bytes = max_bytes;
-  size_t sets = 1;
-  while (sets * ALLOT_WAYS < max_entries) sets *= 2;
-  c->mask = sets - 1;
-  c->slots = a->alloc(sets * ALLOT_WAYS * sizeof(allot_wslot));
-  c->hdrs = a->alloc(ALLOT_WCACHE_MAX_HEADERS * sizeof(allot_header));
-  c->vals = a->alloc((p->n_slots > 0 ? p->n_slots : 1) * sizeof(allot_buffer));
-  c->key = a->alloc(ALLOT_WCACHE_MAX_KEY);
+  c->mask = allot_wcache_ways(max_entries, max_bytes) / ALLOT_WAYS - 1;
+  c->oldest = c->newest = ALLOT_WNONE;
   c->dict_cap = dict_cap;
-  c->dict = a->alloc(dict_cap > 0 ? dict_cap : 1);
   c->obs_cap = obs_cap;
-  c->obs = a->alloc((obs_cap > 0 ? obs_cap : 1) * sizeof(size_t));
   c->n_counters = n_counters;
-  c->pending = a->alloc((n_counters > 0 ? n_counters : 1) * sizeof(uint64_t));
-  if (c->slots == NULL || c->hdrs == NULL || c->vals == NULL || c->key == NULL || c->dict == NULL ||
-      c->obs == NULL || c->pending == NULL) {
-    allot_wcache_free(c);
-    return NULL;
-  }
-  memset(c->slots, 0, sets * ALLOT_WAYS * sizeof(allot_wslot));
-  memset(c->pending, 0, (n_counters > 0 ? n_counters : 1) * sizeof(uint64_t));
   return c;
+}
+
+// allot_wcache_ready allocates, at the cache's first insert (on its
+// worker's thread), its slot table, the worker's scratch and its pending
+// counts; false, with nothing allocated, on no memory.
+static bool allot_wcache_ready(allot_wcache* c) {
+  if (c->slots != NULL) return true;
+  const allot_allocator* a = &c->a;
+  const size_t ways = (c->mask + 1) * ALLOT_WAYS;
+  const size_t pending = allot_lines((c->n_counters > 0 ? c->n_counters : 1) * sizeof(uint64_t));
+  allot_wslot* slots = a->alloc(ways * sizeof(allot_wslot));
+  c->hdrs = a->alloc(ALLOT_WCACHE_MAX_HEADERS * sizeof(allot_header));
+  c->vals = a->alloc((c->plan->n_slots > 0 ? c->plan->n_slots : 1) * sizeof(allot_buffer));
+  c->key = a->alloc(ALLOT_WCACHE_MAX_KEY);
+  c->dict = a->alloc(c->dict_cap > 0 ? c->dict_cap : 1);
+  c->obs = a->alloc((c->obs_cap > 0 ? c->obs_cap : 1) * sizeof(size_t));
+  uint64_t* counts = allot_alloc64(a, pending);
+  if (slots == NULL || c->hdrs == NULL || c->vals == NULL || c->key == NULL || c->dict == NULL || c->obs == NULL ||
+      counts == NULL) {
+    a->free(slots);
+    a->free(c->hdrs);
+    a->free(c->vals);
+    a->free(c->key);
+    a->free(c->dict);
+    a->free(c->obs);
+    allot_free64(a, counts);
+    c->hdrs = NULL, c->vals = NULL, c->key = NULL, c->dict = NULL, c->obs = NULL;
+    return false;
+  }
+  memset(slots, 0, ways * sizeof(allot_wslot));
+  memset(counts, 0, pending);
+  c->slots = slots;
+  __atomic_store_n(&c->pending, counts, __ATOMIC_RELEASE);  // Go's flush reads it from another thread
+  return true;
 }
 
 void allot_wcache_bump(allot_wcache* c) { c->gen++; }
 
-// allot_drop removes e from the cache and frees it.
-static void allot_drop(allot_wcache* c, allot_wentry* e) {
-  if (e->older != NULL) e->older->newer = e->newer; else c->oldest = e->newer;
-  if (e->newer != NULL) e->newer->older = e->older; else c->newest = e->older;
-  c->slots[e->slot].e = NULL;
+// allot_drop removes way w's entry from the cache and frees it.
+static void allot_drop(allot_wcache* c, uint32_t w) {
+  allot_wentry* e = c->slots[w].e;
+  if (e->older != ALLOT_WNONE) c->slots[e->older].e->newer = e->newer; else c->oldest = e->newer;
+  if (e->newer != ALLOT_WNONE) c->slots[e->newer].e->older = e->older; else c->newest = e->older;
+  c->slots[w].e = NULL;
   c->n--;
-  c->bytes -= e->size;
+  c->bytes -= allot_wentry_size(e->n_items, e->key_length);
   c->a.free(e);
 }
 
+// allot_same reports whether e holds key and items.
+static bool allot_same(const allot_wentry* e, const char* key, size_t key_length, const uint32_t* items,
+                       size_t n_items) {
+  return e->key_length == key_length && e->n_items == n_items &&
+         (key_length == 0 || memcmp(allot_wentry_key(e), key, key_length) == 0) &&
+         (n_items == 0 || memcmp(allot_wentry_items(e), items, n_items * sizeof(uint32_t)) == 0);
+}
+
 const allot_wentry* allot_wcache_get(allot_wcache* c, uint64_t hash, const char* key, size_t key_length) {
-  allot_wslot* set = c->slots + (hash & c->mask) * ALLOT_WAYS;
-  for (int i = 0; i < ALLOT_WAYS; i++) {
-    allot_wentry* e = set[i].e;
-    if (e == NULL || set[i].hash != hash || e->key_length != key_length || memcmp(e->key, key, key_length) != 0) {
+  if (c->slots == NULL) return NULL;
+  const size_t base = (hash & c->mask) * ALLOT_WAYS;
+  for (size_t i = base; i < base + ALLOT_WAYS; i++) {
+    allot_wslot* s = &c->slots[i];
+    if (s->e == NULL || s->hash != hash || s->e->key_length != key_length ||
+        (key_length > 0 && memcmp(allot_wentry_key(s->e), key, key_length) != 0)) {
       continue;
     }
-    if (e->gen != c->gen) {  // a previous generation's: never served
-      allot_drop(c, e);
+    if (s->gen != c->gen) {  // a previous generation's: never served
+      allot_drop(c, (uint32_t)i);
       return NULL;
     }
-    set[i].used = ++c->tick;
-    return e;
+    s->used = ++c->tick;
+    return s->e;
   }
   return NULL;
 }
@@ -209,6 +263,7 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
   const allot_wplan* p = c->plan;
   *out = NULL;
   c->key_length = 0;
+  if (c->slots == NULL) return ALLOT_WFIND_MISS;  // nothing inserted yet: nothing to find, no scratch
   if (n > ALLOT_WCACHE_MAX_HEADERS) return ALLOT_WFIND_TOO_MANY;
   if (p->n_slots > 0) memcpy(c->vals, p->consts, p->n_slots * sizeof(allot_buffer));
   for (size_t i = 0; i < n; i++) {
@@ -245,18 +300,9 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
 bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
                          size_t n_items) {
   if (key_length > ALLOT_WCACHE_MAX_KEY || n_items > 0xffff) return false;
-  size_t size = ALLOT_WENTRY_OVERHEAD + n_items * sizeof(uint32_t) + key_length;
-  if (size > c->max_bytes) return false;
-  allot_wentry* e = c->a.alloc(size);
-  if (e == NULL) return false;
-  uint32_t* u = (uint32_t*)(e + 1);
-  char* b = (char*)(u + n_items);
-  *e = (allot_wentry){.hash = hash, .size = size, .gen = c->gen, .key_length = (uint32_t)key_length,
-                      .n_items = (uint32_t)n_items, .items = u, .key = b};
-  if (n_items > 0) memcpy(u, items, n_items * sizeof(uint32_t));
-  if (key_length > 0) memcpy(b, key, key_length);
-
-  size_t base = (hash & c->mask) * ALLOT_WAYS;
+  const size_t size = allot_wentry_size(n_items, key_length);
+  if (size > c->max_bytes || !allot_wcache_ready(c)) return false;
+  const size_t base = (hash & c->mask) * ALLOT_WAYS;
   allot_wslot* set = c->slots + base;
   int w = -1;
   for (int i = 0; i < ALLOT_WAYS; i++) {
@@ -265,6 +311,16 @@ bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t
       break;
     }
   }
+  if (w >= 0 && set[w].gen == c->gen && allot_same(set[w].e, key, key_length, items, n_items)) {
+    set[w].used = ++c->tick;  // Go served what C holds (a request C sent it): nothing to copy
+    return true;
+  }
+  allot_wentry* e = c->a.alloc(size);
+  if (e == NULL) return false;
+  *e = (allot_wentry){.older = c->newest, .newer = ALLOT_WNONE, .n_items = (uint16_t)n_items,
+                      .key_length = (uint16_t)key_length};
+  if (n_items > 0) memcpy((uint32_t*)allot_wentry_items(e), items, n_items * sizeof(uint32_t));
+  if (key_length > 0) memcpy((char*)allot_wentry_key(e), key, key_length);
   if (w < 0) {
     for (int i = 0; i < ALLOT_WAYS; i++) {
       if (set[i].e == NULL) {
@@ -274,12 +330,12 @@ bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t
       if (w < 0 || c->tick - set[i].used > c->tick - set[w].used) w = i;
     }
   }
-  if (set[w].e != NULL) allot_drop(c, set[w].e);
-  e->slot = (uint32_t)(base + w);
-  set[w] = (allot_wslot){hash, e, ++c->tick};
-  e->older = c->newest;
-  if (c->newest != NULL) c->newest->newer = e; else c->oldest = e;
-  c->newest = e;
+  const uint32_t way = (uint32_t)(base + w);
+  if (set[w].e != NULL) allot_drop(c, way);
+  e->older = c->newest;  // the drop may have changed it
+  set[w] = (allot_wslot){hash, e, ++c->tick, c->gen};
+  if (c->newest != ALLOT_WNONE) c->slots[c->newest].e->newer = way; else c->oldest = way;
+  c->newest = way;
   c->n++;
   c->bytes += size;
   while (c->n > c->max_entries || c->bytes > c->max_bytes) allot_drop(c, c->oldest);

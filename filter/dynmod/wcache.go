@@ -17,20 +17,29 @@ int32_t envoy_dynamic_module_on_http_filter_request_headers(uintptr_t f, uintptr
 #cgo nocallback allot_wcache_take_all
 
 // The allocator the tests count with (allocatorCounting): every
-// allocation and free of a cache made with it, and, when budget is not
-// negative, a failure once budget allocations have been made.
-static size_t allot_counted_allocs, allot_counted_frees;
+// allocation and free of a cache made with it, the bytes it holds (each
+// block's size kept in a 16-byte header before it), and, when budget is
+// not negative, a failure once budget allocations have been made.
+static size_t allot_counted_allocs, allot_counted_frees, allot_counted_live;
 static long allot_alloc_budget = -1;
 static void* allot_counting_alloc(size_t n) {
   if (allot_alloc_budget == 0) return NULL;
   if (allot_alloc_budget > 0) allot_alloc_budget--;
+  size_t* b = malloc(n + 16);
+  if (b == NULL) return NULL;
+  b[0] = n;
   allot_counted_allocs++;
-  return malloc(n);
+  allot_counted_live += n;
+  return (char*)b + 16;
 }
 static void allot_counting_free(void* p) {
-  if (p != NULL) allot_counted_frees++;
-  free(p);
+  if (p == NULL) return;
+  size_t* b = (size_t*)((char*)p - 16);
+  allot_counted_frees++;
+  allot_counted_live -= b[0];
+  free(b);
 }
+static size_t allot_counting_live(void) { return allot_counted_live; }
 static const allot_allocator allot_counting = {allot_counting_alloc, allot_counting_free};
 static const allot_allocator* allot_counting_allocator(void) { return &allot_counting; }
 static void allot_counting_reset(long budget) {
@@ -60,8 +69,11 @@ const (
 	WarmMaxSlots = C.ALLOT_WPLAN_MAX_SLOTS
 	// WarmMaxEntries bounds a cache's entries.
 	WarmMaxEntries = C.ALLOT_WCACHE_MAX_ENTRIES
+	// WarmMaxCounters bounds a cache's pending counts (a configuration's
+	// counters).
+	WarmMaxCounters = C.ALLOT_WCACHE_MAX_COUNTERS
 	// WarmEntryOverhead is what an entry costs against its cache's byte
-	// bound besides its key, headers, exposure record and counter positions.
+	// bound besides its key and its assignments (4 bytes each).
 	WarmEntryOverhead = C.ALLOT_WENTRY_OVERHEAD
 )
 
@@ -188,8 +200,8 @@ func cacheProblems(maxEntries, maxBytes, counters int) []error {
 	if maxBytes < 1 {
 		errs = append(errs, fmt.Errorf("maxBytes: %d, want at least 1", maxBytes))
 	}
-	if counters < 0 {
-		errs = append(errs, fmt.Errorf("counters: %d, want at least 0", counters))
+	if counters < 0 || counters > WarmMaxCounters {
+		errs = append(errs, fmt.Errorf("counters: %d, want 0 to %d", counters, WarmMaxCounters))
 	}
 	return errs
 }
@@ -220,7 +232,9 @@ const WarmMaxWorkers = C.ALLOT_WCONFIG_MAX_WORKERS
 
 // WarmConfig is the C side of one configuration, which the C request hook
 // reads: its Handle is the configuration's handle (Stateless aside). Made
-// and freed on Envoy's main thread, after no stream uses it.
+// in config-new; freed in config-destroy, on whichever thread drops
+// Envoy's last reference, when no stream uses it (the caller orders Free
+// against TakeAll).
 type WarmConfig struct {
 	c      *C.allot_wconfig
 	caches []WarmCache // the workers' caches, by worker index
@@ -261,13 +275,16 @@ type WarmRender struct {
 // refuses it (a dictionary that could exceed WarmMaxDictionary, more than
 // 0xffff experiments or variations) or has no memory.
 func newRender(r *WarmRender) (*C.allot_wrender, error) {
+	if len(r.Experiments) > 0xffff {
+		return nil, fmt.Errorf("experiments: %d, want at most %d", len(r.Experiments), 0xffff)
+	}
 	var mem cArena
 	defer mem.free()
 	cr := C.allot_wrender_new(C.uint32_t(len(r.Experiments)), C.bool(r.PerExperiment), C.bool(r.Exposure),
 		mem.buf(r.Dictionary), mem.buf(r.VersionHeader), mem.buf(r.Version), C.uint32_t(r.Evaluated), C.uint32_t(r.Hits),
 		C.uintptr_t(r.EnvoyConfig), C.uint32_t(r.Unrecorded), C.bool(r.HasUnrecorded), nil)
 	if cr == nil {
-		return nil, fmt.Errorf("experiments: %d, want at most %d", len(r.Experiments), 0xffff)
+		return nil, errors.New("no memory")
 	}
 	for i, x := range r.Experiments {
 		n := len(x.Values)
@@ -433,15 +450,14 @@ func (m *cArena) free() {
 type warmEntry struct {
 	items []uint32
 	key   string
-	gen   uint32
 }
 
 func copyEntry(e *C.allot_wentry) *warmEntry {
 	if e == nil {
 		return nil
 	}
-	out := &warmEntry{key: C.GoStringN(e.key, C.int(e.key_length)), gen: uint32(e.gen)}
-	for _, x := range unsafe.Slice(e.items, int(e.n_items)) {
+	out := &warmEntry{key: C.GoStringN(C.allot_wentry_key(e), C.int(e.key_length))}
+	for _, x := range unsafe.Slice(C.allot_wentry_items(e), int(e.n_items)) {
 		out.items = append(out.items, uint32(x))
 	}
 	return out
@@ -456,7 +472,7 @@ func (c *WarmCache) find(pairs [][2]string) (status int, key string, hit *warmEn
 	defer mem.free()
 	n := len(pairs)
 	var h *C.allot_header
-	if n <= WarmMaxHeaders {
+	if n <= WarmMaxHeaders && c.c.hdrs != nil {
 		h = c.c.hdrs // the worker's scratch, as the hook fills it
 	} else {
 		h = (*C.allot_header)(mem.alloc(n * C.sizeof_allot_header))
@@ -484,6 +500,18 @@ func (c *WarmCache) get(key []byte) *warmEntry {
 // count adds n to pending count i, as the warm path's hits do.
 func (c *WarmCache) count(i int, n uint64) { C.allot_wcache_count(c.c, C.size_t(i), C.uint64_t(n)) }
 
+// warmSlotSize is the bytes of one way of a cache's slot table.
+const warmSlotSize = C.sizeof_allot_wslot
+
+// ways is the number of ways of the cache's slot table; 0 until it is
+// allocated.
+func (c *WarmCache) ways() int {
+	if c.c.slots == nil {
+		return 0
+	}
+	return int(c.c.mask+1) * 4
+}
+
 // entries and bytes are what the cache holds and counts.
 func (c *WarmCache) entries() int { return int(c.c.n) }
 func (c *WarmCache) bytes() int   { return int(c.c.bytes) }
@@ -494,3 +522,4 @@ func allocatorCounting() *C.allot_allocator { return C.allot_counting_allocator(
 func countingReset(budget int)              { C.allot_counting_reset(C.long(budget)) }
 func countingAllocs() int                   { return int(C.allot_counting_allocs()) }
 func countingFrees() int                    { return int(C.allot_counting_frees()) }
+func countingLive() int                     { return int(C.allot_counting_live()) }

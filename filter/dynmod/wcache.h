@@ -13,9 +13,13 @@
 //
 // Bounds: max_entries entries and max_bytes bytes of entries (each entry's
 // bytes include its fixed overhead, ALLOT_WENTRY_OVERHEAD); an entry larger
-// than max_bytes is refused. A lookup allocates nothing; an insert
-// allocates once. Every allocation goes through the allocator the cache
-// was made with (tests count them).
+// than max_bytes is refused. A cache is its struct until its first insert,
+// which allocates, on the worker's thread, its slot table (sized from both
+// bounds: allot_wcache_ways) and the worker's scratch: a worker that serves
+// nothing costs a cache line or four. A lookup allocates nothing; an insert
+// allocates once, or not at all when the way already holds the same entry.
+// Every allocation goes through the allocator the cache was made with
+// (tests count them).
 
 #ifndef ALLOT_WCACHE_H
 #define ALLOT_WCACHE_H
@@ -40,6 +44,11 @@
 // ALLOT_WCACHE_MAX_ENTRIES bounds a cache's entries (the configuration's
 // cacheSize is an int32).
 #define ALLOT_WCACHE_MAX_ENTRIES (1u << 24)
+// ALLOT_WCACHE_MAX_COUNTERS bounds a cache's pending counts (a
+// configuration's counters: its fixed ones and one per variation; at most
+// 0xffff experiments of 0xffff variations is more than any configuration
+// the engine compiles).
+#define ALLOT_WCACHE_MAX_COUNTERS (1u << 24)
 
 typedef struct {
   void* (*alloc)(size_t);
@@ -61,20 +70,35 @@ typedef struct {
   allot_allocator a;
 } allot_wplan;
 
-// allot_wentry is one cached result, in one allocation: the struct, then
-// its items — the assignments, experiment << 16 | variation, in the
-// dictionary's order, as plugin.cache keeps them: a hit renders the
-// headers from the configuration's allot_wrender, so an entry is as small
-// as Go's — then the key.
-typedef struct allot_wentry {
-  struct allot_wentry *older, *newer;  // insertion order
-  uint64_t hash;
-  size_t size;  // bytes counted against max_bytes
-  uint32_t gen, slot;
-  uint32_t key_length, n_items;
-  const uint32_t* items;
-  const char* key;
+// ALLOT_WNONE is no way (an end of the insertion list).
+#define ALLOT_WNONE UINT32_MAX
+
+// allot_wentry is one cached result, in one allocation: these 12 bytes,
+// then its items (allot_wentry_items) — the assignments, experiment << 16
+// | variation, in the dictionary's order, as plugin.cache keeps them: a
+// hit renders the headers from the configuration's allot_wrender — then
+// the key (allot_wentry_key). Its hash and generation are in its way of
+// the slot table, its size is derived (allot_wentry_size), and the
+// insertion list links ways, not pointers: so an entry costs 4 bytes more
+// than Go's record of 8 (filter/plugin/cache.go).
+typedef struct {
+  uint32_t older, newer;  // the ways of the entries inserted before and after it; ALLOT_WNONE: none
+  uint16_t n_items, key_length;
 } allot_wentry;
+
+#define ALLOT_WENTRY_OVERHEAD (sizeof(allot_wentry))
+
+static inline const uint32_t* allot_wentry_items(const allot_wentry* e) { return (const uint32_t*)(e + 1); }
+
+static inline const char* allot_wentry_key(const allot_wentry* e) {
+  return (const char*)(allot_wentry_items(e) + e->n_items);
+}
+
+// allot_wentry_size is the bytes an entry of n_items items and a key of
+// key_length bytes allocates and counts against max_bytes.
+static inline size_t allot_wentry_size(size_t n_items, size_t key_length) {
+  return ALLOT_WENTRY_OVERHEAD + n_items * sizeof(uint32_t) + key_length;
+}
 
 // allot_wexp is what a hit renders for one experiment: its header, each
 // variation's header value, dictionary member (", key=\"value\"") and
@@ -115,24 +139,34 @@ typedef struct {
 // served by Go (allot_wrender_new refuses it).
 #define ALLOT_WRENDER_MAX_DICTIONARY (64 * 1024)
 
-#define ALLOT_WENTRY_OVERHEAD (sizeof(allot_wentry))
-
+// allot_wslot is one way of a cache's slot table.
 typedef struct {
   uint64_t hash;
   allot_wentry* e;  // NULL: free
-  uint32_t used;    // tick of the last use
+  // used is the tick of the way's last use. The tick wraps after 2^32
+  // lookups and inserts: ages are compared as unsigned differences, which
+  // the wrap keeps right, except that a way idle for more than 2^32 ticks
+  // looks recent — harmless (it is only replaced later than it might be).
+  uint32_t used;
+  uint32_t gen;  // the cache's generation when its entry was inserted
 } allot_wslot;
 
+// allot_wcache is one worker's cache. It is allocated 64-byte aligned and
+// is a whole number of cache lines, and so are its pending counts: the
+// workers' caches are made one after another, and every request writes
+// its cache (the tick, the key) and every hit its pending counts, so no
+// two workers share a line.
 typedef struct {
-  const allot_wplan* plan;
+  _Alignas(64) const allot_wplan* plan;
   allot_allocator a;
-  allot_wslot* slots;
-  uint64_t mask;  // sets - 1
+  allot_wslot* slots;  // NULL until the first insert
+  uint64_t mask;       // sets - 1
   uint32_t tick, gen;
   size_t n, bytes, max_entries, max_bytes;
-  allot_wentry *oldest, *newest;
-  // The worker's scratch: the request's headers, its slots' values, the
-  // key, a hit's dictionary value (dict_cap bytes).
+  uint32_t oldest, newest;  // ways; ALLOT_WNONE: empty
+  // The worker's scratch, allocated with the slot table: the request's
+  // headers, its slots' values, the key, a hit's dictionary value
+  // (dict_cap bytes).
   allot_header* hdrs;
   allot_buffer* vals;
   char* key;
@@ -142,7 +176,9 @@ typedef struct {
   size_t obs_cap;
   size_t key_length;
   uint64_t key_hash;
-  // pending counts, by counter position (n_counters), taken by Go's flush.
+  // pending counts, by counter position (n_counters), taken by Go's flush
+  // (any thread: published with the table, read with acquire; NULL: none
+  // yet).
   uint64_t* pending;
   size_t n_counters;
 } allot_wcache;
@@ -167,8 +203,9 @@ void allot_wplan_free(allot_wplan* p);
 
 // allot_wcache_new makes a worker's cache for plan p (which must outlive
 // it), with n_counters pending counts and dict_cap bytes of dictionary
-// scratch. NULL on no memory or bounds out of range (max_entries
-// 1..ALLOT_WCACHE_MAX_ENTRIES, max_bytes > 0).
+// scratch; it allocates only the cache's struct. NULL on no memory or
+// bounds out of range (max_entries 1..ALLOT_WCACHE_MAX_ENTRIES, max_bytes
+// > 0, n_counters ≤ ALLOT_WCACHE_MAX_COUNTERS).
 allot_wcache* allot_wcache_new(const allot_wplan* p, size_t max_entries, size_t max_bytes, size_t n_counters,
                                size_t dict_cap, size_t obs_cap, const allot_allocator* a);
 
@@ -182,20 +219,29 @@ void allot_wcache_bump(allot_wcache* c);
 // allot_wkey_hash is FNV-1a 64, plugin.hashBytes.
 uint64_t allot_wkey_hash(const char* b, size_t n);
 
+// allot_wcache_ways is the number of ways of the slot table of a cache of
+// these bounds: as many as the bounds let it hold entries (max_entries, and
+// max_bytes / (ALLOT_WENTRY_OVERHEAD + 1), an entry's least size), in a
+// power of two of 4-way sets.
+size_t allot_wcache_ways(size_t max_entries, size_t max_bytes);
+
 // allot_wcache_find builds the key of a request's headers h (n of them;
 // h may be c->hdrs) into c->key and looks it up; on a hit *out is the entry,
-// valid until the next insert.
+// valid until the next insert. A cache nothing was ever inserted into
+// reads nothing: a miss, with no key built.
 int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const allot_wentry** out);
 
 // allot_wcache_get looks a key up; NULL if absent.
 const allot_wentry* allot_wcache_get(allot_wcache* c, uint64_t hash, const char* key, size_t key_length);
 
-// allot_wcache_insert copies an entry in: its key and n_items items. It
-// replaces an entry of the same hash, or the least recently
-// used of its set, then evicts the oldest entries until the bounds hold.
-// False if the entry is larger than max_bytes, its key longer than
-// ALLOT_WCACHE_MAX_KEY, or there is no memory (then nothing changed but
-// possibly the replaced way).
+// allot_wcache_insert copies an entry in: its key and n_items items. The
+// first insert allocates the slot table and the worker's scratch. When
+// the way of the same hash holds the same key and items, it is only
+// marked used (nothing allocated); else the entry replaces that way's, or
+// the least recently used of its set, and the oldest entries are evicted
+// until the bounds hold. False if the entry is larger than max_bytes, its
+// key longer than ALLOT_WCACHE_MAX_KEY, more than 0xffff items, or there is
+// no memory (then nothing changed).
 bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
                          size_t n_items);
 
@@ -206,7 +252,9 @@ void allot_wcache_take_all(allot_wcache* c, uint64_t* out, size_t n);
 // allot_wconfig is the C side of one configuration, whose address is its
 // handle (dynmod.Stateless aside: malloc aligns it). plan NULL: the warm
 // path is off for it and every request goes to Go; else workers[i] is
-// worker i's cache. Made and freed on Envoy's main thread; a worker reads
+// worker i's cache. Made in config-new, freed in config-destroy (on
+// whichever thread drops Envoy's last reference, when no stream uses it;
+// Go's module lock orders it against the counters' flush); a worker reads
 // it and touches its own cache only.
 typedef struct {
   allot_wplan* plan;
@@ -246,17 +294,32 @@ allot_wconfig* allot_wconfig_new(allot_wplan* plan, allot_wrender* render, size_
 void allot_wconfig_free(allot_wconfig* w);
 
 // allot_set_warm_handles says whether the Handler's configuration handles
-// are allot_wconfig addresses (warm.c).
+// are allot_wconfig addresses (wserve.c).
 void allot_set_warm_handles(bool on);
 
-// allot_wcache_count adds n to pending count i (the worker's thread).
+// allot_warm_observed is the number of observed experiments of the
+// configuration of handle h (even), for which its streams keep room in
+// their own allocation (allot_stream_new); 0 unless handles are
+// allot_wconfig addresses and the configuration has a render table.
+size_t allot_warm_observed(uintptr_t h);
+
+// allot_warm_serve serves a request of stream value m (a handle, odd, or
+// an allot_stream) from its worker's cache, as the plugin would; false if
+// it did not (nothing counted, no exposure record; headers possibly added,
+// which Go removes as forged), and at once unless handles are allot_wconfig
+// addresses and m is not 0 (wserve.c).
+bool allot_warm_serve(uintptr_t f, uintptr_t m);
+
+// allot_wcache_count adds n to pending count i (the worker's thread, after
+// its first insert).
 static inline void allot_wcache_count(allot_wcache* c, size_t i, uint64_t n) {
-  if (i < c->n_counters) __atomic_fetch_add(&c->pending[i], n, __ATOMIC_RELAXED);
+  if (i < c->n_counters && c->pending != NULL) __atomic_fetch_add(&c->pending[i], n, __ATOMIC_RELAXED);
 }
 
 // allot_wcache_take returns pending count i and resets it (any thread).
 static inline uint64_t allot_wcache_take(allot_wcache* c, size_t i) {
-  return i < c->n_counters ? __atomic_exchange_n(&c->pending[i], 0, __ATOMIC_RELAXED) : 0;
+  uint64_t* p = __atomic_load_n(&c->pending, __ATOMIC_ACQUIRE);
+  return i < c->n_counters && p != NULL ? __atomic_exchange_n(&p[i], 0, __ATOMIC_RELAXED) : 0;
 }
 
 #endif

@@ -6,7 +6,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -43,6 +47,16 @@ func testCache(t *testing.T, maxEntries, maxBytes, counters int) *WarmCache {
 	}
 	t.Cleanup(func() { c.Free(); p.Free() })
 	return c
+}
+
+// prime makes c's first insert, under a key no request builds (a
+// request's key has a length byte per slot): until then a cache has
+// neither table nor scratch, and builds no key.
+func prime(t *testing.T, c *WarmCache) {
+	t.Helper()
+	if !c.Insert([]byte{0xff}, nil) {
+		t.Fatal("the first insert was refused")
+	}
 }
 
 // oracleKey is the key plugin.Plugin builds for a request (Plugin.assign's
@@ -101,6 +115,7 @@ func randomHeaders(r *rand.Rand) [][2]string {
 // any casing, goes to Go.
 func TestWarmKeyEqualsGo(t *testing.T) {
 	c := testCache(t, 64, 1<<16, 0)
+	prime(t, c)
 	r := rand.New(rand.NewPCG(1, 2))
 	owned := 0
 	for i := range 20000 {
@@ -128,6 +143,10 @@ func TestWarmKeyEqualsGo(t *testing.T) {
 // holds, a key longer than the key buffer.
 func TestWarmFindGoesToGo(t *testing.T) {
 	c := testCache(t, 64, 1<<16, 0)
+	if st, key, _, _ := c.find([][2]string{{"x-user-id", "u1"}, {"x-experiment-a", "on"}}); st != warmMiss || key != "" {
+		t.Errorf("a cache nothing was inserted into: status %d, key %q; want a miss (%d), no key built", st, key, warmMiss)
+	}
+	prime(t, c)
 	many := make([][2]string, WarmMaxHeaders+1)
 	for i := range many {
 		many[i] = [2]string{fmt.Sprintf("h%d", i), "v"}
@@ -247,9 +266,9 @@ func TestWarmCacheBounds(t *testing.T) {
 	})
 }
 
-// TestWarmCacheNoAllocOnHit: a lookup, hit or miss, allocates nothing; an
-// insert allocates once; freeing the cache and its plan frees every
-// allocation.
+// TestWarmCacheNoAllocOnHit: a lookup, hit or miss, allocates nothing; the
+// first insert allocates the table and the scratch, every later insert
+// once; freeing the cache and its plan frees every allocation.
 func TestWarmCacheNoAllocOnHit(t *testing.T) {
 	countingReset(-1)
 	p := testPlan(t, true)
@@ -257,6 +276,7 @@ func TestWarmCacheNoAllocOnHit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prime(t, c)
 	before := countingAllocs()
 	insert(t, c, "u1", 1<<16|2)
 	if n := countingAllocs() - before; n != 1 {
@@ -343,6 +363,11 @@ func TestWarmCacheGeneration(t *testing.T) {
 // TestWarmPendingCounts: counts a worker adds are taken once.
 func TestWarmPendingCounts(t *testing.T) {
 	c := testCache(t, 16, 1<<16, 3)
+	c.count(0, 1) // before the first insert there are no counts (and no hit to count)
+	if n := c.Take(0); n != 0 {
+		t.Fatalf("took %d before the first insert", n)
+	}
+	prime(t, c)
 	c.count(0, 2)
 	c.count(2, 5)
 	c.count(3, 7) // out of range: ignored
@@ -425,6 +450,10 @@ func TestWarmConfig(t *testing.T) {
 	if hit(warm.Worker(0), "u1") == nil || hit(warm.Worker(1), "u1") != nil {
 		t.Error("want worker 0's entry in worker 0's cache only")
 	}
+	if warm.Worker(1).ways() != 0 {
+		t.Error("worker 1 has a slot table before its first insert")
+	}
+	prime(t, warm.Worker(1))
 	warm.Worker(1).count(2, 4)
 	got := []uint64{9, 9, 9, 9}
 	warm.Worker(1).TakeAll(got)
@@ -493,6 +522,9 @@ func FuzzWarmKey(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer c.Free()
+	if !c.Insert([]byte{0xff}, nil) { // prime: a key no request builds
+		f.Fatal("the first insert was refused")
+	}
 	f.Fuzz(func(t *testing.T, in string) {
 		var pairs [][2]string
 		for line := range strings.SplitSeq(in, "\n") {
@@ -527,4 +559,104 @@ func FuzzWarmKey(f *testing.F) {
 		}
 		c.Bump() // the next input starts from an empty cache, as far as lookups can tell
 	})
+}
+
+// TestWarmCacheLazyTable: a worker's cache costs about its struct until
+// its first insert, which allocates the slot table sized from both bounds
+// (no more ways than the byte bound can fill: an entry is at least
+// WarmEntryOverhead+1 bytes) and the worker's scratch.
+func TestWarmCacheLazyTable(t *testing.T) {
+	for _, tc := range []struct{ entries, bytes int }{{10000, 1 << 20}, {1000000, 64 << 10}, {WarmMaxEntries, 1 << 20}} {
+		t.Run(fmt.Sprint(tc.entries, "/", tc.bytes), func(t *testing.T) {
+			countingReset(-1)
+			p := testPlan(t, true)
+			defer p.Free()
+			base := countingLive()
+			c, err := newWarmCache(p, tc.entries, tc.bytes, 100, allocatorCounting())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Free()
+			if idle := countingLive() - base; idle > 512 {
+				t.Errorf("an idle cache holds %d bytes, want at most 512 (its struct)", idle)
+			}
+			insert(t, c, "u1", 1)
+			units := min(tc.entries, tc.bytes/(WarmEntryOverhead+1))
+			ways := 4
+			for ways < units {
+				ways *= 2
+			}
+			scratch := WarmMaxHeaders*32 + WarmMaxKey + 4*16 + 100*8 + 2*64 + 512
+			if got, most := countingLive()-base, ways*warmSlotSize+scratch; got > most || c.ways() != ways {
+				t.Errorf("after the first insert: %d bytes, %d ways; want %d ways (%d units) and at most %d bytes",
+					got, c.ways(), ways, units, most)
+			}
+		})
+	}
+}
+
+// TestWarmCacheSameInsert: inserting what a way already holds (the same
+// key, the same assignments) allocates nothing and changes no count; other
+// assignments under the same key replace the entry.
+func TestWarmCacheSameInsert(t *testing.T) {
+	countingReset(-1)
+	p := testPlan(t, true)
+	defer p.Free()
+	c, err := newWarmCache(p, 64, 1<<16, 3, allocatorCounting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	insert(t, c, "u1", 1<<16|2, 3)
+	n, b, allocs := c.entries(), c.bytes(), countingAllocs()
+	for range 3 {
+		if !insert(t, c, "u1", 1<<16|2, 3) {
+			t.Fatal("a redundant insert was refused")
+		}
+	}
+	if got := countingAllocs() - allocs; got != 0 || c.entries() != n || c.bytes() != b {
+		t.Errorf("3 redundant inserts: %d allocations, %d entries of %d bytes; want 0, %d of %d", got, c.entries(), c.bytes(), n, b)
+	}
+	allocs, frees := countingAllocs(), countingFrees()
+	insert(t, c, "u1", 7)
+	if e := hit(c, "u1"); e == nil || !slices.Equal(e.items, []uint32{7}) || countingAllocs()-allocs != 1 || countingFrees()-frees != 1 || c.entries() != n {
+		t.Errorf("new assignments under the same key: entry %+v, %d allocations, %d frees, %d entries",
+			e, countingAllocs()-allocs, countingFrees()-frees, c.entries())
+	}
+}
+
+// TestWarmEntryAsSmallAsGo: an entry costs C's byte bound (and C's
+// allocator) at most 16 bytes more than the same entry costs Go's
+// (plugin.cache's record: its recordHeader, read from filter/plugin/cache.go,
+// then 4 bytes an assignment and the key), so that C holds about as many
+// units as Go for the same cacheMaxBytes.
+func TestWarmEntryAsSmallAsGo(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "plugin", "cache.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*recordHeader\s*=\s*(\d+)`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("no recordHeader constant in filter/plugin/cache.go")
+	}
+	header, _ := strconv.Atoi(string(m[1]))
+	for _, n := range []int{3, 25} {
+		countingReset(-1)
+		p := testPlan(t, true)
+		c, err := newWarmCache(p, 64, 1<<16, 0, allocatorCounting())
+		if err != nil {
+			t.Fatal(err)
+		}
+		insert(t, c, "u1", 0) // the table and the scratch
+		live, counted := countingLive(), c.bytes()
+		key, _ := oracleKey([][2]string{{"x-user-id", "user-0001"}})
+		c.Insert([]byte(key), make([]uint32, n))
+		goRecord := header + 4*n + len(key)
+		if got, alloc := c.bytes()-counted, countingLive()-live; got > goRecord+16 || alloc != got {
+			t.Errorf("%d assignments, a %d-byte key: C counts %d bytes and allocates %d, Go's record is %d; want at most %d, equal",
+				n, len(key), got, alloc, goRecord, goRecord+16)
+		}
+		c.Free()
+		p.Free()
+	}
 }

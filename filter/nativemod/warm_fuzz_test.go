@@ -76,10 +76,20 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 			var ok bool
 			if root, ok = host.StartPlugin(p, []byte(warmFuzzConfig)); !ok {
 				c = nil
+				return
+			}
+			// A cache builds keys only once it holds an entry (before, every
+			// lookup is a miss): give it one, as Go does after a first miss.
+			if _, err := host.Request(p, root, [][2]string{{"x-user-id", "first"}}); err != nil {
+				c = nil
+				return
+			}
+			if key, items, ok := p.WarmResult(); !ok || !c.Insert(key, items) {
+				c = nil
 			}
 		})
 		if c == nil {
-			t.Fatal("no warm cache for the configuration, or the plugin refused it")
+			t.Fatal("no warm cache for the configuration, the plugin refused it, or its first result")
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -7,29 +7,17 @@
 // on standard output.
 
 #include "../hooks.c"
+#include "../wcache.c"
+#include "../wserve.c"
 
 #include <stdio.h>
 
-static int failures;
-#define CHECK(cond, ...)                  \
-  do {                                    \
-    if (!(cond)) {                        \
-      failures++;                         \
-      printf("line %d: ", __LINE__);      \
-      printf(__VA_ARGS__);                \
-      printf("\n");                       \
-    }                                     \
-  } while (0)
+#include "fakes.h"
 
 // The fake Envoy's state: the response's :status (NULL: no such header),
-// each counter incremented through a stream or through the configuration,
-// each histogram's samples, the response headers added.
+// the response headers added (the stats: fakes.h).
 static const char* status;
-static uint64_t counters[64], config_counters[64];
-static uint64_t samples[64][8];
-static size_t nsamples[64];
 static int added;
-static uintptr_t last_config;
 
 bool envoy_dynamic_module_callback_http_get_header(uintptr_t filter, int32_t type, allot_buffer key,
                                                    allot_buffer* result, size_t index, size_t* n) {
@@ -39,28 +27,6 @@ bool envoy_dynamic_module_callback_http_get_header(uintptr_t filter, int32_t typ
   return true;
 }
 
-int32_t envoy_dynamic_module_callback_http_filter_increment_counter(uintptr_t filter, size_t id, allot_buffer* labels,
-                                                                    size_t nl, uint64_t v) {
-  counters[id] += v;
-  return 0;
-}
-
-int32_t envoy_dynamic_module_callback_http_filter_config_increment_counter(uintptr_t config, size_t id,
-                                                                           allot_buffer* labels, size_t nl,
-                                                                           uint64_t v) {
-  config_counters[id] += v;
-  last_config = config;
-  return 0;
-}
-
-int32_t envoy_dynamic_module_callback_http_filter_record_histogram_value(uintptr_t filter, size_t id,
-                                                                         allot_buffer* labels, size_t nl,
-                                                                         uint64_t v) {
-  if (nsamples[id] < 8) samples[id][nsamples[id]] = v;
-  nsamples[id]++;
-  return 0;
-}
-
 bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t type, allot_buffer key,
                                                    allot_buffer value) {
   added++;
@@ -68,11 +34,8 @@ bool envoy_dynamic_module_callback_http_add_header(uintptr_t filter, int32_t typ
 }
 
 static void reset_fake(void) {
-  memset(counters, 0, sizeof counters);
-  memset(config_counters, 0, sizeof config_counters);
-  memset(nsamples, 0, sizeof nsamples);
+  reset_stats();
   added = 0;
-  last_config = 0;
 }
 
 static uint64_t sum(const uint64_t* v) {
