@@ -330,9 +330,11 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 
 // newSide makes a configuration's C side: with the warm path on and a
 // configuration it can serve, a cache per worker; else one that sends
-// every request to Go. A warm side that cannot be made is logged, and the
-// configuration served by Go; nil (logged at critical level) if not even
-// a cold one can be: no memory.
+// every request to Go (with the path off, C never reads it: it is only
+// the configuration's handle). Why the path does not serve a
+// configuration is logged, at warning level when its plan was refused by
+// C; nil (logged at critical level) if not even a cold side can be made:
+// no memory.
 func (m *module) newSide(e *entry) *dynmod.WarmConfig {
 	if m.warm {
 		level := dynmod.LogInfo // a configuration the warm path does not serve
