@@ -167,7 +167,7 @@ func testEdgeGateway(t *testing.T, a artifact) {
 	search := harness.MustStartEcho(t)
 	_, checkoutPort, _ := splitHostPort(s.echoAddr)
 	_, searchPort, _ := splitHostPort(search)
-	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), "edge-1", "gateway", map[string]string{
+	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), a.env(), "edge-1", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + checkoutPort,
 		"port_value: 8082": "port_value: " + searchPort,
 	})

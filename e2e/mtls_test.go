@@ -77,7 +77,7 @@ func (m *mtlsSystem) sidecar(node, cluster, identity string) *proxy {
 		"port_value: 18000", fmt.Sprintf("port_value: %d", m.xdsPort), // the bootstrap is rendered in one pass
 	).Replace(mtls)
 	_, echoPort, _ := splitHostPort(m.echoAddr)
-	return startEnvoy(m.t, wasmArtifact.sidecar, m.xdsPort, m.filter(), node, cluster, map[string]string{
+	return startEnvoy(m.t, wasmArtifact.sidecar, m.xdsPort, m.filter(), nil, node, cluster, map[string]string{
 		"port_value: 8081": "port_value: " + echoPort,
 		tail:               mtls,
 	})

@@ -65,7 +65,7 @@ func TestRejectedConfigurationKeepsServing(t *testing.T) {
 
 	echo := harness.MustStartEcho(t)
 	_, echoPort, _ := splitHostPort(echo)
-	p := startEnvoy(t, "envoy-configs/sidecar.yaml", lis.Addr().(*net.TCPAddr).Port, wasm, "nack-proxy", "nack", map[string]string{
+	p := startEnvoy(t, "envoy-configs/sidecar.yaml", lis.Addr().(*net.TCPAddr).Port, wasm, nil, "nack-proxy", "nack", map[string]string{
 		"port_value: 8081": "port_value: " + echoPort,
 	})
 	waitValue := func(want string) {

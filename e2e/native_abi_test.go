@@ -66,7 +66,7 @@ func TestNativeMissingCallbackRefused(t *testing.T) {
 			t.Setenv(unresolvedEnv, tc.unresolved) // Envoy inherits it
 			ecds := filepath.Join(t.TempDir(), "allot-ecds.yaml")
 			writeECDS(t, ecds, so, `{"version":"e1","experiments":[{"key":"split","variations":["a","b"],"weights":[0.5,0.5]}]}`)
-			p := startNativeBootstrap(t, "e2e/testdata/native-ecds-file.yaml", map[string]string{"ECDS_PATH": ecds})
+			p := startNativeBootstrap(t, "e2e/testdata/native-ecds-file.yaml", nativeArtifact.env(), map[string]string{"ECDS_PATH": ecds})
 			e := p.Envoy
 			const reloads, fails = "extension_config_discovery.http_filter.allot.update_success",
 				"extension_config_discovery.http_filter.allot.update_rejected"

@@ -19,12 +19,13 @@ const nativeConfig = `{"version":"n1","attributes":[{"name":"ip","property":"sou
 	`"experiments":[{"key":"split","variations":["control","treatment"],"weights":[0.5,0.5]},` +
 	`{"key":"local","variations":["off","on"],"weights":[0,1],"condition":{"ip":{"$regex":"^127\\.0\\.0\\.1:"}}}]}`
 
-// startStaticNative runs Envoy with the native module built with tags,
-// configured statically with config.
-func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
+// startStaticNative runs Envoy with the native module built with tags, as
+// artifact a (one of nativeArtifacts: its warm path on or off), configured
+// statically with config.
+func startStaticNative(t *testing.T, a artifact, config string, tags ...string) *proxy {
 	t.Helper()
 	so := harness.MustBuildNative(t, "./filter/native", "liballot.so", tags...)
-	return startNativeBootstrap(t, "e2e/testdata/native-static.yaml", map[string]string{
+	return startNativeBootstrap(t, "e2e/testdata/native-static.yaml", a.env(), map[string]string{
 		"bin/liballot.so": so,
 		"FILTER_CONFIG":   strings.ReplaceAll(config, "'", "''"),
 	})
@@ -33,8 +34,9 @@ func startStaticNative(t *testing.T, config string, tags ...string) *proxy {
 // startNativeBootstrap runs Envoy (two workers) with the bootstrap at path
 // in front of a fresh echo upstream: its listener, admin and upstream
 // ports (10000, 9901, 8081) moved to free ones, and replace's other
-// replacements made. Files it logs to are flushed every 100 ms.
-func startNativeBootstrap(t *testing.T, path string, replace map[string]string) *proxy {
+// replacements made, and env added to its environment (artifact.env).
+// Files it logs to are flushed every 100 ms.
+func startNativeBootstrap(t *testing.T, path string, env []string, replace map[string]string) *proxy {
 	t.Helper()
 	echo := harness.MustStartEcho(t)
 	_, echoPort, _ := splitHostPort(echo)
@@ -46,7 +48,7 @@ func startNativeBootstrap(t *testing.T, path string, replace map[string]string) 
 	}
 	maps.Copy(r, replace)
 	boot := harness.MustRenderBootstrap(t, path, r)
-	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2,
+	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: boot, AdminPort: admin, Concurrency: 2, Env: env,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"}}) // a bootstrap's access log, if any, within 100 ms
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
 }
@@ -55,7 +57,7 @@ func startNativeBootstrap(t *testing.T, path string, replace map[string]string) 
 // attribute (source.address) through the dynamic-modules ABI and assigns
 // as the engine does.
 func TestNativeAttributes(t *testing.T) {
-	p := startStaticNative(t, nativeConfig)
+	p := startStaticNative(t, nativeArtifact, nativeConfig)
 	r, err := p.get(map[string][]string{"x-user-id": {"alice"}})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestNativeAttributes(t *testing.T) {
 // failure is counted. The allotfault build panics in the host call the
 // request's x-allot-test-fault header names.
 func TestNativePanicRecovered(t *testing.T) {
-	p := startStaticNative(t, nativeConfig, "allotfault")
+	p := startStaticNative(t, nativeArtifact, nativeConfig, "allotfault")
 	many := manyForged()
 	cases := []struct {
 		call   string

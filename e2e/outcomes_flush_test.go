@@ -36,7 +36,7 @@ func TestOutcomesLargestFlush(t *testing.T) {
 		t.Fatalf("outcomes.MaxFlushExports %d: this test's 168 points at 13 an export make 13", outcomes.MaxFlushExports)
 	}
 	replace["max_data_points_per_request: 3500"] = "max_data_points_per_request: 13"
-	p := startEnvoy(t, s.art.sidecar, s.xdsPort, s.filter(), "many-1", "shop", replace)
+	p := startEnvoy(t, s.art.sidecar, s.xdsPort, s.filter(), s.art.env(), "many-1", "shop", replace)
 	s.waitConnected("many-1")
 
 	keys := []string{"many-a", "many-b", "many-c"}

@@ -187,7 +187,7 @@ func (s *system) startSinkSidecar(node, cluster string) *proxy {
 	_, echoPort, _ := splitHostPort(s.echoAddr)
 	replace := sinkEverySecond()
 	replace["port_value: 8081"] = "port_value: " + echoPort
-	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, replace)
+	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), s.art.env(), node, cluster, replace)
 }
 
 // sinkEverySecond are the replacements in a bootstrap of envoy-configs/

@@ -159,7 +159,7 @@ func variationIndex(v string) int {
 // metrics_namespace), after Envoy's envoy_ prefix.
 func promName(stat string, a artifact) string {
 	name := strings.NewReplacer(".", "_", "-", "_").Replace(stat)
-	if a == nativeArtifact {
+	if a.native {
 		return "envoy_wasmcustom_" + name
 	}
 	return name

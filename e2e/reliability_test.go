@@ -28,7 +28,7 @@ type record struct {
 	Lost    int    `json:"lost"` // acknowledged writes or requests lost
 	Command string `json:"command"`
 	// Artifact is the filter build the row ran against ("wasm" or
-	// "native"), from the subtest forArtifacts named; empty when the row is
+	// "native"), from the subtest forEachArtifact named; empty when the row is
 	// not about one.
 	Artifact string `json:"artifact,omitempty"`
 }
@@ -138,7 +138,9 @@ func TestReliabilityControlPlaneDown(t *testing.T) {
 
 // TestReliabilityHostileRequests: hostile requests get a clear error or no
 // assignment, never a crash or a 5xx, and the proxy keeps serving.
-func TestReliabilityHostileRequests(t *testing.T) { forArtifacts(t, testReliabilityHostileRequests) }
+func TestReliabilityHostileRequests(t *testing.T) {
+	forEachArtifact(t, reliabilityArtifacts, testReliabilityHostileRequests)
+}
 
 func testReliabilityHostileRequests(t *testing.T, a artifact) {
 	s := startSystemFor(t, a, "-mesh", repoPath(t, "envoy-configs/mesh.json"))
@@ -200,7 +202,9 @@ func testReliabilityHostileRequests(t *testing.T, a artifact) {
 
 // TestReliabilityForgedHeaders: forged inbound assignment headers, in every
 // casing and with several copies, never reach the service.
-func TestReliabilityForgedHeaders(t *testing.T) { forArtifacts(t, testReliabilityForgedHeaders) }
+func TestReliabilityForgedHeaders(t *testing.T) {
+	forEachArtifact(t, reliabilityArtifacts, testReliabilityForgedHeaders)
+}
 
 func testReliabilityForgedHeaders(t *testing.T, a artifact) {
 	s := startSystemFor(t, a)

@@ -194,7 +194,7 @@ func (h *replicated) sidecarWith(home int, node, cluster string, replace map[str
 	_, echoPort, _ := splitHostPort(s.echoAddr)
 	all := map[string]string{"port_value: 8081": "port_value: " + echoPort, tail: frag}
 	maps.Copy(all, replace)
-	return startEnvoy(h.t, wasmArtifact.sidecar, s.xdsPort, s.filter(), node, cluster, all)
+	return startEnvoy(h.t, wasmArtifact.sidecar, s.xdsPort, s.filter(), nil, node, cluster, all)
 }
 
 // sidecars starts one checkout-svc Envoy per replica into h.proxies, Envoy

@@ -254,7 +254,7 @@ func (s *system) startRejectingSidecar(node, cluster string) *proxy {
 		s.t.Fatal("sidecar.yaml: no default_config block before the router")
 	}
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	return startEnvoy(s.t, "envoy-configs/sidecar.yaml", s.xdsPort, s.wasm, node, cluster, map[string]string{
+	return startEnvoy(s.t, "envoy-configs/sidecar.yaml", s.xdsPort, s.wasm, nil, node, cluster, map[string]string{
 		"port_value: 8081":                   "port_value: " + echoPort,
 		"              - " + wasmType + "\n": "              - " + otherType + "\n",
 		text[from:to]: "              default_config:\n" +

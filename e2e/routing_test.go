@@ -41,7 +41,7 @@ func testRouting(t *testing.T, a artifact) {
 	upstream := map[string]string{s.echoAddr: routingControl, treatmentAddr: routingTreatment}
 	_, controlPort, _ := splitHostPort(s.echoAddr)
 	_, treatmentPort, _ := splitHostPort(treatmentAddr)
-	g := startEnvoy(t, a.routing, s.xdsPort, s.filter(), "routing-gateway-1", "gateway", map[string]string{
+	g := startEnvoy(t, a.routing, s.xdsPort, s.filter(), a.env(), "routing-gateway-1", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + controlPort,
 		"port_value: 8082": "port_value: " + treatmentPort,
 	})
@@ -215,11 +215,15 @@ func routingOracle(t *testing.T, def map[string]any, units []string) map[string]
 // TestRoutingFailOpen: a request the filter fails open on reaches the
 // control cluster, even when its unit is assigned the treatment and the
 // client forged the treatment header. It runs the native module's allotfault
-// build (a panic in the host call x-allot-test-fault names) configured by
+// build (a panic in the host call x-allot-test-fault names), on each of its
+// request paths (nativeArtifacts; each case a new unit, which C sends to
+// Go), configured by
 // gateway-routing-native.yaml's default_config, with no allotd: the Wasm
 // module's failure path is the same plugin code, and Envoy clears the route
 // after each of its header changes by itself.
-func TestRoutingFailOpen(t *testing.T) {
+func TestRoutingFailOpen(t *testing.T) { forEachArtifact(t, nativeArtifacts, testRoutingFailOpen) }
+
+func testRoutingFailOpen(t *testing.T, a artifact) {
 	so := harness.MustBuildNative(t, "./filter/native", "liballot.so", "allotfault")
 	control, treatment := harness.MustStartEcho(t), harness.MustStartEcho(t)
 	upstream := map[string]string{control: routingControl, treatment: routingTreatment}
@@ -228,7 +232,7 @@ func TestRoutingFailOpen(t *testing.T) {
 	// Every unit is assigned the treatment.
 	config := `{"version": "fail-open", "experiments": [{"key": "` + routingKey +
 		`", "variations": ["control", "treatment"], "weights": [0, 1]}]}`
-	g := startEnvoy(t, nativeArtifact.routing, harness.MustFreePort(t), so, "routing-fail-open", "gateway", map[string]string{
+	g := startEnvoy(t, a.routing, harness.MustFreePort(t), so, a.env(), "routing-fail-open", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + controlPort,
 		"port_value: 8082": "port_value: " + treatmentPort,
 		"value: {}":        "value: " + config,

@@ -30,7 +30,7 @@ const soakDuration = 60 * time.Second
 // experiment updates per second are written: zero non-2xx, no request
 // evaluated by a configuration older than one an earlier, completed request
 // had already seen, and Envoy and allotd memory flat.
-func TestReliabilitySoak(t *testing.T) { forArtifacts(t, testReliabilitySoak) }
+func TestReliabilitySoak(t *testing.T) { forEachArtifact(t, reliabilityArtifacts, testReliabilitySoak) }
 
 func testReliabilitySoak(t *testing.T, a artifact) {
 	meshFile := repoPath(t, "envoy-configs/mesh.json")

@@ -42,7 +42,7 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	s := startSystemFor(t, a, "-mesh", mesh, "-sticky-keys", keys)
 	_, checkoutPort, _ := splitHostPort(s.echoAddr)
 	_, searchPort, _ := splitHostPort(harness.MustStartEcho(t))
-	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), "edge-sticky", "gateway", map[string]string{
+	g := startEnvoy(t, a.gateway, s.xdsPort, s.filter(), a.env(), "edge-sticky", "gateway", map[string]string{
 		"port_value: 8081": "port_value: " + checkoutPort,
 		"port_value: 8082": "port_value: " + searchPort,
 	})

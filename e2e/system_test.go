@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/nativemod"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/internal/harness"
 )
@@ -33,29 +34,58 @@ const (
 	bobToken = "e2e-bob-token-0123456789"
 )
 
-// artifact is one of the filter's two builds. Every e2e test of filter
-// behaviour runs against both (forArtifacts); a system's proxies run the
-// artifact it was started for.
+// artifact is one of the filter's two builds, the native one on each of
+// its request paths. Every e2e test of filter behaviour runs against each
+// (forArtifacts); a system's proxies run the artifact it was started for.
 type artifact struct {
-	name    string // "wasm" or "native": the node metadata allot.artifact
-	sidecar string // bootstraps in envoy-configs/
+	// name names the subtests: "wasm", "native" (the warm path on, the
+	// default) or "native-go" (the warm path off: every request through
+	// Go).
+	name    string
+	sidecar string // bootstraps in envoy-configs/ (their node metadata allot.artifact names the build)
 	gateway string
 	routing string
+	// native is whether it is the dynamic module; warm is then the
+	// nativemod.WarmEnv value in Envoy's environment ("": the default).
+	native bool
+	warm   string
 }
 
 var (
-	wasmArtifact = artifact{"wasm", "envoy-configs/sidecar.yaml", "envoy-configs/gateway.yaml",
-		"envoy-configs/gateway-routing.yaml"}
-	nativeArtifact = artifact{"native", "envoy-configs/sidecar-native.yaml", "envoy-configs/gateway-native.yaml",
-		"envoy-configs/gateway-routing-native.yaml"}
-	artifacts = []artifact{wasmArtifact, nativeArtifact}
+	wasmArtifact = artifact{name: "wasm", sidecar: "envoy-configs/sidecar.yaml", gateway: "envoy-configs/gateway.yaml",
+		routing: "envoy-configs/gateway-routing.yaml"}
+	nativeArtifact = artifact{name: "native", sidecar: "envoy-configs/sidecar-native.yaml",
+		gateway: "envoy-configs/gateway-native.yaml", routing: "envoy-configs/gateway-routing-native.yaml", native: true}
+	nativeGoArtifact = artifact{name: "native-go", sidecar: nativeArtifact.sidecar, gateway: nativeArtifact.gateway,
+		routing: nativeArtifact.routing, native: true, warm: "0"}
+	artifacts = []artifact{wasmArtifact, nativeArtifact, nativeGoArtifact}
+	// nativeArtifacts are the native module on each of its request paths.
+	nativeArtifacts = []artifact{nativeArtifact, nativeGoArtifact}
+	// reliabilityArtifacts are those the reliability suite's long runs
+	// loop over: native-go's request path is native's on every request
+	// the warm path does not serve (a miss, a forged header, a hostile
+	// request), and a third soak would add minutes to the suite.
+	reliabilityArtifacts = []artifact{wasmArtifact, nativeArtifact}
 )
 
 // forArtifacts runs f once per artifact, as subtests named for it.
-func forArtifacts(t *testing.T, f func(t *testing.T, a artifact)) {
-	for _, a := range artifacts {
+func forArtifacts(t *testing.T, f func(t *testing.T, a artifact)) { forEachArtifact(t, artifacts, f) }
+
+// forEachArtifact runs f once per artifact of as, as subtests named for it.
+func forEachArtifact(t *testing.T, as []artifact, f func(t *testing.T, a artifact)) {
+	for _, a := range as {
 		t.Run(a.name, func(t *testing.T) { f(t, a) })
 	}
+}
+
+// env is what the artifact adds to Envoy's environment: for the native
+// module, its warm path switch, set even to its default so that the
+// switch in the test's own environment does not leak in.
+func (a artifact) env() []string {
+	if !a.native {
+		return nil
+	}
+	return []string{nativemod.WarmEnv + "=" + a.warm}
 }
 
 // system is one running Allot deployment: allotd on a fresh bbolt file, the
@@ -151,14 +181,14 @@ type proxy struct {
 func (s *system) startSidecar(node, cluster string) *proxy {
 	s.t.Helper()
 	_, echoPort, _ := splitHostPort(s.echoAddr)
-	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), node, cluster, map[string]string{
+	return startEnvoy(s.t, s.art.sidecar, s.xdsPort, s.filter(), s.art.env(), node, cluster, map[string]string{
 		"port_value: 8081": "port_value: " + echoPort,
 	})
 }
 
 // filter is the path of the system's artifact's build.
 func (s *system) filter() string {
-	if s.art == nativeArtifact {
+	if s.art.native {
 		return s.native
 	}
 	return s.wasm
@@ -167,15 +197,16 @@ func (s *system) filter() string {
 // startEnvoy starts Envoy from a bootstrap in envoy-configs/, moving its
 // fixed ports (listener 10000, admin 9901, xDS 18000) and paths (the filter
 // module — bin/allot.wasm, or bin/liballot.so when filter is a .so — and
-// the access log) to per-test values; replace moves the rest.
-func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter, node, cluster string, replace map[string]string) *proxy {
+// the access log) to per-test values; replace moves the rest. env is added
+// to Envoy's environment (artifact.env).
+func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter string, env []string, node, cluster string, replace map[string]string) *proxy {
 	t.Helper()
 	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	boot := harness.ConfigBootstrap{Path: bootstrap, Listener: listen, Admin: admin, XDS: xdsPort,
 		Module: filter, AccessLog: accessLog, Replace: replace}.MustRender(t)
 	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{
-		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster,
+		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster, Env: env,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"},
 	})
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen), AccessLog: accessLog, Node: node}
@@ -246,14 +277,16 @@ func (p *proxy) getPath(path string, headers map[string][]string) (harness.EchoR
 }
 
 // settledStats waits until Envoy's stats account for every request sent
-// through p (the filter flushes its counters on a tick) and returns them.
+// through p (the filter flushes its counters on a tick), each evaluated or
+// failed open, and returns them.
 func (p *proxy) settledStats(t *testing.T) map[string]int64 {
 	t.Helper()
 	var stats map[string]int64
 	harness.MustEventually(t, 5*time.Second, func() error {
 		stats = p.MustStats(t)
-		if got, want := stats["wasmcustom."+plugin.MetricEvaluated], p.sent.Load(); got != want {
-			return fmt.Errorf("envoy counted %d evaluated requests, %d were sent", got, want)
+		evaluated, failOpen := stats["wasmcustom."+plugin.MetricEvaluated], stats["wasmcustom."+plugin.MetricFailOpen]
+		if got, want := evaluated+failOpen, p.sent.Load(); got != want {
+			return fmt.Errorf("envoy counted %d evaluated and %d failed-open requests, %d were sent", evaluated, failOpen, want)
 		}
 		return nil
 	})

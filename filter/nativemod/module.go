@@ -32,18 +32,58 @@ import (
 // filter_name); any other is refused.
 const FilterName = "allot"
 
-// WarmEnv is the environment variable that turns the warm path on: with
-// it set to 1 when Envoy loads the module, a configuration the warm path
-// can serve (plugin.Config.WarmPlan) serves its warm requests in C,
-// without entering Go (docs/perf/native-warm-path.md). Off by default.
+// WarmEnv is the environment variable, read once when Envoy loads the
+// module, that turns the warm path off. The path is on by default: unset,
+// empty or "1", a configuration the warm path can serve
+// (plugin.Config.WarmPlan) serves its warm requests in C, without
+// entering Go (docs/perf/native-warm-path.md). "0" sends every request
+// through Go (the cold path): the C request hook reads no configuration
+// handle and the plugin keeps nothing for the warm path. Any other value
+// leaves the path on, with a warning logged once at load.
 const WarmEnv = "ALLOT_NATIVE_WARM"
 
-// New returns the module: the dynmod.Handler a process installs once.
+// New returns the module: the dynmod.Handler a process installs once. With
+// the warm path on (WarmEnv) it is a dynmod.WarmHandler, whose handles the
+// C request hook reads; with it off it is not, and the C hook calls Go for
+// every request.
 func New() dynmod.Handler {
 	m := newModule()
-	m.warm = os.Getenv(WarmEnv) == "1"
+	m.warm, m.warning = warmSwitch(os.Getenv(WarmEnv))
+	if m.warm {
+		return warmModule{m}
+	}
 	return m
 }
+
+// warmSwitch reads WarmEnv's value v: whether the warm path is on, and
+// the warning to log at load for a value that is neither "0" nor "1" nor
+// empty (quoted, at most warmValueMax bytes of it).
+func warmSwitch(v string) (on bool, warning string) {
+	switch v {
+	case "", "1":
+		return true, ""
+	case "0":
+		return false, ""
+	}
+	shown := v
+	if len(shown) > warmValueMax {
+		shown = shown[:warmValueMax] + "…"
+	}
+	return true, "allot: " + WarmEnv + "=" + strconv.Quote(shown) + ": want 0 (off) or 1 (on); the warm path is on"
+}
+
+// warmValueMax bounds how much of an unknown WarmEnv value the warning
+// repeats.
+const warmValueMax = 32
+
+// warmModule is the module with its warm path on: a dynmod.WarmHandler,
+// every handle ConfigNew returns its configuration's C side (newSide).
+type warmModule struct{ *module }
+
+var _ dynmod.WarmHandler = warmModule{}
+
+// WarmHandles implements dynmod.WarmHandler.
+func (warmModule) WarmHandles() {}
 
 // module implements dynmod.Handler: one per process.
 //
@@ -75,9 +115,11 @@ type module struct {
 	// C state (dynmod.Stream.Observe); tests, whose streams are not
 	// hooks.c's, record them instead.
 	observeStream func(dynmod.Stream, dynmod.Config, []uint64) bool
-	// warm is whether configurations get a warm path (WarmEnv); pending is
-	// flushWarmLocked's scratch, guarded by mu.
+	// warm is whether configurations get a warm path (WarmEnv), warning
+	// what ProgramInit logs about its value; pending is flushWarmLocked's
+	// scratch, guarded by mu.
 	warm    bool
+	warning string
 	pending []uint64
 }
 
@@ -120,15 +162,12 @@ func newModule() *module {
 	return m
 }
 
-var _ dynmod.WarmHandler = (*module)(nil)
-
-// WarmHandles implements dynmod.WarmHandler: every handle ConfigNew
-// returns is its configuration's C side (newSide).
-func (m *module) WarmHandles() {}
-
-// ProgramInit implements dynmod.Handler: it makes the workers and starts
-// the flush tick.
+// ProgramInit implements dynmod.Handler: it logs a WarmEnv value it does
+// not know, makes the workers and starts the flush tick.
 func (m *module) ProgramInit(concurrency uint32) {
+	if m.warning != "" {
+		dynmod.Log(dynmod.LogWarn, m.warning)
+	}
 	m.mu.Lock()
 	m.growLocked(int(concurrency))
 	m.mu.Unlock()
@@ -214,6 +253,9 @@ func (m *module) growLocked(n int) []*worker {
 		} else {
 			w.plugin = plugin.NewWith(wrapHost(&w.host))
 		}
+		if m.warm {
+			w.plugin.KeepWarmResults()
+		}
 		grown = append(grown, w)
 	}
 	m.workers.Store(&grown)
@@ -288,18 +330,23 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 
 // newSide makes a configuration's C side: with the warm path on and a
 // configuration it can serve, a cache per worker; else one that sends
-// every request to Go. A warm side that cannot be made is logged, and the
-// configuration served by Go; nil (logged at critical level) if not even
-// a cold one can be: no memory.
+// every request to Go (with the path off, C never reads it: it is only
+// the configuration's handle). Why the path does not serve a
+// configuration is logged, at warning level when its plan was refused by
+// C; nil (logged at critical level) if not even a cold side can be made:
+// no memory.
 func (m *module) newSide(e *entry) *dynmod.WarmConfig {
 	if m.warm {
-		if w, ok := e.cfg.WarmPlan(); ok {
-			side, err := newWarmSide(w, e, len(*m.workers.Load()))
-			if err == nil {
+		level := dynmod.LogInfo // a configuration the warm path does not serve
+		w, err := e.cfg.WarmPlan()
+		if err == nil {
+			var side *dynmod.WarmConfig
+			if side, err = newWarmSide(w, e, len(*m.workers.Load())); err == nil {
 				return side
 			}
-			dynmod.Log(dynmod.LogWarn, "allot: warm path off for this configuration: "+err.Error())
+			level = dynmod.LogWarn // one it should serve
 		}
+		dynmod.Log(level, "allot: warm path off for this configuration: "+err.Error())
 	}
 	side, err := dynmod.NewColdConfig()
 	if err != nil {

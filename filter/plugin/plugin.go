@@ -85,9 +85,11 @@ type Plugin struct {
 	observing    map[uint32]*observation
 	obsFree      []*observation
 	hostOutcomes bool
-	// warm is the last request's result for the native warm path
-	// (WarmResult); warmKeep whether lookup's result may be cached,
-	// warmItems WarmResult's scratch.
+	// keepWarm is whether the host asked for warm results
+	// (KeepWarmResults); warm is the last request's result for the native
+	// warm path (WarmResult), kept only then; warmKeep whether lookup's
+	// result may be cached, warmItems WarmResult's scratch.
+	keepWarm  bool
 	warm      warmResult
 	warmKeep  bool
 	warmItems []uint32
@@ -209,7 +211,8 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 		r = &root{}
 		p.roots[rootID] = r
 	}
-	r.flush(p.host) // counts of a previous configuration go to its own metrics
+	r.flush(p.host)       // counts of a previous configuration go to its own metrics
+	p.warm = warmResult{} // nothing of a previous configuration is kept
 	r.cfg = cfg
 	r.cache, r.targeting = nil, map[string]engine.Outcomes{}
 	if cfg.CacheSize > 0 {
@@ -302,7 +305,9 @@ func (p *Plugin) Configured(rootID uint32) bool {
 func (p *Plugin) request(r *root) abi.Action {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]
-	p.warm = warmResult{}
+	if p.keepWarm {
+		p.warm = warmResult{}
+	}
 	if r == nil || r.cfg == nil {
 		return abi.ActionContinue
 	}
@@ -400,7 +405,9 @@ func (p *Plugin) assign(r *root) error {
 		p.observeSlots(cfg, e)
 	}
 	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
-	p.warm = warmResult{ok: p.warmKeep, r: r, e: e}
+	if p.keepWarm {
+		p.warm = warmResult{ok: p.warmKeep, r: r, e: e}
+	}
 	return nil
 }
 
@@ -577,7 +584,9 @@ var errPanic = errors.New("panic in a host call")
 //go:noinline
 func (p *Plugin) failOpen(r *root, err error, v any) {
 	r.stats.failOpen++
-	p.warm = warmResult{}
+	if p.keepWarm {
+		p.warm = warmResult{}
+	}
 	p.setCookie = p.setCookie[:0] // an unassigned request changes no sticky assignment
 	p.observed = p.observed[:0]   // nor is it observed: its service saw no assignment
 	defer func() { recover() }()  // the log's: the scrub guards itself
@@ -810,6 +819,7 @@ func (p *Plugin) OnDelete(id uint32) {
 	}
 	if r, ok := p.roots[id]; ok {
 		r.flush(p.host)
+		p.warm = warmResult{} // keeps nothing of the root
 		delete(p.roots, id)
 		if len(p.roots) == 0 {
 			p.vm.withdraw(p.host)

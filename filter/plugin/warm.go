@@ -1,5 +1,11 @@
 package plugin
 
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
 // The native module's warm path (docs/perf/native-warm-path.md) serves a
 // request whose assignment is cached without entering Go: C builds the
 // request's cache key as lookup does, from a plan Go hands it once per
@@ -26,10 +32,9 @@ type WarmExperiment struct {
 }
 
 // WarmPlan is how lookup's key is made for a configuration whose every
-// attribute is read from a request header or is constant: Slots values in
-// order, each filled by the first non-empty value of its headers; a slot
-// no header fills is empty (node.* attributes, which the native module
-// never answers, and unmapped ones). Prefix, DictionaryHeader and
+// attribute is read from a request header: Slots values in order, each
+// filled by the first non-empty value of its headers; a slot no header
+// fills (an attribute no source maps) is empty. Prefix, DictionaryHeader and
 // VersionHeader are the names the filter owns: a request that carries one
 // goes to Go.
 type WarmPlan struct {
@@ -54,14 +59,30 @@ type WarmPlan struct {
 	HasUnrecorded bool
 }
 
-// WarmPlan returns the configuration's plan, and false when the warm path
-// cannot serve it: a sticky cookie (every request verifies it),
+// WarmPlan returns the configuration's plan, or an error saying why the
+// warm path cannot serve it: a sticky cookie (every request verifies it),
 // attributes read from cookies, the query string, the URL path or
-// properties, or a cache that is off or has no byte bound.
-func (c *Config) WarmPlan() (WarmPlan, bool) {
-	if c.jar != nil || len(c.cookies) > 0 || len(c.queries) > 0 || len(c.urlPath) > 0 ||
-		len(c.props) > 0 || c.CacheSize <= 0 || c.CacheMaxBytes <= 0 {
-		return WarmPlan{}, false
+// properties, node.* attributes (Go resolves them at Install; C has no
+// node to read them from), a cache that is off or has no byte bound, or
+// a counter the plan needs missing from MetricNames.
+func (c *Config) WarmPlan() (WarmPlan, error) {
+	return c.warmPlan(c.MetricNames())
+}
+
+// warmPlan is WarmPlan with the counter names names, MetricNames' in
+// order (tests drop one).
+func (c *Config) warmPlan(names []string) (WarmPlan, error) {
+	switch {
+	case c.jar != nil:
+		return WarmPlan{}, errors.New("stickyCookie: every request verifies the cookie")
+	case len(c.cookies) > 0 || len(c.queries) > 0 || len(c.urlPath) > 0 || len(c.props) > 0:
+		return WarmPlan{}, errors.New("attributes: read from cookies, the query string, the URL path or properties")
+	case len(c.consts) > 0:
+		return WarmPlan{}, errors.New("attributes: node.* attributes are resolved by Go only")
+	case c.CacheSize <= 0:
+		return WarmPlan{}, errors.New("cacheSize: " + strconv.Itoa(c.CacheSize) + ", the cache is off")
+	case c.CacheMaxBytes <= 0:
+		return WarmPlan{}, errors.New("cacheMaxBytes: " + strconv.Itoa(c.CacheMaxBytes) + ", no byte bound")
 	}
 	w := WarmPlan{Slots: c.nvals, Prefix: c.HeaderPrefix, DictionaryHeader: c.DictionaryHeader,
 		VersionHeader: c.VersionHeader, MaxEntries: c.CacheSize, MaxBytes: c.CacheMaxBytes,
@@ -71,21 +92,34 @@ func (c *Config) WarmPlan() (WarmPlan, bool) {
 			w.Headers = append(w.Headers, WarmHeader{Name: h.name, Slot: i})
 		}
 	}
-	pos := map[string]uint32{}
-	for i, name := range c.MetricNames() {
+	pos := make(map[string]uint32, len(names))
+	for i, name := range names {
 		pos[name] = uint32(i)
 	}
-	w.Evaluated, w.Hits = pos[MetricEvaluated], pos[MetricCacheHits]
-	w.Unrecorded, w.HasUnrecorded = pos[MetricOutcomesUnrecorded], c.Observed()
+	var missing []string // quoted
+	at := func(name string) uint32 {
+		v, ok := pos[name]
+		if !ok {
+			missing = append(missing, strconv.Quote(name))
+		}
+		return v
+	}
+	w.Evaluated, w.Hits = at(MetricEvaluated), at(MetricCacheHits)
+	if w.HasUnrecorded = c.Observed(); w.HasUnrecorded {
+		w.Unrecorded = at(MetricOutcomesUnrecorded)
+	}
 	w.Experiments = make([]WarmExperiment, c.Len())
 	for i, key := range c.keys {
 		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i], FirstSlot: c.outBase[i]}
 		for v := range c.values[i] {
-			x.Stats = append(x.Stats, pos[VariationMetric(key, v)])
+			x.Stats = append(x.Stats, at(VariationMetric(key, v)))
 		}
 		w.Experiments[i] = x
 	}
-	return w, true
+	if len(missing) > 0 {
+		return WarmPlan{}, errors.New("counters: " + strings.Join(missing, ", ") + " not among the configuration's metrics")
+	}
+	return w, nil
 }
 
 // warmResult is what the last request's warm hand-off needs: set at the
@@ -97,14 +131,23 @@ type warmResult struct {
 	e  entry
 }
 
+// KeepWarmResults makes the plugin keep each request's result for
+// WarmResult. Only the native module with its warm path on asks: without
+// it (the Wasm module, the native module with the path off) the plugin
+// keeps nothing for the warm path and WarmResult is never ok.
+func (p *Plugin) KeepWarmResults() { p.keepWarm = true }
+
 // WarmResult is what the last request (RequestHeaders) got, for the warm
 // path to cache: its key (lookup's) and its assignments, each experiment
 // << 16 | variation, in the dictionary's order (a WarmPlan's hit renders
 // and counts them). ok is false when the request failed open, left a
-// sticky cookie or must not be cached, or the counters are not all
-// defined. Both are valid until the next request.
+// sticky cookie or must not be cached, the counters are not all defined,
+// the result was already taken, or the host did not ask for results
+// (KeepWarmResults). Both are valid until the next request. It takes the
+// result: the plugin then holds nothing of the request's.
 func (p *Plugin) WarmResult() (key []byte, items []uint32, ok bool) {
-	w := &p.warm
+	w := p.warm
+	p.warm = warmResult{}
 	if !w.ok || w.r.stats.defineFail {
 		return nil, nil, false
 	}
@@ -115,3 +158,8 @@ func (p *Plugin) WarmResult() (key []byte, items []uint32, ok bool) {
 	}
 	return p.key, p.warmItems, true
 }
+
+// OwnsHeader reports whether name is a request header the filter owns (an
+// assignment header a client forged: the request path removes it, and the
+// native warm path sends a request that carries one to Go).
+func (c *Config) OwnsHeader(name string) bool { return c.isAssignmentHeader(name) }

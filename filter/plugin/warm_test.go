@@ -4,17 +4,21 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
-// TestWarmPlan: a configuration whose attributes are all headers or
-// constant gets a plan listing each header's slot; any other source, a
+// TestWarmPlan: a configuration whose attributes are all headers gets a
+// plan listing each header's slot; any other source (node.* attributes
+// among them: Go resolves them at Install, C would read them empty), a
 // sticky cookie or a cache without a byte bound gets none; an observed
-// experiment's plan names its outcome slots and the unrecorded counter.
+// experiment's plan names its outcome slots and the unrecorded counter;
+// a counter missing from the metric names refuses the plan (C would
+// otherwise count it at position 0, requests_evaluated).
 func TestWarmPlan(t *testing.T) {
 	const exps = `"experiments":[{"key":"e","variations":["a","b"],"weights":[0.5,0.5],"condition":{"c":"fr","n":{"$exists":false}}}]`
 	// Slots are the referenced attributes in the engine's order: c, id, n
-	// (n unmapped or node.id: empty).
+	// (n unmapped: empty).
 	for _, tc := range []struct {
 		name, attrs string
 		extra       string
@@ -22,7 +26,8 @@ func TestWarmPlan(t *testing.T) {
 	}{
 		{"headers", `{"name":"c","header":"x-country"}`, ``, []WarmHeader{{"x-country", 0}, {"x-user-id", 1}}},
 		{"pseudo-header", `{"name":"c","property":"request.method"}`, ``, []WarmHeader{{":method", 0}, {"x-user-id", 1}}},
-		{"node attribute", `{"name":"c","header":"x-country"},{"name":"n","property":"node.id"}`, ``, []WarmHeader{{"x-country", 0}, {"x-user-id", 1}}},
+		{"unmapped attribute", `{"name":"c","header":"x-country"}`, ``, []WarmHeader{{"x-country", 0}, {"x-user-id", 1}}},
+		{"node attribute", `{"name":"c","header":"x-country"},{"name":"n","property":"node.id"}`, ``, nil},
 		{"cookie", `{"name":"c","cookie":"country"}`, ``, nil},
 		{"query", `{"name":"c","query":"country"}`, ``, nil},
 		{"url path", `{"name":"c","property":"request.url_path"}`, ``, nil},
@@ -35,11 +40,11 @@ func TestWarmPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w, ok := cfg.WarmPlan()
-			if ok != (tc.want != nil) {
-				t.Fatalf("plan %v, want one: %v", ok, tc.want != nil)
+			w, err := cfg.WarmPlan()
+			if (err == nil) != (tc.want != nil) {
+				t.Fatalf("plan error %v, want a plan: %v", err, tc.want != nil)
 			}
-			if !ok {
+			if err != nil {
 				return
 			}
 			slices.SortFunc(w.Headers, func(a, b WarmHeader) int { return a.Slot - b.Slot })
@@ -53,10 +58,19 @@ func TestWarmPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, ok := cfg.WarmPlan()
+	w, err := cfg.WarmPlan()
 	names := cfg.MetricNames()
-	if !ok || w.Experiments[0].FirstSlot != 0 || !w.HasUnrecorded || names[w.Unrecorded] != MetricOutcomesUnrecorded {
-		t.Errorf("an observed experiment's plan: %v %+v", ok, w)
+	if err != nil || w.Experiments[0].FirstSlot != 0 || !w.HasUnrecorded || names[w.Unrecorded] != MetricOutcomesUnrecorded {
+		t.Errorf("an observed experiment's plan: %v %+v", err, w)
+	}
+	for _, drop := range []string{MetricEvaluated, MetricCacheHits, MetricOutcomesUnrecorded, VariationMetric("e", 1)} {
+		fewer := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == drop })
+		if len(fewer) == len(names) {
+			t.Fatalf("%s is not among %q: the case tests nothing", drop, names)
+		}
+		if _, err := cfg.warmPlan(fewer); err == nil || !strings.Contains(err.Error(), drop) {
+			t.Errorf("without counter %s: plan error %v, want one naming it", drop, err)
+		}
 	}
 }
 
@@ -66,6 +80,7 @@ func TestWarmPlan(t *testing.T) {
 // sticky cookie, there is none.
 func TestWarmResult(t *testing.T) {
 	h, p, root := start(t, twoArm)
+	p.KeepWarmResults()
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +93,10 @@ func TestWarmResult(t *testing.T) {
 	}
 	// The plan renders that item as Go added it, and counts it where Go does.
 	cfg := p.roots[root].cfg
-	plan, _ := cfg.WarmPlan()
+	plan, err := cfg.WarmPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
 	names := cfg.MetricNames()
 	x := plan.Experiments[0]
 	if x.Header != "x-experiment-checkout" || x.Values[v] != []string{"control", "treatment"}[v] ||
@@ -86,6 +104,10 @@ func TestWarmResult(t *testing.T) {
 		names[plan.Evaluated] != MetricEvaluated || names[plan.Hits] != MetricCacheHits ||
 		x.FirstSlot != -1 || plan.HasUnrecorded || !plan.PerExperiment || !plan.Exposure || plan.Version != "v1" || plan.VersionHeader != "x-experiments-version" {
 		t.Errorf("plan %+v", plan)
+	}
+
+	if _, _, ok := p.WarmResult(); ok {
+		t.Error("a result taken twice")
 	}
 
 	h.Fail = func(call string) error {
@@ -102,6 +124,7 @@ func TestWarmResult(t *testing.T) {
 	}
 
 	h, p, root = start(t, stickyConfig("0.5,0.5", 0, 0))
+	p.KeepWarmResults()
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "bob"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +133,46 @@ func TestWarmResult(t *testing.T) {
 	}
 	if _, _, ok := p.WarmResult(); ok {
 		t.Error("a request that left a sticky cookie has a warm result")
+	}
+}
+
+// TestWarmResultKeepsNothing: a plugin whose host did not ask for warm
+// results (the Wasm module, the native module with its warm path off)
+// keeps none; one that asked holds nothing of a request once its result
+// is taken, nor of a root once it is deleted or configured again.
+func TestWarmResultKeepsNothing(t *testing.T) {
+	h, p, root := start(t, twoArm)
+	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p.warm != (warmResult{}) {
+		t.Errorf("without KeepWarmResults the plugin kept %+v", p.warm)
+	}
+	if _, _, ok := p.WarmResult(); ok {
+		t.Error("without KeepWarmResults, WarmResult is ok")
+	}
+	p.KeepWarmResults()
+	request := func() {
+		t.Helper()
+		if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
+			t.Fatal(err)
+		}
+		if !p.warm.ok || p.warm.r == nil {
+			t.Fatalf("an assigned request kept %+v, want its result", p.warm)
+		}
+	}
+	request()
+	if _, _, ok := p.WarmResult(); !ok || p.warm != (warmResult{}) {
+		t.Errorf("WarmResult ok %v and left %+v, want ok and nothing", ok, p.warm)
+	}
+	request()
+	p.Install(root, p.roots[root].cfg)
+	if p.warm != (warmResult{}) {
+		t.Errorf("after Install the plugin kept %+v", p.warm)
+	}
+	request()
+	p.OnDelete(root)
+	if p.warm != (warmResult{}) {
+		t.Errorf("after OnDelete the plugin kept %+v", p.warm)
 	}
 }
