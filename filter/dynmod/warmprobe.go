@@ -1,3 +1,5 @@
+//go:build cgo
+
 package dynmod
 
 // WarmVerdict is what the warm path's lookup decided for a request's
