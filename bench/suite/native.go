@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/nativemod"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -36,12 +37,28 @@ func moduleName(so string) string {
 }
 
 // moduleEnv is the environment Envoy needs for v: the directory of its
-// dynamic module, if it loads one.
+// dynamic module, if it loads one, and for Allot's, the warm path's switch
+// (nativemod.WarmEnv) set either way — on, unless v.goPath — so that no
+// figure depends on the module's default.
 func moduleEnv(v variant, p *paths) []string {
 	if v.module == nil {
 		return nil
 	}
-	return []string{moduleSearchPathEnv + "=" + filepath.Dir(v.module(p))}
+	so := v.module(p)
+	env := []string{moduleSearchPathEnv + "=" + filepath.Dir(so)}
+	if so == p.allotSO {
+		env = append(env, nativemod.WarmEnv+"="+warmSwitch(!v.goPath))
+	}
+	return env
+}
+
+// warmSwitch is nativemod.WarmEnv's value that turns the warm path on or
+// off.
+func warmSwitch(on bool) string {
+	if on {
+		return "1"
+	}
+	return "0"
 }
 
 // moduleFilter renders an http_filters entry loading the dynamic module so

@@ -142,7 +142,7 @@ func newPaths(root string) *paths {
 	return &paths{allotWasm: filepath.Join(root, "bin", "allot.wasm"), raw: raw,
 		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(root, "bin", "liballot.so"),
 		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so"),
-		noRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm")}
+		noRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm"), upstream: filepath.Join(raw, "bin", "allot-upstream")}
 }
 
 // runReport is make bench: the rounds, the interleaved section, the
