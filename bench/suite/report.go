@@ -457,11 +457,11 @@ func (v *reportView) targets() {
 	m := v.Memory
 	switch {
 	case m == nil:
-		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so", rssLimitNative), "run without -skip-extras"))
+		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), "run without -skip-extras"))
 	case m.NativeRSS == 0:
-		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so", rssLimitNative), "this run has no native figure"))
+		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), "this run has no native figure"))
 	default:
-		v.Targets = append(v.Targets, rssRow(rssWhat("Allot native", "liballot.so", rssLimitNative), m.BaseRSS, m.NativeRSS, rssLimitNative))
+		v.Targets = append(v.Targets, rssRow(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), m.BaseRSS, m.NativeRSS, rssLimitNative))
 	}
 	if pr != nil {
 		for _, t := range p99Targets[:1] {
