@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,6 +246,10 @@ type memory struct {
 	// cost less than in Go.
 	NativePassCPU   float64 `json:"native_pass_cpu_us_per_req,omitempty"`
 	NativeGoPassCPU float64 `json:"native_go_pass_cpu_us_per_req,omitempty"`
+	// CServed of CMarked are the requests the warm path served in C,
+	// counted on the module's allotfault build (countServedInC).
+	CServed int64 `json:"native_served_in_c,omitempty"`
+	CMarked int64 `json:"native_marked,omitempty"`
 	// NativeGoIdle and NativeGoRSS are the module with its warm path off
 	// (Go's cache only), idle and after the same fill and second pass.
 	NativeGoIdle int64 `json:"native_go_rss_before_fill,omitempty"`
@@ -324,7 +329,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		}
 		passCPU := 0.0
 		if c.module != nil && c.module(p) == p.allotSO {
-			if passCPU, err = memorySecondPass(ctx, e); err != nil {
+			if passCPU, err = memorySecondPass(ctx, e, requestHeaders); err != nil {
 				e.Terminate()
 				return nil, fmt.Errorf("%s second pass: %w", c.name, err)
 			}
@@ -352,11 +357,56 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 	return m, nil
 }
 
-// memorySecondPass sends secondPass requests cycling through the fill's
-// last secondPassUnits ids to e and returns Envoy's CPU µs per request
-// over them.
-func memorySecondPass(ctx context.Context, e *envoy) (float64, error) {
-	again := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
+// countServedInC counts the requests Allot's native module serves in C
+// after the memory section's fill and second pass: on its allotfault build
+// (buildFaultModule), the same 1,000 experiments, fill and second pass,
+// then secondPass more requests over the same units, each marked with
+// faultHeader — a request of them that enters Go fails open, one the warm
+// path serves never does. It sets m.CServed and m.CMarked and returns the
+// build's command.
+func countServedInC(ctx context.Context, o Options, p *paths, m *memory) (string, error) {
+	cmd, err := buildFaultModule(ctx, o, p)
+	if err != nil {
+		return "", err
+	}
+	path, err := writeBootstrap(p, "mem-native-fault-1000", nativeAllotOf(allotFaultSO, 1000, typical), 0, 0)
+	if err != nil {
+		return "", err
+	}
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, "mem-native-fault-1000", path, 2, o.EnvoyCPU, moduleEnv(variant{module: allotFaultSO}, p))
+	if err != nil {
+		return "", err
+	}
+	defer e.Terminate()
+	if _, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, load.Request("/", requestHeaders, memID), 0); err != nil {
+		return "", fmt.Errorf("fill: %w", err)
+	}
+	if _, err := memorySecondPass(ctx, e, requestHeaders); err != nil {
+		return "", fmt.Errorf("second pass: %w", err)
+	}
+	if _, err := memorySecondPass(ctx, e, append(slices.Clone(requestHeaders), [2]string{faultHeader, "read"})); err != nil {
+		return "", fmt.Errorf("marked pass: %w", err)
+	}
+	// Every request is counted evaluated or failed open, on the counters'
+	// one-second flush.
+	sent := int64(memoryFill + 2*secondPass)
+	evaluated, failOpen := metricsNamespace+"."+plugin.MetricEvaluated, metricsNamespace+"."+plugin.MetricFailOpen
+	deadline := time.Now().Add(5 * time.Second)
+	for e.stat(evaluated)+e.stat(failOpen) != sent {
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("counted %d evaluated and %d failed open of %d requests", e.stat(evaluated), e.stat(failOpen), sent)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.CMarked, m.CServed = secondPass, secondPass-e.stat(failOpen)
+	return cmd, nil
+}
+
+// memorySecondPass sends secondPass requests with headers, cycling through
+// the fill's last secondPassUnits ids, to e and returns Envoy's CPU µs per
+// request over them.
+func memorySecondPass(ctx context.Context, e *envoy, headers [][2]string) (float64, error) {
+	again := load.Request("/", headers, func(dst []byte, i uint64) []byte {
 		return memID(dst, memoryFill-secondPassUnits+i%secondPassUnits)
 	})
 	c0, err := harness.CPUNanos(e.Pid())

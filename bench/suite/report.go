@@ -36,6 +36,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"mul":   func(a, b float64) float64 { return a * b },
 	"minus": func(a, b int64) int64 { return a - b },
 	"int64": func(n int) int64 { return int64(n) },
+	"int":   func(n int64) int { return int(n) },
 	"div":   func(a, b float64) float64 { return a / b },
 	"ints":  func(xs []int) string { return joinInts(xs, " / ") },
 	"floats": func(xs []float64) string {

@@ -390,6 +390,7 @@ func TestNativeMemory(t *testing.T) {
 	m := res.Memory
 	m.NativeRSS, m.NativeHits, m.NativePassCPU = 89<<20, 809, 68.4
 	m.NativeGoRSS, m.NativeGoHits, m.NativeGoPassCPU = 88<<20, 803, 63.4
+	m.CServed, m.CMarked = 998, 1000
 	m.MinimalRSS, m.OneRSS = 120<<20, 140<<20
 	out, err := renderReport(res)
 	if err != nil {
@@ -399,6 +400,7 @@ func TestNativeMemory(t *testing.T) {
 		"| RSS with Allot native (liballot.so, warm path on), 1,000 experiments, full cache ≤ A + 24 MiB (`--concurrency 2`) | A 64.0 MiB, with it 89.0 MiB: +25.0 MiB (limit 88.0 MiB) | **missed** |",
 		"and a second pass of 1,000 requests cycling through the fill's last 200 user ids, whose entries the caches still hold, 89.0 MiB: **+25.0 MiB** over A.",
 		"The second pass counted 809 cache hits",
+		"then 1,000 marked requests over the same units: **998 of them were served in C**, without entering Go (a marked request that enters Go fails open: 2 did)",
 		"Envoy's CPU over the pass: 68.4 µs per request with the path on, 63.4 µs with it off",
 		"the same fill and second pass (803 cache hits) leave 88.0 MiB, so the C caches and their tables cost +1.0 MiB.",
 		"| Allot native, 1,000 experiments, caches full (warm path on: C's and Go's) | 89.0 | +25.0 |",

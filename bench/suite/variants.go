@@ -142,6 +142,9 @@ type paths struct {
 	// allotSO is Allot's dynamic module (make build-native); minDynmod
 	// and cDynmod are variants N's and O's, built by the suite.
 	allotSO, minDynmod, cDynmod string
+	// allotFaultSO is Allot's module built with -tags allotfault
+	// (buildFaultModule), built by the suite for the memory section.
+	allotFaultSO string
 	// upstream is the proxied variants' upstream
 	// (bench/cmd/allot-upstream), built by the suite.
 	upstream  string
