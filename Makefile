@@ -215,7 +215,7 @@ test-reliability: envoy ## Slow suite: faults (control plane, allotd replicas, e
 	$(GO) run ./e2e/cmd/allot-reliability-report -in $(BIN)/reliability.jsonl -out docs/RELIABILITY.md
 
 .PHONY: bench
-bench: envoy build-filter build-native ## Benchmark Allot (Wasm and native) against the alternatives in real Envoy (pinned CPUs, gcc for the C module, 17–22 min with the replicas section); writes bench/REPORT.md.
+bench: envoy build-filter build-native ## Benchmark Allot (Wasm and native) against the alternatives in real Envoy (pinned CPUs, gcc for the C module, 17–24 min with the replicas section); writes bench/REPORT.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN)

@@ -25,8 +25,8 @@ func checkTools(o Options) error {
 }
 
 // buildFor builds what the variants vs load besides bin/allot.wasm and
-// the minimal Wasm filter: the dynamic modules (buildModules) and Y's
-// module (buildNoResponse). It returns the commands, for the report.
+// the minimal Wasm filter: the dynamic modules (buildModules), the
+// proxied variants' upstream and Y's module (buildNoResponse). It returns the commands, for the report.
 func buildFor(ctx context.Context, o Options, p *paths, vs []variant) ([]string, error) {
 	var cmds []string
 	if slices.ContainsFunc(vs, func(v variant) bool { return v.module != nil }) {
@@ -35,6 +35,13 @@ func buildFor(ctx context.Context, o Options, p *paths, vs []variant) ([]string,
 			return nil, err
 		}
 		cmds = append(cmds, c...)
+	}
+	if slices.ContainsFunc(vs, func(v variant) bool { return v.upstream }) {
+		cmd := "go build -trimpath -o bench/raw/bin/allot-upstream ./bench/cmd/allot-upstream"
+		if err := goBuild(ctx, o.Root, p.upstream, "./bench/cmd/allot-upstream", false); err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		cmds = append(cmds, cmd)
 	}
 	if slices.ContainsFunc(vs, func(v variant) bool { return v.noResponse }) {
 		c, err := buildNoResponse(ctx, o, p)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -189,7 +190,7 @@ func measureLoadTime(ctx context.Context, o Options, p *paths) (*loadTime, error
 		{"native-1", nativeAllot(1, typical), allotSO, &lt.NativeReady1},
 		{"native-1000", nativeAllot(1000, typical), allotSO, &lt.NativeReady1000},
 	} {
-		path, err := writeBootstrap(p, c.name, c.filters, 0)
+		path, err := writeBootstrap(p, c.name, c.filters, 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -227,17 +228,49 @@ type memory struct {
 	Misses      int64   `json:"cache_misses"`
 	Errors      uint64  `json:"errors"`
 	HeadersEach float64 `json:"headers_per_request"`
-	// The same for Allot's dynamic module (bin/liballot.so): idle and
-	// after the fill, with the minimal Go module (N) idle beside it.
+	// The same for Allot's dynamic module (bin/liballot.so) with its warm
+	// path on: idle and after the fill and the second pass, with the
+	// minimal Go module (N) idle beside it.
 	MinDynmodRSS int64   `json:"min_dynmod_rss,omitempty"`
 	NativeIdle   int64   `json:"native_rss_before_fill,omitempty"`
 	NativeRSS    int64   `json:"native_rss,omitempty"`
 	NativeFill   float64 `json:"native_fill_seconds,omitempty"`
 	NativeMisses int64   `json:"native_cache_misses,omitempty"`
 	NativeErrors uint64  `json:"native_errors,omitempty"`
+	// NativeHits are the warm module's cache hits, all of the second pass
+	// (the fill's ids are distinct): secondPass requests over the fill's
+	// last secondPassUnits ids, answered by the C cache first.
+	NativeHits int64 `json:"native_cache_hits,omitempty"`
+	// NativePassCPU and NativeGoPassCPU are Envoy's CPU µs per request
+	// over the second pass, the warm path on and off: hits served in C
+	// cost less than in Go.
+	NativePassCPU   float64 `json:"native_pass_cpu_us_per_req,omitempty"`
+	NativeGoPassCPU float64 `json:"native_go_pass_cpu_us_per_req,omitempty"`
+	// CServed of CMarked are the requests the warm path served in C,
+	// counted on the module's allotfault build (countServedInC).
+	CServed int64 `json:"native_served_in_c,omitempty"`
+	CMarked int64 `json:"native_marked,omitempty"`
+	// NativeGoIdle and NativeGoRSS are the module with its warm path off
+	// (Go's cache only), idle and after the same fill and second pass.
+	NativeGoIdle int64 `json:"native_go_rss_before_fill,omitempty"`
+	NativeGoRSS  int64 `json:"native_go_rss,omitempty"`
+	NativeGoHits int64 `json:"native_go_cache_hits,omitempty"`
 }
 
-const memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
+const (
+	memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
+	// secondPass requests cycle through the fill's last secondPassUnits
+	// ids after it: units whose entries the byte-bounded caches still
+	// hold (with 1,000 experiments about 800 fit a worker), so that the
+	// native module's C caches serve them — a unit's first request of the
+	// pass may land on the other worker, a miss that Go hands that
+	// worker's C cache.
+	secondPass      = 1000
+	secondPassUnits = 200
+)
+
+// memID appends the memory section's user id i.
+func memID(dst []byte, i uint64) []byte { return strconv.AppendUint(append(dst, "mem-"...), i, 10) }
 
 func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 	m := &memory{Experiments: 1000, CacheSize: config.DefaultCacheSize, CacheBytes: config.DefaultCacheMaxBytes, Requests: memoryFill}
@@ -251,19 +284,21 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 		filters func(*paths) ([]any, error)
 		fill    bool
 		module  func(*paths) string
+		goPath  bool
 	}{
-		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true, nil},
-		{"mem-minimal", minWasm, false, nil},
-		{"mem-allot-1", wasmAllot(mainWasm, 1, typical), false, nil},
-		{"mem-allot-1000", wasmAllot(mainWasm, 1000, typical), true, nil},
-		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod},
-		{"mem-native-1000", nativeAllot(1000, typical), true, allotSO},
+		{"mem-A", func(*paths) ([]any, error) { return nil, nil }, true, nil, false},
+		{"mem-minimal", minWasm, false, nil, false},
+		{"mem-allot-1", wasmAllot(mainWasm, 1, typical), false, nil, false},
+		{"mem-allot-1000", wasmAllot(mainWasm, 1000, typical), true, nil, false},
+		{"mem-mindynmod", moduleFilter(minDynmod, nil), false, minDynmod, false},
+		{"mem-native-1000", nativeAllot(1000, typical), true, allotSO, false},
+		{"mem-native-go-1000", nativeAllot(1000, typical), true, allotSO, true},
 	} {
-		path, err := writeBootstrap(p, c.name, c.filters, 0)
+		path, err := writeBootstrap(p, c.name, c.filters, 0, 0)
 		if err != nil {
 			return nil, err
 		}
-		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, moduleEnv(variant{module: c.module}, p))
+		e, err := startEnvoy(ctx, o.Envoy, p.raw, c.name, path, 2, o.EnvoyCPU, moduleEnv(variant{module: c.module, goPath: c.goPath}, p))
 		if err != nil {
 			return nil, err
 		}
@@ -284,9 +319,7 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			e.Terminate()
 			continue
 		}
-		req := load.Request("/", requestHeaders, func(dst []byte, i uint64) []byte {
-			return strconv.AppendUint(append(dst, "mem-"...), i, 10)
-		})
+		req := load.Request("/", requestHeaders, memID)
 		t0 := time.Now()
 		r, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, req, 0)
 		fill := time.Since(t0)
@@ -294,7 +327,14 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			e.Terminate()
 			return nil, fmt.Errorf("%s fill: %w", c.name, err)
 		}
-		time.Sleep(2100 * time.Millisecond)
+		passCPU := 0.0
+		if c.module != nil && c.module(p) == p.allotSO {
+			if passCPU, err = memorySecondPass(ctx, e, requestHeaders); err != nil {
+				e.Terminate()
+				return nil, fmt.Errorf("%s second pass: %w", c.name, err)
+			}
+		}
+		time.Sleep(2100 * time.Millisecond) // also two of the counters' flushes
 		rss, _ := harness.ReadRSS(e.Pid())
 		switch c.name {
 		case "mem-allot-1000":
@@ -302,13 +342,89 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			m.Misses = e.stat("wasmcustom.allot.cache_misses")
 		case "mem-native-1000":
 			m.NativeIdle, m.NativeRSS, m.NativeFill, m.NativeErrors = idle, rss, fill.Seconds(), r.Errors
-			m.NativeMisses = e.stat("wasmcustom.allot.cache_misses")
+			m.NativeMisses = e.stat(metricsNamespace + "." + plugin.MetricCacheMisses)
+			m.NativeHits = e.stat(metricsNamespace + "." + plugin.MetricCacheHits)
+			m.NativePassCPU = passCPU
+		case "mem-native-go-1000":
+			m.NativeGoIdle, m.NativeGoRSS = idle, rss
+			m.NativeGoHits = e.stat(metricsNamespace + "." + plugin.MetricCacheHits)
+			m.NativeGoPassCPU = passCPU
 		default:
 			m.BaseRSS = rss
 		}
 		e.Terminate()
 	}
 	return m, nil
+}
+
+// countServedInC counts the requests Allot's native module serves in C
+// after the memory section's fill and second pass: on its allotfault build
+// (buildFaultModule), the same 1,000 experiments, fill and second pass,
+// then secondPass more requests over the same units, each marked with
+// faultHeader — a request of them that enters Go fails open, one the warm
+// path serves never does. It sets m.CServed and m.CMarked and returns the
+// build's command.
+func countServedInC(ctx context.Context, o Options, p *paths, m *memory) (string, error) {
+	cmd, err := buildFaultModule(ctx, o, p)
+	if err != nil {
+		return "", err
+	}
+	path, err := writeBootstrap(p, "mem-native-fault-1000", nativeAllotOf(allotFaultSO, 1000, typical), 0, 0)
+	if err != nil {
+		return "", err
+	}
+	e, err := startEnvoy(ctx, o.Envoy, p.raw, "mem-native-fault-1000", path, 2, o.EnvoyCPU, moduleEnv(variant{module: allotFaultSO}, p))
+	if err != nil {
+		return "", err
+	}
+	defer e.Terminate()
+	if _, err := load.MaxThroughput(ctx, e.listener, 8, 3*time.Minute, memoryFill, load.Request("/", requestHeaders, memID), 0); err != nil {
+		return "", fmt.Errorf("fill: %w", err)
+	}
+	if _, err := memorySecondPass(ctx, e, requestHeaders); err != nil {
+		return "", fmt.Errorf("second pass: %w", err)
+	}
+	if _, err := memorySecondPass(ctx, e, append(slices.Clone(requestHeaders), [2]string{faultHeader, "read"})); err != nil {
+		return "", fmt.Errorf("marked pass: %w", err)
+	}
+	// Every request is counted evaluated or failed open, on the counters'
+	// one-second flush.
+	sent := int64(memoryFill + 2*secondPass)
+	evaluated, failOpen := metricsNamespace+"."+plugin.MetricEvaluated, metricsNamespace+"."+plugin.MetricFailOpen
+	deadline := time.Now().Add(5 * time.Second)
+	for e.stat(evaluated)+e.stat(failOpen) != sent {
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("counted %d evaluated and %d failed open of %d requests", e.stat(evaluated), e.stat(failOpen), sent)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.CMarked, m.CServed = secondPass, secondPass-e.stat(failOpen)
+	return cmd, nil
+}
+
+// memorySecondPass sends secondPass requests with headers, cycling through
+// the fill's last secondPassUnits ids, to e and returns Envoy's CPU µs per
+// request over them.
+func memorySecondPass(ctx context.Context, e *envoy, headers [][2]string) (float64, error) {
+	again := load.Request("/", headers, func(dst []byte, i uint64) []byte {
+		return memID(dst, memoryFill-secondPassUnits+i%secondPassUnits)
+	})
+	c0, err := harness.CPUNanos(e.Pid())
+	if err != nil {
+		return 0, err
+	}
+	r, err := load.MaxThroughput(ctx, e.listener, 8, time.Minute, secondPass, again, 0)
+	if err != nil {
+		return 0, err
+	}
+	c1, err := harness.CPUNanos(e.Pid())
+	if err != nil {
+		return 0, err
+	}
+	if r.Errors > 0 || r.Requests == 0 {
+		return 0, fmt.Errorf("%d errors in %d requests", r.Errors, r.Requests)
+	}
+	return float64(c1-c0) / 1e3 / float64(r.Requests), nil
 }
 
 // loadavg is /proc/loadavg, the machine's load before and after a run.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/nativemod"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -36,12 +37,47 @@ func moduleName(so string) string {
 }
 
 // moduleEnv is the environment Envoy needs for v: the directory of its
-// dynamic module, if it loads one.
+// dynamic module, if it loads one, and for Allot's, the warm path's switch
+// (nativemod.WarmEnv) set either way — on, unless v.goPath — so that no
+// figure depends on the module's default.
 func moduleEnv(v variant, p *paths) []string {
 	if v.module == nil {
 		return nil
 	}
-	return []string{moduleSearchPathEnv + "=" + filepath.Dir(v.module(p))}
+	so := v.module(p)
+	env := []string{moduleSearchPathEnv + "=" + filepath.Dir(so)}
+	if moduleName(so) == allotFilterName { // bin/liballot.so or its allotfault build
+		env = append(env, nativemod.WarmEnv+"="+warmSwitch(!v.goPath))
+	}
+	return env
+}
+
+// allotFaultSO is Allot's dynamic module built with -tags allotfault
+// (buildFaultModule), which the memory section counts C's hits with.
+func allotFaultSO(p *paths) string { return p.allotFaultSO }
+
+// faultHeader is nativemod.FaultHeader, defined in the allotfault build
+// only: a request carrying it with the value "read" makes Go's header read
+// panic, so that a request entering Go fails open (counted) while one the
+// warm path serves in C never sees Go.
+const faultHeader = "x-allot-test-fault"
+
+// buildFaultModule builds Allot's dynamic module with -tags allotfault into
+// p.allotFaultSO and returns the command, for the report.
+func buildFaultModule(ctx context.Context, o Options, p *paths) (string, error) {
+	if err := harness.GoBuild(ctx, o.Root, p.allotFaultSO, "./filter/native", []string{"-tags", "allotfault", "-buildmode=c-shared", "-trimpath"}, "CGO_ENABLED=1"); err != nil {
+		return "", err
+	}
+	return "CGO_ENABLED=1 go build -tags allotfault -buildmode=c-shared -trimpath -o bench/raw/bin/allotfault/liballot.so ./filter/native", nil
+}
+
+// warmSwitch is nativemod.WarmEnv's value that turns the warm path on or
+// off.
+func warmSwitch(on bool) string {
+	if on {
+		return "1"
+	}
+	return "0"
 }
 
 // moduleFilter renders an http_filters entry loading the dynamic module so
@@ -69,7 +105,10 @@ func moduleFilter(so func(*paths) string, cfg map[string]any) func(*paths) ([]an
 // nativeAllot renders Allot's dynamic module with the FilterConfig of the
 // Wasm variants with n experiments in shape s, as the JSON the control
 // plane renders (translate.ConfigJSON) in the filter_config Struct.
-func nativeAllot(n int, s shape) func(*paths) ([]any, error) {
+func nativeAllot(n int, s shape) func(*paths) ([]any, error) { return nativeAllotOf(allotSO, n, s) }
+
+// nativeAllotOf is nativeAllot with the build of Allot's module so.
+func nativeAllotOf(so func(*paths) string, n int, s shape) func(*paths) ([]any, error) {
 	return func(p *paths) ([]any, error) {
 		cfg, err := allotConfig(n, s)
 		if err != nil {
@@ -79,7 +118,7 @@ func nativeAllot(n int, s shape) func(*paths) ([]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("native filter config: %w", err)
 		}
-		return moduleFilter(allotSO, map[string]any{"@type": "type.googleapis.com/google.protobuf.Struct", "value": json.RawMessage(js)})(p)
+		return moduleFilter(so, map[string]any{"@type": "type.googleapis.com/google.protobuf.Struct", "value": json.RawMessage(js)})(p)
 	}
 }
 

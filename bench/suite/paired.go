@@ -37,6 +37,9 @@ type paired struct {
 	// RPS[v] are variant v's closed-loop requests per second, one per
 	// round: its maximum throughput over the slice.
 	RPS map[string][]float64 `json:"rps"`
+	// UpstreamCPU[v] are the CPU µs per request of the upstream of a
+	// proxied variant (a, p), over the same closed-loop slices.
+	UpstreamCPU map[string][]float64 `json:"upstream_cpu_us_per_req,omitempty"`
 	// Rate and RateSlice are the fixed rate and each latency slice's length.
 	Rate      float64       `json:"rate"`
 	RateSlice time.Duration `json:"rate_slice"`
@@ -167,6 +170,7 @@ func measureInterleaved(ctx context.Context, o Options, p *paths, vs []variant, 
 type running struct {
 	v    variant
 	e    *envoy
+	up   *harness.Process // the proxied variants' upstream (nil: none)
 	req  load.RequestFunc
 	next uint64          // the next request's index
 	sent int64           // requests sent, pre-flight and warm-up included
@@ -178,7 +182,8 @@ type running struct {
 // measures them in turn as plan says.
 func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, az authzService, plan pairedPlan) (*paired, error) {
 	res := &paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{}, RPS: map[string][]float64{},
-		Rate: o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
+		UpstreamCPU: map[string][]float64{},
+		Rate:        o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
 		Samples: map[string]int{}, Late: map[string]uint64{}, SliceLatency: map[string][]map[string]float64{}}
 	var rs []*running
 	var procs []*harness.Process
@@ -191,10 +196,8 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, az au
 		}
 	}()
 	for i, v := range vs {
-		r, authz, err := startRunning(ctx, o, p, v, uint64(1000+i), az)
-		if authz != nil {
-			procs = append(procs, authz)
-		}
+		r, started, err := startRunning(ctx, o, p, v, uint64(1000+i), az)
+		procs = append(procs, started...)
 		if err != nil {
 			return nil, err
 		}
@@ -227,55 +230,68 @@ func measurePaired(ctx context.Context, o Options, p *paths, vs []variant, az au
 	return res, nil
 }
 
-// startRunning starts variant v's Envoy (with D's ext_authz service, which
-// it returns for the caller to stop even on error), runs the pre-flight
-// with ids of run seq and warms it up.
-func startRunning(ctx context.Context, o Options, p *paths, v variant, seq uint64, az authzService) (*running, *harness.Process, error) {
+// startRunning starts variant v's Envoy (with D's ext_authz service or a
+// proxied variant's upstream, which it returns for the caller to stop even
+// on error), runs the pre-flight with ids of run seq and warms it up.
+func startRunning(ctx context.Context, o Options, p *paths, v variant, seq uint64, az authzService) (*running, []*harness.Process, error) {
 	name := "paired-" + v.ID
-	var authz *harness.Process
-	port := 0
+	var procs []*harness.Process
+	authzPort, upstreamPort := 0, 0
 	if v.authz {
-		var err error
-		if authz, port, err = startAuthz(o, p, "paired-authz", az); err != nil {
+		authz, port, err := startAuthz(o, p, "paired-authz", az)
+		if err != nil {
 			return nil, nil, err
 		}
+		procs, authzPort = append(procs, authz), port
 	}
-	bootPath, err := writeBootstrap(p, name, v.filters, port)
+	var up *harness.Process
+	if v.upstream {
+		var err error
+		if up, upstreamPort, err = startUpstream(o, p, name+"-upstream"); err != nil {
+			return nil, procs, err
+		}
+		procs = append(procs, up)
+	}
+	bootPath, err := writeBootstrap(p, name, v.filters, authzPort, upstreamPort)
 	if err != nil {
-		return nil, authz, err
+		return nil, procs, err
 	}
 	e, err := startEnvoy(ctx, o.Envoy, p.raw, name, bootPath, 1, o.EnvoyCPU, moduleEnv(v, p))
 	if err != nil {
-		return nil, authz, err
+		return nil, procs, err
 	}
-	r := &running{v: v, e: e}
+	r := &running{v: v, e: e, up: up}
 	ids := checkIDs(v, 4, 131, "paired", seq)
 	if err := preflight(e.listener, v, ids); err != nil {
 		e.Terminate()
-		return nil, authz, fmt.Errorf("%s: %w", name, err)
+		return nil, procs, fmt.Errorf("%s: %w", name, err)
 	}
 	r.sent = int64(len(ids))
 	if err := checkOutcomes(e, v, r.sent); err != nil {
 		e.Terminate()
-		return nil, authz, fmt.Errorf("%s: %w", name, err)
+		return nil, procs, fmt.Errorf("%s: %w", name, err)
 	}
 	if r.req, err = v.request(seq); err != nil {
 		e.Terminate()
-		return nil, authz, err
+		return nil, procs, err
 	}
 	warm, err := load.MaxThroughput(ctx, e.listener, o.Conns, o.Throughput, pairedWarmup, r.req, 0)
 	if err != nil {
 		e.Terminate()
-		return nil, authz, fmt.Errorf("%s warm-up: %w", name, err)
+		return nil, procs, fmt.Errorf("%s warm-up: %w", name, err)
 	}
 	r.next = pairedWarmup
 	r.sent += int64(warm.Requests + warm.Errors)
-	return r, authz, nil
+	return r, procs, nil
 }
 
 // slice loads r for one round: pairedRequests closed loop, its Envoy's CPU
 // time read around them, then, with latency, a slice at the fixed rate.
 func (r *running) slice(ctx context.Context, o Options, latency bool, res *paired) error {
+	u0, err := r.upstreamNanos()
+	if err != nil {
+		return err
+	}
 	c0, err := harness.CPUNanos(r.e.Pid())
 	if err != nil {
 		return err
@@ -288,6 +304,10 @@ func (r *running) slice(ctx context.Context, o Options, latency bool, res *paire
 	if err != nil {
 		return err
 	}
+	u1, err := r.upstreamNanos()
+	if err != nil {
+		return err
+	}
 	r.next += pairedRequests
 	r.sent += int64(out.Requests + out.Errors)
 	if out.Errors > 0 || out.Requests == 0 {
@@ -295,6 +315,9 @@ func (r *running) slice(ctx context.Context, o Options, latency bool, res *paire
 	}
 	res.CPU[r.v.ID] = append(res.CPU[r.v.ID], float64(c1-c0)/1e3/float64(out.Requests))
 	res.RPS[r.v.ID] = append(res.RPS[r.v.ID], out.RPS())
+	if r.up != nil {
+		res.UpstreamCPU[r.v.ID] = append(res.UpstreamCPU[r.v.ID], float64(u1-u0)/1e3/float64(out.Requests))
+	}
 	if !latency {
 		return nil
 	}
@@ -308,6 +331,14 @@ func (r *running) slice(ctx context.Context, o Options, latency bool, res *paire
 	res.SliceLatency[r.v.ID] = append(res.SliceLatency[r.v.ID], latencyQuantiles(slices.Sorted(slices.Values(fr.Latencies))))
 	res.Late[r.v.ID] += fr.Intended - fr.Requests
 	return nil
+}
+
+// upstreamNanos is the CPU time r's upstream has used (0 without one).
+func (r *running) upstreamNanos() (int64, error) {
+	if r.up == nil {
+		return 0, nil
+	}
+	return harness.CPUNanos(r.up.Pid())
 }
 
 // readCounters reads Allot's counters (allotCounters) and outcome stats

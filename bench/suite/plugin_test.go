@@ -10,6 +10,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/nativemod"
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
@@ -76,7 +77,7 @@ func TestBootstrapsRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", v.ID, err)
 		}
-		if _, err := bootstrap(f, p.authzPort); err != nil {
+		if _, err := bootstrap(f, p.authzPort, 0); err != nil {
 			t.Fatalf("%s: %v", v.ID, err)
 		}
 	}
@@ -193,5 +194,102 @@ func TestNativeWritesMirrorFloor(t *testing.T) {
 	if len(sc.Props) != 1 || len(states) != 1 || states[0].Key != sc.Props[0].Name || states[0].Factory != "envoy.string" ||
 		states[0].Format.Text.Inline != subst(sc.Props[0].Value) || !strings.Contains(states[0].Format.Text.Inline, `bench="`+nativeVariation+`"`) {
 		t.Errorf("native filter state %+v, want the floor script's property %+v", states, sc.Props)
+	}
+}
+
+// TestWidenedHeaderMutation: variant b, B widened, is M's header_mutation
+// alone — the headers of U's (and K's) write script, with the constant
+// variation — without the filter state: the floor of Q's header writes.
+func TestWidenedHeaderMutation(t *testing.T) {
+	byID := map[string]variant{}
+	for _, v := range variants() {
+		byID[v.ID] = v
+	}
+	b, m := byID["b"], byID["M"]
+	if !b.interleavedOnly() || b.module != nil {
+		t.Fatalf("variant b: interleaved only %v, module %v; want true, none", b.interleavedOnly(), b.module != nil)
+	}
+	if got, _ := b.expect("user-1"); got != nativeVariation {
+		t.Errorf("variant b expects %q, want %q", got, nativeVariation)
+	}
+	fb, err := b.filters(&paths{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, err := m.filters(&paths{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, _ := json.Marshal(fb)
+	jm, _ := json.Marshal(fm[:1])
+	if len(fb) != 1 || string(jb) != string(jm) {
+		t.Errorf("variant b's filters %s, want M's header_mutation alone %s", jb, jm)
+	}
+	if n := strings.Count(string(jb), `"append_action"`); n < 10 {
+		t.Errorf("variant b adds %d headers, want Q's (about 17)", n)
+	}
+}
+
+// TestWarmSwitch: every variant loading Allot's native module sets the
+// warm path's switch explicitly — off (0) for q–t only — and no other
+// variant sets it.
+func TestWarmSwitch(t *testing.T) {
+	p := newPaths("/repo")
+	off := ""
+	for _, v := range variants() {
+		var got []string
+		for _, kv := range moduleEnv(v, p) {
+			if val, ok := strings.CutPrefix(kv, nativemod.WarmEnv+"="); ok {
+				got = append(got, val)
+			}
+		}
+		native := v.module != nil && v.module(p) == p.allotSO
+		switch {
+		case native && len(got) == 1 && got[0] == "0":
+			off += v.ID
+		case native && (len(got) != 1 || got[0] != "1"):
+			t.Errorf("variant %s (Allot native) sets %s to %q, want exactly one value", v.ID, nativemod.WarmEnv, got)
+		case !native && len(got) > 0:
+			t.Errorf("variant %s sets %s to %q without Allot's module", v.ID, nativemod.WarmEnv, got)
+		}
+	}
+	if off != "qrst" {
+		t.Errorf("the warm path is off for %q, want qrst", off)
+	}
+	for _, on := range "PQRSTUvwxzp" {
+		if strings.ContainsRune(off, on) {
+			t.Errorf("variant %c runs with the warm path off", on)
+		}
+	}
+}
+
+// TestProxiedBootstrap: the proxied variants' routes, the pre-flight's
+// included, go to the upstream cluster on the given port; the others
+// answer directly.
+func TestProxiedBootstrap(t *testing.T) {
+	b, err := bootstrap(nil, 0, 4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if strings.Contains(s, "direct_response") || strings.Count(s, `"cluster": "`+upstreamCluster+`"`) != 2 ||
+		!strings.Contains(s, `"port_value": 4242`) {
+		t.Errorf("proxied bootstrap: both routes to cluster %q on port 4242, no direct_response:\n%s", upstreamCluster, s)
+	}
+	b, err = bootstrap(nil, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); strings.Count(s, "direct_response") != 2 || strings.Contains(s, upstreamCluster) {
+		t.Errorf("direct bootstrap:\n%s", s)
+	}
+	var proxied string
+	for _, v := range variants() {
+		if v.upstream {
+			proxied += v.ID
+		}
+	}
+	if proxied != "ap" {
+		t.Errorf("proxied variants %q, want ap", proxied)
 	}
 }

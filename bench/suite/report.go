@@ -36,6 +36,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"mul":   func(a, b float64) float64 { return a * b },
 	"minus": func(a, b int64) int64 { return a - b },
 	"int64": func(n int) int64 { return int64(n) },
+	"int":   func(n int64) int { return int(n) },
 	"div":   func(a, b float64) float64 { return a / b },
 	"ints":  func(xs []int) string { return joinInts(xs, " / ") },
 	"floats": func(xs []float64) string {
@@ -172,6 +173,23 @@ var (
 		{"Allot native, 50 experiments, warm cache (Q): max throughput ≥ 0.70 × no filter (A)", "Q", "A", "N", 0.70},
 		{"… and ≥ the Lua filter's (C)", "Q", "C", "N", 1},
 		{"Allot native, 50 experiments, cold cache (R): max throughput ≥ 0.65 × no filter (A)", "R", "A", "N", 0.65},
+		{"Allot native, 50 experiments, warm cache, lean (S): max throughput ≥ the Lua filter's (C), one header from a hand-written script", "S", "C", "N", 1},
+	}
+	// writesTargets: X's CPU added over A ≤ limit × Floor's, the floor of
+	// X's writes made by Envoy's native header_mutation (b).
+	writesTargets = []struct {
+		what, x, floor string
+		limit          float64
+	}{
+		{"Allot native, 50 experiments, warm cache, every header (Q): CPU added per request ≤ 1.5 × that of header_mutation adding the same headers (b)", "Q", "b", 1.5},
+	}
+	// noWorseTargets: X's closed-loop throughput no worse than Ref's
+	// within noise — met unless the 95% interval of the per-round ratio
+	// X/Ref lies wholly below 1, i.e. unless the run shows X slower.
+	noWorseTargets = []struct {
+		what, x, ref string
+	}{
+		{"Allot native, cold cache (R, warm path on): no worse than with the warm path off (r), within noise", "R", "r"},
 	}
 	// ownTargets: X − Floor, the Wasm filter's own work above Envoy's
 	// charge for its writes, ≤ limit × E's addition.
@@ -212,10 +230,21 @@ var stickyRows = []costSpec{
 	{"native", "new units: every response sets a cookie, from the stream's C state (x against R)", "x", "R"},
 }
 
+// warmRows are what the native module's warm path (#37) changes: each of
+// Q–T, the path on, against the same variant with it off (q–t), in the
+// same rounds.
+var warmRows = []costSpec{
+	{"native", "every header, warm cache (Q against q)", "Q", "q"},
+	{"native", "every header, cold cache (R against r)", "R", "r"},
+	{"native", "lean, warm cache (S against s)", "S", "s"},
+	{"native", "lean, cold cache (T against t)", "T", "t"},
+}
+
 // rssLimitNative and rssLimitWasm are the memory targets: Envoy's RSS with
-// 1,000 experiments and every cache full at --concurrency 2 over A's.
+// 1,000 experiments and every cache full at --concurrency 2 over A's
+// (native: the warm path on, its C caches full as well as Go's; #37).
 const (
-	rssLimitNative = 16 // MiB
+	rssLimitNative = 24 // MiB
 	rssLimitWasm   = 96 // MiB
 )
 
@@ -228,7 +257,10 @@ type reportView struct {
 	Counterparts []counterpart
 	Twins        []twinRow
 	Sticky       []stickyRow
-	Observe      []observeRow
+	// Warm are warmRows measured; Proxied is the proxied pair (a, p).
+	Warm    []stickyRow
+	Proxied *proxiedRow
+	Observe []observeRow
 	// ObservedKeys are the observe variants' observed experiments.
 	ObservedKeys string
 	// NativeFloor is N − O: Go's runtime and cgo over C for the same work.
@@ -242,14 +274,15 @@ type reportView struct {
 	Pooled      []pooledRow
 	Profiles    []profileRow
 	ModuleRatio float64 // Allot's Wasm module's size over E's
-	// Resamples, WarmIDs and StickyPool are constants the prose quotes.
-	Resamples, WarmIDs, StickyPool int
+	// Resamples, WarmIDs, StickyPool, SecondPass and SecondPassUnits are
+	// constants the prose quotes.
+	Resamples, WarmIDs, StickyPool, SecondPass, SecondPassUnits int
 	// Diagnostic: the floors diagnostic's report, which has no targets.
 	Diagnostic bool
 }
 
 // targetRow is one target. Kind picks the template: "throughput", "own",
-// "p99", "rss" or "unmeasured".
+// "writes", "noworse", "p99", "rss", "replicas" or "unmeasured".
 type targetRow struct {
 	Kind, What, Result string
 	X, Ref             string
@@ -267,6 +300,9 @@ type targetRow struct {
 	Floor                        string
 	FloorRatio, FloorLo, FloorHi float64
 	BelowFloor                   bool
+	// noworse: X − Ref's CPU per request per round, median and 95%
+	// interval.
+	Diff, DiffLo, DiffHi float64
 	// rss: the baseline and the variant in MiB.
 	Base, RSS float64
 	// replicas: the fleet's waited writes.
@@ -363,11 +399,14 @@ type profileRow struct {
 }
 
 func newReportView(res *results) *reportView {
-	v := &reportView{results: res, Resamples: stats.Resamples, WarmIDs: warmIDs, StickyPool: stickyPool, ObservedKeys: observedNames()}
+	v := &reportView{results: res, Resamples: stats.Resamples, WarmIDs: warmIDs, StickyPool: stickyPool, ObservedKeys: observedNames(),
+		SecondPass: secondPass, SecondPassUnits: secondPassUnits}
 	v.targets()
 	v.floors()
 	v.twins()
 	v.sticky()
+	v.warm()
+	v.proxied()
 	v.observe()
 	v.rounds()
 	v.interleaved()
@@ -413,15 +452,17 @@ func (v *reportView) targets() {
 			}
 			v.Targets = append(v.Targets, row)
 		}
+		v.writesTargets()
+		v.noWorseTargets()
 	}
 	m := v.Memory
 	switch {
 	case m == nil:
-		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so", rssLimitNative), "run without -skip-extras"))
+		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), "run without -skip-extras"))
 	case m.NativeRSS == 0:
-		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so", rssLimitNative), "this run has no native figure"))
+		v.Targets = append(v.Targets, unmeasured(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), "this run has no native figure"))
 	default:
-		v.Targets = append(v.Targets, rssRow(rssWhat("Allot native", "liballot.so", rssLimitNative), m.BaseRSS, m.NativeRSS, rssLimitNative))
+		v.Targets = append(v.Targets, rssRow(rssWhat("Allot native", "liballot.so, warm path on", rssLimitNative), m.BaseRSS, m.NativeRSS, rssLimitNative))
 	}
 	if pr != nil {
 		for _, t := range p99Targets[:1] {
@@ -456,6 +497,42 @@ func (v *reportView) targets() {
 		v.Targets = append(v.Targets, rssRow(rssWhat("Allot", "Wasm", rssLimitWasm), m.BaseRSS, m.AllotRSS, rssLimitWasm))
 	}
 	v.Targets = append(v.Targets, replicaRows(v.Replicas)...)
+}
+
+// writesTargets are writesTargets measured: X's addition over A to its
+// floor's, with the 95% interval of that ratio over the same rounds.
+func (v *reportView) writesTargets() {
+	pr := v.Paired
+	for _, t := range writesTargets {
+		x, okX := pr.add(t.x)
+		f, okF := pr.add(t.floor)
+		lo, hi, okI := pr.ratioCI(t.x, t.floor)
+		if !okX || !okF || !okI || f <= 0 {
+			continue
+		}
+		ratio := x / f
+		v.Targets = append(v.Targets, targetRow{Kind: "writes", What: t.what, X: t.x, Floor: t.floor, Figure: x, RefFigure: f,
+			Ratio: ratio, Lo: lo, Hi: hi, Limit: t.limit, Result: ratioVerdict(ratio, lo, hi, t.limit)})
+	}
+}
+
+// noWorseTargets are noWorseTargets measured: the per-round throughput
+// ratio X/Ref with its 95% interval, and the CPU difference X − Ref with
+// its own.
+func (v *reportView) noWorseTargets() {
+	pr := v.Paired
+	for _, t := range noWorseTargets {
+		r, okR := stats.Ratios(pr.RPS[t.x], pr.RPS[t.ref])
+		d, okD := pr.between(t.x, t.ref)
+		if !okR || !okD {
+			continue
+		}
+		lo, hi := stats.BootstrapMedian(r)
+		dlo, dhi := stats.BootstrapMedian(d)
+		v.Targets = append(v.Targets, targetRow{Kind: "noworse", What: t.what, X: t.x, Ref: t.ref, Ratio: stats.Median(r), Lo: lo, Hi: hi,
+			Limit: 1, Figure: stats.Median(pr.RPS[t.x]), RefFigure: stats.Median(pr.RPS[t.ref]),
+			Diff: stats.Median(d), DiffLo: dlo, DiffHi: dhi, Result: metMissed(hi >= 1)})
+	}
 }
 
 // replicaRows are the replicas section's targets: one per fleet of
@@ -661,9 +738,18 @@ func (v *reportView) costRow(t costSpec) (costRow, bool) {
 
 // sticky are the stickiness rows the run measured; none unless it measured
 // a variant against its baseline.
-func (v *reportView) sticky() {
+func (v *reportView) sticky() { v.Sticky = v.counted(stickyRows) }
+
+// warm are the warm path's rows the run measured; none unless it measured
+// a variant against its baseline.
+func (v *reportView) warm() { v.Warm = v.counted(warmRows) }
+
+// counted are the rows of specs the run measured, each with Allot's
+// counters; none unless it measured a variant against its baseline.
+func (v *reportView) counted(specs []costSpec) []stickyRow {
+	var rows []stickyRow
 	against := false
-	for _, t := range stickyRows {
+	for _, t := range specs {
 		c, ok := v.costRow(t)
 		if !ok {
 			continue
@@ -677,11 +763,56 @@ func (v *reportView) sticky() {
 			row.Written = float64(cs["sticky_cookie_written"]) / float64(n)
 			row.Invalid = cs["sticky_cookie_invalid"]
 		}
-		v.Sticky = append(v.Sticky, row)
+		rows = append(rows, row)
 	}
 	if !against {
-		v.Sticky = nil
+		return nil
 	}
+	return rows
+}
+
+// proxiedRow is the proxied pair: A and Q routed to an upstream (a, p).
+type proxiedRow struct {
+	// Bare and Allot are a's and p's Envoy CPU per request (medians),
+	// BareUpstream and Upstream their upstreams'; Add is p − a per round
+	// (median, 95% interval).
+	Bare, Allot, BareUpstream, Upstream, Add, AddLo, AddHi float64
+	// ShareEnvoy is Add over p's Envoy CPU, ShareTotal over p's Envoy and
+	// upstream CPU together.
+	ShareEnvoy, ShareTotal float64
+	// BareRPS and AllotRPS are the closed-loop throughputs (medians), RPS
+	// p/a per round (median, 95% interval).
+	BareRPS, AllotRPS, RPS, RPSLo, RPSHi float64
+	// Direct is Q − A per round in the same rounds (HasDirect: both were
+	// measured): Allot's addition without an upstream.
+	Direct    float64
+	HasDirect bool
+}
+
+// proxied is the proxied pair, when the run measured both.
+func (v *reportView) proxied() {
+	pr := v.Paired
+	if pr == nil || !v.Has("a") || !v.Has("p") {
+		return
+	}
+	d, okD := pr.between("p", "a")
+	r, okR := stats.Ratios(pr.RPS["p"], pr.RPS["a"])
+	if !okD || !okR {
+		return
+	}
+	row := &proxiedRow{Bare: stats.Median(pr.CPU["a"]), Allot: stats.Median(pr.CPU["p"]),
+		BareUpstream: stats.Median(pr.UpstreamCPU["a"]), Upstream: stats.Median(pr.UpstreamCPU["p"]),
+		Add: stats.Median(d), BareRPS: stats.Median(pr.RPS["a"]), AllotRPS: stats.Median(pr.RPS["p"]), RPS: stats.Median(r)}
+	row.AddLo, row.AddHi = stats.BootstrapMedian(d)
+	row.RPSLo, row.RPSHi = stats.BootstrapMedian(r)
+	if row.Allot > 0 {
+		row.ShareEnvoy = row.Add / row.Allot
+		row.ShareTotal = row.Add / (row.Allot + row.Upstream)
+	}
+	if q, ok := pr.add("Q"); ok {
+		row.Direct, row.HasDirect = q, true
+	}
+	v.Proxied = row
 }
 
 // rounds are the fresh-Envoy rounds' tables.

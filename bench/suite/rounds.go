@@ -132,7 +132,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	if v.authz {
 		port = p.authzPort
 	}
-	bootPath, err := writeBootstrap(p, v.ID, v.filters, port)
+	bootPath, err := writeBootstrap(p, v.ID, v.filters, port, 0)
 	if err != nil {
 		return r, err
 	}
@@ -213,20 +213,34 @@ func (r *run) measure(ctx context.Context, o Options, e *envoy, authz *harness.P
 // startAuthz starts variant D's ext_authz service on the load generator's
 // CPU and waits until it listens.
 func startAuthz(o Options, p *paths, name string, az authzService) (*harness.Process, int, error) {
+	return startServer(o, p, name, az.bin, "-config", az.config)
+}
+
+// startUpstream starts the proxied variants' upstream
+// (bench/cmd/allot-upstream, built into p.upstream) on the load
+// generator's CPU and waits until it listens.
+func startUpstream(o Options, p *paths, name string) (*harness.Process, int, error) {
+	return startServer(o, p, name, p.upstream)
+}
+
+// startServer starts bin -addr 127.0.0.1:<a free port> args on the load
+// generator's CPU, its output in p.raw/name.log, and waits until it
+// listens.
+func startServer(o Options, p *paths, name, bin string, args ...string) (*harness.Process, int, error) {
 	port, err := harness.FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
-	authz, err := startProc(name, filepath.Join(p.raw, name+".log"), o.LoadCPU, nil, az.bin,
-		"-addr", "127.0.0.1:"+strconv.Itoa(port), "-config", az.config)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	proc, err := startProc(name, filepath.Join(p.raw, name+".log"), o.LoadCPU, nil, bin, append([]string{"-addr", addr}, args...)...)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := authz.WaitTCP("127.0.0.1:"+strconv.Itoa(port), 10*time.Second); err != nil {
-		authz.Terminate()
+	if err := proc.WaitTCP(addr, 10*time.Second); err != nil {
+		proc.Terminate()
 		return nil, 0, err
 	}
-	return authz, port, nil
+	return proc, port, nil
 }
 
 func perRequest(ticks int64, requests uint64) float64 {

@@ -142,7 +142,8 @@ func newPaths(root string) *paths {
 	return &paths{allotWasm: filepath.Join(root, "bin", "allot.wasm"), raw: raw,
 		minWasm: filepath.Join(raw, "bin", "minwasm.wasm"), allotSO: filepath.Join(root, "bin", "liballot.so"),
 		minDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), cDynmod: filepath.Join(raw, "bin", "libcdynmod.so"),
-		noRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm")}
+		noRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm"), upstream: filepath.Join(raw, "bin", "allot-upstream"),
+		allotFaultSO: filepath.Join(raw, "bin", "allotfault", "liballot.so")}
 }
 
 // runReport is make bench: the rounds, the interleaved section, the
@@ -217,6 +218,12 @@ func measureExtras(ctx context.Context, o Options, p *paths, res *results, logf 
 		if res.Memory, err = measureMemory(ctx, o, p); err != nil {
 			return err
 		}
+		logf("the native module's C cache hits (its allotfault build)")
+		cmd, err := countServedInC(ctx, o, p, res.Memory)
+		if err != nil {
+			return err
+		}
+		res.Commands = append(res.Commands, cmd)
 	}
 	res.Propagate = measurePropagation(ctx, o, p, logf)
 	res.Commands = append(res.Commands,

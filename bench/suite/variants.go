@@ -33,6 +33,9 @@ const (
 	// warmIDs is how many distinct user ids every variant but H cycles
 	// through.
 	warmIDs = 1000
+	// upstreamCluster is the cluster of the upstream the proxied variants
+	// (a, p) route to.
+	upstreamCluster = "upstream"
 )
 
 // requestHeaders are sent with every request (besides x-user-id): the
@@ -105,6 +108,15 @@ type variant struct {
 	// wasmTwin names the Wasm variant a dynamic-module variant does the
 	// work of.
 	wasmTwin string
+	// goPath runs Allot's dynamic module with its warm path off
+	// (nativemod.WarmEnv=0: every request enters Go, as before #37); every
+	// other variant loading bin/liballot.so runs it on (=1). moduleEnv
+	// sets the variable either way, whatever Envoy's default.
+	goPath bool
+	// upstream routes the variant's requests to a local upstream
+	// (bench/cmd/allot-upstream, startUpstream) instead of a
+	// direct_response.
+	upstream bool
 }
 
 // interleavedOnly says whether v is measured in the interleaved section
@@ -130,8 +142,14 @@ type paths struct {
 	// allotSO is Allot's dynamic module (make build-native); minDynmod
 	// and cDynmod are variants N's and O's, built by the suite.
 	allotSO, minDynmod, cDynmod string
-	authzPort                   int
-	raw                         string
+	// allotFaultSO is Allot's module built with -tags allotfault
+	// (buildFaultModule), built by the suite for the memory section.
+	allotFaultSO string
+	// upstream is the proxied variants' upstream
+	// (bench/cmd/allot-upstream), built by the suite.
+	upstream  string
+	authzPort int
+	raw       string
 }
 
 func variants() []variant {
@@ -140,6 +158,8 @@ func variants() []variant {
 			expect: func(string) (string, error) { return "", nil }},
 		{ID: "B", Name: "native header_mutation, one constant header", filters: headerMutation,
 			expect: func(string) (string, error) { return "treatment", nil }},
+		{ID: "b", Name: "B widened: native header_mutation adding the headers Q adds for a typical unit (U's write script, constant values); the floor of Q's writes",
+			filters: widenedHeaderMutation(func() []byte { return filterConfigJSON(50) }), expect: nativeExpect, probe: true},
 		{ID: "C", Name: "Lua: FNV-1a of x-user-id, one header", filters: lua, expect: hashExpect},
 		{ID: "D", Name: "ext_authz (gRPC) to a local Go service running Allot's engine, 50 experiments", filters: extAuthz,
 			authz: true, allot: 50},
@@ -161,14 +181,31 @@ func variants() []variant {
 			filters: moduleFilter(cDynmod, nil), module: cDynmod, expect: hashExpect, probe: true},
 		{ID: "P", Name: "Allot native (bin/liballot.so), 1 running experiment", filters: nativeAllot(1, typical), module: allotSO,
 			allot: 1, wasmTwin: "F"},
-		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids)", filters: nativeAllot(50, typical), module: allotSO,
+		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids), warm path on", filters: nativeAllot(50, typical), module: allotSO,
 			allot: 50, wasmTwin: "G"},
-		{ID: "R", Name: "Allot native, 50 experiments, cold cache (new user id per request)", filters: nativeAllot(50, typical), module: allotSO,
+		{ID: "R", Name: "Allot native, 50 experiments, cold cache (new user id per request), warm path on", filters: nativeAllot(50, typical), module: allotSO,
 			allot: 50, cold: true, wasmTwin: "H"},
 		{ID: "S", Name: "as Q, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, lean), module: allotSO,
 			allot: 50, lean: true, wasmTwin: "I"},
 		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", filters: nativeAllot(50, lean), module: allotSO,
 			allot: 50, lean: true, cold: true, wasmTwin: "J"},
+		// The warm path's rows: Q–T with it off, each against its letter
+		// measured in the same rounds (report.go warmRows).
+		{ID: "q", Name: "Q with the warm path off: every request enters Go", filters: nativeAllot(50, typical), module: allotSO,
+			allot: 50, goPath: true, cost: true},
+		{ID: "r", Name: "R with the warm path off", filters: nativeAllot(50, typical), module: allotSO,
+			allot: 50, cold: true, goPath: true, cost: true},
+		{ID: "s", Name: "S with the warm path off", filters: nativeAllot(50, lean), module: allotSO,
+			allot: 50, lean: true, goPath: true, cost: true},
+		{ID: "t", Name: "T with the warm path off", filters: nativeAllot(50, lean), module: allotSO,
+			allot: 50, lean: true, cold: true, goPath: true, cost: true},
+		// The proxied pair: A and Q routed to a local upstream instead of
+		// a direct_response (report.go proxiedRows).
+		{ID: "a", Name: "A routed to a local upstream (bench/cmd/allot-upstream, on the load generator's CPU) instead of a direct_response",
+			filters: func(*paths) ([]any, error) { return nil, nil }, expect: func(string) (string, error) { return "", nil },
+			upstream: true, cost: true},
+		{ID: "p", Name: "Q routed to the same kind of upstream: Allot native, 50 experiments, warm cache, warm path on",
+			filters: nativeAllot(50, typical), module: allotSO, allot: 50, upstream: true, cost: true},
 		{ID: "U", Name: "floor of Q: N's read and hash, then the writes Q makes for a typical unit, with the callbacks Allot native makes them with; none of Allot's work",
 			filters: nativeFloorFilter(func() []byte { return filterConfigJSON(50) }), module: minDynmod, expect: hashExpect,
 			floorOf: "QR", floorRef: "N"},
@@ -210,37 +247,9 @@ func nativeExpect(string) (string, error) { return nativeVariation, nil }
 // property as a string, with nativeVariation for the unit's variation.
 func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
 	return func(*paths) ([]any, error) {
-		sc, _, _, err := floorWrites(cfg())
+		muts, states, err := nativeWrites(cfg())
 		if err != nil {
 			return nil, err
-		}
-		value := func(w floor.Write) (string, error) {
-			v := strings.Replace(w.Value, floor.Var, nativeVariation, 1)
-			// Both filters read their values as substitution format
-			// strings; Allot's values carry no command.
-			if strings.Contains(v, "%") {
-				return "", fmt.Errorf("native writes: value of %s has a %%: %q", w.Name, v)
-			}
-			return v, nil
-		}
-		var muts, states []any
-		for _, h := range sc.Headers {
-			v, err := value(h)
-			if err != nil {
-				return nil, err
-			}
-			muts = append(muts, setHeader(h.Name, v))
-		}
-		for _, pr := range sc.Props {
-			v, err := value(pr)
-			if err != nil {
-				return nil, err
-			}
-			states = append(states, map[string]any{
-				"object_key":    pr.Name,
-				"factory_key":   "envoy.string",
-				"format_string": map[string]any{"text_format_source": map[string]any{"inline_string": v}},
-			})
 		}
 		filters := []any{headerMutationFilter(muts)}
 		if len(states) > 0 {
@@ -254,6 +263,58 @@ func nativeFilters(cfg func() []byte) func(*paths) ([]any, error) {
 		}
 		return filters, nil
 	}
+}
+
+// widenedHeaderMutation is variant B widened to the headers Allot adds
+// under cfg for a typical unit: nativeFilters' header_mutation alone,
+// without the filter state (the floor is the headers' writes).
+func widenedHeaderMutation(cfg func() []byte) func(*paths) ([]any, error) {
+	return func(*paths) ([]any, error) {
+		muts, _, err := nativeWrites(cfg())
+		if err != nil {
+			return nil, err
+		}
+		return []any{headerMutationFilter(muts)}, nil
+	}
+}
+
+// nativeWrites are the writes Allot makes under cfg for a typical unit
+// (floorWrites) as Envoy's native filters make them: header_mutation's
+// mutations and set_filter_state's entries, with nativeVariation for the
+// unit's variation.
+func nativeWrites(cfg []byte) (muts, states []any, err error) {
+	sc, _, _, err := floorWrites(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	value := func(w floor.Write) (string, error) {
+		v := strings.Replace(w.Value, floor.Var, nativeVariation, 1)
+		// Both filters read their values as substitution format
+		// strings; Allot's values carry no command.
+		if strings.Contains(v, "%") {
+			return "", fmt.Errorf("native writes: value of %s has a %%: %q", w.Name, v)
+		}
+		return v, nil
+	}
+	for _, h := range sc.Headers {
+		v, err := value(h)
+		if err != nil {
+			return nil, nil, err
+		}
+		muts = append(muts, setHeader(h.Name, v))
+	}
+	for _, pr := range sc.Props {
+		v, err := value(pr)
+		if err != nil {
+			return nil, nil, err
+		}
+		states = append(states, map[string]any{
+			"object_key":    pr.Name,
+			"factory_key":   "envoy.string",
+			"format_string": map[string]any{"text_format_source": map[string]any{"inline_string": v}},
+		})
+	}
+	return muts, states, nil
 }
 
 func headerMutation(*paths) ([]any, error) {
@@ -460,14 +521,14 @@ func filterConfig(n int) (*filterv1.FilterConfig, error) {
 }
 
 // writeBootstrap renders the bootstrap of filters (with the ext_authz
-// cluster on authzPort when not 0) into p.raw/name.json and returns its
-// path.
-func writeBootstrap(p *paths, name string, filters func(*paths) ([]any, error), authzPort int) (string, error) {
+// cluster on authzPort and the upstream on upstreamPort, each when not 0)
+// into p.raw/name.json and returns its path.
+func writeBootstrap(p *paths, name string, filters func(*paths) ([]any, error), authzPort, upstreamPort int) (string, error) {
 	f, err := filters(p)
 	if err != nil {
 		return "", err
 	}
-	b, err := bootstrap(f, authzPort)
+	b, err := bootstrap(f, authzPort, upstreamPort)
 	if err != nil {
 		return "", err
 	}
@@ -482,8 +543,10 @@ func writeBootstrap(p *paths, name string, filters func(*paths) ([]any, error), 
 // 127.0.0.1 (port chosen by the kernel), the variant's filters, and two
 // direct_response routes: pre-flight requests (x-preflight) get
 // x-experiment-bench and x-experiments echoed as x-seen and x-seen-dict,
-// timed requests take the plain one.
-func bootstrap(filters []any, authzPort int) ([]byte, error) {
+// timed requests take the plain one. With upstreamPort not 0 both routes
+// go to the upstream on that port instead (HTTP/1.1), the pre-flight's
+// still echoing the two headers.
+func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 	filters = append(filters, map[string]any{
 		"name":         "envoy.filters.http.router",
 		"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
@@ -491,12 +554,16 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 	local := func(port int) map[string]any {
 		return map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": port}}
 	}
-	direct := map[string]any{"status": 200, "body": map[string]any{"inline_string": "ok"}}
+	// action is how both routes answer: directly, or from the upstream.
+	action, answer := "direct_response", any(map[string]any{"status": 200, "body": map[string]any{"inline_string": "ok"}})
+	if upstreamPort > 0 {
+		action, answer = "route", map[string]any{"cluster": upstreamCluster}
+	}
 	echo := map[string]any{
 		"match": map[string]any{"prefix": "/", "headers": []any{map[string]any{
 			"name": preflightHeader, "present_match": true,
 		}}},
-		"direct_response": direct,
+		action: answer,
 		"response_headers_to_add": []any{map[string]any{
 			"header":        map[string]any{"key": seenHeader, "value": "%REQ(" + benchHeader + ")%"},
 			"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
@@ -505,7 +572,7 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 			"append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
 		}},
 	}
-	route := map[string]any{"match": map[string]any{"prefix": "/"}, "direct_response": direct}
+	route := map[string]any{"match": map[string]any{"prefix": "/"}, action: answer}
 	hcm := map[string]any{
 		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 		"stat_prefix": "bench",
@@ -526,6 +593,14 @@ func bootstrap(filters []any, authzPort int) ([]byte, error) {
 			},
 			"load_assignment": map[string]any{"cluster_name": "authz", "endpoints": []any{map[string]any{
 				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": local(authzPort)}}},
+			}}},
+		})
+	}
+	if upstreamPort > 0 {
+		clusters = append(clusters, map[string]any{
+			"name": upstreamCluster, "type": "STATIC", "connect_timeout": "1s",
+			"load_assignment": map[string]any{"cluster_name": upstreamCluster, "endpoints": []any{map[string]any{
+				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": local(upstreamPort)}}},
 			}}},
 		})
 	}
