@@ -297,6 +297,10 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
   return *out != NULL ? ALLOT_WFIND_HIT : ALLOT_WFIND_MISS;
 }
 
+bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items) {
+  return allot_wcache_insert(c, allot_wkey_hash(key, key_length), key, key_length, items, n_items);
+}
+
 bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
                          size_t n_items) {
   if (key_length > ALLOT_WCACHE_MAX_KEY || n_items > 0xffff) return false;
@@ -313,6 +317,7 @@ bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t
   }
   if (w >= 0 && set[w].gen == c->gen && allot_same(set[w].e, key, key_length, items, n_items)) {
     set[w].used = ++c->tick;  // Go served what C holds (a request C sent it): nothing to copy
+    c->skip = 0;              // and if C skipped its look, it would have hit: look again
     return true;
   }
   allot_wentry* e = c->a.alloc(size);

@@ -8,8 +8,8 @@ package dynmod
 
 int32_t envoy_dynamic_module_on_http_filter_request_headers(uintptr_t f, uintptr_t m, bool eos);
 
-#cgo noescape allot_wcache_insert
-#cgo nocallback allot_wcache_insert
+#cgo noescape allot_wcache_put
+#cgo nocallback allot_wcache_put
 #cgo nocallback allot_wcache_take
 #cgo nocallback allot_wcache_bump
 #cgo nocallback allot_set_warm_handles
@@ -219,8 +219,8 @@ func (c *WarmCache) Bump() { C.allot_wcache_bump(c.c) }
 // experiment << 16 | variation, in the dictionary's order. False if the
 // cache refused it (too large for its bounds) or had no memory.
 func (c *WarmCache) Insert(key []byte, items []uint32) bool {
-	return bool(C.allot_wcache_insert(c.c, C.uint64_t(C.allot_wkey_hash(cBytes(key), C.size_t(len(key)))), cBytes(key),
-		C.size_t(len(key)), (*C.uint32_t)(unsafe.SliceData(items)), C.size_t(len(items))))
+	return bool(C.allot_wcache_put(c.c, cBytes(key), C.size_t(len(key)), (*C.uint32_t)(unsafe.SliceData(items)),
+		C.size_t(len(items))))
 }
 
 // Take returns the count pending at counter position i and resets it.

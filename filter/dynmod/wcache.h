@@ -181,7 +181,43 @@ typedef struct {
   // yet).
   uint64_t* pending;
   size_t n_counters;
+  // The worker's recent looks (allot_wcache_should_look): looks and hits
+  // in the current window, and skip, the requests still to hand Go
+  // without a look because the last window mostly missed.
+  uint32_t looks, hits, skip;
 } allot_wcache;
+
+// A worker whose looks mostly miss stops looking for a while: a look that
+// misses costs the header read and the key (about 1 µs) on top of Go's
+// path, so a worker whose units are all new (a cold cache, one request
+// per user) would pay it for nothing. When fewer than
+// ALLOT_WLOOK_MIN_HITS of a window of ALLOT_WLOOK_WINDOW looks hit, the
+// next ALLOT_WLOOK_SKIP requests go to Go unlooked: one look in 16, and
+// Go keeps inserting, so the cache stays as warm as Go's; Go's insert of
+// an entry C already holds (a request C would have served) ends the skip,
+// and a window that hits keeps the looks going. Only which path serves a
+// request changes, never its headers or counts.
+#define ALLOT_WLOOK_WINDOW 64
+#define ALLOT_WLOOK_MIN_HITS 8
+#define ALLOT_WLOOK_SKIP 960
+
+// allot_wcache_should_look reports whether the worker's request should
+// look in its cache (false: hand it to Go at once).
+static inline bool allot_wcache_should_look(allot_wcache* c) {
+  if (c->skip == 0) return true;
+  c->skip--;
+  return false;
+}
+
+// allot_wcache_looked records a look's outcome, and starts a skip at the
+// end of a window with too few hits.
+static inline void allot_wcache_looked(allot_wcache* c, bool hit) {
+  c->looks++;
+  c->hits += hit;
+  if (c->looks < ALLOT_WLOOK_WINDOW) return;
+  if (c->hits < ALLOT_WLOOK_MIN_HITS) c->skip = ALLOT_WLOOK_SKIP;
+  c->looks = c->hits = 0;
+}
 
 // Results of allot_wcache_find.
 enum {
@@ -244,6 +280,10 @@ const allot_wentry* allot_wcache_get(allot_wcache* c, uint64_t hash, const char*
 // no memory (then nothing changed).
 bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t key_length, const uint32_t* items,
                          size_t n_items);
+
+// allot_wcache_put is allot_wcache_insert with the key's hash computed
+// here: Go's insert after a miss is then one cgo call.
+bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items);
 
 // allot_wcache_take_all moves the n first pending counts into out (any
 // thread).

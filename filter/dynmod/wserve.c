@@ -41,11 +41,14 @@ bool allot_warm_serve(uintptr_t f, uintptr_t m) {
   if (i >= w->n_workers) return false;
   allot_wcache* c = w->workers[i];
   if (c->slots == NULL) return false;  // nothing cached on this worker yet: read nothing
+  if (!allot_wcache_should_look(c)) return false;  // its recent looks mostly missed
   size_t n = envoy_dynamic_module_callback_http_get_headers_size(f, 0);  // 0: request headers
-  if (n > ALLOT_WCACHE_MAX_HEADERS) return false;
-  if (n > 0 && !envoy_dynamic_module_callback_http_get_headers(f, 0, c->hdrs)) return false;
-  const allot_wentry* e;
-  if (allot_wcache_find(c, c->hdrs, n, &e) != ALLOT_WFIND_HIT) return false;
+  const allot_wentry* e = NULL;
+  const bool hit = n <= ALLOT_WCACHE_MAX_HEADERS &&
+                   (n == 0 || envoy_dynamic_module_callback_http_get_headers(f, 0, c->hdrs)) &&
+                   allot_wcache_find(c, c->hdrs, n, &e) == ALLOT_WFIND_HIT;
+  allot_wcache_looked(c, hit);
+  if (!hit) return false;
   const uint32_t* items = allot_wentry_items(e);
   // The dictionary first (nothing is added yet if an item is out of
   // range), then the adds in addBatch's order.

@@ -299,6 +299,59 @@ int main(void) {
     allot_wconfig_free(w);
   }
 
+  // A worker whose looks mostly miss stops looking (one look in 16) and
+  // looks at every request again once a window hits: only which path
+  // serves changes.
+  {
+    allot_wconfig* w = make_config(true, true, "7", false);
+    cache(w, "u1", a_on_b_x, 2);
+    const allot_header u2[] = {{"x-user-id", 9, "u2", 2}};
+    int served = 0;
+    // A window with exactly ALLOT_WLOOK_MIN_HITS hits keeps looking.
+    reset_fake();
+    for (int i = 0; i < ALLOT_WLOOK_WINDOW; i++) {
+      if (i < ALLOT_WLOOK_MIN_HITS) request = u1, n_request = 2; else request = u2, n_request = 1;
+      served += allot_warm_serve(f, (uintptr_t)w | 1);
+    }
+    CHECK(served == ALLOT_WLOOK_MIN_HITS && get_headers_calls == ALLOT_WLOOK_WINDOW,
+          "look window at the minimum: %d served, %d header reads", served, get_headers_calls);
+    reset_fake();
+    request = u1, n_request = 2;
+    served = allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 1 && get_headers_calls == 1, "after a window at the minimum: not looked");
+    // One hit fewer (the window above's first look was this hit): the
+    // next ALLOT_WLOOK_SKIP requests go to Go unread, a cached unit's too.
+    reset_fake();
+    served = 0;
+    for (int i = 1; i < ALLOT_WLOOK_WINDOW; i++) {
+      if (i < ALLOT_WLOOK_MIN_HITS - 1) request = u1, n_request = 2; else request = u2, n_request = 1;
+      served += allot_warm_serve(f, (uintptr_t)w | 1);
+    }
+    CHECK(served == ALLOT_WLOOK_MIN_HITS - 2, "window under the minimum: %d served", served);
+    reset_fake();
+    request = u1, n_request = 2;
+    served = 0;
+    for (int i = 0; i < ALLOT_WLOOK_SKIP; i++) served += allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 0 && get_headers_calls == 0 && add_calls == 0,
+          "skipping: %d served, %d header reads, %d adds", served, get_headers_calls, add_calls);
+    // Then every request looks again, and a window of hits keeps it so.
+    for (int i = 0; i < 2 * ALLOT_WLOOK_WINDOW; i++) served += allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 2 * ALLOT_WLOOK_WINDOW && get_headers_calls == 2 * ALLOT_WLOOK_WINDOW,
+          "after the skip: %d served, %d header reads", served, get_headers_calls);
+    // A new skip ends at Go's insert of an entry C holds: a request C
+    // would have served.
+    request = u2, n_request = 1;
+    for (int i = 0; i < ALLOT_WLOOK_WINDOW; i++) allot_warm_serve(f, (uintptr_t)w | 1);
+    reset_fake();
+    request = u1, n_request = 2;
+    served = allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 0 && get_headers_calls == 0, "a new skip: looked");
+    cache(w, "u1", a_on_b_x, 2);
+    served = allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 1 && get_headers_calls == 1, "after Go's insert of a held entry: still skipping");
+    allot_wconfig_free(w);
+  }
+
   if (failures == 0) printf("ok\n");
   return failures != 0;
 }
