@@ -297,7 +297,9 @@ int allot_wcache_find(allot_wcache* c, const allot_header* h, size_t n, const al
   return *out != NULL ? ALLOT_WFIND_HIT : ALLOT_WFIND_MISS;
 }
 
-bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items) {
+bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items,
+                      bool seen) {
+  if (c->skip > 0 && !seen) return false;
   return allot_wcache_insert(c, allot_wkey_hash(key, key_length), key, key_length, items, n_items);
 }
 

@@ -218,9 +218,20 @@ func (c *WarmCache) Bump() { C.allot_wcache_bump(c.c) }
 // Insert caches what a request with key got: its assignments, each
 // experiment << 16 | variation, in the dictionary's order. False if the
 // cache refused it (too large for its bounds) or had no memory.
-func (c *WarmCache) Insert(key []byte, items []uint32) bool {
+func (c *WarmCache) Insert(key []byte, items []uint32) bool { return c.Offer(key, items, true) }
+
+// Offer is Insert of what Go served a request, seen saying whether Go's
+// own cache held it (a unit seen before): while the worker skips its
+// looks (its recent looks mostly missed, wcache.h), a new unit's result is
+// not cached, so a worker whose every request is a new unit pays no
+// insert for a cache nothing reads; a seen unit's is, and ends the skip
+// if C held it already. False if not cached.
+func (c *WarmCache) Offer(key []byte, items []uint32, seen bool) bool {
+	if !seen && c.c.skip > 0 { // allot_wcache_put's own refusal, without the cgo call (the same thread)
+		return false
+	}
 	return bool(C.allot_wcache_put(c.c, cBytes(key), C.size_t(len(key)), (*C.uint32_t)(unsafe.SliceData(items)),
-		C.size_t(len(items))))
+		C.size_t(len(items)), C.bool(seen)))
 }
 
 // Take returns the count pending at counter position i and resets it.

@@ -192,11 +192,13 @@ typedef struct {
 // path, so a worker whose units are all new (a cold cache, one request
 // per user) would pay it for nothing. When fewer than
 // ALLOT_WLOOK_MIN_HITS of a window of ALLOT_WLOOK_WINDOW looks hit, the
-// next ALLOT_WLOOK_SKIP requests go to Go unlooked: one look in 16, and
-// Go keeps inserting, so the cache stays as warm as Go's; Go's insert of
-// an entry C already holds (a request C would have served) ends the skip,
-// and a window that hits keeps the looks going. Only which path serves a
-// request changes, never its headers or counts.
+// next ALLOT_WLOOK_SKIP requests go to Go unlooked: one look in 16.
+// Meanwhile Go inserts only units its own cache held (seen before:
+// allot_wcache_put), so a new unit costs no insert and a repeating one is
+// cached as soon as it repeats; Go's insert of an entry C already holds (a
+// request C would have served) ends the skip, and a window that hits keeps
+// the looks going. Only which path serves a request changes, never its
+// headers or counts.
 #define ALLOT_WLOOK_WINDOW 64
 #define ALLOT_WLOOK_MIN_HITS 8
 #define ALLOT_WLOOK_SKIP 960
@@ -282,8 +284,12 @@ bool allot_wcache_insert(allot_wcache* c, uint64_t hash, const char* key, size_t
                          size_t n_items);
 
 // allot_wcache_put is allot_wcache_insert with the key's hash computed
-// here: Go's insert after a miss is then one cgo call.
-bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items);
+// here, so that Go's insert is one cgo call, of a result Go served: seen
+// says whether Go's own cache held it. While the cache skips its looks
+// (allot_wcache_should_look), a result not seen is refused (false): a
+// worker whose every request is a new unit inserts nothing.
+bool allot_wcache_put(allot_wcache* c, const char* key, size_t key_length, const uint32_t* items, size_t n_items,
+                      bool seen);
 
 // allot_wcache_take_all moves the n first pending counts into out (any
 // thread).

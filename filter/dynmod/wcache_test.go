@@ -660,3 +660,30 @@ func TestWarmEntryAsSmallAsGo(t *testing.T) {
 		p.Free()
 	}
 }
+
+// TestWarmCacheOfferWhileSkipping: while a worker skips its looks, Go's
+// result for a new unit is not cached and allocates nothing; a seen
+// unit's is; once the looks resume, a new unit's is again.
+func TestWarmCacheOfferWhileSkipping(t *testing.T) {
+	countingReset(-1)
+	p := testPlan(t, true)
+	defer p.Free()
+	c, err := newWarmCache(p, 64, 1<<16, 3, allocatorCounting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	insert(t, c, "u1", 1<<16|2, 3) // the table exists
+	c.c.skip = 5                   // as allot_wcache_looked sets it after a window that missed
+	allocs, n := countingAllocs(), c.entries()
+	if c.Offer([]byte("\x02u2"), []uint32{7}, false) || countingAllocs() != allocs || c.entries() != n {
+		t.Errorf("skipping: a new unit's result cached (%d allocations, %d entries)", countingAllocs()-allocs, c.entries())
+	}
+	if !c.Offer([]byte("\x02u3"), []uint32{7}, true) || c.entries() != n+1 {
+		t.Errorf("skipping: a seen unit's result not cached (%d entries)", c.entries())
+	}
+	c.c.skip = 0
+	if !c.Offer([]byte("\x02u2"), []uint32{7}, false) || c.entries() != n+2 {
+		t.Errorf("looking: a new unit's result not cached (%d entries)", c.entries())
+	}
+}

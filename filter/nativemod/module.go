@@ -520,8 +520,8 @@ func (m *module) handOff(w *worker, e *entry, idx uint32) {
 	if c == nil {
 		return
 	}
-	if key, items, ok := w.plugin.WarmResult(); ok {
-		c.Insert(key, items)
+	if key, items, seen, ok := w.plugin.WarmResult(); ok {
+		c.Offer(key, items, seen)
 	}
 }
 

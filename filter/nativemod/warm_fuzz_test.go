@@ -84,7 +84,7 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 				c = nil
 				return
 			}
-			if key, items, ok := p.WarmResult(); !ok || !c.Insert(key, items) {
+			if key, items, _, ok := p.WarmResult(); !ok || !c.Insert(key, items) {
 				c = nil
 			}
 		})
@@ -104,7 +104,7 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 		if _, err := host.Request(p, root, pairs); err != nil {
 			t.Fatal(err)
 		}
-		goKey, items, ok := p.WarmResult()
+		goKey, items, _, ok := p.WarmResult()
 		if !ok {
 			t.Fatalf("%q: the plugin has no warm result", pairs)
 		}

@@ -84,7 +84,7 @@ func TestWarmSideFollowsSwitch(t *testing.T) {
 			if c != nil {
 				t.Error("the warm path off: the configuration has a warm cache")
 			}
-			if _, _, ok := f.worker(1).plugin.WarmResult(); ok {
+			if _, _, _, ok := f.worker(1).plugin.WarmResult(); ok {
 				t.Error("the warm path off: the plugin kept a warm result")
 			}
 			continue

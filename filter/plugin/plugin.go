@@ -88,10 +88,12 @@ type Plugin struct {
 	// keepWarm is whether the host asked for warm results
 	// (KeepWarmResults); warm is the last request's result for the native
 	// warm path (WarmResult), kept only then; warmKeep whether lookup's
-	// result may be cached, warmItems WarmResult's scratch.
+	// result may be cached, warmSeen whether it came from the cache,
+	// warmItems WarmResult's scratch.
 	keepWarm  bool
 	warm      warmResult
 	warmKeep  bool
+	warmSeen  bool
 	warmItems []uint32
 
 	vm vmMetrics
@@ -406,7 +408,7 @@ func (p *Plugin) assign(r *root) error {
 	}
 	r.stats.evaluated++ // last: a request is evaluated or failed open, never both
 	if p.keepWarm {
-		p.warm = warmResult{ok: p.warmKeep, r: r, e: e}
+		p.warm = warmResult{ok: p.warmKeep, seen: p.warmSeen, r: r, e: e}
 	}
 	return nil
 }
@@ -666,13 +668,13 @@ func (p *Plugin) lookup(r *root, vals []string) entry {
 		h = hashBytes(p.key)
 		if e, ok := r.cache.get(h, p.key); ok {
 			r.stats.hits++
-			p.warmKeep = true
+			p.warmKeep, p.warmSeen = true, true
 			return e
 		}
 	}
 	r.stats.misses++
 	e, keep := p.compute(r, vals)
-	p.warmKeep = keep
+	p.warmKeep, p.warmSeen = keep, false
 	if r.cache != nil && keep {
 		r.cache.add(h, e)
 	}

@@ -126,9 +126,10 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 // end of an assignment that succeeded, cleared by every request and by
 // failOpen.
 type warmResult struct {
-	ok bool // the request was assigned and its result may be cached
-	r  *root
-	e  entry
+	ok   bool // the request was assigned and its result may be cached
+	seen bool // the result came from the plugin's own cache: a unit seen before
+	r    *root
+	e    entry
 }
 
 // KeepWarmResults makes the plugin keep each request's result for
@@ -143,20 +144,22 @@ func (p *Plugin) KeepWarmResults() { p.keepWarm = true }
 // and counts them). ok is false when the request failed open, left a
 // sticky cookie or must not be cached, the counters are not all defined,
 // the result was already taken, or the host did not ask for results
-// (KeepWarmResults). Both are valid until the next request. It takes the
-// result: the plugin then holds nothing of the request's.
-func (p *Plugin) WarmResult() (key []byte, items []uint32, ok bool) {
+// (KeepWarmResults). Both are valid until the next request. seen is
+// whether the plugin's own cache held the result (the unit was seen
+// before, as opposed to computed for a new one). It takes the result: the
+// plugin then holds nothing of the request's.
+func (p *Plugin) WarmResult() (key []byte, items []uint32, seen, ok bool) {
 	w := p.warm
 	p.warm = warmResult{}
 	if !w.ok || w.r.stats.defineFail {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	p.warmItems = p.warmItems[:0]
 	for j := range w.e.assignments() {
 		i, v := w.e.at(j)
 		p.warmItems = append(p.warmItems, uint32(i)<<16|uint32(v))
 	}
-	return p.key, p.warmItems, true
+	return p.key, p.warmItems, w.seen, true
 }
 
 // OwnsHeader reports whether name is a request header the filter owns (an

@@ -84,12 +84,19 @@ func TestWarmResult(t *testing.T) {
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	key, items, ok := p.WarmResult()
+	key, items, seen, ok := p.WarmResult()
 	want := binary.AppendUvarint(nil, uint64(len("alice")))
 	want = append(want, "alice"...)
 	v := slices.Index([]string{"control", "treatment"}, expected(t, twoArm, "alice")["checkout"])
-	if !ok || string(key) != string(want) || !slices.Equal(items, []uint32{0<<16 | uint32(v)}) {
-		t.Errorf("WarmResult = %q, %v, %v; want %q, [%d], true", key, items, ok, want, v)
+	if !ok || seen || string(key) != string(want) || !slices.Equal(items, []uint32{0<<16 | uint32(v)}) {
+		t.Errorf("WarmResult = %q, %v, seen %v, %v; want %q, [%d], a new unit, true", key, items, seen, ok, want, v)
+	}
+	// alice again: the same result, from the plugin's own cache.
+	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	if key, items, seen, ok := p.WarmResult(); !ok || !seen || string(key) != string(want) || !slices.Equal(items, []uint32{0<<16 | uint32(v)}) {
+		t.Errorf("alice again: WarmResult = %q, %v, seen %v, %v; want %q, [%d], seen, true", key, items, seen, ok, want, v)
 	}
 	// The plan renders that item as Go added it, and counts it where Go does.
 	cfg := p.roots[root].cfg
@@ -106,7 +113,7 @@ func TestWarmResult(t *testing.T) {
 		t.Errorf("plan %+v", plan)
 	}
 
-	if _, _, ok := p.WarmResult(); ok {
+	if _, _, _, ok := p.WarmResult(); ok {
 		t.Error("a result taken twice")
 	}
 
@@ -119,7 +126,7 @@ func TestWarmResult(t *testing.T) {
 	if _, err := h.Request(p, root, [][2]string{{"x-user-id", "alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := p.WarmResult(); ok {
+	if _, _, _, ok := p.WarmResult(); ok {
 		t.Error("a request that failed open has a warm result")
 	}
 
@@ -131,7 +138,7 @@ func TestWarmResult(t *testing.T) {
 	if p.SetCookie() == "" {
 		t.Fatal("no sticky cookie written: the case does not test what it says")
 	}
-	if _, _, ok := p.WarmResult(); ok {
+	if _, _, _, ok := p.WarmResult(); ok {
 		t.Error("a request that left a sticky cookie has a warm result")
 	}
 }
@@ -148,7 +155,7 @@ func TestWarmResultKeepsNothing(t *testing.T) {
 	if p.warm != (warmResult{}) {
 		t.Errorf("without KeepWarmResults the plugin kept %+v", p.warm)
 	}
-	if _, _, ok := p.WarmResult(); ok {
+	if _, _, _, ok := p.WarmResult(); ok {
 		t.Error("without KeepWarmResults, WarmResult is ok")
 	}
 	p.KeepWarmResults()
@@ -162,7 +169,7 @@ func TestWarmResultKeepsNothing(t *testing.T) {
 		}
 	}
 	request()
-	if _, _, ok := p.WarmResult(); !ok || p.warm != (warmResult{}) {
+	if _, _, _, ok := p.WarmResult(); !ok || p.warm != (warmResult{}) {
 		t.Errorf("WarmResult ok %v and left %+v, want ok and nothing", ok, p.warm)
 	}
 	request()

@@ -346,9 +346,20 @@ int main(void) {
     request = u1, n_request = 2;
     served = allot_warm_serve(f, (uintptr_t)w | 1);
     CHECK(served == 0 && get_headers_calls == 0, "a new skip: looked");
+    // While it skips, Go's result for a new unit is not cached (no
+    // allocation), a seen unit's is; and Go's insert of an entry C holds
+    // (a request C would have served) ends the skip.
+    const char k3[] = {2, 'u', '3'}, k4[] = {2, 'u', '4'};
+    size_t before = mallocs;
+    CHECK(!allot_wcache_put(w->workers[0], k3, 3, a_on_b_x, 2, false) && mallocs == before,
+          "skipping: a new unit's result cached");
+    CHECK(allot_wcache_put(w->workers[0], k4, 3, a_on_b_x, 2, true), "skipping: a seen unit's result refused");
+    served = allot_warm_serve(f, (uintptr_t)w | 1);
+    CHECK(served == 0 && get_headers_calls == 0, "a seen unit's insert ended the skip");
     cache(w, "u1", a_on_b_x, 2);
     served = allot_warm_serve(f, (uintptr_t)w | 1);
     CHECK(served == 1 && get_headers_calls == 1, "after Go's insert of a held entry: still skipping");
+    CHECK(allot_wcache_put(w->workers[0], k3, 3, a_on_b_x, 2, false), "looking: a new unit's result refused");
     allot_wconfig_free(w);
   }
 
