@@ -599,15 +599,7 @@ func TestWarmCacheLazyTable(t *testing.T) {
 // key, the same assignments) allocates nothing and changes no count; other
 // assignments under the same key replace the entry.
 func TestWarmCacheSameInsert(t *testing.T) {
-	countingReset(-1)
-	p := testPlan(t, true)
-	defer p.Free()
-	c, err := newWarmCache(p, 64, 1<<16, 3, allocatorCounting())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	insert(t, c, "u1", 1<<16|2, 3)
+	c := countedCacheOfU1(t)
 	n, b, allocs := c.entries(), c.bytes(), countingAllocs()
 	for range 3 {
 		if !insert(t, c, "u1", 1<<16|2, 3) {
@@ -665,16 +657,8 @@ func TestWarmEntryAsSmallAsGo(t *testing.T) {
 // result for a new unit is not cached and allocates nothing; a seen
 // unit's is; once the looks resume, a new unit's is again.
 func TestWarmCacheOfferWhileSkipping(t *testing.T) {
-	countingReset(-1)
-	p := testPlan(t, true)
-	defer p.Free()
-	c, err := newWarmCache(p, 64, 1<<16, 3, allocatorCounting())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	insert(t, c, "u1", 1<<16|2, 3) // the table exists
-	c.c.skip = 5                   // as allot_wcache_looked sets it after a window that missed
+	c := countedCacheOfU1(t) // the table exists
+	c.c.skip = 5             // as allot_wcache_looked sets it after a window that missed
 	allocs, n := countingAllocs(), c.entries()
 	if c.Offer([]byte("\x02u2"), []uint32{7}, false) || countingAllocs() != allocs || c.entries() != n {
 		t.Errorf("skipping: a new unit's result cached (%d allocations, %d entries)", countingAllocs()-allocs, c.entries())
@@ -686,4 +670,19 @@ func TestWarmCacheOfferWhileSkipping(t *testing.T) {
 	if !c.Offer([]byte("\x02u2"), []uint32{7}, false) || c.entries() != n+2 {
 		t.Errorf("looking: a new unit's result not cached (%d entries)", c.entries())
 	}
+}
+
+// countedCacheOfU1 is a cache of 64 entries and 64 KiB over the counting
+// allocator (reset), holding unit u1's entry; freed with the test.
+func countedCacheOfU1(t *testing.T) *WarmCache {
+	countingReset(-1)
+	p := testPlan(t, true)
+	t.Cleanup(p.Free)
+	c, err := newWarmCache(p, 64, 1<<16, 3, allocatorCounting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Free)
+	insert(t, c, "u1", 1<<16|2, 3)
+	return c
 }
