@@ -154,9 +154,9 @@ static script* parse_script(buffer cfg) {
   size_t at = nm, end = cfg.length;
   if (end > at && cfg.ptr[end - 1] == '\n') end--;
   buffer mode = field(cfg.ptr, &at, end, '\n');
-  if (!(mode.length == 3 && memcmp(mode.ptr, "add", 3) == 0) && !(mode.length == 7 && memcmp(mode.ptr, "rewrite", 7) == 0)) {
-    goto fail;
-  }
+  const bool add = mode.length == 3 && memcmp(mode.ptr, "add", 3) == 0;
+  const bool rewrite = mode.length == 7 && memcmp(mode.ptr, "rewrite", 7) == 0;
+  if (!add && !rewrite) goto fail;
   while (at < end) {
     buffer line = field(cfg.ptr, &at, end, '\n');
     const char* stop = line.ptr + line.length;
