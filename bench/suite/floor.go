@@ -120,17 +120,19 @@ func floorFilter(cfg func() []byte) func(*paths) ([]any, error) {
 	}
 }
 
-// nativeFloorFilter is floorFilter's native counterpart: the minimal Go
-// dynamic module (bench/mindynmod) replays the same write script, given as
-// a google.protobuf.StringValue filter_config, with the callbacks Allot's
-// native module makes those writes with.
-func nativeFloorFilter(cfg func() []byte) func(*paths) ([]any, error) {
+// nativeFloorFilter is floorFilter's native counterpart: the dynamic
+// module so replays the same write script, given as a
+// google.protobuf.StringValue filter_config — the minimal Go module
+// (bench/mindynmod, U) with the callbacks Allot's native module makes those
+// writes with from Go, the C module (bench/cdynmod, o) with those its C
+// warm path makes them with.
+func nativeFloorFilter(so func(*paths) string, cfg func() []byte) func(*paths) ([]any, error) {
 	return func(p *paths) ([]any, error) {
 		sc, _, _, err := floorWrites(cfg())
 		if err != nil {
 			return nil, err
 		}
-		return moduleFilter(minDynmod, map[string]any{
+		return moduleFilter(so, map[string]any{
 			"@type": "type.googleapis.com/google.protobuf.StringValue", "value": sc.String()})(p)
 	}
 }

@@ -138,6 +138,51 @@ func TestWarmPathTargets(t *testing.T) {
 		"| medians of the per-round differences to A: Q adds +10.0 µs, b adds +6.0 µs: 1.67 × b's addition, 95% interval 1.67–1.67 × (limit 1.50 ×, 9.0 µs) | **missed** |",
 		"R 39000 req/s, r 40000 req/s (medians): 0.975 × r, 95% interval 0.97–0.97 ×; met unless the whole interval lies below 1 (the run shows R slower). CPU per request R − r per round: +0.0 µs (95% interval +0.0 … +0.0) | **missed** |",
 	)
+	if strings.Contains(out, "through the ABI") {
+		t.Errorf("the writes row names the ABI's floor without o measured")
+	}
+}
+
+// TestWritesTargetABIFloor: with o measured, the writes row shows the floor
+// of Q's writes through the dynamic-modules ABI as a ratio to b's
+// addition, and a missed target whose limit o's whole interval exceeds too
+// is marked below its floor.
+func TestWritesTargetABIFloor(t *testing.T) {
+	const what = "| Allot native, 50 experiments, warm cache, every header (Q): CPU added per request ≤ 1.5 × that of header_mutation adding the same headers (b) | "
+	const abi = ". The floor of Q's writes through the ABI, o (the C dynamic module: O's read and hash, then Q's writes with the callbacks its C warm path makes them with, none of its work): "
+	cases := []struct {
+		name     string
+		q, o     []float64
+		row, not string
+	}{
+		{"missed, o above the limit: below its floor", steady(30), steady(30),
+			"Q adds +10.0 µs, b adds +6.0 µs: 1.67 × b's addition, 95% interval 1.67–1.67 × (limit 1.50 ×, 9.0 µs)" + abi +
+				"+10.0 µs = 1.67 × b's addition, 95% interval 1.67–1.67 ×: the target lies below that floor | **missed** (below its floor) |", ""},
+		{"missed, o within the limit", steady(30), steady(28),
+			"Q adds +10.0 µs, b adds +6.0 µs: 1.67 × b's addition, 95% interval 1.67–1.67 × (limit 1.50 ×, 9.0 µs)" + abi +
+				"+8.0 µs = 1.33 × b's addition, 95% interval 1.33–1.33 × | **missed** |", "below its floor"},
+		{"met, o above the limit", steady(28), steady(30),
+			"Q adds +8.0 µs, b adds +6.0 µs: 1.33 × b's addition, 95% interval 1.33–1.33 × (limit 1.50 ×, 9.0 µs)" + abi +
+				"+10.0 µs = 1.67 × b's addition, 95% interval 1.67–1.67 × | **met** |", "below its floor"},
+		{"missed, o's interval includes the limit", steady(30), []float64{26, 26, 26, 26, 26, 35, 35, 35, 35, 35},
+			"Q adds +10.0 µs, b adds +6.0 µs: 1.67 × b's addition, 95% interval 1.67–1.67 × (limit 1.50 ×, 9.0 µs)" + abi +
+				"+10.5 µs = 1.75 × b's addition, 95% interval ", "below its floor"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := warmResults()
+			res.Variants = append(res.Variants, variantInfo{ID: "o", Probe: true})
+			res.Paired.CPU["Q"], res.Paired.CPU["o"] = c.q, c.o
+			out, err := renderReport(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			contains(t, "report", out, what+"medians of the per-round differences to A: "+c.row)
+			if c.not != "" && strings.Contains(out, c.not) {
+				t.Errorf("the report says %q", c.not)
+			}
+		})
+	}
 }
 
 // TestWarmPathSections: the warm path's table sets each of Q–T against

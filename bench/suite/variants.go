@@ -95,7 +95,7 @@ type variant struct {
 	// with Envoy's native filters instead of from a Wasm VM; measured in
 	// the interleaved section only, like the floors.
 	nativeOf string
-	// probe marks a floor of the native host (N, O): measured in the
+	// probe marks a floor of the native host (N, O, o, b): measured in the
 	// interleaved section only, for its CPU, like the Wasm floors.
 	probe bool
 	// diagnostic marks a variant only `make bench-floors` (-floors)
@@ -179,6 +179,8 @@ func variants() []variant {
 			filters: moduleFilter(minDynmod, nil), module: minDynmod, expect: hashExpect, probe: true, wasmTwin: "E"},
 		{ID: "O", Name: "N's work in C (bench/cdynmod): the floor of Envoy's native host",
 			filters: moduleFilter(cDynmod, nil), module: cDynmod, expect: hashExpect, probe: true},
+		{ID: "o", Name: "O widened: O's read and hash, then U's write script (the headers, exposure filter state and route clear Q writes for a typical unit) with the callbacks Allot's C warm path makes them with; the floor of Q's writes through the dynamic-modules ABI",
+			filters: nativeFloorFilter(cDynmod, func() []byte { return filterConfigJSON(50) }), module: cDynmod, expect: hashExpect, probe: true},
 		{ID: "P", Name: "Allot native (bin/liballot.so), 1 running experiment", filters: nativeAllot(1, typical), module: allotSO,
 			allot: 1, wasmTwin: "F"},
 		{ID: "Q", Name: "Allot native, 50 experiments, warm cache (1,000 user ids), warm path on", filters: nativeAllot(50, typical), module: allotSO,
@@ -207,7 +209,7 @@ func variants() []variant {
 		{ID: "p", Name: "Q routed to the same kind of upstream: Allot native, 50 experiments, warm cache, warm path on",
 			filters: nativeAllot(50, typical), module: allotSO, allot: 50, upstream: true, cost: true},
 		{ID: "U", Name: "floor of Q: N's read and hash, then the writes Q makes for a typical unit, with the callbacks Allot native makes them with; none of Allot's work",
-			filters: nativeFloorFilter(func() []byte { return filterConfigJSON(50) }), module: minDynmod, expect: hashExpect,
+			filters: nativeFloorFilter(minDynmod, func() []byte { return filterConfigJSON(50) }), module: minDynmod, expect: hashExpect,
 			floorOf: "QR", floorRef: "N"},
 		// The stickiness rows: each against the baseline report.go's
 		// stickyRows names, measured in the same interleaved rounds.
