@@ -164,7 +164,8 @@ func exposures(t *testing.T, log string, n int) map[string]string {
 }
 
 // TestNativeWarmPathEqualsGo sends the same random requests, three rounds
-// of them, through the native module with the warm path off (every request
+// of them after a cold start of new units that makes the warm Envoy's
+// workers stop looking (wcache.h's skip), through the native module with the warm path off (every request
 // served by Go) and on (a unit's later requests served in C), for each
 // header mode, with the exposure record off, without a version and with
 // observed experiments: the upstream sees the same headers for each
@@ -181,6 +182,7 @@ func exposures(t *testing.T, log string, n int) map[string]string {
 // least half of the others: the differential cannot pass with C serving
 // nothing.
 func TestNativeWarmPathEqualsGo(t *testing.T) {
+	const coldStart = 300 // new units before the rounds: > 2 × 64 looks on each of the 2 workers
 	for name, config := range map[string]string{
 		"every header":  warmConfig,
 		"lean":          strings.Replace(warmConfig, `{"version"`, `{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","version"`, 1),
@@ -196,6 +198,18 @@ func TestNativeWarmPathEqualsGo(t *testing.T) {
 			reqs := []map[string][]string{manyHeaders()}
 			for range 150 {
 				reqs = append(reqs, warmRequest(r))
+			}
+			// A cold start: new units, more than two windows of looks on
+			// each worker (wcache.h's ALLOT_WLOOK_WINDOW), so that the warm
+			// Envoy's workers stop looking; the fault round below finds C
+			// serving only if Go's seen inserts ended the skip.
+			for i := range coldStart {
+				h := map[string][]string{"x-user-id": {fmt.Sprint("cold-", i)}}
+				for _, p := range []*proxy{cold, warm} {
+					if _, err := p.get(h); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			views := make([]map[string][]string, len(reqs)) // the cold Envoy's, by request
 			for round := range 3 {

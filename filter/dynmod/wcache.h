@@ -196,9 +196,10 @@ typedef struct {
 // Meanwhile Go inserts only units its own cache held (seen before:
 // allot_wcache_put), so a new unit costs no insert and a repeating one is
 // cached as soon as it repeats; Go's insert of an entry C already holds (a
-// request C would have served) ends the skip, and a window that hits keeps
-// the looks going. Only which path serves a request changes, never its
-// headers or counts.
+// request C would have served) ends the skip, if Go's cache held it too (a
+// unit Go has evicted is refused before C looks, and ends nothing), and a
+// window that hits keeps the looks going. Only which path serves a
+// request changes, never its headers or counts.
 #define ALLOT_WLOOK_WINDOW 64
 #define ALLOT_WLOOK_MIN_HITS 8
 #define ALLOT_WLOOK_SKIP 960
