@@ -260,13 +260,15 @@ type memory struct {
 const (
 	memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
 	// secondPass requests cycle through the fill's last secondPassUnits
-	// ids after it: units whose entries the byte-bounded caches still
-	// hold (with 1,000 experiments about 800 fit a worker), so that the
-	// native module's C caches serve them — a unit's first request of the
-	// pass may land on the other worker, a miss that Go hands that
-	// worker's C cache.
-	secondPass      = 1000
-	secondPassUnits = 200
+	// ids after it, eight each: fewer units than a worker's byte bound
+	// holds (with 1,000 experiments about 800 fit its 1 MiB), so each
+	// worker's Go cache keeps them, and from a unit's second request on a
+	// worker (Go's cache has seen it) Go hands it to that worker's C cache.
+	// The fill alone does not fill the C caches: its units are all new, so
+	// the workers skip their looks and Go hands C no new unit
+	// (filter/dynmod/wcache.h).
+	secondPass      = 8 * secondPassUnits
+	secondPassUnits = 700
 )
 
 // memID appends the memory section's user id i.
