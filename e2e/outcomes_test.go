@@ -22,8 +22,9 @@ import (
 // by class and a latency histogram — with either artifact. The echo
 // upstream answers 503 to some of one variation's requests and 404 to some
 // of the other's, and holds a few unanswered until the client gives up
-// (reset); Envoy's counters then equal exactly what the test sent, the
-// histogram's sample count equals the responses (resets have none), and
+// (aborted); Envoy's counters then equal exactly what the test sent, the
+// histogram's sample count equals the responses (aborted requests have
+// none), and
 // the experiment beside it that does not observe has no outcome stats.
 func TestOutcomesPerVariation(t *testing.T) { forArtifacts(t, testOutcomesPerVariation) }
 
@@ -74,7 +75,7 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 		fault(unit, 404)
 		sent["a"][plugin.Class4xx]++
 	}
-	// Resets: the upstream holds the request, the client gives up.
+	// Aborted: the upstream holds the request, the client gives up.
 	impatient := &http.Client{Timeout: 300 * time.Millisecond}
 	for _, unit := range units["b"][:2] {
 		req, _ := http.NewRequest(http.MethodGet, p.URL+"/", nil)
@@ -84,11 +85,11 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 			resp.Body.Close()
 			t.Fatalf("a held request was answered %d", resp.StatusCode)
 		}
-		sent["b"][plugin.ClassReset]++
+		sent["b"][plugin.ClassAborted]++
 	}
 
 	stat := func(v string, class int) string {
-		return "wasmcustom." + plugin.OutcomeMetric("watched", variationIndex(v), class)
+		return "wasmcustom." + plugin.OutcomeMetric("watched", 1, variationIndex(v), class)
 	}
 	harness.MustEventually(t, 15*time.Second, func() error {
 		stats := p.MustStats(t)
@@ -112,7 +113,7 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 			responses := byClass[plugin.Class2xx] + byClass[plugin.Class4xx] + byClass[plugin.Class5xx]
 			// Envoy strips the custom-stats namespace of Wasm stats from
 			// Prometheus names, not of a dynamic module's.
-			name := promName(plugin.LatencyMetric("watched", variationIndex(v)), a)
+			name := promName(plugin.LatencyMetric("watched", 1, variationIndex(v)), a)
 			got, ok := counts[name+"_count"]
 			if !ok {
 				var seen []string
@@ -127,7 +128,7 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 				return fmt.Errorf("%s_count = %d, want %d (the responses)", name, got, responses)
 			}
 			for class := range plugin.NumClasses { // the counters, as Prometheus scrapes them
-				c := promName(plugin.OutcomeMetric("watched", variationIndex(v), class), a)
+				c := promName(plugin.OutcomeMetric("watched", 1, variationIndex(v), class), a)
 				if counts[c] != byClass[class] {
 					return fmt.Errorf("%s = %d, want %d", c, counts[c], byClass[class])
 				}
@@ -140,7 +141,7 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 			t.Errorf("%s: an outcome stat of an experiment that does not observe", name)
 		}
 	}
-	if bytes.Contains(p.MustAdmin(t, http.MethodGet, "/stats/prometheus"), []byte("experiment_plain_variation_0_response")) {
+	if bytes.Contains(p.MustAdmin(t, http.MethodGet, "/stats/prometheus"), []byte("experiment_plain_rev_1_variation_0_response")) {
 		t.Errorf("a histogram of an experiment that does not observe")
 	}
 }

@@ -62,7 +62,11 @@ func outcomeStat(name string) (key string, class string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	key, _, ok = strings.Cut(head, ".variation.")
+	head, _, ok = strings.Cut(head, ".variation.")
+	if !ok {
+		return "", "", false
+	}
+	key, _, ok = strings.Cut(head, ".rev.") // the revision slot: plugin.OutcomeMetric
 	return key, class, ok
 }
 

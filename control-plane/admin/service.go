@@ -115,6 +115,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err := translate.Validate(e, s.mesh); err != nil {
 		return nil, err
 	}
+	experiment.NextAssignment(e, nil)
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
@@ -245,6 +246,7 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err != nil {
 		return nil, err
 	}
+	experiment.NextAssignment(e, old)
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
@@ -344,6 +346,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	if !experiment.Allowed(from, to) {
 		return nil, errorf(CodeFailedPrecond, "cannot %s a %s experiment (%s)", op, from, experiment.TransitionsHelp)
 	}
+	old := proto.Clone(e).(*experimentv1.Experiment)
 	if to == experiment.StatusRunning && experiment.RollbackPending(e) {
 		if !ack {
 			return nil, rollbackPending(e)
@@ -360,6 +363,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	if err != nil {
 		return nil, err
 	}
+	experiment.NextAssignment(e, old)
 	b, err := spec(e)
 	if err != nil {
 		return nil, err
@@ -412,6 +416,7 @@ func (s *Service) WriteState(ctx context.Context, key string, revision int64, ac
 				return nil, fmt.Errorf("write state of %q: %w", key, err)
 			}
 		}
+		experiment.NextAssignment(e, old)
 		b, err := spec(e)
 		if err != nil {
 			return nil, err

@@ -18,11 +18,13 @@ const outcomesUsage = `Usage: allotctl outcomes KEY [--minutes N] [--series]
 Prints what became of the requests an observed experiment (observe: true)
 assigned, per variation, summed over every proxy that reports to the server:
 over the last N minutes (default 5, at most 60) the requests, their share
-against the variation's weight, the error rate (5xx and resets over all
-responses) and the latency p50/p95/p99 in ms; and since the experiment's
-current assignment revision (figures start over when its variations,
-weights, coverage, hashing, seed, condition, namespace or bucket versions
-change) the requests, share and error rate. --series prints the last N
+against the variation's weight, the error rate (5xx over the requests
+answered: a request the client abandoned or reset before the response is
+aborted, counted apart and never an error) and the latency p50/p95/p99 in
+ms; and since the experiment's current assignment revision (figures start
+over when its variations, weights, coverage, hashing, seed, condition,
+namespace, bucket versions, schedule or status change) the requests, share,
+error rate and aborted requests. --series prints the last N
 minutes minute by minute instead: a row per minute and variation, oldest
 first, from the revision's minute at the earliest (MINUTE is the minute's
 start in UTC; the last row's minute is the current one, still counting),
@@ -53,15 +55,15 @@ func runOutcomes(ctx context.Context, env *Env, args []string) error {
 		return tw.Flush()
 	}
 	m := fmt.Sprintf("%dM", r.Minutes)
-	fmt.Fprintf(tw, "VARIATION\tWEIGHT\tREQUESTS_%s\tSHARE_%s\tERRORS_%s\tP50_MS\tP95_MS\tP99_MS\tREQUESTS\tSHARE\tERRORS\n", m, m, m)
+	fmt.Fprintf(tw, "VARIATION\tWEIGHT\tREQUESTS_%s\tSHARE_%s\tERRORS_%s\tP50_MS\tP95_MS\tP99_MS\tREQUESTS\tSHARE\tERRORS\tABORTED\n", m, m, m)
 	for i, w := range r.Window {
 		t := &adminv1.VariationOutcomes{}
 		if i < len(r.Total) {
 			t = r.Total[i]
 		}
 		p50, p95, p99 := quantiles(w.LatencyMs)
-		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", w.Variation, w.Weight, w.Requests, pct(w.Share), pct(w.ErrorRate),
-			p50, p95, p99, t.Requests, pct(t.Share), pct(t.ErrorRate))
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", w.Variation, w.Weight, w.Requests, pct(w.Share), pct(w.ErrorRate),
+			p50, p95, p99, t.Requests, pct(t.Share), pct(t.ErrorRate), t.Aborted)
 	}
 	return tw.Flush()
 }

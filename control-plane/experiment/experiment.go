@@ -107,25 +107,57 @@ func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
 	d.Status = ""
 	d.Guardrails, d.Ramp = nil, nil
 	ClearState(d)
+	d.AssignmentRevision = e.GetAssignmentRevision() // the proxies tag outcome stats with it
 	return d
 }
 
 // ClearState removes from e the state allotd writes (rampState,
-// rollback): what an owner's write may not set.
+// rollback, assignmentRevision): what an owner's write may not set.
 func ClearState(e *experimentv1.Experiment) {
-	e.RampState, e.Rollback = nil, nil
+	e.RampState, e.Rollback, e.AssignmentRevision = nil, nil, 0
 }
 
-// CopyState sets dst's state (rampState, rollback) to a copy of src's:
-// the admin API keeps the stored state whatever a write sends.
+// CopyState sets dst's state (rampState, rollback, assignmentRevision) to
+// a copy of src's: the admin API keeps the stored state whatever a write
+// sends.
 func CopyState(dst, src *experimentv1.Experiment) {
 	dst.RampState, dst.Rollback = nil, nil
+	dst.AssignmentRevision = src.GetAssignmentRevision()
 	if src.RampState != nil {
 		dst.RampState = proto.Clone(src.RampState).(*experimentv1.RampState)
 	}
 	if src.Rollback != nil {
 		dst.Rollback = proto.Clone(src.Rollback).(*experimentv1.Rollback)
 	}
+}
+
+// NextAssignment sets the assignment revision of e, which a write is about
+// to store in place of old (nil: a create, revision 1): old's, or one more
+// if the write changes what assigns units — a field the filter evaluates
+// but observe (Definition), the schedule or the status. A pause and a
+// start are two revisions, so figures counted before a pause (a rollback)
+// are never evidence about the experiment started again.
+func NextAssignment(e, old *experimentv1.Experiment) {
+	if old == nil {
+		e.AssignmentRevision = 1
+		return
+	}
+	e.AssignmentRevision = old.GetAssignmentRevision()
+	if !sameAssignment(e, old) {
+		e.AssignmentRevision++
+	}
+}
+
+// sameAssignment reports whether a and b assign every unit alike at every
+// time: the same evaluated fields (observe aside), schedule and status.
+func sameAssignment(a, b *experimentv1.Experiment) bool {
+	if Status(a) != Status(b) || !proto.Equal(a.GetStartTime(), b.GetStartTime()) || !proto.Equal(a.GetEndTime(), b.GetEndTime()) {
+		return false
+	}
+	da, db := Definition(a), Definition(b)
+	da.Observe, db.Observe = false, false
+	da.AssignmentRevision, db.AssignmentRevision = 0, 0
+	return proto.Equal(da, db)
 }
 
 // RollbackPending reports whether e was rolled back by a guardrail and

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
-	"github.com/allotmesh/allot/control-plane/outcomes"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -260,10 +259,10 @@ func TestAcknowledge(t *testing.T) {
 }
 
 // TestGuardsAreNotAssignment: guardrails, the ramp and the state allotd
-// writes reach no proxy; guardrails, ramp and rampState leave the outcomes'
-// assignment revision alone, a rollback starts a new one (figures before it
-// are no evidence about the experiment started again); the coverage a ramp
-// step writes changes both.
+// writes reach no proxy and leave the assignment revision alone (so does
+// observe); a rollback (a pause) starts a new revision and the start
+// after it another (figures before it are no evidence about the
+// experiment started again); the coverage a ramp step writes starts one.
 func TestGuardsAreNotAssignment(t *testing.T) {
 	plain := guarded()
 	plain.Guardrails, plain.Ramp = nil, nil
@@ -272,22 +271,57 @@ func TestGuardsAreNotAssignment(t *testing.T) {
 	if d, want := experiment.Definition(e), experiment.Definition(plain); !proto.Equal(d, want) {
 		t.Errorf("Definition with guardrails, ramp and state: %v, want %v", d, want)
 	}
-	rolled := proto.Clone(e).(*experimentv1.Experiment)
-	e.Rollback = nil
-	if got, want := outcomes.Revision(e), outcomes.Revision(plain); got != want {
-		t.Errorf("outcomes.Revision with guardrails, ramp and rampState: %s, without %s", got, want)
-	}
-	if outcomes.Revision(rolled) == outcomes.Revision(e) {
-		t.Error("a rollback left the outcomes' revision unchanged")
-	}
-	e = rolled
 	if e.Guardrails == nil || e.Ramp == nil || e.Rollback == nil {
 		t.Error("Definition changed its argument")
 	}
-	stepped := guarded()
-	stepped.Coverage = proto.Float64(0.05)
-	if outcomes.Revision(stepped) == outcomes.Revision(e) {
-		t.Error("a ramp step's coverage left the assignment revision unchanged")
+	old := guarded()
+	old.AssignmentRevision = 7
+	next := func(change func(*experimentv1.Experiment)) int64 {
+		e := proto.Clone(old).(*experimentv1.Experiment)
+		change(e)
+		experiment.NextAssignment(e, old)
+		return e.GetAssignmentRevision()
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*experimentv1.Experiment)
+		want   int64
+	}{
+		{"nothing", func(*experimentv1.Experiment) {}, 7},
+		{"guardrails, ramp and rampState", func(e *experimentv1.Experiment) {
+			e.Guardrails, e.Ramp, e.RampState = nil, nil, &experimentv1.RampState{Step: 1}
+		}, 7},
+		{"observe", func(e *experimentv1.Experiment) { e.Observe = !e.Observe }, 7},
+		{"description", func(e *experimentv1.Experiment) { e.Description = "changed" }, 7},
+		{"a rollback: paused", func(e *experimentv1.Experiment) {
+			e.Status = experiment.StatusPaused
+			e.Rollback = &experimentv1.Rollback{Metric: "errorRate"}
+		}, 8},
+		{"a ramp step's coverage", func(e *experimentv1.Experiment) { e.Coverage = proto.Float64(0.05) }, 8},
+		{"weights", func(e *experimentv1.Experiment) { e.Weights = []float64{0.3, 0.7} }, 8},
+		{"the schedule", func(e *experimentv1.Experiment) { e.EndTime = timestamppb.Now() }, 8},
+	} {
+		if got := next(c.change); got != c.want {
+			t.Errorf("%s: assignment revision %d, want %d", c.name, got, c.want)
+		}
+	}
+	// The start after the rollback is a revision of its own.
+	paused := proto.Clone(old).(*experimentv1.Experiment)
+	paused.Status = experiment.StatusPaused
+	experiment.NextAssignment(paused, old)
+	started := proto.Clone(paused).(*experimentv1.Experiment)
+	started.Status = experiment.StatusRunning
+	experiment.NextAssignment(started, paused)
+	if paused.GetAssignmentRevision() != 8 || started.GetAssignmentRevision() != 9 {
+		t.Errorf("pause then start: revisions %d, %d, want 8, 9", paused.GetAssignmentRevision(), started.GetAssignmentRevision())
+	}
+	created := guarded()
+	experiment.NextAssignment(created, nil)
+	if created.GetAssignmentRevision() != 1 {
+		t.Errorf("a create: revision %d, want 1", created.GetAssignmentRevision())
+	}
+	if d := experiment.Definition(old); d.GetAssignmentRevision() != 7 {
+		t.Errorf("Definition: assignment revision %d, want 7 (the proxies tag outcome stats with it)", d.GetAssignmentRevision())
 	}
 }
 

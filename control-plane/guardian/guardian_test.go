@@ -80,15 +80,17 @@ func (f *fixture) get(t *testing.T, key string) *experimentv1.Experiment {
 	return e
 }
 
-// report feeds the aggregator one export of a proxy that applied its
-// configuration: per variation, its requests and errors, all timed at ms.
+// report feeds the aggregator one export of a proxy running key's current
+// assignment revision: per variation, its requests and errors, all timed
+// at ms.
 func (f *fixture) report(t *testing.T, key string, perVariation [][3]uint64) {
 	t.Helper()
+	rev := f.get(t, key).GetAssignmentRevision()
 	var ms []*metricsv1.Metric
 	for v, c := range perVariation {
 		requests, errors, at := c[0], c[1], float64(c[2])
 		for class, n := range map[int]uint64{plugin.Class2xx: requests - errors, plugin.Class5xx: errors} {
-			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, v, class),
+			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, rev, v, class),
 				Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
@@ -99,12 +101,12 @@ func (f *fixture) report(t *testing.T, key string, perVariation [][3]uint64) {
 			i++
 		}
 		buckets[i] = requests
-		ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, v),
+		ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, rev, v),
 			Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
 	}
-	f.agg.Add(context.Background(), "p1", "", true, ms)
+	f.agg.Add(context.Background(), "p1", "", ms)
 }
 
 // guarded is an observed experiment whose treatment may raise the error

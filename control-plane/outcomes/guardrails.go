@@ -15,9 +15,12 @@ func Guardrail(g *experimentv1.Guardrail) (guard.Guardrail, int) {
 		MinRequests: uint64(experiment.GuardrailRequests(g))}, int(g.GetControl())
 }
 
-// guardCounts is t as the sequential test takes it.
+// guardCounts is t as the sequential test takes it: the requests that got
+// a response, and the 5xx among them. An aborted request (the downstream
+// client went first) is no evidence either way, so that no client can
+// make a variation look worse, or better, by abandoning its requests.
 func (t tally) guardCounts() guard.Counts {
-	c := guard.Counts{Requests: t.requests(), Errors: t.counts[plugin.Class5xx] + t.counts[plugin.ClassReset], Bounds: plugin.LatencyBounds}
+	c := guard.Counts{Requests: t.responses(), Errors: t.counts[plugin.Class5xx], Bounds: plugin.LatencyBounds}
 	if len(t.buckets) > 0 {
 		c.Buckets = t.buckets
 	}

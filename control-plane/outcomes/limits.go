@@ -1,5 +1,7 @@
 package outcomes
 
+import "time"
+
 // Bounds of what proxies send (the OpenTelemetry stat sink is a trust
 // boundary): input over a bound is dropped where it enters and counted in
 // allot_outcomes_dropped_total{reason} (in data points).
@@ -49,19 +51,32 @@ const (
 	MaxWindowMinutes = 60
 	// DefaultWindowMinutes is the window when ?minutes is omitted.
 	DefaultWindowMinutes = 5
+	// MaxRevisions bounds the assignment revisions of one experiment
+	// whose responses allotd counts: the current one and up to
+	// MaxRevisions-1 earlier ones (Outcomes.earlier), each for
+	// RevisionGrace after it was replaced. A flush counting in an older
+	// one is dropped (reason "other_stat"). It is below
+	// plugin.RevisionSlots, the revisions a proxy's stat names tell apart,
+	// so that kept revisions never share names unless RevisionSlots
+	// revisions came between them (then the newer keeps them).
+	MaxRevisions = 8
+	// RevisionGrace is how long a replaced revision's responses are still
+	// counted: a proxy reports a request in the revision that assigned it
+	// at its next stats flush (5 s in the bootstraps), or when it
+	// reconnects.
+	RevisionGrace = 10 * time.Minute
 )
 
 // Reasons of allot_outcomes_dropped_total.
 const (
-	reasonIdentity   = "identity"    // an export on a connection where no one proxy's xDS streams are open (refused)
-	reasonSize       = "size"        // an export over MaxPointsPerExport (refused)
-	reasonRate       = "rate"        // an export over MaxExportsPerSecond (refused)
-	reasonName       = "name"        // a family name over MaxNameBytes
-	reasonOther      = "other_stat"  // not an outcome stat of an observed experiment (Envoy's own stats)
-	reasonNotApplied = "not_applied" // the proxy has not applied the experiment's current revision
-	reasonProxies    = "proxies"     // over MaxProxies (refused)
-	reasonValue      = "value"       // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than plugin.LatencyBounds, or a series repeated within one export
-	reasonCluster    = "cluster"     // an experiment that does not apply to the reporting proxy's cluster
+	reasonIdentity = "identity"   // an export on a connection where no one proxy's xDS streams are open (refused)
+	reasonSize     = "size"       // an export over MaxPointsPerExport (refused)
+	reasonRate     = "rate"       // an export over MaxExportsPerSecond (refused)
+	reasonName     = "name"       // a family name over MaxNameBytes
+	reasonOther    = "other_stat" // not an outcome stat of a kept revision of an observed experiment (Envoy's own stats, a revision no longer kept)
+	reasonProxies  = "proxies"    // over MaxProxies (refused)
+	reasonValue    = "value"      // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than plugin.LatencyBounds, or a series repeated within one export
+	reasonCluster  = "cluster"    // an experiment that does not apply to the reporting proxy's cluster
 )
 
 // Bounds of the records replicas share through etcd (shared.go;

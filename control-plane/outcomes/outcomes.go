@@ -1,8 +1,10 @@
 // Package outcomes receives the per-variation outcome stats the proxies'
 // filters keep for observed experiments (Envoy's OpenTelemetry stat sink,
 // served on the xDS listener) and aggregates them mesh-wide, per experiment,
-// per revision of its assignment fields and per variation: responses by
-// class and latency buckets, since the revision and per minute. With
+// per assignment revision and per variation: responses by class and
+// latency buckets, since the revision and per minute. Each stat carries
+// the revision that assigned its requests (plugin.OutcomeMetric), so a
+// response counts in that revision however late its proxy flushes it. With
 // several allotd replicas, each publishes its figures to records shared
 // through the store's cluster (Shared, shared.go) and its reports sum
 // every replica's. It reads experiments through store.Store and never
@@ -12,8 +14,6 @@ package outcomes
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -25,7 +25,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -77,31 +76,41 @@ type Aggregator struct {
 	// and retryAt. The store is never read with mu held, so that a slow
 	// store delays no flush, report or scrape.
 	reading  sync.Mutex
-	stale    atomic.Bool // the store changed since the experiments were read
+	readMu   sync.Mutex    // guards readDone
+	readDone chan struct{} // closed when the read under way ends; nil when none is
+	stale    atomic.Bool   // the store changed since the experiments were read
 	storeRev int64
 	retryAt  time.Time // after a failed read, the next read waits until then
 
-	mu      sync.Mutex
-	exps    map[string]*expState // observed experiments, by key
-	names   map[string]series    // outcome stat name → series; replaced, never changed
-	second  int64                // the Unix second exports counts
-	exports map[string]int       // node id → its exports in second (MaxExportsPerSecond, MaxProxies)
+	mu   sync.Mutex
+	exps map[string]*expState // observed experiments under their current revision, by key
+	// earlier are the revisions each observed experiment had before,
+	// newest first: at most MaxRevisions-1, each for RevisionGrace after
+	// it was replaced.
+	earlier map[string][]*expState
+	names   map[string]series // outcome stat name → series; replaced, never changed
+	second  int64             // the Unix second exports counts
+	exports map[string]int    // node id → its exports in second (MaxExportsPerSecond, MaxProxies)
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
-// latency histogram of a variation.
+// latency histogram of a variation under one assignment revision.
 type series struct {
 	key       string
+	rev       int64
 	variation int
 	class     int
 }
 
-// expState is an observed experiment's figures under its current
-// assignment revision.
+// expState is an observed experiment's figures under one assignment
+// revision.
 type expState struct {
 	key      string
-	revision string
-	stored   int64 // the store revision of the document this revision was first read from
+	revision string // Revision: rev in decimal
+	rev      int64
+	until    time.Time // when the revision was replaced; zero while it is current
+	names    []string  // its outcome stats' names, in the order of series (statNames)
+	stored   int64     // the store revision of the document this revision was first read from
 	weights  []float64
 	// guardrails are the experiment's (Report tests them on total).
 	guardrails []*experimentv1.Guardrail
@@ -138,7 +147,7 @@ type tally struct {
 // registering its metrics with reg.
 func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Registerer, opts ...Option) (*Aggregator, error) {
 	a := &Aggregator{st: st, decode: decode, now: time.Now, storeRev: -1, changes: st.Watch(ctx),
-		exps: map[string]*expState{}, names: map[string]series{}, exports: map[string]int{},
+		exps: map[string]*expState{}, earlier: map[string][]*expState{}, names: map[string]series{}, exports: map[string]int{},
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_outcomes_dropped_total",
 			Help: "Data points of outcome stats from proxies dropped on entry, by reason."}, []string{"reason"}),
 		messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "allot_outcomes_messages_total",
@@ -155,7 +164,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonNotApplied, reasonCluster, reasonProxies, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonCluster, reasonProxies, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -171,7 +180,25 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 	if err := a.maybeRefresh(ctx, true); err != nil {
 		a.log.Warn("outcomes: experiments not read", "error", err)
 	}
+	go a.follow(ctx, st.Watch(ctx))
 	return a, nil
+}
+
+// follow re-reads the experiments after each write the store's watch
+// reports, until ctx is done: every assignment revision is then known
+// while it is current, so that its responses count in it even when no
+// proxy flushed before the next write (a revision replaced before allotd
+// read it is not kept: its responses are dropped, reason "other_stat").
+// It watches the store apart from a.changes, which exports and reports
+// drain: each of them still learns of a write itself, and reads the
+// experiments or waits for the read under way (awaitRead).
+func (a *Aggregator) follow(ctx context.Context, changes <-chan int64) {
+	for range changes {
+		a.stale.Store(true)
+		if err := a.maybeRefresh(ctx, false); err != nil {
+			a.log.Warn("outcomes: experiments not re-read", "error", err)
+		}
+	}
 }
 
 // Describe implements prometheus.Collector.
@@ -203,24 +230,13 @@ func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Revision is the assignment revision of e: a digest of what decides which
-// unit gets which variation (the evaluated fields, experiment.Definition,
-// without observe) and of the time of its rollback, if a guardrail rolled
-// it back: figures from before a rollback are no evidence about the
+// Revision is e's assignment revision as reports name it: its
+// assignment_revision in decimal. It grows with each write that changes
+// what assigns units (experiment.NextAssignment), a pause and a start
+// included: figures from before a rollback are no evidence about the
 // experiment an owner acknowledged and started again, so they start over.
 func Revision(e *experimentv1.Experiment) string {
-	d := experiment.Definition(e)
-	d.Observe = false
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
-	if err != nil { // a message built from a decoded one always marshals
-		panic(fmt.Sprintf("marshal definition: %v", err))
-	}
-	h := sha256.New()
-	h.Write(b)
-	if t := e.GetRollback().GetTime(); t != nil {
-		fmt.Fprintf(h, "\x00rollback %d.%09d", t.GetSeconds(), t.GetNanos())
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
+	return strconv.FormatInt(e.GetAssignmentRevision(), 10)
 }
 
 // refreshBackoff is how long a failed store read is not retried: with
@@ -240,9 +256,25 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 		}
 	default:
 	}
-	if !force && !a.stale.Load() {
+	a.readMu.Lock()
+	if done := a.readDone; done != nil { // another caller is reading, maybe a write just made: wait for it, briefly
+		a.readMu.Unlock()
+		a.awaitRead(ctx, done)
 		return nil
 	}
+	if !force && !a.stale.Load() {
+		a.readMu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	a.readDone = done
+	a.readMu.Unlock()
+	defer func() {
+		a.readMu.Lock()
+		a.readDone = nil
+		a.readMu.Unlock()
+		close(done)
+	}()
 	if !a.reading.TryLock() {
 		return nil
 	}
@@ -259,6 +291,23 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 		return err
 	}
 	return nil
+}
+
+// staleWait bounds how long a caller that finds the experiments being
+// re-read after a write waits for the read to end: an export of the
+// revision just written then counts, and a slow store delays it no longer.
+const staleWait = 100 * time.Millisecond
+
+// awaitRead waits, at most staleWait, for the read of the experiments
+// under way to end (done closed).
+func (a *Aggregator) awaitRead(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTimer(staleWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // refresh re-reads the observed experiments when the store's revision
@@ -278,45 +327,102 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		return fmt.Errorf("list experiments: %w", err)
 	}
 	type observed struct {
-		e        *experimentv1.Experiment
-		revision string
-		stored   int64 // the store revision of its document
+		e      *experimentv1.Experiment
+		stored int64 // the store revision of its document
 	}
 	var read []observed
-	names := map[string]series{}
 	for _, se := range list {
 		e, err := a.decode(se)
 		if err != nil {
 			a.log.Warn("outcomes: stored experiment not decoded", "key", se.Key, "error", err)
 			continue
 		}
-		if !e.GetObserve() {
-			continue
-		}
-		read = append(read, observed{e, Revision(e), se.Revision})
-		for v := range len(e.GetVariations()) {
-			for c := range numClasses {
-				names[statName(plugin.OutcomeMetric(e.GetKey(), v, c))] = series{e.GetKey(), v, c}
-			}
-			names[statName(plugin.LatencyMetric(e.GetKey(), v))] = series{e.GetKey(), v, latencyClass}
+		if e.GetObserve() {
+			read = append(read, observed{e, se.Revision})
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := a.now()
 	exps := make(map[string]*expState, len(read))
+	earlier := make(map[string][]*expState, len(read))
+	names := map[string]series{}
 	for _, o := range read {
-		key := o.e.GetKey()
-		st := a.exps[key]
-		if st == nil || st.revision != o.revision {
-			st = &expState{key: key, revision: o.revision, stored: o.stored, weights: weights(o.e), since: a.now(),
+		key, rev := o.e.GetKey(), o.e.GetAssignmentRevision()
+		st, before := a.exps[key], a.earlier[key]
+		if st == nil || st.rev != rev {
+			if st != nil {
+				st.until = now
+				before = append([]*expState{st}, before...)
+			}
+			st = &expState{key: key, revision: Revision(o.e), rev: rev, stored: o.stored, weights: weights(o.e), since: now,
 				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
+			st.names = statNames(key, rev, len(st.total))
 		}
 		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
 		st.def = o.e
 		exps[key] = st
+		index(names, st)
+		var kept []*expState
+		for _, x := range before {
+			// A revision's stats share their names with those RevisionSlots
+			// revisions apart: the newer keeps them.
+			if len(kept) < MaxRevisions-1 && now.Sub(x.until) <= RevisionGrace && x.rev != rev && index(names, x) {
+				x.def = o.e
+				kept = append(kept, x)
+			}
+		}
+		if len(kept) > 0 {
+			earlier[key] = kept
+		}
 	}
-	a.exps, a.names = exps, names
+	a.exps, a.earlier, a.names = exps, earlier, names
 	a.storeRev = rev
+	return nil
+}
+
+// statNames are the full Envoy names of the outcome stats of variations
+// variations of revision rev of experiment key, in the order index reads
+// them: each variation's class counters, then its latency histogram.
+func statNames(key string, rev int64, variations int) []string {
+	names := make([]string, 0, variations*(numClasses+1))
+	for v := range variations {
+		for c := range numClasses {
+			names = append(names, statName(plugin.OutcomeMetric(key, rev, v, c)))
+		}
+		names = append(names, statName(plugin.LatencyMetric(key, rev, v)))
+	}
+	return names
+}
+
+// index adds e's stats to names, unless a stat of another revision holds
+// one of them already; false then (nothing added).
+func index(names map[string]series, e *expState) bool {
+	for _, n := range e.names {
+		if _, taken := names[n]; taken {
+			return false
+		}
+	}
+	for i, n := range e.names {
+		v, c := i/(numClasses+1), i%(numClasses+1)
+		if c == numClasses {
+			c = latencyClass
+		}
+		names[n] = series{e.key, e.rev, v, c}
+	}
+	return true
+}
+
+// state is the figures of s's revision; nil if it is not kept.
+func (a *Aggregator) state(s series) *expState {
+	if e := a.exps[s.key]; e != nil && e.rev == s.rev {
+		return e
+	}
+	for _, e := range a.earlier[s.key] {
+		if e.rev == s.rev {
+			return e
+		}
+	}
 	return nil
 }
 
@@ -354,14 +460,16 @@ func (a *Aggregator) admit(node string) bool {
 	return true
 }
 
-// Add takes one export of the proxy of node, which has applied its
-// cluster's current configuration or not. Sums (counters) and histograms
-// must be deltas since the previous flush (the sink's
+// Add takes one export of the proxy of node, of cluster. Sums (counters)
+// and histograms must be deltas since the previous flush (the sink's
 // report_counters_as_deltas and report_histograms_as_deltas): they are
 // summed as they come, so that a restarted proxy (its stats start over)
-// needs nothing. Metrics that are not outcome stats of an observed
-// experiment, or are over a bound, are dropped and counted.
-func (a *Aggregator) Add(ctx context.Context, node, cluster string, applied bool, ms []*metricsv1.Metric) {
+// needs nothing. Each counts in the assignment revision its name carries,
+// the current one or an earlier one still kept, whichever configuration
+// the proxy runs now. Metrics that are not outcome stats of a kept
+// revision of an observed experiment, or are over a bound, are dropped and
+// counted.
+func (a *Aggregator) Add(ctx context.Context, node, cluster string, ms []*metricsv1.Metric) {
 	// A store that cannot be read leaves the experiments as they were read
 	// last: the flush still counts, and a flush after refreshBackoff tries
 	// again.
@@ -389,11 +497,7 @@ func (a *Aggregator) Add(ctx context.Context, node, cluster string, applied bool
 			drop[reasonOther] += float64(points(m))
 			continue
 		}
-		if !applied {
-			drop[reasonNotApplied] += float64(points(m))
-			continue
-		}
-		e := a.exps[s.key]
+		e := a.state(s)
 		if !e.appliesTo(cluster) {
 			// A proxy counts only for the experiments its cluster runs:
 			// no proxy can weigh on another team's experiment.

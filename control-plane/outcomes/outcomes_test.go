@@ -2,6 +2,7 @@ package outcomes
 
 import (
 	"context"
+	"fmt"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/internal/harness"
 	"path/filepath"
@@ -23,13 +24,11 @@ import (
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
-// fixture is an Aggregator over a real bbolt store whose proxies are
-// applied unless listed in notApplied.
+// fixture is an Aggregator over a real bbolt store.
 type fixture struct {
-	st         store.Store
-	a          *Aggregator
-	clock      *harness.Clock
-	notApplied map[string]bool
+	st    store.Store
+	a     *Aggregator
+	clock *harness.Clock
 }
 
 func newFixture(t testing.TB, specs ...string) *fixture {
@@ -39,7 +38,7 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	f := &fixture{st: db, clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)), notApplied: map[string]bool{}}
+	f := &fixture{st: db, clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))}
 	for _, s := range specs {
 		if _, err := db.Create(context.Background(), &store.Experiment{Key: specKey(s), Spec: []byte(s)}, "test"); err != nil {
 			t.Fatal(err)
@@ -58,7 +57,7 @@ func specKey(spec string) string {
 	return key[:strings.Index(key, `"`)]
 }
 
-const checkout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true}`
+const checkout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"assignmentRevision":1}`
 
 // counter is one flush's delta of a counter, as Envoy's OpenTelemetry
 // sink exports it (a monotonic delta sum).
@@ -93,12 +92,25 @@ func histogram(name string, perBucket ...uint64) *metricsv1.Metric {
 		DataPoints:             []*metricsv1.HistogramDataPoint{p}}}}
 }
 
-func name(v int, class string) string {
-	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response." + class
+// name is the stat of class of checkout's variation v under assignment
+// revision 1 (nameAt: rev).
+func name(v int, class string) string { return nameAt(1, v, class) }
+
+func nameAt(rev int64, v int, class string) string {
+	for c := range numClasses {
+		if plugin.ClassName(c) == class {
+			return "wasmcustom." + plugin.OutcomeMetric("checkout", rev, v, c)
+		}
+	}
+	panic("no class " + class)
 }
 
-func latency(v int) string {
-	return "wasmcustom.allot.experiment.checkout.variation." + string(rune('0'+v)) + ".response_time_ms"
+// latency is the latency histogram of checkout's variation v under
+// assignment revision 1 (latencyAt: rev).
+func latency(v int) string { return latencyAt(1, v) }
+
+func latencyAt(rev int64, v int) string {
+	return "wasmcustom." + plugin.LatencyMetric("checkout", rev, v)
 }
 
 // updateSpec stores spec as the checkout experiment's new definition.
@@ -117,7 +129,7 @@ func updateSpec(t *testing.T, st store.Store, spec string) {
 
 func (f *fixture) add(t *testing.T, node string, ms ...*metricsv1.Metric) {
 	t.Helper()
-	f.a.Add(context.Background(), node, "", !f.notApplied[node], ms)
+	f.a.Add(context.Background(), node, "", ms)
 }
 
 func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcomes {
@@ -132,7 +144,7 @@ func (f *fixture) report(t *testing.T, key string, minutes int) *adminv1.Outcome
 func TestTwoProxiesSummed(t *testing.T) {
 	f := newFixture(t, checkout)
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 10), histogram(latency(0), 20, 10, 0))
-	f.add(t, "p2", counter(name(0, "2xx"), 20), counter(name(1, "2xx"), 30), counter(name(1, "reset"), 10), histogram(latency(0), 10, 5, 5))
+	f.add(t, "p2", counter(name(0, "2xx"), 20), counter(name(1, "2xx"), 30), counter(name(1, "aborted"), 10), histogram(latency(0), 10, 5, 5))
 	f.add(t, "p1", counter(name(0, "2xx"), 10), histogram(latency(0), 5, 5, 0))
 
 	r := f.report(t, "checkout", 0)
@@ -140,13 +152,14 @@ func TestTwoProxiesSummed(t *testing.T) {
 		if vs[0].Requests != 60 || vs[1].Requests != 50 {
 			t.Errorf("requests %d, %d, want 60, 50", vs[0].Requests, vs[1].Requests)
 		}
-		if vs[1].ErrorRate != 0.4 || vs[0].ErrorRate != 0 {
-			t.Errorf("error rates %v, %v, want 0, 0.4", vs[0].ErrorRate, vs[1].ErrorRate)
+		if vs[1].ErrorRate != 0.25 || vs[0].ErrorRate != 0 || vs[1].Aborted != 10 {
+			t.Errorf("error rates %v, %v, aborted %d, want 0, 0.25 (10 5xx of 40 responses: the 10 aborted are none), 10",
+				vs[0].ErrorRate, vs[1].ErrorRate, vs[1].Aborted)
 		}
 		if vs[0].Share != 60.0/110 || vs[0].Weight != 0.5 {
 			t.Errorf("share %v weight %v", vs[0].Share, vs[0].Weight)
 		}
-		if vs[1].Responses["reset"] != 10 || vs[1].Responses["5xx"] != 10 {
+		if vs[1].Responses["aborted"] != 10 || vs[1].Responses["5xx"] != 10 {
 			t.Errorf("responses %v", vs[1].Responses)
 		}
 		// 35 ≤ 10 ms, 20 in (10, 100], 5 in (100, 250]: 60 timed.
@@ -192,15 +205,14 @@ func TestRestartDoesNotDoubleCount(t *testing.T) {
 
 func TestOverBoundsDropped(t *testing.T) {
 	f := newFixture(t, checkout)
-	f.notApplied["late"] = true
 	f.add(t, "p1",
 		counter(strings.Repeat("x", MaxNameBytes+1), 1),
 		counter("cluster.upstream_rq_total", 1),
-		counter("wasmcustom.allot.experiment.other.variation.0.response.2xx", 1), // not observed
+		counter("wasmcustom."+plugin.OutcomeMetric("other", 1, 0, plugin.Class2xx), 1), // not observed
+		counter(nameAt(2, 0, "2xx"), 1),                                                // a revision not (yet) stored
 		counter(name(0, "2xx"), -1),
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
-	f.add(t, "late", counter(name(0, "2xx"), 7))
 	// Histograms: bounds other than plugin.LatencyBounds, a count other than the
 	// buckets' sum, too many buckets or a cumulative one are refused.
 	other := histogram(latency(0), 1, 0, 0)
@@ -212,7 +224,7 @@ func TestOverBoundsDropped(t *testing.T) {
 	cumulative := histogram(latency(0), 1, 0, 0)
 	cumulative.GetHistogram().AggregationTemporality = metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE
 	f.add(t, "p1", histogram(latency(0), 1, 1, 0), other, down, many, cumulative)
-	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 2, reasonValue: 6, reasonNotApplied: 1} {
+	for reason, want := range map[string]float64{reasonName: 1, reasonOther: 3, reasonValue: 6} {
 		if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reason)); got != want {
 			t.Errorf("dropped{reason=%q} = %v, want %v", reason, got, want)
 		}
@@ -265,7 +277,7 @@ func TestRevisionChangeStartsNewWindow(t *testing.T) {
 	cur, _ := f.st.Get(ctx, "checkout")
 
 	// A description is no assignment field: same revision, figures kept.
-	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"description":"x"}`)
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"assignmentRevision":1,"description":"x"}`)
 	cur, err := f.st.Update(ctx, cur, cur.Revision, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -274,18 +286,68 @@ func TestRevisionChangeStartsNewWindow(t *testing.T) {
 		t.Fatalf("after a description change: revision %s (was %s), requests %d", r.Revision, r1.Revision, r.Total[0].Requests)
 	}
 
-	// New weights: a new revision, counted from zero.
-	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.1,0.9],"observe":true}`)
+	// New weights: a new revision, counted from zero. A flush of the old
+	// revision's stats after it (a proxy late to apply it, or requests it
+	// assigned before) still counts in the old revision, shown as earlier.
+	cur.Spec = []byte(`{"key":"checkout","variations":["a","b"],"weights":[0.1,0.9],"observe":true,"assignmentRevision":2}`)
 	if _, err := f.st.Update(ctx, cur, cur.Revision, "test"); err != nil {
 		t.Fatal(err)
 	}
-	f.add(t, "p1", counter(name(1, "2xx"), 3))
+	f.add(t, "p1", counter(nameAt(2, 1, "2xx"), 3), counter(name(0, "5xx"), 4))
 	r2 := f.report(t, "checkout", 0)
-	if r2.Revision == r1.Revision {
-		t.Fatal("revision unchanged after new weights")
+	if r2.Revision != "2" || r1.Revision != "1" {
+		t.Fatalf("revisions %s then %s, want 1 then 2", r1.Revision, r2.Revision)
 	}
 	if r2.Total[0].Requests != 0 || r2.Total[1].Requests != 3 || r2.Window[0].Requests != 0 || r2.Total[1].Weight != 0.9 {
 		t.Errorf("after new weights: %+v", r2.Total)
+	}
+	if len(r2.Earlier) != 1 || r2.Earlier[0].Revision != "1" || r2.Earlier[0].Total[0].Requests != 14 || r2.Earlier[0].Total[0].ErrorRate != 4.0/14 {
+		t.Errorf("earlier revisions %v, want revision 1 with its 10 requests and the 4 flushed late", r2.Earlier)
+	}
+}
+
+// TestEarlierRevisionsBounded: at most MaxRevisions-1 earlier revisions
+// are kept, each for RevisionGrace; a flush of one no longer kept is
+// dropped, and a revision RevisionSlots later takes over the stat names
+// it shares with an earlier one.
+func TestEarlierRevisionsBounded(t *testing.T) {
+	f := newFixture(t, checkout)
+	spec := func(rev int) string {
+		return fmt.Sprintf(`{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"assignmentRevision":%d,"seed":"s%d"}`, rev, rev)
+	}
+	for rev := 2; rev <= MaxRevisions+2; rev++ {
+		updateSpec(t, f.st, spec(rev))
+		f.report(t, "checkout", 0)
+	}
+	r := f.report(t, "checkout", 0)
+	if len(r.Earlier) != MaxRevisions-1 || r.Earlier[0].Revision != strconv.Itoa(MaxRevisions+1) || r.Earlier[MaxRevisions-2].Revision != "3" {
+		t.Fatalf("earlier revisions %d (%v), want %d to 3", len(r.Earlier), r.Earlier, MaxRevisions+1)
+	}
+	f.add(t, "p1", counter(nameAt(2, 0, "2xx"), 1), counter(nameAt(3, 0, "2xx"), 1))
+	if got := testutil.ToFloat64(f.a.dropped.WithLabelValues(reasonOther)); got != 1 {
+		t.Errorf("dropped{other_stat} = %v, want 1 (revision 2, no longer kept)", got)
+	}
+	if r := f.report(t, "checkout", 0); r.Earlier[MaxRevisions-2].Total[0].Requests != 1 {
+		t.Errorf("revision 3: %d requests, want 1", r.Earlier[MaxRevisions-2].Total[0].Requests)
+	}
+
+	f.clock.Add(RevisionGrace + time.Second)
+	updateSpec(t, f.st, spec(MaxRevisions+3))
+	if r := f.report(t, "checkout", 0); len(r.Earlier) != 1 || r.Earlier[0].Revision != strconv.Itoa(MaxRevisions+2) {
+		t.Errorf("after RevisionGrace: earlier %v, want only the revision just replaced", r.Earlier)
+	}
+
+	// Revision 1+RevisionSlots shares revision 1's stat names: it takes them.
+	f.clock.Add(RevisionGrace + time.Second)
+	updateSpec(t, f.st, spec(MaxRevisions+4))
+	updateSpec(t, f.st, spec(1+plugin.RevisionSlots))
+	if nameAt(1+plugin.RevisionSlots, 0, "2xx") != name(0, "2xx") {
+		t.Fatal("revisions RevisionSlots apart have different stat names")
+	}
+	f.report(t, "checkout", 0)
+	f.add(t, "p1", counter(name(0, "2xx"), 5))
+	if r := f.report(t, "checkout", 0); r.Revision != strconv.Itoa(1+plugin.RevisionSlots) || r.Total[0].Requests != 5 {
+		t.Errorf("revision %s, requests %d, want %d, 5", r.Revision, r.Total[0].Requests, 1+plugin.RevisionSlots)
 	}
 }
 
@@ -334,21 +396,21 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Add(context.Background(), "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+	a.Add(context.Background(), "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
-	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`)
 	fs.fail.Store(true)
-	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
+	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
 		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
 	}
 	fs.fail.Store(false)
-	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.5 || e.total[1].counts[0] != 5 {
 		t.Errorf("within refreshBackoff of the failed read: weights %v, counts %v, want the revision read last", e.weights, e.total)
 	}
 	f.clock.Add(refreshBackoff)
-	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 5)})
+	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(nameAt(2, 1, "2xx"), 5)})
 	if e := a.exps["checkout"]; e.weights[1] != 0.8 || e.total[1].counts[0] != 5 || e.total[0].counts[0] != 0 {
 		t.Errorf("after the store is back: weights %v, counts %v", e.weights, e.total)
 	}
@@ -384,13 +446,13 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
-	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`)
+	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`)
 	bs.armed.Store(true)
 	slow := make(chan struct{})
 	go func() {
 		defer close(slow)
-		a.Add(ctx, "p1", "", true, []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
+		a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	}()
 	select {
 	case <-bs.entered:
@@ -408,7 +470,7 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 	defer release()
 	done := make(chan string, 3)
 	go func() {
-		a.Add(ctx, "p2", "", true, []*metricsv1.Metric{counter(name(1, "2xx"), 2)})
+		a.Add(ctx, "p2", "", []*metricsv1.Metric{counter(name(1, "2xx"), 2)})
 		done <- "add"
 	}()
 	go func() {

@@ -86,7 +86,18 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
 		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series,
-		LatencyBoundsMs: slices.Clone(plugin.LatencyBounds), Guardrails: e.check()}, nil
+		LatencyBoundsMs: slices.Clone(plugin.LatencyBounds), Guardrails: e.check(), Earlier: a.earlierOutcomes(key)}, nil
+}
+
+// earlierOutcomes are the totals of key's earlier revisions this replica
+// keeps, newest first; a.mu must be held.
+func (a *Aggregator) earlierOutcomes(key string) []*adminv1.RevisionOutcomes {
+	var out []*adminv1.RevisionOutcomes
+	for _, e := range a.earlier[key] {
+		out = append(out, &adminv1.RevisionOutcomes{Revision: e.revision, Since: timestamppb.New(e.since),
+			Until: timestamppb.New(e.until), Total: variations(e.total, e.weights)})
+	}
+	return out
 }
 
 // minuteOutcomes is variation v's figures of one minute's tally t.
@@ -121,6 +132,7 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 			o.Share = float64(r) / float64(all)
 		}
 		o.ErrorRate = t.errorRate()
+		o.Aborted = int64(t.counts[plugin.ClassAborted])
 		for _, n := range t.buckets {
 			o.Timed += int64(n)
 		}
@@ -144,13 +156,16 @@ func (t tally) requests() uint64 {
 	return n
 }
 
-// errorRate is t's (5xx + reset) / requests; 0 without requests.
+// responses counts t's requests that got a response: all but the aborted.
+func (t tally) responses() uint64 { return t.requests() - t.counts[plugin.ClassAborted] }
+
+// errorRate is t's 5xx / responses; 0 without responses.
 func (t tally) errorRate() float64 {
-	r := t.requests()
+	r := t.responses()
 	if r == 0 {
 		return 0
 	}
-	return float64(t.counts[plugin.Class5xx]+t.counts[plugin.ClassReset]) / float64(r)
+	return float64(t.counts[plugin.Class5xx]) / float64(r)
 }
 
 // quantiles are the latency quantiles of t's buckets; nil when empty.

@@ -1,11 +1,12 @@
 package outcomes
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/allotmesh/allot/filter/plugin"
 )
 
 // TestSeries: a report's series has one entry per minute of the window
@@ -16,7 +17,7 @@ func TestSeries(t *testing.T) {
 	f := newFixture(t, checkout) // since 00:00:30
 	f.add(t, "p1", counter(name(0, "2xx"), 30), counter(name(1, "5xx"), 5), counter(name(1, "2xx"), 15), histogram(latency(0), 30, 0, 0))
 	f.clock.Add(2 * time.Minute) // 00:01 has nothing
-	f.add(t, "p1", counter(name(0, "2xx"), 4), counter(name(0, "reset"), 1), histogram(latency(0), 0, 0, 4))
+	f.add(t, "p1", counter(name(0, "2xx"), 4), counter(name(0, "aborted"), 1), histogram(latency(0), 0, 0, 4))
 
 	minute := func(m int) time.Time { return time.Date(2026, 1, 1, 0, m, 0, 0, time.UTC) }
 	type point struct {
@@ -34,8 +35,9 @@ func TestSeries(t *testing.T) {
 		// give 5 + 5×28.5/30 = 9.75; 4 in (100, 250] give
 		// 100 + 150×3.8/4 = 242.5. The window reaches before the
 		// revision: the series starts at since's minute.
-		{"since the revision", 5, 0, [][2]point{{{30, 0, 9.75}, {20, 0.25, 0}}, {}, {{5, 0.2, 242.5}, {}}}},
-		{"the last two minutes", 2, 1, [][2]point{{}, {{5, 0.2, 242.5}, {}}}},
+		// The aborted request is a request, not an error.
+		{"since the revision", 5, 0, [][2]point{{{30, 0, 9.75}, {20, 0.25, 0}}, {}, {{5, 0, 242.5}, {}}}},
+		{"the last two minutes", 2, 1, [][2]point{{}, {{5, 0, 242.5}, {}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := f.report(t, "checkout", tt.minutes)
@@ -80,7 +82,7 @@ var many = func() string {
 		}
 		spec += `"v` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`
 	}
-	return spec + `]}`
+	return spec + `],"assignmentRevision":1}`
 }()
 
 // TestSeriesBounded: after longer than the ring of minutes, a report of
@@ -88,7 +90,7 @@ var many = func() string {
 // the current one last, and no minute of the ring's previous turn.
 func TestSeriesBounded(t *testing.T) {
 	f := newFixture(t, many)
-	f.add(t, "p1", counter("wasmcustom.allot.experiment.many.variation.3.response.2xx", 7)) // at 00:00, the slot of 01:01
+	f.add(t, "p1", counter("wasmcustom."+plugin.OutcomeMetric("many", 1, 3, plugin.Class2xx), 7)) // at 00:00, the slot of 01:01
 	f.clock.Add(61 * time.Minute)
 	r := f.report(t, "many", MaxWindowMinutes)
 	if len(r.Series) != MaxWindowMinutes {
@@ -118,9 +120,9 @@ func BenchmarkReportSeries(b *testing.B) {
 	f := newFixture(b, many)
 	for range MaxWindowMinutes {
 		for v := range 64 {
-			f.a.Add(b.Context(), "p1", "", true, []*metricsv1.Metric{
-				counter(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response.2xx", v), 10),
-				histogram(fmt.Sprintf("wasmcustom.allot.experiment.many.variation.%d.response_time_ms", v), 5, 4, 1)})
+			f.a.Add(b.Context(), "p1", "", []*metricsv1.Metric{
+				counter("wasmcustom."+plugin.OutcomeMetric("many", 1, v, plugin.Class2xx), 10),
+				histogram("wasmcustom."+plugin.LatencyMetric("many", 1, v), 5, 4, 1)})
 		}
 		f.clock.Add(time.Minute)
 	}

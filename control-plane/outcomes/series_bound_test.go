@@ -14,7 +14,7 @@ import (
 // MaxDelta, the copies dropped (reason "value").
 func TestOneSeriesBoundedPerExport(t *testing.T) {
 	f := newFixture(t, checkout)
-	s := NewSink(f.a, func(string) (string, string, bool, bool) { return "p1", "shop", true, true })
+	s := NewSink(f.a, func(string) (string, string, bool) { return "p1", "shop", true })
 	var ms []*metricsv1.Metric
 	for range MaxPointsPerExport {
 		ms = append(ms, counter(name(0, "2xx"), MaxDelta))

@@ -72,11 +72,14 @@ func (r *replica) add(t *testing.T, node string, v int, n float64) {
 	if err := r.a.maybeRefresh(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	r.a.Add(context.Background(), node, "", true, []*metricsv1.Metric{counter(name(v, "2xx"), n), histogram(latency(v), uint64(n), 0, 0)})
+	r.a.mu.Lock()
+	rev := r.a.exps["checkout"].rev // the revision the replica read: its proxies run it
+	r.a.mu.Unlock()
+	r.a.Add(context.Background(), node, "", []*metricsv1.Metric{counter(nameAt(rev, v, "2xx"), n), histogram(latencyAt(rev, v), uint64(n), 0, 0)})
 }
 
 // reweighted is checkout with new weights: a new assignment revision.
-const reweighted = `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true}`
+const reweighted = `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`
 
 // addPublished is add, then publish.
 func (r *replica) addPublished(t *testing.T, node string, v int, n float64) {

@@ -13,10 +13,9 @@ import (
 )
 
 // IdentifyFunc names the proxy whose xDS streams are open on the
-// connection from addr (xds.Server.ConnProxy): its node id, its cluster and
-// whether it has applied (ACKed) the configuration its cluster should run
-// now; ok is false when no one proxy is identified on that connection.
-type IdentifyFunc func(addr string) (node, cluster string, applied, ok bool)
+// connection from addr (xds.Server.ConnProxy): its node id and its
+// cluster; ok is false when no one proxy is identified on that connection.
+type IdentifyFunc func(addr string) (node, cluster string, ok bool)
 
 // Sink is opentelemetry.proto.collector.metrics.v1.MetricsService over an
 // Aggregator: the receiving end of Envoy's OpenTelemetry stat sink
@@ -67,7 +66,7 @@ func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsService
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr = p.Addr.String()
 	}
-	node, cluster, applied, ok := s.identify(addr)
+	node, cluster, ok := s.identify(addr)
 	switch {
 	case !ok:
 		s.a.dropped.WithLabelValues(reasonIdentity).Add(float64(n))
@@ -79,7 +78,7 @@ func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsService
 		s.a.dropped.WithLabelValues(reasonRate).Add(float64(n))
 		return nil, status.Errorf(codes.ResourceExhausted, "metrics: node %.256q: over %d exports per second", node, MaxExportsPerSecond)
 	}
-	s.a.Add(ctx, node, cluster, applied, ms)
+	s.a.Add(ctx, node, cluster, ms)
 	return &collectorv1.ExportMetricsServiceResponse{}, nil
 }
 

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/allotmesh/allot/control-plane/rollout"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,9 +29,9 @@ func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.S
 	if err != nil {
 		return nil, err
 	}
-	outcomes.NewSink(a, func(addr string) (string, string, bool, bool) {
+	outcomes.NewSink(a, func(addr string) (string, string, bool) {
 		p, ok := x.ConnProxy(addr)
-		return p.NodeID, p.Cluster, p.State == rollout.StateApplied, ok
+		return p.NodeID, p.Cluster, ok
 	}).Register(g)
 	return a, nil
 }

@@ -36,9 +36,7 @@ func TestOutcomesOnlyFromProxiesItAppliesTo(t *testing.T) {
 		}
 		return nil
 	})
-	name := func(key string, v int, class string) string {
-		return fmt.Sprintf("wasmcustom.allot.experiment.%s.variation.%d.response.%s", key, v, class)
-	}
+	name := func(key string, v int, class string) string { return outcomeStat(key, 1, v, class) }
 	if _, err := collectorv1.NewMetricsServiceClient(p.conn).Export(t.Context(),
 		deltas(map[string]int64{name("mine", 0, "2xx"): 10, name("theirs", 1, "5xx"): 1000})); err != nil {
 		t.Fatal(err)

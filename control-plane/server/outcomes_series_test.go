@@ -37,9 +37,7 @@ func TestOutcomesSeries(t *testing.T) {
 		}
 		return nil
 	})
-	name := func(v int, class string) string {
-		return fmt.Sprintf("wasmcustom.allot.experiment.checkout.variation.%d.response.%s", v, class)
-	}
+	name := func(v int, class string) string { return outcomeStat("checkout", 1, v, class) }
 	if _, err := collectorv1.NewMetricsServiceClient(p.conn).Export(t.Context(),
 		deltas(map[string]int64{name(0, "2xx"): 9, name(1, "2xx"): 3, name(1, "5xx"): 1})); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ import (
 	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	"github.com/allotmesh/allot/control-plane/outcomes"
+	"github.com/allotmesh/allot/control-plane/translate"
+	"github.com/allotmesh/allot/filter/plugin"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
@@ -81,9 +83,7 @@ func TestOutcomesSink(t *testing.T) {
 		return nil
 	})
 
-	name := func(v int, class string) string {
-		return fmt.Sprintf("wasmcustom.allot.experiment.checkout.variation.%d.response.%s", v, class)
-	}
+	name := func(v int, class string) string { return outcomeStat("checkout", 1, v, class) }
 	sink := collectorv1.NewMetricsServiceClient(p.conn)
 	for _, req := range []*collectorv1.ExportMetricsServiceRequest{
 		deltas(map[string]int64{name(0, "2xx"): 8, name(1, "5xx"): 2, "cluster.shop.upstream_rq_total": 10}),
@@ -98,7 +98,8 @@ func TestOutcomesSink(t *testing.T) {
 	if _, err := collectorv1.NewMetricsServiceClient(strangerConn).Export(ctx, deltas(map[string]int64{name(0, "2xx"): 100})); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("an export on a connection without an xDS stream: %v, want Unauthenticated", err)
 	}
-	// A proxy that has not applied its configuration: dropped.
+	// A proxy that has not applied its configuration reports under the
+	// revisions its stats name: counted.
 	late := connectProxy(t, a.XDS.String(), "p2", "no-such-artifact") // unserved: never applies
 	eventually(t, 5*time.Second, "p2 tracked", func() error {
 		if _, body := adminCall(t, a, "GET", "/v1/rollout", ""); !strings.Contains(body, `"p2"`) {
@@ -120,7 +121,7 @@ func TestOutcomesSink(t *testing.T) {
 		if err := protojson.Unmarshal([]byte(body), rep); err != nil {
 			return err
 		}
-		if tot := rep.GetTotal(); len(tot) != 2 || tot[0].GetRequests() != 8 || tot[1].GetRequests() != 8 || tot[1].GetErrorRate() != 0.25 ||
+		if tot := rep.GetTotal(); len(tot) != 2 || tot[0].GetRequests() != 108 || tot[1].GetRequests() != 8 || tot[1].GetErrorRate() != 0.25 ||
 			rep.GetWindow()[1].GetResponses()["5xx"] != 2 {
 			return fmt.Errorf("report %s", body)
 		}
@@ -131,9 +132,8 @@ func TestOutcomesSink(t *testing.T) {
 		_, body := get(t, http.DefaultClient, "http://"+a.Admin.String()+"/metrics")
 		for _, want := range []string{
 			`allot_outcome_requests_total{class="5xx",experiment="checkout",revision="` + rev + `",variation="1"} 2`,
-			`allot_outcome_requests_total{class="2xx",experiment="checkout",revision="` + rev + `",variation="0"} 8`,
+			`allot_outcome_requests_total{class="2xx",experiment="checkout",revision="` + rev + `",variation="0"} 108`,
 			`allot_outcomes_dropped_total{reason="other_stat"} 1`,
-			`allot_outcomes_dropped_total{reason="not_applied"} 1`,
 			`allot_outcomes_dropped_total{reason="identity"} 1`,
 			`allot_outcomes_messages_total 4`,
 		} {
@@ -260,7 +260,7 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 	}
 	export := func(t *testing.T, conn *grpc.ClientConn) error {
 		_, err := collectorv1.NewMetricsServiceClient(conn).Export(t.Context(), deltas(map[string]int64{
-			"wasmcustom.allot.experiment.checkout.variation.0.response.2xx": 1}))
+			outcomeStat("checkout", 1, 0, "2xx"): 1}))
 		return err
 	}
 	for _, tt := range []struct {
@@ -298,4 +298,15 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 	if err := export(t, conn); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("an export after the proxies' CA was removed: %v, want PermissionDenied", err)
 	}
+}
+
+// outcomeStat is the full Envoy name of the counter of class of variation v
+// of revision rev of experiment key, as the sink exports it.
+func outcomeStat(key string, rev int64, v int, class string) string {
+	for c := range plugin.NumClasses {
+		if plugin.ClassName(c) == class {
+			return translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, rev, v, c)
+		}
+	}
+	panic("no outcome class " + class)
 }

@@ -188,6 +188,7 @@ var experimentFields = []field{
 	{json: "minBucketVersion", proto: "min_bucket_version", kind: kindInt32},
 	{json: "disableStickyBucketing", proto: "disable_sticky_bucketing", kind: kindBool},
 	{json: "observe", proto: "observe", kind: kindBool},
+	{json: "assignmentRevision", proto: "assignment_revision", kind: kindInt64},
 
 	{json: "status", proto: "status", reject: controlPlaneOnly},
 	{json: "description", proto: "description", reject: controlPlaneOnly},
@@ -387,6 +388,10 @@ func (d *decoder) experimentField(e *engine.Experiment, name string, v any) bool
 		e.DisableStickyBucketing = d.boolean(v)
 	case "observe":
 		e.Observe = d.boolean(v)
+	case "assignmentRevision":
+		if e.AssignmentRevision = d.integer(v, 64); e.AssignmentRevision < 0 {
+			d.fail("at least 0")
+		}
 	default:
 		return false
 	}

@@ -42,15 +42,15 @@ uintptr_t envoy_dynamic_module_on_http_filter_new(uintptr_t config, uintptr_t fi
 }
 
 // A stream that ends with outcomes still to count got no response
-// headers (reset, or the client went first): each of its observed
-// variations counts one reset, on the configuration's counters (the
-// stream's filter is going).
+// headers (the downstream client went first: plugin.ClassAborted): each of
+// its observed variations counts one aborted request, on the
+// configuration's counters (the stream's filter is going).
 void envoy_dynamic_module_on_http_filter_destroy(uintptr_t module) {
   if (module == 0 || (module & 1)) return;
   allot_stream* s = (allot_stream*)module;
   for (size_t i = 0; i < s->n_outcomes; i++) {
     envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        s->envoy_config, s->outcomes[i * ALLOT_OUTCOME_IDS + ALLOT_CLASS_RESET], NULL, 0, 1);
+        s->envoy_config, s->outcomes[i * ALLOT_OUTCOME_IDS + ALLOT_CLASS_ABORTED], NULL, 0, 1);
   }
   allot_stream_drop_outcomes(s);
   free(s->header);

@@ -299,7 +299,7 @@ const OutcomeIDs = C.ALLOT_OUTCOME_IDS
 // request was assigned (OutcomeIDs each) for the stream's C hooks, and
 // starts its clock: the response-headers hook counts the response's class
 // and records its latency in each, and a stream destroyed before any
-// response counts a reset on c's counters. False if there is no stream
+// response counts it aborted on c's counters. False if there is no stream
 // state or no memory.
 func (s Stream) Observe(c Config, ids []uint64) bool {
 	if s == 0 || len(ids) == 0 || len(ids)%OutcomeIDs != 0 {

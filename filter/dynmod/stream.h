@@ -17,11 +17,11 @@ typedef struct { const char* ptr; size_t length; } allot_buffer;
 typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } allot_header;
 
 // ALLOT_OUTCOME_IDS is the number of Envoy stat ids of one observed
-// variation: a counter per outcome class (2xx, 3xx, 4xx, 5xx, other, reset:
+// variation: a counter per outcome class (2xx, 3xx, 4xx, 5xx, other, aborted:
 // plugin.NumClasses, in its order), then the latency histogram.
 #define ALLOT_OUTCOME_IDS 7
 #define ALLOT_CLASS_OTHER 4
-#define ALLOT_CLASS_RESET 5
+#define ALLOT_CLASS_ABORTED 5
 
 typedef struct {
   uintptr_t config;  // the configuration's handle

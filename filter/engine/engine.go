@@ -95,6 +95,10 @@ type Experiment struct {
 	// the one field here that is not evaluated, carried beside the
 	// definition so that one decoder reads the whole experiment.
 	Observe bool
+	// AssignmentRevision numbers the experiment's assignment revisions (the
+	// control plane's): the filter tags its outcome stats with it. Like
+	// Observe, the engine does not read it. At least 0.
+	AssignmentRevision int64
 }
 
 // Filter is one element of Experiment.Filters.

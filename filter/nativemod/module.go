@@ -121,7 +121,30 @@ type module struct {
 	warm    bool
 	warning string
 	pending []uint64
+	// retained are the outcome stats of the configurations live within
+	// retainOutcomes, by name (guarded by mu): each new configuration
+	// defines them too (retainLocked).
+	retained map[string]retainedStat
 }
+
+// retainedStat is an outcome stat a new configuration defines though it
+// does not count in it: whether it is a histogram, and when a
+// configuration that counts in it was last seen live.
+type retainedStat struct {
+	histogram bool
+	seen      time.Time
+}
+
+// retainOutcomes is how long the outcome stats of a configuration stay
+// defined after it was last seen live by a new configuration. Envoy frees
+// a configuration's stats with it, and with them the counts its streams
+// made since the last stats flush; each outcome stat carries its
+// assignment revision, so the new configuration's do not keep the old
+// ones alive. Defining them in each configuration made within
+// retainOutcomes keeps them for two of the bootstraps' 5 s flushes and
+// more, so a revision's last counts reach allotd. Bound: the stats of the
+// configurations live within the last retainOutcomes.
+const retainOutcomes = 30 * time.Second
 
 // entry is one compiled configuration.
 type entry struct {
@@ -137,6 +160,8 @@ type entry struct {
 	// class's counter, then the latency histogram (noCounter: not
 	// defined).
 	outcomes []uint64
+	// outStats are the names of those stats (cfg.Outcomes).
+	outStats []plugin.OutcomeStats
 	// side is the configuration's C side, whose address is its handle:
 	// with a warm plan, each worker's C cache, filled after each request
 	// Go serves (handOff).
@@ -301,13 +326,15 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		}
 	}
 	if cfg.Observed() {
-		e.outcomes = defineOutcomes(c, cfg.Outcomes())
+		e.outStats = cfg.Outcomes()
+		e.outcomes = defineOutcomes(c, e.outStats)
 	}
 	if e.side = m.newSide(e); e.side == nil {
 		return 0
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.retainLocked(c, e, time.Now())
 	m.next++
 	e.id = m.next
 	// Only the streams of a sticky or observed configuration keep state:
@@ -379,6 +406,41 @@ func newWarmSide(w plugin.WarmPlan, e *entry, workers int) (*dynmod.WarmConfig, 
 		}
 	}
 	return dynmod.NewWarmConfig(p, r, workers, w.MaxEntries, w.MaxBytes, len(e.counters), exposureState)
+}
+
+// retainLocked defines in configuration c, which e is, the outcome stats
+// of the configurations live within retainOutcomes, and marks those live
+// now as seen at now; m.mu must be held.
+func (m *module) retainLocked(c dynmod.Config, e *entry, now time.Time) {
+	if m.retained == nil {
+		m.retained = map[string]retainedStat{}
+	}
+	for _, x := range *m.configs.Load() {
+		for _, o := range x.outStats {
+			for _, name := range o.Counters {
+				m.retained[name] = retainedStat{seen: now}
+			}
+			m.retained[o.Latency] = retainedStat{histogram: true, seen: now}
+		}
+	}
+	own := make(map[string]bool, len(e.outStats)*dynmod.OutcomeIDs)
+	for _, o := range e.outStats {
+		for _, name := range o.Counters {
+			own[name] = true
+		}
+		own[o.Latency] = true
+	}
+	for name, r := range m.retained {
+		switch {
+		case now.Sub(r.seen) > retainOutcomes:
+			delete(m.retained, name)
+		case own[name] || c == 0:
+		case r.histogram:
+			c.DefineHistogram(name)
+		default:
+			c.DefineCounter(name)
+		}
+	}
 }
 
 // defineOutcomes defines the outcome stats of the observed variations in

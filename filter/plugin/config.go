@@ -61,6 +61,9 @@ type Config struct {
 	headerNames []string
 	keys        []string
 	values      [][]string
+	// revs[i] is experiment i's assignment revision, which its outcome
+	// stats carry (OutcomeMetric).
+	revs []int64
 	// dictValues[i][v] is variation v of experiment i as an RFC 9651
 	// dictionary member, key and separator included: `, key="value"`.
 	dictValues [][]string
@@ -152,8 +155,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.nvals = len(c.attrs)
 	observed := make([]bool, n)
+	c.revs = make([]int64, n)
 	for i := range f.Experiments {
 		observed[i] = f.Experiments[i].Observe
+		c.revs[i] = f.Experiments[i].AssignmentRevision
 	}
 	c.observe(observed)
 	if f.StickyCookie != nil {

@@ -1,5 +1,7 @@
 package plugin
 
+import "strconv"
+
 // Outcome classes: what became of a request an observed experiment
 // assigned, by its response's :status. Their order is the order of each
 // variation's counters (OutcomeMetrics) and of the native module's stat ids.
@@ -9,13 +11,30 @@ const (
 	Class4xx          // 400–499
 	Class5xx          // 500–599
 	ClassOther        // any other :status (101 Switching Protocols, say)
-	ClassReset        // no response headers reached the filter: reset, or the client gone
+	// ClassAborted: the stream ended before response headers reached the
+	// filter, which only the downstream side does (the client gave up,
+	// reset the stream or closed its connection): Envoy answers every
+	// failure between the proxy and the service before the response
+	// headers (connection failure, upstream reset, timeout) with a 5xx
+	// local reply, which the filter sees as a 5xx.
+	ClassAborted
 	// NumClasses is the number of classes.
 	NumClasses
 )
 
 // classNames name the classes in stat names.
-var classNames = [NumClasses]string{"2xx", "3xx", "4xx", "5xx", "other", "reset"}
+var classNames = [NumClasses]string{"2xx", "3xx", "4xx", "5xx", "other", "aborted"}
+
+// RevisionSlots is how many assignment revisions of one experiment have
+// outcome stats of their own in a proxy: a revision's stats carry its
+// number modulo RevisionSlots (RevisionSlot), so that a proxy defines at
+// most RevisionSlots × 7 stats per observed variation however many
+// revisions come and go, and allotd tells the revisions it keeps apart as
+// long as it keeps fewer (outcomes.MaxRevisions).
+const RevisionSlots = 32
+
+// RevisionSlot is the slot of assignment revision rev in outcome stat names.
+func RevisionSlot(rev int64) int { return int(uint64(rev) % RevisionSlots) }
 
 // StatusClass is the class of a response whose :status is status.
 func StatusClass(status string) int {
@@ -35,18 +54,24 @@ func StatusClass(status string) int {
 	return ClassOther
 }
 
-// OutcomeMetric names the counter of responses of class to requests
-// assigned variation v of experiment key:
-// allot.experiment.<key>.variation.<v>.response.<class>.
-func OutcomeMetric(key string, v, class int) string {
-	return VariationMetric(key, v) + ".response." + classNames[class]
+// OutcomeMetric names the counter of responses of class to requests that
+// assignment revision rev of experiment key assigned variation v:
+// allot.experiment.<key>.rev.<slot>.variation.<v>.response.<class>, slot
+// being RevisionSlot(rev).
+func OutcomeMetric(key string, rev int64, v, class int) string {
+	return outcomePrefix(key, rev, v) + ".response." + classNames[class]
 }
 
 // LatencyMetric names the histogram of the milliseconds from the request
-// headers to the response headers of requests assigned variation v of
-// experiment key: allot.experiment.<key>.variation.<v>.response_time_ms.
-func LatencyMetric(key string, v int) string {
-	return VariationMetric(key, v) + ".response_time_ms"
+// headers to the response headers of requests that assignment revision
+// rev of experiment key assigned variation v:
+// allot.experiment.<key>.rev.<slot>.variation.<v>.response_time_ms.
+func LatencyMetric(key string, rev int64, v int) string {
+	return outcomePrefix(key, rev, v) + ".response_time_ms"
+}
+
+func outcomePrefix(key string, rev int64, v int) string {
+	return "allot.experiment." + key + ".rev." + strconv.Itoa(RevisionSlot(rev)) + ".variation." + strconv.Itoa(v)
 }
 
 // OutcomeStats are the stats of one observed variation (one outcome slot):
@@ -85,9 +110,9 @@ func (c *Config) Outcomes() []OutcomeStats {
 		for v := range c.values[i] {
 			var s OutcomeStats
 			for class := range NumClasses {
-				s.Counters[class] = OutcomeMetric(key, v, class)
+				s.Counters[class] = OutcomeMetric(key, c.revs[i], v, class)
 			}
-			s.Latency = LatencyMetric(key, v)
+			s.Latency = LatencyMetric(key, c.revs[i], v)
 			out = append(out, s)
 		}
 	}
@@ -98,11 +123,16 @@ func (c *Config) Outcomes() []OutcomeStats {
 // response (proxy-wasm: the plugin keeps it; the native module keeps the
 // same in C).
 type observation struct {
-	r     *root
-	cfg   *Config
-	start int64 // the host's clock at the request headers, ns
-	timed bool  // start was read
-	slots []int32
+	r   *root
+	cfg *Config
+	// outIDs and latIDs are the root's stat ids when the request was
+	// assigned: a response after the root was reconfigured counts in
+	// them, the stats of the revisions that assigned it.
+	outIDs [][NumClasses]uint32
+	latIDs []uint32
+	start  int64 // the host's clock at the request headers, ns
+	timed  bool  // start was read
+	slots  []int32
 }
 
 // observeRequest keeps the outcome slots the request just assigned
@@ -117,7 +147,7 @@ func (p *Plugin) observeRequest(id uint32, r *root) {
 	} else {
 		ob = &observation{}
 	}
-	ob.r, ob.cfg = r, r.cfg
+	ob.r, ob.cfg, ob.outIDs, ob.latIDs = r, r.cfg, r.stats.outIDs, r.stats.latIDs
 	ob.slots = append(ob.slots[:0], p.observed...)
 	ob.timed = guard(func() (err error) { ob.start, err = p.host.Now(); return err }) == nil
 	if p.observing == nil {
@@ -127,13 +157,15 @@ func (p *Plugin) observeRequest(id uint32, r *root) {
 }
 
 // observeResponse counts stream id's response in the class of its :status
-// for each slot its request assigned, and records its latency; reset
-// (no response headers: from OnDelete) counts ClassReset and records no
+// for each slot its request assigned, and records its latency; aborted
+// (no response headers: from OnDelete) counts ClassAborted and records no
 // latency. Counts go to the root's stats, flushed on tick; each latency
-// is one host call. A host failure costs only its sample.
+// is one host call. A response to a request assigned before the root was
+// reconfigured counts at once in the stats of the configuration that
+// assigned it. A host failure costs only its sample.
 //
 //go:noinline
-func (p *Plugin) observeResponse(id uint32, reset bool) {
+func (p *Plugin) observeResponse(id uint32, aborted bool) {
 	ob, ok := p.observing[id]
 	if !ok {
 		return
@@ -141,13 +173,14 @@ func (p *Plugin) observeResponse(id uint32, reset bool) {
 	delete(p.observing, id)
 	defer func() { p.obsFree = append(p.obsFree, ob) }()
 	s := &ob.r.stats
-	if ob.r.cfg != ob.cfg || len(s.outcomes) != ob.cfg.nslots {
-		return // the root was reconfigured meanwhile: its slots are others'
+	current := ob.r.cfg == ob.cfg && len(s.outcomes) == ob.cfg.nslots
+	if !current && len(ob.outIDs) != ob.cfg.nslots {
+		return // the stats of the configuration that assigned it were not defined
 	}
-	class := ClassReset
+	class := ClassAborted
 	var ms uint64
 	timed := false
-	if !reset {
+	if !aborted {
 		class = ClassOther
 		var status string
 		if guard(func() (err error) { status, err = p.host.ResponseStatus(); return err }) == nil {
@@ -162,9 +195,13 @@ func (p *Plugin) observeResponse(id uint32, reset bool) {
 		}
 	}
 	for _, slot := range ob.slots {
-		s.outcomes[slot][class]++
-		if timed && !s.defineFail {
-			guard(func() error { return p.host.RecordMetric(s.latIDs[slot], ms) })
+		if current {
+			s.outcomes[slot][class]++
+		} else {
+			guard(func() error { return p.host.IncrementMetric(ob.outIDs[slot][class], 1) })
+		}
+		if timed && (!current || !s.defineFail) {
+			guard(func() error { return p.host.RecordMetric(ob.latIDs[slot], ms) })
 		}
 	}
 }
@@ -198,7 +235,7 @@ func (p *Plugin) observeSlots(cfg *Config, e entry) {
 	}
 }
 
-// ClassName is the name of class in stat names ("2xx", …, "reset").
+// ClassName is the name of class in stat names ("2xx", …, "aborted").
 func ClassName(class int) string { return classNames[class] }
 
 // LatencyBounds are the upper bounds (ms) of the buckets of the

@@ -12,12 +12,12 @@ import (
 // observedConfig has an observed experiment that serves every unit
 // variation 1 and an experiment that does not observe.
 const observedConfig = `{"experiments": [
-	{"key": "watched", "variations": ["a", "b"], "force": 1, "observe": true},
+	{"key": "watched", "variations": ["a", "b"], "force": 1, "observe": true, "assignmentRevision": 3},
 	{"key": "plain", "variations": ["x", "y"], "force": 0}]}`
 
 // TestOutcomesPerVariation: each response to a request an observed
 // experiment assigned is counted once in its variation's class — 2xx, 3xx,
-// 4xx, 5xx by :status, other for anything else, reset for a stream that
+// 4xx, 5xx by :status, other for anything else, aborted for a stream that
 // ended without response headers — and each response's milliseconds from
 // request to response headers are one histogram sample. The experiment
 // that does not observe has no outcome stats.
@@ -35,9 +35,9 @@ func TestOutcomesPerVariation(t *testing.T) {
 	h.Reset(p, root, req)
 	p.OnTick(root)
 
-	want := map[string]int64{"2xx": 2, "3xx": 1, "4xx": 1, "5xx": 2, "other": 1, "reset": 1}
+	want := map[string]int64{"2xx": 2, "3xx": 1, "4xx": 1, "5xx": 2, "other": 1, "aborted": 1}
 	for class := range NumClasses {
-		name := OutcomeMetric("watched", 1, class)
+		name := OutcomeMetric("watched", 3, 1, class)
 		m, ok := h.Metrics[name]
 		if !ok || m.Type != abi.MetricCounter {
 			t.Fatalf("%s: not defined as a counter (%+v)", name, m)
@@ -45,16 +45,16 @@ func TestOutcomesPerVariation(t *testing.T) {
 		if m.Value != want[classNames[class]] {
 			t.Errorf("%s = %d, want %d", name, m.Value, want[classNames[class]])
 		}
-		if v := h.Counter(OutcomeMetric("watched", 0, class)); v != 0 {
-			t.Errorf("%s = %d, want 0 (no unit in variation 0)", OutcomeMetric("watched", 0, class), v)
+		if v := h.Counter(OutcomeMetric("watched", 3, 0, class)); v != 0 {
+			t.Errorf("%s = %d, want 0 (no unit in variation 0)", OutcomeMetric("watched", 3, 0, class), v)
 		}
 	}
-	lat := h.Metrics[LatencyMetric("watched", 1)]
+	lat := h.Metrics[LatencyMetric("watched", 3, 1)]
 	if lat == nil || lat.Type != abi.MetricHistogram {
-		t.Fatalf("%s: not defined as a histogram (%+v)", LatencyMetric("watched", 1), lat)
+		t.Fatalf("%s: not defined as a histogram (%+v)", LatencyMetric("watched", 3, 1), lat)
 	}
 	if wantSamples := slices.Repeat([]uint64{7}, len(statuses)); !slices.Equal(lat.Samples, wantSamples) {
-		t.Errorf("latency samples %v, want %v (one per response, none for the reset)", lat.Samples, wantSamples)
+		t.Errorf("latency samples %v, want %v (one per response, none for the aborted request)", lat.Samples, wantSamples)
 	}
 	for name := range h.Metrics {
 		if strings.HasPrefix(name, "allot.experiment.plain.") && strings.Contains(name, "response") {
@@ -102,13 +102,56 @@ func TestOutcomesHostFailures(t *testing.T) {
 	h.Exchange(p, root, req, [][2]string{{":status", "200"}})
 	h.Fail = nil
 	p.OnTick(root)
-	if got := h.Counter(OutcomeMetric("watched", 1, ClassOther)); got != 1 {
+	if got := h.Counter(OutcomeMetric("watched", 3, 1, ClassOther)); got != 1 {
 		t.Errorf("other = %d, want 1 (the status read failed)", got)
 	}
-	if got := h.Counter(OutcomeMetric("watched", 1, Class2xx)); got != 1 {
+	if got := h.Counter(OutcomeMetric("watched", 3, 1, Class2xx)); got != 1 {
 		t.Errorf("2xx = %d, want 1 (the clock failed, the class did not; the failed-open request is not observed)", got)
 	}
-	if n := len(h.Metrics[LatencyMetric("watched", 1)].Samples); n != 1 {
+	if n := len(h.Metrics[LatencyMetric("watched", 3, 1)].Samples); n != 1 {
 		t.Errorf("%d latency samples, want 1 (only the response whose clock reads succeeded)", n)
+	}
+}
+
+// TestOutcomesCountInTheirRevision: outcome stats carry the assignment
+// revision (modulo RevisionSlots), and a response to a request assigned
+// before its root was reconfigured to another revision counts in the
+// stats of the revision that assigned it, at once.
+func TestOutcomesCountInTheirRevision(t *testing.T) {
+	if got, want := OutcomeMetric("k", 35, 1, Class5xx), "allot.experiment.k.rev.3.variation.1.response.5xx"; got != want {
+		t.Errorf("OutcomeMetric(rev 35) = %q, want %q", got, want)
+	}
+	if got, want := LatencyMetric("k", 2, 0), "allot.experiment.k.rev.2.variation.0.response_time_ms"; got != want {
+		t.Errorf("LatencyMetric = %q, want %q", got, want)
+	}
+	h, p, root := start(t, observedConfig)
+	next := strings.Replace(observedConfig, `"assignmentRevision": 3`, `"assignmentRevision": 4`, 1)
+	h.Clock = 1_000_000_000
+	h.BeforeResponse = func() {
+		h.Clock += 9_000_000
+		if !h.Configure(p, root, []byte(next)) {
+			t.Fatalf("reconfiguration refused: %v", h.Logs)
+		}
+	}
+	req := [][2]string{{"x-user-id", "u1"}}
+	if _, _, err := h.Exchange(p, root, req, [][2]string{{":status", "503"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.BeforeResponse = nil
+	if _, _, err := h.Exchange(p, root, req, [][2]string{{":status", "200"}}); err != nil {
+		t.Fatal(err)
+	}
+	p.OnTick(root)
+	for _, c := range []struct {
+		rev   int64
+		class int
+		want  int64
+	}{{3, Class5xx, 1}, {3, Class2xx, 0}, {4, Class5xx, 0}, {4, Class2xx, 1}} {
+		if got := h.Counter(OutcomeMetric("watched", c.rev, 1, c.class)); got != c.want {
+			t.Errorf("revision %d %s = %d, want %d", c.rev, ClassName(c.class), got, c.want)
+		}
+	}
+	if lat := h.Metrics[LatencyMetric("watched", 3, 1)]; lat == nil || !slices.Equal(lat.Samples, []uint64{9}) {
+		t.Errorf("revision 3 latency %+v, want the one 9 ms sample of the request it assigned", lat)
 	}
 }

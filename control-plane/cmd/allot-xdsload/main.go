@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&r.Interval, "report-interval", 0, "export outcome stats every interval from SIGUSR1 to SIGUSR2 (0: never); needs -conns 0")
 	exps := fs.String("report-experiments", "", "comma-separated observed experiments the exports cover")
 	fs.IntVar(&r.Variations, "report-variations", 2, "variations of each reported experiment")
+	fs.Int64Var(&r.Revision, "report-revision", 1, "assignment revision of the reported experiments (1: as created)")
 	fs.Uint64Var(&r.Requests, "report-requests", 10, "responses per variation in each export")
 	fs.Uint64Var(&r.ErrorsPerMille, "report-errors-permille", 100, "5xx among them, per mille")
 	if err := fs.Parse(args); err != nil {

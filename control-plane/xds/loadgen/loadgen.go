@@ -72,13 +72,15 @@ type Config struct {
 }
 
 // Report is what each proxy exports, every Interval: for each of
-// Experiments and each of Variations variations, a delta of Requests
+// Experiments, under assignment revision Revision, and each of Variations
+// variations, a delta of Requests
 // responses — ErrorsPerMille of them 5xx, the rest 2xx — and as many
 // latency samples in the (5, 10] ms bucket; Envoy's sink sends the other
 // classes' zero deltas too.
 type Report struct {
 	Interval       time.Duration
 	Experiments    []string
+	Revision       int64
 	Variations     int
 	Requests       uint64
 	ErrorsPerMille uint64
@@ -98,14 +100,14 @@ func (r *Report) Request() *collectorv1.ExportMetricsServiceRequest {
 				case plugin.Class5xx:
 					n = fails
 				}
-				ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, v, c),
+				ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, r.Revision, v, c),
 					Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
 						AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 						DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
 			}
 			buckets := make([]uint64, len(plugin.LatencyBounds)+1)
 			buckets[slices.Index(plugin.LatencyBounds, 10)] = r.Requests
-			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, v),
+			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, r.Revision, v),
 				Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints: []*metricsv1.HistogramDataPoint{{Count: r.Requests, Sum: ptr(float64(r.Requests) * 7),

@@ -44,13 +44,13 @@ const n = (x) => Number(x || 0);
 // data-variation, and its cells data-label (the column) for the narrow
 // layout and for tests.
 function outcomesTable(e, vs) {
-  const cols = ['variation', 'requests', 'share', 'weight', 'error rate', 'p50', 'p95', 'p99'];
+  const cols = ['variation', 'requests', 'share', 'weight', 'error rate', 'aborted', 'p50', 'p95', 'p99'];
   return table(cols, vs.map((v) => {
     const i = v.variation || 0;
     return {
       attrs: {'data-variation': i, class: `variation-${i % 8}`},
       cells: [h('span', null, h('span', {class: `swatch series-${i % 8}`, 'aria-hidden': 'true'}, '■ '), variationName(e, i)),
-        String(n(v.requests)), pct(v.share), pct(v.weight), pct(v.errorRate),
+        String(n(v.requests)), pct(v.share), pct(v.weight), pct(v.errorRate), String(n(v.aborted)),
         ms(v.latencyMs?.p50), ms(v.latencyMs?.p95), ms(v.latencyMs?.p99)],
     };
   }), 'outcomes');
@@ -139,7 +139,7 @@ function charts(e, o) {
   const count = (v) => String(Math.round(v));
   return [
     chart('requests', 'Requests per minute', requests, count, t0, t1, since),
-    chart('errors', 'Error rate per minute (5xx and resets over requests)', errorRate, pct, t0, t1, since),
+    chart('errors', 'Error rate per minute (5xx over the requests answered)', errorRate, pct, t0, t1, since),
     chart('p95', 'Latency p95 per minute', p95, (v) => `${v.toFixed(v < 10 ? 1 : 0)} ms`, t0, t1, since),
   ];
 }

@@ -1631,10 +1631,12 @@ type Outcomes struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// experiment is the experiment's key.
 	Experiment string `protobuf:"bytes,1,opt,name=experiment,proto3" json:"experiment,omitempty"`
-	// revision is the assignment revision: a digest of the fields that decide
+	// revision is the assignment revision (the experiment's
+	// assignment_revision, in decimal): it grows with each write that changes
 	// which unit gets which variation (variations, weights, coverage,
 	// hashing, seed, namespace, condition, force, filters, ranges, bucket
-	// versions). The figures start over when it changes.
+	// versions, schedule or status). The figures start over when it changes:
+	// every response counts in the revision that assigned its request.
 	Revision string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// since is when the server first saw the revision.
 	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
@@ -1660,7 +1662,13 @@ type Outcomes struct {
 	// treatment variation, the sequential test on total (since the
 	// revision): what allotd decides a rollback on. Guardrail order, then
 	// variation order; at most 8 guardrails × 63 treatments.
-	Guardrails    []*GuardrailStatus `protobuf:"bytes,9,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
+	Guardrails []*GuardrailStatus `protobuf:"bytes,9,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
+	// earlier are the revisions before this one whose responses allotd still
+	// counts (proxies report a request in the revision that assigned it,
+	// however late they flush), newest first: at most 7, each kept for 10
+	// minutes after the revision that replaced it. With several replicas,
+	// each counts what its own proxies reported.
+	Earlier       []*RevisionOutcomes `protobuf:"bytes,10,rep,name=earlier,proto3" json:"earlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1758,6 +1766,87 @@ func (x *Outcomes) GetGuardrails() []*GuardrailStatus {
 	return nil
 }
 
+func (x *Outcomes) GetEarlier() []*RevisionOutcomes {
+	if x != nil {
+		return x.Earlier
+	}
+	return nil
+}
+
+// RevisionOutcomes are an earlier assignment revision's totals.
+type RevisionOutcomes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the assignment revision.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// since is when the server first saw the revision.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// until is when the server saw the revision that replaced it.
+	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	// total has each variation's figures in that revision, in variation
+	// order.
+	Total         []*VariationOutcomes `protobuf:"bytes,4,rep,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevisionOutcomes) Reset() {
+	*x = RevisionOutcomes{}
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionOutcomes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionOutcomes) ProtoMessage() {}
+
+func (x *RevisionOutcomes) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionOutcomes.ProtoReflect.Descriptor instead.
+func (*RevisionOutcomes) Descriptor() ([]byte, []int) {
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RevisionOutcomes) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *RevisionOutcomes) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *RevisionOutcomes) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *RevisionOutcomes) GetTotal() []*VariationOutcomes {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
 // GuardrailStatus is one guardrail's sequential test for one treatment
 // variation against the control, on the totals since the revision
 // (control-plane/guard).
@@ -1799,7 +1888,7 @@ type GuardrailStatus struct {
 
 func (x *GuardrailStatus) Reset() {
 	*x = GuardrailStatus{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1900,7 @@ func (x *GuardrailStatus) String() string {
 func (*GuardrailStatus) ProtoMessage() {}
 
 func (x *GuardrailStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1913,7 @@ func (x *GuardrailStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuardrailStatus.ProtoReflect.Descriptor instead.
 func (*GuardrailStatus) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GuardrailStatus) GetGuardrail() int32 {
@@ -1932,7 +2021,7 @@ type OutcomesMinute struct {
 
 func (x *OutcomesMinute) Reset() {
 	*x = OutcomesMinute{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2033,7 @@ func (x *OutcomesMinute) String() string {
 func (*OutcomesMinute) ProtoMessage() {}
 
 func (x *OutcomesMinute) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2046,7 @@ func (x *OutcomesMinute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesMinute.ProtoReflect.Descriptor instead.
 func (*OutcomesMinute) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OutcomesMinute) GetStart() *timestamppb.Timestamp {
@@ -1979,9 +2068,10 @@ type MinuteOutcomes struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// variation is the variation's index.
 	Variation int32 `protobuf:"varint,1,opt,name=variation,proto3" json:"variation,omitempty"`
-	// requests counts the requests of every class, resets included.
+	// requests counts the requests of every class, aborted included.
 	Requests int64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
-	// error_rate is (5xx + reset) / requests (0 when none).
+	// error_rate is 5xx / the requests that got a response (requests less
+	// aborted; 0 when none).
 	ErrorRate float64 `protobuf:"fixed64,3,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
 	// latency_ms has the latency quantiles in ms of the minute's histogram;
 	// absent when no response was timed in that minute.
@@ -1992,7 +2082,7 @@ type MinuteOutcomes struct {
 
 func (x *MinuteOutcomes) Reset() {
 	*x = MinuteOutcomes{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2094,7 @@ func (x *MinuteOutcomes) String() string {
 func (*MinuteOutcomes) ProtoMessage() {}
 
 func (x *MinuteOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2107,7 @@ func (x *MinuteOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MinuteOutcomes.ProtoReflect.Descriptor instead.
 func (*MinuteOutcomes) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MinuteOutcomes) GetVariation() int32 {
@@ -2055,17 +2145,25 @@ type VariationOutcomes struct {
 	Variation int32 `protobuf:"varint,1,opt,name=variation,proto3" json:"variation,omitempty"`
 	// weight is the variation's weight in the definition.
 	Weight float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
-	// requests counts the requests of every class, resets included.
+	// requests counts the requests of every class, aborted included.
 	Requests int64 `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
 	// share is requests over the experiment's requests (0 when none).
 	Share float64 `protobuf:"fixed64,4,opt,name=share,proto3" json:"share,omitempty"`
 	// responses counts the requests by class: 2xx, 3xx, 4xx, 5xx, other,
-	// reset (no response headers reached the filter).
+	// aborted (the stream ended before response headers reached the filter:
+	// the downstream client gave up or reset it).
 	Responses map[string]int64 `protobuf:"bytes,5,rep,name=responses,proto3" json:"responses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// error_rate is (5xx + reset) / requests (0 when none).
+	// error_rate is 5xx / the requests that got a response (requests less
+	// aborted; 0 when none). Envoy answers a failure between the proxy and
+	// the service (connection failure, upstream reset, timeout) with a 5xx.
 	ErrorRate float64 `protobuf:"fixed64,6,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
-	// timed counts the responses in the latency histogram (all but resets).
+	// timed counts the responses in the latency histogram (all but the
+	// aborted requests).
 	Timed int64 `protobuf:"varint,7,opt,name=timed,proto3" json:"timed,omitempty"`
+	// aborted counts the requests the downstream client abandoned or reset
+	// before the response headers (responses["aborted"]): shown apart, never
+	// an error.
+	Aborted int64 `protobuf:"varint,10,opt,name=aborted,proto3" json:"aborted,omitempty"`
 	// latency_ms has the latency quantiles in ms, estimated from the summed
 	// histogram buckets; absent when no response was timed.
 	LatencyMs *LatencyQuantiles `protobuf:"bytes,8,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
@@ -2079,7 +2177,7 @@ type VariationOutcomes struct {
 
 func (x *VariationOutcomes) Reset() {
 	*x = VariationOutcomes{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2189,7 @@ func (x *VariationOutcomes) String() string {
 func (*VariationOutcomes) ProtoMessage() {}
 
 func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2202,7 @@ func (x *VariationOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VariationOutcomes.ProtoReflect.Descriptor instead.
 func (*VariationOutcomes) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *VariationOutcomes) GetVariation() int32 {
@@ -2156,6 +2254,13 @@ func (x *VariationOutcomes) GetTimed() int64 {
 	return 0
 }
 
+func (x *VariationOutcomes) GetAborted() int64 {
+	if x != nil {
+		return x.Aborted
+	}
+	return 0
+}
+
 func (x *VariationOutcomes) GetLatencyMs() *LatencyQuantiles {
 	if x != nil {
 		return x.LatencyMs
@@ -2186,7 +2291,7 @@ type LatencyQuantiles struct {
 
 func (x *LatencyQuantiles) Reset() {
 	*x = LatencyQuantiles{}
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2303,7 @@ func (x *LatencyQuantiles) String() string {
 func (*LatencyQuantiles) ProtoMessage() {}
 
 func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_allot_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2316,7 @@ func (x *LatencyQuantiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LatencyQuantiles.ProtoReflect.Descriptor instead.
 func (*LatencyQuantiles) Descriptor() ([]byte, []int) {
-	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_allot_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LatencyQuantiles) GetP50() float64 {
@@ -2366,7 +2471,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\areplica\x18\x10 \x01(\tR\areplica\"@\n" +
 	"\x12GetOutcomesRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\xab\x03\n" +
+	"\aminutes\x18\x02 \x01(\x05R\aminutes\"\xe7\x03\n" +
 	"\bOutcomes\x12\x1e\n" +
 	"\n" +
 	"experiment\x18\x01 \x01(\tR\n" +
@@ -2380,7 +2485,14 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\x11latency_bounds_ms\x18\b \x03(\x01R\x0flatencyBoundsMs\x12?\n" +
 	"\n" +
 	"guardrails\x18\t \x03(\v2\x1f.allot.admin.v1.GuardrailStatusR\n" +
-	"guardrails\"\x90\x03\n" +
+	"guardrails\x12:\n" +
+	"\aearlier\x18\n" +
+	" \x03(\v2 .allot.admin.v1.RevisionOutcomesR\aearlier\"\xcb\x01\n" +
+	"\x10RevisionOutcomes\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x127\n" +
+	"\x05total\x18\x04 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\"\x90\x03\n" +
 	"\x0fGuardrailStatus\x12\x1c\n" +
 	"\tguardrail\x18\x01 \x01(\x05R\tguardrail\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x18\n" +
@@ -2407,7 +2519,7 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"error_rate\x18\x03 \x01(\x01R\terrorRate\x12?\n" +
 	"\n" +
-	"latency_ms\x18\x04 \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\"\xa8\x03\n" +
+	"latency_ms\x18\x04 \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\"\xc2\x03\n" +
 	"\x11VariationOutcomes\x12\x1c\n" +
 	"\tvariation\x18\x01 \x01(\x05R\tvariation\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x1a\n" +
@@ -2416,7 +2528,9 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"\tresponses\x18\x05 \x03(\v20.allot.admin.v1.VariationOutcomes.ResponsesEntryR\tresponses\x12\x1d\n" +
 	"\n" +
 	"error_rate\x18\x06 \x01(\x01R\terrorRate\x12\x14\n" +
-	"\x05timed\x18\a \x01(\x03R\x05timed\x12?\n" +
+	"\x05timed\x18\a \x01(\x03R\x05timed\x12\x18\n" +
+	"\aaborted\x18\n" +
+	" \x01(\x03R\aaborted\x12?\n" +
 	"\n" +
 	"latency_ms\x18\b \x01(\v2 .allot.admin.v1.LatencyQuantilesR\tlatencyMs\x12'\n" +
 	"\x0flatency_buckets\x18\t \x03(\x03R\x0elatencyBuckets\x1a<\n" +
@@ -2440,7 +2554,7 @@ func file_allot_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_allot_admin_v1_admin_proto_rawDescData
 }
 
-var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_allot_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*CreateExperimentRequest)(nil),     // 0: allot.admin.v1.CreateExperimentRequest
 	(*GetExperimentRequest)(nil),        // 1: allot.admin.v1.GetExperimentRequest
@@ -2466,58 +2580,63 @@ var file_allot_admin_v1_admin_proto_goTypes = []any{
 	(*ProxyStatus)(nil),                 // 21: allot.admin.v1.ProxyStatus
 	(*GetOutcomesRequest)(nil),          // 22: allot.admin.v1.GetOutcomesRequest
 	(*Outcomes)(nil),                    // 23: allot.admin.v1.Outcomes
-	(*GuardrailStatus)(nil),             // 24: allot.admin.v1.GuardrailStatus
-	(*OutcomesMinute)(nil),              // 25: allot.admin.v1.OutcomesMinute
-	(*MinuteOutcomes)(nil),              // 26: allot.admin.v1.MinuteOutcomes
-	(*VariationOutcomes)(nil),           // 27: allot.admin.v1.VariationOutcomes
-	(*LatencyQuantiles)(nil),            // 28: allot.admin.v1.LatencyQuantiles
-	nil,                                 // 29: allot.admin.v1.Rollout.TargetsEntry
-	nil,                                 // 30: allot.admin.v1.Rollout.CountsEntry
-	nil,                                 // 31: allot.admin.v1.VariationOutcomes.ResponsesEntry
-	(*v1.Experiment)(nil),               // 32: allot.experiment.v1.Experiment
-	(*durationpb.Duration)(nil),         // 33: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 34: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
+	(*RevisionOutcomes)(nil),            // 24: allot.admin.v1.RevisionOutcomes
+	(*GuardrailStatus)(nil),             // 25: allot.admin.v1.GuardrailStatus
+	(*OutcomesMinute)(nil),              // 26: allot.admin.v1.OutcomesMinute
+	(*MinuteOutcomes)(nil),              // 27: allot.admin.v1.MinuteOutcomes
+	(*VariationOutcomes)(nil),           // 28: allot.admin.v1.VariationOutcomes
+	(*LatencyQuantiles)(nil),            // 29: allot.admin.v1.LatencyQuantiles
+	nil,                                 // 30: allot.admin.v1.Rollout.TargetsEntry
+	nil,                                 // 31: allot.admin.v1.Rollout.CountsEntry
+	nil,                                 // 32: allot.admin.v1.VariationOutcomes.ResponsesEntry
+	(*v1.Experiment)(nil),               // 33: allot.experiment.v1.Experiment
+	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 35: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),       // 36: google.protobuf.Timestamp
 }
 var file_allot_admin_v1_admin_proto_depIdxs = []int32{
-	32, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	33, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	32, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
-	32, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
-	33, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
-	33, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
-	33, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
-	33, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
-	33, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
-	34, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
-	35, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
+	33, // 0: allot.admin.v1.CreateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	34, // 1: allot.admin.v1.CreateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	33, // 2: allot.admin.v1.ListExperimentsResponse.experiments:type_name -> allot.experiment.v1.Experiment
+	33, // 3: allot.admin.v1.UpdateExperimentRequest.experiment:type_name -> allot.experiment.v1.Experiment
+	34, // 4: allot.admin.v1.UpdateExperimentRequest.wait:type_name -> google.protobuf.Duration
+	34, // 5: allot.admin.v1.DeleteExperimentRequest.wait:type_name -> google.protobuf.Duration
+	34, // 6: allot.admin.v1.StartExperimentRequest.wait:type_name -> google.protobuf.Duration
+	34, // 7: allot.admin.v1.PauseExperimentRequest.wait:type_name -> google.protobuf.Duration
+	34, // 8: allot.admin.v1.StopExperimentRequest.wait:type_name -> google.protobuf.Duration
+	35, // 9: allot.admin.v1.EvaluateExperimentsRequest.attributes:type_name -> google.protobuf.Struct
+	36, // 10: allot.admin.v1.EvaluateExperimentsRequest.time:type_name -> google.protobuf.Timestamp
 	12, // 11: allot.admin.v1.EvaluateExperimentsResponse.assignments:type_name -> allot.admin.v1.Assignment
 	15, // 12: allot.admin.v1.GetHistoryResponse.changes:type_name -> allot.admin.v1.Change
-	35, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
-	32, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
-	32, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
-	29, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
+	36, // 13: allot.admin.v1.Change.time:type_name -> google.protobuf.Timestamp
+	33, // 14: allot.admin.v1.Change.before:type_name -> allot.experiment.v1.Experiment
+	33, // 15: allot.admin.v1.Change.after:type_name -> allot.experiment.v1.Experiment
+	30, // 16: allot.admin.v1.Rollout.targets:type_name -> allot.admin.v1.Rollout.TargetsEntry
 	21, // 17: allot.admin.v1.Rollout.proxies:type_name -> allot.admin.v1.ProxyStatus
 	20, // 18: allot.admin.v1.Rollout.replicas:type_name -> allot.admin.v1.ReplicaStatus
-	30, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
-	35, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
-	35, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
-	35, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
-	35, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
-	27, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
-	27, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
-	25, // 26: allot.admin.v1.Outcomes.series:type_name -> allot.admin.v1.OutcomesMinute
-	24, // 27: allot.admin.v1.Outcomes.guardrails:type_name -> allot.admin.v1.GuardrailStatus
-	35, // 28: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
-	26, // 29: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
-	28, // 30: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	31, // 31: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
-	28, // 32: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 19: allot.admin.v1.Rollout.counts:type_name -> allot.admin.v1.Rollout.CountsEntry
+	36, // 20: allot.admin.v1.ProxyStatus.connect_time:type_name -> google.protobuf.Timestamp
+	36, // 21: allot.admin.v1.ProxyStatus.last_seen:type_name -> google.protobuf.Timestamp
+	36, // 22: allot.admin.v1.ProxyStatus.acked_time:type_name -> google.protobuf.Timestamp
+	36, // 23: allot.admin.v1.Outcomes.since:type_name -> google.protobuf.Timestamp
+	28, // 24: allot.admin.v1.Outcomes.window:type_name -> allot.admin.v1.VariationOutcomes
+	28, // 25: allot.admin.v1.Outcomes.total:type_name -> allot.admin.v1.VariationOutcomes
+	26, // 26: allot.admin.v1.Outcomes.series:type_name -> allot.admin.v1.OutcomesMinute
+	25, // 27: allot.admin.v1.Outcomes.guardrails:type_name -> allot.admin.v1.GuardrailStatus
+	24, // 28: allot.admin.v1.Outcomes.earlier:type_name -> allot.admin.v1.RevisionOutcomes
+	36, // 29: allot.admin.v1.RevisionOutcomes.since:type_name -> google.protobuf.Timestamp
+	36, // 30: allot.admin.v1.RevisionOutcomes.until:type_name -> google.protobuf.Timestamp
+	28, // 31: allot.admin.v1.RevisionOutcomes.total:type_name -> allot.admin.v1.VariationOutcomes
+	36, // 32: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
+	27, // 33: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
+	29, // 34: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	32, // 35: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
+	29, // 36: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }
@@ -2531,7 +2650,7 @@ func file_allot_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_admin_v1_admin_proto_rawDesc), len(file_allot_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

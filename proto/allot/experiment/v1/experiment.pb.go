@@ -142,9 +142,17 @@ type Experiment struct {
 	// back, written by allotd (output only, like ramp_state). While it is
 	// not acknowledged the experiment cannot be started again except by a
 	// start that acknowledges it.
-	Rollback      *Rollback `protobuf:"bytes,106,opt,name=rollback,proto3" json:"rollback,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rollback *Rollback `protobuf:"bytes,106,opt,name=rollback,proto3" json:"rollback,omitempty"`
+	// assignment_revision numbers the experiment's assignment revisions
+	// (output only, written by allotd): 1 when it is created, one more with
+	// each write that changes what assigns units (a field the filter
+	// evaluates but observe, or the status). Proxies receive it: each outcome
+	// stat carries it (modulo the filter's RevisionSlots), so that allotd
+	// counts every response in the revision that assigned its request, and
+	// a revision's figures start from zero (a restart after a rollback too).
+	AssignmentRevision int64 `protobuf:"varint,107,opt,name=assignment_revision,json=assignmentRevision,proto3" json:"assignment_revision,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Experiment) Reset() {
@@ -399,6 +407,13 @@ func (x *Experiment) GetRollback() *Rollback {
 		return x.Rollback
 	}
 	return nil
+}
+
+func (x *Experiment) GetAssignmentRevision() int64 {
+	if x != nil {
+		return x.AssignmentRevision
+	}
+	return 0
 }
 
 // Guardrail is one limit every treatment variation must keep against the
@@ -852,8 +867,7 @@ var File_allot_experiment_v1_experiment_proto protoreflect.FileDescriptor
 
 const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\n" +
-	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xef\n" +
-	"\n" +
+	"$allot/experiment/v1/experiment.proto\x12\x13allot.experiment.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\v\n" +
 	"\n" +
 	"Experiment\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
@@ -898,7 +912,8 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"updated_by\x18h \x01(\tR\tupdatedBy\x12=\n" +
 	"\n" +
 	"ramp_state\x18i \x01(\v2\x1e.allot.experiment.v1.RampStateR\trampState\x129\n" +
-	"\brollback\x18j \x01(\v2\x1d.allot.experiment.v1.RollbackR\brollbackB\v\n" +
+	"\brollback\x18j \x01(\v2\x1d.allot.experiment.v1.RollbackR\brollback\x12/\n" +
+	"\x13assignment_revision\x18k \x01(\x03R\x12assignmentRevisionB\v\n" +
 	"\t_coverageB\b\n" +
 	"\x06_force\"\xc9\x01\n" +
 	"\tGuardrail\x12\x16\n" +
