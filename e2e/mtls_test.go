@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -56,8 +57,9 @@ func startMTLS(t *testing.T) *mtlsSystem {
 }
 
 // sidecar starts an Envoy for cluster whose xDS cluster is
-// envoy-configs/xds-mtls.yaml, presenting a certificate for identity.
-func (m *mtlsSystem) sidecar(node, cluster, identity string) *proxy {
+// envoy-configs/xds-mtls.yaml, presenting a certificate for identity, with
+// replace's replacements in its bootstrap too (none if nil).
+func (m *mtlsSystem) sidecar(node, cluster, identity string, replace map[string]string) *proxy {
 	m.t.Helper()
 	leaf := m.proxyCA.Client(m.t, identity)
 	cert, key := leaf.Write(m.t, m.dir, node)
@@ -77,10 +79,9 @@ func (m *mtlsSystem) sidecar(node, cluster, identity string) *proxy {
 		"port_value: 18000", fmt.Sprintf("port_value: %d", m.xdsPort), // the bootstrap is rendered in one pass
 	).Replace(mtls)
 	_, echoPort, _ := splitHostPort(m.echoAddr)
-	return startEnvoy(m.t, wasmArtifact.sidecar, m.xdsPort, m.filter(), nil, node, cluster, map[string]string{
-		"port_value: 8081": "port_value: " + echoPort,
-		tail:               mtls,
-	})
+	all := map[string]string{"port_value: 8081": "port_value: " + echoPort, tail: mtls}
+	maps.Copy(all, replace)
+	return startEnvoy(m.t, wasmArtifact.sidecar, m.xdsPort, m.filter(), nil, node, cluster, all)
 }
 
 // metric returns the value of one series of allotd's /metrics ("" if absent).
@@ -140,8 +141,8 @@ func xdsWithoutCertificate(addr string, roots *tls.Config) (*discoveryv3.Discove
 // take effect without a restart.
 func TestMutualTLSProxies(t *testing.T) {
 	m := startMTLS(t)
-	good := m.sidecar("checkout-1", "checkout", "spiffe://allot.test/cluster/checkout")
-	rogue := m.sidecar("checkout-rogue", "checkout", "spiffe://allot.test/cluster/payments")
+	good := m.sidecar("checkout-1", "checkout", "spiffe://allot.test/cluster/checkout", nil)
+	rogue := m.sidecar("checkout-rogue", "checkout", "spiffe://allot.test/cluster/payments", nil)
 	harness.MustEventually(t, 15*time.Second, func() error {
 		if nodes := m.rolloutNodes(); len(nodes) != 1 || nodes[0] != "checkout-1" {
 			return fmt.Errorf("rollout lists %v, want [checkout-1]", nodes)
@@ -245,7 +246,7 @@ func TestMutualTLSProxies(t *testing.T) {
 		}
 		return nil
 	})
-	late := m.sidecar("checkout-2", "checkout", "spiffe://allot.test/cluster/checkout")
+	late := m.sidecar("checkout-2", "checkout", "spiffe://allot.test/cluster/checkout", nil)
 	harness.MustEventually(t, 15*time.Second, func() error {
 		r, err := late.get(map[string][]string{"x-user-id": {"u1"}})
 		if err != nil {

@@ -172,7 +172,11 @@ func TestReliabilityRegistryLeaderKills(t *testing.T) {
 		if err != nil {
 			t.Fatalf("roster: %v", err)
 		}
-		g, l := diff(slices.Collect(maps.Keys(roster.Nodes)))
+		var nodes []string
+		for k := range roster.Nodes {
+			nodes = append(nodes, k.NodeID)
+		}
+		g, l := diff(nodes)
 		ghosts, lost = append(ghosts, prefixAll("roster: ", g)...), append(lost, prefixAll("roster: ", l)...)
 		if len(ghosts)+len(lost) == 0 || time.Now().After(deadline) {
 			break

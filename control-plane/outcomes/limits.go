@@ -31,16 +31,25 @@ const (
 	// another connection and be refused (TestBootstrapsSplitFlushes,
 	// e2e TestOutcomesLargestFlush).
 	MaxFlushExports = (MaxFlushPoints + BootstrapPointsPerExport - 1) / BootstrapPointsPerExport
-	// MaxExportsPerSecond bounds the exports one proxy makes in a second
-	// (its largest flush is MaxFlushExports, once every
-	// stats_flush_interval); one more is refused (RESOURCE_EXHAUSTED,
-	// reason "rate").
+	// MaxExportsPerSecond bounds the exports one connection makes in a
+	// second (the HTTP/2 connection an export arrives on, by its remote
+	// address: what names the exporting proxy, Sink); one more is refused
+	// (RESOURCE_EXHAUSTED, reason "rate"). A proxy's largest flush is
+	// MaxFlushExports, all over its xDS connection, once every
+	// stats_flush_interval. The budget is the connection's, never a node
+	// id's: a node id is what a proxy says, and under a policy that proves
+	// the cluster alone (mtls, ".../cluster/{cluster}") a proxy of another
+	// cluster may subscribe under one of our node ids (GET /v1/rollout
+	// lists them); no proxy can export over another's connection.
+	//
+	// The count is kept for the current second only, one entry per
+	// connection that exported in it, and each such connection has an
+	// identified xDS stream (an export on any other is refused first,
+	// reason "identity"): the xDS server's bound on streams
+	// (-xds-max-streams) bounds the entries, with no table-wide bound of
+	// the sink's own that a flood of connections could fill to refuse every
+	// other proxy's exports.
 	MaxExportsPerSecond = 16
-	// MaxProxies bounds the proxies whose exports allotd counts within one
-	// second (MaxExportsPerSecond): one more proxy's export in that second
-	// is refused (RESOURCE_EXHAUSTED, reason "proxies"). 10,000 proxies
-	// flushing every 5 s export about 2,000 a second.
-	MaxProxies = 10000
 	// MaxDelta bounds one counter delta or histogram bucket of one
 	// flush; a larger, negative, fractional or non-finite value is dropped
 	// (reason "value").
@@ -71,10 +80,9 @@ const (
 const (
 	reasonIdentity = "identity"   // an export on a connection where no one proxy's xDS streams are open (refused)
 	reasonSize     = "size"       // an export over MaxPointsPerExport (refused)
-	reasonRate     = "rate"       // an export over MaxExportsPerSecond (refused)
+	reasonRate     = "rate"       // an export over MaxExportsPerSecond on its connection (refused)
 	reasonName     = "name"       // a family name over MaxNameBytes
 	reasonOther    = "other_stat" // not an outcome stat of a kept revision of an observed experiment (Envoy's own stats, a revision no longer kept)
-	reasonProxies  = "proxies"    // over MaxProxies (refused)
 	reasonValue    = "value"      // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than plugin.LatencyBounds, or a series repeated within one export
 	reasonCluster  = "cluster"    // an experiment that does not apply to the reporting proxy's cluster
 )

@@ -90,7 +90,7 @@ type Aggregator struct {
 	earlier map[string][]*expState
 	names   map[string]series // outcome stat name → series; replaced, never changed
 	second  int64             // the Unix second exports counts
-	exports map[string]int    // node id → its exports in second (MaxExportsPerSecond, MaxProxies)
+	exports map[string]int    // connection (remote address) → its exports in second (MaxExportsPerSecond)
 }
 
 // series is one outcome stat: a class counter or (class latencyClass) the
@@ -164,7 +164,7 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonCluster, reasonProxies, reasonValue} {
+	for _, r := range []string{reasonIdentity, reasonSize, reasonRate, reasonName, reasonOther, reasonCluster, reasonValue} {
 		a.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -442,21 +442,20 @@ func weights(e *experimentv1.Experiment) []float64 {
 	return w
 }
 
-// admit counts an export of node against MaxExportsPerSecond and
-// MaxProxies; false when it is over either (the caller says which:
-// overRate).
-func (a *Aggregator) admit(node string) bool {
+// admit counts an export over the connection from addr against
+// MaxExportsPerSecond; false when it is over.
+func (a *Aggregator) admit(addr string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if sec := a.now().Unix(); sec != a.second {
 		a.second = sec
 		clear(a.exports)
 	}
-	n, seen := a.exports[node]
-	if (!seen && len(a.exports) >= MaxProxies) || n >= MaxExportsPerSecond {
+	n := a.exports[addr]
+	if n >= MaxExportsPerSecond {
 		return false
 	}
-	a.exports[node] = n + 1
+	a.exports[addr] = n + 1
 	return true
 }
 

@@ -242,33 +242,6 @@ func TestOverBoundsDropped(t *testing.T) {
 	}
 }
 
-// TestExportsBounded: a proxy makes at most MaxExportsPerSecond exports a
-// second, and at most MaxProxies proxies export within one; the next
-// second starts over.
-func TestExportsBounded(t *testing.T) {
-	f := newFixture(t, checkout)
-	for range MaxExportsPerSecond {
-		if !f.a.admit("p1") {
-			t.Fatal("an export under the rate refused")
-		}
-	}
-	if f.a.admit("p1") {
-		t.Errorf("export %d of one proxy in a second admitted", MaxExportsPerSecond+1)
-	}
-	for i := 1; i < MaxProxies; i++ {
-		if !f.a.admit(strconv.Itoa(i)) {
-			t.Fatalf("proxy %d refused", i)
-		}
-	}
-	if f.a.admit("one-more") {
-		t.Errorf("proxy %d in a second admitted", MaxProxies+1)
-	}
-	f.clock.Add(time.Second)
-	if !f.a.admit("p1") || !f.a.admit("one-more") {
-		t.Error("refused in the next second")
-	}
-}
-
 func TestRevisionChangeStartsNewWindow(t *testing.T) {
 	f := newFixture(t, checkout)
 	f.add(t, "p1", counter(name(0, "2xx"), 10))

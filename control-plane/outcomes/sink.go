@@ -44,9 +44,9 @@ func NewSink(a *Aggregator, identify IdentifyFunc) *Sink { return &Sink{a: a, id
 func (s *Sink) Register(g grpc.ServiceRegistrar) { collectorv1.RegisterMetricsServiceServer(g, s) }
 
 // Export takes one flush (or one part of it) of the calling proxy. A call
-// with more than MaxPointsPerExport data points, or from a proxy over
-// MaxExportsPerSecond, is refused (RESOURCE_EXHAUSTED), its data dropped
-// and counted; the proxy's next flush is taken as usual.
+// with more than MaxPointsPerExport data points, or over
+// MaxExportsPerSecond on its connection, is refused (RESOURCE_EXHAUSTED),
+// its data dropped and counted; the proxy's next flush is taken as usual.
 func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsServiceRequest) (*collectorv1.ExportMetricsServiceResponse, error) {
 	var ms []*metricsv1.Metric
 	n := 0 // data points
@@ -74,9 +74,10 @@ func (s *Sink) Export(ctx context.Context, req *collectorv1.ExportMetricsService
 	case n > MaxPointsPerExport:
 		s.a.dropped.WithLabelValues(reasonSize).Add(float64(n))
 		return nil, status.Errorf(codes.ResourceExhausted, "metrics: resource_metrics: %d data points, limit %d per export (the sink's max_data_points_per_request)", n, MaxPointsPerExport)
-	case !s.a.admit(node):
+	case !s.a.admit(addr):
 		s.a.dropped.WithLabelValues(reasonRate).Add(float64(n))
-		return nil, status.Errorf(codes.ResourceExhausted, "metrics: node %.256q: over %d exports per second", node, MaxExportsPerSecond)
+		return nil, status.Errorf(codes.ResourceExhausted, "metrics: connection %s (node %.256q, cluster %q): over %d exports per second",
+			addr, node, cluster, MaxExportsPerSecond)
 	}
 	s.a.Add(ctx, node, cluster, ms)
 	return &collectorv1.ExportMetricsServiceResponse{}, nil

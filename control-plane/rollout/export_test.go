@@ -10,12 +10,12 @@ func MeshOf(reg Registry) *Mesh { return &Mesh{reg: reg} }
 func (m *Mesh) Registry() Registry { return m.reg }
 
 // Settled is settled, for the external tests.
-func (m *Mesh) Settled(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (int, bool) {
+func (m *Mesh) Settled(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
 	return m.settled(ctx, waited, targets, rev)
 }
 
 // ReadRollout is rollout, for the external tests.
-func (m *Mesh) ReadRollout(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (*Rollout, error) {
+func (m *Mesh) ReadRollout(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (*Rollout, error) {
 	return m.rollout(ctx, waited, targets, rev)
 }
 

@@ -95,7 +95,7 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	// alone, read while this replica pushes the write: a read waits
 	// behind the registry writes of the rollout under way.
 	type live struct {
-		nodes    map[string]Node
+		nodes    map[NodeKey]Node
 		clusters []string
 		err      error
 	}
@@ -219,26 +219,25 @@ func allApplied(replicas map[string]Replica, targets Targets, rev int64) bool {
 // or when the summary of a waited proxy's replica does not say all its
 // proxies of that cluster applied; the caller then reads every proxy. A
 // waited proxy missing from a live replica disconnected: it drops out.
-func (m *Mesh) settled(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (int, bool) {
+func (m *Mesh) settled(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
 	ro, err := m.reg.Roster(ctx)
 	if err != nil {
 		return 0, false
 	}
 	n := 0
-	for node, was := range waited {
-		now, ok := ro.Nodes[node]
+	for key, was := range waited {
+		target, affected := targets[key.Cluster]
+		now, ok := ro.Nodes[key]
 		if !ok {
-			_, live := ro.Replicas[was.Replica]
-			if _, affected := targets[was.Cluster]; live || !affected {
+			if _, live := ro.Replicas[was.Replica]; live || !affected {
 				continue
 			}
 			return 0, false
 		}
-		target, ok := targets[now.Cluster]
-		if !ok {
+		if !affected {
 			continue
 		}
-		if _, all := ro.Replicas[now.Replica].Applied(now.Cluster, target, rev); !all {
+		if _, all := ro.Replicas[now.Replica].Applied(key.Cluster, target, rev); !all {
 			return 0, false
 		}
 		n++
@@ -251,37 +250,38 @@ func (m *Mesh) settled(ctx context.Context, waited map[string]Node, targets Targ
 // where each waited proxy is. A waited proxy missing from the mesh whose
 // last replica is no longer live is pending: it is failing over (see
 // Wait); one missing from a live replica disconnected and drops out.
-func (m *Mesh) rollout(ctx context.Context, waited map[string]Node, targets Targets, rev int64) (*Rollout, error) {
+func (m *Mesh) rollout(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (*Rollout, error) {
 	ro := &Rollout{Targets: targets, Proxies: []ProxyStatus{}}
 	v, err := m.reg.View(ctx)
 	if err != nil {
 		return ro, err
 	}
-	seen := make(map[string]bool, len(v.Proxies))
+	seen := make(map[NodeKey]bool, len(v.Proxies))
 	ro.Proxies = make([]ProxyStatus, 0, len(waited))
 	for _, p := range v.Proxies {
-		if _, ok := waited[p.NodeID]; !ok {
+		key := NodeKey{Cluster: p.Cluster, NodeID: p.NodeID}
+		if _, ok := waited[key]; !ok {
 			continue
 		}
-		seen[p.NodeID] = true
-		waited[p.NodeID] = Node{Replica: p.Replica, Cluster: p.Cluster}
+		seen[key] = true
+		waited[key] = Node{Replica: p.Replica}
 		if _, ok := targets[p.Cluster]; ok {
 			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
 		}
 	}
-	for node, at := range waited {
-		if seen[node] {
+	for key, at := range waited {
+		if seen[key] {
 			continue
 		}
 		if _, live := v.Replicas[at.Replica]; live {
-			delete(waited, node) // it disconnected from a live replica
+			delete(waited, key) // it disconnected from a live replica
 			continue
 		}
-		if _, ok := targets[at.Cluster]; !ok {
+		if _, ok := targets[key.Cluster]; !ok {
 			continue // not affected by the write
 		}
-		ro.Proxies = append(ro.Proxies, ProxyStatus{Replica: at.Replica, NodeID: node, Cluster: at.Cluster,
-			Target: targets[at.Cluster], State: StatePending,
+		ro.Proxies = append(ro.Proxies, ProxyStatus{Replica: at.Replica, NodeID: key.NodeID, Cluster: key.Cluster,
+			Target: targets[key.Cluster], State: StatePending,
 			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", at.Replica)})
 	}
 	SortProxies(ro.Proxies)

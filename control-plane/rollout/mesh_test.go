@@ -15,9 +15,10 @@ import (
 
 // TestWaitKeepsProxiesOfDeadReplicas: a waited proxy whose replica died
 // (its lease gone) before it reconnected elsewhere stays pending, named,
-// until it shows up on another replica; one that disconnected from a live
-// replica drops out; one of a cluster the write did not change is not
-// waited for.
+// until it shows up on another replica — even while a proxy of another
+// cluster uses its node id (a certificate that proves the cluster alone
+// lets it); one that disconnected from a live replica drops out; one of a
+// cluster the write did not change is not waited for.
 func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
@@ -35,7 +36,9 @@ func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	publish(r1, p("stays", "web", "v2"), p("leaves", "web", "v1"))
+	impostor := p("moves", "api", "a1") // of cluster api, under the node id of web's "moves"
+	impostor.Stream = 2                 // a replica numbers its streams
+	publish(r1, p("stays", "web", "v2"), p("leaves", "web", "v1"), impostor)
 	publish(r2, p("moves", "web", "v1"), p("other", "api", "a1"))
 	m := rollout.MeshOf(r1)
 	roster, err := r1.Roster(ctx)
@@ -74,13 +77,13 @@ func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	if err := r2.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	publish(r1, p("stays", "web", "v2"))
+	publish(r1, p("stays", "web", "v2"), impostor)
 	want := "moves@r2=pending(its replica r2 is gone (lease expired); waiting for it to reconnect to another) stays@r1=applied"
 	if got := states(); got != want {
 		t.Fatalf("after r2 died: %s, want %s", got, want)
 	}
 	// "moves" reconnects to r1 and applies the write there.
-	publish(r1, p("stays", "web", "v2"), p("moves", "web", "v2"))
+	publish(r1, p("stays", "web", "v2"), p("moves", "web", "v2"), impostor)
 	if got, want := states(), "moves@r1=applied stays@r1=applied"; got != want {
 		t.Fatalf("after the failover: %s, want %s", got, want)
 	}

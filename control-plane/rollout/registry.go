@@ -154,10 +154,20 @@ func (r Replica) Applied(cluster, target string, rev int64) (n int, all bool) {
 	return n, n == s.Proxies
 }
 
+// NodeKey names a proxy in the mesh: its Envoy cluster and node id. A node
+// id alone names no proxy: proxies of two clusters may use the same one (a
+// policy that proves the cluster alone, mtls ".../cluster/{cluster}", lets
+// a proxy of another cluster subscribe under one of ours, which GET
+// /v1/rollout lists), and neither may stand for the other in a waited
+// write.
+type NodeKey struct {
+	Cluster, NodeID string
+}
+
 // Node is where a node's proxy is connected, as the registry's keys say.
 type Node struct {
-	// Replica is the ID of its replica, Cluster its Envoy cluster.
-	Replica, Cluster string
+	// Replica is the ID of its replica.
+	Replica string
 }
 
 // Roster is the mesh without its proxies' records, read at one point in
@@ -166,10 +176,10 @@ type Node struct {
 type Roster struct {
 	// Replicas are the live replicas by ID.
 	Replicas map[string]Replica
-	// Nodes are the live replicas' proxies by node id (a node connected
-	// to two replicas, while the lease of the one it left runs out, is
-	// listed on either).
-	Nodes map[string]Node
+	// Nodes are the live replicas' proxies by cluster and node id (a node
+	// connected to two replicas, while the lease of the one it left runs
+	// out, is listed on either).
+	Nodes map[NodeKey]Node
 }
 
 // Proxy is one connected proxy (one xDS stream) as its replica publishes

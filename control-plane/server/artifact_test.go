@@ -46,11 +46,18 @@ func dial(t *testing.T, addr string) (conn *grpc.ClientConn, ctx context.Context
 func connectProxy(t *testing.T, addr, node string, artifact any) *adsProxy {
 	t.Helper()
 	conn, ctx := dial(t, addr)
+	return subscribeOn(t, ctx, conn, node, "shop", artifact)
+}
+
+// subscribeOn opens an ADS stream on conn as node of cluster (running
+// artifact, if not nil) that acknowledges every response until ctx ends.
+func subscribeOn(t *testing.T, ctx context.Context, conn *grpc.ClientConn, node, cluster string, artifact any) *adsProxy {
+	t.Helper()
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &corev3.Node{Id: node, Cluster: "shop"}
+	n := &corev3.Node{Id: node, Cluster: cluster}
 	if artifact != nil {
 		if n.Metadata, err = structpb.NewStruct(map[string]any{"allot.artifact": artifact}); err != nil {
 			t.Fatal(err)

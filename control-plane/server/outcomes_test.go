@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +16,11 @@ import (
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/allotmesh/allot/control-plane/mtls"
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -221,32 +217,13 @@ func TestOutcomesSink(t *testing.T) {
 // was allowed: a proxy that may not subscribe as its cluster has no
 // stream, so its exports are refused too.
 func TestOutcomesSinkMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	serverCA, proxyCA := mtlstest.NewCA(t, "allotd"), mtlstest.NewCA(t, "proxies")
-	files := mtls.Files{ClientCA: filepath.Join(dir, "proxy-ca.pem"), Policy: filepath.Join(dir, "identities.json")}
-	files.Cert, files.Key = serverCA.Server(t).Write(t, dir, "server")
-	mtlstest.WriteFile(t, files.ClientCA, proxyCA.PEM)
-	mtlstest.WriteFile(t, files.Policy, []byte(`{"proxies":[{"identity":"spiffe://allot.test/cluster/{cluster}"}]}`))
-	r, err := mtls.Load(files, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := start(t, func(c *Config) {
-		c.TLS, c.XDSTLS, c.XDSStreamInterceptor, c.Collectors = r.AdminTLS(), r.XDSTLS(), r.StreamInterceptor(), r.Collectors()
-		c.XDSUnaryInterceptor = r.UnaryInterceptor()
-	})
-	checkout := proxyCA.Client(t, "spiffe://allot.test/cluster/checkout").TLS
+	m := startMutualTLS(t)
 	// asProxy connects with checkout's certificate and opens an ADS stream
 	// as node of cluster, returning the connection and the stream's first
 	// answer's error (the configuration, or the refusal).
 	asProxy := func(t *testing.T, node, cluster string) (*grpc.ClientConn, error) {
 		t.Helper()
-		conn, err := grpc.NewClient(a.XDS.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			RootCAs: serverCA.Pool(), Certificates: []tls.Certificate{checkout}, MinVersion: tls.VersionTLS12})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := m.dial(t, "spiffe://allot.test/cluster/checkout")
 		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -291,8 +268,8 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 	if err := export(t, conn); err != nil {
 		t.Fatalf("an export before the revocation: %v", err)
 	}
-	mtlstest.WriteFile(t, files.ClientCA, mtlstest.NewCA(t, "others").PEM)
-	if err := r.Reload(); err != nil {
+	mtlstest.WriteFile(t, m.files.ClientCA, mtlstest.NewCA(t, "others").PEM)
+	if err := m.r.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	if err := export(t, conn); status.Code(err) != codes.PermissionDenied {

@@ -920,7 +920,7 @@ func (g *Registry) Roster(ctx context.Context) (rollout.Roster, error) {
 	if err != nil {
 		return rollout.Roster{}, err
 	}
-	ro := rollout.Roster{Replicas: replicas, Nodes: map[string]rollout.Node{}}
+	ro := rollout.Roster{Replicas: replicas, Nodes: map[rollout.NodeKey]rollout.Node{}}
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), g.nodesPrefix()), "/") // replica, node, stream, cluster
 		if len(parts) != 4 {
@@ -932,8 +932,9 @@ func (g *Registry) Roster(ctx context.Context) (rollout.Roster, error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return rollout.Roster{}, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
 		}
-		if _, live := ro.Replicas[r]; live && ro.Nodes[node].Replica < r { // a node on two replicas (it moved): either will do
-			ro.Nodes[node] = rollout.Node{Replica: r, Cluster: cluster}
+		key := rollout.NodeKey{Cluster: cluster, NodeID: node}
+		if _, live := ro.Replicas[r]; live && ro.Nodes[key].Replica < r { // a node on two replicas (it moved): either will do
+			ro.Nodes[key] = rollout.Node{Replica: r}
 		}
 	}
 	return ro, nil

@@ -165,9 +165,10 @@ func nodeSet(t *testing.T, r *etcd.Registry) string {
 		t.Errorf("roster replicas %v, view replicas %v", got, want)
 	}
 	var out []string
-	for _, n := range slices.Sorted(maps.Keys(ro.Nodes)) {
-		out = append(out, n+"@"+ro.Nodes[n].Replica+"/"+ro.Nodes[n].Cluster)
+	for k, n := range ro.Nodes {
+		out = append(out, k.NodeID+"@"+n.Replica+"/"+k.Cluster)
 	}
+	slices.Sort(out)
 	return strings.Join(out, " ")
 }
 
