@@ -18,10 +18,12 @@ import (
 
 // experimentJSON is the part of an experiment the guardrail tests read.
 type experimentJSON struct {
-	Status    string   `json:"status"`
-	Revision  string   `json:"revision"`
-	Coverage  *float64 `json:"coverage"`
-	RampState *struct {
+	Status   string `json:"status"`
+	Revision string `json:"revision"`
+	// AssignmentRevision is the experiment's assignment revision.
+	AssignmentRevision string   `json:"assignmentRevision"`
+	Coverage           *float64 `json:"coverage"`
+	RampState          *struct {
 		Step int `json:"step"`
 	} `json:"rampState"`
 	Rollback *struct {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,6 +31,7 @@ var sections = []struct{ key, title string }{
 	{"faults", "Faults survived"},
 	{"bad_input", "Bad inputs tried"},
 	{"security", "Security"},
+	{"guardrails", "Guardrails"},
 	{"durability", "Durability"},
 }
 
@@ -57,6 +59,9 @@ func run(in, out string) error {
 		var r record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return fmt.Errorf("%s: %w", in, err)
+		}
+		if !slices.ContainsFunc(sections, func(s struct{ key, title string }) bool { return s.key == r.Section }) {
+			return fmt.Errorf("%s: %s: unknown section %q", in, r.Test, r.Section)
 		}
 		bySection[r.Section] = append(bySection[r.Section], r)
 		lost += r.Lost
