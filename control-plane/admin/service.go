@@ -355,7 +355,9 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 		if !ack {
 			return nil, rollbackPending(e)
 		}
-		experiment.Acknowledge(e, p.Name, s.now())
+		if err := experiment.Acknowledge(e, p.Name, s.now()); err != nil {
+			return nil, err // ParseTokens admits no such name
+		}
 	}
 	e.Status = to
 	if to == experiment.StatusRunning && e.GetRampState() != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/allotmesh/allot/control-plane/guard"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -136,23 +135,18 @@ func RollbackPending(e *experimentv1.Experiment) bool {
 }
 
 // Acknowledge records that actor acknowledged e's rollback at now (a no-op
-// without a rollback). The name is kept without the characters JSON
-// escapes and cut at a character boundary to MaxAcknowledgedByBytes, so the
-// state stays within StateReserveBytes.
-func Acknowledge(e *experimentv1.Experiment, actor string, now time.Time) {
+// without a rollback), the name exactly as it is: a name ActorNameProblem
+// refuses is an error and nothing is recorded, so that the state stays
+// within StateReserveBytes and an acknowledged rollback is never pending.
+func Acknowledge(e *experimentv1.Experiment, actor string, now time.Time) error {
 	if e.GetRollback() == nil {
-		return
+		return nil
 	}
-	actor = strings.Map(func(r rune) rune {
-		if escaped(r) {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(actor, ""))
-	if len(actor) > MaxAcknowledgedByBytes {
-		actor = strings.ToValidUTF8(actor[:MaxAcknowledgedByBytes], "")
+	if p := ActorNameProblem(actor); p != "" {
+		return fmt.Errorf("acknowledge the rollback of %q: actor: %s", e.GetKey(), p)
 	}
 	e.Rollback.AcknowledgedBy, e.Rollback.AcknowledgeTime = actor, timestamppb.New(now)
+	return nil
 }
 
 // RampStep is the index of the ramp step e is at (0 before allotd wrote

@@ -341,3 +341,11 @@ func TestRampWaitsForProxies(t *testing.T) {
 		t.Errorf("rollback applied by %d of %d, want 2 of 2", rb.GetApplied(), rb.GetProxies())
 	}
 }
+
+// TestActorName: the guardian's actor follows the rule every caller's name
+// follows (experiment.ActorNamePattern, a token's name included).
+func TestActorName(t *testing.T) {
+	if p := experiment.ActorNameProblem(Actor); p != "" {
+		t.Errorf("Actor %q: %s", Actor, p)
+	}
+}
