@@ -213,6 +213,27 @@ func GuardrailRequests(g *experimentv1.Guardrail) int64 {
 	return g.GetMinRequests()
 }
 
+// Served reports whether e assigns any unit to variation v: its weight is
+// above 0 (omitted weights are equal), or, with ranges, its range is not
+// empty. Coverage scales every variation's share alike, so it changes
+// nothing here. Guardrails skip a treatment that is not served (it never
+// has requests: there is nothing to test), so a ramp does not wait for
+// it; the control of a guardrail must be served (checkGuardrails). force
+// does not change what is served: while it is set, the variations it
+// displaces have no requests, their guardrails stay unevaluated and a ramp
+// waits.
+func Served(e *experimentv1.Experiment, v int) bool {
+	if r := e.GetRanges().GetValues(); len(r) > 0 {
+		if v < 0 || v >= len(r) {
+			return true // the filter's decoder refuses the ranges
+		}
+		b := r[v].GetListValue().GetValues()
+		return len(b) != 2 || !(b[1].GetNumberValue() <= b[0].GetNumberValue())
+	}
+	w := e.GetWeights()
+	return len(w) != len(e.GetVariations()) || v < 0 || v >= len(w) || !(w[v] <= 0)
+}
+
 // checkGuardrails lists every problem of e's guardrails, each as
 // "guardrails[i].field: message".
 func checkGuardrails(e *experimentv1.Experiment) []string {
@@ -253,6 +274,8 @@ func checkGuardrails(e *experimentv1.Experiment) []string {
 		}
 		if c := g.GetControl(); c < 0 || int(c) >= len(e.GetVariations()) {
 			bad("control", fmt.Sprintf("%d, want a variation index in [0, %d)", c, len(e.GetVariations())))
+		} else if !Served(e, int(c)) {
+			bad("control", fmt.Sprintf("variation %d is assigned no unit (weight 0 or an empty range), so there is nothing to compare with; want a variation with a share", c))
 		}
 		if n := g.GetMinRequests(); n != 0 && (n < MinGuardrailRequests || n > MaxGuardrailRequests) {
 			bad("minRequests", fmt.Sprintf("%d, want 0 (default %d) or %d to %d", n, DefaultGuardrailRequests, MinGuardrailRequests, MaxGuardrailRequests))

@@ -97,6 +97,9 @@ func TestGuardrailFields(t *testing.T) {
 			[]string{"guardrails[1].control: 3, want a variation index in [0, 3)"}},
 		{"control negative", func(e *experimentv1.Experiment) { e.Guardrails[0].Control = -1 },
 			[]string{"guardrails[0].control: -1, want a variation index in [0, 3)"}},
+		{"control of weight 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0, 0.5} },
+			[]string{"guardrails[1].control: variation 1 is assigned no unit (weight 0 or an empty range), so there is nothing to compare with; want a variation with a share"}},
+		{"a treatment of weight 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0.5, 0} }, nil},
 		{"minRequests below its bound", func(e *experimentv1.Experiment) { e.Guardrails[0].MinRequests = 99 },
 			[]string{"guardrails[0].minRequests: 99, want 0 (default 1000) or 100 to 10000000"}},
 		{"minRequests above its bound", func(e *experimentv1.Experiment) { e.Guardrails[0].MinRequests = 10_000_001 },
@@ -230,6 +233,44 @@ func specBytes(t *testing.T, e *experimentv1.Experiment) int {
 		t.Fatal(err)
 	}
 	return buf.Len()
+}
+
+// TestServed: a variation is served unless its weight is 0 or, with
+// ranges, its range is empty; omitted weights are equal, and coverage and
+// force change nothing.
+func TestServed(t *testing.T) {
+	ranges := func(rs ...[2]float64) *structpb.ListValue {
+		l := &structpb.ListValue{}
+		for _, r := range rs {
+			l.Values = append(l.Values, structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+				structpb.NewNumberValue(r[0]), structpb.NewNumberValue(r[1])}}))
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(e *experimentv1.Experiment)
+		want []bool
+	}{
+		{"equal weights", func(e *experimentv1.Experiment) {}, []bool{true, true, true}},
+		{"a weight of 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0, 0.5} }, []bool{true, false, true}},
+		{"coverage 0 and force", func(e *experimentv1.Experiment) {
+			e.Weights, e.Coverage, e.Force = []float64{1, 0, 0}, proto.Float64(0), proto.Int32(1)
+		}, []bool{true, false, false}},
+		{"an empty range", func(e *experimentv1.Experiment) {
+			e.Coverage, e.Ranges = nil, ranges([2]float64{0, 0.5}, [2]float64{0.5, 0.5}, [2]float64{0.5, 0.6})
+		}, []bool{true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := guarded()
+			tc.set(e)
+			for v, want := range tc.want {
+				if got := experiment.Served(e, v); got != want {
+					t.Errorf("Served(%d) = %v, want %v", v, got, want)
+				}
+			}
+		})
+	}
 }
 
 // TestAcknowledge: the acknowledging actor and time are recorded exactly
