@@ -161,8 +161,8 @@ func TestReliabilityEtcdFaults(t *testing.T) {
 	report(t, "faults", "etcd leader killed (SIGKILL) under 3 allotd replicas: writes go on",
 		fmt.Sprintf("6/6 writes through the 3 replicas acknowledged; the first, through the leader election, in %v", q.election.Round(10*time.Millisecond)), 0)
 	report(t, "faults", "etcd quorum lost (2 of 3 members killed): writes fail fast, reads go on",
-		fmt.Sprintf("a write through each replica refused with 503 unavailable naming etcd in %s (-store-timeout 2s); the last known state read through every replica (%d/%d acknowledged experiments listed); /readyz 503",
-			durations(q.refused), q.reads, q.readsWant), q.readsWant-q.reads)
+		fmt.Sprintf("a write through each replica refused with 503 unavailable naming etcd in %s (-store-timeout %v); the last known state read through every replica (%d/%d acknowledged experiments listed); /readyz 503",
+			durations(q.refused), storeTimeout, q.reads, q.readsWant), q.readsWant-q.reads)
 	report(t, "faults", "etcd member back after the quorum loss: everything converges",
 		fmt.Sprintf("first write acknowledged %v after the member restarted; a waited write applied by 3/3 Envoys", q.recovered.Round(10*time.Millisecond)), 0)
 	report(t, "faults", "Envoys through the etcd faults (leader killed, quorum lost, members back)",

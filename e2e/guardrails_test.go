@@ -105,13 +105,14 @@ func TestGuardrailRollback(t *testing.T) {
 // guardrail, under load through two Envoys: allotd moves it 0.2 → 0.5 →
 // 1.0, one audited write per step, and both proxies run the last
 // (TestRampWaitsForProxies shows a step waits for every proxy to apply the
-// one before).
+// one before). Its third variation has weight 0: no request gets it, and
+// the ramp does not wait for its guardrail.
 func TestGuardrailRamp(t *testing.T) {
 	s := startSystemFor(t, wasmArtifact, "-guardian-interval", "1s")
 	proxies := []*proxy{s.startSinkSidecar("ramp-1", "shop"), s.startSinkSidecar("ramp-2", "shop")}
 	s.waitConnected("ramp-1", "ramp-2")
-	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{"key": "ramped", "variations": []string{"a", "b"},
-		"observe": true, "guardrails": []map[string]any{{"metric": "errorRate", "maxIncrease": 0.05, "minRequests": 100}},
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{"key": "ramped", "variations": []string{"a", "b", "retired"},
+		"weights": []float64{0.5, 0.5, 0}, "observe": true, "guardrails": []map[string]any{{"metric": "errorRate", "maxIncrease": 0.05, "minRequests": 100}},
 		"ramp": map[string]any{"steps": []map[string]any{{"coverage": 0.2}, {"coverage": 0.5, "minHold": "2s"}, {"coverage": 1}}}}, nil)
 
 	n := 0

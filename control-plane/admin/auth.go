@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/allotmesh/allot/control-plane/experiment"
 )
 
 // Role is what a token may do.
@@ -58,7 +60,9 @@ type tokenFile struct {
 }
 
 // LoadTokens reads a tokens file: {"tokens": [{"name", "token", "role",
-// "namespaces"}]}. Every problem is reported with its field.
+// "namespaces"}]}. Every problem is reported with its field. A name must
+// match experiment.ActorNamePattern: it is what the audit history and a
+// rollback's acknowledgedBy record, exactly.
 func LoadTokens(path string) (*Tokens, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -75,9 +79,11 @@ func ParseTokens(b []byte) (*Tokens, error) {
 	}
 	t := &Tokens{byDigest: map[[32]byte]*Principal{}}
 	for i, e := range f.Tokens {
-		switch {
+		switch name := experiment.ActorNameProblem(e.Name); {
 		case e.Name == "":
 			return nil, fmt.Errorf("tokens[%d].name: required", i)
+		case name != "":
+			return nil, fmt.Errorf("tokens[%d].name: %s", i, name)
 		case len(e.Token) < 16:
 			return nil, fmt.Errorf("tokens[%d].token: at least 16 characters", i)
 		case e.Role != RoleAdmin && e.Role != RoleOwner && e.Role != RoleReader:

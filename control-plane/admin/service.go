@@ -37,7 +37,10 @@ import (
 )
 
 // Service implements the admin operations over a store, independent of the
-// transport. Every method takes the authenticated caller.
+// transport. Every method takes the authenticated caller. Each write makes
+// its store calls, the reads it is decided on and the write itself, under
+// one store.WithWrite, so that a store with a request timeout (etcd,
+// allotd -store-timeout) answers the whole write within it.
 type Service struct {
 	store    store.Store
 	log      *slog.Logger
@@ -106,6 +109,7 @@ func (s *Service) deny(ctx context.Context, p *Principal, op, key, owner string)
 
 // Create validates and stores a new experiment.
 func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
+	ctx = store.WithWrite(ctx)
 	defaultOwner(p, e)
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "create", e.Key, e.Owner)
@@ -203,6 +207,7 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 // write is a compare-and-swap on the revision the owner was checked on, so
 // a concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
+	ctx = store.WithWrite(ctx)
 	return retryStale(func() (*experimentv1.Experiment, error) { return s.update(ctx, p, e) })
 }
 
@@ -263,6 +268,7 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 // is a compare-and-swap on the revision the owner was checked on, so a
 // concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Delete(ctx context.Context, p *Principal, key string, revision int64) error {
+	ctx = store.WithWrite(ctx)
 	cur, err := s.store.Get(ctx, key)
 	if err != nil {
 		return err
@@ -321,6 +327,7 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 // status, so the emergency brake cannot be refused for size. With ack, a
 // pending rollback is acknowledged in the same write.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string, ack bool) (*experimentv1.Experiment, error) {
+	ctx = store.WithWrite(ctx)
 	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to, ack) })
 }
 
@@ -351,7 +358,9 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 		if !ack {
 			return nil, rollbackPending(e)
 		}
-		experiment.Acknowledge(e, p.Name, s.now())
+		if err := experiment.Acknowledge(e, p.Name, s.now()); err != nil {
+			return nil, err // ParseTokens admits no such name
+		}
 	}
 	e.Status = to
 	if to == experiment.StatusRunning && e.GetRampState() != nil {
@@ -390,6 +399,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 // the ramp step's); one that does not (a rollback) is never refused for
 // validation, like a pause.
 func (s *Service) WriteState(ctx context.Context, key string, revision int64, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
+	ctx = store.WithWrite(ctx)
 	return retryStale(func() (*experimentv1.Experiment, error) {
 		cur, err := s.store.Get(ctx, key)
 		if err != nil {

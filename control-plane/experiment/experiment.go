@@ -18,7 +18,6 @@ import (
 	"github.com/allotmesh/allot/control-plane/guard"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -168,23 +167,18 @@ func RollbackPending(e *experimentv1.Experiment) bool {
 }
 
 // Acknowledge records that actor acknowledged e's rollback at now (a no-op
-// without a rollback). The name is kept without the characters JSON
-// escapes and cut at a character boundary to MaxAcknowledgedByBytes, so the
-// state stays within StateReserveBytes.
-func Acknowledge(e *experimentv1.Experiment, actor string, now time.Time) {
+// without a rollback), the name exactly as it is: a name ActorNameProblem
+// refuses is an error and nothing is recorded, so that the state stays
+// within StateReserveBytes and an acknowledged rollback is never pending.
+func Acknowledge(e *experimentv1.Experiment, actor string, now time.Time) error {
 	if e.GetRollback() == nil {
-		return
+		return nil
 	}
-	actor = strings.Map(func(r rune) rune {
-		if escaped(r) {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(actor, ""))
-	if len(actor) > MaxAcknowledgedByBytes {
-		actor = strings.ToValidUTF8(actor[:MaxAcknowledgedByBytes], "")
+	if p := ActorNameProblem(actor); p != "" {
+		return fmt.Errorf("acknowledge the rollback of %q: actor: %s", e.GetKey(), p)
 	}
 	e.Rollback.AcknowledgedBy, e.Rollback.AcknowledgeTime = actor, timestamppb.New(now)
+	return nil
 }
 
 // RampStep is the index of the ramp step e is at (0 before allotd wrote
@@ -251,6 +245,27 @@ func GuardrailRequests(g *experimentv1.Guardrail) int64 {
 	return g.GetMinRequests()
 }
 
+// Served reports whether e assigns any unit to variation v: its weight is
+// above 0 (omitted weights are equal), or, with ranges, its range is not
+// empty. Coverage scales every variation's share alike, so it changes
+// nothing here. Guardrails skip a treatment that is not served (it never
+// has requests: there is nothing to test), so a ramp does not wait for
+// it; the control of a guardrail must be served (checkGuardrails). force
+// does not change what is served: while it is set, the variations it
+// displaces have no requests, their guardrails stay unevaluated and a ramp
+// waits.
+func Served(e *experimentv1.Experiment, v int) bool {
+	if r := e.GetRanges().GetValues(); len(r) > 0 {
+		if v < 0 || v >= len(r) {
+			return true // the filter's decoder refuses the ranges
+		}
+		b := r[v].GetListValue().GetValues()
+		return len(b) != 2 || !(b[1].GetNumberValue() <= b[0].GetNumberValue())
+	}
+	w := e.GetWeights()
+	return len(w) != len(e.GetVariations()) || v < 0 || v >= len(w) || !(w[v] <= 0)
+}
+
 // checkGuardrails lists every problem of e's guardrails, each as
 // "guardrails[i].field: message".
 func checkGuardrails(e *experimentv1.Experiment) []string {
@@ -291,6 +306,8 @@ func checkGuardrails(e *experimentv1.Experiment) []string {
 		}
 		if c := g.GetControl(); c < 0 || int(c) >= len(e.GetVariations()) {
 			bad("control", fmt.Sprintf("%d, want a variation index in [0, %d)", c, len(e.GetVariations())))
+		} else if !Served(e, int(c)) {
+			bad("control", fmt.Sprintf("variation %d is assigned no unit (weight 0 or an empty range), so there is nothing to compare with; want a variation with a share", c))
 		}
 		if n := g.GetMinRequests(); n != 0 && (n < MinGuardrailRequests || n > MaxGuardrailRequests) {
 			bad("minRequests", fmt.Sprintf("%d, want 0 (default %d) or %d to %d", n, DefaultGuardrailRequests, MinGuardrailRequests, MaxGuardrailRequests))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -95,6 +96,9 @@ func TestGuardrailFields(t *testing.T) {
 			[]string{"guardrails[1].control: 3, want a variation index in [0, 3)"}},
 		{"control negative", func(e *experimentv1.Experiment) { e.Guardrails[0].Control = -1 },
 			[]string{"guardrails[0].control: -1, want a variation index in [0, 3)"}},
+		{"control of weight 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0, 0.5} },
+			[]string{"guardrails[1].control: variation 1 is assigned no unit (weight 0 or an empty range), so there is nothing to compare with; want a variation with a share"}},
+		{"a treatment of weight 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0.5, 0} }, nil},
 		{"minRequests below its bound", func(e *experimentv1.Experiment) { e.Guardrails[0].MinRequests = 99 },
 			[]string{"guardrails[0].minRequests: 99, want 0 (default 1000) or 100 to 10000000"}},
 		{"minRequests above its bound", func(e *experimentv1.Experiment) { e.Guardrails[0].MinRequests = 10_000_001 },
@@ -185,7 +189,7 @@ func maxState() (*experimentv1.RampState, *experimentv1.Rollback) {
 			ControlRequests: math.MinInt64, TreatmentRequests: math.MinInt64,
 			Statistic: -1.2345678901234567e-300, PValue: -1.2345678901234567e-300, Time: ts,
 			Revision: math.MinInt64, Applied: math.MinInt32, Proxies: math.MinInt32, AppliedTime: ts,
-			AcknowledgedBy: strings.Repeat("a", experiment.MaxAcknowledgedByBytes), AcknowledgeTime: ts, // Acknowledge keeps nothing JSON escapes
+			AcknowledgedBy: strings.Repeat("a", experiment.MaxAcknowledgedByBytes), AcknowledgeTime: ts, // ActorNamePattern: nothing JSON escapes
 		}
 }
 
@@ -230,31 +234,90 @@ func specBytes(t *testing.T, e *experimentv1.Experiment) int {
 	return buf.Len()
 }
 
-// TestAcknowledge: the acknowledging actor and time are recorded, a name
-// longer than its bound cut on a character boundary; without a rollback
-// nothing is recorded.
+// TestServed: a variation is served unless its weight is 0 or, with
+// ranges, its range is empty; omitted weights are equal, and coverage and
+// force change nothing.
+func TestServed(t *testing.T) {
+	ranges := func(rs ...[2]float64) *structpb.ListValue {
+		l := &structpb.ListValue{}
+		for _, r := range rs {
+			l.Values = append(l.Values, structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+				structpb.NewNumberValue(r[0]), structpb.NewNumberValue(r[1])}}))
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(e *experimentv1.Experiment)
+		want []bool
+	}{
+		{"equal weights", func(e *experimentv1.Experiment) {}, []bool{true, true, true}},
+		{"a weight of 0", func(e *experimentv1.Experiment) { e.Weights = []float64{0.5, 0, 0.5} }, []bool{true, false, true}},
+		{"coverage 0 and force", func(e *experimentv1.Experiment) {
+			e.Weights, e.Coverage, e.Force = []float64{1, 0, 0}, proto.Float64(0), proto.Int32(1)
+		}, []bool{true, false, false}},
+		{"an empty range", func(e *experimentv1.Experiment) {
+			e.Coverage, e.Ranges = nil, ranges([2]float64{0, 0.5}, [2]float64{0.5, 0.5}, [2]float64{0.5, 0.6})
+		}, []bool{true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := guarded()
+			tc.set(e)
+			for v, want := range tc.want {
+				if got := experiment.Served(e, v); got != want {
+					t.Errorf("Served(%d) = %v, want %v", v, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestAcknowledge: the acknowledging actor and time are recorded exactly
+// and the rollback is no longer pending; a name ActorNameProblem refuses
+// is an error and records nothing; without a rollback nothing is
+// recorded.
 func TestAcknowledge(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	e := guarded()
-	experiment.Acknowledge(e, "alice", now)
-	if e.Rollback != nil {
-		t.Fatalf("acknowledged without a rollback: %v", e.Rollback)
+	if err := experiment.Acknowledge(e, "alice", now); err != nil || e.Rollback != nil {
+		t.Fatalf("acknowledged without a rollback: %v, %v", e.Rollback, err)
 	}
 	e.Rollback = &experimentv1.Rollback{Guardrail: 1}
 	if !experiment.RollbackPending(e) {
 		t.Fatal("a rollback nobody acknowledged is not pending")
 	}
-	name := strings.Repeat("a", experiment.MaxAcknowledgedByBytes-1) + "é" // the é straddles the bound
-	experiment.Acknowledge(e, name, now)
-	if got := e.Rollback.AcknowledgedBy; got != name[:experiment.MaxAcknowledgedByBytes-1] {
-		t.Errorf("acknowledgedBy %q (%d bytes), want the name cut before the é", got, len(got))
+	for _, name := range []string{"<&>", "bob\x01", strings.Repeat("a", experiment.MaxAcknowledgedByBytes-1) + "é", strings.Repeat("a", experiment.MaxAcknowledgedByBytes+1)} {
+		if err := experiment.Acknowledge(e, name, now); err == nil || !strings.Contains(err.Error(), "actor: ") {
+			t.Errorf("acknowledged by %q: %v, want an error naming the actor", name, err)
+		}
+		if e.Rollback.AcknowledgedBy != "" || e.Rollback.AcknowledgeTime != nil || !experiment.RollbackPending(e) {
+			t.Errorf("a refused name %q recorded %v", name, e.Rollback)
+		}
 	}
-	if !e.Rollback.AcknowledgeTime.AsTime().Equal(now) || experiment.RollbackPending(e) {
-		t.Errorf("after Acknowledge: %v, pending %v", e.Rollback, experiment.RollbackPending(e))
+	name := "ci.bot@team-a:42_" + strings.Repeat("x", experiment.MaxAcknowledgedByBytes-17) // at the bound
+	if err := experiment.Acknowledge(e, name, now); err != nil {
+		t.Fatal(err)
 	}
-	experiment.Acknowledge(e, "bob\x01\u2028<x>\xff"+strings.Repeat("\n", 200), now)
-	if got := e.Rollback.AcknowledgedBy; got != "bobx" {
-		t.Errorf("acknowledgedBy %q, want %q: the characters JSON escapes dropped", got, "bobx")
+	if e.Rollback.AcknowledgedBy != name || !e.Rollback.AcknowledgeTime.AsTime().Equal(now) || experiment.RollbackPending(e) {
+		t.Errorf("after Acknowledge by %s: %v, pending %v", name, e.Rollback, experiment.RollbackPending(e))
+	}
+}
+
+// TestActorNameProblem: ActorNameProblem accepts exactly the names
+// ActorNamePattern matches, every one within MaxActorBytes and free of
+// what JSON escapes.
+func TestActorNameProblem(t *testing.T) {
+	re := regexp.MustCompile(experiment.ActorNamePattern)
+	names := []string{"", "a", "A9", "allotd:guardian", "ci@example.com", "a b", "<&>", "-a", "a-", "é", "a\u2028", "\x00", "a\"b",
+		strings.Repeat("a", experiment.MaxActorBytes), strings.Repeat("a", experiment.MaxActorBytes+1)}
+	for _, name := range names {
+		ok := experiment.ActorNameProblem(name) == ""
+		if ok != re.MatchString(name) {
+			t.Errorf("%q: accepted %v, pattern matches %v", name, ok, re.MatchString(name))
+		}
+		if ok && (len(name) > experiment.MaxActorBytes || strings.ContainsAny(name, "\"<>&\\") || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r > 0x7e })) {
+			t.Errorf("%q accepted", name)
+		}
 	}
 }
 

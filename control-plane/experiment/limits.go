@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -83,10 +84,12 @@ const (
 	// accepted it, so a state write never makes a document larger than
 	// the store carries (TestStateFitsReserve).
 	StateReserveBytes = 1 << 10
+	// MaxActorBytes bounds the name of a caller (ActorNameProblem).
+	MaxActorBytes = 128
 	// MaxAcknowledgedByBytes bounds rollback.acknowledgedBy, the name of
-	// the principal who acknowledged a rollback (Acknowledge cuts a longer
-	// one).
-	MaxAcknowledgedByBytes = 128
+	// the caller who acknowledged a rollback (Acknowledge records only a
+	// name ActorNameProblem accepts).
+	MaxAcknowledgedByBytes = MaxActorBytes
 	// MaxDocumentBytes is the largest document an owner may write, as
 	// DocumentBytes counts it: MaxSpecBytes less StateReserveBytes.
 	MaxDocumentBytes = MaxSpecBytes - StateReserveBytes
@@ -169,6 +172,27 @@ func ServiceNameProblem(name string) string {
 		return "not valid UTF-8 or contains a character JSON escapes (control, '\"', '\\', '<', '>', '&', U+2028, U+2029)"
 	}
 	return ""
+}
+
+// ActorNamePattern is the one rule for the name of a caller: a token's
+// name in allotd's tokens file (admin.ParseTokens) and allotd's own actors.
+// It is ASCII that JSON never escapes, at most MaxActorBytes, so that the
+// audit history and rollback.acknowledgedBy record a caller exactly and
+// within StateReserveBytes.
+const ActorNamePattern = `^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`
+
+var actorName = regexp.MustCompile(ActorNamePattern)
+
+// ActorNameProblem says what makes name unusable as the name of a caller
+// (ActorNamePattern, which holds it within MaxActorBytes), or returns "".
+func ActorNameProblem(name string) string {
+	switch {
+	case actorName.MatchString(name):
+		return ""
+	case name == "":
+		return "empty name"
+	}
+	return fmt.Sprintf("%q, want %s: 1 to %d letters, digits and . _ : @ -, starting with a letter or digit", name, ActorNamePattern, MaxActorBytes)
 }
 
 // escaped reports whether JSON encoding escapes r.

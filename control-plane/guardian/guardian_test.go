@@ -343,3 +343,41 @@ func TestRampWaitsForProxies(t *testing.T) {
 		t.Errorf("rollback applied by %d of %d, want 2 of 2", rb.GetApplied(), rb.GetProxies())
 	}
 }
+
+// TestActorName: the guardian's actor follows the rule every caller's name
+// follows (experiment.ActorNamePattern, a token's name included).
+func TestActorName(t *testing.T) {
+	if p := experiment.ActorNameProblem(Actor); p != "" {
+		t.Errorf("Actor %q: %s", Actor, p)
+	}
+}
+
+// TestRampWithZeroWeightVariationAdvances: a variation of weight 0 gets
+// no requests, so its guardrail could never be evaluated; guardrails skip
+// it, and the ramp moves on the served treatment's evidence alone.
+func TestRampWithZeroWeightVariationAdvances(t *testing.T) {
+	f := newFixture(t)
+	f.create(t, `{"key":"checkout","variations":["control","treatment","retired"],"weights":[0.5,0.5,0],"observe":true,
+		"guardrails":[{"metric":"errorRate","maxIncrease":0.01,"minRequests":100}],
+		"ramp":{"steps":[{"coverage":0.01},{"coverage":0.05}]}}`)
+	if err := f.g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.report(t, "checkout", [][3]uint64{{200, 2, 20}, {200, 2, 20}, {0, 0, 20}})
+	rep, err := f.agg.Report(context.Background(), "checkout", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := rep.GetGuardrails(); len(gs) != 1 || gs[0].GetVariation() != 1 || !gs[0].GetEvaluated() {
+		t.Errorf("guardrail statuses %v, want variation 1's alone, evaluated", gs)
+	}
+	if err := f.g.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e := f.get(t, "checkout"); e.GetRampState().GetStep() != 1 || e.GetCoverage() != 0.05 {
+		t.Errorf("step %d coverage %v with the served treatment holding, want 1, 0.05", e.GetRampState().GetStep(), e.GetCoverage())
+	}
+	if v := testutil.ToFloat64(f.g.waiting.WithLabelValues("checkout", waitGuardrails)); v != 0 {
+		t.Errorf(`allot_ramp_waiting{reason="guardrails"} = %v, want 0`, v)
+	}
+}

@@ -27,19 +27,20 @@ func (t tally) guardCounts() guard.Counts {
 	return c
 }
 
-// check runs every guardrail of e for every treatment on the totals since
-// the revision; a.mu must be held.
+// check runs every guardrail of e for every treatment the experiment
+// serves (experiment.Served) on the totals since the revision; a.mu must
+// be held.
 func (e *expState) check() []*adminv1.GuardrailStatus {
 	var out []*adminv1.GuardrailStatus
 	for i, pg := range e.guardrails {
 		g, control := Guardrail(pg)
-		if control < 0 || control >= len(e.total) {
-			continue // validation keeps it a variation's index
+		if control < 0 || control >= len(e.total) || !experiment.Served(e.def, control) {
+			continue // validation keeps it a served variation's index
 		}
 		c := e.total[control].guardCounts()
 		for v := range e.total {
-			if v == control {
-				continue
+			if v == control || !experiment.Served(e.def, v) {
+				continue // no unit gets it: never evidence, never waited for
 			}
 			d := guard.Check(g, c, e.total[v].guardCounts())
 			out = append(out, &adminv1.GuardrailStatus{Guardrail: int32(i), Metric: string(g.Metric), Control: int32(control), Variation: int32(v),

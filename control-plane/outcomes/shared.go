@@ -287,7 +287,7 @@ func (e *expState) merged(me string, recs []store.OutcomeRecord, from, to int64)
 			minutes[r.Minute] = sum(len(total), minutes[r.Minute], ts)
 		}
 	}
-	m := &expState{key: e.key, revision: e.revision, weights: e.weights, guardrails: e.guardrails, since: since, total: total}
+	m := &expState{key: e.key, revision: e.revision, weights: e.weights, guardrails: e.guardrails, def: e.def, since: since, total: total}
 	for stamp, vars := range minutes {
 		m.minutes[stamp%int64(len(m.minutes))] = minute{stamp: stamp, vars: vars}
 	}

@@ -81,6 +81,29 @@ func CheckBase(ctx context.Context, cur int64) error {
 	return nil
 }
 
+type writeKey struct{}
+
+// WithWrite returns ctx for every call of one write to the store: the
+// reads the write is decided on and the write itself. A store that bounds
+// each call by a timeout (store/etcd's request timeout, allotd
+// -store-timeout) bounds them all together, from WithWrite's call on, so
+// that the write answers within that timeout however many calls it makes;
+// a store without such a bound ignores it. Within a write's ctx it returns
+// ctx unchanged: the outer write's start stands.
+func WithWrite(ctx context.Context) context.Context {
+	if _, ok := WriteStart(ctx); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, writeKey{}, time.Now())
+}
+
+// WriteStart is when the write ctx belongs to (WithWrite) started, and
+// whether ctx belongs to one.
+func WriteStart(ctx context.Context) (time.Time, bool) {
+	start, ok := ctx.Value(writeKey{}).(time.Time)
+	return start, ok
+}
+
 // Experiment is a stored experiment document.
 //
 // The store owns Revision, CreateRevision, the timestamps and the actor

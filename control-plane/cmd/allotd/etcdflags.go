@@ -36,7 +36,7 @@ func (f *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cert, "etcd-cert", "", "PEM client certificate `file` for etcd (with -etcd-key; connects over TLS)")
 	fs.StringVar(&f.key, "etcd-key", "", "PEM private key `file` of -etcd-cert")
 	fs.StringVar(&f.prefix, "etcd-prefix", etcd.DefaultPrefix, "key prefix of Allot's data in etcd (replicas of one mesh share it)")
-	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request: a write retries through a leader election for at most this long (allotd then answers 503)")
+	fs.DurationVar(&f.timeout, "store-timeout", etcd.DefaultRequestTimeout, "bound on each etcd request, and on all the requests of one admin write together: a write retries through a leader election for at most this long (allotd then answers 503)")
 }
 
 // registerReplica defines the flags of a replica in the mesh registry.

@@ -29,8 +29,11 @@
 // A write waits out a leader election (etcd's require-leader mode makes
 // each attempt fail at once; it retries with backoff); when the cluster
 // has no quorum for the whole request timeout it fails with an error
-// wrapping store.ErrUnavailable that names the endpoints. Reads fall back to the reachable member's last committed
-// state (a serializable read) so that the experiments stay readable.
+// wrapping store.ErrUnavailable that names the endpoints. Calls under one
+// store.WithWrite (the reads a write is decided on, and the write) share
+// one request timeout, counted from WithWrite. Reads fall back to the
+// reachable member's last committed state (a serializable read) so that
+// the experiments stay readable.
 //
 // Import fills an empty prefix with another store's complete history, its
 // revisions unchanged (allotd migrate copies a bbolt file this way); see
@@ -71,7 +74,8 @@ const SchemaVersion = 1
 // DefaultPrefix is the key prefix of the store in the etcd keyspace.
 const DefaultPrefix = "/allot/"
 
-// DefaultRequestTimeout bounds each call to the cluster.
+// DefaultRequestTimeout bounds each call to the cluster, and the calls of
+// one write together (store.WithWrite).
 const DefaultRequestTimeout = 5 * time.Second
 
 var _ store.Store = (*Store)(nil)
@@ -117,8 +121,9 @@ type Option func(*config)
 // can share a cluster under different prefixes. A prefix must end in "/".
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithRequestTimeout bounds each call to the cluster (DefaultRequestTimeout
-// by default); d must be positive.
+// WithRequestTimeout bounds each call to the cluster, and the calls of one
+// write together (store.WithWrite), by d (DefaultRequestTimeout by
+// default); d must be positive.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
@@ -268,11 +273,23 @@ func (s *Store) initSchema(ctx context.Context, forImport bool) error {
 	return nil
 }
 
-// opContext bounds one call to the cluster, and makes it fail rather than
-// wait when the member it reaches has no leader.
+// opContext bounds one call to the cluster (deadline), and makes it fail
+// rather than wait when the member it reaches has no leader.
 func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithDeadline(ctx, s.deadline(ctx))
 	return clientv3.WithRequireLeader(ctx), cancel
+}
+
+// deadline is when a call to the cluster made now under ctx must end: the
+// request timeout from now, or from the start of the write ctx belongs to
+// (store.WithWrite), so that a write's reads and its commit share one
+// timeout (a write whose first read waits out a lost quorum answered after
+// twice the timeout otherwise).
+func (s *Store) deadline(ctx context.Context) time.Time {
+	if start, ok := store.WriteStart(ctx); ok {
+		return start.Add(s.timeout)
+	}
+	return time.Now().Add(s.timeout)
 }
 
 // check refuses calls on a closed store or with a done context.
@@ -387,7 +404,7 @@ func (s *Store) read(ctx context.Context, gets ...get) (*clientv3.TxnResponse, e
 	for i, g := range gets {
 		ops[i] = g.op(true)
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.timeout)
+	sctx, cancel := context.WithDeadline(ctx, s.deadline(ctx))
 	defer cancel()
 	resp, serr := s.cli.Txn(sctx).Then(ops...).Commit()
 	if serr != nil {

@@ -418,7 +418,9 @@ func (x *Experiment) GetAssignmentRevision() int64 {
 
 // Guardrail is one limit every treatment variation must keep against the
 // control variation on one metric of the observed outcomes. Exactly the
-// threshold of its metric is set.
+// threshold of its metric is set. A treatment assigned no unit (weight 0,
+// or an empty range with ranges) is skipped: it is never tested, and a
+// ramp does not wait for it.
 type Guardrail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// metric is what is compared: "errorRate" (the share of 5xx responses
@@ -433,8 +435,9 @@ type Guardrail struct {
 	// treatment's p95 to the control's, above 1 and at most 100 (1.2: 20%
 	// slower).
 	MaxRatio *float64 `protobuf:"fixed64,3,opt,name=max_ratio,json=maxRatio,proto3,oneof" json:"max_ratio,omitempty"`
-	// control is the index of the variation the others are compared with,
-	// a valid index of variations; default 0.
+	// control is the index of the variation the others are compared with:
+	// a valid index of variations, of one assigned units (not weight 0, not
+	// an empty range); default 0.
 	Control int32 `protobuf:"varint,4,opt,name=control,proto3" json:"control,omitempty"`
 	// min_requests is how many requests the control and a treatment must
 	// each have before the guardrail is evaluated for that treatment: 0
