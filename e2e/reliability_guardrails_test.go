@@ -144,6 +144,11 @@ func testHostileAborts(t *testing.T, a artifact) {
 	exports := metricValue(t, s, "allot_outcomes_messages_total")
 	var rep *adminv1.Outcomes
 	harness.MustEventually(t, 30*time.Second, func() error {
+		for i := range 20 { // healthy traffic goes on: Envoy's sink exports only what changed
+			if _, err := p.get(map[string][]string{"x-user-id": {"user-" + strconv.Itoa(i)}}); err != nil {
+				return err
+			}
+		}
 		var e experimentJSON
 		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/guarded", nil, &e)
 		if e.Rollback != nil || (e.Status != "running" && e.Status != "") {
