@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
@@ -410,5 +411,39 @@ func TestObserveFailureCounted(t *testing.T) {
 				t.Errorf("a configuration without an observed experiment defines %s", plugin.MetricOutcomesUnrecorded)
 			}
 		})
+	}
+}
+
+// TestRetainedOutcomeStats: a configuration keeps defined the outcome stats
+// of the configurations live when it was made (a replaced revision's,
+// whose last counts Envoy would free with the old configuration before
+// its next stats flush), for retainOutcomes after they were last seen
+// live, and no longer.
+func TestRetainedOutcomeStats(t *testing.T) {
+	observed := func(rev int) string {
+		return fmt.Sprintf(`{"version":"r%d","experiments":[{"key":"k","variations":["a","b"],"observe":true,"assignmentRevision":%d}]}`, rev, rev)
+	}
+	m := newFakeModule(1)
+	old := m.ConfigNew(0, FilterName, []byte(observed(1)))
+	m.ConfigNew(0, FilterName, []byte(observed(2)))
+	m.ConfigDestroy(old)
+	for _, rev := range []int64{1} { // live when revision 2's configuration was made
+		for v := range 2 {
+			if _, ok := m.retained[plugin.OutcomeMetric("k", rev, v, plugin.Class5xx)]; !ok {
+				t.Errorf("revision %d variation %d: outcome stats not retained", rev, v)
+			}
+			if r, ok := m.retained[plugin.LatencyMetric("k", rev, v)]; !ok || !r.histogram {
+				t.Errorf("revision %d variation %d: latency histogram not retained as one (%+v)", rev, v, r)
+			}
+		}
+	}
+	m.mu.Lock()
+	m.retainLocked(0, &entry{}, time.Now().Add(retainOutcomes+time.Second))
+	m.mu.Unlock()
+	if _, ok := m.retained[plugin.OutcomeMetric("k", 1, 0, plugin.Class2xx)]; ok {
+		t.Error("revision 1's stats retained after retainOutcomes, its configuration gone")
+	}
+	if _, ok := m.retained[plugin.OutcomeMetric("k", 2, 0, plugin.Class2xx)]; !ok {
+		t.Error("revision 2's stats dropped while its configuration is live")
 	}
 }
