@@ -94,11 +94,12 @@ func Spec(e *experimentv1.Experiment) *experimentv1.Experiment {
 	return d
 }
 
-// Definition returns a copy of e with only what the filter evaluates:
-// without output-only metadata, schedule and status (applied by the control
-// plane), owner, services, description, guardrails, ramp and the state
-// allotd writes. Changing a description or a guardrail therefore
-// reconfigures no proxy; a ramp step does, through coverage.
+// Definition returns a copy of e with only what the proxies receive: what
+// the filter evaluates, observe and the assignment revision; without
+// output-only metadata, schedule and status (applied by the control
+// plane), owner, services, description, guardrails, ramp and the rest of
+// the state allotd writes. Changing a description or a guardrail
+// therefore reconfigures no proxy; a ramp step does, through coverage.
 func Definition(e *experimentv1.Experiment) *experimentv1.Experiment {
 	d := Spec(e)
 	d.StartTime, d.EndTime = nil, nil
@@ -229,8 +230,8 @@ func CheckFields(e *experimentv1.Experiment) []string {
 // Guardrail metrics: the values of a guardrail's metric field, the
 // sequential test's (control-plane/guard).
 const (
-	// MetricErrorRate is the share of 5xx responses and resets; its
-	// threshold is maxIncrease.
+	// MetricErrorRate is the share of 5xx among the requests answered
+	// (aborted requests are left out); its threshold is maxIncrease.
 	MetricErrorRate = string(guard.ErrorRate)
 	// MetricLatencyP95 is the 95th percentile of the response time; its
 	// threshold is maxRatio.

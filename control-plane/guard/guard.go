@@ -24,8 +24,8 @@ type Metric string
 
 // The metrics a guardrail can compare.
 const (
-	// ErrorRate is the share of a variation's requests answered 5xx or
-	// reset. Its threshold is Guardrail.MaxIncrease.
+	// ErrorRate is the share of 5xx among a variation's answered requests.
+	// Its threshold is Guardrail.MaxIncrease.
 	ErrorRate Metric = "errorRate"
 	// LatencyP95 is the 95th percentile of a variation's latency
 	// histogram. Its threshold is Guardrail.MaxRatio.
@@ -73,7 +73,7 @@ type Guardrail struct {
 type Counts struct {
 	// Requests are the responses of every class.
 	Requests uint64
-	// Errors are the responses of class 5xx and the resets.
+	// Errors are the responses of class 5xx.
 	Errors uint64
 	// Buckets are the timed requests per latency bucket (not cumulative):
 	// len(Bounds)+1 of them, the last above every bound; none when no

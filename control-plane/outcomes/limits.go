@@ -7,9 +7,9 @@ import "time"
 // allot_outcomes_dropped_total{reason} (in data points).
 const (
 	// MaxNameBytes bounds a metric's name: the longest outcome stat
-	// (the "wasmcustom." prefix, a 63-byte key, a two-digit variation and
-	// "response_time_ms") is 117 bytes. A longer name is no Allot outcome
-	// and is dropped unread (reason "name").
+	// (the "wasmcustom." prefix, a 63-byte key, a two-digit revision slot
+	// and variation, and "response_time_ms") is 128 bytes. A longer name
+	// is no Allot outcome and is dropped unread (reason "name").
 	MaxNameBytes = 256
 	// MaxPointsPerExport bounds the data points of one export; a larger
 	// export is refused (RESOURCE_EXHAUSTED, reason "size"). The
@@ -21,9 +21,11 @@ const (
 	// BootstrapPointsPerExport is the envoy-configs bootstraps'
 	// max_data_points_per_request (TestBootstrapsSplitFlushes).
 	BootstrapPointsPerExport = 3500
-	// MaxFlushPoints is one proxy's largest flush: 100 observed
-	// experiments (the filter's bound) × 64 variations (the experiment's)
-	// × 7 stats.
+	// MaxFlushPoints is one proxy's largest flush of one assignment
+	// revision's stats: 100 observed experiments (the filter's bound) × 64
+	// variations (the experiment's) × 7 stats. A flush carries only the
+	// stats that changed since the previous one: an earlier revision's
+	// while late responses still count in it.
 	MaxFlushPoints = 100 * 64 * 7
 	// MaxFlushExports is the exports of the largest flush, which Envoy
 	// sends at once over the proxy's xDS connection: with its xDS stream
@@ -34,8 +36,8 @@ const (
 	// MaxExportsPerSecond bounds the exports one connection makes in a
 	// second (the HTTP/2 connection an export arrives on, by its remote
 	// address: what names the exporting proxy, Sink); one more is refused
-	// (RESOURCE_EXHAUSTED, reason "rate"). A proxy's largest flush is
-	// MaxFlushExports, all over its xDS connection, once every
+	// (RESOURCE_EXHAUSTED, reason "rate"). One revision's largest flush is
+	// MaxFlushExports, all over the proxy's xDS connection, once every
 	// stats_flush_interval. The budget is the connection's, never a node
 	// id's: a node id is what a proxy says, and under a policy that proves
 	// the cluster alone (mtls, ".../cluster/{cluster}") a proxy of another

@@ -34,7 +34,7 @@ import (
 )
 
 // numClasses is the number of outcome classes (2xx, 3xx, 4xx, 5xx, other,
-// reset), in the filter's order.
+// aborted), in the filter's order.
 const numClasses = plugin.NumClasses
 
 // latencyClass marks a stat name as a variation's latency histogram.

@@ -107,9 +107,10 @@ type Experiment struct {
 	DisableStickyBucketing bool `protobuf:"varint,22,opt,name=disable_sticky_bucketing,json=disableStickyBucketing,proto3" json:"disable_sticky_bucketing,omitempty"`
 	// observe makes every proxy that runs the experiment count the outcomes
 	// of its assigned requests per variation, as Envoy stats: responses by
-	// class (2xx, 3xx, 4xx, 5xx, other; reset when no response headers came)
-	// and a histogram of the milliseconds from the request headers to the
-	// response headers (filter/README.md, "Outcomes per variation"). At most
+	// class (2xx, 3xx, 4xx, 5xx, other; aborted when the client gave up
+	// before response headers came) and a histogram of the milliseconds
+	// from the request headers to the response headers (filter/README.md,
+	// "Outcomes per variation"). At most
 	// 100 experiments of one proxy's configuration observe; default false
 	// (no outcome stats, no cost).
 	Observe bool `protobuf:"varint,23,opt,name=observe,proto3" json:"observe,omitempty"`
@@ -146,10 +147,11 @@ type Experiment struct {
 	// assignment_revision numbers the experiment's assignment revisions
 	// (output only, written by allotd): 1 when it is created, one more with
 	// each write that changes what assigns units (a field the filter
-	// evaluates but observe, or the status). Proxies receive it: each outcome
-	// stat carries it (modulo the filter's RevisionSlots), so that allotd
-	// counts every response in the revision that assigned its request, and
-	// a revision's figures start from zero (a restart after a rollback too).
+	// evaluates but observe, the schedule or the status). Proxies receive
+	// it: each outcome stat carries it (modulo the filter's RevisionSlots),
+	// so that allotd counts every response in the revision that assigned
+	// its request, and a revision's figures start from zero (a restart
+	// after a rollback too).
 	AssignmentRevision int64 `protobuf:"varint,107,opt,name=assignment_revision,json=assignmentRevision,proto3" json:"assignment_revision,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -423,9 +425,10 @@ func (x *Experiment) GetAssignmentRevision() int64 {
 // ramp does not wait for it.
 type Guardrail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// metric is what is compared: "errorRate" (the share of 5xx responses
-	// and resets among the variation's requests) or "latencyP95" (the 95th
-	// percentile of the milliseconds to the response headers).
+	// metric is what is compared: "errorRate" (the share of 5xx among the
+	// variation's answered requests; aborted requests are left out) or
+	// "latencyP95" (the 95th percentile of the milliseconds to the response
+	// headers).
 	Metric string `protobuf:"bytes,1,opt,name=metric,proto3" json:"metric,omitempty"`
 	// max_increase is errorRate's threshold: the largest absolute increase
 	// of the treatment's error rate over the control's, in [0, 1] (0.01:
@@ -439,9 +442,10 @@ type Guardrail struct {
 	// a valid index of variations, of one assigned units (not weight 0, not
 	// an empty range); default 0.
 	Control int32 `protobuf:"varint,4,opt,name=control,proto3" json:"control,omitempty"`
-	// min_requests is how many requests the control and a treatment must
-	// each have before the guardrail is evaluated for that treatment: 0
-	// (the default, 1,000) or 100 to 10,000,000.
+	// min_requests is how many answered requests (aborted ones are not
+	// counted) the control and a treatment must each have before the
+	// guardrail is evaluated for that treatment: 0 (the default, 1,000) or
+	// 100 to 10,000,000.
 	MinRequests   int64 `protobuf:"varint,5,opt,name=min_requests,json=minRequests,proto3" json:"min_requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
