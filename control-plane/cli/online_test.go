@@ -87,7 +87,7 @@ func (fixedOutcomes) Outcomes(_ context.Context, key string, minutes int) (*admi
 			ErrorRate: float64(errors) / float64(requests), Responses: map[string]int64{"2xx": requests - errors, "5xx": errors}, LatencyMs: l}
 	}
 	window := []*adminv1.VariationOutcomes{v(0, 0.5, 20, 0, 20.0/38, lat(3, 4.7, 4.94)), v(1, 0.5, 18, 2, 18.0/38, lat(7.7, 9.8, 9.96))}
-	return &adminv1.Outcomes{Experiment: key, Revision: "2d916848736603f7", Since: timestamppb.New(time.Date(2030, 1, 2, 3, 2, 30, 0, time.UTC)),
+	return &adminv1.Outcomes{Experiment: key, Revision: "4", Since: timestamppb.New(time.Date(2030, 1, 2, 3, 2, 30, 0, time.UTC)),
 		Minutes: int32(minutes), Window: window, Total: window, Series: series}, nil
 }
 

@@ -193,7 +193,8 @@ func maxState() (*experimentv1.RampState, *experimentv1.Rollback) {
 		}
 }
 
-// TestStateFitsReserve: the largest state allotd writes adds at most
+// TestStateFitsReserve: the largest state allotd writes (rampState,
+// rollback and assignmentRevision) adds at most
 // StateReserveBytes to a document, so a document of MaxDocumentBytes
 // with its state still fits MaxSpecBytes.
 func TestStateFitsReserve(t *testing.T) {
@@ -203,6 +204,7 @@ func TestStateFitsReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.RampState, e.Rollback = maxState()
+	e.AssignmentRevision = math.MaxInt64
 	if n, _ := experiment.DocumentBytes(e); n != without {
 		t.Errorf("DocumentBytes counts the state: %d bytes with it, %d without", n, without)
 	}

@@ -80,7 +80,8 @@ const (
 	// bound still ends within about a year.
 	MaxRampHold = 30 * 24 * time.Hour
 	// StateReserveBytes is the room MaxSpecBytes keeps for what allotd
-	// writes into a document (rampState, rollback) after the admin API
+	// writes into a document (rampState, rollback, assignmentRevision)
+	// after the admin API
 	// accepted it, so a state write never makes a document larger than
 	// the store carries (TestStateFitsReserve).
 	StateReserveBytes = 1 << 10
