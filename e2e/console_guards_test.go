@@ -233,18 +233,36 @@ func guardrailTableShowsAPI(s *system, br *browser, key string, names []string) 
 	if err := protojson.Unmarshal(raw, &o); err != nil {
 		return err
 	}
+	// While a rolled-back experiment is paused, the page shows the tests of
+	// the revision that broke the guardrail (the evidence); else the
+	// current revision's.
+	var e experimentJSON
+	s.mustAPI(http.StatusOK, "GET", "/v1/experiments/"+key, nil, &e)
+	statuses := o.Guardrails
+	if e.Rollback != nil && e.Status != "running" && e.Status != "" {
+		for _, r := range o.GetEarlier() {
+			if r.GetRevision() == e.Rollback.AssignmentRevision {
+				statuses = r.GetGuardrails()
+			}
+		}
+	}
 	var rows []map[string]string
 	page := br.eval(`JSON.stringify([...document.querySelectorAll('#outcomes table.guardrail-status tbody tr')].map((tr) =>
 		Object.fromEntries([['row', tr.dataset.guardrail + '/' + tr.dataset.variation], ...[...tr.cells].map((td) => [td.dataset.label, td.innerText])])))`)
 	if err := json.Unmarshal([]byte(page), &rows); err != nil {
 		return fmt.Errorf("the table %s: %w", page, err)
 	}
-	if len(o.Guardrails) == 0 || len(rows) != len(o.Guardrails) {
-		return fmt.Errorf("the table has %d rows, the API %d statuses; the outcomes panel shows:\n%s", len(rows), len(o.Guardrails), br.text("#outcomes"))
+	if len(statuses) == 0 || len(rows) != len(statuses) {
+		return fmt.Errorf("the table has %d rows, the API %d statuses; the outcomes panel shows:\n%s", len(rows), len(statuses), br.text("#outcomes"))
 	}
-	for i, g := range o.Guardrails {
+	for i, g := range statuses {
 		r := rows[i]
-		value := func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
+		value := func(v float64) string {
+			if v == 0 { // proto3 JSON leaves a zero out: the page shows none
+				return "—"
+			}
+			return fmt.Sprintf("%.1f ms", v)
+		}
 		limit := fmt.Sprintf("latencyP95 ≤ ×%v", g.Threshold)
 		estimate := fmt.Sprintf("×%.2f", g.Estimate)
 		if g.Metric == "errorRate" {

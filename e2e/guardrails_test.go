@@ -35,6 +35,9 @@ type experimentJSON struct {
 		Applied     int     `json:"applied"`
 		Proxies     int     `json:"proxies"`
 		AppliedTime string  `json:"appliedTime"`
+		// AssignmentRevision is the revision whose outcomes broke the
+		// guardrail.
+		AssignmentRevision string `json:"assignmentRevision"`
 	} `json:"rollback"`
 }
 

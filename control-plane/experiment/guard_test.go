@@ -188,7 +188,7 @@ func maxState() (*experimentv1.RampState, *experimentv1.Rollback) {
 			ControlValue: -math.MaxFloat64 / 3, TreatmentValue: -math.SmallestNonzeroFloat64 * 3,
 			ControlRequests: math.MinInt64, TreatmentRequests: math.MinInt64,
 			Statistic: -1.2345678901234567e-300, PValue: -1.2345678901234567e-300, Time: ts,
-			Revision: math.MinInt64, Applied: math.MinInt32, Proxies: math.MinInt32, AppliedTime: ts,
+			Revision: math.MinInt64, AssignmentRevision: math.MinInt64, Applied: math.MinInt32, Proxies: math.MinInt32, AppliedTime: ts,
 			AcknowledgedBy: strings.Repeat("a", experiment.MaxAcknowledgedByBytes), AcknowledgeTime: ts, // ActorNamePattern: nothing JSON escapes
 		}
 }

@@ -246,7 +246,7 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 	total := rep.GetTotal()
 	rb := &experimentv1.Rollback{Guardrail: st.GetGuardrail(), Metric: st.GetMetric(), Control: st.GetControl(), Variation: st.GetVariation(),
 		ControlValue: st.GetControlValue(), TreatmentValue: st.GetTreatmentValue(), Statistic: st.GetStatistic(), PValue: st.GetPValue(),
-		Time: timestamppb.New(now)}
+		Time: timestamppb.New(now), AssignmentRevision: e.GetAssignmentRevision()}
 	if c := int(st.GetControl()); c < len(total) {
 		rb.ControlRequests = total[c].GetRequests()
 	}

@@ -153,6 +153,18 @@ func TestRollbackOnBreach(t *testing.T) {
 		rb.GetPValue() > 0.05 || rb.GetTime() == nil || rb.GetRevision() == 0 || rb.GetAppliedTime() == nil {
 		t.Errorf("rollback %v", rb)
 	}
+	// The evidence is revision 1's; the pause is revision 2, whose report
+	// keeps revision 1's tests among the earlier revisions.
+	if rb.GetAssignmentRevision() != 1 || e.GetAssignmentRevision() != 2 {
+		t.Errorf("rollback of assignment revision %d, experiment at %d; want 1, 2", rb.GetAssignmentRevision(), e.GetAssignmentRevision())
+	}
+	rep, err := f.agg.Report(context.Background(), "checkout", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ea := rep.GetEarlier(); len(ea) != 1 || ea[0].GetRevision() != "1" || len(ea[0].GetGuardrails()) != 1 || !ea[0].GetGuardrails()[0].GetBreached() {
+		t.Errorf("earlier revisions %v, want revision 1 with its breached test", ea)
+	}
 	if err := f.g.Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func (a *Aggregator) earlierOutcomes(key string) []*adminv1.RevisionOutcomes {
 	var out []*adminv1.RevisionOutcomes
 	for _, e := range a.earlier[key] {
 		out = append(out, &adminv1.RevisionOutcomes{Revision: e.revision, Since: timestamppb.New(e.since),
-			Until: timestamppb.New(e.until), Total: variations(e.total, e.weights)})
+			Until: timestamppb.New(e.until), Total: variations(e.total, e.weights), Guardrails: e.check()})
 	}
 	return out
 }

@@ -149,15 +149,32 @@ function legend(e, vs) {
   return h('p', {class: 'legend'}, vs.map((v) => h('span', {class: `swatch series-${(v.variation || 0) % 8}`}, '■ ', variationName(e, v.variation || 0))));
 }
 
+// guardrailTests are the guardrails' tests the panel shows: while a
+// rolled-back experiment is not running again, those of the revision whose
+// outcomes broke the guardrail (the evidence, while allotd keeps it among
+// o.earlier); else those of the current revision.
+export function guardrailTests(e, o) {
+  const rb = e.rollback;
+  const status = e.status || 'running';
+  if (rb && status !== 'running') {
+    const rolled = (o.earlier || []).find((r) => r.revision === String(rb.assignmentRevision || 0));
+    if (rolled?.guardrails?.length) return {statuses: rolled.guardrails, revision: rolled.revision};
+  }
+  return {statuses: o.guardrails, revision: null};
+}
+
 // guardrailsPart shows the guardrails' tests of outcomes o for e, or
 // nothing when e has no guardrails.
 function guardrailsPart(e, o) {
-  if (!o.guardrails.length) return null;
+  const {statuses, revision} = guardrailTests(e, o);
+  if (!statuses.length) return null;
   return [h('h3', null, 'Guardrails'),
-    h('p', {class: 'muted'}, 'Each guardrail\'s sequential test of each treatment against its control, on the totals above, as allotd\'s guardian runs it: ',
+    h('p', {class: 'muted'}, revision
+      ? `The tests that rolled the experiment back, on the totals of revision ${revision} (the figures above are those of the revision since): `
+      : 'Each guardrail\'s sequential test of each treatment against its control, on the totals above, as allotd\'s guardian runs it: ',
       'the estimate is the difference of the error rates or the ratio of the p95s; the p-value is always valid, so reading it at any time is sound; ',
       'a breach pauses the experiment and records the rollback.'),
-    guardrailTable(e, o.guardrails)];
+    guardrailTable(e, statuses)];
 }
 
 // outcomesPanel shows experiment e's outcomes, live; for an experiment that

@@ -1784,7 +1784,10 @@ type RevisionOutcomes struct {
 	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
 	// total has each variation's figures in that revision, in variation
 	// order.
-	Total         []*VariationOutcomes `protobuf:"bytes,4,rep,name=total,proto3" json:"total,omitempty"`
+	Total []*VariationOutcomes `protobuf:"bytes,4,rep,name=total,proto3" json:"total,omitempty"`
+	// guardrails are the guardrails' sequential tests on total, as
+	// Outcomes.guardrails: for a rolled-back revision, the evidence.
+	Guardrails    []*GuardrailStatus `protobuf:"bytes,5,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1843,6 +1846,13 @@ func (x *RevisionOutcomes) GetUntil() *timestamppb.Timestamp {
 func (x *RevisionOutcomes) GetTotal() []*VariationOutcomes {
 	if x != nil {
 		return x.Total
+	}
+	return nil
+}
+
+func (x *RevisionOutcomes) GetGuardrails() []*GuardrailStatus {
+	if x != nil {
+		return x.Guardrails
 	}
 	return nil
 }
@@ -2487,12 +2497,15 @@ const file_allot_admin_v1_admin_proto_rawDesc = "" +
 	"guardrails\x18\t \x03(\v2\x1f.allot.admin.v1.GuardrailStatusR\n" +
 	"guardrails\x12:\n" +
 	"\aearlier\x18\n" +
-	" \x03(\v2 .allot.admin.v1.RevisionOutcomesR\aearlier\"\xcb\x01\n" +
+	" \x03(\v2 .allot.admin.v1.RevisionOutcomesR\aearlier\"\x8c\x02\n" +
 	"\x10RevisionOutcomes\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x127\n" +
-	"\x05total\x18\x04 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\"\x90\x03\n" +
+	"\x05total\x18\x04 \x03(\v2!.allot.admin.v1.VariationOutcomesR\x05total\x12?\n" +
+	"\n" +
+	"guardrails\x18\x05 \x03(\v2\x1f.allot.admin.v1.GuardrailStatusR\n" +
+	"guardrails\"\x90\x03\n" +
 	"\x0fGuardrailStatus\x12\x1c\n" +
 	"\tguardrail\x18\x01 \x01(\x05R\tguardrail\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x18\n" +
@@ -2627,16 +2640,17 @@ var file_allot_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 29: allot.admin.v1.RevisionOutcomes.since:type_name -> google.protobuf.Timestamp
 	36, // 30: allot.admin.v1.RevisionOutcomes.until:type_name -> google.protobuf.Timestamp
 	28, // 31: allot.admin.v1.RevisionOutcomes.total:type_name -> allot.admin.v1.VariationOutcomes
-	36, // 32: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
-	27, // 33: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
-	29, // 34: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	32, // 35: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
-	29, // 36: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	25, // 32: allot.admin.v1.RevisionOutcomes.guardrails:type_name -> allot.admin.v1.GuardrailStatus
+	36, // 33: allot.admin.v1.OutcomesMinute.start:type_name -> google.protobuf.Timestamp
+	27, // 34: allot.admin.v1.OutcomesMinute.variations:type_name -> allot.admin.v1.MinuteOutcomes
+	29, // 35: allot.admin.v1.MinuteOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	32, // 36: allot.admin.v1.VariationOutcomes.responses:type_name -> allot.admin.v1.VariationOutcomes.ResponsesEntry
+	29, // 37: allot.admin.v1.VariationOutcomes.latency_ms:type_name -> allot.admin.v1.LatencyQuantiles
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_allot_admin_v1_admin_proto_init() }

@@ -717,8 +717,12 @@ type Rollback struct {
 	AcknowledgedBy string `protobuf:"bytes,16,opt,name=acknowledged_by,json=acknowledgedBy,proto3" json:"acknowledged_by,omitempty"`
 	// acknowledge_time is when it was acknowledged.
 	AcknowledgeTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=acknowledge_time,json=acknowledgeTime,proto3" json:"acknowledge_time,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// assignment_revision is the assignment revision whose outcomes broke
+	// the guardrail (the rollback starts the next one); its figures stay in
+	// the outcomes' earlier revisions for a while.
+	AssignmentRevision int64 `protobuf:"varint,18,opt,name=assignment_revision,json=assignmentRevision,proto3" json:"assignment_revision,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Rollback) Reset() {
@@ -870,6 +874,13 @@ func (x *Rollback) GetAcknowledgeTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Rollback) GetAssignmentRevision() int64 {
+	if x != nil {
+		return x.AssignmentRevision
+	}
+	return 0
+}
+
 var File_allot_experiment_v1_experiment_proto protoreflect.FileDescriptor
 
 const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
@@ -939,7 +950,7 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\bmin_hold\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\aminHold\"c\n" +
 	"\tRampState\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12B\n" +
-	"\x0fstep_start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rstepStartTime\"\x86\x05\n" +
+	"\x0fstep_start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rstepStartTime\"\xb7\x05\n" +
 	"\bRollback\x12\x1c\n" +
 	"\tguardrail\x18\x01 \x01(\x05R\tguardrail\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x18\n" +
@@ -958,7 +969,8 @@ const file_allot_experiment_v1_experiment_proto_rawDesc = "" +
 	"\aproxies\x18\x0e \x01(\x05R\aproxies\x12=\n" +
 	"\fapplied_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vappliedTime\x12'\n" +
 	"\x0facknowledged_by\x18\x10 \x01(\tR\x0eacknowledgedBy\x12E\n" +
-	"\x10acknowledge_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0facknowledgeTimeBCZAgithub.com/allotmesh/allot/proto/allot/experiment/v1;experimentv1b\x06proto3"
+	"\x10acknowledge_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0facknowledgeTime\x12/\n" +
+	"\x13assignment_revision\x18\x12 \x01(\x03R\x12assignmentRevisionBCZAgithub.com/allotmesh/allot/proto/allot/experiment/v1;experimentv1b\x06proto3"
 
 var (
 	file_allot_experiment_v1_experiment_proto_rawDescOnce sync.Once
