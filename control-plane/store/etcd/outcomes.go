@@ -28,6 +28,9 @@ const (
 	// maxOutcomeMinutes bounds the minutes one Read covers (each minute is
 	// one range of the read's transaction, under etcd's --max-txn-ops).
 	maxOutcomeMinutes = 61
+	// maxSweepKeys bounds the keys (keys only) one request of Sweep reads,
+	// looking for the experiments that have total records.
+	maxSweepKeys = 1000
 )
 
 // retiredSegment is the key segment of store.RetiredReplica's records: an
@@ -178,25 +181,31 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 // Sweep deletes the minute records of every experiment older than minute
 // before, and, if the store is still at revision rev, every record of the
 // experiments not in keep (deleted, or no longer observed) — in one
-// transaction.
+// transaction, which deletes at most maxTxnOps-1 experiments' records (the
+// rest at the next sweep). It reads the experiments with total records
+// in requests of at most maxSweepKeys keys, from each on to the next.
 func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, before int64) error {
-	resp, err := o.g.s.read(ctx, get{key: o.totalsRoot(), prefix: true, keysOnly: true})
-	if err != nil {
-		return fmt.Errorf("sweep outcomes: %w", err)
+	gone := map[string]bool{}
+	for start := o.totalsRoot(); start != "" && len(gone) < maxTxnOps-1; {
+		resp, err := o.g.s.read(ctx, get{key: start, end: clientv3.GetPrefixRangeEnd(o.totalsRoot()), keysOnly: true, limit: maxSweepKeys})
+		if err != nil {
+			return fmt.Errorf("sweep outcomes: %w", err)
+		}
+		r := resp.Responses[0].GetResponseRange()
+		start = ""
+		for _, kv := range r.GetKvs() {
+			key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), o.totalsRoot()), "/")
+			if !keep[key] && len(gone) < maxTxnOps-1 {
+				gone[key] = true
+			}
+			if r.GetMore() {
+				start = clientv3.GetPrefixRangeEnd(o.totalsPrefix(key)) // past the rest of its records
+			}
+		}
 	}
 	expire := clientv3.OpDelete(o.minutesRoot(), clientv3.WithRange(o.minutesRoot()+revString(before)))
-	gone := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), o.totalsRoot()), "/")
-		if !keep[key] {
-			gone[key] = true
-		}
-	}
 	ops := []clientv3.Op{expire}
 	for key := range gone {
-		if len(ops) == maxTxnOps {
-			break // the rest at the next sweep
-		}
 		ops = append(ops, clientv3.OpDelete(o.totalsPrefix(key), clientv3.WithPrefix()))
 	}
 	rk := o.g.s.revKey()
@@ -206,7 +215,7 @@ func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, b
 	}
 	octx, cancel := o.g.s.opContext(ctx)
 	defer cancel()
-	_, err = o.g.s.cli.Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
+	_, err := o.g.s.cli.Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
 	if err = o.g.s.wrap(octx, err); err != nil {
 		return fmt.Errorf("sweep outcomes: %w", err)
 	}

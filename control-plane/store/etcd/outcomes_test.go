@@ -1,16 +1,48 @@
 package etcd_test
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
+
+// openOutcomes starts a one-member cluster and returns a store on it and
+// the outcome records of replica id there.
+func openOutcomes(t *testing.T, id string) (*etcd.Store, *etcd.Outcomes) {
+	t.Helper()
+	s := etcdtest.Start(t, 1).Open(t)
+	return s, s.Registry(id, 0).Outcomes()
+}
+
+// outcomeRec is a record of experiment key; v "" is a deletion.
+func outcomeRec(key, replica string, minute int64, v string, mod int64) store.OutcomeRecord {
+	var b []byte
+	if v != "" {
+		b = []byte(v)
+	}
+	return store.OutcomeRecord{Key: key, Replica: replica, Minute: minute, Value: b, Mod: mod}
+}
+
+// commitAll writes recs in commits of at most MaxOutcomeCommit records.
+func commitAll(t *testing.T, o *etcd.Outcomes, recs []store.OutcomeRecord) {
+	t.Helper()
+	for len(recs) > 0 {
+		n := min(len(recs), etcd.MaxOutcomeCommit)
+		if _, ok, err := o.Commit(t.Context(), recs[:n]); err != nil || !ok {
+			t.Fatalf("commit: %v %v", ok, err)
+		}
+		recs = recs[n:]
+	}
+}
 
 // TestOutcomeRecords: records are written by compare-and-swap (a stale
 // revision writes nothing), read back per experiment with the minutes
@@ -87,5 +119,37 @@ func TestOutcomeRecords(t *testing.T) {
 	}
 	if _, _, err := o.Read(ctx, "checkout", 100, 100); err == nil || !strings.Contains(err.Error(), `"checkout"`) {
 		t.Errorf("a read of more than MaxOutcomeReplicas totals: %v", err)
+	}
+}
+
+// TestOutcomeSweepPages: Sweep deletes the records of the experiments not
+// kept when their total records are more than one of its reads takes
+// (1,100 of one experiment, before the others'), and keeps the others'.
+func TestOutcomeSweepPages(t *testing.T) {
+	ctx := t.Context()
+	s, o := openOutcomes(t, "r1")
+	var recs []store.OutcomeRecord
+	for i := range 1100 {
+		recs = append(recs, outcomeRec("a", fmt.Sprintf("pod-%04d", i), 0, "x", 0))
+	}
+	recs = append(recs, outcomeRec("b", "r1", 0, "x", 0), outcomeRec("c", "r1", 0, "x", 0))
+	commitAll(t, o, recs)
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Sweep(ctx, map[string]bool{"c": true}, rev, 0); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Client().Get(ctx, etcd.DefaultPrefix+"outcomes/t/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), etcd.DefaultPrefix+"outcomes/t/"))
+	}
+	if strings.Join(keys, " ") != "c/r1" {
+		t.Errorf("total records after the sweep: %d %.80v, want c/r1", len(keys), keys)
 	}
 }
