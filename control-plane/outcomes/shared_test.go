@@ -120,16 +120,17 @@ func (r *replica) want(t *testing.T, what string, a, b int64) {
 // totals is how many total records checkout has in etcd.
 func (m *mesh) totals(t *testing.T) map[string]bool {
 	t.Helper()
-	s := m.c.Open(t)
-	recs, _, err := s.Registry("reader", 0).Outcomes().Read(t.Context(), "checkout", 0, 0)
+	ids := map[string]bool{}
+	err := m.st.Registry("reader", 0).Outcomes().Read(t.Context(), "checkout", 0, 0, func(_ map[string]bool, recs []store.OutcomeRecord) error {
+		for _, r := range recs {
+			if r.Minute == 0 {
+				ids[r.Replica] = true
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	ids := map[string]bool{}
-	for _, r := range recs {
-		if r.Minute == 0 {
-			ids[r.Replica] = true
-		}
 	}
 	return ids
 }
@@ -345,12 +346,12 @@ func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
 	r1.addPublished(t, "p1", 1, 4)
 	// behind tidies with what it read of the experiment before the update.
 	now := m.clock.Now()
-	recs, live, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60)
+	sh, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60, now) // tidies
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := behind.a.tidy(t.Context(), "checkout", recs, live, now); err != nil {
-		t.Fatal(err)
+	if sh.tidied != nil {
+		t.Fatal(sh.tidied)
 	}
 	if got := m.totals(t); !got["r1"] {
 		t.Fatalf("total records %v: r1's of the new revision deleted", got)
