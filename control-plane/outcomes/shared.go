@@ -301,8 +301,8 @@ func (e *expState) merged(me string, sh *shares, from, to int64) *expState {
 // record, so a read holds at once one page (store/etcd.MaxOutcomePage
 // records of at most store/etcd.MaxOutcomeBytes: 4 MiB), this replica's
 // records (its total and one a minute: at most MaxWindowMinutes+2, as
-// large) and a tally per variation and minute — however many replicas
-// ever wrote records.
+// large), a tally per variation and minute and the ids of the live
+// replicas — however many replicas ever wrote records.
 type shares struct {
 	revision string                // the assignment revision summed; "" if none
 	total    []tally               // the other replicas' totals, the retired record's included

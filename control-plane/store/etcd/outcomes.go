@@ -101,8 +101,10 @@ func (o *Outcomes) recordKey(r store.OutcomeRecord) string {
 // page in turn — the retired record (store.RetiredReplica), if there is
 // one, first of the first page — and returns page's first error. A page
 // is called once, with no records, if there are none. Any number of
-// records is read; a read that outlasts etcd's compaction of its revision
-// fails (the next read starts from the current one).
+// records is read; the live replicas' ids are read whole with the first
+// page (a key each, of the replicas running now: no bound of Read's
+// own). A read that outlasts etcd's compaction of its revision fails (the
+// next read starts from the current one).
 func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page func(live map[string]bool, recs []store.OutcomeRecord) error) error {
 	if to < from || to-from >= maxOutcomeMinutes {
 		return fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
