@@ -96,11 +96,13 @@ const (
 // for experiments whose figures changed — their total and the minutes
 // that changed, usually one); store/etcd.MaxOutcomeBytes (64 KiB) bounds
 // a record (the largest, 64 variations × 6 counts and 20 buckets, is
-// about 35 KB); store/etcd.MaxOutcomeReplicas (64) bounds an experiment's
-// totals and each minute's records that a report reads (the live
-// replicas, the dead ones not yet folded, the retired record), and a
-// report reads its window's minutes only (at most MaxWindowMinutes+1);
-// FoldAfter and SweepInterval bound how long a dead replica's total stays
-// a record of its own (a live replica folds it into the retired record),
-// so that replica restarts under new ids do not grow the records; minute
-// records are never folded, they expire.
+// about 35 KB); a report reads an experiment's totals and its window's
+// minutes only (at most MaxWindowMinutes+1), however many records they
+// are, in pages of store/etcd.MaxOutcomePage (64) records summed as they
+// come, so that it holds one page (at most 4 MiB), this replica's own
+// records and a tally per variation and minute (shares); FoldAfter and
+// SweepInterval bound how long a dead replica's total stays a record of
+// its own (a report or a sweep folds it into the retired record as its
+// pages come, MaxCommitRecords-1 at a time: tidier), so that replica
+// restarts under new ids do not grow the records; minute records are
+// never folded, they expire.

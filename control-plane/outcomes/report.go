@@ -48,16 +48,12 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	// own come from memory, published or not (merged).
 	at := a.now()
 	now := at.Unix() / 60
-	recs, live, err := a.read(ctx, key, now-int64(minutes)+1, now)
+	sh, err := a.read(ctx, key, now-int64(minutes)+1, now, at)
 	if err != nil {
 		return nil, fmt.Errorf("outcomes of %q: %w", key, err)
 	}
-	if len(recs) > 0 {
-		defer func() {
-			if err := a.tidy(ctx, key, recs, live, at); err != nil {
-				a.log.Warn("outcomes: shared records not tidied", "key", key, "error", err)
-			}
-		}()
+	if sh.tidied != nil {
+		a.log.Warn("outcomes: shared records not tidied", "key", key, "error", sh.tidied)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -66,7 +62,7 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 		return nil, fmt.Errorf("experiment %q: %w", key, ErrNotObserved)
 	}
 	if a.shared != nil {
-		e = e.merged(a.shared.Replica(), recs, now-int64(minutes)+1, now)
+		e = e.merged(a.shared.Replica(), sh, now-int64(minutes)+1, now)
 	}
 	first := max(now-int64(minutes)+1, e.since.Unix()/60)
 	window := make([]tally, len(e.total))

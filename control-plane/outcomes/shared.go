@@ -17,10 +17,18 @@ import (
 type Shared interface {
 	// Replica is the id of this replica, whose records it writes.
 	Replica() string
-	// Read returns, in one read, key's total records, its minute records
-	// of Unix minutes from to to (at most MaxWindowMinutes+1 of them), and
-	// the live replicas.
-	Read(ctx context.Context, key string, from, to int64) (recs []store.OutcomeRecord, live map[string]bool, err error)
+	// Read reads key's total records, its minute records of Unix minutes
+	// from to to (at most MaxWindowMinutes+1 of them) and the live
+	// replicas, as the store held them at one revision, in pages of a
+	// bounded number of records (store/etcd.MaxOutcomePage), however many
+	// there are: it calls page with the live replicas and each page in
+	// turn — the retired record, if there is one, first of the first —
+	// and returns page's first error.
+	Read(ctx context.Context, key string, from, to int64, page func(live map[string]bool, recs []store.OutcomeRecord) error) error
+	// Own returns, in one read, this replica's records of key: its total
+	// and its minute records of Unix minutes from to to (at most
+	// MaxWindowMinutes+1 of them).
+	Own(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, error)
 	// Commit writes recs (a nil Value deletes) in one transaction if each
 	// record's revision is still its Mod, and returns the revision of the
 	// written records; ok false, nothing written, otherwise.
@@ -264,27 +272,20 @@ func (e *expState) ownPart(me string, recs []store.OutcomeRecord, from, to int64
 }
 
 // merged returns a copy of e whose total and minutes from from to to are
-// the mesh's: the records of the other replicas at e's revision in recs,
-// and this replica's part (ownPart). e is held under a.mu.
-func (e *expState) merged(me string, recs []store.OutcomeRecord, from, to int64) *expState {
-	total, minutes, since := e.ownPart(me, recs, from, to)
-	for _, r := range recs {
-		if r.Replica == me && me != store.RetiredReplica {
-			continue
+// the mesh's: the other replicas' records at e's revision, as sh summed
+// them, and this replica's part (ownPart, from its records in sh). e is
+// held under a.mu.
+func (e *expState) merged(me string, sh *shares, from, to int64) *expState {
+	total, minutes, since := e.ownPart(me, sh.own, from, to)
+	if sh.revision == e.revision { // else e was read again since the read began: none of its figures
+		total = sum(len(total), total, sh.total)
+		if !sh.since.IsZero() && sh.since.Before(since) {
+			since = sh.since
 		}
-		rec, ts, ok := decodeRecord(r.Value, e)
-		if !ok {
-			continue
-		}
-		if r.Minute == 0 {
-			total = sum(len(total), total, ts)
-			if s := time.UnixMilli(rec.Since); rec.Since > 0 && s.Before(since) {
-				since = s
+		for stamp, vars := range sh.minutes {
+			if stamp >= from && stamp <= to {
+				minutes[stamp] = sum(len(total), minutes[stamp], vars)
 			}
-			continue
-		}
-		if r.Minute >= from && r.Minute <= to {
-			minutes[r.Minute] = sum(len(total), minutes[r.Minute], ts)
 		}
 	}
 	m := &expState{key: e.key, revision: e.revision, weights: e.weights, guardrails: e.guardrails, def: e.def, since: since, total: total}
@@ -294,13 +295,79 @@ func (e *expState) merged(me string, recs []store.OutcomeRecord, from, to int64)
 	return m
 }
 
-// read returns the shared records of key: its totals and its minutes from
-// from to to; none without a shared store.
-func (a *Aggregator) read(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, map[string]bool, error) {
-	if a.shared == nil {
-		return nil, nil, nil
+// shares is what a read of an experiment's shared records keeps of them
+// (read): the other replicas' figures at one assignment revision, summed
+// as the pages come, and this replica's own records. It keeps no other
+// record, so a read holds at once one page (store/etcd.MaxOutcomePage
+// records of at most store/etcd.MaxOutcomeBytes: 4 MiB), this replica's
+// records (its total and one a minute: at most MaxWindowMinutes+2, as
+// large), a tally per variation and minute and the ids of the live
+// replicas — however many replicas ever wrote records.
+type shares struct {
+	revision string                // the assignment revision summed; "" if none
+	total    []tally               // the other replicas' totals, the retired record's included
+	since    time.Time             // the earliest since of those totals; zero if none
+	minutes  map[int64][]tally     // the other replicas' tallies of each minute read
+	own      []store.OutcomeRecord // this replica's records, of any revision
+	// tidied is what tidying the records failed on; the read itself
+	// succeeded.
+	tidied error
+}
+
+// add takes r, a record read (decodeRecord: rec, ts, ok): this
+// replica's own is kept, another replica's of the revision summed.
+func (sh *shares) add(me string, r store.OutcomeRecord, rec record, ts []tally, ok bool) {
+	if r.Replica == me && me != store.RetiredReplica {
+		sh.own = append(sh.own, r)
+		return
 	}
-	return a.shared.Read(ctx, key, from, to)
+	switch {
+	case !ok:
+	case r.Minute == 0:
+		sh.total = sum(len(sh.total), sh.total, ts)
+		if s := time.UnixMilli(rec.Since); rec.Since > 0 && (sh.since.IsZero() || s.Before(sh.since)) {
+			sh.since = s
+		}
+	default:
+		sh.minutes[r.Minute] = sum(len(sh.total), sh.minutes[r.Minute], ts)
+	}
+}
+
+// read reads the shared records of key — its totals and its minutes from
+// from to to — page by page, summing the other replicas' at key's
+// assignment revision as the read begins and keeping this replica's
+// (shares), and tidies the totals as the pages come (tidier). Without a
+// shared store, or for an experiment not observed, it reads nothing.
+func (a *Aggregator) read(ctx context.Context, key string, from, to int64, now time.Time) (*shares, error) {
+	sh := &shares{minutes: map[int64][]tally{}}
+	if a.shared == nil {
+		return sh, nil
+	}
+	a.mu.Lock()
+	var e *expState // what decoding, encoding and tidying key's records take of its state, copied under a.mu
+	if cur := a.exps[key]; cur != nil {
+		e = &expState{key: key, revision: cur.revision, stored: cur.stored, total: make([]tally, len(cur.total))}
+	}
+	a.mu.Unlock()
+	if e == nil {
+		return sh, nil
+	}
+	sh.revision, sh.total = e.revision, make([]tally, len(e.total))
+	me := a.shared.Replica()
+	t := &tidier{a: a, e: e, me: me, now: now}
+	err := a.shared.Read(ctx, key, from, to, func(live map[string]bool, recs []store.OutcomeRecord) error {
+		for _, r := range recs {
+			rec, ts, ok := decodeRecord(r.Value, e)
+			t.see(ctx, r, rec, ts, ok, live)
+			sh.add(me, r, rec, ts, ok)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sh.tidied = t.finish(ctx)
+	return sh, nil
 }
 
 // Publish writes what this replica counted since its last publish to its
@@ -330,7 +397,7 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 	a.mu.Unlock()
 	var errs []error
 	for _, e := range unknown {
-		recs, _, err := a.shared.Read(ctx, e.key, from, to)
+		recs, err := a.shared.Own(ctx, e.key, from, to)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -555,13 +622,13 @@ func (a *Aggregator) Sweep(ctx context.Context) error {
 	var errs []error
 	from, to := window(now)
 	for key := range keep {
-		recs, live, err := a.read(ctx, key, to, to) // the totals (and this minute's records)
+		sh, err := a.read(ctx, key, to, to, now) // the totals (and this minute's records), tidied
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := a.tidy(ctx, key, recs, live, now); err != nil {
-			errs = append(errs, err)
+		if sh.tidied != nil {
+			errs = append(errs, sh.tidied)
 		}
 	}
 	if rev >= 0 {
@@ -572,84 +639,122 @@ func (a *Aggregator) Sweep(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// tidy folds into the retired record the totals at key's current revision
-// of replicas that are not live and wrote nothing for FoldAfter, and
-// deletes the totals of older revisions — each a compare-and-swap on the
-// records as recs read them (another replica may do the same at once:
-// one wins, the others' comparisons fail). Records of a newer revision
-// (this replica has not read the experiment's update yet) are left
-// alone, and nothing is folded into a retired record of one.
-func (a *Aggregator) tidy(ctx context.Context, key string, recs []store.OutcomeRecord, live map[string]bool, now time.Time) error {
-	me := a.shared.Replica()
-	a.mu.Lock()
-	e := a.exps[key]
-	if e == nil {
-		a.mu.Unlock()
-		return nil
-	}
-	var retired *store.OutcomeRecord
-	var retiredTotal []tally
-	var retiredSince time.Time
-	var dead, old []store.OutcomeRecord
-	var deadTotal []tally
-	newerRetired := false
-	for i, r := range recs {
-		if r.Minute != 0 {
-			continue
-		}
-		rec, ts, ok := decodeRecord(r.Value, e)
-		switch {
-		case !ok && !stale(r.Value, e): // of a newer revision: this replica is behind
-			newerRetired = newerRetired || r.Replica == store.RetiredReplica
-		case !ok:
-			old = append(old, store.OutcomeRecord{Key: key, Replica: r.Replica, Mod: r.Mod})
-			if r.Replica == store.RetiredReplica {
-				retired = &recs[i]
-			}
-		case r.Replica == store.RetiredReplica:
-			retired, retiredTotal = &recs[i], ts
-			if rec.Since > 0 {
-				retiredSince = time.UnixMilli(rec.Since)
-			}
-		case r.Replica != me && !live[r.Replica] && now.Sub(time.UnixMilli(rec.At)) >= FoldAfter && len(dead) < MaxCommitRecords-1:
-			dead = append(dead, store.OutcomeRecord{Key: key, Replica: r.Replica, Mod: r.Mod})
-			deadTotal = sum(len(e.total), deadTotal, ts)
-			if s := time.UnixMilli(rec.Since); rec.Since > 0 && (retiredSince.IsZero() || s.Before(retiredSince)) {
-				retiredSince = s
-			}
-		}
-	}
-	var put store.OutcomeRecord
-	if len(dead) > 0 {
-		put = store.OutcomeRecord{Key: key, Replica: store.RetiredReplica,
-			Value: encodeRecord(e, retiredSince, now, sum(len(e.total), retiredTotal, deadTotal))}
-	}
-	a.mu.Unlock()
-	var errs []error
-	if len(dead) > 0 && !newerRetired {
-		if retired != nil {
-			put.Mod = retired.Mod
-		}
-		// A retired record of an older revision is overwritten here, not deleted.
-		old = deleteReplica(old, store.RetiredReplica)
-		if _, _, err := a.shared.Commit(ctx, append(dead, put)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(old) > 0 {
-		if _, _, err := a.shared.Commit(ctx, old[:min(len(old), MaxCommitRecords)]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+// tidier tidies an experiment's total records as the pages of a read
+// come (read): it folds into the retired record the totals at
+// the experiment's revision of replicas that are not live and wrote
+// nothing for FoldAfter, MaxCommitRecords-1 of them at a time, and
+// deletes the totals of older revisions, MaxCommitRecords at a time —
+// each a compare-and-swap on the records as the read found them, the
+// retired record as the read found it or this read's last fold wrote it.
+// Another replica may fold at once: one wins, the others' comparisons
+// fail and they fold nothing more in that read, so no total is folded
+// twice nor lost. Records of a newer revision (this replica has not read
+// the experiment's update yet) are left alone, and nothing is folded
+// into a retired record of one. It holds one batch of each, however many
+// records the read finds.
+type tidier struct {
+	a   *Aggregator
+	e   *expState // the experiment as the read began (read)
+	me  string
+	now time.Time
+
+	retired      store.OutcomeRecord // its deletion; Mod as read or last folded (0: absent)
+	retiredTotal []tally             // its figures, if of e's revision
+	retiredSince time.Time
+	retiredOld   bool // of an older revision: overwritten by a fold, else deleted
+	newer        bool // the retired record is of a newer revision: nothing is folded
+	stopped      bool // a fold failed: no more folds in this read
+
+	dead      []store.OutcomeRecord // deletions of dead replicas' totals to fold next
+	deadTotal []tally
+	deadSince time.Time
+	old       []store.OutcomeRecord // deletions of totals of older revisions
+	errs      []error
 }
 
-func deleteReplica(recs []store.OutcomeRecord, replica string) []store.OutcomeRecord {
-	out := recs[:0]
-	for _, r := range recs {
-		if r.Replica != replica {
-			out = append(out, r)
+// see takes r, a record read (decodeRecord: rec, ts, ok) while the
+// replicas in live were. The retired record must come before the records
+// folded into it (store/etcd's Read gives it first): a fold before it
+// would find its comparison failing, and write nothing.
+func (t *tidier) see(ctx context.Context, r store.OutcomeRecord, rec record, ts []tally, ok bool, live map[string]bool) {
+	if r.Minute != 0 {
+		return
+	}
+	switch {
+	case r.Replica == store.RetiredReplica:
+		t.retired = store.OutcomeRecord{Key: t.e.key, Replica: r.Replica, Mod: r.Mod}
+		switch {
+		case ok:
+			t.retiredTotal = ts
+			if rec.Since > 0 {
+				t.retiredSince = time.UnixMilli(rec.Since)
+			}
+		case stale(r.Value, t.e):
+			t.retiredOld = true
+		default:
+			t.newer = true
+		}
+	case !ok && !stale(r.Value, t.e): // of a newer revision: this replica is behind
+	case !ok:
+		if t.old = append(t.old, store.OutcomeRecord{Key: t.e.key, Replica: r.Replica, Mod: r.Mod}); len(t.old) == MaxCommitRecords {
+			t.deleteOld(ctx)
+		}
+	case r.Replica != t.me && !live[r.Replica] && t.now.Sub(time.UnixMilli(rec.At)) >= FoldAfter:
+		t.dead = append(t.dead, store.OutcomeRecord{Key: t.e.key, Replica: r.Replica, Mod: r.Mod})
+		t.deadTotal = sum(len(t.e.total), t.deadTotal, ts)
+		if s := time.UnixMilli(rec.Since); rec.Since > 0 && (t.deadSince.IsZero() || s.Before(t.deadSince)) {
+			t.deadSince = s
+		}
+		if len(t.dead) == MaxCommitRecords-1 {
+			t.fold(ctx)
 		}
 	}
-	return out
+}
+
+// fold folds the dead replicas' totals seen since the last fold into the
+// retired record: one compare-and-swap on all of them.
+func (t *tidier) fold(ctx context.Context) {
+	dead, total, since := t.dead, sum(len(t.e.total), t.retiredTotal, t.deadTotal), t.retiredSince
+	if !t.deadSince.IsZero() && (since.IsZero() || t.deadSince.Before(since)) {
+		since = t.deadSince
+	}
+	t.dead, t.deadTotal, t.deadSince = nil, nil, time.Time{}
+	if len(dead) == 0 || t.newer || t.stopped {
+		return
+	}
+	// A retired record of an older revision is overwritten, not deleted.
+	put := store.OutcomeRecord{Key: t.e.key, Replica: store.RetiredReplica, Value: encodeRecord(t.e, since, t.now, total), Mod: t.retired.Mod}
+	rev, ok, err := t.a.shared.Commit(ctx, append(dead, put))
+	switch {
+	case err != nil:
+		t.errs, t.stopped = append(t.errs, err), true
+	case !ok:
+		t.stopped = true
+	default:
+		t.retired.Mod, t.retiredTotal, t.retiredSince, t.retiredOld = rev, total, since, false
+	}
+}
+
+// deleteOld deletes the totals of older revisions seen since the last
+// deletion: one compare-and-swap on all of them.
+func (t *tidier) deleteOld(ctx context.Context) {
+	old := t.old
+	t.old = nil
+	if len(old) == 0 {
+		return
+	}
+	if _, _, err := t.a.shared.Commit(ctx, old); err != nil {
+		t.errs = append(t.errs, err)
+	}
+}
+
+// finish folds and deletes what is left once the read is over, and
+// returns what failed.
+func (t *tidier) finish(ctx context.Context) error {
+	t.fold(ctx)
+	if t.retiredOld { // not overwritten by a fold
+		t.old = append(t.old, t.retired)
+	}
+	t.deleteOld(ctx)
+	return errors.Join(t.errs...)
 }

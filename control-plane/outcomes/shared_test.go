@@ -3,7 +3,10 @@ package outcomes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/allotmesh/allot/internal/harness"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,11 +52,20 @@ func newMesh(t *testing.T, specs ...string) *mesh {
 // through sh(the etcd records) if wrap is set.
 func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *replica {
 	m.t.Helper()
-	s := m.c.Open(m.t)
-	reg := s.Registry(id, 2*time.Second)
+	r, err := m.replicaOn(m.c.Open(m.t), id, 2*time.Second, live, wrap...)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return r
+}
+
+// replicaOn is replica, on store s (a client of its own or shared), its
+// registry record's lease ttl long; it may run on any goroutine.
+func (m *mesh) replicaOn(s *etcd.Store, id string, ttl time.Duration, live bool, wrap ...func(Shared) Shared) (*replica, error) {
+	reg := s.Registry(id, ttl)
 	if live {
 		if err := reg.Publish(m.t.Context(), rollout.Replica{ID: id}, nil); err != nil {
-			m.t.Fatal(err)
+			return nil, err
 		}
 	}
 	var sh Shared = reg.Outcomes()
@@ -62,9 +74,9 @@ func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *repli
 	}
 	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
 	if err != nil {
-		m.t.Fatal(err)
+		return nil, err
 	}
-	return &replica{reg: reg, a: a}
+	return &replica{reg: reg, a: a}, nil
 }
 
 func (r *replica) add(t *testing.T, node string, v int, n float64) {
@@ -120,16 +132,17 @@ func (r *replica) want(t *testing.T, what string, a, b int64) {
 // totals is how many total records checkout has in etcd.
 func (m *mesh) totals(t *testing.T) map[string]bool {
 	t.Helper()
-	s := m.c.Open(t)
-	recs, _, err := s.Registry("reader", 0).Outcomes().Read(t.Context(), "checkout", 0, 0)
+	ids := map[string]bool{}
+	err := m.st.Registry("reader", 0).Outcomes().Read(t.Context(), "checkout", 0, 0, func(_ map[string]bool, recs []store.OutcomeRecord) error {
+		for _, r := range recs {
+			if r.Minute == 0 {
+				ids[r.Replica] = true
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	ids := map[string]bool{}
-	for _, r := range recs {
-		if r.Minute == 0 {
-			ids[r.Replica] = true
-		}
 	}
 	return ids
 }
@@ -345,16 +358,117 @@ func TestBehindReplicaLeavesNewerRecords(t *testing.T) {
 	r1.addPublished(t, "p1", 1, 4)
 	// behind tidies with what it read of the experiment before the update.
 	now := m.clock.Now()
-	recs, live, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60)
+	sh, err := behind.a.read(t.Context(), "checkout", now.Unix()/60, now.Unix()/60, now) // tidies
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := behind.a.tidy(t.Context(), "checkout", recs, live, now); err != nil {
-		t.Fatal(err)
+	if sh.tidied != nil {
+		t.Fatal(sh.tidied)
 	}
 	if got := m.totals(t); !got["r1"] {
 		t.Fatalf("total records %v: r1's of the new revision deleted", got)
 	}
 	r1.addPublished(t, "p1", 1, 1)
 	m.replica("r3", true).want(t, "the new revision, read by another replica", 0, 5)
+}
+
+// guardedCheckout is checkout with a guardrail on the error rate,
+// evaluated from 1,000 requests a variation.
+const guardedCheckout = `{"key":"checkout","variations":["a","b"],"weights":[0.5,0.5],"observe":true,
+	"guardrails":[{"metric":"errorRate","maxIncrease":0.01,"minRequests":1000}]}`
+
+// TestReplicaIDChurn: 200 replica ids over time leave the outcomes
+// readable and the guardian deciding. 200 replicas (allotd pods rolled
+// one after another, each id a hostname and an address) each count 10
+// requests of a and 10 of b (3 of them 5xx), publish, and stop: 201
+// total records and 201 of this minute, where a read once stopped at 64
+// and every report failed. While they are live, and once they are gone
+// but not for FoldAfter, a report answers with every figure, exactly,
+// and its guardrail is evaluated (broken: the guardian rolls back on
+// that). Once they have been gone for FoldAfter, two replicas reporting
+// at once fold them into the retired record — in batches, by
+// compare-and-swap — leaving the live replica's record and the retired
+// one, and the figures stay exact: none lost, none counted twice.
+func TestReplicaIDChurn(t *testing.T) {
+	const pods = 200
+	m := newMesh(t, guardedCheckout)
+	live, other := m.replica("live", true), m.replica("other", true)
+	live.addPublished(t, "p0", 0, 1)
+	live.a.mu.Lock()
+	rev := live.a.exps["checkout"].rev // the revision every pod reads: their proxies run it
+	live.a.mu.Unlock()
+	s := m.c.Open(t) // the pods' client
+	gone := make([]*replica, pods)
+	errs := make([]error, pods)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 50) // pods starting at once
+	for i := range pods {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			pod, err := m.replicaOn(s, fmt.Sprintf("allotd-7f9c-%03d/10.0.%d.%d:18000", i, i/250, i%250), time.Minute, true)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			node := "p-" + strconv.Itoa(i)
+			pod.a.Add(t.Context(), node, "", []*metricsv1.Metric{counter(nameAt(rev, 0, "2xx"), 10), histogram(latencyAt(rev, 0), 10, 0, 0),
+				counter(nameAt(rev, 1, "2xx"), 7), counter(nameAt(rev, 1, "5xx"), 3), histogram(latencyAt(rev, 1), 10, 0, 0)})
+			gone[i], errs[i] = pod, pod.a.Publish(t.Context())
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	a, b := int64(1+10*pods), int64(10*pods)
+	decides := func(what string, r *replica) {
+		t.Helper()
+		r.want(t, what, a, b)
+		rep, err := r.a.Report(t.Context(), "checkout", 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := rep.GetGuardrails(); len(g) != 1 || !g[0].GetEvaluated() || !g[0].GetBreached() {
+			t.Errorf("%s: guardrails %v, want evaluated and broken (b's error rate 30%%)", what, g)
+		}
+	}
+	decides("200 live replicas", live)
+	if got := len(m.totals(t)); got != pods+1 {
+		t.Errorf("%d total records with 200 live replicas, want %d", got, pods+1)
+	}
+	for i, pod := range gone {
+		wg.Go(func() { errs[i] = pod.reg.Withdraw(t.Context()) }) // they stop
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	decides("200 replicas gone, not for FoldAfter", other)
+	if got := len(m.totals(t)); got != pods+1 {
+		t.Errorf("%d total records before FoldAfter, want %d (none folded)", got, pods+1)
+	}
+
+	m.clock.Add(FoldAfter)
+	for _, r := range []*replica{live, other} {
+		wg.Go(func() { // each folds, and answers with the records as its read found them
+			rep, err := r.a.Report(t.Context(), "checkout", 5)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := [2]int64{rep.GetTotal()[0].GetRequests(), rep.GetTotal()[1].GetRequests()}; got != [2]int64{a, b} {
+				t.Errorf("a report folding at once with another's: total %v, want [%d %d]", got, a, b)
+			}
+		})
+	}
+	wg.Wait()
+	if err := other.a.Sweep(t.Context()); err != nil { // folds what the reports left, if a comparison failed
+		t.Fatal(err)
+	}
+	if got := m.totals(t); len(got) != 2 || !got["live"] || !got[store.RetiredReplica] {
+		t.Errorf("total records after FoldAfter: %d (%v), want live's and the retired one", len(got), got)
+	}
+	decides("200 replicas folded, on live", live)
+	decides("200 replicas folded, on other", other)
 }

@@ -353,13 +353,14 @@ func unavailable(err error) bool {
 
 // get is one read of read: a key, every key under a prefix, or the keys
 // from key to end (excluded); only the keys if keysOnly; at most limit
-// keys if limit > 0.
+// keys if limit > 0; as the store held them at revision rev if rev > 0.
 type get struct {
 	key      string
 	prefix   bool
 	end      string
 	keysOnly bool
 	limit    int64
+	rev      int64
 }
 
 func (g get) op(serializable bool) clientv3.Op {
@@ -375,6 +376,9 @@ func (g get) op(serializable bool) clientv3.Op {
 	}
 	if g.limit > 0 {
 		opts = append(opts, clientv3.WithLimit(g.limit))
+	}
+	if g.rev > 0 {
+		opts = append(opts, clientv3.WithRev(g.rev))
 	}
 	if serializable {
 		opts = append(opts, clientv3.WithSerializable())

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/store"
@@ -20,14 +21,24 @@ const (
 	// digits) is about 35 KB. Commit refuses a larger one; Read reports
 	// one as an error.
 	MaxOutcomeBytes = maxPartBytes
-	// MaxOutcomeReplicas bounds the records of one experiment that Read
-	// reads in each range (its totals; each minute's records): the live
-	// replicas, the dead ones not folded yet and the retired record. Read
-	// fails when there are more, naming the experiment.
-	MaxOutcomeReplicas = 64
-	// maxOutcomeMinutes bounds the minutes one Read covers (each minute is
-	// one range of the read's transaction, under etcd's --max-txn-ops).
+	// MaxOutcomePage bounds the records of one page of Read, which is one
+	// request to etcd: at most 64 × MaxOutcomeBytes (4 MiB; about 2.2 MB
+	// at the largest record), the retired record aside. It bounds what a
+	// reader holds of the records at once, not how many Read reads: an
+	// experiment's totals and each minute's records (the live replicas,
+	// the dead ones not folded yet, the retired record) are read in as
+	// many pages as they take, about one per MaxOutcomePage records.
+	MaxOutcomePage = 64
+	// maxOutcomeRanges bounds the ranges (the totals, a minute) one page
+	// reads, each at most MaxOutcomePage/n records for n ranges: a
+	// 61-minute read takes at least 8 pages, the default 5-minute
+	// report's one.
+	maxOutcomeRanges = 8
+	// maxOutcomeMinutes bounds the minutes one Read covers.
 	maxOutcomeMinutes = 61
+	// maxSweepKeys bounds the keys (keys only) one request of Sweep reads,
+	// looking for the experiments that have total records.
+	maxSweepKeys = 1000
 )
 
 // retiredSegment is the key segment of store.RetiredReplica's records: an
@@ -82,54 +93,143 @@ func (o *Outcomes) recordKey(r store.OutcomeRecord) string {
 	return o.minutePrefix(r.Minute, r.Key) + replicaSegment(r.Replica)
 }
 
-// Read returns, in one read, experiment key's total records, its minute
-// records of minutes from to to (Unix minutes, at most 61 of them), and
-// the ids of the live replicas (those the mesh registry lists).
-func (o *Outcomes) Read(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, map[string]bool, error) {
+// Read reads experiment key's total records, its minute records of
+// minutes from to to (Unix minutes, at most 61 of them) and the ids of
+// the live replicas (those the mesh registry lists), all as the store
+// held them at one revision (the first page's), in pages of at most
+// MaxOutcomePage records: it calls page with the live replicas and each
+// page in turn — the retired record (store.RetiredReplica), if there is
+// one, first of the first page — and returns page's first error. A page
+// is called once, with no records, if there are none. Any number of
+// records is read; the live replicas' ids are read whole with the first
+// page (a key each, of the replicas running now: no bound of Read's
+// own). A read that outlasts etcd's compaction of its revision fails (the
+// next read starts from the current one).
+func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page func(live map[string]bool, recs []store.OutcomeRecord) error) error {
 	if to < from || to-from >= maxOutcomeMinutes {
-		return nil, nil, fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
+		return fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
 	}
-	gets := []get{{key: o.g.replicasPrefix(), prefix: true, keysOnly: true},
-		{key: o.totalsPrefix(key), prefix: true, limit: MaxOutcomeReplicas + 1}}
+	// span is one range still to read: the totals (minute 0) or a
+	// minute's records, from start on.
+	type span struct {
+		prefix, start string
+		minute        int64
+	}
+	spans := []span{{prefix: o.totalsPrefix(key), start: o.totalsPrefix(key)}}
 	for m := from; m <= to; m++ {
-		gets = append(gets, get{key: o.minutePrefix(m, key), prefix: true, limit: MaxOutcomeReplicas + 1})
+		spans = append(spans, span{prefix: o.minutePrefix(m, key), start: o.minutePrefix(m, key), minute: m})
+	}
+	retiredKey := o.totalsPrefix(key) + retiredSegment
+	var live map[string]bool
+	var rev int64 // of the first page; every later page reads at it
+	for len(spans) > 0 {
+		n := min(len(spans), maxOutcomeRanges)
+		var gets []get
+		if rev == 0 {
+			gets = append(gets, get{key: o.g.replicasPrefix(), prefix: true, keysOnly: true}, get{key: retiredKey})
+		}
+		for _, s := range spans[:n] {
+			gets = append(gets, get{key: s.start, end: clientv3.GetPrefixRangeEnd(s.prefix), limit: MaxOutcomePage / int64(n), rev: rev})
+		}
+		resp, err := o.g.s.read(ctx, gets...)
+		if err != nil {
+			return fmt.Errorf("read outcomes of %q (revision %d): %w", key, rev, err)
+		}
+		rs := resp.Responses
+		var recs []store.OutcomeRecord
+		if rev == 0 {
+			rev = resp.Header.Revision
+			live = map[string]bool{}
+			for _, kv := range rs[0].GetResponseRange().GetKvs() {
+				if id, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), o.g.replicasPrefix())); err == nil {
+					live[id] = true
+				}
+			}
+			for _, kv := range rs[1].GetResponseRange().GetKvs() {
+				rec, err := o.decodeRecord(key, o.totalsPrefix(key), 0, kv)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, rec)
+			}
+			rs = rs[2:]
+		}
+		var more []span // the ranges read in part: on from their last key
+		for i, r := range rs {
+			s := spans[i]
+			kvs := r.GetResponseRange().GetKvs()
+			for _, kv := range kvs {
+				if string(kv.Key) == retiredKey {
+					continue // first of the first page
+				}
+				rec, err := o.decodeRecord(key, s.prefix, s.minute, kv)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, rec)
+			}
+			if r.GetResponseRange().GetMore() && len(kvs) > 0 {
+				s.start = string(kvs[len(kvs)-1].Key) + "\x00"
+				more = append(more, s)
+			}
+		}
+		spans = append(more, spans[n:]...)
+		if err := page(live, recs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Own returns, in one read, the records of experiment key of this
+// replica (Replica): its total and its minute records of minutes from to
+// to (Unix minutes, at most 61 of them).
+func (o *Outcomes) Own(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, error) {
+	if to < from || to-from >= maxOutcomeMinutes {
+		return nil, fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
+	}
+	seg := replicaSegment(o.g.id)
+	gets := []get{{key: o.totalsPrefix(key) + seg}}
+	for m := from; m <= to; m++ {
+		gets = append(gets, get{key: o.minutePrefix(m, key) + seg})
 	}
 	resp, err := o.g.s.read(ctx, gets...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read outcomes of %q: %w", key, err)
-	}
-	live := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		if id, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), o.g.replicasPrefix())); err == nil {
-			live[id] = true
-		}
+		return nil, fmt.Errorf("read outcomes of %q of replica %q: %w", key, o.g.id, err)
 	}
 	var recs []store.OutcomeRecord
-	for i, r := range resp.Responses[1:] {
-		kvs := r.GetResponseRange().GetKvs()
-		if len(kvs) > MaxOutcomeReplicas {
-			return nil, nil, fmt.Errorf("read outcomes of %q: more than %d records of one minute or of its totals", key, MaxOutcomeReplicas)
-		}
+	for i, r := range resp.Responses {
 		prefix, minute := o.totalsPrefix(key), int64(0)
 		if i > 0 {
 			minute = from + int64(i-1)
 			prefix = o.minutePrefix(minute, key)
 		}
-		for _, kv := range kvs {
-			seg := strings.TrimPrefix(string(kv.Key), prefix)
-			id := store.RetiredReplica
-			if seg != retiredSegment {
-				if id, err = url.PathUnescape(seg); err != nil || id == store.RetiredReplica {
-					return nil, nil, fmt.Errorf("read outcomes of %q: key %q: not a replica's", key, kv.Key)
-				}
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			rec, err := o.decodeRecord(key, prefix, minute, kv)
+			if err != nil {
+				return nil, err
 			}
-			if len(kv.Value) > MaxOutcomeBytes {
-				return nil, nil, fmt.Errorf("read outcomes of %q: record %q: %d bytes, at most %d", key, kv.Key, len(kv.Value), MaxOutcomeBytes)
-			}
-			recs = append(recs, store.OutcomeRecord{Key: key, Replica: id, Minute: minute, Value: kv.Value, Mod: kv.ModRevision})
+			recs = append(recs, rec)
 		}
 	}
-	return recs, live, nil
+	return recs, nil
+}
+
+// decodeRecord is kv, a record of experiment key under prefix (its totals
+// or minute's).
+func (o *Outcomes) decodeRecord(key, prefix string, minute int64, kv *mvccpb.KeyValue) (store.OutcomeRecord, error) {
+	seg := strings.TrimPrefix(string(kv.Key), prefix)
+	id := store.RetiredReplica
+	if seg != retiredSegment {
+		var err error
+		if id, err = url.PathUnescape(seg); err != nil || id == store.RetiredReplica {
+			return store.OutcomeRecord{}, fmt.Errorf("read outcomes of %q: key %q: not a replica's", key, kv.Key)
+		}
+	}
+	if len(kv.Value) > MaxOutcomeBytes {
+		return store.OutcomeRecord{}, fmt.Errorf("read outcomes of %q: record %q: %d bytes, at most %d", key, kv.Key, len(kv.Value), MaxOutcomeBytes)
+	}
+	return store.OutcomeRecord{Key: key, Replica: id, Minute: minute, Value: kv.Value, Mod: kv.ModRevision}, nil
 }
 
 // MaxOutcomeCommit bounds the records of one Commit (each is a comparison
@@ -178,25 +278,31 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 // Sweep deletes the minute records of every experiment older than minute
 // before, and, if the store is still at revision rev, every record of the
 // experiments not in keep (deleted, or no longer observed) — in one
-// transaction.
+// transaction, which deletes at most maxTxnOps-1 experiments' records (the
+// rest at the next sweep). It reads the experiments with total records
+// in requests of at most maxSweepKeys keys, from each on to the next.
 func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, before int64) error {
-	resp, err := o.g.s.read(ctx, get{key: o.totalsRoot(), prefix: true, keysOnly: true})
-	if err != nil {
-		return fmt.Errorf("sweep outcomes: %w", err)
+	gone := map[string]bool{}
+	for start := o.totalsRoot(); start != "" && len(gone) < maxTxnOps-1; {
+		resp, err := o.g.s.read(ctx, get{key: start, end: clientv3.GetPrefixRangeEnd(o.totalsRoot()), keysOnly: true, limit: maxSweepKeys})
+		if err != nil {
+			return fmt.Errorf("sweep outcomes: %w", err)
+		}
+		r := resp.Responses[0].GetResponseRange()
+		start = ""
+		for _, kv := range r.GetKvs() {
+			key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), o.totalsRoot()), "/")
+			if !keep[key] && len(gone) < maxTxnOps-1 {
+				gone[key] = true
+			}
+			if r.GetMore() {
+				start = clientv3.GetPrefixRangeEnd(o.totalsPrefix(key)) // past the rest of its records
+			}
+		}
 	}
 	expire := clientv3.OpDelete(o.minutesRoot(), clientv3.WithRange(o.minutesRoot()+revString(before)))
-	gone := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), o.totalsRoot()), "/")
-		if !keep[key] {
-			gone[key] = true
-		}
-	}
 	ops := []clientv3.Op{expire}
 	for key := range gone {
-		if len(ops) == maxTxnOps {
-			break // the rest at the next sweep
-		}
 		ops = append(ops, clientv3.OpDelete(o.totalsPrefix(key), clientv3.WithPrefix()))
 	}
 	rk := o.g.s.revKey()
@@ -206,7 +312,7 @@ func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, b
 	}
 	octx, cancel := o.g.s.opContext(ctx)
 	defer cancel()
-	_, err = o.g.s.cli.Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
+	_, err := o.g.s.cli.Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
 	if err = o.g.s.wrap(octx, err); err != nil {
 		return fmt.Errorf("sweep outcomes: %w", err)
 	}
