@@ -247,11 +247,13 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 	rb := &experimentv1.Rollback{Guardrail: st.GetGuardrail(), Metric: st.GetMetric(), Control: st.GetControl(), Variation: st.GetVariation(),
 		ControlValue: st.GetControlValue(), TreatmentValue: st.GetTreatmentValue(), Statistic: st.GetStatistic(), PValue: st.GetPValue(),
 		Time: timestamppb.New(now), AssignmentRevision: e.GetAssignmentRevision()}
+	// The requests the test counted: those answered (aborted ones are no
+	// evidence).
 	if c := int(st.GetControl()); c < len(total) {
-		rb.ControlRequests = total[c].GetRequests()
+		rb.ControlRequests = total[c].GetRequests() - total[c].GetAborted()
 	}
 	if v := int(st.GetVariation()); v < len(total) {
-		rb.TreatmentRequests = total[v].GetRequests()
+		rb.TreatmentRequests = total[v].GetRequests() - total[v].GetAborted()
 	}
 	rolled, err := g.exps.WriteState(ctx, e.GetKey(), e.GetRevision(), Actor, func(x *experimentv1.Experiment) {
 		x.Status = experiment.StatusPaused

@@ -69,7 +69,8 @@ const (
 	// one is dropped (reason "other_stat"). It is below
 	// plugin.RevisionSlots, the revisions a proxy's stat names tell apart,
 	// so that kept revisions never share names unless RevisionSlots
-	// revisions came between them (then the newer keeps them).
+	// revisions came between them (then the newer keeps them, and a late
+	// flush of the older counts in the newer).
 	MaxRevisions = 8
 	// RevisionGrace is how long a replaced revision's responses are still
 	// counted: a proxy reports a request in the revision that assigned it

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
@@ -192,14 +193,39 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 // It watches the store apart from a.changes, which exports and reports
 // drain: each of them still learns of a write itself, and reads the
 // experiments or waits for the read under way (awaitRead).
+//
+// A read under way when the write came may have begun before it: follow
+// then waits for that read to end and reads again, until the write is
+// read (a failed read is retried at the next write, export or report,
+// after refreshBackoff).
 func (a *Aggregator) follow(ctx context.Context, changes <-chan int64) {
 	for range changes {
 		a.stale.Store(true)
-		if err := a.maybeRefresh(ctx, false); err != nil {
-			a.log.Warn("outcomes: experiments not re-read", "error", err)
+		for a.stale.Load() && ctx.Err() == nil {
+			if err := a.maybeRefresh(ctx, false); err != nil {
+				a.log.Warn("outcomes: experiments not re-read", "error", err)
+				break
+			}
+			if !a.stale.Load() {
+				break
+			}
+			a.readMu.Lock()
+			done := a.readDone // nil: none under way (a sweep's look, or the backoff): try again shortly
+			a.readMu.Unlock()
+			t := time.NewTimer(followRetry)
+			select {
+			case <-ctx.Done():
+			case <-done:
+			case <-t.C:
+			}
+			t.Stop()
 		}
 	}
 }
+
+// followRetry is how long follow waits before reading again when no read
+// it could wait for is under way.
+const followRetry = 10 * time.Millisecond
 
 // Describe implements prometheus.Collector.
 func (a *Aggregator) Describe(ch chan<- *prometheus.Desc) {
@@ -287,7 +313,9 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 		if stale {
 			a.stale.Store(true)
 		}
-		a.retryAt = a.now().Add(refreshBackoff)
+		if ctx.Err() == nil { // the caller's own cancellation holds back no one else's read
+			a.retryAt = a.now().Add(refreshBackoff)
+		}
 		return err
 	}
 	return nil
@@ -348,16 +376,21 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	earlier := make(map[string][]*expState, len(read))
 	names := map[string]series{}
 	for _, o := range read {
-		key, rev := o.e.GetKey(), o.e.GetAssignmentRevision()
+		key, arev := o.e.GetKey(), o.e.GetAssignmentRevision()
 		st, before := a.exps[key], a.earlier[key]
-		if st == nil || st.rev != rev {
+		if st != nil && !proto.Equal(st.def.GetCreateTime(), o.e.GetCreateTime()) {
+			// Deleted and created again: revision numbers start over, and
+			// nothing of the experiment that had the key is this one's.
+			st, before = nil, nil
+		}
+		if st == nil || st.rev != arev {
 			if st != nil {
 				st.until = now
 				before = append([]*expState{st}, before...)
 			}
-			st = &expState{key: key, revision: Revision(o.e), rev: rev, stored: o.stored, weights: weights(o.e), since: now,
+			st = &expState{key: key, revision: Revision(o.e), rev: arev, stored: o.stored, weights: weights(o.e), since: now,
 				total: make([]tally, len(o.e.GetVariations())), sentMin: map[int64][]tally{}}
-			st.names = statNames(key, rev, len(st.total))
+			st.names = statNames(key, arev, len(st.total))
 		}
 		st.guardrails = o.e.GetGuardrails() // no assignment field: they may change within a revision
 		st.def = o.e
@@ -367,8 +400,9 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 		for _, x := range before {
 			// A revision's stats share their names with those RevisionSlots
 			// revisions apart: the newer keeps them.
-			if len(kept) < MaxRevisions-1 && now.Sub(x.until) <= RevisionGrace && x.rev != rev && index(names, x) {
-				x.def = o.e
+			// An earlier revision keeps its own definition as last read
+			// while current: its weights and the services it ran on.
+			if len(kept) < MaxRevisions-1 && now.Sub(x.until) <= RevisionGrace && x.rev != arev && index(names, x) {
 				kept = append(kept, x)
 			}
 		}

@@ -534,3 +534,45 @@ func TestRequestsLabelledWithRevision(t *testing.T) {
 		}
 	}
 }
+
+// TestRecreatedExperimentStartsOver: an experiment deleted and created
+// again under the same key starts at revision 1 again; nothing the
+// deleted one counted is the new one's, even when allotd reads the two
+// writes at once.
+func TestRecreatedExperimentStartsOver(t *testing.T) {
+	f := newFixture(t, checkout)
+	f.add(t, "p1", counter(name(0, "2xx"), 30))
+	ctx := context.Background()
+	cur, err := f.st.Get(ctx, "checkout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Second)
+	f.a.reading.Lock() // no read between the two writes
+	if err := f.st.Delete(ctx, "checkout", cur.Revision, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Create(ctx, &store.Experiment{Key: "checkout", Spec: []byte(checkout)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	f.a.reading.Unlock()
+	r := f.report(t, "checkout", 0)
+	if r.Revision != "1" || r.Total[0].Requests != 0 || len(r.Earlier) != 0 {
+		t.Errorf("the experiment created again: revision %s, %d requests, earlier %v; want 1, 0, none", r.Revision, r.Total[0].Requests, r.Earlier)
+	}
+}
+
+// TestEarlierRevisionKeepsItsServices: a late flush of an earlier revision
+// counts if that revision ran on the reporting proxy's cluster, though the
+// write that replaced it took the cluster out.
+func TestEarlierRevisionKeepsItsServices(t *testing.T) {
+	f := newFixture(t, `{"key":"checkout","variations":["a","b"],"observe":true,"services":["a","b"],"assignmentRevision":1}`)
+	f.report(t, "checkout", 0)
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"services":["a"],"assignmentRevision":2}`)
+	f.report(t, "checkout", 0)
+	f.a.Add(context.Background(), "b-1", "b", []*metricsv1.Metric{counter(name(0, "2xx"), 7), counter(nameAt(2, 0, "2xx"), 5)})
+	r := f.report(t, "checkout", 0)
+	if len(r.Earlier) != 1 || r.Earlier[0].Total[0].Requests != 7 || r.Total[0].Requests != 0 {
+		t.Errorf("revision 1 counted %v, revision 2 %d; want 7 from cluster b in revision 1, none in 2 (b does not run it)", r.Earlier, r.Total[0].Requests)
+	}
+}
