@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/internal/harness"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -167,10 +168,17 @@ func testReliabilitySoak(t *testing.T, a artifact) {
 				firstErr.CompareAndSwap(nil, "writer: get "+key)
 				continue
 			}
-			cur["seed"] = fmt.Sprintf("soak-seed-%d", k)
 			for _, f := range []string{"createTime", "updateTime", "createdBy", "updatedBy"} {
 				delete(cur, f)
 			}
+			// The write starts a new assignment revision, which the proxies
+			// receive: the version is that of the experiment as allotd
+			// will store it (experiment.NextAssignment).
+			old := decodeExperiment(t, cur)
+			cur["seed"] = fmt.Sprintf("soak-seed-%d", k)
+			next := decodeExperiment(t, cur)
+			experiment.NextAssignment(next, old)
+			cur["assignmentRevision"] = strconv.FormatInt(next.GetAssignmentRevision(), 10)
 			v := version(cur)
 			mu.Lock()
 			if _, seen := order[v]; !seen {
@@ -231,4 +239,18 @@ func processRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
+}
+
+// decodeExperiment decodes an experiment's JSON document as a map.
+func decodeExperiment(t *testing.T, doc map[string]any) *experimentv1.Experiment {
+	t.Helper()
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &experimentv1.Experiment{}
+	if err := protojson.Unmarshal(b, e); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
