@@ -371,8 +371,8 @@ func TestStoreDownKeepsCounting(t *testing.T) {
 	}
 	a.Add(context.Background(), "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
 	ctx := context.Background()
+	fs.fail.Store(true) // the write goes through; reads through fs fail
 	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`)
-	fs.fail.Store(true)
 	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 2)})
 	if got := a.exps["checkout"].total[0].counts[0]; got != 3 {
 		t.Errorf("with the store down: %d counted, want 3 under the revision read last", got)
