@@ -2,6 +2,10 @@
 // ALLOT_CALLBACKS (callbacks.h): each one's name and address, NULL if it
 // did not resolve.
 
+#define _GNU_SOURCE // RTLD_DEFAULT
+
+#include <dlfcn.h>
+
 #include "callbacks.h"
 
 typedef struct {
@@ -18,3 +22,8 @@ size_t allot_callback_count(void) { return sizeof(allot_callbacks) / sizeof(allo
 const char* allot_callback_name(size_t i) { return i < allot_callback_count() ? allot_callbacks[i].name : NULL; }
 
 bool allot_callback_resolved(size_t i) { return i < allot_callback_count() && allot_callbacks[i].address != NULL; }
+
+// allot_envoy_exports reports whether the process the module runs in
+// exports a symbol of that name (Envoy exports every callback of its ABI):
+// a lookup by name, never a call.
+bool allot_envoy_exports(const char* name) { return dlsym(RTLD_DEFAULT, name) != NULL; }

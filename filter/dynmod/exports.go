@@ -104,7 +104,7 @@ var unresolved = sync.OnceValue(unresolvedCallbacks)
 // standard error when Envoy lacks its log callback too.
 func refuse(missing []string) {
 	msg := "allot: configuration rejected: this Envoy lacks callbacks the module calls: " + strings.Join(missing, ", ") +
-		" (the module is built for Envoy's dynamic-modules ABI " + ABIVersion + ", Envoy 1.40)"
+		" (the module is built for Envoy's dynamic-modules ABI " + ABIVersion + ", Envoy 1.40; this Envoy: " + envoyRelease() + ")"
 	if inEnvoy() {
 		Log(LogCritical, msg)
 		return
