@@ -201,12 +201,20 @@ func (s *system) filter() string {
 // to Envoy's environment (artifact.env).
 func startEnvoy(t *testing.T, bootstrap string, xdsPort int, filter string, env []string, node, cluster string, replace map[string]string) *proxy {
 	t.Helper()
+	return startEnvoyWith(t, harness.EnvoyOptions{}, bootstrap, xdsPort, filter, env, node, cluster, replace)
+}
+
+// startEnvoyWith is startEnvoy taking the Envoy binary and the ready
+// timeout from o (zero: the project's Envoy, harness.EnvoyBinary, and the
+// harness's default).
+func startEnvoyWith(t *testing.T, o harness.EnvoyOptions, bootstrap string, xdsPort int, filter string, env []string, node, cluster string, replace map[string]string) *proxy {
+	t.Helper()
 	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	boot := harness.ConfigBootstrap{Path: bootstrap, Listener: listen, Admin: admin, XDS: xdsPort,
 		Module: filter, AccessLog: accessLog, Replace: replace}.MustRender(t)
 	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{
-		Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster, Env: env,
+		Bin: o.Bin, Timeout: o.Timeout, Bootstrap: boot, AdminPort: admin, Node: node, Cluster: cluster, Env: env,
 		ExtraArgs: []string{"--file-flush-interval-msec", "100"},
 	})
 	return &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen), AccessLog: accessLog, Node: node}
