@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -20,6 +21,8 @@ import (
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/internal/harness"
+	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // envoyMatrixEnv names the Envoys TestEnvoyVersions runs, as
@@ -115,7 +118,9 @@ func bootstrapFor(t *testing.T, m matrixEnvoy, bootstrap string) map[string]stri
 // allotd over ECDS. The Wasm module keeps the header contract on each: a
 // unit gets the engine's assignment, forged x-experiment-* headers are
 // removed or replaced, a request without unit id gets none, and allotd
-// reports the proxy applied the version it serves. The native module keeps
+// reports the proxy applied the version it serves; each request is
+// counted (evaluated, its variation's outcome, which the bootstrap's
+// stat sink delivers to allotd) and its exposure logged. The native module keeps
 // it on 1.39 and 1.40; Envoy 1.38 lacks a callback it calls and refuses it
 // (nativeRefused). A bootstrap field an Envoy does not know is first shown
 // refused, then removed (newerBootstrapFields).
@@ -133,9 +138,10 @@ func TestEnvoyVersions(t *testing.T) {
 }
 
 // versionDef is the experiment TestEnvoyVersions assigns: 80 % coverage,
-// so some units are in no variation.
+// so some units are in no variation, and observed, so the proxy counts
+// each assigned response per variation.
 var versionDef = map[string]any{"key": "checkout", "variations": []string{"control", "treatment"},
-	"weights": []float64{0.5, 0.5}, "coverage": 0.8}
+	"weights": []float64{0.5, 0.5}, "coverage": 0.8, "observe": true}
 
 // versionContract checks the header contract of artifact a on m.
 func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
@@ -172,7 +178,7 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 	}
 	version := ro.Proxies[0].AckedVersion
 
-	in := 0
+	in, responses := 0, map[string]int64{} // responses per variation
 	for i, id := range userIDs(200) {
 		h := map[string][]string{"x-user-id": {id}}
 		if i%2 == 1 {
@@ -190,6 +196,7 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 		}
 		if len(got) == 1 {
 			in++
+			responses[got[0]]++
 		}
 		if v := r.Header("x-experiment-other"); len(v) != 0 {
 			t.Fatalf("%s: forged x-experiment-other reached the service: %q", id, v)
@@ -220,6 +227,35 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v := first.Header("x-experiment-checkout"); len(v) == 1 {
+		responses[v[0]]++
+	}
+	// Each assigned response counted in its variation's 2xx outcome
+	// (assignment revision 1: the experiment as created).
+	harness.MustEventually(t, 10*time.Second, func() error {
+		st := p.MustStats(t)
+		for i, v := range []string{"control", "treatment"} {
+			name := "wasmcustom." + plugin.OutcomeMetric("checkout", 1, i, plugin.Class2xx)
+			if st[name] != responses[v] {
+				return fmt.Errorf("%s = %d, want %d", name, st[name], responses[v])
+			}
+		}
+		return nil
+	})
+	// The bootstrap's stat sink delivers them to allotd (every 5 s).
+	harness.MustEventually(t, 20*time.Second, func() error {
+		var raw json.RawMessage
+		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/checkout/outcomes", nil, &raw)
+		var o adminv1.Outcomes
+		if err := protojson.Unmarshal(raw, &o); err != nil {
+			return err
+		}
+		if len(o.GetTotal()) != 2 || o.GetTotal()[0].GetRequests() != responses["control"] ||
+			o.GetTotal()[1].GetRequests() != responses["treatment"] {
+			return fmt.Errorf("allotd's outcomes %s, want %v requests", raw, responses)
+		}
+		return nil
+	})
 	exposure := "unit=user-0000 version=" + version + " exposures=" + strings.Join(first.Header("x-experiments"), "")
 	harness.MustEventually(t, 5*time.Second, func() error {
 		b, err := os.ReadFile(p.AccessLog)
