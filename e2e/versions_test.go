@@ -119,16 +119,16 @@ func bootstrapFor(t *testing.T, m matrixEnvoy, bootstrap string) map[string]stri
 // unit gets the engine's assignment, forged x-experiment-* headers are
 // removed or replaced, a request without unit id gets none, and allotd
 // reports the proxy applied the version it serves; each request is
-// counted (evaluated, its variation's outcome, which the bootstrap's
-// stat sink delivers to allotd) and its exposure logged. The native module keeps
-// it on 1.39 and 1.40; Envoy 1.38 lacks a callback it calls and refuses it
-// (nativeRefused). A bootstrap field an Envoy does not know is first shown
-// refused, then removed (newerBootstrapFields).
+// counted (evaluated, its variation's outcome, which the bootstrap's stat
+// sink delivers to allotd) and its exposure logged. The native module
+// keeps it from nativeSince on; Envoy 1.38 lacks a callback it calls and
+// refuses it (nativeRefused). A bootstrap field an Envoy does not know is
+// first shown refused, then removed (newerBootstrapFields).
 func TestEnvoyVersions(t *testing.T) {
 	for _, m := range envoyMatrix(t) {
 		t.Run(m.version, func(t *testing.T) {
 			t.Run("wasm", func(t *testing.T) { versionContract(t, m, wasmArtifact) })
-			if m.minor >= 39 {
+			if m.minor >= nativeSince {
 				t.Run("native", func(t *testing.T) { versionContract(t, m, nativeArtifact) })
 				return
 			}
@@ -136,6 +136,11 @@ func TestEnvoyVersions(t *testing.T) {
 		})
 	}
 }
+
+// nativeSince is the first Envoy minor release whose dynamic-modules ABI
+// has every callback the native module calls (1.38 lacks
+// http_filter_config_increment_counter).
+const nativeSince = 39
 
 // versionDef is the experiment TestEnvoyVersions assigns: 80 % coverage,
 // so some units are in no variation, and observed, so the proxy counts
