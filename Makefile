@@ -13,6 +13,7 @@ PYTHON  ?= python3
 VENV    := .venv
 BIN     := bin
 comma   := ,
+space   := $(subst ,, )
 
 # Pinned tool versions (PyPI). protoc-gen-go and protoc-gen-go-grpc are pinned by
 # go.mod's tool directives.
@@ -268,14 +269,15 @@ etcd: ## Build the etcd server (the go.mod tool go.etcd.io/etcd/server/v3) into 
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
 
-# The older Envoy releases the Wasm module is tested on (TestEnvoyVersions),
-# each from PyPI into a virtualenv of its own; 1.40 is .venv's (`make envoy`).
+# The Envoy releases besides 1.40 that TestEnvoyVersions runs both artifacts
+# on, each from PyPI into a virtualenv of its own; 1.40 is .venv's (`make
+# envoy`). ALLOT_ENVOY_MATRIX hands the test all three.
 # 1.38.2, not 1.38.3: PyPI's 1.38.3 is built without V8 (its only Wasm
 # runtime is null), so it cannot run the Wasm module.
 ENVOY_MATRIX_VERSIONS := 1.38.2 1.39.3
 ENVOY_MATRIX_VENV     := .venv-envoy
 
-ALLOT_ENVOY_MATRIX ?= $(subst $(eval) ,$(comma),$(foreach v,$(ENVOY_MATRIX_VERSIONS),$(v)=$(CURDIR)/$(ENVOY_MATRIX_VENV)/$(v)/bin/envoy) $(ENVOY_VERSION)=$(ENVOY_BIN))
+ALLOT_ENVOY_MATRIX ?= $(subst $(space),$(comma),$(foreach v,$(ENVOY_MATRIX_VERSIONS),$(v)=$(CURDIR)/$(ENVOY_MATRIX_VENV)/$(v)/bin/envoy) $(ENVOY_VERSION)=$(ENVOY_BIN))
 export ALLOT_ENVOY_MATRIX
 
 $(ENVOY_MATRIX_VENV)/%/.envoy:
