@@ -247,7 +247,8 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 		}
 		return nil
 	})
-	// The bootstrap's stat sink delivers them to allotd (every 5 s).
+	// The bootstrap's stat sink delivers them, and their latency
+	// histograms, to allotd (every 5 s).
 	harness.MustEventually(t, 20*time.Second, func() error {
 		var raw json.RawMessage
 		s.mustAPI(http.StatusOK, "GET", "/v1/experiments/checkout/outcomes", nil, &raw)
@@ -255,9 +256,14 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 		if err := protojson.Unmarshal(raw, &o); err != nil {
 			return err
 		}
-		if len(o.GetTotal()) != 2 || o.GetTotal()[0].GetRequests() != responses["control"] ||
-			o.GetTotal()[1].GetRequests() != responses["treatment"] {
-			return fmt.Errorf("allotd's outcomes %s, want %v requests", raw, responses)
+		if len(o.GetTotal()) != 2 {
+			return fmt.Errorf("allotd's outcomes %s, want 2 variations", raw)
+		}
+		for i, v := range []string{"control", "treatment"} {
+			// timed: the response_time_ms histogram's count.
+			if got := o.GetTotal()[i]; got.GetRequests() != responses[v] || got.GetTimed() != responses[v] {
+				return fmt.Errorf("allotd's outcomes %s, want %d requests, all timed, for %s", raw, responses[v], v)
+			}
 		}
 		return nil
 	})
