@@ -267,6 +267,10 @@ etcd: ## Build the etcd server (the go.mod tool go.etcd.io/etcd/server/v3) into 
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/etcd go.etcd.io/etcd/server/v3
 
+.PHONY: test-chart
+test-chart: ## The Helm chart (deploy/helm/allot): every ci/ values set rendered with its schema, decoded strictly, allotd's flags checked; bad values refused.
+	cd deploy && $(GO) test -count=1 ./helm/...
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
