@@ -2,7 +2,10 @@ package helm
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,23 +18,99 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 )
 
-// TestAllotdRunsRenderedPod runs allotd as the rendered pod would, on this
-// machine: the command line as rendered, with the listen addresses moved
-// to free loopback ports and every mount path under a temporary
+// adminToken is the admin token of ci/bolt-default.yaml, and of the
+// tokens file the tests write for the sets whose tokens Secret exists.
+const adminToken = "0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// TestAllotdRunsRenderedPod runs allotd as each rendered bbolt pod would,
+// on this machine: the command line as rendered, with the listen addresses
+// moved to free loopback ports and every mount path under a temporary
 // directory, which holds the files of the Secrets and ConfigMaps the chart
-// renders. allotd must start (it reads and checks the tokens file and the
-// mesh settings first), answer the readiness probe's path, and accept a
-// token of the values on its admin API.
+// renders and, for the Secrets a values set names as existing, files made
+// here in the form the chart documents (a kubernetes.io/tls Secret's
+// tls.crt and tls.key, ...). allotd must start — it reads and checks the
+// tokens file, the mesh settings, the sticky keys, the certificates and
+// the identity policy first —, serve TLS and require proxy certificates
+// exactly when the values say so, answer the probes' paths with the
+// probes' scheme, and accept the admin token. etcd-replicas is not run: it
+// needs an etcd cluster.
 func TestAllotdRunsRenderedPod(t *testing.T) {
-	vals := ciValues(t, "bolt-default")
-	vals["mesh"] = map[string]any{"unitHeader": "x-user-id", "attributes": []any{map[string]any{"name": "country", "header": "x-country"}}}
-	manifest, _, err := render(loadChart(t), release, vals)
-	if err != nil {
-		t.Fatal(err)
+	ca := mtlstest.NewCA(t, "allot-chart-test")
+	server := ca.Server(t)
+	tokensFile := fmt.Sprintf(`{"tokens": [{"name": "platform", "role": "admin", "token": %q}]}`, adminToken)
+	stickyKeys := fmt.Sprintf(`{"keys": [{"id": "k1", "secret": %q}]}`, base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
+	existing := map[string]map[string][]byte{
+		"allot-tokens":      {"tokens.json": []byte(tokensFile)},
+		"allotd-tls":        {"tls.crt": server.CertPEM, "tls.key": server.KeyPEM, "ca.crt": ca.PEM},
+		"mesh-proxy-ca":     {"ca.crt": ca.PEM},
+		"allot-sticky-keys": {"keys.json": []byte(stickyKeys)},
 	}
-	r := decode(t, manifest)
+	for _, tc := range []struct {
+		set             string
+		mesh            map[string]any // merged into the set's values when set
+		tls, clientCert bool
+	}{
+		{set: "bolt-default", mesh: map[string]any{"unitHeader": "x-user-id", "attributes": []any{map[string]any{"name": "country", "header": "x-country"}}}},
+		{set: "bolt-tls-mtls", tls: true, clientCert: true},
+		{set: "existing-secrets", tls: true},
+		{set: "networkpolicy-servicemonitor"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			vals := ciValues(t, tc.set)
+			if tc.mesh != nil {
+				vals["mesh"] = tc.mesh
+			}
+			manifest, _, err := render(loadChart(t), release, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := decode(t, manifest)
+			serving := runRendered(t, r, existing)
+			if serving.TLS != tc.tls || serving.XDSClientCerts != tc.clientCert {
+				t.Errorf("allotd serves tls=%v xds_client_certs=%v, want %v and %v", serving.TLS, serving.XDSClientCerts, tc.tls, tc.clientCert)
+			}
+			c := container(t, r)
+			scheme := strings.ToLower(string(c.ReadinessProbe.HTTPGet.Scheme))
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+			base := scheme + "://" + serving.AdminAddr
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				code, body := get(t, client, base+c.ReadinessProbe.HTTPGet.Path, "")
+				if code == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("readiness probe %s: %d %s", c.ReadinessProbe.HTTPGet.Path, code, body)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code, body := get(t, client, base+c.LivenessProbe.HTTPGet.Path, ""); code != http.StatusOK {
+				t.Errorf("liveness probe %s: %d %s", c.LivenessProbe.HTTPGet.Path, code, body)
+			}
+			if code, body := get(t, client, base+"/v1/whoami", adminToken); code != http.StatusOK || !strings.Contains(body, "platform") {
+				t.Errorf("/v1/whoami with the admin token: %d %s", code, body)
+			}
+		})
+	}
+}
+
+// serving is what allotd's "allotd serving" log line says.
+type serving struct {
+	Msg            string `json:"msg"`
+	AdminAddr      string `json:"admin_addr"`
+	TLS            bool   `json:"tls"`
+	XDSClientCerts bool   `json:"xds_client_certs"`
+}
+
+// runRendered starts allotd with the rendered pod's arguments and files
+// (existing: the files of the Secrets the chart does not render, by
+// name), stops it at the end of the test, and returns its serving line.
+func runRendered(t *testing.T, r rendered, existing map[string]map[string][]byte) serving {
+	t.Helper()
 	c := container(t, r)
 	root := t.TempDir()
 	volumes := volumesByName(r)
@@ -40,11 +119,9 @@ func TestAllotdRunsRenderedPod(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		v, ok := volumes[m.Name]
-		if !ok {
-			continue // the PVC: an empty directory
+		if v, ok := volumes[m.Name]; ok { // else the PVC: an empty directory
+			writeVolume(t, r, v, dir, existing)
 		}
-		writeVolume(t, r, v, dir)
 	}
 	var args []string
 	for _, a := range c.Args {
@@ -57,9 +134,7 @@ func TestAllotdRunsRenderedPod(t *testing.T) {
 		}
 		args = append(args, "-"+name+"="+value)
 	}
-
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, allotdBin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
@@ -70,49 +145,32 @@ func TestAllotdRunsRenderedPod(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		_ = cmd.Wait()
-	}()
-	admin, log := servingAddr(stderr)
-	if admin == "" {
+	})
+	s, log := servingLine(stderr)
+	if s.AdminAddr == "" {
 		t.Fatalf("allotd did not serve (-%s):\n%s", strings.Join(args, " -"), log)
 	}
 	go func() { _, _ = io.Copy(io.Discard, stderr) }()
-
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := get(t, "http://"+admin+"/readyz", "")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: %d %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if code, body := get(t, "http://"+admin+"/healthz", ""); code != http.StatusOK {
-		t.Errorf("/healthz: %d %s", code, body)
-	}
-	token := "0123456789abcdef0123456789abcdef0123456789abcdef" // ci/bolt-default.yaml's platform token
-	if code, body := get(t, "http://"+admin+"/v1/whoami", token); code != http.StatusOK || !strings.Contains(body, "platform") {
-		t.Errorf("/v1/whoami with the values' admin token: %d %s", code, body)
-	}
+	return s
 }
 
 // writeVolume writes the files a Secret or ConfigMap volume of the
 // rendered chart holds into dir.
-func writeVolume(t *testing.T, r rendered, v corev1.Volume, dir string) {
+func writeVolume(t *testing.T, r rendered, v corev1.Volume, dir string, existing map[string]map[string][]byte) {
 	t.Helper()
 	files := map[string][]byte{}
 	var items []corev1.KeyToPath
 	switch {
 	case v.Secret != nil:
-		s, ok := r.secrets[v.Secret.SecretName]
-		if !ok {
-			t.Fatalf("volume %s: Secret %s is not the chart's", v.Name, v.Secret.SecretName)
+		if s, ok := r.secrets[v.Secret.SecretName]; ok {
+			files = s.Data
+		} else if files, ok = existing[v.Secret.SecretName]; !ok {
+			t.Fatalf("volume %s: Secret %s is neither the chart's nor a known existing one", v.Name, v.Secret.SecretName)
 		}
-		files, items = s.Data, v.Secret.Items
+		items = v.Secret.Items
 	case v.ConfigMap != nil:
 		cm := r.configMaps[v.ConfigMap.Name]
 		for k, d := range cm.Data {
@@ -136,25 +194,23 @@ func writeVolume(t *testing.T, r rendered, v corev1.Volume, dir string) {
 	}
 }
 
-// servingAddr reads allotd's JSON log until its "allotd serving" line and
-// returns the admin address, or "" and the log when allotd exits first.
-func servingAddr(stderr io.Reader) (admin, log string) {
+// servingLine reads allotd's JSON log until its "allotd serving" line and
+// returns it, or an empty line and the log when allotd exits first.
+func servingLine(stderr io.Reader) (s serving, log string) {
 	var b strings.Builder
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		b.WriteString(sc.Text() + "\n")
-		var line struct {
-			Msg       string `json:"msg"`
-			AdminAddr string `json:"admin_addr"`
-		}
+		var line serving
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "allotd serving" {
-			return line.AdminAddr, b.String()
+			return line, b.String()
 		}
 	}
-	return "", b.String()
+	return serving{}, b.String()
 }
 
-func get(t *testing.T, url, token string) (int, string) {
+// get GETs url through client with token as the bearer token, if any.
+func get(t *testing.T, client *http.Client, url, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	if err != nil {
@@ -163,7 +219,7 @@ func get(t *testing.T, url, token string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Sprint(err)
 	}

@@ -237,8 +237,15 @@ func TestValuesSets(t *testing.T) {
 		"networkpolicy-servicemonitor": checkNetworkPolicyServiceMonitor,
 		"existing-secrets":             checkExistingSecrets,
 	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		if !strings.Contains(string(readme), "(allot/ci/"+name+".yaml)") {
+			t.Errorf("README.md does not link values set %s", f)
+		}
 		t.Run(name, func(t *testing.T) {
 			manifest, notes, err := render(ch, release, ciValues(t, name))
 			if err != nil {
@@ -502,9 +509,15 @@ func checkBoltDefault(t *testing.T, r rendered) {
 		t.Fatalf("no tokens Secret")
 	}
 	var tf struct {
-		Tokens []struct{ Name, Role, Token string } `json:"tokens"`
+		Tokens []struct {
+			Name       string   `json:"name"`
+			Role       string   `json:"role"`
+			Token      string   `json:"token"`
+			Namespaces []string `json:"namespaces"`
+		} `json:"tokens"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(s.Data["tokens.json"]))
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&tf); err != nil || len(tf.Tokens) != 2 || tf.Tokens[0].Name != "platform" || tf.Tokens[0].Role != "admin" {
 		t.Errorf("tokens.json %s: %+v, %v", s.Data["tokens.json"], tf, err)
 	}
