@@ -150,8 +150,9 @@ func ciValues(t *testing.T, name string) map[string]any {
 }
 
 // allotdBin is allotd built from this repository, the oracle for the
-// rendered command line; built once by TestMain.
-var allotdBin string
+// rendered command line, and etcdBin the etcd server the product tests
+// against; both built once by TestMain.
+var allotdBin, etcdBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -164,14 +165,16 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	allotdBin = filepath.Join(dir, "allotd")
-	// allotd's flags live in its package main; building it in the
-	// product's module keeps its dependencies out of this one.
-	cmd := exec.Command("go", "build", "-o", allotdBin, "./control-plane/cmd/allotd")
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build allotd: %v\n%s", err, out)
-		return 1
+	allotdBin, etcdBin = filepath.Join(dir, "allotd"), filepath.Join(dir, "etcd")
+	// allotd's flags live in its package main, and etcd is the product
+	// module's go.mod tool: both are built in the product's module.
+	for bin, pkg := range map[string]string{allotdBin: "./control-plane/cmd/allotd", etcdBin: "go.etcd.io/etcd/server/v3"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
 	}
 	return m.Run()
 }
@@ -738,6 +741,7 @@ func TestBadValues(t *testing.T) {
 		{name: "replicas 3 with bolt", vals: "replicas: 3", want: []string{"/replicas", "maximum: got 3, want 1"}},
 		{name: "etcd without endpoints", vals: "store: etcd", want: []string{"/etcd/endpoints", "minItems: got 0, want 1"}},
 		{name: "etcd endpoint with a scheme", vals: "{store: etcd, etcd: {endpoints: ['https://etcd:2379']}}", want: []string{"/etcd/endpoints/0", "does not match pattern"}},
+		{name: "etcd prefix without a trailing slash", vals: "{store: etcd, etcd: {endpoints: ['etcd:2379'], prefix: /allot}}", want: []string{"/etcd/prefix", "does not match pattern '/$'"}},
 		{name: "negative port", vals: "admin: {port: -1}", want: []string{"/admin/port", "minimum: got -1, want 1"}},
 		{name: "port too large", vals: "xds: {port: 70000}", want: []string{"/xds/port", "maximum: got 70,000, want 65,535"}},
 		{name: "bad store enum", vals: "store: sqlite", want: []string{"/store", "value must be one of 'bolt', 'etcd'"}},
