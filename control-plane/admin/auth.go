@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -60,7 +61,8 @@ type tokenFile struct {
 }
 
 // LoadTokens reads a tokens file: {"tokens": [{"name", "token", "role",
-// "namespaces"}]}. Every problem is reported with its field. A name must
+// "namespaces"}]}. Every problem is reported with its field; an unknown
+// key or a file without a token is refused. A name must
 // match experiment.ActorNamePattern: it is what the audit history and a
 // rollback's acknowledgedBy record, exactly.
 func LoadTokens(path string) (*Tokens, error) {
@@ -74,8 +76,16 @@ func LoadTokens(path string) (*Tokens, error) {
 // ParseTokens parses the tokens file's content.
 func ParseTokens(b []byte) (*Tokens, error) {
 	var f tokenFile
-	if err := json.Unmarshal(b, &f); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("parse tokens file: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("parse tokens file: data after the top-level object")
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("tokens: none: allotd would refuse every call; list at least one")
 	}
 	t := &Tokens{byDigest: map[[32]byte]*Principal{}}
 	for i, e := range f.Tokens {

@@ -53,6 +53,23 @@ func TestTokenNames(t *testing.T) {
 	}
 }
 
+// TestTokensFileStrict: a tokens file with a misspelt key or no token at
+// all is refused with an error naming what is wrong, instead of starting
+// an allotd that answers every call with 401.
+func TestTokensFileStrict(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{`{"tokenz":[{"name":"root","role":"admin","token":"` + adminToken + `"}]}`, `unknown field "tokenz"`},
+		{`{"tokens":[{"name":"root","role":"admin","token":"` + adminToken + `","namespace":["a"]}]}`, `unknown field "namespace"`},
+		{`{"tokens":[]}`, "tokens: none"},
+		{`{}`, "tokens: none"},
+		{`{"tokens":[{"name":"root","role":"admin","token":"` + adminToken + `"}]} {}`, "data after the top-level object"},
+	} {
+		if _, err := admin.ParseTokens([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.file, err, tc.want)
+		}
+	}
+}
+
 // TestAcknowledgedByTheTokensName: a start acknowledging a rollback
 // records the caller's name exactly, and the rollback is no longer
 // pending.
