@@ -122,6 +122,23 @@ func testIstioManifests(t *testing.T, a artifact) {
 		}
 	})
 
+	t.Run("a waited write is applied, outcomes reach allotd over the override's stat sink", func(t *testing.T) {
+		createSunk(t, s, 1)
+		sent := map[string]int64{}
+		for i := range 60 {
+			r, err := p.get(map[string][]string{"x-user-id": {fmt.Sprintf("istio-unit-%d", i)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := r.Header("x-experiment-sunk")
+			if len(v) != 1 {
+				t.Fatalf("x-experiment-sunk = %q, want one value", v)
+			}
+			sent[v[0]]++
+		}
+		wantCounts(t, s, sent, map[string]int64{})
+	})
+
 	t.Run("allotd lists the proxy as applied", func(t *testing.T) {
 		harness.MustEventually(t, 15*time.Second, func() error {
 			var status rolloutJSON
@@ -215,8 +232,8 @@ func filterNames(filters []any) []string {
 }
 
 // overrideJSON is the bootstrap override at path as JSON, its allot_xds
-// cluster moved to allotd on 127.0.0.1:xdsPort: what pilot-agent passes to
-// Envoy with --config-yaml.
+// cluster moved to allotd on 127.0.0.1:xdsPort and its stat sink flushing
+// every second: what pilot-agent passes to Envoy with --config-yaml.
 func overrideJSON(t *testing.T, path string, xdsPort int) string {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(t, path))
@@ -228,6 +245,12 @@ func overrideJSON(t *testing.T, path string, xdsPort int) string {
 		t.Fatalf("%s: no %q to move", path, host)
 	}
 	data = []byte(strings.Replace(string(data), host, fmt.Sprintf("address: 127.0.0.1, port_value: %d", xdsPort), 1))
+	for from, to := range sinkEverySecond() {
+		if !strings.Contains(string(data), from) {
+			t.Fatalf("%s: no %q to replace", path, from)
+		}
+		data = []byte(strings.ReplaceAll(string(data), from, to))
+	}
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
