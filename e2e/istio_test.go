@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,41 +52,9 @@ func testIstioManifests(t *testing.T, a artifact) {
 	}
 
 	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
-	_, echoPort, _ := splitHostPort(s.echoAddr)
-	echo, _ := strconv.Atoi(echoPort)
-	boot := map[string]any{
-		"admin": map[string]any{"address": socketAddress(admin)},
-		"static_resources": map[string]any{
-			"listeners": []any{map[string]any{
-				"name":    "virtualInbound",
-				"address": socketAddress(listen),
-				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
-					"name": "envoy.filters.network.http_connection_manager",
-					"typed_config": map[string]any{
-						"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-						"stat_prefix": "inbound_0.0.0.0_8080",
-						"route_config": map[string]any{"virtual_hosts": []any{map[string]any{
-							"name": "inbound|http|8080", "domains": []string{"*"},
-							"routes": []any{map[string]any{"match": map[string]any{"prefix": "/"},
-								"route": map[string]any{"cluster": "inbound|8080||"}}},
-						}}},
-						"http_filters": filters,
-					},
-				}}}},
-			}},
-			"clusters": []any{map[string]any{
-				"name": "inbound|8080||", "type": "STATIC", "connect_timeout": "1s",
-				"load_assignment": map[string]any{"cluster_name": "inbound|8080||", "endpoints": []any{map[string]any{
-					"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": socketAddress(echo)}}}}}},
-			}},
-		},
-	}
-	b, err := json.Marshal(boot)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The module where allotd's configurations and default_config name it.
-	bootstrap := harness.MustWriteFile(t, "istio-bootstrap.yaml", strings.ReplaceAll(string(b), module, s.filter()))
+	bootstrap := strings.ReplaceAll(inboundBootstrap(t, listen, admin, s.echoAddr, filters), module, s.filter())
+	bootstrap = harness.MustWriteFile(t, "istio-bootstrap.yaml", bootstrap)
 	extra := overrideJSON(t, override, s.xdsPort)
 
 	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: admin, Name: "envoy-istio",
@@ -159,6 +128,55 @@ func testIstioManifests(t *testing.T, a artifact) {
 	})
 }
 
+// inboundBootstrap is a bootstrap with Envoy's admin on 127.0.0.1:admin and
+// one listener on 127.0.0.1:listen whose HTTP connection manager runs
+// filters and routes to the echo upstream at echoAddr, named as istiod names
+// a sidecar's inbound pieces.
+func inboundBootstrap(t *testing.T, listen, admin int, echoAddr string, filters []any) string {
+	t.Helper()
+	_, echoPort, _ := splitHostPort(echoAddr)
+	echo, err := strconv.Atoi(echoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := map[string]any{
+		"admin": map[string]any{"address": socketAddress(admin)},
+		"static_resources": map[string]any{
+			"listeners": []any{map[string]any{
+				"name":    "virtualInbound",
+				"address": socketAddress(listen),
+				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
+					"name": "envoy.filters.network.http_connection_manager",
+					"typed_config": map[string]any{
+						"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+						"stat_prefix": "inbound_0.0.0.0_8080",
+						"route_config": map[string]any{"virtual_hosts": []any{map[string]any{
+							"name": "inbound|http|8080", "domains": []string{"*"},
+							"routes": []any{map[string]any{"match": map[string]any{"prefix": "/"},
+								"route": map[string]any{"cluster": "inbound|8080||"}}},
+						}}},
+						"http_filters": filters,
+					},
+				}}}},
+			}},
+			"clusters": []any{map[string]any{
+				"name": "inbound|8080||", "type": "STATIC", "connect_timeout": "1s",
+				"load_assignment": map[string]any{"cluster_name": "inbound|8080||", "endpoints": []any{map[string]any{
+					"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": socketAddress(echo)}}}}}},
+			}},
+		},
+	}
+	b, err := json.Marshal(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// router is the router filter, last in every chain.
+var router = map[string]any{"name": "envoy.filters.http.router", "typed_config": map[string]any{
+	"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+
 // inboundFilters applies the SIDECAR_INBOUND HTTP_FILTER patches of the
 // EnvoyFilter at path, in order, to an HTTP connection manager whose only
 // filter is the router, as istiod does (INSERT_FIRST, INSERT_BEFORE a
@@ -196,8 +214,7 @@ func inboundFilters(t *testing.T, path string) []any {
 	if err := yaml.Unmarshal(data, &ef); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	filters := []any{map[string]any{"name": "envoy.filters.http.router", "typed_config": map[string]any{
-		"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}
+	filters := []any{router}
 	for i, cp := range ef.Spec.ConfigPatches {
 		if cp.ApplyTo != "HTTP_FILTER" || cp.Match.Context != "SIDECAR_INBOUND" {
 			continue
@@ -261,4 +278,84 @@ func overrideJSON(t *testing.T, path string, xdsPort int) string {
 // socketAddress is an Envoy address on 127.0.0.1:port.
 func socketAddress(port int) map[string]any {
 	return map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": port}}
+}
+
+// TestIstioStaticPlugin runs the Wasm module as Istio runs
+// deploy/istio/trafficextension.yaml and wasmplugin.yaml (istiod's
+// translation in pilot/pkg/model/extensions.go: the plugin named
+// <namespace>.<name>, root_id the pluginName, pluginConfig as JSON text in
+// a StringValue, failStrategy FAIL_OPEN; pilot-agent's fetch of the OCI
+// image replaced by the locally built module): the static experiment is
+// assigned with the static version, and forged headers are removed.
+func TestIstioStaticPlugin(t *testing.T) {
+	wasm := harness.MustBuildWasm(t, "./filter")
+	for _, tc := range []struct{ file, wasmField string }{
+		{"deploy/istio/trafficextension.yaml", "wasm"},
+		{"deploy/istio/wasmplugin.yaml", ""},
+	} {
+		t.Run(filepath.Base(tc.file), func(t *testing.T) {
+			data, err := os.ReadFile(repoPath(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res struct {
+				Metadata struct{ Name, Namespace string }
+				Spec     map[string]json.RawMessage
+			}
+			if err := yaml.Unmarshal(data, &res); err != nil {
+				t.Fatal(err)
+			}
+			spec := res.Spec
+			if tc.wasmField != "" {
+				spec = nil
+				if err := json.Unmarshal(res.Spec[tc.wasmField], &spec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var pluginName, failStrategy string
+			if err := json.Unmarshal(spec["pluginName"], &pluginName); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(spec["failStrategy"], &failStrategy); err != nil || failStrategy != "FAIL_OPEN" {
+				t.Fatalf("failStrategy %q (%v), want FAIL_OPEN", failStrategy, err)
+			}
+			filter := map[string]any{
+				"name": res.Metadata.Namespace + "." + res.Metadata.Name,
+				"typed_config": map[string]any{
+					"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+					"config": map[string]any{
+						"name":    res.Metadata.Namespace + "." + res.Metadata.Name,
+						"root_id": pluginName,
+						"vm_config": map[string]any{
+							"runtime": "envoy.wasm.runtime.v8",
+							"code":    map[string]any{"local": map[string]any{"filename": wasm}},
+						},
+						"configuration": map[string]any{
+							"@type": "type.googleapis.com/google.protobuf.StringValue",
+							"value": string(spec["pluginConfig"]),
+						},
+						"failure_policy": failStrategy,
+					},
+				},
+			}
+			listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
+			bootstrap := harness.MustWriteFile(t, "istio-static.yaml",
+				inboundBootstrap(t, listen, admin, harness.MustStartEcho(t), []any{filter, router}))
+			e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: admin, Name: "envoy-static"})
+			p := &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
+			r, err := p.get(map[string][]string{"x-user-id": {"alice"}, "x-experiment-forged": {"forged"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := r.Header("x-experiment-checkout-button"); len(v) != 1 || (v[0] != "blue" && v[0] != "green") {
+				t.Errorf("x-experiment-checkout-button = %q, want the static experiment's assignment", v)
+			}
+			if v := r.Header("x-experiments-version"); len(v) != 1 || v[0] != "static-1" {
+				t.Errorf("x-experiments-version = %q, want [static-1]", v)
+			}
+			if v := r.Header("x-experiment-forged"); len(v) != 0 {
+				t.Errorf("x-experiment-forged = %q reached the service", v)
+			}
+		})
+	}
 }
