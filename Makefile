@@ -293,6 +293,10 @@ envoy-matrix: envoy $(foreach v,$(ENVOY_MATRIX_VERSIONS),$(ENVOY_MATRIX_VENV)/$(
 test-chart: ## The Helm chart (deploy/helm/allot): every ci/ values set rendered with its schema, decoded strictly, allotd's flags checked; bad values refused.
 	cd deploy && $(GO) test -count=1 ./helm/...
 
+.PHONY: test-istio-manifests
+test-istio-manifests: ## Decode deploy/istio's manifests strictly and run Istio's own validators on them in-process (a module of its own; compiling istio.io/istio takes ~3 CPU-minutes the first time).
+	cd deploy/istio && $(GO) test -count=1 ./...
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
