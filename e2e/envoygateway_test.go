@@ -56,11 +56,11 @@ var egModes = []string{"ecds", "native", "guard"}
 // deploy/envoy-gateway, one network namespace per mode (see
 // TestNetnsEnvoyGateway for what each shows). It needs root.
 func TestEnvoyGateway(t *testing.T) {
-	bin := envoyGatewayBinary(t)
-	harness.MustEnvoyBinary(t)
 	if os.Geteuid() != 0 {
 		t.Fatalf("TestEnvoyGateway runs Envoy Gateway in a network namespace of its own (its ports are fixed) and needs root; running as uid %d", os.Geteuid())
 	}
+	bin := envoyGatewayBinary(t)
+	harness.MustEnvoyBinary(t)
 	for _, mode := range egModes {
 		t.Run(mode, func(t *testing.T) { runInNetns(t, bin, mode) })
 	}
