@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,9 +46,10 @@ const (
 	egListener = "http://127.0.0.1:8080"
 )
 
-// egModes are the subtests: ECDS from allotd, the native module with a
-// static configuration, and the header guard with no Allot filter at all.
-var egModes = []string{"ecds", "native", "guard"}
+// egModes are the subtests: ECDS from allotd, then without allotd; the
+// native module with a static configuration, then with its file missing;
+// the header guard with no Allot filter at all.
+var egModes = []string{"ecds", "ecds-no-allotd", "native", "native-no-module", "guard"}
 
 // TestEnvoyGateway runs Allot in Envoy Gateway (bin/envoy-gateway, built by
 // `make envoy-gateway`) standalone, from the manifests shipped in
@@ -129,6 +129,11 @@ func runInNetns(t *testing.T, bin, mode string) {
 //   - native: the dynamic module with a static configuration
 //     (envoyproxy-native.yaml, allot-native.yaml, guard.yaml): the header
 //     contract.
+//   - ecds-no-allotd: the same without allotd: the filter's default_config
+//     serves, no assignment and no forged header.
+//   - native-no-module: the native files with the module's path wrong:
+//     Envoy rejects the listener and the gateway serves nothing (fails
+//     closed).
 //   - guard: guard.yaml alone, no Allot filter: no forged header reaches
 //     the service.
 func TestNetnsEnvoyGateway(t *testing.T) {
@@ -144,19 +149,15 @@ func TestNetnsEnvoyGateway(t *testing.T) {
 	}
 	bin := envoyGatewayBinary(t)
 	t.Run("ecds", func(t *testing.T) { testEnvoyGatewayECDS(t, bin) })
+	t.Run("ecds-no-allotd", func(t *testing.T) { testEnvoyGatewayNoAllotd(t, bin) })
 	t.Run("native", func(t *testing.T) { testEnvoyGatewayNative(t, bin) })
+	t.Run("native-no-module", func(t *testing.T) { testEnvoyGatewayNoModule(t, bin) })
 	t.Run("guard", func(t *testing.T) { testEnvoyGatewayGuard(t, bin) })
 }
 
 func testEnvoyGatewayECDS(t *testing.T, bin string) {
 	s := startSystemFor(t, wasmArtifact)
-	_, echoPort, _ := splitHostPort(s.echoAddr)
-	startEnvoyGateway(t, bin, map[string]string{
-		"gateway.yaml":         egManifest(t, "gateway.yaml", map[string]string{"port: 3000": "port: " + echoPort}),
-		"envoyproxy-ecds.yaml": egManifest(t, "envoyproxy-ecds.yaml", map[string]string{"port_value: 18100": "port_value: " + strconv.Itoa(s.xdsPort)}),
-		"allot-ecds.yaml":      egManifest(t, "allot-ecds.yaml", map[string]string{"/etc/envoy/allot.wasm": s.wasm}),
-		"guard.yaml":           egManifest(t, "guard.yaml", nil),
-	})
+	startEnvoyGateway(t, bin, ecdsResources(t, s.echoAddr, s.xdsPort, s.wasm))
 	var status rolloutJSON
 	harness.MustEventually(t, 30*time.Second, func() error {
 		if code := s.api("GET", "/v1/rollout", nil, &status); code != http.StatusOK || len(status.Proxies) != 1 {
@@ -216,9 +217,41 @@ func testEnvoyGatewayECDS(t *testing.T, bin string) {
 	t.Logf("ramp to 100%% b: applied by the gateway's proxy and live %v after the write", took.Round(time.Millisecond))
 }
 
+func testEnvoyGatewayNoAllotd(t *testing.T, bin string) {
+	// allot_xds points at a port nobody listens on.
+	startEnvoyGateway(t, bin, ecdsResources(t, harness.MustStartEcho(t), harness.MustFreePort(t), harness.MustBuildWasm(t, "./filter")))
+	r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-gw": {"forged"},
+		"x-experiments": {`gw="forged"`}, "x-experiments-version": {"forged"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	egNoAssignment(t, r, "without allotd")
+}
+
+func testEnvoyGatewayNoModule(t *testing.T, bin string) {
+	resources := nativeResources(t, harness.MustStartEcho(t), "/nonexistent/liballot.so")
+	resources["allot-native.yaml"] = egManifest(t, "allot-native.yaml", nil)
+	eg := launchEnvoyGateway(t, bin, resources)
+	const rejected = "listener 'default/allot/http' config rejected"
+	harness.MustEventually(t, 60*time.Second, func() error {
+		if log := eg.MustLog(t); !strings.Contains(log, rejected) {
+			return fmt.Errorf("Envoy Gateway's log does not say %q yet", rejected)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	if r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-checkout-button": {"forged"}}); err == nil {
+		t.Fatalf("with the module missing the gateway served a request: %+v, want no listener", r.Headers)
+	} else {
+		t.Logf("with the module missing Envoy rejected the listener; a request: %v", err)
+	}
+}
+
 func testEnvoyGatewayNative(t *testing.T, bin string) {
 	policy := egManifest(t, "allot-native.yaml", nil)
-	startNativeGateway(t, bin, map[string]string{"allot-native.yaml": policy})
+	resources := nativeResources(t, harness.MustStartEcho(t), harness.MustBuildNative(t, "./filter/native", "liballot.so"))
+	resources["allot-native.yaml"] = policy
+	startEnvoyGateway(t, bin, resources)
 	// The oracle: the engine on the experiment the shipped policy holds.
 	var p struct {
 		Spec struct {
@@ -258,36 +291,59 @@ func testEnvoyGatewayNative(t *testing.T, bin string) {
 func testEnvoyGatewayGuard(t *testing.T, bin string) {
 	// The EnvoyProxy registers the module, but no policy uses it: the
 	// gateway runs no Allot filter, as when its policy is missing.
-	startNativeGateway(t, bin, nil)
+	startEnvoyGateway(t, bin, nativeResources(t, harness.MustStartEcho(t), harness.MustBuildNative(t, "./filter/native", "liballot.so")))
 	r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-checkout-button": {"green"},
 		"X-Experiments": {`checkout-button="green"`}, "x-experiments-version": {"forged"}, "x-experiment-other": {"a", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, vals := range r.Headers {
-		if strings.HasPrefix(strings.ToLower(name), "x-experiment") {
-			t.Errorf("with no Allot filter: the service got %s: %q, want no x-experiment* header", name, vals)
-		}
-	}
+	egNoAssignment(t, r, "with no Allot filter")
 	if v := r.Header("x-user-id"); len(v) != 1 || v[0] != "user-1" {
 		t.Errorf("x-user-id = %q, want [user-1]: the guard removes only assignment headers", v)
 	}
 }
 
-// startNativeGateway starts the echo upstream and Envoy Gateway with
-// gateway.yaml, guard.yaml and envoyproxy-native.yaml (the module built
-// from this repository), and resources besides.
-func startNativeGateway(t *testing.T, bin string, resources map[string]string) {
+// egNoAssignment fails if r, the echo of a request, carries any
+// x-experiment* header.
+func egNoAssignment(t *testing.T, r harness.EchoResponse, what string) {
 	t.Helper()
-	_, echoPort, _ := splitHostPort(harness.MustStartEcho(t))
-	so := harness.MustBuildNative(t, "./filter/native", "liballot.so")
-	all := map[string]string{
-		"gateway.yaml":           egManifest(t, "gateway.yaml", map[string]string{"port: 3000": "port: " + echoPort}),
+	for name, vals := range r.Headers {
+		if strings.HasPrefix(strings.ToLower(name), "x-experiment") {
+			t.Errorf("%s: the service got %s: %q, want no x-experiment* header", what, name, vals)
+		}
+	}
+}
+
+// ecdsResources are ECDS mode's manifests: gateway.yaml routing to echo
+// (host:port), envoyproxy-ecds.yaml with allotd's xDS on xdsPort,
+// allot-ecds.yaml loading wasm, and guard.yaml.
+func ecdsResources(t *testing.T, echo string, xdsPort int, wasm string) map[string]string {
+	t.Helper()
+	return map[string]string{
+		"gateway.yaml":         egGatewayManifest(t, echo),
+		"envoyproxy-ecds.yaml": egManifest(t, "envoyproxy-ecds.yaml", map[string]string{"port_value: 18100": "port_value: " + strconv.Itoa(xdsPort)}),
+		"allot-ecds.yaml":      egManifest(t, "allot-ecds.yaml", map[string]string{"/etc/envoy/allot.wasm": wasm}),
+		"guard.yaml":           egManifest(t, "guard.yaml", nil),
+	}
+}
+
+// nativeResources are gateway.yaml routing to echo, envoyproxy-native.yaml
+// registering the module at so, and guard.yaml: native mode without its
+// policy.
+func nativeResources(t *testing.T, echo, so string) map[string]string {
+	t.Helper()
+	return map[string]string{
+		"gateway.yaml":           egGatewayManifest(t, echo),
 		"envoyproxy-native.yaml": egManifest(t, "envoyproxy-native.yaml", map[string]string{"/etc/envoy/liballot.so": so}),
 		"guard.yaml":             egManifest(t, "guard.yaml", nil),
 	}
-	maps.Copy(all, resources)
-	startEnvoyGateway(t, bin, all)
+}
+
+// egGatewayManifest is gateway.yaml with its Backend at echo (host:port).
+func egGatewayManifest(t *testing.T, echo string) string {
+	t.Helper()
+	_, port, _ := splitHostPort(echo)
+	return egManifest(t, "gateway.yaml", map[string]string{"port: 3000": "port: " + port})
 }
 
 // egCheckAssignments sends one request per unit of want through the
@@ -339,13 +395,28 @@ func egManifest(t *testing.T, name string, replace map[string]string) string {
 	return s
 }
 
-// startEnvoyGateway runs Envoy Gateway standalone from the shipped
-// envoy-gateway.yaml, its directories moved into the test's, watching a
-// directory holding resources (file name → manifest), and waits until its
-// proxy serves the example route. Its Envoy is the project's, laid out
-// where func-e looks for the release the EnvoyProxies name, so nothing is
-// downloaded.
+// startEnvoyGateway is launchEnvoyGateway that waits until the proxy
+// serves the example route.
 func startEnvoyGateway(t *testing.T, bin string, resources map[string]string) {
+	t.Helper()
+	start := time.Now()
+	eg := launchEnvoyGateway(t, bin, resources)
+	if err := eg.WaitHTTP("http://127.0.0.1:19003/ready", 60*time.Second); err != nil {
+		t.Fatalf("Envoy Gateway's proxy: %v", err)
+	}
+	harness.MustEventually(t, 30*time.Second, func() error {
+		_, err := harness.GetEcho(egListener+"/", nil)
+		return err
+	})
+	t.Logf("Envoy Gateway's proxy serves the route %v after start", time.Since(start).Round(time.Millisecond))
+}
+
+// launchEnvoyGateway runs Envoy Gateway standalone from the shipped
+// envoy-gateway.yaml, its directories moved into the test's, watching a
+// directory holding resources (file name → manifest). Its Envoy is the
+// project's, laid out where func-e looks for the release the EnvoyProxies
+// name, so nothing is downloaded.
+func launchEnvoyGateway(t *testing.T, bin string, resources map[string]string) *harness.Process {
 	t.Helper()
 	dir := t.TempDir()
 	resDir, home, run := filepath.Join(dir, "resources"), filepath.Join(dir, "home"), filepath.Join(dir, "run")
@@ -369,14 +440,5 @@ func startEnvoyGateway(t *testing.T, bin string, resources map[string]string) {
 	if out, err := exec.Command(bin, "certgen", "--local", "--config-home", filepath.Join(home, "config")).CombinedOutput(); err != nil {
 		t.Fatalf("envoy-gateway certgen --local: %v\n%s", err, out)
 	}
-	start := time.Now()
-	eg := harness.MustLaunch(t, "envoy-gateway", exec.Command(bin, "server", "--config-path", cfg))
-	if err := eg.WaitHTTP("http://127.0.0.1:19003/ready", 60*time.Second); err != nil {
-		t.Fatalf("Envoy Gateway's proxy: %v", err)
-	}
-	harness.MustEventually(t, 30*time.Second, func() error {
-		_, err := harness.GetEcho(egListener+"/", nil)
-		return err
-	})
-	t.Logf("Envoy Gateway's proxy serves the route %v after start", time.Since(start).Round(time.Millisecond))
+	return harness.MustLaunch(t, "envoy-gateway", exec.Command(bin, "server", "--config-path", cfg))
 }
