@@ -275,11 +275,14 @@ ENVOY_GATEWAY_VERSION := v1.9.1
 $(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION):
 	@mkdir -p $(BIN)
 	rm -f $(BIN)/.envoy-gateway-*
+	touch $@
+
+$(BIN)/envoy-gateway: $(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION)
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/envoyproxy/gateway/cmd/envoy-gateway@$(ENVOY_GATEWAY_VERSION)
 	touch $@
 
 .PHONY: envoy-gateway
-envoy-gateway: $(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION) ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSION) into bin/envoy-gateway (~8.5 CPU-minutes the first time).
+envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSION) into bin/envoy-gateway (~8.5 CPU-minutes the first time).
 
 .PHONY: test-envoy-gateway
 test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone from deploy/envoy-gateway (ECDS, native, the header guard); needs root (a network namespace per mode).
