@@ -126,11 +126,11 @@ func runInNetns(t *testing.T, bin, mode string) {
 //     a waited write reports the proxy applied; requests get the engine's
 //     assignment, forged headers replaced or removed; a new weight is live
 //     once the waited write returns; allotd's outcomes count the requests.
+//   - ecds-no-allotd: the ECDS files without allotd: the filter's
+//     default_config serves, no assignment and no forged header.
 //   - native: the dynamic module with a static configuration
 //     (envoyproxy-native.yaml, allot-native.yaml, guard.yaml): the header
 //     contract.
-//   - ecds-no-allotd: the same without allotd: the filter's default_config
-//     serves, no assignment and no forged header.
 //   - native-no-module: the native files with the module's path wrong:
 //     Envoy rejects the listener and the gateway serves nothing (fails
 //     closed).
