@@ -297,6 +297,27 @@ test-chart: ## The Helm chart (deploy/helm/allot): every ci/ values set rendered
 test-istio-manifests: ## Decode deploy/istio's manifests strictly and run Istio's own validators on them in-process (a module of its own; compiling istio.io/istio takes ~3 CPU-minutes the first time).
 	cd deploy/istio && $(GO) test -count=1 ./...
 
+# Envoy Gateway, built from its Go module (its go.mod has no replace
+# directives) for TestEnvoyGateway; the stamp rebuilds it when the version
+# changes.
+ENVOY_GATEWAY_VERSION := v1.9.1
+
+$(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION):
+	@mkdir -p $(BIN)
+	rm -f $(BIN)/.envoy-gateway-*
+	touch $@
+
+$(BIN)/envoy-gateway: $(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION)
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/envoyproxy/gateway/cmd/envoy-gateway@$(ENVOY_GATEWAY_VERSION)
+	touch $@
+
+.PHONY: envoy-gateway
+envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSION) into bin/envoy-gateway (~8.5 CPU-minutes the first time).
+
+.PHONY: test-envoy-gateway
+test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone from deploy/envoy-gateway (ECDS, native, the header guard); needs root (a network namespace per mode).
+	$(GO) test -tags e2e -count=1 -run TestEnvoyGateway -v ./e2e/
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
