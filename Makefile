@@ -110,11 +110,13 @@ fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: lint
-lint: lint-tree ## The tree checks, gofmt check and go vet (native, wasip1, and e2e builds with the reliability suite).
+lint: lint-tree ## The tree checks, gofmt check and go vet (native, wasip1, e2e builds with the reliability suite, and the deploy modules).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags 'e2e reliability' ./e2e/... ./internal/...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./filter/...
+	cd deploy && $(GO) vet ./...
+	cd deploy/istio && $(GO) vet ./...
 
 # TREE is the repository lint-tree checks (default: this one).
 TREE ?= $(CURDIR)
@@ -161,7 +163,10 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 ## ---------------------------------------------------------------- tests
 
 .PHONY: test
-test: lint check-deps check-generate test-unit test-asan test-engine-builds test-e2e ## Everything CI runs.
+test: lint check-deps check-generate test-unit test-asan test-engine-builds test-deploy test-e2e ## Everything CI runs.
+
+.PHONY: test-deploy
+test-deploy: test-chart test-images test-istio-manifests ## What installs Allot: the Helm chart rendered and checked, the OCI images pushed and pulled, Istio's validators on deploy/istio.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (native), including the GrowthBook conformance suite when ALLOT_GROWTHBOOK_CASES is set.
@@ -196,11 +201,11 @@ test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multip
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/scripts/go_wasip1_wasm_exec $(ENGINE_PKGS)
 
 .PHONY: test-e2e
-test-e2e: envoy chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION), the web console's in headless Chromium (fail, never skip, without them).
+test-e2e: envoy envoy-matrix envoy-gateway chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION) (and $(ENVOY_MATRIX_VERSIONS) for the version matrix), Envoy Gateway $(ENVOY_GATEWAY_VERSION) standalone (as root: a network namespace per mode), the web console's in headless Chromium (fail, never skip, without them).
 	@mkdir -p $(BIN)
 	@# The whole -v output: a failing test's messages and the Envoy log it
 	@# dumps are what CI shows of a failure.
-	$(GO) test -tags e2e -count=1 -timeout 20m -v ./e2e/... ./internal/harness/ 2>&1 | tee $(BIN)/e2e.log; \
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/... ./internal/harness/ 2>&1 | tee $(BIN)/e2e.log; \
 	exit $${PIPESTATUS[0]}
 
 .PHONY: console-screenshots
