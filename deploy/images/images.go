@@ -8,13 +8,18 @@
 package images
 
 import (
+	"bytes"
 	"crypto/x509"
+	"debug/elf"
 	"encoding/pem"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -72,6 +77,7 @@ const (
 	LabelEnvoy       = "io.github.allotmesh.allot.envoy.version"
 	LabelModuleABI   = "io.github.allotmesh.allot.envoy.dynamic-module-abi"
 	LabelSearchPath  = "io.github.allotmesh.allot.envoy.dynamic-modules-search-path"
+	LabelGlibc       = "io.github.allotmesh.allot.glibc.min"
 	DefaultSource    = "https://github.com/allotmesh/allot"
 	allotdAdminPort  = "8080/tcp"  // allotd -admin-addr's default port
 	allotdXDSPort    = "18000/tcp" // allotd -xds-addr's default port
@@ -106,23 +112,15 @@ func Images(o Options) ([]Image, error) {
 	if o.Source == "" {
 		o.Source = DefaultSource
 	}
-	read := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(o.Bin, name)) }
-	allotd, err := read(AllotdFile)
-	if err != nil {
-		return nil, err
+	art := map[string][]byte{}
+	for _, f := range []string{AllotdFile, AllotctlFile, WasmFile, NativeFile} {
+		b, err := os.ReadFile(filepath.Join(o.Bin, f))
+		if err != nil {
+			return nil, err
+		}
+		art[f] = b
 	}
-	allotctl, err := read(AllotctlFile)
-	if err != nil {
-		return nil, err
-	}
-	wasm, err := read(WasmFile)
-	if err != nil {
-		return nil, err
-	}
-	native, err := read(NativeFile)
-	if err != nil {
-		return nil, err
-	}
+	allotd, allotctl, wasm, native := art[AllotdFile], art[AllotctlFile], art[WasmFile], art[NativeFile]
 
 	base, err := layer(o.Created, baseFiles())
 	if err != nil {
@@ -198,10 +196,15 @@ func Images(o Options) ([]Image, error) {
 	if l, err = layer(o.Created, []file{{name: NativePath[1:], mode: 0o755, body: native}}); err != nil {
 		return nil, err
 	}
+	glibc, err := minGlibc(native)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", NativeFile, err)
+	}
 	if err := add(NativeImage, v1.Config{Labels: map[string]string{
 		LabelEnvoy:      EnvoyVersion,
 		LabelModuleABI:  DynamicModuleABI,
 		LabelSearchPath: NativeDir,
+		LabelGlibc:      glibc,
 	}}, linux, l); err != nil {
 		return nil, err
 	}
@@ -271,6 +274,45 @@ func caCerts() ([]byte, error) {
 		return nil, fmt.Errorf("ca bundle: no roots")
 	}
 	return out, nil
+}
+
+// minGlibc is the newest glibc symbol version the shared object so imports:
+// the oldest glibc the Envoy image may have to load it.
+func minGlibc(so []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(so))
+	if err != nil {
+		return "", err
+	}
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		return "", err
+	}
+	var newest []int
+	for _, s := range syms {
+		v, ok := strings.CutPrefix(s.Version, "GLIBC_")
+		if !ok {
+			continue
+		}
+		var parts []int
+		for p := range strings.SplitSeq(v, ".") {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				return "", fmt.Errorf("symbol %s: version %s", s.Name, s.Version)
+			}
+			parts = append(parts, n)
+		}
+		if slices.Compare(parts, newest) > 0 {
+			newest = parts
+		}
+	}
+	if newest == nil {
+		return "", fmt.Errorf("imports no glibc symbol")
+	}
+	out := make([]string, len(newest))
+	for i, n := range newest {
+		out[i] = strconv.Itoa(n)
+	}
+	return strings.Join(out, "."), nil
 }
 
 // Written is an image written to a layout.

@@ -238,6 +238,10 @@ func TestImages(t *testing.T) {
 		return b
 	}
 	nonRoot := fmt.Sprintf("%d:%d", NonRoot, NonRoot)
+	glibc, err := minGlibc(artifact(NativeFile))
+	if err != nil || !strings.HasPrefix(glibc, "2.") {
+		t.Fatalf("the native module's glibc: %q, %v", glibc, err)
+	}
 	tests := []struct {
 		image      string
 		platform   string
@@ -264,7 +268,7 @@ func TestImages(t *testing.T) {
 		{
 			image: NativeImage, platform: "linux/" + runtime.GOARCH, path: "/usr/local/lib/envoy/dynamic_modules/liballot.so",
 			artifact: NativeFile, mode: 0o755,
-			labels: map[string]string{LabelEnvoy: "1.40", LabelModuleABI: "v0.2.0", LabelSearchPath: "/usr/local/lib/envoy/dynamic_modules"},
+			labels: map[string]string{LabelEnvoy: "1.40", LabelModuleABI: "v0.2.0", LabelSearchPath: "/usr/local/lib/envoy/dynamic_modules", LabelGlibc: glibc},
 		},
 	}
 	for _, tt := range tests {
