@@ -43,6 +43,9 @@ const (
 const (
 	AllotdPath   = "/allotd"
 	AllotctlPath = "/allotctl"
+	// AllotdDataDir is allotd's working directory, owned by NonRoot: the
+	// default -db, allot.db, is created there.
+	AllotdDataDir = "/var/lib/allot"
 	// WasmPath is the name Istio's and Envoy Gateway's fetchers look for
 	// in the image's last layer (the "compat" variant of the Wasm image
 	// specification, github.com/solo-io/wasm spec/spec-compat.md).
@@ -134,10 +137,6 @@ func Images(o Options) ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	binLayer := func(p string, body []byte) (v1.Layer, error) {
-		return layer(o.Created, []file{{name: p[1:], mode: 0o755, body: body}})
-	}
-
 	var out []Image
 	add := func(name string, cfg v1.Config, platform v1.Platform, layers ...v1.Layer) error {
 		cfg.Labels = maps.Clone(cfg.Labels)
@@ -159,20 +158,25 @@ func Images(o Options) ([]Image, error) {
 	linux := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 	nonRoot := fmt.Sprintf("%d:%d", NonRoot, NonRoot)
 
-	l, err := binLayer(AllotdPath, allotd)
+	// allotd's working directory is its own and writable, so that the
+	// default -db (allot.db) works; mount a volume there to keep it.
+	l, err := layer(o.Created, []file{
+		{name: AllotdPath[1:], mode: 0o755, body: allotd},
+		{name: AllotdDataDir[1:], mode: 0o700, uid: NonRoot},
+	})
 	if err != nil {
 		return nil, err
 	}
 	if err := add(AllotdImage, v1.Config{
 		User:         nonRoot,
 		Entrypoint:   []string{AllotdPath},
-		WorkingDir:   "/",
+		WorkingDir:   AllotdDataDir,
 		ExposedPorts: map[string]struct{}{allotdAdminPort: {}, allotdXDSPort: {}},
 	}, linux, base, l); err != nil {
 		return nil, err
 	}
 
-	if l, err = binLayer(AllotctlPath, allotctl); err != nil {
+	if l, err = layer(o.Created, []file{{name: AllotctlPath[1:], mode: 0o755, body: allotctl}}); err != nil {
 		return nil, err
 	}
 	if err := add(AllotctlImage, v1.Config{

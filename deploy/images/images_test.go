@@ -247,6 +247,7 @@ func TestImages(t *testing.T) {
 		platform   string
 		user       string
 		entrypoint []string
+		workdir    string
 		ports      []string
 		path       string // the artifact's path in the image
 		artifact   string
@@ -257,11 +258,11 @@ func TestImages(t *testing.T) {
 		labels     map[string]string
 	}{
 		{
-			image: AllotdImage, platform: "linux/" + runtime.GOARCH, user: nonRoot, entrypoint: []string{"/allotd"},
+			image: AllotdImage, platform: "linux/" + runtime.GOARCH, user: nonRoot, entrypoint: []string{"/allotd"}, workdir: "/var/lib/allot",
 			ports: []string{"18000/tcp", "8080/tcp"}, path: "/allotd", artifact: AllotdFile, mode: 0o755, static: true, base: true,
 		},
 		{
-			image: AllotctlImage, platform: "linux/" + runtime.GOARCH, user: nonRoot, entrypoint: []string{"/allotctl"},
+			image: AllotctlImage, platform: "linux/" + runtime.GOARCH, user: nonRoot, entrypoint: []string{"/allotctl"}, workdir: "/",
 			path: "/allotctl", artifact: AllotctlFile, mode: 0o755, static: true, base: true, caCerts: true,
 		},
 		{image: WasmImage, platform: "wasip1/wasm", path: "/plugin.wasm", artifact: WasmFile, mode: 0o644},
@@ -335,6 +336,14 @@ func TestImages(t *testing.T) {
 					if p.Type == elf.PT_INTERP {
 						t.Errorf("%s has an ELF interpreter: not static", tt.path)
 					}
+				}
+			}
+			if c.WorkingDir != tt.workdir {
+				t.Errorf("working directory %q, want %q", c.WorkingDir, tt.workdir)
+			}
+			if tt.workdir != "/" && tt.workdir != "" {
+				if h := tree[tt.workdir].hdr; h == nil || h.Typeflag != tar.TypeDir || h.Uid != NonRoot || h.Mode != 0o700 {
+					t.Errorf("%s: %+v, want a directory of mode 0700 owned by 65532", tt.workdir, h)
 				}
 			}
 			if tt.base {
