@@ -67,7 +67,7 @@ const NonRoot = 65532
 // What the native module was built against, in its image's labels.
 const (
 	EnvoyVersion     = "1.40"
-	DynamicModuleABI = "v0.2.0" // filter/dynmod.ABIVersion
+	DynamicModuleABI = "v0.2.0" // filter/dynmod.ABIVersion (TestModuleABI)
 )
 
 // Label keys: the OCI annotations' and Allot's own.

@@ -11,6 +11,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"io/fs"
 	"log"
@@ -20,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -555,4 +559,26 @@ func fileSum(t *testing.T, path string) string {
 	}
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// TestModuleABI holds DynamicModuleABI to filter/dynmod.ABIVersion, read
+// from the source: importing filter/dynmod would link its cgo exports,
+// whose host callbacks only Envoy provides.
+func TestModuleABI(t *testing.T) {
+	src := filepath.Join(repoRoot, "filter", "dynmod", "dynmod.go")
+	f, err := parser.ParseFile(token.NewFileSet(), src, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := f.Scope.Lookup("ABIVersion")
+	if obj == nil || obj.Kind != ast.Con {
+		t.Fatalf("%s: no constant ABIVersion", src)
+	}
+	lit, ok := obj.Decl.(*ast.ValueSpec).Values[0].(*ast.BasicLit)
+	if !ok {
+		t.Fatalf("%s: ABIVersion is not a literal", src)
+	}
+	if v, err := strconv.Unquote(lit.Value); err != nil || v != DynamicModuleABI {
+		t.Fatalf("filter/dynmod.ABIVersion %s, DynamicModuleABI %q", lit.Value, DynamicModuleABI)
+	}
 }
