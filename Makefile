@@ -323,6 +323,27 @@ envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSI
 test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone from deploy/envoy-gateway (ECDS, native, the header guard); needs root (a network namespace per mode).
 	$(GO) test -tags e2e -count=1 -run TestEnvoyGateway -v ./e2e/
 
+# The OCI images (deploy/images, a module of its own): allotd, allotctl, the
+# Wasm module and the native module, assembled without a container daemon
+# or a base image, each as an OCI image layout in bin/images/<name>. The
+# artifacts are built again into bin/images-build with the flags that make
+# them reproducible (static allotd and allotctl, no build ID, no VCS stamp),
+# so one commit gives the same digests; SOURCE_DATE_EPOCH is its time.
+IMAGES_VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGES_REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+.PHONY: images
+images: ## Build the OCI images (allotd, allotctl, allot-wasm, allot-native) as OCI layouts in bin/images/ and print their digests (reproducible; no Docker).
+	@mkdir -p $(BIN)
+	cd deploy && $(GO) run ./cmd/allot-images -build -root $(CURDIR) \
+		-bin $(CURDIR)/$(BIN)/images-build -out $(CURDIR)/$(BIN)/images \
+		-version '$(IMAGES_VERSION)' -revision '$(IMAGES_REVISION)' -source-date-epoch $(SOURCE_DATE_EPOCH)
+
+.PHONY: test-images
+test-images: ## The images' tests: build the artifacts, push every image to a registry on loopback and pull it back, check its contents and the Wasm fetchers' format, rebuild with an empty Go cache for the same digests.
+	cd deploy && $(GO) test -count=1 -timeout 30m -v ./images/...
+
 .PHONY: check-filter
 check-filter:
 	@case '$(FILTER)' in wasm|native) ;; \
