@@ -328,8 +328,10 @@ test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone fro
 # or a base image, each as an OCI image layout in bin/images/<name>. The
 # artifacts are built again into bin/images-build with the flags that make
 # them reproducible (static allotd and allotctl, no build ID, no VCS stamp),
-# so one commit gives the same digests; SOURCE_DATE_EPOCH is its time.
-IMAGES_VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# so one commit gives the same digests; SOURCE_DATE_EPOCH is its time. The
+# images are tagged with VERSION, the chart's appVersion and the Istio
+# manifests' image tag (their tests hold them to it).
+IMAGES_VERSION    ?= $(shell cat VERSION)
 IMAGES_REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -81,7 +82,7 @@ func ParseTokens(b []byte) (*Tokens, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("parse tokens file: %w", err)
 	}
-	if dec.More() {
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
 		return nil, fmt.Errorf("parse tokens file: data after the top-level object")
 	}
 	if len(f.Tokens) == 0 {

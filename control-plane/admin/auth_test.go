@@ -63,6 +63,7 @@ func TestTokensFileStrict(t *testing.T) {
 		{`{"tokens":[]}`, "tokens: none"},
 		{`{}`, "tokens: none"},
 		{`{"tokens":[{"name":"root","role":"admin","token":"` + adminToken + `"}]} {}`, "data after the top-level object"},
+		{`{"tokens":[{"name":"root","role":"admin","token":"` + adminToken + `"}]}}`, "data after the top-level object"},
 	} {
 		if _, err := admin.ParseTokens([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.file, err, tc.want)

@@ -791,3 +791,15 @@ func TestBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestVersion: the chart's appVersion, and so its default image tag, is
+// the repository's VERSION, the tag `make images` gives the images.
+func TestVersion(t *testing.T) {
+	v, err := os.ReadFile(filepath.Join("..", "..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadChart(t).Metadata.AppVersion, strings.TrimSpace(string(v)); got != want {
+		t.Errorf("Chart.yaml appVersion %q, want VERSION's %q", got, want)
+	}
+}

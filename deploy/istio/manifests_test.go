@@ -343,3 +343,22 @@ func withoutFields(t *testing.T, j []byte, names []string) []byte {
 	}
 	return out
 }
+
+// TestImageVersion: the static manifests pull the Wasm image `make images`
+// tags with the repository's VERSION.
+func TestImageVersion(t *testing.T) {
+	v, err := os.ReadFile(filepath.Join("..", "..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "oci://ghcr.io/allotmesh/allot-wasm:" + strings.TrimSpace(string(v)) + "\n"
+	for _, name := range []string{"trafficextension.yaml", "wasmplugin.yaml"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s: no %q", name, strings.TrimSpace(want))
+		}
+	}
+}
