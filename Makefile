@@ -166,7 +166,8 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 test: lint check-deps check-generate test-unit test-asan test-engine-builds test-deploy test-e2e ## Everything CI runs.
 
 .PHONY: test-deploy
-test-deploy: test-chart test-images test-istio-manifests ## What installs Allot: the Helm chart rendered and checked, the OCI images pushed and pulled, Istio's validators on deploy/istio.
+test-deploy: test-chart test-images test-istio-manifests ## What installs Allot: the Helm chart rendered and checked, the OCI images pushed and pulled, Istio's validators on deploy/istio, the guards' patterns held to the filter's.
+	cd deploy && $(GO) test -count=1 .
 
 .PHONY: test-unit
 test-unit: ## Unit tests (native), including the GrowthBook conformance suite when ALLOT_GROWTHBOOK_CASES is set.

@@ -213,3 +213,12 @@ func runCTest(t *testing.T, src string, flags ...string) {
 		t.Fatalf("%s: %v\n%s", src, err, out)
 	}
 }
+
+// TestEnvoyReleaseOutsideEnvoy: in a process that exports none of the
+// releases' marker callbacks (this test binary, which is no Envoy),
+// envoyRelease says it cannot tell, instead of naming a release.
+func TestEnvoyReleaseOutsideEnvoy(t *testing.T) {
+	if got := envoyRelease(); !strings.HasPrefix(got, "unknown: ") {
+		t.Errorf("envoyRelease() = %q, want unknown outside Envoy", got)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // they are not in ALLOT_CALLBACKS; the names leave out the ABI's common
 // prefix, callbackPrefix.
 var envoyReleases = []struct{ marker, release string }{
-	{"http_get_timing_info", "Envoy 1.40 or later, ABI v0.2.0"},
+	{"http_get_timing_info", "Envoy 1.40 or later, ABI v0.2.0 or newer"},
 	{"http_filter_config_increment_gauge", "Envoy 1.39, ABI v0.1.0"},
 	{"http_filter_get_attribute_bool", "Envoy 1.38, ABI v0.1.0"},
 }
