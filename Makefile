@@ -201,9 +201,14 @@ test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multip
 	GOAMD64=v3 $(GO) test -count=1 $(ENGINE_PKGS)
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/scripts/go_wasip1_wasm_exec $(ENGINE_PKGS)
 
+# TestEnvoyGateway gives each mode a network namespace of its own (Envoy
+# Gateway binds fixed ports): the e2e targets need root, checked first.
+CHECK_NETNS = [ "$$(id -u)" = 0 ] && unshare -n true || { echo "the e2e tests need root and network namespaces (unshare -n): TestEnvoyGateway runs Envoy Gateway in one of its own"; exit 1; }
+
 .PHONY: test-e2e
 test-e2e: envoy envoy-matrix envoy-gateway chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION) (and $(ENVOY_MATRIX_VERSIONS) for the version matrix), Envoy Gateway $(ENVOY_GATEWAY_VERSION) standalone (as root: a network namespace per mode), the web console's in headless Chromium (fail, never skip, without them).
 	@mkdir -p $(BIN)
+	@$(CHECK_NETNS)
 	@# The whole -v output: a failing test's messages and the Envoy log it
 	@# dumps are what CI shows of a failure.
 	$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/... ./internal/harness/ 2>&1 | tee $(BIN)/e2e.log; \
@@ -322,6 +327,7 @@ envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSI
 
 .PHONY: test-envoy-gateway
 test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone from deploy/envoy-gateway (ECDS, native, the header guard); needs root (a network namespace per mode).
+	@$(CHECK_NETNS)
 	$(GO) test -tags e2e -count=1 -run TestEnvoyGateway -v ./e2e/
 
 # The OCI images (deploy/images, a module of its own): allotd, allotctl, the
