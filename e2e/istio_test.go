@@ -257,11 +257,15 @@ func overrideJSON(t *testing.T, path string, xdsPort int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const host = "address: allotd.allot-system.svc.cluster.local, port_value: 18000"
-	if !strings.Contains(string(data), host) {
-		t.Fatalf("%s: no %q to move", path, host)
+	for from, to := range map[string]string{
+		"address: allot-xds.allot.svc.cluster.local\n": "address: 127.0.0.1\n",
+		"port_value: 18000\n":                          fmt.Sprintf("port_value: %d\n", xdsPort),
+	} {
+		if strings.Count(string(data), from) != 1 {
+			t.Fatalf("%s: want exactly one %q to move", path, from)
+		}
+		data = []byte(strings.Replace(string(data), from, to, 1))
 	}
-	data = []byte(strings.Replace(string(data), host, fmt.Sprintf("address: 127.0.0.1, port_value: %d", xdsPort), 1))
 	for from, to := range sinkEverySecond() {
 		if !strings.Contains(string(data), from) {
 			t.Fatalf("%s: no %q to replace", path, from)
