@@ -46,7 +46,7 @@ func testIstioManifests(t *testing.T, a artifact) {
 		envoyFilter, override = "deploy/istio/envoyfilter-ecds-native.yaml", "deploy/istio/bootstrap-override-native.yaml"
 		module = "/etc/allot/liballot.so"
 	}
-	filters := inboundFilters(t, envoyFilter)
+	filters := inboundFilters(t, envoyFilter, []any{router})
 	if names := filterNames(filters); !slices.Equal(names, []string{"allot.strip_forged", "allot", "envoy.filters.http.router"}) {
 		t.Fatalf("inbound http_filters %v, want the strip filter, allot, then the router", names)
 	}
@@ -178,10 +178,11 @@ var router = map[string]any{"name": "envoy.filters.http.router", "typed_config":
 	"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
 
 // inboundFilters applies the SIDECAR_INBOUND HTTP_FILTER patches of the
-// EnvoyFilter at path, in order, to an HTTP connection manager whose only
-// filter is the router, as istiod does (INSERT_FIRST, INSERT_BEFORE a
-// sub-filter), and returns the resulting http_filters.
-func inboundFilters(t *testing.T, path string) []any {
+// EnvoyFilter at path, in order, to an HTTP connection manager whose
+// http_filters are base (istiod's own, ending with the router), as istiod
+// does (INSERT_FIRST, INSERT_BEFORE a sub-filter), and returns the resulting
+// http_filters.
+func inboundFilters(t *testing.T, path string, base []any) []any {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(t, path))
 	if err != nil {
@@ -214,7 +215,7 @@ func inboundFilters(t *testing.T, path string) []any {
 	if err := yaml.Unmarshal(data, &ef); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	filters := []any{router}
+	filters := slices.Clone(base)
 	for i, cp := range ef.Spec.ConfigPatches {
 		if cp.ApplyTo != "HTTP_FILTER" || cp.Match.Context != "SIDECAR_INBOUND" {
 			continue
@@ -257,11 +258,15 @@ func overrideJSON(t *testing.T, path string, xdsPort int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const host = "address: allotd.allot-system.svc.cluster.local, port_value: 18000"
-	if !strings.Contains(string(data), host) {
-		t.Fatalf("%s: no %q to move", path, host)
+	for from, to := range map[string]string{
+		"address: allot-xds.allot.svc.cluster.local\n": "address: 127.0.0.1\n",
+		"port_value: 18000\n":                          fmt.Sprintf("port_value: %d\n", xdsPort),
+	} {
+		if strings.Count(string(data), from) != 1 {
+			t.Fatalf("%s: want exactly one %q to move", path, from)
+		}
+		data = []byte(strings.Replace(string(data), from, to, 1))
 	}
-	data = []byte(strings.Replace(string(data), host, fmt.Sprintf("address: 127.0.0.1, port_value: %d", xdsPort), 1))
 	for from, to := range sinkEverySecond() {
 		if !strings.Contains(string(data), from) {
 			t.Fatalf("%s: no %q to replace", path, from)
@@ -338,24 +343,113 @@ func TestIstioStaticPlugin(t *testing.T) {
 					},
 				},
 			}
+			// deploy/istio/envoyfilter-strip-forged.yaml, which static mode
+			// requires, applied after istiod has placed the plugin.
+			filters := inboundFilters(t, stripForged, []any{filter, router})
+			if names, want := filterNames(filters), []string{"allot.strip_forged", filter["name"].(string), "envoy.filters.http.router"}; !slices.Equal(names, want) {
+				t.Fatalf("inbound http_filters %v, want %v", names, want)
+			}
 			listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
 			bootstrap := harness.MustWriteFile(t, "istio-static.yaml",
-				inboundBootstrap(t, listen, admin, harness.MustStartEcho(t), []any{filter, router}))
+				inboundBootstrap(t, listen, admin, harness.MustStartEcho(t), filters))
 			e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: admin, Name: "envoy-static"})
 			p := &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
-			r, err := p.get(map[string][]string{"x-user-id": {"alice"}, "x-experiment-forged": {"forged"}})
+			r, err := p.get(withForged(map[string][]string{"x-user-id": {"alice"}}))
 			if err != nil {
 				t.Fatal(err)
 			}
+			noForged(t, r)
 			if v := r.Header("x-experiment-checkout-button"); len(v) != 1 || (v[0] != "blue" && v[0] != "green") {
 				t.Errorf("x-experiment-checkout-button = %q, want the static experiment's assignment", v)
 			}
 			if v := r.Header("x-experiments-version"); len(v) != 1 || v[0] != "static-1" {
 				t.Errorf("x-experiments-version = %q, want [static-1]", v)
 			}
-			if v := r.Header("x-experiment-forged"); len(v) != 0 {
-				t.Errorf("x-experiment-forged = %q reached the service", v)
-			}
 		})
 	}
+}
+
+// stripForged is the EnvoyFilter static mode requires: allot.strip_forged
+// alone, first in the chain.
+const stripForged = "deploy/istio/envoyfilter-strip-forged.yaml"
+
+// forged are assignment headers a client may forge, every one a header the
+// filter owns (filter/plugin: Config.OwnsHeader with the default names) and
+// allot.strip_forged's regex matches: x-experiment-<anything> (the bare
+// prefix too, and in any casing), x-experiments, x-experiments-version.
+var forged = []string{"x-experiment-a", "X-Experiment-B", "x-experiment-", "x-experiments", "x-experiments-version"}
+
+// withForged is headers plus every forged header and x-experimental-flag
+// (not Allot's: it must reach the service).
+func withForged(headers map[string][]string) map[string][]string {
+	for _, h := range forged {
+		headers[h] = []string{"forged"}
+	}
+	headers["x-experimental-flag"] = []string{"kept"}
+	return headers
+}
+
+// noForged fails t if a forged header reached the service with its forged
+// value or x-experimental-flag did not.
+func noForged(t *testing.T, r harness.EchoResponse) {
+	t.Helper()
+	for _, h := range forged {
+		if slices.Contains(r.Header(h), "forged") {
+			t.Errorf("%s = %q reached the service", h, r.Header(h))
+		}
+	}
+	if v := r.Header("x-experimental-flag"); len(v) != 1 || v[0] != "kept" {
+		t.Errorf("x-experimental-flag = %q, want [kept]: not a header Allot owns", v)
+	}
+}
+
+// TestIstioStripForged runs allot.strip_forged alone — the filter as each
+// shipped EnvoyFilter carries it, with the router and no Allot, which is
+// the chain a request meets while the Wasm VM is down (FAIL_OPEN skips it)
+// — in Envoy: no forged assignment header reaches the service, in any
+// casing, and x-experimental-flag does.
+func TestIstioStripForged(t *testing.T) {
+	for _, path := range []string{
+		"deploy/istio/envoyfilter-ecds.yaml",
+		"deploy/istio/envoyfilter-ecds-native.yaml",
+		stripForged,
+	} {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			var filters []any
+			for _, f := range inboundFilters(t, path, []any{router}) {
+				if name := f.(map[string]any)["name"]; name == "allot.strip_forged" || name == "envoy.filters.http.router" {
+					filters = append(filters, f)
+				}
+			}
+			if names := filterNames(filters); !slices.Equal(names, []string{"allot.strip_forged", "envoy.filters.http.router"}) {
+				t.Fatalf("http_filters %v, want allot.strip_forged from %s, then the router", names, path)
+			}
+			noForged(t, getThrough(t, filters))
+		})
+	}
+	// The control: with the router alone, the same headers reach the service.
+	t.Run("router alone", func(t *testing.T) {
+		r := getThrough(t, []any{router})
+		for _, h := range forged {
+			if v := r.Header(h); len(v) != 1 || v[0] != "forged" {
+				t.Errorf("%s = %q, want [forged] without allot.strip_forged", h, v)
+			}
+		}
+	})
+}
+
+// getThrough sends one request with every forged header through an Envoy
+// whose inbound HTTP connection manager runs filters, to the echo upstream.
+func getThrough(t *testing.T, filters []any) harness.EchoResponse {
+	t.Helper()
+	listen, admin := harness.MustFreePort(t), harness.MustFreePort(t)
+	bootstrap := harness.MustWriteFile(t, "istio-strip.yaml",
+		inboundBootstrap(t, listen, admin, harness.MustStartEcho(t), filters))
+	e := harness.MustLaunchEnvoy(t, harness.EnvoyOptions{Bootstrap: bootstrap, AdminPort: admin, Name: "envoy-strip"})
+	p := &proxy{Envoy: e, URL: fmt.Sprintf("http://127.0.0.1:%d", listen)}
+	r, err := p.get(withForged(map[string][]string{"x-user-id": {"alice"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -45,6 +46,7 @@ var clientTypes = map[string]func() any{
 var manifests = []string{
 	"envoyfilter-ecds.yaml",
 	"envoyfilter-ecds-native.yaml",
+	"envoyfilter-strip-forged.yaml",
 	"trafficextension.yaml",
 	"wasmplugin.yaml",
 }
@@ -196,6 +198,12 @@ func TestBrokenManifestsFail(t *testing.T) {
 		{name: "EnvoyFilter unknown spec field", file: "envoyfilter-ecds.yaml",
 			old: "  workloadSelector:", new: "  workloadSelectors:",
 			want: "workloadSelectors"},
+		{name: "strip EnvoyFilter without a patch operation", file: "envoyfilter-strip-forged.yaml",
+			old: "      operation: INSERT_FIRST\n", new: "\n",
+			want: "Envoy filter: missing patch operation"},
+		{name: "strip EnvoyFilter unknown field in the filter", file: "envoyfilter-strip-forged.yaml",
+			old: "            - remove_on_match:", new: "            - remove_on_matches:",
+			warningOnly: true, want: "remove_on_matches"},
 		{name: "TrafficExtension without a url", file: "trafficextension.yaml",
 			old: "    url: oci://ghcr.io/allotmesh/allot-wasm:0.1.0\n", new: "\n",
 			want: "url field needs to be set"},
