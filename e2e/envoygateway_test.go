@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
@@ -46,9 +48,16 @@ const (
 	egListener = "http://127.0.0.1:8080"
 )
 
+// egAssignmentHeader matches, whole, the lowercase names of the headers
+// Allot owns (x-experiment-<key>, x-experiments, x-experiments-version):
+// the guard's RegularExpression in allot-ecds.yaml and allot-native.yaml.
+var egAssignmentHeader = regexp.MustCompile(`^x-experiment(-.*|s|s-version)$`)
+
 // egModes are the subtests: ECDS from allotd, then without allotd; the
 // native module with a static configuration, then with its file missing;
-// the header guard with no Allot filter at all.
+// the header guard with no Allot filter at all. ecds, ecds-no-allotd and
+// native run their mode file without its guard document, so that only
+// Allot's filter can remove forged headers there.
 var egModes = []string{"ecds", "ecds-no-allotd", "native", "native-no-module", "guard"}
 
 // TestEnvoyGateway runs Allot in Envoy Gateway (bin/envoy-gateway, built by
@@ -58,6 +67,11 @@ var egModes = []string{"ecds", "ecds-no-allotd", "native", "native-no-module", "
 func TestEnvoyGateway(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("TestEnvoyGateway runs Envoy Gateway in a network namespace of its own (its ports are fixed) and needs root; running as uid %d", os.Geteuid())
+	}
+	probe := exec.Command(os.Args[0], "-test.run", "^$")
+	probe.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Fatalf("TestEnvoyGateway runs Envoy Gateway in a network namespace of its own (its ports are fixed), but a process in a new one (CLONE_NEWNET) could not run: %v\n%s", err, out)
 	}
 	bin := envoyGatewayBinary(t)
 	harness.MustEnvoyBinary(t)
@@ -122,30 +136,28 @@ func runInNetns(t *testing.T, bin, mode string) {
 // namespace; on its own it skips.
 //
 //   - ecds: allotd configures Allot (the Wasm module) in Envoy Gateway's
-//     proxy over ECDS (envoyproxy-ecds.yaml, allot-ecds.yaml, guard.yaml):
-//     a waited write reports the proxy applied; requests get the engine's
-//     assignment, forged headers replaced or removed; a new weight is live
-//     once the waited write returns; allotd's outcomes count the requests.
-//   - ecds-no-allotd: the ECDS files without allotd: the filter's
-//     default_config serves, no assignment and no forged header.
+//     proxy over ECDS (envoyproxy-ecds.yaml, allot-ecds.yaml without its
+//     guard): a waited write reports the proxy applied; requests get the
+//     engine's assignment, forged headers replaced or removed by the filter;
+//     a new weight is live once the waited write returns; allotd's outcomes
+//     count the requests.
+//   - ecds-no-allotd: the same files without allotd: the admin shows the
+//     filter's Wasm VM running; its default_config serves, no assignment
+//     and no forged header, with no guard.
 //   - native: the dynamic module with a static configuration
-//     (envoyproxy-native.yaml, allot-native.yaml, guard.yaml): the header
-//     contract.
-//   - native-no-module: the native files with the module's path wrong:
-//     Envoy rejects the listener and the gateway serves nothing (fails
-//     closed).
-//   - guard: guard.yaml alone, no Allot filter: no forged header reaches
-//     the service.
+//     (envoyproxy-native.yaml, allot-native.yaml without its guard): the
+//     header contract, forged headers removed by the filter.
+//   - native-no-module: the shipped native files, whole, with the module's
+//     path wrong: Envoy rejects the listener and the gateway serves nothing
+//     (fails closed).
+//   - guard: the guard document alone, no Allot filter: no assignment
+//     header reaches the service; x-experimental-* headers do.
 func TestNetnsEnvoyGateway(t *testing.T) {
 	if os.Getenv(egInnerEnv) == "" {
 		t.Skip("run by TestEnvoyGateway inside a network namespace of its own")
 	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		ip = "/usr/sbin/ip"
-	}
-	if out, err := exec.Command(ip, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("bring lo up in the namespace: %v: %s", err, out)
+	if err := egLoopbackUp(); err != nil {
+		t.Fatalf("bring lo up in the namespace: %v", err)
 	}
 	bin := envoyGatewayBinary(t)
 	t.Run("ecds", func(t *testing.T) { testEnvoyGatewayECDS(t, bin) })
@@ -157,7 +169,7 @@ func TestNetnsEnvoyGateway(t *testing.T) {
 
 func testEnvoyGatewayECDS(t *testing.T, bin string) {
 	s := startSystemFor(t, wasmArtifact)
-	startEnvoyGateway(t, bin, ecdsResources(t, s.echoAddr, s.xdsPort, s.wasm))
+	startEnvoyGateway(t, bin, ecdsResources(t, s.echoAddr, s.xdsPort, s.wasm, false))
 	var status rolloutJSON
 	harness.MustEventually(t, 30*time.Second, func() error {
 		if code := s.api("GET", "/v1/rollout", nil, &status); code != http.StatusOK || len(status.Proxies) != 1 {
@@ -218,8 +230,10 @@ func testEnvoyGatewayECDS(t *testing.T, bin string) {
 }
 
 func testEnvoyGatewayNoAllotd(t *testing.T, bin string) {
-	// allot_xds points at a port nobody listens on.
-	startEnvoyGateway(t, bin, ecdsResources(t, harness.MustStartEcho(t), harness.MustFreePort(t), harness.MustBuildWasm(t, "./filter")))
+	// allot_xds points at a port nobody listens on; no guard, so only
+	// the filter's default_config can remove the forged headers.
+	dir := startEnvoyGateway(t, bin, ecdsResources(t, harness.MustStartEcho(t), harness.MustFreePort(t), harness.MustBuildWasm(t, "./filter"), false))
+	egMustRunAllot(t, dir)
 	r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-gw": {"forged"},
 		"x-experiments": {`gw="forged"`}, "x-experiments-version": {"forged"}})
 	if err != nil {
@@ -230,8 +244,8 @@ func testEnvoyGatewayNoAllotd(t *testing.T, bin string) {
 
 func testEnvoyGatewayNoModule(t *testing.T, bin string) {
 	resources := nativeResources(t, harness.MustStartEcho(t), "/nonexistent/liballot.so")
-	resources["allot-native.yaml"] = egManifest(t, "allot-native.yaml", nil)
-	eg := launchEnvoyGateway(t, bin, resources)
+	resources["allot-native.yaml"] = egManifest(t, "allot-native.yaml", nil) // as shipped, with its guard
+	eg, _ := launchEnvoyGateway(t, bin, resources)
 	const rejected = "listener 'default/allot/http' config rejected"
 	harness.MustEventually(t, 60*time.Second, func() error {
 		if log := eg.MustLog(t); !strings.Contains(log, rejected) {
@@ -239,16 +253,20 @@ func testEnvoyGatewayNoModule(t *testing.T, bin string) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
-	if r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-checkout-button": {"forged"}}); err == nil {
-		t.Fatalf("with the module missing the gateway served a request: %+v, want no listener", r.Headers)
-	} else {
-		t.Logf("with the module missing Envoy rejected the listener; a request: %v", err)
+	// Not one request served for 2 s after the rejection.
+	var last error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-checkout-button": {"forged"}})
+		if err == nil {
+			t.Fatalf("with the module missing the gateway served a request: %+v, want no listener", r.Headers)
+		}
+		last = err
 	}
+	t.Logf("with the module missing Envoy rejected the listener; every request for 2 s failed, the last: %v", last)
 }
 
 func testEnvoyGatewayNative(t *testing.T, bin string) {
-	policy := egManifest(t, "allot-native.yaml", nil)
+	policy := egModeFile(t, "allot-native.yaml", nil, false)
 	resources := nativeResources(t, harness.MustStartEcho(t), harness.MustBuildNative(t, "./filter/native", "liballot.so"))
 	resources["allot-native.yaml"] = policy
 	startEnvoyGateway(t, bin, resources)
@@ -279,7 +297,7 @@ func testEnvoyGatewayNative(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	for name, vals := range r.Headers {
-		if n := strings.ToLower(name); strings.HasPrefix(n, "x-experiment-") || n == "x-experiments" {
+		if n := strings.ToLower(name); egAssignmentHeader.MatchString(n) && n != "x-experiments-version" {
 			t.Errorf("a request without a unit id: the service got %s: %q, want no assignment", name, vals)
 		}
 	}
@@ -290,10 +308,20 @@ func testEnvoyGatewayNative(t *testing.T, bin string) {
 
 func testEnvoyGatewayGuard(t *testing.T, bin string) {
 	// The EnvoyProxy registers the module, but no policy uses it: the
-	// gateway runs no Allot filter, as when its policy is missing.
-	startEnvoyGateway(t, bin, nativeResources(t, harness.MustStartEcho(t), harness.MustBuildNative(t, "./filter/native", "liballot.so")))
-	r, err := harness.GetEcho(egListener+"/", http.Header{"x-user-id": {"user-1"}, "x-experiment-checkout-button": {"green"},
-		"X-Experiments": {`checkout-button="green"`}, "x-experiments-version": {"forged"}, "x-experiment-other": {"a", "b"}})
+	// gateway runs no Allot filter, as when its policy is missing. Only the
+	// guard document of the mode files is applied; it is the same in both.
+	guard := egGuard(t, "allot-native.yaml")
+	if other := egGuard(t, "allot-ecds.yaml"); other != guard {
+		t.Fatalf("the guard documents of allot-native.yaml and allot-ecds.yaml differ:\n%s\n---\n%s", guard, other)
+	}
+	resources := nativeResources(t, harness.MustStartEcho(t), harness.MustBuildNative(t, "./filter/native", "liballot.so"))
+	resources["guard.yaml"] = guard
+	startEnvoyGateway(t, bin, resources)
+	forged := http.Header{"x-user-id": {"user-1"}, "x-experimental-flag": {"on"}}
+	for _, name := range []string{"x-experiment-a", "X-Experiment-B", "x-experiment-", "x-experiments", "x-experiments-version", "x-experiment-other"} {
+		forged[name] = []string{"forged"}
+	}
+	r, err := harness.GetEcho(egListener+"/", forged)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,42 +329,144 @@ func testEnvoyGatewayGuard(t *testing.T, bin string) {
 	if v := r.Header("x-user-id"); len(v) != 1 || v[0] != "user-1" {
 		t.Errorf("x-user-id = %q, want [user-1]: the guard removes only assignment headers", v)
 	}
+	if v := r.Header("x-experimental-flag"); len(v) != 1 || v[0] != "on" {
+		t.Errorf("x-experimental-flag = %q, want [on]: the guard removes only assignment headers", v)
+	}
 }
 
-// egNoAssignment fails if r, the echo of a request, carries any
-// x-experiment* header.
+// egNoAssignment fails if r, the echo of a request, carries any header
+// Allot owns (egAssignmentHeader).
 func egNoAssignment(t *testing.T, r harness.EchoResponse, what string) {
 	t.Helper()
 	for name, vals := range r.Headers {
-		if strings.HasPrefix(strings.ToLower(name), "x-experiment") {
-			t.Errorf("%s: the service got %s: %q, want no x-experiment* header", what, name, vals)
+		if egAssignmentHeader.MatchString(strings.ToLower(name)) {
+			t.Errorf("%s: the service got %s: %q, want no assignment header", what, name, vals)
 		}
 	}
 }
 
+// egMustRunAllot fails the test unless the admin of Envoy Gateway's Envoy
+// (its address in dir/run/<run>/admin-address.txt, written by func-e)
+// shows Allot's filter in the listener: the listener's ECDS subscription
+// for the filter allot exists, a Wasm VM is active, and the module's own
+// stats (wasmcustom.allot.*, defined by its root context) are there.
+func egMustRunAllot(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "run", "*", "admin-address.txt"))
+	if len(files) != 1 {
+		t.Fatalf("the proxy's admin address: want one run/*/admin-address.txt in %s, got %q", dir, files)
+	}
+	addr, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + strings.TrimSpace(string(addr)) + "/stats"
+	harness.MustEventually(t, 10*time.Second, func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		stats := map[string]string{}
+		module := 0
+		for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+			name, value, _ := strings.Cut(sc.Text(), ": ")
+			stats[name] = value
+			if strings.HasPrefix(name, "wasmcustom.allot.") {
+				module++
+			}
+		}
+		if _, ok := stats["extension_config_discovery.http_filter.allot.update_attempt"]; !ok {
+			return fmt.Errorf("%s: no extension_config_discovery.http_filter.allot.*: the listener has no filter allot", url)
+		}
+		if n, _ := strconv.Atoi(stats["wasm.envoy.wasm.runtime.v8.active"]); n < 1 || module == 0 {
+			return fmt.Errorf("%s: wasm.envoy.wasm.runtime.v8.active = %q and %d wasmcustom.allot.* stats: Allot's Wasm VM is not running", url, stats["wasm.envoy.wasm.runtime.v8.active"], module)
+		}
+		t.Logf("the proxy's admin: the listener's filter allot (ECDS update_attempt %s, update_success %s), %s active Wasm VMs, %d wasmcustom.allot.* stats",
+			stats["extension_config_discovery.http_filter.allot.update_attempt"], stats["extension_config_discovery.http_filter.allot.update_success"],
+			stats["wasm.envoy.wasm.runtime.v8.active"], module)
+		return nil
+	})
+}
+
+// egLoopbackUp sets IFF_UP on lo (SIOCGIFFLAGS, then SIOCSIFFLAGS): a new
+// network namespace starts with its loopback down.
+func egLoopbackUp() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	var ifr struct { // struct ifreq: the name, then ifr_flags in a 24-byte union
+		name  [syscall.IFNAMSIZ]byte
+		flags uint16
+		_     [22]byte
+	}
+	copy(ifr.name[:], "lo")
+	for _, req := range []uintptr{syscall.SIOCGIFFLAGS, syscall.SIOCSIFFLAGS} {
+		if req == syscall.SIOCSIFFLAGS {
+			ifr.flags |= syscall.IFF_UP
+		}
+		if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), req, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
+			return fmt.Errorf("ioctl %#x on lo: %w", req, errno)
+		}
+	}
+	return nil
+}
+
 // ecdsResources are ECDS mode's manifests: gateway.yaml routing to echo
-// (host:port), envoyproxy-ecds.yaml with allotd's xDS on xdsPort,
-// allot-ecds.yaml loading wasm, and guard.yaml.
-func ecdsResources(t *testing.T, echo string, xdsPort int, wasm string) map[string]string {
+// (host:port), envoyproxy-ecds.yaml with allotd's xDS on xdsPort, and
+// allot-ecds.yaml loading wasm, with its guard document or without.
+func ecdsResources(t *testing.T, echo string, xdsPort int, wasm string, guard bool) map[string]string {
 	t.Helper()
 	return map[string]string{
 		"gateway.yaml":         egGatewayManifest(t, echo),
 		"envoyproxy-ecds.yaml": egManifest(t, "envoyproxy-ecds.yaml", map[string]string{"port_value: 18100": "port_value: " + strconv.Itoa(xdsPort)}),
-		"allot-ecds.yaml":      egManifest(t, "allot-ecds.yaml", map[string]string{"/etc/envoy/allot.wasm": wasm}),
-		"guard.yaml":           egManifest(t, "guard.yaml", nil),
+		"allot-ecds.yaml":      egModeFile(t, "allot-ecds.yaml", map[string]string{"/etc/envoy/allot.wasm": wasm}, guard),
 	}
 }
 
-// nativeResources are gateway.yaml routing to echo, envoyproxy-native.yaml
-// registering the module at so, and guard.yaml: native mode without its
-// policy.
+// nativeResources are gateway.yaml routing to echo and
+// envoyproxy-native.yaml registering the module at so: native mode
+// without allot-native.yaml (neither the policy nor the guard).
 func nativeResources(t *testing.T, echo, so string) map[string]string {
 	t.Helper()
 	return map[string]string{
 		"gateway.yaml":           egGatewayManifest(t, echo),
 		"envoyproxy-native.yaml": egManifest(t, "envoyproxy-native.yaml", map[string]string{"/etc/envoy/liballot.so": so}),
-		"guard.yaml":             egManifest(t, "guard.yaml", nil),
 	}
+}
+
+// egModeDocs splits the shipped mode file name (allot-ecds.yaml,
+// allot-native.yaml), with replace applied, into its two documents: Allot's
+// policy and the guard, a ClientTrafficPolicy. It fails the test when the
+// file is not laid out so.
+func egModeDocs(t *testing.T, name string, replace map[string]string) (policy, guard string) {
+	t.Helper()
+	docs := strings.Split(egManifest(t, name, replace), "\n---\n")
+	if len(docs) != 2 || strings.Contains(docs[0], "kind: ClientTrafficPolicy") || !strings.Contains(docs[1], "kind: ClientTrafficPolicy") {
+		t.Fatalf("%s/%s: want two documents, Allot's policy then the guard (a ClientTrafficPolicy)", egDeploy, name)
+	}
+	return docs[0], docs[1]
+}
+
+// egModeFile is the shipped mode file name with replace applied, whole
+// (guard true) or without its guard document (guard false): then only
+// Allot's filter can remove forged assignment headers.
+func egModeFile(t *testing.T, name string, replace map[string]string, guard bool) string {
+	t.Helper()
+	policy, _ := egModeDocs(t, name, replace)
+	if guard {
+		return egManifest(t, name, replace)
+	}
+	return policy
+}
+
+// egGuard is the guard document of the shipped mode file name.
+func egGuard(t *testing.T, name string) string {
+	t.Helper()
+	_, guard := egModeDocs(t, name, nil)
+	return guard
 }
 
 // egGatewayManifest is gateway.yaml with its Backend at echo (host:port).
@@ -396,11 +526,11 @@ func egManifest(t *testing.T, name string, replace map[string]string) string {
 }
 
 // startEnvoyGateway is launchEnvoyGateway that waits until the proxy
-// serves the example route.
-func startEnvoyGateway(t *testing.T, bin string, resources map[string]string) {
+// serves the example route. It returns Envoy Gateway's directory.
+func startEnvoyGateway(t *testing.T, bin string, resources map[string]string) string {
 	t.Helper()
 	start := time.Now()
-	eg := launchEnvoyGateway(t, bin, resources)
+	eg, dir := launchEnvoyGateway(t, bin, resources)
 	if err := eg.WaitHTTP("http://127.0.0.1:19003/ready", 60*time.Second); err != nil {
 		t.Fatalf("Envoy Gateway's proxy: %v", err)
 	}
@@ -409,14 +539,16 @@ func startEnvoyGateway(t *testing.T, bin string, resources map[string]string) {
 		return err
 	})
 	t.Logf("Envoy Gateway's proxy serves the route %v after start", time.Since(start).Round(time.Millisecond))
+	return dir
 }
 
 // launchEnvoyGateway runs Envoy Gateway standalone from the shipped
 // envoy-gateway.yaml, its directories moved into the test's, watching a
 // directory holding resources (file name → manifest). Its Envoy is the
 // project's, laid out where func-e looks for the release the EnvoyProxies
-// name, so nothing is downloaded.
-func launchEnvoyGateway(t *testing.T, bin string, resources map[string]string) *harness.Process {
+// name, so nothing is downloaded. It returns the process and the directory
+// of its configuration, resources, state and runtime files.
+func launchEnvoyGateway(t *testing.T, bin string, resources map[string]string) (*harness.Process, string) {
 	t.Helper()
 	dir := t.TempDir()
 	resDir, home, run := filepath.Join(dir, "resources"), filepath.Join(dir, "home"), filepath.Join(dir, "run")
@@ -440,5 +572,5 @@ func launchEnvoyGateway(t *testing.T, bin string, resources map[string]string) *
 	if out, err := exec.Command(bin, "certgen", "--local", "--config-home", filepath.Join(home, "config")).CombinedOutput(); err != nil {
 		t.Fatalf("envoy-gateway certgen --local: %v\n%s", err, out)
 	}
-	return harness.MustLaunch(t, "envoy-gateway", exec.Command(bin, "server", "--config-path", cfg))
+	return harness.MustLaunch(t, "envoy-gateway", exec.Command(bin, "server", "--config-path", cfg)), dir
 }
