@@ -264,8 +264,10 @@ func runRendered(t *testing.T, r rendered, existing map[string]map[string][]byte
 		}
 		args = append(args, "-"+name+"="+value)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	cmd := exec.CommandContext(ctx, allotdBin, args...)
+	// allotd runs for the whole test, however long a loaded machine makes
+	// it: t.Context() is canceled, and allotd interrupted, just before the
+	// cleanups run; only the wait for its serving line has a deadline.
+	cmd := exec.CommandContext(t.Context(), allotdBin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
 	stderr, err := cmd.StderrPipe()
@@ -275,17 +277,34 @@ func runRendered(t *testing.T, r rendered, existing map[string]map[string][]byte
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-	})
-	s, log := servingLine(stderr)
-	if s.AdminAddr == "" {
-		t.Fatalf("allotd did not serve (-%s):\n%s", strings.Join(args, " -"), log)
+	t.Cleanup(func() { _ = cmd.Wait() })
+	type started struct {
+		s   serving
+		log string
 	}
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
-	return s
+	done := make(chan started, 1)
+	go func() {
+		s, log := servingLine(stderr)
+		done <- started{s, log}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	var st started
+	select {
+	case st = <-done:
+	case <-time.After(servingWithin):
+		_ = cmd.Process.Kill()
+		st = <-done
+		t.Fatalf("allotd did not serve within %v (%s):\n%s", servingWithin, strings.Join(args, " "), st.log)
+	}
+	if st.s.AdminAddr == "" {
+		t.Fatalf("allotd did not serve (%s):\n%s", strings.Join(args, " "), st.log)
+	}
+	return st.s
 }
+
+// servingWithin is how long allotd may take from its start to its serving
+// line.
+const servingWithin = time.Minute
 
 // writeVolume writes the files a Secret or ConfigMap volume of the
 // rendered chart holds into dir.

@@ -413,6 +413,10 @@ func checkEveryRender(t *testing.T, r rendered) {
 		!strings.Contains(r.notes, "ALLOT_TOKEN") {
 		t.Errorf("NOTES lack the port-forward, the token or the xDS address:\n%s", r.notes)
 	}
+	_, mtls := flagValue(c.Args, "xds-client-ca")
+	if warned := strings.Contains(r.notes, "WARNING: xDS requires no proxy certificate"); warned == mtls {
+		t.Errorf("NOTES warn of xDS without proxy certificates: %v, with -xds-client-ca: %v", warned, mtls)
+	}
 }
 
 // checkMounted checks that file p, named by -flagName, is on a volume the
@@ -758,6 +762,12 @@ func TestBadValues(t *testing.T) {
 		{name: "sticky keys without a cookie", vals: "stickyKeys: {existingSecret: k}", want: []string{"/mesh", "missing property 'stickyCookie'"}},
 		{name: "zero maxStreams", vals: "xds: {maxStreams: 0}", want: []string{"/xds/maxStreams", "minimum: got 0, want 1"}},
 		{name: "bad service type", vals: "admin: {service: {type: Ingress}}", want: []string{"/admin/service/type", "value must be one of"}},
+		// Exposed beyond the cluster, the admin API carries bearer tokens: TLS or ClusterIP.
+		{name: "admin NodePort without TLS", vals: "admin: {service: {type: NodePort}}", want: []string{"/admin/service/type", "value must be 'ClusterIP'", "/tls/enabled", "value must be true"}},
+		{name: "admin LoadBalancer without TLS", vals: "admin: {service: {type: LoadBalancer, loadBalancerSourceRanges: [10.0.0.0/8]}}", want: []string{"/admin/service/type", "/tls/enabled"}},
+		// Exposed beyond the cluster, xDS hands out the sticky keys and takes the outcomes guardrails act on: proxy certificates or ClusterIP.
+		{name: "xds LoadBalancer without TLS", vals: "xds: {service: {type: LoadBalancer}}", want: []string{"/xds/service/type", "value must be 'ClusterIP'", "/tls/enabled", "/xdsMTLS/enabled"}},
+		{name: "xds NodePort with TLS but no proxy certificates", vals: "{xds: {service: {type: NodePort}}, tls: {enabled: true, secretName: t}}", want: []string{"/xds/service/type", "/xdsMTLS/enabled", "value must be true"}},
 		{name: "same port twice", vals: "xds: {port: 8080}", want: []string{"admin.port, xds.port and admin.grpc.port (when enabled) must differ"}},
 		{name: "gRPC port on the xDS port", vals: "admin: {grpc: {enabled: true, port: 18000}}", want: []string{"must differ"}},
 		{name: "release name too long", release: strings.Repeat("r", 47), want: []string{"at most 52", "fullnameOverride"}},
@@ -787,6 +797,47 @@ func TestBadValues(t *testing.T) {
 			var pathErr *os.PathError
 			if errors.As(err, &pathErr) {
 				t.Errorf("not a values error: %v", err)
+			}
+		})
+	}
+}
+
+// TestExposedServices: the Services go beyond ClusterIP with what they
+// need (TLS for the admin API; TLS and proxy certificates for xDS), and
+// an admin Service exposed with TLS leaves xDS on ClusterIP without proxy
+// certificates free.
+func TestExposedServices(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		name        string
+		vals        string
+		admin, xds  corev1.ServiceType
+		notesWarned bool
+	}{
+		{name: "admin LoadBalancer with TLS", vals: "{admin: {service: {type: LoadBalancer, loadBalancerSourceRanges: [10.0.0.0/8]}}, tls: {enabled: true, secretName: t}}",
+			admin: corev1.ServiceTypeLoadBalancer, xds: corev1.ServiceTypeClusterIP, notesWarned: true},
+		{name: "both NodePort with proxy certificates", vals: "{admin: {service: {type: NodePort}}, xds: {service: {type: NodePort}}, tls: {enabled: true, secretName: t}, xdsMTLS: {enabled: true, caSecret: ca, identities: {proxies: [{identity: x}]}}}",
+			admin: corev1.ServiceTypeNodePort, xds: corev1.ServiceTypeNodePort},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vals, err := chartutil.ReadValues([]byte(tc.vals))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals["tokens"] = map[string]any{"tokens": []any{map[string]any{"name": "platform", "role": "admin", "token": "0123456789abcdef0123"}}}
+			manifest, notes, err := render(ch, release, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := decode(t, manifest)
+			if got := r.services[release+"-admin"].Spec.Type; got != tc.admin {
+				t.Errorf("admin Service type %q, want %q", got, tc.admin)
+			}
+			if got := r.services[release+"-xds"].Spec.Type; got != tc.xds {
+				t.Errorf("xDS Service type %q, want %q", got, tc.xds)
+			}
+			if warned := strings.Contains(notes, "WARNING: xDS requires no proxy certificate"); warned != tc.notesWarned {
+				t.Errorf("NOTES warn of xDS without proxy certificates: %v, want %v\n%s", warned, tc.notesWarned, notes)
 			}
 		})
 	}
