@@ -408,9 +408,9 @@ func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, e
 	return s.Store.List(ctx)
 }
 
-// TestSlowStoreBlocksNothing: while one flush waits for the store, other
-// proxies' flushes, reports and /metrics scrapes go on with the
-// experiments read last.
+// TestSlowStoreBlocksNothing: while a read of the experiments waits for
+// the store, proxies' flushes, reports and /metrics scrapes go on with
+// the experiments read last.
 func TestSlowStoreBlocksNothing(t *testing.T) {
 	f := newFixture(t, checkout)
 	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
@@ -420,8 +420,12 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 	}
 	ctx := context.Background()
 	a.Add(ctx, "p1", "", []*metricsv1.Metric{counter(name(0, "2xx"), 1)})
-	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`)
+	// Armed before the write: the first read of it, whether this flush's
+	// or the one allotd's following of writes makes, waits for the store
+	// (armed after it, following could read the write first and leave the
+	// flush nothing to read).
 	bs.armed.Store(true)
+	updateSpec(t, f.st, `{"key":"checkout","variations":["a","b"],"weights":[0.2,0.8],"observe":true,"assignmentRevision":2}`)
 	slow := make(chan struct{})
 	go func() {
 		defer close(slow)
