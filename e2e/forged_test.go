@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +202,33 @@ func mixedCase(name string) string {
 		}
 	}
 	return string(b)
+}
+
+// forged are assignment headers a client forges, one of each kind Allot
+// owns (its prefix in two casings and alone, the dictionary, the version):
+// no guard lets any reach a service.
+var forged = []string{"x-experiment-a", "X-Experiment-B", "x-experiment-", "x-experiments", "x-experiments-version"}
+
+// withForged is headers plus every forged header and x-experimental-flag
+// (not Allot's: it must reach the service).
+func withForged(headers map[string][]string) map[string][]string {
+	for _, h := range forged {
+		headers[h] = []string{"forged"}
+	}
+	headers["x-experimental-flag"] = []string{"kept"}
+	return headers
+}
+
+// noForged fails t if a forged header reached the service with its forged
+// value or x-experimental-flag did not.
+func noForged(t *testing.T, r harness.EchoResponse) {
+	t.Helper()
+	for _, h := range forged {
+		if slices.Contains(r.Header(h), "forged") {
+			t.Errorf("%s = %q reached the service", h, r.Header(h))
+		}
+	}
+	if v := r.Header("x-experimental-flag"); len(v) != 1 || v[0] != "kept" {
+		t.Errorf("x-experimental-flag = %q, want [kept]: not a header Allot owns", v)
+	}
 }

@@ -377,32 +377,6 @@ const stripForged = "deploy/istio/envoyfilter-strip-forged.yaml"
 // filter owns (filter/plugin: Config.OwnsHeader with the default names) and
 // allot.strip_forged's regex matches: x-experiment-<anything> (the bare
 // prefix too, and in any casing), x-experiments, x-experiments-version.
-var forged = []string{"x-experiment-a", "X-Experiment-B", "x-experiment-", "x-experiments", "x-experiments-version"}
-
-// withForged is headers plus every forged header and x-experimental-flag
-// (not Allot's: it must reach the service).
-func withForged(headers map[string][]string) map[string][]string {
-	for _, h := range forged {
-		headers[h] = []string{"forged"}
-	}
-	headers["x-experimental-flag"] = []string{"kept"}
-	return headers
-}
-
-// noForged fails t if a forged header reached the service with its forged
-// value or x-experimental-flag did not.
-func noForged(t *testing.T, r harness.EchoResponse) {
-	t.Helper()
-	for _, h := range forged {
-		if slices.Contains(r.Header(h), "forged") {
-			t.Errorf("%s = %q reached the service", h, r.Header(h))
-		}
-	}
-	if v := r.Header("x-experimental-flag"); len(v) != 1 || v[0] != "kept" {
-		t.Errorf("x-experimental-flag = %q, want [kept]: not a header Allot owns", v)
-	}
-}
-
 // TestIstioStripForged runs allot.strip_forged alone — the filter as each
 // shipped EnvoyFilter carries it, with the router and no Allot, which is
 // the chain a request meets while the Wasm VM is down (FAIL_OPEN skips it)
