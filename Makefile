@@ -305,7 +305,7 @@ test-chart: ## The Helm chart (deploy/helm/allot): every ci/ values set rendered
 	cd deploy && $(GO) test -count=1 ./helm/...
 
 .PHONY: test-istio-manifests
-test-istio-manifests: ## Decode deploy/istio's manifests strictly and run Istio's own validators on them in-process (a module of its own; compiling istio.io/istio takes ~3 CPU-minutes the first time).
+test-istio-manifests: ## Decode deploy/istio's manifests strictly and run Istio's own validators on them in-process (a module of its own; compiling istio.io/istio takes ~7 CPU-minutes the first time).
 	cd deploy/istio && $(GO) test -count=1 ./...
 
 # Envoy Gateway, built from its Go module (its go.mod has no replace
@@ -323,7 +323,7 @@ $(BIN)/envoy-gateway: $(BIN)/.envoy-gateway-$(ENVOY_GATEWAY_VERSION)
 	touch $@
 
 .PHONY: envoy-gateway
-envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSION) into bin/envoy-gateway (~8.5 CPU-minutes the first time).
+envoy-gateway: $(BIN)/envoy-gateway ## Build Envoy Gateway $(ENVOY_GATEWAY_VERSION) into bin/envoy-gateway (~13.5 CPU-minutes the first time).
 
 .PHONY: test-envoy-gateway
 test-envoy-gateway: envoy envoy-gateway ## Allot in Envoy Gateway standalone from deploy/envoy-gateway (ECDS, native, the header guard); needs root (a network namespace per mode).
