@@ -94,6 +94,15 @@ export function table(columns, rows, cls = '') {
       r.cells.map((c, i) => h('td', {'data-label': columns[i], class: r.classes?.[i]}, c))))));
 }
 
+// summary is a panel's one line: what the panel shows, then where the
+// owners' guide explains it. allotd serves the console, not the docs, and
+// the console refers to no other host, so the guide is named — docs/owners.md
+// in the Allot repository, and the section — rather than linked.
+export function summary(text, section) {
+  return h('p', {class: 'summary muted'}, text, ' ',
+    h('span', {class: 'help-ref'}, 'Help: docs/owners.md, ', h('cite', null, `“${section}”`), '.'));
+}
+
 // errorBox shows an API error: its message and every detail, as the API
 // wrote them.
 export function errorBox(err, what) {

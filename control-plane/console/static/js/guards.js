@@ -4,7 +4,7 @@
 // acknowledgement, and each guardrail's sequential test as allotd's
 // guardian runs it (GuardrailStatus, in the outcomes panel). They are
 // edited as JSON under the form's "Other fields".
-import {fill, fmtDuration, fmtTime, h, ms, pct, seconds, table} from './dom.js';
+import {fill, fmtDuration, fmtTime, h, ms, pct, seconds, summary, table} from './dom.js';
 
 // defaultMinRequests is a guardrail's minRequests when unset
 // (experiment.DefaultGuardrailRequests in Go).
@@ -116,7 +116,8 @@ export function guardsPanel(e, ack) {
   const rb = e.rollback;
   const ramp = rampProgress(e);
   if (!gs.length && !ramp && !rb) return null;
-  const el = h('section', {class: 'panel', id: 'guards'}, h('h2', null, 'Guardrails and ramp'));
+  const el = h('section', {class: 'panel', id: 'guards'}, h('h2', null, 'Guardrails and ramp'),
+    summary('The limits each treatment must keep, the ramp\'s steps and any rollback the guardian made.', 'Guardrails and ramps'));
   if (gs.length) {
     el.append(table(['Metric', 'Limit', 'Against variation', 'Minimum requests'], gs.map((g, i) => ({
       attrs: {id: `guardrail-${i}`},

@@ -9,7 +9,7 @@
 // experiment itself (its ramp and rollback move as allotd's guardian
 // writes them).
 import {api} from './api.js';
-import {errorBox, fill, fmtTime, h, ms, pct, table} from './dom.js';
+import {errorBox, fill, fmtTime, h, ms, pct, summary, table} from './dom.js';
 import {guardrailTable, variationName} from './guards.js';
 import {poll} from './rollout.js';
 
@@ -169,11 +169,9 @@ function guardrailsPart(e, o) {
   const {statuses, revision} = guardrailTests(e, o);
   if (!statuses.length) return null;
   return [h('h3', null, 'Guardrails'),
-    h('p', {class: 'muted'}, revision
-      ? `The tests that rolled the experiment back, on the totals of revision ${revision} (the figures above are those of the revision since): `
-      : 'Each guardrail\'s sequential test of each treatment against its control, on the totals above, as allotd\'s guardian runs it: ',
-      'the estimate is the difference of the error rates or the ratio of the p95s; the p-value is always valid, so reading it at any time is sound; ',
-      'a breach pauses the experiment and records the rollback.'),
+    summary(revision
+      ? `The tests that rolled the experiment back, on the totals of revision ${revision}.`
+      : 'Each guardrail\'s sequential test of each treatment against its control, on the totals above.', 'Guardrails and ramps'),
     guardrailTable(e, statuses)];
 }
 
@@ -183,22 +181,22 @@ function guardrailsPart(e, o) {
 // for the guardrails' states.
 export function outcomesPanel(e, onExperiment) {
   const el = h('section', {class: 'panel outcomes-panel', id: 'outcomes'}, h('h2', null, 'Outcomes'));
-  const off = () => h('p', {id: 'outcomes-off'}, 'This experiment does not observe its outcomes. Set ', h('code', null, '"observe": true'),
-      ' in its definition (Edit, then the JSON of the other fields) and the proxies count each variation\'s responses and latency; they appear here within a few seconds.');
+  const off = () => h('p', {id: 'outcomes-off'}, 'This experiment does not observe its outcomes: set ', h('code', null, '"observe": true'),
+      ' in its definition (Edit, other fields) to count each variation\'s responses and latency. ',
+      h('span', {class: 'help-ref muted'}, 'Help: docs/owners.md, ', h('cite', null, '“Watching a variation\'s outcomes”'), '.'));
   if (!e.observe) {
     el.append(off());
     return {el, stop: () => {}};
   }
+  el.append(summary('Per variation since the assignment revision: requests, share, error rate, aborted requests, latency.',
+    'Watching a variation\'s outcomes'));
   const status = h('p', {class: 'muted live', 'aria-live': 'polite'}, 'Reading the outcomes…');
   const body = h('div');
   const guards = h('div', {id: 'guardrail-tests'});
   const plots = h('div', {class: 'charts'});
   el.append(status, body, guards,
     h('h3', null, `Minute by minute, since the revision (the last ${WINDOW_MINUTES} minutes at most)`),
-    h('p', {class: 'muted'}, 'Each point is one minute, at its start; the last is the current minute, still counting. ',
-      'The charts start at the revision\'s first minute (a dotted mark when it is the current one): nothing is counted before it. ',
-      'Error rate is drawn for the minutes with requests, latency for those with a timed response; a line breaks where a minute has none. Hover a point for its value; ',
-      h('code', null, `allotctl outcomes ${e.key} --series --minutes ${WINDOW_MINUTES}`), ' lists them as text.'),
+    summary('One point per minute since the revision; the last is the current minute, still counting.', 'Reading the Outcomes charts'),
     plots);
   const key = encodeURIComponent(e.key);
   let reads = 0;

@@ -2,7 +2,7 @@
 // attributes (POST /v1/evaluate), and the headers its requests would carry
 // to the service.
 import {api} from './api.js';
-import {errorBox, fill, h, table, value} from './dom.js';
+import {errorBox, fill, h, summary, table, value} from './dom.js';
 
 export async function previewPage(page, params) {
   const service = h('input', {id: 'p-service', name: 'service', list: 'p-services', autocomplete: 'off', value: params.get('service') || '', placeholder: 'no particular service'});
@@ -57,7 +57,7 @@ export async function previewPage(page, params) {
   });
 
   fill(page.el, h('h1', null, 'Preview'),
-    h('p', {class: 'muted'}, 'What the proxies of a service would assign now, with the configuration they receive and the engine the filter runs.'),
+    summary('What the proxies of a service would assign now, and the headers the service would receive.', 'Web console'),
     form, result);
   try {
     const ro = await api('GET', '/v1/rollout');

@@ -3,7 +3,7 @@
 // (pending) or rejected its cluster's current version. It polls
 // GET /v1/rollout every POLL_MS while shown.
 import {api} from './api.js';
-import {badge, errorBox, fill, fmtTime, h, shortVersion, table} from './dom.js';
+import {badge, errorBox, fill, fmtTime, h, shortVersion, summary, table} from './dom.js';
 
 // POLL_MS is how often rollout status is read while a view shows it.
 export const POLL_MS = 1000;
@@ -104,7 +104,8 @@ export function rolloutPage(page) {
   page.onLeave(panel.stop);
   fill(page.el,
     h('h1', null, 'Rollout'),
-    h('p', {class: 'muted'}, 'Which proxy runs which configuration: applied (it runs its cluster\'s current version), pending (sent, not yet acknowledged), rejected (Envoy refused it and keeps the previous one; its reason is shown), unserved (allotd does not serve its artifact).'),
+    summary('Every proxy: the version it runs against its cluster\'s, and whether it applied, rejected or was not served it.',
+      'Knowing a change is live: wait and rollout status'),
     panel.el);
 }
 

@@ -1,7 +1,7 @@
 // Sign-in: an admin API token, checked with GET /v1/whoami and kept in
 // this tab's sessionStorage only.
 import {signIn} from './api.js';
-import {errorBox, fill, h} from './dom.js';
+import {errorBox, fill, h, summary} from './dom.js';
 
 export function signinPage(page, {next, message}) {
   const input = h('input', {type: 'password', id: 'token', name: 'token', autocomplete: 'off', required: true, spellcheck: 'false'});
@@ -9,10 +9,9 @@ export function signinPage(page, {next, message}) {
   const button = h('button', {type: 'submit', class: 'primary', id: 'signin'}, 'Sign in');
   const form = h('form', {class: 'signin panel'},
     h('h1', null, 'Sign in'),
-    h('p', null, 'Paste an admin API token (ask your mesh admin for one). Readers see everything; owners change the experiments of their namespaces.'),
+    summary('Paste an admin API token; it stays in this browser tab until you sign out or close it.', 'Web console'),
     h('div', {class: 'field'}, h('label', {for: 'token'}, 'Token'), input),
     h('div', {class: 'actions'}, button),
-    h('p', {class: 'muted'}, 'The token stays in this browser tab (sessionStorage) until you sign out or close the tab; the console sends it only to this allotd\'s admin API.'),
     out);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
