@@ -22,6 +22,7 @@ type importRule struct {
 	ToExcept   []string
 	External   []string // refused packages of other modules or the standard library
 	Direct     bool     // only the importer's own imports, not what they link
+	Tests      bool     // also the direct imports of the importer's test files
 	Why        string   // printed with each violation
 }
 
@@ -80,8 +81,8 @@ func (m module) refuses(r importRule, p string) bool {
 }
 
 // checkImports returns a line per violation of rules, and of layers, in the
-// graph g of module m.
-func checkImports(m module, g graph, rules []importRule, layered []string, layers [][]string) []string {
+// graph g of module m; tests are the imports of its packages' test files.
+func checkImports(m module, g, tests graph, rules []importRule, layered []string, layers [][]string) []string {
 	var out []string
 	pkgs := make([]string, 0, len(g))
 	for p := range g {
@@ -98,7 +99,15 @@ func checkImports(m module, g graph, rules []importRule, layered []string, layer
 				continue
 			}
 			for _, v := range m.violations(g, r, p, from) {
-				out = append(out, fmt.Sprintf("%s: %s", v, r.Name+": "+r.Why))
+				out = append(out, v+": "+r.Name+": "+r.Why)
+			}
+			if !r.Tests {
+				continue
+			}
+			for _, q := range tests[p] {
+				if m.refuses(r, q) {
+					out = append(out, m.name(p)+" (tests) imports "+m.name(q)+": "+r.Name+": "+r.Why)
+				}
 			}
 		}
 	}
@@ -190,21 +199,21 @@ func (m module) checkLayers(g graph, pkgs, layered []string, layers [][]string) 
 
 // listed is what archlint reads of a `go list -json` package.
 type listed struct {
-	ImportPath string
-	Imports    []string
-	Error      *struct{ Err string }
+	ImportPath                         string
+	Imports, TestImports, XTestImports []string
+	Error                              *struct{ Err string }
 }
 
 // loadGraph lists the packages of the module in root and everything they
 // link, with the e2e and reliability build tags, on the host and, for
-// filter/..., for wasip1: the union of both graphs.
-func loadGraph(root string) (module, graph, []string, error) {
-	mod, err := modulePath(root)
-	if err != nil {
-		return "", nil, nil, err
+// filter/..., for wasip1: the union of both graphs. tests are the imports
+// of the module's packages' test files. problems are the packages go list
+// could not load.
+func loadGraph(root string) (mod module, g, tests graph, problems []string, err error) {
+	if mod, err = modulePath(root); err != nil {
+		return "", nil, nil, nil, err
 	}
-	g := graph{}
-	var problems []string
+	g, tests = graph{}, graph{}
 	runs := []struct {
 		env      []string
 		patterns []string
@@ -213,7 +222,7 @@ func loadGraph(root string) (module, graph, []string, error) {
 		{[]string{"GOOS=wasip1", "GOARCH=wasm"}, []string{"./filter/..."}},
 	}
 	for _, run := range runs {
-		args := append([]string{"list", "-e", "-deps", "-tags", "e2e reliability", "-json=ImportPath,Imports,Error"}, run.patterns...)
+		args := append([]string{"list", "-e", "-deps", "-tags", "e2e reliability", "-json=ImportPath,Imports,TestImports,XTestImports,Error"}, run.patterns...)
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), run.env...)
@@ -221,7 +230,7 @@ func loadGraph(root string) (module, graph, []string, error) {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return "", nil, nil, fmt.Errorf("go list: %v: %s", err, stderr.String())
+			return "", nil, nil, nil, fmt.Errorf("go list: %v: %s", err, stderr.String())
 		}
 		dec := json.NewDecoder(bytes.NewReader(out))
 		for {
@@ -229,24 +238,32 @@ func loadGraph(root string) (module, graph, []string, error) {
 			if err := dec.Decode(&p); err == io.EOF {
 				break
 			} else if err != nil {
-				return "", nil, nil, fmt.Errorf("go list: %w", err)
+				return "", nil, nil, nil, fmt.Errorf("go list: %w", err)
 			}
-			if p.Error != nil && !strings.Contains(p.Error.Err, "build constraints exclude all Go files") {
-				if _, own := mod.rel(p.ImportPath); own {
-					problems = append(problems, fmt.Sprintf("%s: go list: %s", mod.name(p.ImportPath), p.Error.Err))
-				}
+			_, own := mod.rel(p.ImportPath)
+			if own && p.Error != nil && !strings.Contains(p.Error.Err, "build constraints exclude all Go files") {
+				problems = append(problems, fmt.Sprintf("%s: go list: %s", mod.name(p.ImportPath), p.Error.Err))
 			}
-			for _, q := range p.Imports {
-				if !slices.Contains(g[p.ImportPath], q) {
-					g[p.ImportPath] = append(g[p.ImportPath], q)
-				}
-			}
-			if _, ok := g[p.ImportPath]; !ok {
-				g[p.ImportPath] = nil
+			g.add(p.ImportPath, p.Imports)
+			if own {
+				tests.add(p.ImportPath, p.TestImports)
+				tests.add(p.ImportPath, p.XTestImports)
 			}
 		}
 	}
-	return mod, g, problems, nil
+	return mod, g, tests, problems, nil
+}
+
+// add records that p imports imports, once each; p is in g even with none.
+func (g graph) add(p string, imports []string) {
+	if _, ok := g[p]; !ok {
+		g[p] = nil
+	}
+	for _, q := range imports {
+		if !slices.Contains(g[p], q) {
+			g[p] = append(g[p], q)
+		}
+	}
 }
 
 // modulePath reads the module path from root's go.mod.

@@ -52,11 +52,11 @@ func main() {
 
 // run returns every violation in the repository at root, sorted.
 func run(root string) ([]string, error) {
-	mod, g, problems, err := loadGraph(root)
+	mod, g, tests, problems, err := loadGraph(root)
 	if err != nil {
 		return nil, err
 	}
-	problems = append(problems, checkImports(mod, g, importRules, layered, layers)...)
+	problems = append(problems, checkImports(mod, g, tests, importRules, layered, layers)...)
 	files, err := trackedFiles(root)
 	if err != nil {
 		return nil, err

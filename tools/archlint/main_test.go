@@ -125,11 +125,27 @@ func TestImportRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := checkImports(testModule, own(tt.graph), importRules, layered, layers)
+			got := checkImports(testModule, own(tt.graph), nil, importRules, layered, layers)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(tt.want, "\n\t"))
 			}
 		})
+	}
+}
+
+// TestImportRulesOfTests shows the rules that look at test files too
+// (nothing-imports-e2e) refusing a test's import, and the others letting a
+// test import what it checks its package against.
+func TestImportRulesOfTests(t *testing.T) {
+	g := own(map[string][]string{"control-plane/xds": nil, "e2e/reliability": nil})
+	tests := own(map[string][]string{
+		"control-plane/xds": {"e2e/echo", "filter/plugin"},
+		"e2e/reliability":   {"e2e/echo"},
+	})
+	got := checkImports(testModule, g, tests, importRules, layered, layers)
+	want := []string{"control-plane/xds (tests) imports e2e/echo: nothing-imports-e2e: nothing outside e2e/ imports e2e/..."}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
 }
 
@@ -221,21 +237,23 @@ func TestCheckMarkdown(t *testing.T) {
 }
 
 // TestRun runs the whole check, go list and git included, on a throwaway
-// module with one violation of each kind.
+// module with one violation of each kind (a test file's import included).
 func TestRun(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
 	root := t.TempDir()
 	tree := map[string]string{
-		"go.mod":                         "module example.com/m\n\ngo 1.22\n",
-		"filter/plugin/plugin.go":        "package plugin\n",
-		"filter/engine/engine.go":        "package engine\n\nimport _ \"net/http\"\n",
-		"control-plane/store/store.go":   "package store\n\nimport _ \"example.com/m/control-plane/admin\"\n",
-		"control-plane/admin/admin.go":   "package admin\n\nimport (\n\t_ \"example.com/m/filter/engine\"\n\t_ \"example.com/m/filter/plugin\"\n)\n",
-		"control-plane/newpkg/newpkg.go": "package newpkg\n",
-		"control-plane/store/big.go":     "package store\n" + strings.Repeat("\n", 800),
-		"README.md":                      strings.Repeat("x", 301) + "\n",
+		"go.mod":                            "module example.com/m\n\ngo 1.22\n",
+		"filter/plugin/plugin.go":           "package plugin\n",
+		"filter/engine/engine.go":           "package engine\n\nimport _ \"net/http\"\n",
+		"control-plane/store/store.go":      "package store\n\nimport _ \"example.com/m/control-plane/admin\"\n",
+		"control-plane/admin/admin.go":      "package admin\n\nimport (\n\t_ \"example.com/m/filter/engine\"\n\t_ \"example.com/m/filter/plugin\"\n)\n",
+		"control-plane/newpkg/newpkg.go":    "package newpkg\n",
+		"control-plane/store/store_test.go": "package store\n\nimport _ \"example.com/m/e2e/echo\"\n",
+		"e2e/echo/echo.go":                  "package echo\n",
+		"control-plane/store/big.go":        "package store\n" + strings.Repeat("\n", 800),
+		"README.md":                         strings.Repeat("x", 301) + "\n",
 	}
 	for name, content := range tree {
 		p := filepath.Join(root, name)
@@ -259,6 +277,7 @@ func TestRun(t *testing.T) {
 		"README.md:1: markdown-line: 301 characters, at most 300 outside fenced code (tables too)",
 		"control-plane/admin imports filter/plugin: control-plane-uses-filter-contract: control-plane/ may import of filter/ only filter/engine, filter/config and filter/wire",
 		"control-plane/newpkg: layers: not placed; add it to a level of layers in tools/archlint/rules.go (above everything it imports, below everything that imports it)",
+		"control-plane/store (tests) imports e2e/echo: nothing-imports-e2e: nothing outside e2e/ imports e2e/...",
 		"control-plane/store imports control-plane/admin: layers: upward import (level 0 imports level 3); imports point down",
 		"control-plane/store/big.go:801: go-file-size: 801 lines, at most 800 in a non-test, non-generated Go file",
 		"filter/engine imports net/http: filter-stands-alone: filter/ links neither control-plane/, bench/, e2e/, internal/, gRPC nor net/http",

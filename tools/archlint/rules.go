@@ -18,8 +18,9 @@ package main
 // own import brings the refused one in.
 //
 // The rules look at the imports of non-test files (with the e2e and
-// reliability build tags, on the host and for GOOS=wasip1 GOARCH=wasm): a
-// test may import what it checks its package against. The nested modules
+// reliability build tags, on the host and for GOOS=wasip1 GOARCH=wasm),
+// and a rule with Tests at its test files' too: otherwise a test may import
+// what it checks its package against. The nested modules
 // deploy/ and deploy/istio are separate modules, out of scope here.
 var importRules = []importRule{
 	{
@@ -68,6 +69,7 @@ var importRules = []importRule{
 		FromExcept: []string{"e2e/..."},
 		To:         []string{"e2e/..."},
 		Direct:     true,
+		Tests:      true,
 		Why:        "nothing outside e2e/ imports e2e/...",
 	},
 }
