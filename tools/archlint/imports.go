@@ -116,7 +116,7 @@ func checkImports(m module, g, tests graph, rules []importRule, layered []string
 }
 
 // violations returns, for the importer p, "p imports q" for each refused
-// import q; for a transitive rule also "p imports q (via a → b → q)" when p
+// import q; for a transitive rule also "p imports q (via a → b)" when p
 // links q through packages the rule does not check themselves (those it
 // checks report their own imports).
 func (m module) violations(g graph, r importRule, p string, checked func(string) bool) []string {
