@@ -115,13 +115,9 @@ func Images(o Options) ([]Image, error) {
 	if o.Source == "" {
 		o.Source = DefaultSource
 	}
-	art := map[string][]byte{}
-	for _, f := range []string{AllotdFile, AllotctlFile, WasmFile, NativeFile} {
-		b, err := os.ReadFile(filepath.Join(o.Bin, f))
-		if err != nil {
-			return nil, err
-		}
-		art[f] = b
+	art, err := readArtifacts(o.Bin)
+	if err != nil {
+		return nil, err
 	}
 	allotd, allotctl, wasm, native := art[AllotdFile], art[AllotctlFile], art[WasmFile], art[NativeFile]
 
@@ -139,20 +135,11 @@ func Images(o Options) ([]Image, error) {
 	}
 	var out []Image
 	add := func(name string, cfg v1.Config, platform v1.Platform, layers ...v1.Layer) error {
-		cfg.Labels = maps.Clone(cfg.Labels)
-		if cfg.Labels == nil {
-			cfg.Labels = map[string]string{}
-		}
-		cfg.Labels[LabelSource] = o.Source
-		cfg.Labels[LabelRevision] = o.Revision
-		cfg.Labels[LabelVersion] = o.Version
-		cfg.Labels[LabelCreated] = o.Created.UTC().Format(time.RFC3339)
-		cfg.Labels[LabelTitle] = name
-		img, err := assemble(o.Created, cfg, platform, layers)
+		img, err := labelled(o, name, cfg, platform, layers)
 		if err != nil {
-			return fmt.Errorf("image %s: %w", name, err)
+			return err
 		}
-		out = append(out, Image{Name: name, Image: img})
+		out = append(out, img)
 		return nil
 	}
 	linux := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
@@ -213,6 +200,39 @@ func Images(o Options) ([]Image, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// readArtifacts reads the four artifacts in bin, by file name.
+func readArtifacts(bin string) (map[string][]byte, error) {
+	art := map[string][]byte{}
+	for _, f := range []string{AllotdFile, AllotctlFile, WasmFile, NativeFile} {
+		b, err := os.ReadFile(filepath.Join(bin, f))
+		if err != nil {
+			return nil, err
+		}
+		art[f] = b
+	}
+	return art, nil
+}
+
+// labelled assembles the image name of layers, its config cfg with the
+// labels every image carries (source, revision, version, created, title)
+// added to cfg's own.
+func labelled(o Options, name string, cfg v1.Config, platform v1.Platform, layers []v1.Layer) (Image, error) {
+	cfg.Labels = maps.Clone(cfg.Labels)
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	cfg.Labels[LabelSource] = o.Source
+	cfg.Labels[LabelRevision] = o.Revision
+	cfg.Labels[LabelVersion] = o.Version
+	cfg.Labels[LabelCreated] = o.Created.UTC().Format(time.RFC3339)
+	cfg.Labels[LabelTitle] = name
+	img, err := assemble(o.Created, cfg, platform, layers)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	return Image{Name: name, Image: img}, nil
 }
 
 // assemble makes an OCI image (OCI manifest and config media types: Istio's
