@@ -17,7 +17,7 @@ import (
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
@@ -70,7 +70,7 @@ func churnPod(ctx context.Context, db *etcd.Store, id string, revs map[string]in
 		return err
 	}
 	behind := func() time.Time { return time.Now().Add(-outcomes.FoldAfter) }
-	a, err := outcomes.New(ctx, db, admin.FromStore, nil, outcomes.WithShared(reg.Outcomes()), outcomes.WithClock(behind))
+	a, err := outcomes.New(ctx, db, experiment.FromStore, nil, outcomes.WithShared(reg.Outcomes()), outcomes.WithClock(behind))
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ const numClasses = plugin.NumClasses
 // latencyClass marks a stat name as a variation's latency histogram.
 const latencyClass = -1
 
-// Decoder rebuilds an experiment from its stored document (admin.FromStore).
+// Decoder rebuilds an experiment from its stored document (experiment.FromStore).
 type Decoder func(*store.Experiment) (*experimentv1.Experiment, error)
 
 // Option configures an Aggregator.
@@ -461,6 +461,10 @@ func (a *Aggregator) state(s series) *expState {
 }
 
 // statName is the full Envoy name of a filter stat, as the sink sends it.
+//
+// TODO(#44): translate.NativeMetricsNamespace ("wasmcustom") is a wire name
+// of the filter (the stats namespace both artifacts emit under); it moves to
+// filter/wire, and then outcomes no longer imports translate.
 func statName(metric string) string { return translate.NativeMetricsNamespace + "." + metric }
 
 // weights are e's variation weights, equal when omitted.

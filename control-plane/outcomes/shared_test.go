@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
@@ -72,7 +72,7 @@ func (m *mesh) replicaOn(s *etcd.Store, id string, ttl time.Duration, live bool,
 	for _, w := range wrap {
 		sh = w(sh)
 	}
-	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
+	a, err := New(m.t.Context(), s, experiment.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
 	if err != nil {
 		return nil, err
 	}

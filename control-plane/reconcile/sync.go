@@ -7,7 +7,7 @@
 // registry (Publish) and exports its view of the mesh as metrics.
 //
 // It imports translate, xds, rollout and the store, and admin only for
-// admin.FromStore (the stored experiment's decoder); never the listeners,
+// experiment.FromStore (the stored experiment's decoder); never the listeners,
 // TLS or the web console (server wires them).
 package reconcile
 
