@@ -11,6 +11,12 @@
 // the store revision it was decided on, so when several replicas decide the
 // same rollback or step, exactly one writes it and the others find a
 // conflict and do nothing.
+//
+// It reaches the admin API, the outcomes and the proxies only through its
+// own interfaces (Experiments, Reports, Rollouts), which admin.Service,
+// outcomes.Aggregator and rollout.Local or rollout.Mesh satisfy in allotd's
+// wiring (control-plane/server); it imports experiment, outcomes (for
+// Revision), rollout (the proxy states) and store (its conflict error).
 package guardian
 
 import (
