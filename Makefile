@@ -131,12 +131,13 @@ lint-tree: ## Refuse merge-conflict markers in tracked files and relative Markdo
 FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net|net/.*
 
 # What allotctl, a client of the HTTP/JSON admin API, must not link: the
-# server side of the control plane, its stores and their clients,
+# server side of the control plane, its stores and their clients (the
+# store package's types it may: experiment.FromStore decodes them),
 # Prometheus, gRPC (client and server share the grpc package: the admin
 # API's gRPC service lives in proto/allot/admin/v1/adminv1grpc, apart from
 # the messages allotctl uses) and go-control-plane's server (pkg/; the
 # Envoy API messages that translate builds are only messages).
-ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store|xds|reconcile|mtls|console|migrate|outcomes)|github\.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc|github\.com/envoyproxy/go-control-plane/pkg
+ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store/[a-z]+|xds|reconcile|mtls|console|migrate|outcomes)|github\.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc|github\.com/envoyproxy/go-control-plane/pkg
 
 .PHONY: check-deps
 check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one, the server side out of allotctl; control-plane/experiment pure.
@@ -154,12 +155,12 @@ check-deps: ## Keep gRPC, net/http and the control plane out of both filter arti
 	bad=$$(echo "$$deps" | grep -E '^($(ALLOTCTL_FORBIDDEN))(/|$$)' || true); \
 	if [ -n "$$bad" ]; then echo "allotctl must not link the server side:"; echo "$$bad"; exit 1; fi; \
 	deps=$$($(GO) list -deps ./control-plane/experiment); \
-	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|control-plane/guard|proto/|filter/engine|filter/internal/)' || true); \
-	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages and filter/engine:"; echo "$$bad"; exit 1; fi; \
+	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|control-plane/guard|control-plane/store|proto/|filter/engine|filter/internal/)' || true); \
+	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages, filter/engine, control-plane/guard and control-plane/store:"; echo "$$bad"; exit 1; fi; \
 	deps=$$($(GO) list -deps ./control-plane/rollout); \
 	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/|^github\.com/prometheus|^github\.com/envoyproxy|^go\.etcd\.io' | grep -vE '^github\.com/allotmesh/allot/(control-plane/rollout|proto/)' || true); \
-	if [ -n "$$bad" ]; then echo "control-plane/rollout must import only the standard library and the proto packages (xds, store/etcd, admin and allotctl import it):"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: allotctl links neither the admin server, the store, xDS, gRPC nor Prometheus; control-plane/experiment is pure; control-plane/rollout imports no other control-plane package"
+	if [ -n "$$bad" ]; then echo "control-plane/rollout must import only the standard library and the proto packages (xds, rollout/etcd, admin and allotctl import it):"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: allotctl links neither the admin server, a store implementation, xDS, gRPC nor Prometheus; control-plane/experiment is pure; control-plane/rollout imports no other control-plane package"
 
 ## ---------------------------------------------------------------- tests
 

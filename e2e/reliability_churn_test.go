@@ -17,9 +17,11 @@ import (
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
+	outcomesetcd "github.com/allotmesh/allot/control-plane/outcomes/etcd"
 	"github.com/allotmesh/allot/control-plane/rollout"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/plugin"
@@ -65,12 +67,12 @@ func churnFlush(key string, rev int64, errors ...uint64) []*metricsv1.Metric {
 func churnPod(ctx context.Context, db *etcd.Store, id string, revs map[string]int64) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the aggregator's watch of the store
 	defer cancel()
-	reg := db.Registry(id, time.Minute)
+	reg := rolloutetcd.New(db.Conn(), id, time.Minute)
 	if err := reg.Publish(ctx, rollout.Replica{ID: id}, nil); err != nil {
 		return err
 	}
 	behind := func() time.Time { return time.Now().Add(-outcomes.FoldAfter) }
-	a, err := outcomes.New(ctx, db, admin.FromStore, nil, outcomes.WithShared(reg.Outcomes()), outcomes.WithClock(behind))
+	a, err := outcomes.New(ctx, db, experiment.FromStore, nil, outcomes.WithShared(outcomesetcd.New(db.Conn(), id)), outcomes.WithClock(behind))
 	if err != nil {
 		return err
 	}

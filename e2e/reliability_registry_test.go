@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
 	"github.com/allotmesh/allot/internal/harness"
@@ -128,7 +129,7 @@ func TestReliabilityRegistryLeaderKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	observer := db.Registry("observer", 0) // reads only: it never publishes
+	observer := rolloutetcd.New(db.Conn(), "observer", 0) // reads only: it never publishes
 	// diff compares what a view lists with the connected proxies.
 	diff := func(listed []string) (ghosts, lost []string) {
 		seen := map[string]bool{}

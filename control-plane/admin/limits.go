@@ -65,7 +65,7 @@ func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment,
 		others []*experimentv1.Experiment
 	)
 	for _, se := range items {
-		x, err := FromStore(se)
+		x, err := experiment.FromStore(se)
 		if err != nil {
 			return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
 		}

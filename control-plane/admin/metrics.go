@@ -71,7 +71,7 @@ func (c *experimentsCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[st] = 0
 	}
 	for _, se := range items {
-		e, err := FromStore(se)
+		e, err := experiment.FromStore(se)
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(experimentsDesc, err)
 			return

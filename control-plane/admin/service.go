@@ -78,19 +78,6 @@ func spec(e *experimentv1.Experiment) ([]byte, error) {
 	return protojson.Marshal(experiment.Spec(e))
 }
 
-// FromStore rebuilds the resource from a stored document.
-func FromStore(se *store.Experiment) (*experimentv1.Experiment, error) {
-	e := &experimentv1.Experiment{}
-	if err := protojson.Unmarshal(se.Spec, e); err != nil {
-		return nil, err
-	}
-	e.Revision = se.Revision
-	e.CreateTime = timestamppb.New(se.CreatedAt)
-	e.UpdateTime = timestamppb.New(se.UpdatedAt)
-	e.CreatedBy, e.UpdatedBy = se.CreatedBy, se.UpdatedBy
-	return e, nil
-}
-
 // defaultOwner fills an empty owner with the caller's only namespace.
 func defaultOwner(p *Principal, e *experimentv1.Experiment) {
 	if e.Owner == "" && p.Role == RoleOwner && len(p.Namespaces) == 1 {
@@ -135,7 +122,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "experiment created", "key", e.Key, "principal", p.Name, "revision", se.Revision)
-	return FromStore(se)
+	return experiment.FromStore(se)
 }
 
 // WhoAmI returns the caller as its token authenticates it, so a client
@@ -156,7 +143,7 @@ func (s *Service) Get(ctx context.Context, p *Principal, key string) (*experimen
 	if err != nil {
 		return nil, err
 	}
-	return FromStore(se)
+	return experiment.FromStore(se)
 }
 
 // Filter selects experiments in List; empty fields do not filter.
@@ -179,13 +166,27 @@ func (s *Service) List(ctx context.Context, p *Principal, f Filter) ([]*experime
 	if f.Status != "" && !experiment.KnownStatus(f.Status) {
 		return nil, 0, &Error{Code: CodeInvalid, Message: "invalid filter", Details: []string{"status: " + strconv.Quote(f.Status) + ", want draft, running, paused or stopped"}}
 	}
+	return s.list(ctx, f)
+}
+
+// Running returns every running experiment, sorted by key, read with
+// allotd's own authority rather than a caller's: control-plane/guardian
+// checks them.
+func (s *Service) Running(ctx context.Context) ([]*experimentv1.Experiment, error) {
+	list, _, err := s.list(ctx, Filter{Status: experiment.StatusRunning})
+	return list, err
+}
+
+// list returns the experiments matching f, sorted by key, and the store
+// revision, for a caller already authorised.
+func (s *Service) list(ctx context.Context, f Filter) ([]*experimentv1.Experiment, int64, error) {
 	items, rev, err := s.store.List(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
 	out := make([]*experimentv1.Experiment, 0, len(items))
 	for _, se := range items {
-		e, err := FromStore(se)
+		e, err := experiment.FromStore(se)
 		if err != nil {
 			return nil, 0, fmt.Errorf("stored experiment %q: %w", se.Key, err)
 		}
@@ -231,7 +232,7 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if !p.CanWrite(e.Owner) {
 		return nil, s.deny(ctx, p, "update", e.Key, e.Owner)
 	}
-	old, err := FromStore(cur)
+	old, err := experiment.FromStore(cur)
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", cur.Key, err)
 	}
@@ -261,7 +262,7 @@ func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Expe
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "experiment updated", "key", e.Key, "principal", p.Name, "revision", se.Revision)
-	return FromStore(se)
+	return experiment.FromStore(se)
 }
 
 // Delete removes an experiment; a non-zero revision must match. The delete
@@ -342,7 +343,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 	if revision != 0 && revision != cur.Revision {
 		return nil, fmt.Errorf("%s %q at revision %d, current %d: %w", op, key, revision, cur.Revision, store.ErrConflict)
 	}
-	e, err := FromStore(cur)
+	e, err := experiment.FromStore(cur)
 	if err != nil {
 		return nil, fmt.Errorf("stored experiment %q: %w", key, err)
 	}
@@ -382,7 +383,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "experiment status changed", "key", key, "principal", p.Name, "from", from, "to", to, "revision", se.Revision)
-	return FromStore(se)
+	return experiment.FromStore(se)
 }
 
 // WriteState is how allotd writes what it keeps in an experiment
@@ -408,7 +409,7 @@ func (s *Service) WriteState(ctx context.Context, key string, revision int64, ac
 		if revision != 0 && cur.Revision != revision {
 			return nil, fmt.Errorf("write state of %q at revision %d, current %d: %w", key, revision, cur.Revision, store.ErrConflict)
 		}
-		old, err := FromStore(cur)
+		old, err := experiment.FromStore(cur)
 		if err != nil {
 			return nil, fmt.Errorf("stored experiment %q: %w", key, err)
 		}
@@ -436,7 +437,7 @@ func (s *Service) WriteState(ctx context.Context, key string, revision int64, ac
 			return nil, err
 		}
 		s.log.InfoContext(ctx, "experiment state written", "key", key, "principal", actor, "from", from, "to", to, "revision", se.Revision)
-		return FromStore(se)
+		return experiment.FromStore(se)
 	})
 }
 
@@ -528,5 +529,5 @@ func fromChange(raw json.RawMessage) (*experimentv1.Experiment, error) {
 	if err := json.Unmarshal(raw, &se); err != nil {
 		return nil, err
 	}
-	return FromStore(&se)
+	return experiment.FromStore(&se)
 }

@@ -8,9 +8,10 @@
 // decide these questions here; the console's transition table is checked
 // against Transitions by a test.
 //
-// It imports only the standard library, the proto packages and the filter's
-// engine (to render a variation as the filter does); it must not import
-// any other control-plane package.
+// It imports only the standard library, the proto packages, the filter's
+// engine (to render a variation as the filter does) and, of the control
+// plane, guard (the guardrail metrics) and store (the stored document
+// FromStore decodes); every other control-plane package may import it.
 package experiment
 
 import (

@@ -7,9 +7,9 @@
 // revision. docs/guardrails-statistics.md states the test, its parameters,
 // its assumptions and its sources.
 //
-// It is pure: no store, no clock, no I/O, no logging; it imports only the
-// standard library, so the outcome aggregation and the controller may both
-// import it.
+// It is pure: no store, no clock, no I/O, no logging. It imports only the
+// standard library; every control-plane package may import it (experiment
+// and outcomes do).
 package guard
 
 import (

@@ -11,6 +11,12 @@
 // the store revision it was decided on, so when several replicas decide the
 // same rollback or step, exactly one writes it and the others find a
 // conflict and do nothing.
+//
+// It reaches the admin API, the outcomes and the proxies only through its
+// own interfaces (Experiments, Reports, Rollouts), which admin.Service,
+// outcomes.Aggregator and rollout.Local or rollout.Mesh satisfy in allotd's
+// wiring (control-plane/server); it imports experiment, outcomes (for
+// Revision), rollout (the proxy states) and store (its conflict error).
 package guardian
 
 import (
@@ -25,7 +31,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/rollout"
@@ -48,14 +53,29 @@ const (
 )
 
 // DefaultWait bounds how long a rollback waits for the proxies before it
-// records how many applied it.
-const DefaultWait = admin.MaxWait
+// records how many applied it: the admin API's longest wait (admin.MaxWait;
+// a test holds them equal).
+const DefaultWait = 60 * time.Second
 
-// Experiments is what a guardian needs of the admin API: the experiments,
-// and allotd's own write of its state (admin.Service.WriteState).
+// Experiments is what a guardian needs of the admin API (admin.Service):
+// the running experiments read with allotd's own authority, and allotd's
+// own write of its state.
 type Experiments interface {
-	List(ctx context.Context, p *admin.Principal, f admin.Filter) ([]*experimentv1.Experiment, int64, error)
+	Running(ctx context.Context) ([]*experimentv1.Experiment, error)
 	WriteState(ctx context.Context, key string, revision int64, actor string, set func(*experimentv1.Experiment)) (*experimentv1.Experiment, error)
+}
+
+// Rollouts is what a guardian needs of where the proxies stand
+// (admin.Rollouts: allotd passes rollout.Local or rollout.Mesh).
+type Rollouts interface {
+	// Mark returns the version each cluster's proxies should run now.
+	Mark() map[string]string
+	// Wait waits until every connected proxy of a cluster whose version
+	// changed since mark has applied or rejected it, or ctx ends.
+	Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout
+	// Status reports every connected proxy against its cluster's current
+	// version.
+	Status() *adminv1.Rollout
 }
 
 // Reports gives an observed experiment's outcomes with its guardrails'
@@ -68,7 +88,7 @@ type Reports interface {
 type Guardian struct {
 	exps     Experiments
 	reports  Reports
-	rollouts admin.Rollouts
+	rollouts Rollouts
 	log      *slog.Logger
 	now      func() time.Time
 	interval time.Duration
@@ -101,13 +121,10 @@ func WithInterval(d time.Duration) Option { return func(g *Guardian) { g.interva
 // DefaultWait).
 func WithWait(d time.Duration) Option { return func(g *Guardian) { g.wait = d } }
 
-// system is the principal a guardian reads with.
-var system = &admin.Principal{Name: Actor, Role: admin.RoleAdmin}
-
 // New returns a Guardian over exps, reports and rollouts (nil: rollbacks
 // record no proxies, ramps never wait for them), registering its metrics
 // with reg.
-func New(exps Experiments, reports Reports, rollouts admin.Rollouts, reg prometheus.Registerer, opts ...Option) (*Guardian, error) {
+func New(exps Experiments, reports Reports, rollouts Rollouts, reg prometheus.Registerer, opts ...Option) (*Guardian, error) {
 	g := &Guardian{exps: exps, reports: reports, rollouts: rollouts, now: time.Now, interval: DefaultInterval, wait: DefaultWait,
 		breached: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_guardrail_breached",
 			Help: "1 when the guardrail's sequential test says the treatment breaks it, 0 while it holds, -1 while its counts are under the minimum; per running experiment, guardrail index and treatment variation, at the last check."},
@@ -163,7 +180,7 @@ func (g *Guardian) Run(ctx context.Context) {
 
 // Check checks every running experiment with guardrails or a ramp once.
 func (g *Guardian) Check(ctx context.Context) error {
-	list, _, err := g.exps.List(ctx, system, admin.Filter{Status: experiment.StatusRunning})
+	list, err := g.exps.Running(ctx)
 	if err != nil {
 		return err
 	}

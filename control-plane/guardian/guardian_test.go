@@ -43,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { db.Close() })
 	f := &fixture{clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))}
 	f.svc = admin.NewService(db, nil, admin.WithClock(f.clock.Now))
-	if f.agg, err = outcomes.New(t.Context(), db, admin.FromStore, nil, outcomes.WithClock(f.clock.Now)); err != nil {
+	if f.agg, err = outcomes.New(t.Context(), db, experiment.FromStore, nil, outcomes.WithClock(f.clock.Now)); err != nil {
 		t.Fatal(err)
 	}
 	f.g = f.guardian(t)
@@ -391,5 +391,13 @@ func TestRampWithZeroWeightVariationAdvances(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(f.g.waiting.WithLabelValues("checkout", waitGuardrails)); v != 0 {
 		t.Errorf(`allot_ramp_waiting{reason="guardrails"} = %v, want 0`, v)
+	}
+}
+
+// TestDefaultWaitIsAdminMaxWait: a rollback waits for its proxies as long
+// as the admin API lets a write wait.
+func TestDefaultWaitIsAdminMaxWait(t *testing.T) {
+	if DefaultWait != admin.MaxWait {
+		t.Fatalf("DefaultWait = %v, admin.MaxWait = %v", DefaultWait, admin.MaxWait)
 	}
 }

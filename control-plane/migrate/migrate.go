@@ -3,7 +3,7 @@
 // that can import a history, and proves the copy equal by reading both
 // back through the store.Store interface.
 //
-// It imports only store; allotd migrate (control-plane/server) wires a
+// It imports only store; allotd migrate (control-plane/cmd/allotd) wires a
 // read-only bbolt file to an etcd prefix.
 package migrate
 

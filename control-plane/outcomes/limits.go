@@ -95,11 +95,11 @@ const (
 // bounds each replica's write rate (one publish per 2 s: at most one
 // transaction per MaxCommitRecords records or MaxCommitBytes, and only
 // for experiments whose figures changed — their total and the minutes
-// that changed, usually one); store/etcd.MaxOutcomeBytes (64 KiB) bounds
+// that changed, usually one); outcomes/etcd.MaxRecordBytes (64 KiB) bounds
 // a record (the largest, 64 variations × 6 counts and 20 buckets, is
 // about 35 KB); a report reads an experiment's totals and its window's
 // minutes only (at most MaxWindowMinutes+1), however many records they
-// are, in pages of store/etcd.MaxOutcomePage (64) records summed as they
+// are, in pages of outcomes/etcd.MaxPage (64) records summed as they
 // come, so that it holds one page (at most 4 MiB), this replica's own
 // records and a tally per variation and minute (shares); FoldAfter and
 // SweepInterval bound how long a dead replica's total stays a record of

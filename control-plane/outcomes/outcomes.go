@@ -6,10 +6,15 @@
 // the revision that assigned its requests (plugin.OutcomeMetric), so a
 // response counts in that revision however late its proxy flushes it. With
 // several allotd replicas, each publishes its figures to records shared
-// through the store's cluster (Shared, shared.go) and its reports sum
-// every replica's. It reads experiments through store.Store and never
-// imports the admin API, the xDS server or another sibling; allotd's
-// wiring gives it what it needs of them as functions.
+// through the store's cluster (Shared, shared.go; on etcd,
+// control-plane/outcomes/etcd) and its reports sum every replica's.
+//
+// It reads experiments through store.Store and imports, of the control
+// plane, experiment, guard and store, and translate for the stats
+// namespace alone; of the filter, its stat names (filter/plugin, both
+// moving to filter/wire). It never imports the admin API or the xDS
+// server: allotd's wiring gives it what it needs of them as functions and
+// interfaces (Decoder, IdentifyFunc, Shared).
 package outcomes
 
 import (
@@ -41,7 +46,7 @@ const numClasses = plugin.NumClasses
 // latencyClass marks a stat name as a variation's latency histogram.
 const latencyClass = -1
 
-// Decoder rebuilds an experiment from its stored document (admin.FromStore).
+// Decoder rebuilds an experiment from its stored document (experiment.FromStore).
 type Decoder func(*store.Experiment) (*experimentv1.Experiment, error)
 
 // Option configures an Aggregator.
@@ -461,6 +466,10 @@ func (a *Aggregator) state(s series) *expState {
 }
 
 // statName is the full Envoy name of a filter stat, as the sink sends it.
+//
+// TODO(#44): translate.NativeMetricsNamespace ("wasmcustom") is a wire name
+// of the filter (the stats namespace both artifacts emit under); it moves to
+// filter/wire, and then outcomes no longer imports translate.
 func statName(metric string) string { return translate.NativeMetricsNamespace + "." + metric }
 
 // weights are e's variation weights, equal when omitted.

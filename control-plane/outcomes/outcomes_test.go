@@ -18,7 +18,7 @@ import (
 	clientmodel "github.com/prometheus/client_model/go"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
@@ -44,7 +44,7 @@ func newFixture(t testing.TB, specs ...string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.a, err = New(t.Context(), db, admin.FromStore, prometheus.NewRegistry(), WithClock(f.clock.Now))
+	f.a, err = New(t.Context(), db, experiment.FromStore, prometheus.NewRegistry(), WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
 func TestStoreDownKeepsCounting(t *testing.T) {
 	f := newFixture(t, checkout)
 	fs := &flakyStore{Store: f.st}
-	a, err := New(t.Context(), fs, admin.FromStore, nil, WithClock(f.clock.Now))
+	a, err := New(t.Context(), fs, experiment.FromStore, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func (s *blockingStore) List(ctx context.Context) ([]*store.Experiment, int64, e
 func TestSlowStoreBlocksNothing(t *testing.T) {
 	f := newFixture(t, checkout)
 	bs := &blockingStore{Store: f.st, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a, err := New(t.Context(), bs, admin.FromStore, nil, WithClock(f.clock.Now))
+	a, err := New(t.Context(), bs, experiment.FromStore, nil, WithClock(f.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // Shared is where the replicas of a mesh share their outcome records
-// (store/etcd.Outcomes): each replica's totals of an experiment and its
+// (outcomes/etcd.Records): each replica's totals of an experiment and its
 // tallies per minute, written by compare-and-swap.
 type Shared interface {
 	// Replica is the id of this replica, whose records it writes.
@@ -20,7 +20,7 @@ type Shared interface {
 	// Read reads key's total records, its minute records of Unix minutes
 	// from to to (at most MaxWindowMinutes+1 of them) and the live
 	// replicas, as the store held them at one revision, in pages of a
-	// bounded number of records (store/etcd.MaxOutcomePage), however many
+	// bounded number of records (outcomes/etcd.MaxPage), however many
 	// there are: it calls page with the live replicas and each page in
 	// turn — the retired record, if there is one, first of the first —
 	// and returns page's first error.
@@ -60,7 +60,7 @@ const (
 	// which writes before its registry record, is not folded.
 	FoldAfter = 30 * time.Second
 	// MaxCommitRecords bounds the records of one transaction
-	// (store/etcd.MaxOutcomeCommit).
+	// (outcomes/etcd.MaxCommit).
 	MaxCommitRecords = 50
 	// MaxCommitBytes bounds the values of one transaction, under etcd's
 	// default --max-request-bytes (1.5 MiB): a record is at most about
@@ -298,8 +298,8 @@ func (e *expState) merged(me string, sh *shares, from, to int64) *expState {
 // shares is what a read of an experiment's shared records keeps of them
 // (read): the other replicas' figures at one assignment revision, summed
 // as the pages come, and this replica's own records. It keeps no other
-// record, so a read holds at once one page (store/etcd.MaxOutcomePage
-// records of at most store/etcd.MaxOutcomeBytes: 4 MiB), this replica's
+// record, so a read holds at once one page (outcomes/etcd.MaxPage
+// records of at most outcomes/etcd.MaxRecordBytes: 4 MiB), this replica's
 // records (its total and one a minute: at most MaxWindowMinutes+2, as
 // large), a tally per variation and minute and the ids of the live
 // replicas — however many replicas ever wrote records.
@@ -407,20 +407,38 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 		a.mu.Unlock()
 	}
 
-	type write struct {
-		e       *expState
-		recs    []store.OutcomeRecord
-		bytes   int // of the values
-		own     *ownRecords
-		attempt *attempt
-	}
 	a.mu.Lock()
-	var writes []write
+	writes := a.writesLocked(me, now, from, to)
+	a.mu.Unlock()
+	errs = append(errs, a.commitWrites(ctx, writes)...)
+	a.forgetBefore(from)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("publish outcomes: %w", err)
+	}
+	return nil
+}
+
+// ownWrite is what one publish writes of an experiment: its records (own
+// total and minutes), with their values' bytes, and what they hold once
+// committed.
+type ownWrite struct {
+	e       *expState
+	recs    []store.OutcomeRecord
+	bytes   int // of the values
+	own     *ownRecords
+	attempt *attempt
+}
+
+// writesLocked returns the writes of every experiment whose own records
+// are known and that counted since its last commit, at now, of the
+// minutes from to to; a.mu is held.
+func (a *Aggregator) writesLocked(me string, now time.Time, from, to int64) []ownWrite {
+	var writes []ownWrite
 	for _, e := range a.exps {
 		if e.own == nil || !e.dirty() {
 			continue
 		}
-		w := write{e: e, own: &ownRecords{since: e.own.since, minutes: map[int64]ownMinute{}},
+		w := ownWrite{e: e, own: &ownRecords{since: e.own.since, minutes: map[int64]ownMinute{}},
 			attempt: &attempt{sent: sum(len(e.total), e.total), sentMin: map[int64][]tally{}}}
 		if w.own.since.IsZero() || e.since.Before(w.own.since) {
 			w.own.since = e.since
@@ -452,8 +470,13 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 		e.tried = w.attempt
 		writes = append(writes, w)
 	}
-	a.mu.Unlock()
+	return writes
+}
 
+// commitWrites commits writes and returns the errors of the commits that
+// failed.
+func (a *Aggregator) commitWrites(ctx context.Context, writes []ownWrite) []error {
+	var errs []error
 	// Experiments are packed into transactions of at most
 	// MaxCommitRecords records and MaxCommitBytes; a failed comparison
 	// fails its transaction's experiments alone, which read their records
@@ -497,6 +520,12 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 		}
 		a.mu.Unlock()
 	}
+	return errs
+}
+
+// forgetBefore forgets what was sent and written of the minutes before
+// from, out of the window.
+func (a *Aggregator) forgetBefore(from int64) {
 	a.mu.Lock()
 	for _, e := range a.exps {
 		for m := range e.sentMin {
@@ -513,10 +542,6 @@ func (a *Aggregator) Publish(ctx context.Context) error {
 		}
 	}
 	a.mu.Unlock()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("publish outcomes: %w", err)
-	}
-	return nil
 }
 
 // dirty reports whether e counted something it has not published.
@@ -674,7 +699,7 @@ type tidier struct {
 
 // see takes r, a record read (decodeRecord: rec, ts, ok) while the
 // replicas in live were. The retired record must come before the records
-// folded into it (store/etcd's Read gives it first): a fold before it
+// folded into it (outcomes/etcd's Read gives it first): a fold before it
 // would find its comparison failing, and write nothing.
 func (t *tidier) see(ctx context.Context, r store.OutcomeRecord, rec record, ts []tally, ok bool, live map[string]bool) {
 	if r.Minute != 0 {

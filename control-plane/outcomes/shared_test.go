@@ -14,8 +14,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
+	outcomesetcd "github.com/allotmesh/allot/control-plane/outcomes/etcd"
 	"github.com/allotmesh/allot/control-plane/rollout"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
@@ -32,7 +34,7 @@ type mesh struct {
 // replica is one replica: its registry (live while published) and its
 // Aggregator, whose proxies have all applied.
 type replica struct {
-	reg *etcd.Registry
+	reg *rolloutetcd.Registry
 	a   *Aggregator
 }
 
@@ -62,17 +64,17 @@ func (m *mesh) replica(id string, live bool, wrap ...func(Shared) Shared) *repli
 // replicaOn is replica, on store s (a client of its own or shared), its
 // registry record's lease ttl long; it may run on any goroutine.
 func (m *mesh) replicaOn(s *etcd.Store, id string, ttl time.Duration, live bool, wrap ...func(Shared) Shared) (*replica, error) {
-	reg := s.Registry(id, ttl)
+	reg := rolloutetcd.New(s.Conn(), id, ttl)
 	if live {
 		if err := reg.Publish(m.t.Context(), rollout.Replica{ID: id}, nil); err != nil {
 			return nil, err
 		}
 	}
-	var sh Shared = reg.Outcomes()
+	var sh Shared = outcomesetcd.New(s.Conn(), id)
 	for _, w := range wrap {
 		sh = w(sh)
 	}
-	a, err := New(m.t.Context(), s, admin.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
+	a, err := New(m.t.Context(), s, experiment.FromStore, prometheus.NewRegistry(), WithClock(m.clock.Now), WithShared(sh))
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +135,7 @@ func (r *replica) want(t *testing.T, what string, a, b int64) {
 func (m *mesh) totals(t *testing.T) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
-	err := m.st.Registry("reader", 0).Outcomes().Read(t.Context(), "checkout", 0, 0, func(_ map[string]bool, recs []store.OutcomeRecord) error {
+	err := outcomesetcd.New(m.st.Conn(), "reader").Read(t.Context(), "checkout", 0, 0, func(_ map[string]bool, recs []store.OutcomeRecord) error {
 		for _, r := range recs {
 			if r.Minute == 0 {
 				ids[r.Replica] = true

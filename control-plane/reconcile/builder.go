@@ -9,7 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -125,7 +125,7 @@ func (b *Builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error)
 	}
 	out := make([]*experimentv1.Experiment, 0, len(items))
 	for _, se := range items {
-		e, err := admin.FromStore(se)
+		e, err := experiment.FromStore(se)
 		if err != nil {
 			return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
 		}

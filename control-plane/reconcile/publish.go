@@ -12,7 +12,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/xds"
 )
 
-// Registry is the mesh registry of a replicated allotd (store/etcd's).
+// Registry is the mesh registry of a replicated allotd (control-plane/rollout/etcd's).
 type Registry interface {
 	rollout.Registry
 	// Withdraw removes this replica's records at once (graceful shutdown).

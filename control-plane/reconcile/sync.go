@@ -6,9 +6,9 @@
 // /readyz), and for a replica publishes its proxies and itself to the mesh
 // registry (Publish) and exports its view of the mesh as metrics.
 //
-// It imports translate, xds, rollout and the store, and admin only for
-// admin.FromStore (the stored experiment's decoder); never the listeners,
-// TLS or the web console (server wires them).
+// It imports experiment (for FromStore, the stored experiment's decoder),
+// translate, xds, rollout and the store; never the admin API, the
+// listeners, TLS or the web console (server wires them).
 package reconcile
 
 import (

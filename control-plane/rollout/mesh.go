@@ -94,21 +94,7 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	// The proxies waited for are those live now, from the registry's keys
 	// alone, read while this replica pushes the write: a read waits
 	// behind the registry writes of the rollout under way.
-	type live struct {
-		nodes    map[NodeKey]Node
-		clusters []string
-		err      error
-	}
-	lc := make(chan live, 1)
-	go func() {
-		var l live
-		ro, err := m.reg.Roster(ctx)
-		l.nodes, l.err = ro.Nodes, err
-		if l.err == nil && mark == nil {
-			l.clusters = m.clusters(ctx) // Mark could not list them
-		}
-		lc <- l
-	}()
+	lc := m.readLive(ctx, mark)
 	rev, err := m.st.Revision(ctx)
 	if err != nil {
 		return Failed(err)
@@ -126,17 +112,7 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	if l.err != nil && ctx.Err() == nil {
 		return Failed(l.err)
 	}
-	// The mesh's clusters: those Mark computed versions for, and this
-	// replica's.
-	clusters := l.clusters
-	for c := range mark {
-		clusters = append(clusters, c)
-	}
-	for c := range m.x.Targets() {
-		clusters = append(clusters, c)
-	}
-	slices.Sort(clusters)
-	after, err := m.targets(slices.Compact(clusters), rev)
+	after, err := m.targets(m.meshClusters(l.clusters, mark), rev)
 	if err != nil {
 		return Failed(err)
 	}
@@ -193,6 +169,44 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 			force = true
 		}
 	}
+}
+
+// live is what Wait reads of the registry while the write is pushed: the
+// live proxies, and the mesh's clusters when Mark could not list them.
+type live struct {
+	nodes    map[NodeKey]Node
+	clusters []string
+	err      error
+}
+
+// readLive reads the live proxies (and, without a mark, the clusters) in a
+// goroutine, delivering them on the channel it returns.
+func (m *Mesh) readLive(ctx context.Context, mark map[string]string) <-chan live {
+	lc := make(chan live, 1)
+	go func() {
+		var l live
+		ro, err := m.reg.Roster(ctx)
+		l.nodes, l.err = ro.Nodes, err
+		if l.err == nil && mark == nil {
+			l.clusters = m.clusters(ctx) // Mark could not list them
+		}
+		lc <- l
+	}()
+	return lc
+}
+
+// meshClusters are the mesh's clusters, sorted, once each: those read
+// (listed), those Mark computed versions for, and this replica's.
+func (m *Mesh) meshClusters(listed []string, mark map[string]string) []string {
+	clusters := listed
+	for c := range mark {
+		clusters = append(clusters, c)
+	}
+	for c := range m.x.Targets() {
+		clusters = append(clusters, c)
+	}
+	slices.Sort(clusters)
+	return slices.Compact(clusters)
 }
 
 // allApplied reports whether every live replica's summary says all its

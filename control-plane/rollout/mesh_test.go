@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
-	"github.com/allotmesh/allot/control-plane/store/etcd"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/xds"
 )
@@ -22,13 +22,13 @@ import (
 func TestWaitKeepsProxiesOfDeadReplicas(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	r1, r2 := c.Open(t).Registry("r1", 2*time.Second), c.Open(t).Registry("r2", 2*time.Second)
+	r1, r2 := rolloutetcd.New(c.Open(t).Conn(), "r1", 2*time.Second), rolloutetcd.New(c.Open(t).Conn(), "r2", 2*time.Second)
 	t0 := time.Now().UTC().Round(0)
 	p := func(node, cluster, acked string) rollout.Proxy {
 		return rollout.Proxy{NodeID: node, Cluster: cluster, Stream: 1, Acked: acked, ConnectedAt: t0}
 	}
 	rep := rollout.Replica{Revision: 5, Targets: map[string]string{"web": "v2", "api": "a1"}}
-	publish := func(r *etcd.Registry, ps ...rollout.Proxy) {
+	publish := func(r *rolloutetcd.Registry, ps ...rollout.Proxy) {
 		t.Helper()
 		rep := rep
 		rep.Proxies = rollout.Summarize(ps)
@@ -99,7 +99,7 @@ func TestWaitManyClusters(t *testing.T) {
 	const clusters = 5000
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
-	reg := c.Open(t).Registry("r1", 10*time.Second)
+	reg := rolloutetcd.New(c.Open(t).Conn(), "r1", 10*time.Second)
 	const old, target = "00000000000000a1", "00000000000000a2"
 	t0 := time.Now().UTC().Round(0)
 	ps := make([]rollout.Proxy, clusters)
@@ -125,7 +125,7 @@ func TestWaitManyClusters(t *testing.T) {
 	}
 	publish()
 
-	m := rollout.MeshOf(c.Open(t).Registry("reader", time.Second))
+	m := rollout.MeshOf(rolloutetcd.New(c.Open(t).Conn(), "reader", time.Second))
 	ro, err := m.Registry().Roster(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -6,15 +6,16 @@
 //
 // For replicas it defines the records each replica publishes to the mesh
 // registry (Replica, Summary, Proxy), the Registry interface (implemented
-// on etcd, with a lease per replica, by store/etcd) and the pure rules
-// that decide where a proxy stands (View.Where, Replica.MaySettle,
-// Replica.Applied).
+// on etcd, with a lease per replica, by control-plane/rollout/etcd) and the
+// pure rules that decide where a proxy stands (View.Where,
+// Replica.MaySettle, Replica.Applied).
 //
 // It imports only the standard library and the proto packages: allotctl
 // links it for the state and result names, and the xDS server (xds), the
-// store's registry (store/etcd) and the admin API import it. The servers
-// it waits on come in through small interfaces (Local, Builder): *xds.Server
-// and reconcile.Builder implement them.
+// registry's etcd adapter (rollout/etcd), the admin API and the guardian
+// import it. What it waits on comes in through small interfaces: Server
+// (*xds.Server implements it), Builder (reconcile.Builder) and Revisions
+// (store.Store).
 package rollout
 
 import (

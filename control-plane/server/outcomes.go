@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/xds"
@@ -25,7 +26,7 @@ func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, x *xds.S
 	if shared != nil {
 		opts = append(opts, outcomes.WithShared(shared))
 	}
-	a, err := outcomes.New(ctx, db, admin.FromStore, reg, opts...)
+	a, err := outcomes.New(ctx, db, experiment.FromStore, reg, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
@@ -115,7 +116,7 @@ func TestHostileProxiesCannotStopPublishes(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { reader.Close() })
-			reg := reader.Registry("reader", time.Second)
+			reg := rolloutetcd.New(reader.Conn(), "reader", time.Second)
 
 			// The newcomer's record shares the hostile proxy's (the registry
 			// spreads proxies over 64 records by FNV-1a of the node id).

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/translate"
@@ -45,7 +46,7 @@ func startReplica(t *testing.T, c *etcdtest.Cluster, endpoint, id string) *repli
 			AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", Tokens: tokens,
 			Mesh:     translate.Mesh{WasmPath: "/allot.wasm", NativePath: "/liballot.so"},
 			Ready:    func(a Addrs) { ready <- a },
-			Registry: db.Registry(id, 2*time.Second), ReplicaID: id,
+			Registry: rolloutetcd.New(db.Conn(), id, 2*time.Second), ReplicaID: id,
 		})
 	}()
 	t.Cleanup(r.stop)

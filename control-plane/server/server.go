@@ -93,7 +93,7 @@ type Config struct {
 	// ReplicaID names this replica in the registry.
 	ReplicaID string
 	// Outcomes, when set, is where the replicas share their outcome
-	// figures (store/etcd.Outcomes): this allotd publishes its proxies'
+	// figures (outcomes/etcd.Records): this allotd publishes its proxies'
 	// there, and its outcome reports sum every replica's.
 	Outcomes outcomes.Shared
 	// AdminReadTimeout bounds the reading of a request's headers and

@@ -1,7 +1,7 @@
 package store
 
 // OutcomeRecord is one replica's outcome figures of an observed
-// experiment as a store shared by replicas holds them (store/etcd): its
+// experiment as records shared by replicas hold them (control-plane/outcomes/etcd): its
 // total since the experiment's assignment revision (Minute 0), or one
 // minute's tallies. Value is encoded by the control plane's outcomes
 // package; the store keeps it as it is.

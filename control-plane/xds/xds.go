@@ -5,7 +5,7 @@
 // that a cluster's version changed. Each proxy receives the resource of the
 // artifact its node metadata names (ArtifactKey; Wasm when absent); a proxy
 // naming an artifact the server does not serve receives nothing and is
-// reported (StateUnserved). A cluster none of whose proxies has been
+// reported (rollout.StateUnserved). A cluster none of whose proxies has been
 // connected for a grace period is forgotten, snapshots and all
 // (WithClusterGrace), and built again when one of them connects.
 //

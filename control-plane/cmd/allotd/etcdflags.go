@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	outcomesetcd "github.com/allotmesh/allot/control-plane/outcomes/etcd"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/server"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
@@ -42,7 +44,7 @@ func (f *etcdFlags) register(fs *flag.FlagSet) {
 // registerReplica defines the flags of a replica in the mesh registry.
 func (f *etcdFlags) registerReplica(fs *flag.FlagSet) {
 	fs.StringVar(&f.replicaID, "replica-id", "", "this replica's name in the mesh registry, unique among the replicas (default: host name and -xds-addr)")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", etcd.DefaultLeaseTTL, "how long a dead replica's proxies stay in the mesh's live set (its etcd lease's TTL)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", rolloutetcd.DefaultLeaseTTL, "how long a dead replica's proxies stay in the mesh's live set (its etcd lease's TTL)")
 }
 
 // clientConfig turns -store etcd://h1:2379,h2:2379 and the TLS flags into
@@ -126,8 +128,8 @@ func runEtcd(ctx context.Context, storeURL string, f etcdFlags, cfg server.Confi
 		host, _ := os.Hostname()
 		id = host + "/" + cfg.XDSAddr
 	}
-	reg := db.Registry(id, f.leaseTTL)
-	cfg.Registry, cfg.ReplicaID, cfg.Outcomes = reg, id, reg.Outcomes()
+	reg := rolloutetcd.New(db.Conn(), id, f.leaseTTL)
+	cfg.Registry, cfg.ReplicaID, cfg.Outcomes = reg, id, outcomesetcd.New(db.Conn(), id)
 	cfg.Logger.Info("store opened", "store", db.Name(), "prefix", f.prefix, "replica", id)
 	return server.Run(ctx, db, cfg)
 }

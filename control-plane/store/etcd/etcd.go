@@ -10,8 +10,8 @@
 //	experiments/<key>              Experiment as JSON
 //	history/<revision>             Change as JSON (revision zero-padded to 20 digits)
 //	key_history/<escaped key>/<revision>   the same Change (the per-key index)
-//	mesh/…                         the replicas' registry (Registry, registry.go)
-//	outcomes/…                     the replicas' outcome records (Outcomes, outcomes.go)
+//	mesh/…                         the replicas' registry (control-plane/rollout/etcd)
+//	outcomes/…                     the replicas' outcome records (control-plane/outcomes/etcd)
 //
 // The store revision is Allot's own counter in meta/revision, not etcd's
 // revision: etcd counts every write to the cluster (replica and proxy
@@ -40,8 +40,12 @@
 // Import for how a copy interrupted midway is kept from being served and
 // is started again.
 //
-// This package must not import anything from the control plane except store
-// and mesh (the Registry, beside the experiments).
+// The store opens the etcd session (control-plane/internal/etcdkv: the
+// client, the prefix, the request timeout, the watches) and hands it to
+// the registry and the outcome records through Conn; Close ends their
+// watches too.
+//
+// It imports only control-plane/store and control-plane/internal/etcdkv.
 package etcd
 
 import (
@@ -53,17 +57,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/allotmesh/allot/control-plane/internal/etcdkv"
 	"github.com/allotmesh/allot/control-plane/store"
 )
 
@@ -83,21 +83,16 @@ var _ store.Store = (*Store)(nil)
 // Store is a store.Store backed by an etcd cluster. Create it with Open or
 // New.
 type Store struct {
+	kv      *etcdkv.Conn // the client, the prefix, the request timeout, the watches
 	cli     *clientv3.Client
 	owned   bool // Close closes cli
 	name    string
 	prefix  string
-	timeout time.Duration
 	now     func() time.Time
 	observe func(op string, d time.Duration, err error)
 
 	unfinished *Unfinished       // the marker of an unfinished Import Open found (only with ForImport)
 	importStep func(written int) // tests: called after each transaction of Import writing data
-
-	closed  atomic.Bool
-	stop    context.CancelFunc // cancels every watch
-	stopCtx context.Context
-	watches sync.WaitGroup
 }
 
 type config struct {
@@ -188,13 +183,10 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 	if !strings.HasSuffix(cfg.prefix, "/") {
 		return nil, fmt.Errorf("open etcd store: prefix %q does not end in /: %w", cfg.prefix, store.ErrInvalid)
 	}
-	s := &Store{
-		cli: cli, owned: owned, prefix: cfg.prefix, timeout: cfg.timeout, now: cfg.now, observe: cfg.observe,
-		name: "etcd " + strings.Join(cli.Endpoints(), ","),
-	}
-	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	kv := etcdkv.New(cli, cfg.prefix, cfg.timeout)
+	s := &Store{kv: kv, cli: cli, owned: owned, prefix: cfg.prefix, now: cfg.now, observe: cfg.observe, name: kv.Name()}
 	if err := s.initSchema(ctx, cfg.forImport); err != nil {
-		s.stop()
+		kv.Close()
 		return nil, fmt.Errorf("open %s prefix %q: %w", s.name, s.prefix, err)
 	}
 	return s, nil
@@ -210,13 +202,13 @@ func (s *Store) timed(op string, start time.Time, err error) {
 // Check reports whether the cluster can serve a linearizable read now,
 // without the fallback reads use: nil means the store has a quorum.
 func (s *Store) Check(ctx context.Context) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.kv.Check(ctx); err != nil {
 		return err
 	}
-	octx, cancel := s.opContext(ctx)
+	octx, cancel := s.kv.OpContext(ctx)
 	defer cancel()
 	_, err := s.cli.Get(octx, s.revKey())
-	return s.wrap(octx, err)
+	return s.kv.Wrap(octx, err)
 }
 
 // Name names the store in errors and logs: "etcd" and its endpoints.
@@ -226,10 +218,15 @@ func (s *Store) Name() string { return s.name }
 // the same cluster.
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-func (s *Store) key(parts ...string) string { return s.prefix + strings.Join(parts, "") }
+// Conn returns the store's etcd session, which the mesh registry
+// (control-plane/rollout/etcd) and the outcome records
+// (control-plane/outcomes/etcd) share; Close ends their watches too.
+func (s *Store) Conn() *etcdkv.Conn { return s.kv }
+
+func (s *Store) key(parts ...string) string { return s.kv.Key(parts...) }
 
 func (s *Store) schemaKey() string        { return s.key("meta/schema_version") }
-func (s *Store) revKey() string           { return s.key("meta/revision") }
+func (s *Store) revKey() string           { return s.key(etcdkv.RevisionKey) }
 func (s *Store) importKey() string        { return s.key("meta/import") }
 func (s *Store) expKey(key string) string { return s.key("experiments/", key) }
 func (s *Store) histKey(rev int64) string { return s.key("history/", revString(rev)) }
@@ -237,12 +234,12 @@ func (s *Store) keyHistPrefix(key string) string {
 	return s.key("key_history/", url.PathEscape(key), "/")
 }
 
-func revString(rev int64) string { return fmt.Sprintf("%020d", rev) }
+func revString(rev int64) string { return etcdkv.Pad(rev) }
 
 // initSchema records the schema version of a new prefix or checks that of
 // an existing one, and looks for the marker of an unfinished Import.
 func (s *Store) initSchema(ctx context.Context, forImport bool) error {
-	ctx, cancel := s.opContext(ctx)
+	ctx, cancel := s.kv.OpContext(ctx)
 	defer cancel()
 	k, mk := s.schemaKey(), s.importKey()
 	resp, err := s.cli.Txn(ctx).
@@ -251,7 +248,7 @@ func (s *Store) initSchema(ctx context.Context, forImport bool) error {
 		Else(clientv3.OpGet(k), clientv3.OpGet(mk)).
 		Commit()
 	if err != nil {
-		return s.wrap(ctx, err)
+		return s.kv.Wrap(ctx, err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -273,150 +270,6 @@ func (s *Store) initSchema(ctx context.Context, forImport bool) error {
 	return nil
 }
 
-// opContext bounds one call to the cluster (deadline), and makes it fail
-// rather than wait when the member it reaches has no leader.
-func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithDeadline(ctx, s.deadline(ctx))
-	return clientv3.WithRequireLeader(ctx), cancel
-}
-
-// deadline is when a call to the cluster made now under ctx must end: the
-// request timeout from now, or from the start of the write ctx belongs to
-// (store.WithWrite), so that a write's reads and its commit share one
-// timeout (a write whose first read waits out a lost quorum answered after
-// twice the timeout otherwise).
-func (s *Store) deadline(ctx context.Context) time.Time {
-	if start, ok := store.WriteStart(ctx); ok {
-		return start.Add(s.timeout)
-	}
-	return time.Now().Add(s.timeout)
-}
-
-// check refuses calls on a closed store or with a done context.
-func (s *Store) check(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	return nil
-}
-
-// wrap classifies an error of the client: the caller's own cancellation,
-// a closed store, a cluster that cannot serve (store.ErrUnavailable, naming
-// the store), a request etcd or its client refuses as too large
-// (store.ErrInvalid).
-func (s *Store) wrap(ctx context.Context, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case s.closed.Load():
-		return fmt.Errorf("%w: %w", store.ErrClosed, err)
-	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return ctx.Err()
-	case errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), errors.Is(err, rpctypes.ErrRequestTooLarge), clientTooLarge(err):
-		return fmt.Errorf("%w: %s refuses the request as too large: %w", store.ErrInvalid, s.name, err)
-	case unavailable(err) || ctx.Err() != nil:
-		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, s.name, err)
-	}
-	return fmt.Errorf("%s: %w", s.name, err)
-}
-
-// clientTooLarge reports whether err is the gRPC client's refusal to send
-// a message over its limit (clientv3.Config.MaxCallSendMsgSize, 2 MiB by
-// default); etcd's own ResourceExhausted errors (a full database) are not.
-func clientTooLarge(err error) bool {
-	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
-}
-
-// unavailable reports whether err says the cluster cannot serve now.
-func unavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
-		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex,
-		rpctypes.ErrGRPCNoLeader, rpctypes.ErrGRPCLeaderChanged, rpctypes.ErrGRPCTimeout,
-		rpctypes.ErrGRPCTimeoutDueToLeaderFail, rpctypes.ErrGRPCTimeoutDueToConnectionLost, rpctypes.ErrGRPCNotCapable} {
-		if errors.Is(err, e) || err.Error() == e.Error() {
-			return true
-		}
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
-}
-
-// get is one read of read: a key, every key under a prefix, or the keys
-// from key to end (excluded); only the keys if keysOnly; at most limit
-// keys if limit > 0; as the store held them at revision rev if rev > 0.
-type get struct {
-	key      string
-	prefix   bool
-	end      string
-	keysOnly bool
-	limit    int64
-	rev      int64
-}
-
-func (g get) op(serializable bool) clientv3.Op {
-	var opts []clientv3.OpOption
-	if g.prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	if g.end != "" {
-		opts = append(opts, clientv3.WithRange(g.end))
-	}
-	if g.keysOnly {
-		opts = append(opts, clientv3.WithKeysOnly())
-	}
-	if g.limit > 0 {
-		opts = append(opts, clientv3.WithLimit(g.limit))
-	}
-	if g.rev > 0 {
-		opts = append(opts, clientv3.WithRev(g.rev))
-	}
-	if serializable {
-		opts = append(opts, clientv3.WithSerializable())
-	}
-	return clientv3.OpGet(g.key, opts...)
-}
-
-// read runs gets in one read-only transaction, so they see one state.
-// When the cluster cannot serve a linearizable read (no quorum), it falls
-// back to the member's last committed state: a serializable read, answered
-// without a quorum.
-func (s *Store) read(ctx context.Context, gets ...get) (*clientv3.TxnResponse, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	ops := make([]clientv3.Op, len(gets))
-	for i, g := range gets {
-		ops[i] = g.op(false)
-	}
-	octx, cancel := s.opContext(ctx)
-	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
-	err = s.wrap(octx, err)
-	cancel()
-	if err == nil || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
-		return resp, err
-	}
-	for i, g := range gets {
-		ops[i] = g.op(true)
-	}
-	sctx, cancel := context.WithDeadline(ctx, s.deadline(ctx))
-	defer cancel()
-	resp, serr := s.cli.Txn(sctx).Then(ops...).Commit()
-	if serr != nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, key string) (*store.Experiment, error) {
 	start := time.Now()
@@ -426,7 +279,7 @@ func (s *Store) Get(ctx context.Context, key string) (*store.Experiment, error) 
 }
 
 func (s *Store) get(ctx context.Context, key string) (*store.Experiment, error) {
-	resp, err := s.read(ctx, get{key: s.expKey(key)})
+	resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.expKey(key)})
 	if err != nil {
 		return nil, fmt.Errorf("get experiment %q: %w", key, err)
 	}
@@ -450,7 +303,7 @@ func (s *Store) List(ctx context.Context) ([]*store.Experiment, int64, error) {
 }
 
 func (s *Store) list(ctx context.Context) ([]*store.Experiment, int64, error) {
-	resp, err := s.read(ctx, get{key: s.revKey()}, get{key: s.key("experiments/"), prefix: true})
+	resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()}, etcdkv.Get{Key: s.key("experiments/"), Prefix: true})
 	if err != nil {
 		return nil, 0, fmt.Errorf("list experiments: %w", err)
 	}
@@ -479,7 +332,7 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 }
 
 func (s *Store) revision(ctx context.Context) (int64, error) {
-	resp, err := s.read(ctx, get{key: s.revKey()})
+	resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
 	if err != nil {
 		return 0, fmt.Errorf("read revision: %w", err)
 	}
@@ -504,7 +357,7 @@ func (s *Store) history(ctx context.Context, key string) ([]store.Change, error)
 	if key != "" {
 		prefix, what = s.keyHistPrefix(key), fmt.Sprintf("history of %q", key)
 	}
-	resp, err := s.read(ctx, get{key: prefix, prefix: true})
+	resp, err := s.kv.Read(ctx, etcdkv.Get{Key: prefix, Prefix: true})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -645,10 +498,10 @@ func compare(old *store.Experiment, expect int64) error {
 func (s *Store) write(ctx context.Context, key, actor string,
 	fn func(old *store.Experiment, before []byte, rev int64, now time.Time) (*store.Change, error),
 	out **store.Experiment) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.kv.Check(ctx); err != nil {
 		return err
 	}
-	octx, cancel := s.opContext(ctx)
+	octx, cancel := s.kv.OpContext(ctx)
 	defer cancel()
 	rk, ek := s.revKey(), s.expKey(key)
 	var (
@@ -750,13 +603,13 @@ func (s *Store) write(ctx context.Context, key, actor string,
 func (s *Store) retrier(octx context.Context) func(err error) error {
 	backoff := 20 * time.Millisecond
 	return func(err error) error {
-		werr := s.wrap(octx, err)
+		werr := s.kv.Wrap(octx, err)
 		if !errors.Is(werr, store.ErrUnavailable) || octx.Err() != nil {
 			return werr
 		}
 		select {
 		case <-octx.Done():
-			return s.wrap(octx, err)
+			return s.kv.Wrap(octx, err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
@@ -770,20 +623,12 @@ func (s *Store) retrier(octx context.Context) func(err error) error {
 // current revision again and resumes from there.
 func (s *Store) Watch(ctx context.Context) <-chan int64 {
 	ch := make(chan int64, 1)
-	if s.closed.Load() || ctx.Err() != nil {
-		close(ch)
-		return ch
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.stopCtx, cancel)
-	s.watches.Add(1)
-	go func() {
-		defer s.watches.Done()
+	if !s.kv.Go(ctx, func(wctx context.Context) {
 		defer close(ch)
-		defer stop()
-		defer cancel()
 		s.watch(wctx, ch)
-	}()
+	}) {
+		close(ch)
+	}
 	return ch
 }
 
@@ -802,7 +647,7 @@ func (s *Store) watch(ctx context.Context, ch chan int64) {
 	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		resp, err := s.read(ctx, get{key: s.revKey()})
+		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
 		if err == nil {
 			var rev int64
 			if rev, err = parseRevision(resp.Responses[0].GetResponseRange().GetKvs()); err == nil {
@@ -852,11 +697,9 @@ func (s *Store) follow(ctx context.Context, from int64, send func(int64)) error 
 // Close implements store.Store: it ends every watch (closing its channel)
 // and closes the client if Open created it.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	if !s.kv.Close() {
 		return nil
 	}
-	s.stop()
-	s.watches.Wait()
 	if !s.owned {
 		return nil
 	}

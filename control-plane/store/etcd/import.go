@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allotmesh/allot/control-plane/internal/etcdkv"
 	"github.com/allotmesh/allot/control-plane/store"
 )
 
@@ -74,7 +75,7 @@ func decodeMarker(kvs []*mvccpb.KeyValue) (*Unfinished, error) {
 //  1. one transaction checks that the prefix is empty (no meta/revision, no
 //     experiment, history or index key, no live replica) and writes the
 //     marker;
-//  2. transactions of at most maxTxnOps keys and importTxnBytes bytes
+//  2. transactions of at most etcdkv.MaxTxnOps keys and importTxnBytes bytes
 //     write the history, its per-key index and then the experiments, each
 //     on the condition that the marker is still this Import's and that
 //     meta/revision is still absent;
@@ -97,7 +98,7 @@ func decodeMarker(kvs []*mvccpb.KeyValue) (*Unfinished, error) {
 // Import holds the history in memory as the caller passes it, and the
 // experiments; it encodes one transaction's keys at a time.
 func (s *Store) Import(ctx context.Context, from string, history []store.Change, verify func(context.Context) error) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.kv.Check(ctx); err != nil {
 		return err
 	}
 	exps, err := store.Replay(history)
@@ -176,7 +177,7 @@ func (s *Store) importSteps(ctx context.Context, marker Unfinished, puts func(in
 	}
 	for written := 0; ; {
 		var batch []clientv3.Op
-		for size := 0; len(batch) < maxTxnOps; {
+		for size := 0; len(batch) < etcdkv.MaxTxnOps; {
 			op, ok, err := puts(written + len(batch))
 			if err != nil {
 				return fmt.Errorf("after %d keys: %w", written, err)
@@ -284,13 +285,13 @@ func (s *Store) claim(ctx context.Context, marker Unfinished) (int64, error) {
 		}
 	}
 	ops = append(ops, clientv3.OpPut(mk, string(data)))
-	octx, cancel := s.opContext(ctx)
+	octx, cancel := s.kv.OpContext(ctx)
 	defer cancel()
 	// Not retried: an attempt whose answer was lost may have written the
 	// marker, and the next Import clears after it.
 	tresp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return 0, s.wrap(octx, err)
+		return 0, s.kv.Wrap(octx, err)
 	}
 	if !tresp.Succeeded {
 		return 0, errors.New("the prefix changed while it was checked (another import, or an allotd on it?): try again")
@@ -340,10 +341,10 @@ func (st fenceState) broken(fence int64) error {
 // retried while the cluster cannot serve within the request timeout, so
 // ops must be idempotent under cmps.
 func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.kv.Check(ctx); err != nil {
 		return nil, err
 	}
-	octx, cancel := s.opContext(ctx)
+	octx, cancel := s.kv.OpContext(ctx)
 	defer cancel()
 	retry := s.retrier(octx)
 	for {

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
@@ -154,7 +155,7 @@ func TestImportRefusesNotEmpty(t *testing.T) {
 			}
 		}, "revision 1 (experiments: 1, changes: 1)"},
 		{"a live replica", func(t *testing.T, s *etcd.Store) {
-			if err := s.Registry("replica-a", 0).Publish(ctx, rollout.Replica{}, nil); err != nil {
+			if err := rolloutetcd.New(s.Conn(), "replica-a", 0).Publish(ctx, rollout.Replica{}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}, "allotd replicas replica-a are running"},

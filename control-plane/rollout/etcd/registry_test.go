@@ -14,7 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
-	"github.com/allotmesh/allot/control-plane/store/etcd"
+	"github.com/allotmesh/allot/control-plane/rollout/etcd"
+	storeetcd "github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
 
@@ -26,7 +27,7 @@ func TestRegistry(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s1, s2 := c.Open(t), c.Open(t)
-	r1, r2 := s1.Registry("r1", 2*time.Second), s2.Registry("r2", 2*time.Second)
+	r1, r2 := etcd.New(s1.Conn(), "r1", 2*time.Second), etcd.New(s2.Conn(), "r2", 2*time.Second)
 	watch := r1.Watch(ctx)
 	t0 := time.Now().UTC().Round(0)
 	p := func(node string, at time.Time) rollout.Proxy {
@@ -107,7 +108,7 @@ func TestRegistryLargeFleet(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s := c.Open(t)
-	r := s.Registry("r1", 5*time.Second)
+	r := etcd.New(s.Conn(), "r1", 5*time.Second)
 	t0 := time.Now().UTC().Round(0)
 	// About 2 MiB of records: more than one transaction may carry.
 	proxies := make([]rollout.Proxy, 3000)
@@ -183,7 +184,7 @@ func nodes(v rollout.View) string {
 	return out
 }
 
-func revision(t *testing.T, s *etcd.Store) int64 {
+func revision(t *testing.T, s *storeetcd.Store) int64 {
 	t.Helper()
 	resp, err := s.Client().Get(t.Context(), "/", clientv3.WithCountOnly())
 	if err != nil {
@@ -217,7 +218,7 @@ func TestRegistryFailedPublishLeavesNoGhost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			id := fmt.Sprintf("r%d", i)
-			r := s.Registry(id, 5*time.Second)
+			r := etcd.New(s.Conn(), id, 5*time.Second)
 			// One replica at a time in the registry: each subtest's nodes
 			// are a, b and c.
 			defer r.Withdraw(context.WithoutCancel(ctx))
@@ -278,7 +279,7 @@ func TestRegistryFailedPublishLeavesNoGhost(t *testing.T) {
 }
 
 // countKeys is the number of keys under prefix (within any store prefix).
-func countKeys(t *testing.T, s *etcd.Store, prefix string) int {
+func countKeys(t *testing.T, s *storeetcd.Store, prefix string) int {
 	t.Helper()
 	resp, err := s.Client().Get(t.Context(), "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -301,15 +302,15 @@ func TestRegistryReadsEarlierLayout(t *testing.T) {
 	ctx := t.Context()
 	s := c.Open(t)
 	for k, v := range map[string]string{
-		etcd.DefaultPrefix + "mesh/replicas/old":      `{"id":"old","revision":3,"targets":{"web":"v1"},"proxies":{"web":{"proxies":1,"acked":{"v1":1}}}}`,
-		etcd.DefaultPrefix + "mesh/proxies/old/7":     `[{"replica":"old","node_id":"a","cluster":"web","stream":1,"acked":"v1","connected_at":"2026-11-27T00:00:00Z"}]`,
-		etcd.DefaultPrefix + "mesh/nodes/old/a/1/web": "",
+		storeetcd.DefaultPrefix + "mesh/replicas/old":      `{"id":"old","revision":3,"targets":{"web":"v1"},"proxies":{"web":{"proxies":1,"acked":{"v1":1}}}}`,
+		storeetcd.DefaultPrefix + "mesh/proxies/old/7":     `[{"replica":"old","node_id":"a","cluster":"web","stream":1,"acked":"v1","connected_at":"2026-11-27T00:00:00Z"}]`,
+		storeetcd.DefaultPrefix + "mesh/nodes/old/a/1/web": "",
 	} {
 		if _, err := s.Client().Put(ctx, k, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := s.Registry("reader", time.Second)
+	r := etcd.New(s.Conn(), "reader", time.Second)
 	v := view(t, r)
 	old := v.Replicas["old"]
 	if old.Revision != 3 || old.Targets["web"] != "v1" || old.Proxies["web"].Acked["v1"] != 1 || nodes(v) != "a@old" {

@@ -10,27 +10,28 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allotmesh/allot/control-plane/internal/etcdkv"
 	"github.com/allotmesh/allot/control-plane/store"
 )
 
 // Bounds of the outcome records (control-plane/README.md, "Outcomes across
 // replicas").
 const (
-	// MaxOutcomeBytes bounds one outcome record's value: the largest
+	// MaxRecordBytes bounds one outcome record's value: the largest
 	// (64 variations, each 6 counts and 20 latency buckets of up to 20
 	// digits) is about 35 KB. Commit refuses a larger one; Read reports
 	// one as an error.
-	MaxOutcomeBytes = maxPartBytes
-	// MaxOutcomePage bounds the records of one page of Read, which is one
-	// request to etcd: at most 64 × MaxOutcomeBytes (4 MiB; about 2.2 MB
+	MaxRecordBytes = 64 << 10
+	// MaxPage bounds the records of one page of Read, which is one
+	// request to etcd: at most 64 × MaxRecordBytes (4 MiB; about 2.2 MB
 	// at the largest record), the retired record aside. It bounds what a
 	// reader holds of the records at once, not how many Read reads: an
 	// experiment's totals and each minute's records (the live replicas,
 	// the dead ones not folded yet, the retired record) are read in as
-	// many pages as they take, about one per MaxOutcomePage records.
-	MaxOutcomePage = 64
+	// many pages as they take, about one per MaxPage records.
+	MaxPage = 64
 	// maxOutcomeRanges bounds the ranges (the totals, a minute) one page
-	// reads, each at most MaxOutcomePage/n records for n ranges: a
+	// reads, each at most MaxPage/n records for n ranges: a
 	// 61-minute read takes at least 8 pages, the default 5-minute
 	// report's one.
 	maxOutcomeRanges = 8
@@ -45,37 +46,26 @@ const (
 // escaped replica id never holds "%" followed by "r".
 const retiredSegment = "%retired"
 
-// Outcomes keeps the replicas' outcome records (outcomes.Shared) in the
-// store's cluster, beside the experiments and the mesh registry:
-//
-//	outcomes/t/<key>/<replica>            a replica's totals of experiment key
-//	                                      since its assignment revision
-//	outcomes/t/<key>/%retired             the totals folded from replicas no
-//	                                      longer live (store.RetiredReplica)
-//	outcomes/m/<minute>/<key>/<replica>   a replica's tallies of one Unix minute
-//	                                      (20 digits, so that keys sort by minute)
-//
-// No record is attached to a lease: a replica that dies leaves the figures
-// it counted, which a live one folds into the retired record. Minutes come
-// first in the minute records' keys so that those older than the window,
-// of every experiment, are deleted with one range (Sweep). Every write is
-// a compare-and-swap on the records' revisions (Commit).
-type Outcomes struct {
-	g *Registry
+// Records keeps one replica's outcome records, and reads every replica's,
+// under the outcomes/ keys the package doc lays out.
+type Records struct {
+	kv *etcdkv.Conn
+	id string
 }
 
-// Outcomes returns the outcome records of the replica of g's id; the
-// replicas g's registry lists are the live ones.
-func (g *Registry) Outcomes() *Outcomes { return &Outcomes{g: g} }
+// New returns the outcome records of replica id in kv's cluster (the
+// experiment store's session, store/etcd.Store.Conn); the replicas the
+// mesh registry lists (control-plane/rollout/etcd) are the live ones.
+func New(kv *etcdkv.Conn, id string) *Records { return &Records{kv: kv, id: id} }
 
 // Replica is the id of the replica whose records this writes.
-func (o *Outcomes) Replica() string { return o.g.id }
+func (o *Records) Replica() string { return o.id }
 
-func (o *Outcomes) totalsRoot() string             { return o.g.s.key("outcomes/t/") }
-func (o *Outcomes) minutesRoot() string            { return o.g.s.key("outcomes/m/") }
-func (o *Outcomes) totalsPrefix(key string) string { return o.totalsRoot() + key + "/" }
-func (o *Outcomes) minutePrefix(m int64, key string) string {
-	return o.minutesRoot() + revString(m) + "/" + key + "/"
+func (o *Records) totalsRoot() string             { return o.kv.Key("outcomes/t/") }
+func (o *Records) minutesRoot() string            { return o.kv.Key("outcomes/m/") }
+func (o *Records) totalsPrefix(key string) string { return o.totalsRoot() + key + "/" }
+func (o *Records) minutePrefix(m int64, key string) string {
+	return o.minutesRoot() + etcdkv.Pad(m) + "/" + key + "/"
 }
 
 func replicaSegment(id string) string {
@@ -86,7 +76,7 @@ func replicaSegment(id string) string {
 }
 
 // recordKey is r's key.
-func (o *Outcomes) recordKey(r store.OutcomeRecord) string {
+func (o *Records) recordKey(r store.OutcomeRecord) string {
 	if r.Minute == 0 {
 		return o.totalsPrefix(r.Key) + replicaSegment(r.Replica)
 	}
@@ -97,7 +87,7 @@ func (o *Outcomes) recordKey(r store.OutcomeRecord) string {
 // minutes from to to (Unix minutes, at most 61 of them) and the ids of
 // the live replicas (those the mesh registry lists), all as the store
 // held them at one revision (the first page's), in pages of at most
-// MaxOutcomePage records: it calls page with the live replicas and each
+// MaxPage records: it calls page with the live replicas and each
 // page in turn — the retired record (store.RetiredReplica), if there is
 // one, first of the first page — and returns page's first error. A page
 // is called once, with no records, if there are none. Any number of
@@ -105,7 +95,7 @@ func (o *Outcomes) recordKey(r store.OutcomeRecord) string {
 // page (a key each, of the replicas running now: no bound of Read's
 // own). A read that outlasts etcd's compaction of its revision fails (the
 // next read starts from the current one).
-func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page func(live map[string]bool, recs []store.OutcomeRecord) error) error {
+func (o *Records) Read(ctx context.Context, key string, from, to int64, page func(live map[string]bool, recs []store.OutcomeRecord) error) error {
 	if to < from || to-from >= maxOutcomeMinutes {
 		return fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
 	}
@@ -124,14 +114,14 @@ func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page fu
 	var rev int64 // of the first page; every later page reads at it
 	for len(spans) > 0 {
 		n := min(len(spans), maxOutcomeRanges)
-		var gets []get
+		var gets []etcdkv.Get
 		if rev == 0 {
-			gets = append(gets, get{key: o.g.replicasPrefix(), prefix: true, keysOnly: true}, get{key: retiredKey})
+			gets = append(gets, etcdkv.Get{Key: o.kv.Key(etcdkv.ReplicasPrefix), Prefix: true, KeysOnly: true}, etcdkv.Get{Key: retiredKey})
 		}
 		for _, s := range spans[:n] {
-			gets = append(gets, get{key: s.start, end: clientv3.GetPrefixRangeEnd(s.prefix), limit: MaxOutcomePage / int64(n), rev: rev})
+			gets = append(gets, etcdkv.Get{Key: s.start, End: clientv3.GetPrefixRangeEnd(s.prefix), Limit: MaxPage / int64(n), Rev: rev})
 		}
-		resp, err := o.g.s.read(ctx, gets...)
+		resp, err := o.kv.Read(ctx, gets...)
 		if err != nil {
 			return fmt.Errorf("read outcomes of %q (revision %d): %w", key, rev, err)
 		}
@@ -141,7 +131,7 @@ func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page fu
 			rev = resp.Header.Revision
 			live = map[string]bool{}
 			for _, kv := range rs[0].GetResponseRange().GetKvs() {
-				if id, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), o.g.replicasPrefix())); err == nil {
+				if id, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), o.kv.Key(etcdkv.ReplicasPrefix))); err == nil {
 					live[id] = true
 				}
 			}
@@ -184,18 +174,18 @@ func (o *Outcomes) Read(ctx context.Context, key string, from, to int64, page fu
 // Own returns, in one read, the records of experiment key of this
 // replica (Replica): its total and its minute records of minutes from to
 // to (Unix minutes, at most 61 of them).
-func (o *Outcomes) Own(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, error) {
+func (o *Records) Own(ctx context.Context, key string, from, to int64) ([]store.OutcomeRecord, error) {
 	if to < from || to-from >= maxOutcomeMinutes {
 		return nil, fmt.Errorf("read outcomes of %q: minutes %d to %d: at most %d", key, from, to, maxOutcomeMinutes)
 	}
-	seg := replicaSegment(o.g.id)
-	gets := []get{{key: o.totalsPrefix(key) + seg}}
+	seg := replicaSegment(o.id)
+	gets := []etcdkv.Get{{Key: o.totalsPrefix(key) + seg}}
 	for m := from; m <= to; m++ {
-		gets = append(gets, get{key: o.minutePrefix(m, key) + seg})
+		gets = append(gets, etcdkv.Get{Key: o.minutePrefix(m, key) + seg})
 	}
-	resp, err := o.g.s.read(ctx, gets...)
+	resp, err := o.kv.Read(ctx, gets...)
 	if err != nil {
-		return nil, fmt.Errorf("read outcomes of %q of replica %q: %w", key, o.g.id, err)
+		return nil, fmt.Errorf("read outcomes of %q of replica %q: %w", key, o.id, err)
 	}
 	var recs []store.OutcomeRecord
 	for i, r := range resp.Responses {
@@ -217,7 +207,7 @@ func (o *Outcomes) Own(ctx context.Context, key string, from, to int64) ([]store
 
 // decodeRecord is kv, a record of experiment key under prefix (its totals
 // or minute's).
-func (o *Outcomes) decodeRecord(key, prefix string, minute int64, kv *mvccpb.KeyValue) (store.OutcomeRecord, error) {
+func (o *Records) decodeRecord(key, prefix string, minute int64, kv *mvccpb.KeyValue) (store.OutcomeRecord, error) {
 	seg := strings.TrimPrefix(string(kv.Key), prefix)
 	id := store.RetiredReplica
 	if seg != retiredSegment {
@@ -226,27 +216,27 @@ func (o *Outcomes) decodeRecord(key, prefix string, minute int64, kv *mvccpb.Key
 			return store.OutcomeRecord{}, fmt.Errorf("read outcomes of %q: key %q: not a replica's", key, kv.Key)
 		}
 	}
-	if len(kv.Value) > MaxOutcomeBytes {
-		return store.OutcomeRecord{}, fmt.Errorf("read outcomes of %q: record %q: %d bytes, at most %d", key, kv.Key, len(kv.Value), MaxOutcomeBytes)
+	if len(kv.Value) > MaxRecordBytes {
+		return store.OutcomeRecord{}, fmt.Errorf("read outcomes of %q: record %q: %d bytes, at most %d", key, kv.Key, len(kv.Value), MaxRecordBytes)
 	}
 	return store.OutcomeRecord{Key: key, Replica: id, Minute: minute, Value: kv.Value, Mod: kv.ModRevision}, nil
 }
 
-// MaxOutcomeCommit bounds the records of one Commit (each is a comparison
+// MaxCommit bounds the records of one Commit (each is a comparison
 // and a write: under etcd's default --max-txn-ops, 128).
-const MaxOutcomeCommit = maxTxnOps / 2
+const MaxCommit = etcdkv.MaxTxnOps / 2
 
 // Commit writes recs (a nil Value deletes the record) in one transaction
 // if each record's revision is still its Mod (0: absent), and returns the
 // revision the written records have; ok is false, with nothing written,
-// if one is not. At most MaxOutcomeCommit records, each value at most
-// MaxOutcomeBytes, and 1 MiB of keys and values in all (under etcd's
+// if one is not. At most MaxCommit records, each value at most
+// MaxRecordBytes, and 1 MiB of keys and values in all (under etcd's
 // default --max-request-bytes).
-func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev int64, ok bool, err error) {
-	if len(recs) > MaxOutcomeCommit {
-		return 0, false, fmt.Errorf("commit outcomes: %d records, at most %d", len(recs), MaxOutcomeCommit)
+func (o *Records) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev int64, ok bool, err error) {
+	if len(recs) > MaxCommit {
+		return 0, false, fmt.Errorf("commit outcomes: %d records, at most %d", len(recs), MaxCommit)
 	}
-	if err := o.g.s.check(ctx); err != nil {
+	if err := o.kv.Check(ctx); err != nil {
 		return 0, false, err
 	}
 	conds := make([]clientv3.Cmp, len(recs))
@@ -254,11 +244,11 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 	size := 0
 	for i, r := range recs {
 		k := o.recordKey(r)
-		if len(r.Value) > MaxOutcomeBytes {
-			return 0, false, fmt.Errorf("commit outcomes: record %q: %d bytes, at most %d", k, len(r.Value), MaxOutcomeBytes)
+		if len(r.Value) > MaxRecordBytes {
+			return 0, false, fmt.Errorf("commit outcomes: record %q: %d bytes, at most %d", k, len(r.Value), MaxRecordBytes)
 		}
-		if size += len(k) + len(r.Value); size > maxTxnBytes {
-			return 0, false, fmt.Errorf("commit outcomes: more than %d bytes of keys and values", maxTxnBytes)
+		if size += len(k) + len(r.Value); size > etcdkv.MaxTxnBytes {
+			return 0, false, fmt.Errorf("commit outcomes: more than %d bytes of keys and values", etcdkv.MaxTxnBytes)
 		}
 		conds[i] = clientv3.Compare(clientv3.ModRevision(k), "=", r.Mod)
 		ops[i] = clientv3.OpDelete(k)
@@ -266,10 +256,10 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 			ops[i] = clientv3.OpPut(k, string(r.Value))
 		}
 	}
-	octx, cancel := o.g.s.opContext(ctx)
+	octx, cancel := o.kv.OpContext(ctx)
 	defer cancel()
-	resp, err := o.g.s.cli.Txn(octx).If(conds...).Then(ops...).Commit()
-	if err = o.g.s.wrap(octx, err); err != nil {
+	resp, err := o.kv.Client().Txn(octx).If(conds...).Then(ops...).Commit()
+	if err = o.kv.Wrap(octx, err); err != nil {
 		return 0, false, fmt.Errorf("commit outcomes: %w", err)
 	}
 	return resp.Header.Revision, resp.Succeeded, nil
@@ -278,13 +268,13 @@ func (o *Outcomes) Commit(ctx context.Context, recs []store.OutcomeRecord) (rev 
 // Sweep deletes the minute records of every experiment older than minute
 // before, and, if the store is still at revision rev, every record of the
 // experiments not in keep (deleted, or no longer observed) — in one
-// transaction, which deletes at most maxTxnOps-1 experiments' records (the
+// transaction, which deletes at most etcdkv.MaxTxnOps-1 experiments' records (the
 // rest at the next sweep). It reads the experiments with total records
 // in requests of at most maxSweepKeys keys, from each on to the next.
-func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, before int64) error {
+func (o *Records) Sweep(ctx context.Context, keep map[string]bool, rev int64, before int64) error {
 	gone := map[string]bool{}
-	for start := o.totalsRoot(); start != "" && len(gone) < maxTxnOps-1; {
-		resp, err := o.g.s.read(ctx, get{key: start, end: clientv3.GetPrefixRangeEnd(o.totalsRoot()), keysOnly: true, limit: maxSweepKeys})
+	for start := o.totalsRoot(); start != "" && len(gone) < etcdkv.MaxTxnOps-1; {
+		resp, err := o.kv.Read(ctx, etcdkv.Get{Key: start, End: clientv3.GetPrefixRangeEnd(o.totalsRoot()), KeysOnly: true, Limit: maxSweepKeys})
 		if err != nil {
 			return fmt.Errorf("sweep outcomes: %w", err)
 		}
@@ -292,7 +282,7 @@ func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, b
 		start = ""
 		for _, kv := range r.GetKvs() {
 			key, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), o.totalsRoot()), "/")
-			if !keep[key] && len(gone) < maxTxnOps-1 {
+			if !keep[key] && len(gone) < etcdkv.MaxTxnOps-1 {
 				gone[key] = true
 			}
 			if r.GetMore() {
@@ -300,20 +290,20 @@ func (o *Outcomes) Sweep(ctx context.Context, keep map[string]bool, rev int64, b
 			}
 		}
 	}
-	expire := clientv3.OpDelete(o.minutesRoot(), clientv3.WithRange(o.minutesRoot()+revString(before)))
+	expire := clientv3.OpDelete(o.minutesRoot(), clientv3.WithRange(o.minutesRoot()+etcdkv.Pad(before)))
 	ops := []clientv3.Op{expire}
 	for key := range gone {
 		ops = append(ops, clientv3.OpDelete(o.totalsPrefix(key), clientv3.WithPrefix()))
 	}
-	rk := o.g.s.revKey()
+	rk := o.kv.Key(etcdkv.RevisionKey)
 	cond := clientv3.Compare(clientv3.Value(rk), "=", strconv.FormatInt(rev, 10))
 	if rev == 0 {
 		cond = clientv3.Compare(clientv3.CreateRevision(rk), "=", 0)
 	}
-	octx, cancel := o.g.s.opContext(ctx)
+	octx, cancel := o.kv.OpContext(ctx)
 	defer cancel()
-	_, err := o.g.s.cli.Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
-	if err = o.g.s.wrap(octx, err); err != nil {
+	_, err := o.kv.Client().Txn(octx).If(cond).Then(ops...).Else(expire).Commit()
+	if err = o.kv.Wrap(octx, err); err != nil {
 		return fmt.Errorf("sweep outcomes: %w", err)
 	}
 	return nil

@@ -1,7 +1,9 @@
 package etcd
 
-// MaxTxnBytes is the most one registry transaction puts (maxTxnBytes).
-const MaxTxnBytes = maxTxnBytes
+import "github.com/allotmesh/allot/control-plane/internal/etcdkv"
+
+// MaxTxnBytes is the most one registry transaction puts (etcdkv.MaxTxnBytes).
+const MaxTxnBytes = etcdkv.MaxTxnBytes
 
 // MaxPartBytes bounds a part of a shard of proxy records (maxPartBytes).
 const MaxPartBytes = maxPartBytes

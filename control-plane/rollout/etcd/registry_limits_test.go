@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
-	"github.com/allotmesh/allot/control-plane/store/etcd"
+	"github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 	"github.com/allotmesh/allot/control-plane/xds"
 )
@@ -96,7 +96,7 @@ func TestLargestRecordsFit(t *testing.T) {
 		len(rb), len(cb), xds.MaxClusters, xds.MaxClusters*len(cb)/1000, len(p))
 
 	c := etcdtest.Start(t, 1)
-	reg := c.Open(t).Registry("r1", 10*time.Second)
+	reg := etcd.New(c.Open(t).Conn(), "r1", 10*time.Second)
 	var fleet []rollout.Proxy
 	for i := range 400 {
 		fleet = append(fleet, largestProxy(i))
@@ -104,7 +104,7 @@ func TestLargestRecordsFit(t *testing.T) {
 	if err := reg.Publish(t.Context(), big, fleet); err != nil {
 		t.Fatalf("publish the largest replica with %d of the largest proxies: %v", len(fleet), err)
 	}
-	v, err := c.Open(t).Registry("reader", time.Second).View(t.Context())
+	v, err := etcd.New(c.Open(t).Conn(), "reader", time.Second).View(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s := c.Open(t)
-	reg := s.Registry("r1", 10*time.Second)
+	reg := etcd.New(s.Conn(), "r1", 10*time.Second)
 	fleet := crowd(200)
 	for i := range 20 {
 		fleet[i].Rejected = nil // until they reject a version, below
@@ -162,7 +162,7 @@ func TestRegistryCrowdedShard(t *testing.T) {
 	if err := reg.Publish(ctx, rep, fleet); err != nil {
 		t.Fatalf("publish %d proxies (%d bytes of records) in one shard: %v", len(fleet), total, err)
 	}
-	reader := c.Open(t).Registry("reader", time.Second)
+	reader := etcd.New(c.Open(t).Conn(), "reader", time.Second)
 	v, err := reader.View(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
-	"github.com/allotmesh/allot/control-plane/store/etcd"
+	"github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
 
@@ -24,7 +24,7 @@ func TestRegistryReconcileKeepsLiveProxies(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s := c.Open(t)
-	reader := c.Open(t).Registry("reader", time.Second)
+	reader := etcd.New(c.Open(t).Conn(), "reader", time.Second)
 	fleet := crowd(200)
 	for i := range fleet {
 		fleet[i].Replica = ""
@@ -33,7 +33,7 @@ func TestRegistryReconcileKeepsLiveProxies(t *testing.T) {
 	// parts shrink and move.
 	for round, keep := range []int{160, 120, 60, 1} {
 		id := fmt.Sprintf("r%d", round)
-		reg := s.Registry(id, 10*time.Second)
+		reg := etcd.New(s.Conn(), id, 10*time.Second)
 		rep := rollout.Replica{Revision: 1, Targets: map[string]string{fleet[0].Cluster: "v1"}}
 		if err := reg.Publish(ctx, rep, fleet); err != nil {
 			t.Fatal(err)

@@ -11,15 +11,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allotmesh/allot/control-plane/outcomes/etcd"
 	"github.com/allotmesh/allot/control-plane/rollout"
+	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/store/etcd"
+	storeetcd "github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd/etcdtest"
 )
 
 // readPages reads key's records of minutes from to to with o.Read and
 // returns them, the live replicas and the records of each page.
-func readPages(t *testing.T, o *etcd.Outcomes, key string, from, to int64) ([]store.OutcomeRecord, map[string]bool, []int) {
+func readPages(t *testing.T, o *etcd.Records, key string, from, to int64) ([]store.OutcomeRecord, map[string]bool, []int) {
 	t.Helper()
 	var recs []store.OutcomeRecord
 	var live map[string]bool
@@ -38,10 +40,10 @@ func readPages(t *testing.T, o *etcd.Outcomes, key string, from, to int64) ([]st
 
 // openOutcomes starts a one-member cluster and returns a store on it and
 // the outcome records of replica id there.
-func openOutcomes(t *testing.T, id string) (*etcd.Store, *etcd.Outcomes) {
+func openOutcomes(t *testing.T, id string) (*storeetcd.Store, *etcd.Records) {
 	t.Helper()
 	s := etcdtest.Start(t, 1).Open(t)
-	return s, s.Registry(id, 0).Outcomes()
+	return s, etcd.New(s.Conn(), id)
 }
 
 // outcomeRec is a record of experiment key; v "" is a deletion.
@@ -53,11 +55,11 @@ func outcomeRec(key, replica string, minute int64, v string, mod int64) store.Ou
 	return store.OutcomeRecord{Key: key, Replica: replica, Minute: minute, Value: b, Mod: mod}
 }
 
-// commitAll writes recs in commits of at most MaxOutcomeCommit records.
-func commitAll(t *testing.T, o *etcd.Outcomes, recs []store.OutcomeRecord) {
+// commitAll writes recs in commits of at most MaxCommit records.
+func commitAll(t *testing.T, o *etcd.Records, recs []store.OutcomeRecord) {
 	t.Helper()
 	for len(recs) > 0 {
-		n := min(len(recs), etcd.MaxOutcomeCommit)
+		n := min(len(recs), etcd.MaxCommit)
 		if _, ok, err := o.Commit(t.Context(), recs[:n]); err != nil || !ok {
 			t.Fatalf("commit: %v %v", ok, err)
 		}
@@ -69,17 +71,17 @@ func commitAll(t *testing.T, o *etcd.Outcomes, recs []store.OutcomeRecord) {
 // revision writes nothing), read back per experiment with the minutes
 // asked for and the live replicas (Read) or the replica's own (Own), and
 // bounded: a record over
-// MaxOutcomeBytes and a commit of more than MaxOutcomeCommit records are
+// MaxRecordBytes and a commit of more than MaxCommit records are
 // refused, a read of more than 61 minutes fails naming the experiment.
 func TestOutcomeRecords(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	s := c.Open(t)
-	reg := s.Registry("r1", 2*time.Second)
+	reg := rolloutetcd.New(s.Conn(), "r1", 2*time.Second)
 	if err := reg.Publish(ctx, rollout.Replica{ID: "r1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	o := reg.Outcomes()
+	o := etcd.New(s.Conn(), "r1")
 	rec := func(replica string, minute int64, v string, mod int64) store.OutcomeRecord {
 		return outcomeRec("checkout", replica, minute, v, mod)
 	}
@@ -119,16 +121,16 @@ func TestOutcomeRecords(t *testing.T) {
 		t.Errorf("own records %q, want %q", strings.Join(got, " "), want)
 	}
 
-	if _, _, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, strings.Repeat("x", etcd.MaxOutcomeBytes+1), 0)}); err == nil ||
+	if _, _, err := o.Commit(ctx, []store.OutcomeRecord{rec("r1", 0, strings.Repeat("x", etcd.MaxRecordBytes+1), 0)}); err == nil ||
 		!strings.Contains(err.Error(), "outcomes/t/checkout/r1") {
-		t.Errorf("a record over MaxOutcomeBytes: %v", err)
+		t.Errorf("a record over MaxRecordBytes: %v", err)
 	}
-	many := make([]store.OutcomeRecord, etcd.MaxOutcomeCommit+1)
+	many := make([]store.OutcomeRecord, etcd.MaxCommit+1)
 	for i := range many {
 		many[i] = rec("r"+strconv.Itoa(i), 0, "x", 0)
 	}
 	if _, _, err := o.Commit(ctx, many); err == nil {
-		t.Error("a commit over MaxOutcomeCommit")
+		t.Error("a commit over MaxCommit")
 	}
 	if err := o.Read(ctx, "checkout", 0, 61, func(map[string]bool, []store.OutcomeRecord) error { return nil }); err == nil ||
 		!strings.Contains(err.Error(), `"checkout"`) {
@@ -138,7 +140,7 @@ func TestOutcomeRecords(t *testing.T) {
 
 // TestOutcomeReadPages: any number of records is read — 200 totals and
 // 150 records of one minute, where the read once stopped at 64 — in
-// pages of at most MaxOutcomePage records (the retired record, first,
+// pages of at most MaxPage records (the retired record, first,
 // aside), each record once, none of another experiment, all as the store
 // held them when the read began: writes between pages are not seen. A
 // page's error stops the read; a read that outlasts the compaction of its
@@ -175,7 +177,7 @@ func TestOutcomeReadPages(t *testing.T) {
 			retiredFirst = len(page) > 0 && page[0].Replica == store.RetiredReplica && page[0].Minute == 0
 			// Written after the first page: a later page does not see it.
 			commitAll(t, o, []store.OutcomeRecord{outcomeRec("checkout", "pod-new", 0, "new", 0)})
-			if _, err := s.Client().Delete(ctx, etcd.DefaultPrefix+"outcomes/t/checkout/pod-199"); err != nil {
+			if _, err := s.Client().Delete(ctx, storeetcd.DefaultPrefix+"outcomes/t/checkout/pod-199"); err != nil {
 				return err
 			}
 		}
@@ -198,7 +200,7 @@ func TestOutcomeReadPages(t *testing.T) {
 		t.Errorf("%d of %d records read", len(seen), len(want))
 	}
 	for i, n := range pages {
-		limit := etcd.MaxOutcomePage
+		limit := etcd.MaxPage
 		if i == 0 {
 			limit++ // the retired record
 		}
@@ -209,7 +211,7 @@ func TestOutcomeReadPages(t *testing.T) {
 	if !retiredFirst {
 		t.Error("the retired record is not the first of the first page")
 	}
-	if len(pages) < len(want)/etcd.MaxOutcomePage {
+	if len(pages) < len(want)/etcd.MaxPage {
 		t.Errorf("%d pages for %d records", len(pages), len(want))
 	}
 
@@ -253,13 +255,13 @@ func TestOutcomeSweepPages(t *testing.T) {
 	if err := o.Sweep(ctx, map[string]bool{"c": true}, rev, 0); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := s.Client().Get(ctx, etcd.DefaultPrefix+"outcomes/t/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := s.Client().Get(ctx, storeetcd.DefaultPrefix+"outcomes/t/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var keys []string
 	for _, kv := range resp.Kvs {
-		keys = append(keys, strings.TrimPrefix(string(kv.Key), etcd.DefaultPrefix+"outcomes/t/"))
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), storeetcd.DefaultPrefix+"outcomes/t/"))
 	}
 	if strings.Join(keys, " ") != "c/r1" {
 		t.Errorf("total records after the sweep: %d %.80v, want c/r1", len(keys), keys)
