@@ -110,7 +110,7 @@ fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: lint
-lint: lint-tree ## The tree checks, gofmt check and go vet (native, wasip1, e2e builds with the reliability suite, and the deploy modules).
+lint: lint-tree ## The tree checks, gofmt, go vet (native, wasip1, e2e builds with the reliability suite, the deploy modules), and archlint: the import rules and the size limits (tools/archlint/rules.go).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags 'e2e reliability' ./e2e/... ./internal/...
@@ -126,46 +126,14 @@ TREE ?= $(CURDIR)
 lint-tree: ## Refuse merge-conflict markers in tracked files and relative Markdown links to a missing file or heading.
 	$(GO) run ./tools/treelint -C '$(TREE)'
 
-# Standard packages the Wasm module must not link: fmt, os and their kin cost
-# hundreds of KB of module, and each MB costs Envoy ~16 MiB of RSS.
-FILTER_HEAVY := regexp|regexp/syntax|fmt|os|encoding/json|time|runtime/debug|net|net/.*
-
-# What allotctl, a client of the HTTP/JSON admin API, must not link: the
-# server side of the control plane, its stores and their clients (the
-# store package's types it may: experiment.FromStore decodes them),
-# Prometheus, gRPC (client and server share the grpc package: the admin
-# API's gRPC service lives in proto/allot/admin/v1/adminv1grpc, apart from
-# the messages allotctl uses) and go-control-plane's server (pkg/; the
-# Envoy API messages that translate builds are only messages).
-ALLOTCTL_FORBIDDEN := github\.com/allotmesh/allot/control-plane/(admin|server|store/[a-z]+|xds|reconcile|mtls|console|migrate|outcomes)|github\.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc|github\.com/prometheus|go\.etcd\.io|go\.etcd\.io/bbolt|google\.golang\.org/grpc|github\.com/envoyproxy/go-control-plane/pkg
-
 .PHONY: check-deps
-check-deps: ## Keep gRPC, net/http and the control plane out of both filter artifacts, heavy std packages out of the Wasm one, the server side out of allotctl; control-plane/experiment pure.
-	@deps=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter/...); \
-	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
-	if [ -n "$$bad" ]; then echo "the filter must not import:"; echo "$$bad"; exit 1; fi; \
-	mod=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./filter); \
-	bad=$$(echo "$$mod" | grep -xE '$(FILTER_HEAVY)' || true); \
-	if [ -n "$$bad" ]; then echo "the Wasm module must not link (each MB costs Envoy ~16 MiB RSS):"; echo "$$bad"; exit 1; fi; \
-	deps=$$(CGO_ENABLED=1 $(GO) list -deps ./filter/native); \
-	bad=$$(echo "$$deps" | grep -E '^(google\.golang\.org/grpc|net/http|github\.com/allotmesh/allot/control-plane)(/|$$)' || true); \
-	if [ -n "$$bad" ]; then echo "the native module must not import:"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: filter (Wasm and native) is free of gRPC, net/http and control-plane/; the Wasm module of $(FILTER_HEAVY)"; \
-	deps=$$($(GO) list -deps ./control-plane/cmd/allotctl); \
-	bad=$$(echo "$$deps" | grep -E '^($(ALLOTCTL_FORBIDDEN))(/|$$)' || true); \
-	if [ -n "$$bad" ]; then echo "allotctl must not link the server side:"; echo "$$bad"; exit 1; fi; \
-	deps=$$($(GO) list -deps ./control-plane/experiment); \
-	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/' | grep -vE '^github\.com/allotmesh/allot/(control-plane/experiment|control-plane/guard|control-plane/store|proto/|filter/engine|filter/internal/)' || true); \
-	if [ -n "$$bad" ]; then echo "control-plane/experiment must import only the standard library, the proto packages, filter/engine, control-plane/guard and control-plane/store:"; echo "$$bad"; exit 1; fi; \
-	deps=$$($(GO) list -deps ./control-plane/rollout); \
-	bad=$$(echo "$$deps" | grep -E '^github\.com/allotmesh/allot/|^github\.com/prometheus|^github\.com/envoyproxy|^go\.etcd\.io' | grep -vE '^github\.com/allotmesh/allot/(control-plane/rollout|proto/)' || true); \
-	if [ -n "$$bad" ]; then echo "control-plane/rollout must import only the standard library and the proto packages (xds, rollout/etcd, admin and allotctl import it):"; echo "$$bad"; exit 1; fi; \
-	echo "check-deps: allotctl links neither the admin server, a store implementation, xDS, gRPC nor Prometheus; control-plane/experiment is pure; control-plane/rollout imports no other control-plane package"
+check-deps: ## The import rules alone (tools/archlint/rules.go): the filter links no control plane, gRPC or net/http, the Wasm module no heavy std package, allotctl no server side; experiment and rollout pure; imports point down.
+	$(GO) run ./tools/archlint -imports
 
 ## ---------------------------------------------------------------- tests
 
 .PHONY: test
-test: lint check-deps check-generate test-unit test-asan test-engine-builds test-deploy test-e2e ## Everything CI runs.
+test: lint check-generate test-unit test-asan test-engine-builds test-deploy test-e2e ## Everything CI runs.
 
 .PHONY: test-deploy
 test-deploy: test-chart test-images test-istio-manifests ## What installs Allot: the Helm chart rendered and checked, the OCI images pushed and pulled, Istio's validators on deploy/istio, the guards' patterns held to the filter's.
