@@ -53,7 +53,7 @@ and nothing changes.
 // stickyNote ends the usage of rebucket and weights.
 const stickyNote = `
 A unit holds assignments only where the mesh settings set a sticky cookie
-and its browser returned the cookie (filter/README.md, "The sticky
+and its browser returned the cookie (docs/services.md, "The sticky
 cookie"); a unit holding none is assigned by its hash. A definitions file applied later with "allotctl apply" sets
 bucketVersion, minBucketVersion, seed and weights back to the file's:
 copy them from "allotctl get KEY -o yaml" into the file.

@@ -29,7 +29,7 @@ import (
 const MaxSpecBytes = 64 << 10
 
 // Bounds of an experiment document's fields, enforced by CheckBounds with
-// an error naming the field (control-plane/README.md lists them for
+// an error naming the field (docs/reference.md lists them for
 // owners). The whole document is bounded by MaxDocumentBytes; the key by the
 // engine (^[a-z][a-z0-9._-]{0,62}$); a condition's size by the document
 // and its nesting by the filter's decoder.

@@ -1,8 +1,8 @@
 package guard
 
 import (
-	"github.com/allotmesh/allot/filter/plugin"
 	"fmt"
+	"github.com/allotmesh/allot/filter/plugin"
 	"math"
 	"strings"
 	"testing"

@@ -451,7 +451,7 @@ func (s *authorizedStream) deny(reason, why string) error {
 		addr = p.Addr.String()
 	}
 	// The node's id and cluster as sent, before the xDS server's limits
-	// (control-plane/README.md) check them: at most 256 characters each.
+	// (docs/reference.md, "What proxies send") check them: at most 256 characters each.
 	s.r.log.Warn("xDS stream denied", "reason", reason, "why", why, "identities", s.ids,
 		"cluster", fmt.Sprintf("%.256s", s.node.GetCluster()), "node_id", fmt.Sprintf("%.256s", s.node.GetId()),
 		"address", addr, "method", s.method)

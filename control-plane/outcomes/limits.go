@@ -91,7 +91,7 @@ const (
 )
 
 // Bounds of the records replicas share through etcd (shared.go;
-// control-plane/README.md, "Outcomes across replicas"): PublishInterval
+// docs/operators.md, "Outcomes across replicas"): PublishInterval
 // bounds each replica's write rate (one publish per 2 s: at most one
 // transaction per MaxCommitRecords records or MaxCommitBytes, and only
 // for experiments whose figures changed — their total and the minutes

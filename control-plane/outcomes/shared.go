@@ -44,7 +44,7 @@ type Shared interface {
 // replica's.
 func WithShared(sh Shared) Option { return func(a *Aggregator) { a.shared = sh } }
 
-// Publishing (control-plane/README.md, "Outcomes across replicas").
+// Publishing (docs/operators.md, "Outcomes across replicas").
 const (
 	// PublishInterval is how often a replica writes its figures to the
 	// shared records (Run): at most one transaction per MaxCommitRecords

@@ -104,7 +104,7 @@ type Config struct {
 	GuardianInterval time.Duration
 }
 
-// Limits of the admin listener (control-plane/README.md, Listeners). A
+// Limits of the admin listener (docs/operators.md, "Listeners"). A
 // request body is bounded by admin.MaxBodyBytes (413).
 const (
 	// DefaultAdminReadTimeout bounds the reading of a request: its headers

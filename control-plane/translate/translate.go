@@ -275,7 +275,7 @@ func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensi
 		}},
 		Configuration: conf,
 		// A VM that crashes must not take traffic down; see
-		// envoy-configs/README.md for the trade-off.
+		// docs/mesh-admins.md, "failure_policy", for the trade-off.
 		FailurePolicy: wasmextv3.FailurePolicy_FAIL_OPEN,
 	}}
 	typed, err := anypb.New(w)

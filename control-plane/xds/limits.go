@@ -18,8 +18,8 @@ import (
 
 // Limits on what a proxy sends. Each is enforced where the input enters,
 // in the stream callbacks, before anything is tracked, logged or
-// published to the mesh registry; control-plane/README.md ("Limits on what
-// proxies send") lists them. Identity fields over their bound are refused,
+// published to the mesh registry; docs/reference.md ("What proxies
+// send") lists them. Identity fields over their bound are refused,
 // never truncated: two proxies cut to the same prefix would be one.
 const (
 	// MaxRequestBytes bounds one xDS request message (grpc.MaxRecvMsgSize,
@@ -58,8 +58,8 @@ const (
 	// cluster has a stream. A stream names one cluster: a request naming
 	// another is refused (sameNode). It
 	// bounds allotd's memory (each cluster keeps its configuration built
-	// for each artifact, and its tracking: control-plane/README.md, "Limits
-	// on what proxies send"); the mesh registry splits a replica's clusters
+	// for each artifact, and its tracking: docs/reference.md, "What
+	// proxies send"); the mesh registry splits a replica's clusters
 	// into records of their own, so it bounds no registry record.
 	MaxClusters = 10_000
 	// DefaultMaxStreams is how many xDS streams one server serves at once
@@ -67,7 +67,7 @@ const (
 	// request is admitted; the first request of one more is refused with
 	// RESOURCE_EXHAUSTED (Envoy retries, or fails over to another
 	// replica). It bounds the memory the proxies' streams take in allotd
-	// (control-plane/README.md, "Limits on what proxies send").
+	// (docs/reference.md, "What proxies send").
 	DefaultMaxStreams = 50_000
 	// MaxStreamsPerConnection bounds the streams one gRPC connection opens
 	// at once (grpc.MaxConcurrentStreams, ServerOptions): an Envoy uses one

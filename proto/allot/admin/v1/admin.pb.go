@@ -16,7 +16,7 @@
 // not allowed), RESOURCE_EXHAUSTED (message too large) and INTERNAL.
 //
 // The same operations are served as HTTP/JSON under /v1/ (see
-// control-plane/README.md); the JSON bodies are these messages' proto3 JSON
+// docs/owners.md, "curl (HTTP/JSON)"); the JSON bodies are these messages' proto3 JSON
 // form.
 
 package adminv1

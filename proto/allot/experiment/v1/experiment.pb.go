@@ -36,7 +36,7 @@ const (
 // status, "running"; the store's 65,536 keep 1,024 for ramp_state and
 // rollback), and one whose running experiments of a service could
 // add more than 16,384 bytes of headers to a request of that service, or be
-// more than 1,000 (control-plane/README.md, "Limits").
+// more than 1,000 (docs/reference.md, "What an owner sends").
 type Experiment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key names the experiment and is the suffix of its header
@@ -109,14 +109,14 @@ type Experiment struct {
 	// of its assigned requests per variation, as Envoy stats: responses by
 	// class (2xx, 3xx, 4xx, 5xx, other; aborted when the client gave up
 	// before response headers came) and a histogram of the milliseconds
-	// from the request headers to the response headers (filter/README.md,
+	// from the request headers to the response headers (docs/mesh-admins.md,
 	// "Outcomes per variation"). At most
 	// 100 experiments of one proxy's configuration observe; default false
 	// (no outcome stats, no cost).
 	Observe bool `protobuf:"varint,23,opt,name=observe,proto3" json:"observe,omitempty"`
 	// guardrails are the limits each treatment variation must keep against
 	// the control on the outcomes the proxies observe: a treatment that
-	// breaks one is rolled back (control-plane/README.md, "Guardrails and
+	// breaks one is rolled back (docs/owners.md, "Guardrails and
 	// ramps"). They need observe: true. At most 8; default none. Not an
 	// assignment field: proxies receive experiments without them.
 	Guardrails []*Guardrail `protobuf:"bytes,24,rep,name=guardrails,proto3" json:"guardrails,omitempty"`
