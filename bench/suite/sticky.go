@@ -24,6 +24,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -122,7 +123,7 @@ func (j *cookieJar) setCookie(id string) (string, error) {
 	}
 	var sc []string
 	for _, h := range resp {
-		if h[0] == plugin.SetCookieHeader {
+		if h[0] == wire.SetCookieHeader {
 			sc = append(sc, h[1])
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 func variantByID(t *testing.T, id string) variant {
@@ -96,7 +97,7 @@ func exchangeRaw(t *testing.T, h *fakehost.Host, p *plugin.Plugin, root uint32, 
 		}
 	}
 	for _, kv := range down {
-		if kv[0] == plugin.SetCookieHeader {
+		if kv[0] == wire.SetCookieHeader {
 			setCookie = append(setCookie, kv[1])
 		}
 	}
@@ -145,7 +146,7 @@ func TestStickyTraffic(t *testing.T) {
 			for i := range c.requests {
 				if i == c.requests-warmIDs {
 					p.OnTick(root)
-					hits = h.Counter(plugin.MetricCacheHits)
+					hits = h.Counter(wire.MetricCacheHits)
 				}
 				id, got, sc := exchangeRaw(t, h, p, root, req, i)
 				want, _ := v.expect(id)
@@ -154,10 +155,10 @@ func TestStickyTraffic(t *testing.T) {
 				}
 			}
 			p.OnTick(root)
-			if got := h.Counter(plugin.MetricCacheHits) - hits; got != c.hits {
+			if got := h.Counter(wire.MetricCacheHits) - hits; got != c.hits {
 				t.Errorf("cache hits over the last %d requests: %d, want %d", warmIDs, got, c.hits)
 			}
-			if n := h.Counter(plugin.MetricStickyInvalid); n != 0 {
+			if n := h.Counter(wire.MetricStickyInvalid); n != 0 {
 				t.Errorf("%d invalid cookies", n)
 			}
 		})

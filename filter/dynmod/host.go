@@ -291,7 +291,7 @@ func (s Stream) SetResponseHeader(name, value string) bool {
 }
 
 // OutcomeIDs is the number of stat ids of one observed variation in
-// Stream.Observe: a counter per outcome class (plugin.NumClasses, in its
+// Stream.Observe: a counter per outcome class (wire.NumClasses, in its
 // order), then the latency histogram.
 const OutcomeIDs = C.ALLOT_OUTCOME_IDS
 

@@ -9,6 +9,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // envoyHost is plugin.Host over Envoy's dynamic-module callbacks
@@ -244,10 +245,10 @@ func (h *envoyHost) Property(p *plugin.Property) ([]byte, error) {
 }
 
 // exposureState is the filter state key of the exposure record: the name
-// Envoy's Wasm host gives the Wasm module's (plugin.ExposureProperty under
+// Envoy's Wasm host gives the Wasm module's (wire.ExposureProperty under
 // its "wasm." prefix), so one access-log format
 // (%FILTER_STATE(wasm.allot:PLAIN)%) serves both artifacts.
-const exposureState = "wasm." + plugin.ExposureProperty
+const exposureState = "wasm." + wire.ExposureProperty
 
 // SetExposure implements plugin.Host as the filter state exposureState.
 func (h *envoyHost) SetExposure(value []byte) error {

@@ -26,6 +26,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // FilterName is the filter_name the module serves (DynamicModuleFilter's
@@ -591,7 +592,7 @@ func (m *module) handOff(w *worker, e *entry, idx uint32) {
 // stream's C state, whose hooks count their outcomes. The ids go through
 // the worker's scratch slice: nothing is allocated per request in Go. If
 // the stream has no C state or its copy cannot be allocated (malloc), the
-// request is served as usual and counted in plugin.MetricOutcomesUnrecorded
+// request is served as usual and counted in wire.MetricOutcomesUnrecorded
 // instead of its outcome.
 func (m *module) observe(w *worker, e *entry, s dynmod.Stream, slots []int32) {
 	w.ids = w.ids[:0]
@@ -612,7 +613,7 @@ func (m *module) respond(s dynmod.Stream, setCookie string) {
 		m.mu.Unlock()
 		return
 	}
-	s.SetResponseHeader(plugin.SetCookieHeader, setCookie)
+	s.SetResponseHeader(wire.SetCookieHeader, setCookie)
 }
 
 // workerIndex asks Envoy for the stream's worker; tests, whose filter

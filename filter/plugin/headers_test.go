@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"testing"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // TestMaxHeaderBytesIsWhatTheFilterAdds: with every experiment forced to
@@ -34,5 +36,19 @@ func TestMaxHeaderBytesIsWhatTheFilterAdds(t *testing.T) {
 				t.Errorf("MaxHeaderBytes = %d, the filter added %d bytes: %q", got, added, out[len(in):])
 			}
 		})
+	}
+}
+
+// TestDefaultHeaderNamesAreTheWires: a configuration that names no
+// header gets the names wire declares, which the control plane and the
+// shipped guards are held to.
+func TestDefaultHeaderNamesAreTheWires(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HeaderPrefix != wire.DefaultHeaderPrefix || cfg.DictionaryHeader != wire.DefaultDictionaryHeader || cfg.VersionHeader != wire.DefaultVersionHeader {
+		t.Errorf("defaults %q %q %q, wire's %q %q %q", cfg.HeaderPrefix, cfg.DictionaryHeader, cfg.VersionHeader,
+			wire.DefaultHeaderPrefix, wire.DefaultDictionaryHeader, wire.DefaultVersionHeader)
 	}
 }

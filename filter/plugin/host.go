@@ -29,7 +29,7 @@ type Host interface {
 	// (once per configuration). An error means the attribute is missing.
 	Property(p *Property) ([]byte, error)
 	// SetExposure records a request's assignments (the dictionary value)
-	// as filter state the access log reads (ExposureProperty).
+	// as filter state the access log reads (wire.ExposureProperty).
 	SetExposure(value []byte) error
 	// DefineMetric defines a metric and returns its id.
 	DefineMetric(kind MetricKind, name string) (uint32, error)

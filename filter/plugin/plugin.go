@@ -23,6 +23,7 @@ import (
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/internal/panics"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // maxSingleWrites is the most header changes (forged assignment headers
@@ -254,9 +255,6 @@ func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 	return a
 }
 
-// SetCookieHeader is the header that carries the sticky cookie.
-const SetCookieHeader = "set-cookie"
-
 // OnResponseHeaders implements abi.Handler: a stream whose request left a
 // sticky cookie gets it as a Set-Cookie header; any other returns at once
 // (a mesh without sticky bucketing pays only the call). It always
@@ -277,7 +275,7 @@ func (p *Plugin) OnResponseHeaders(id uint32, _ int, _ bool) abi.Action {
 		return abi.ActionContinue
 	}
 	delete(p.pending, id)
-	if err := guard(func() error { return p.host.AddResponseHeader(SetCookieHeader, v) }); err != nil {
+	if err := guard(func() error { return p.host.AddResponseHeader(wire.SetCookieHeader, v) }); err != nil {
 		defer func() { recover() }()
 		p.host.Log(LogDebug, "allot: sticky cookie not set: "+err.Error())
 	}
@@ -845,10 +843,6 @@ func (p *Plugin) FailOpen(rootID uint32) int64 {
 		return r.stats.failOpen
 	}
 	return 0
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func appendOnce(list []string, s string) []string {

@@ -10,6 +10,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 const twoArm = `{"version":"v1","experiments":[{"key":"checkout","variations":["control","treatment"],"weights":[0.5,0.5]}]}`
@@ -279,7 +280,7 @@ func TestVMMetrics(t *testing.T) {
 	}
 	want := func(step string, memory, heap, allocs, gcs int64) {
 		t.Helper()
-		for name, w := range map[string]int64{MetricVMMemory: memory, MetricVMHeap: heap, MetricVMAllocations: allocs, MetricVMCollections: gcs} {
+		for name, w := range map[string]int64{wire.MetricVMMemory: memory, wire.MetricVMHeap: heap, wire.MetricVMAllocations: allocs, wire.MetricVMCollections: gcs} {
 			if got := h.Counter(name); got != w {
 				t.Errorf("%s: %s = %d, want %d", step, name, got, w)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // targeted maps attributes from every kind of source and targets on them.
@@ -109,7 +110,7 @@ func TestDictionaryAndVersionHeaders(t *testing.T) {
 	if v := values(got, "x-experiments-version"); len(v) != 1 || v[0] != "v7" {
 		t.Fatalf("x-experiments-version = %q, want [v7]", v)
 	}
-	if exp := string(h.Properties[ExposureProperty]); exp != dict[0] {
+	if exp := string(h.Properties[wire.ExposureProperty]); exp != dict[0] {
 		t.Fatalf("exposure filter state = %q, want the dictionary %q", exp, dict[0])
 	}
 }
@@ -154,11 +155,11 @@ func TestCacheEquivalence(t *testing.T) {
 	}
 	pc.OnTick(rc)
 	pu.OnTick(ru)
-	if hits := hc.Counter(MetricCacheHits); hits == 0 || hits+hc.Counter(MetricCacheMisses) != 500 {
-		t.Fatalf("cached plugin: %d hits, %d misses", hits, hc.Counter(MetricCacheMisses))
+	if hits := hc.Counter(wire.MetricCacheHits); hits == 0 || hits+hc.Counter(wire.MetricCacheMisses) != 500 {
+		t.Fatalf("cached plugin: %d hits, %d misses", hits, hc.Counter(wire.MetricCacheMisses))
 	}
-	if hu.Counter(MetricCacheHits) != 0 || hu.Counter(MetricCacheMisses) != 500 {
-		t.Fatalf("uncached plugin counted hits: %d", hu.Counter(MetricCacheHits))
+	if hu.Counter(wire.MetricCacheHits) != 0 || hu.Counter(wire.MetricCacheMisses) != 500 {
+		t.Fatalf("uncached plugin counted hits: %d", hu.Counter(wire.MetricCacheHits))
 	}
 }
 
@@ -168,7 +169,7 @@ func TestCacheKeyedOnReferencedAttributesOnly(t *testing.T) {
 		h.Request(p, root, [][2]string{{"x-user-id", "same"}, {"x-request-id", fmt.Sprint(i)}, {"x-other", fmt.Sprint(i)}})
 	}
 	p.OnTick(root)
-	if hits, misses := h.Counter(MetricCacheHits), h.Counter(MetricCacheMisses); hits != 9 || misses != 1 {
+	if hits, misses := h.Counter(wire.MetricCacheHits), h.Counter(wire.MetricCacheMisses); hits != 9 || misses != 1 {
 		t.Fatalf("hits %d misses %d: unreferenced headers must not affect the cache key", hits, misses)
 	}
 }
@@ -190,17 +191,17 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 		got, _ := h.Request(p, root, [][2]string{{"x-user-id", fmt.Sprintf("user-%d", i%120)}})
 		want[values(got, "x-experiment-checkout")[0]]++
 	}
-	if h.Counter(VariationMetric("checkout", 0)) != 0 {
+	if h.Counter(wire.VariationMetric("checkout", 0)) != 0 {
 		t.Fatal("counters were flushed before the tick")
 	}
 	p.OnTick(root)
-	if got := h.Counter(VariationMetric("checkout", 0)); got != want["control"] {
+	if got := h.Counter(wire.VariationMetric("checkout", 0)); got != want["control"] {
 		t.Errorf("control counter %d, headers %d", got, want["control"])
 	}
-	if got := h.Counter(VariationMetric("checkout", 1)); got != want["treatment"] {
+	if got := h.Counter(wire.VariationMetric("checkout", 1)); got != want["treatment"] {
 		t.Errorf("treatment counter %d, headers %d", got, want["treatment"])
 	}
-	if got := h.Counter(MetricEvaluated); got != 300 {
+	if got := h.Counter(wire.MetricEvaluated); got != 300 {
 		t.Errorf("evaluated = %d, want 300", got)
 	}
 	if h.TickMs != TickMillis {
@@ -241,8 +242,8 @@ func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
 				}
 			}
 			p.OnTick(root)
-			if h.Counter(MetricFailOpen) != 1 {
-				t.Fatalf("fail_open = %d, want 1", h.Counter(MetricFailOpen))
+			if h.Counter(wire.MetricFailOpen) != 1 {
+				t.Fatalf("fail_open = %d, want 1", h.Counter(wire.MetricFailOpen))
 			}
 		})
 	}
@@ -274,20 +275,6 @@ func TestRejectsBadAttributes(t *testing.T) {
 				t.Fatal("accepted")
 			}
 		})
-	}
-}
-
-func TestSFString(t *testing.T) {
-	for in, want := range map[string]string{
-		"green":   `"green"`,
-		`a"b\c`:   `"a\"b\\c"`,
-		"Zoë":     `%"Zo%c3%ab"`,
-		"100%\"ü": `%"100%25%22%c3%bc"`,
-		"":        `""`,
-	} {
-		if got := sfString(in); got != want {
-			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
-		}
 	}
 }
 
@@ -369,7 +356,7 @@ func TestFewChangesUseSingleCalls(t *testing.T) {
 func TestExposureStateCanBeDisabled(t *testing.T) {
 	h, p, root := start(t, strings.Replace(twoArm, `"version":"v1",`, `"version":"v1","disableExposureState":true,`, 1))
 	h.Request(p, root, [][2]string{{"x-user-id", "u"}})
-	if _, ok := h.Properties[ExposureProperty]; ok {
+	if _, ok := h.Properties[wire.ExposureProperty]; ok {
 		t.Fatal("exposure recorded although disabled")
 	}
 }

@@ -1,6 +1,9 @@
 package plugin
 
-import "github.com/allotmesh/allot/filter/abi"
+import (
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/wire"
+)
 
 // proxyWasm is the Host over proxy-wasm's host functions (abi.Host): each
 // method is the one host call that does it. It lives here, not in abi,
@@ -64,9 +67,9 @@ func (w *proxyWasm) AddResponseHeader(name, value string) error {
 func (w *proxyWasm) Property(p *Property) ([]byte, error) { return w.h.GetProperty(p.Path...) }
 
 // SetExposure implements Host with proxy_set_property of
-// ExposureProperty: Envoy keeps it as filter state wasm.allot.
+// wire.ExposureProperty: Envoy keeps it as filter state wasm.allot.
 func (w *proxyWasm) SetExposure(value []byte) error {
-	return w.h.SetProperty(ExposureProperty, value)
+	return w.h.SetProperty(wire.ExposureProperty, value)
 }
 
 // DefineMetric implements Host with proxy_define_metric.

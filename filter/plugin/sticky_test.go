@@ -12,6 +12,7 @@ import (
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 var stickySecret = base64.StdEncoding.EncodeToString([]byte(strings.Repeat("s", 32)))
@@ -165,11 +166,11 @@ func TestStickyBadCookies(t *testing.T) {
 	for _, tc := range []struct {
 		name, cookie, metric string
 	}{
-		{"forged", name + "=k1.AQEFAmlkBWFsaWNlAQtjaGVja291dF9fMAEw.AAAAAAAAAAAAAAAAAAAAAA", MetricStickyInvalid},
-		{"tampered", name + "=" + string(tampered), MetricStickyInvalid},
-		{"unknown key", name + "=k9." + val[3:], MetricStickyInvalid},
-		{"garbage", name + "=%%%", MetricStickyInvalid},
-		{"oversized", name + "=" + strings.Repeat("a", cookie.MaxValue+1), MetricStickyOversized},
+		{"forged", name + "=k1.AQEFAmlkBWFsaWNlAQtjaGVja291dF9fMAEw.AAAAAAAAAAAAAAAAAAAAAA", wire.MetricStickyInvalid},
+		{"tampered", name + "=" + string(tampered), wire.MetricStickyInvalid},
+		{"unknown key", name + "=k9." + val[3:], wire.MetricStickyInvalid},
+		{"garbage", name + "=%%%", wire.MetricStickyInvalid},
+		{"oversized", name + "=" + strings.Repeat("a", cookie.MaxValue+1), wire.MetricStickyOversized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := h.Counter(tc.metric)
@@ -186,7 +187,7 @@ func TestStickyBadCookies(t *testing.T) {
 			}
 		})
 	}
-	if n := h.Counter(MetricFailOpen); n != 0 {
+	if n := h.Counter(wire.MetricFailOpen); n != 0 {
 		t.Errorf("fail_open = %d", n)
 	}
 }
@@ -201,18 +202,18 @@ func TestStickyCache(t *testing.T) {
 	}
 	jar := cookieOf(t, sc)
 	p.OnTick(root)
-	hits := h.Counter(MetricCacheHits)
+	hits := h.Counter(wire.MetricCacheHits)
 	for range 3 {
 		if _, sc := exchange(t, h, p, root, "carol", jar); len(sc) != 0 {
 			t.Fatalf("cookie returned: Set-Cookie %q", sc)
 		}
 	}
 	p.OnTick(root)
-	if got := h.Counter(MetricCacheHits) - hits; got != 2 {
+	if got := h.Counter(wire.MetricCacheHits) - hits; got != 2 {
 		t.Errorf("cache hits = %d, want 2 (the first of three computes)", got)
 	}
-	if got := h.Counter(MetricStickyWritten); got != 2 {
-		t.Errorf("%s = %d, want 2", MetricStickyWritten, got)
+	if got := h.Counter(wire.MetricStickyWritten); got != 2 {
+		t.Errorf("%s = %d, want 2", wire.MetricStickyWritten, got)
 	}
 }
 
@@ -227,7 +228,7 @@ func TestStickyOffSetsNothing(t *testing.T) {
 	if len(down) != 1 {
 		t.Errorf("response headers %q, want only :status", down)
 	}
-	for _, n := range []string{MetricStickyInvalid, MetricStickyWritten} {
+	for _, n := range []string{wire.MetricStickyInvalid, wire.MetricStickyWritten} {
 		if _, ok := h.Metrics[n]; ok {
 			t.Errorf("%s defined without a sticky cookie", n)
 		}
@@ -448,7 +449,7 @@ func TestStickyOldFormat(t *testing.T) {
 		t.Errorf("fresh cookie's payload %q, want format 2", b)
 	}
 	p.OnTick(root)
-	for metric, want := range map[string]int64{MetricStickyStale: 1, MetricStickyInvalid: 0, MetricFailOpen: 0, MetricStickyWritten: 1} {
+	for metric, want := range map[string]int64{wire.MetricStickyStale: 1, wire.MetricStickyInvalid: 0, wire.MetricFailOpen: 0, wire.MetricStickyWritten: 1} {
 		if got := h.Counter(metric); got != want {
 			t.Errorf("%s = %d, want %d", metric, got, want)
 		}

@@ -1,13 +1,6 @@
 package plugin
 
-// Metric names of the VM's own figures (see VMStats). Every worker VM adds
-// its share, so each stat is the sum over the proxy's VMs.
-const (
-	MetricVMMemory      = "allot.vm.memory_bytes"
-	MetricVMHeap        = "allot.vm.heap_bytes"
-	MetricVMAllocations = "allot.vm.allocations"
-	MetricVMCollections = "allot.vm.collections"
-)
+import "github.com/allotmesh/allot/filter/wire"
 
 // VMStats are the Go runtime's figures for one Wasm VM.
 type VMStats struct {
@@ -48,8 +41,8 @@ func (m *vmMetrics) define(h Host) {
 		t    MetricKind
 		name string
 	}{
-		{Gauge, MetricVMMemory}, {Gauge, MetricVMHeap},
-		{Counter, MetricVMAllocations}, {Counter, MetricVMCollections},
+		{Gauge, wire.MetricVMMemory}, {Gauge, wire.MetricVMHeap},
+		{Counter, wire.MetricVMAllocations}, {Counter, wire.MetricVMCollections},
 	} {
 		id, err := h.DefineMetric(d.t, d.name)
 		if err != nil {

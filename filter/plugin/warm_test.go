@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // TestWarmPlan: a configuration whose attributes are all headers gets a
@@ -60,10 +62,10 @@ func TestWarmPlan(t *testing.T) {
 	}
 	w, err := cfg.WarmPlan()
 	names := cfg.MetricNames()
-	if err != nil || w.Experiments[0].FirstSlot != 0 || !w.HasUnrecorded || names[w.Unrecorded] != MetricOutcomesUnrecorded {
+	if err != nil || w.Experiments[0].FirstSlot != 0 || !w.HasUnrecorded || names[w.Unrecorded] != wire.MetricOutcomesUnrecorded {
 		t.Errorf("an observed experiment's plan: %v %+v", err, w)
 	}
-	for _, drop := range []string{MetricEvaluated, MetricCacheHits, MetricOutcomesUnrecorded, VariationMetric("e", 1)} {
+	for _, drop := range []string{wire.MetricEvaluated, wire.MetricCacheHits, wire.MetricOutcomesUnrecorded, wire.VariationMetric("e", 1)} {
 		fewer := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == drop })
 		if len(fewer) == len(names) {
 			t.Fatalf("%s is not among %q: the case tests nothing", drop, names)
@@ -107,8 +109,8 @@ func TestWarmResult(t *testing.T) {
 	names := cfg.MetricNames()
 	x := plan.Experiments[0]
 	if x.Header != "x-experiment-checkout" || x.Values[v] != []string{"control", "treatment"}[v] ||
-		x.Members[v] != `, checkout="`+x.Values[v]+`"` || names[x.Stats[v]] != VariationMetric("checkout", v) ||
-		names[plan.Evaluated] != MetricEvaluated || names[plan.Hits] != MetricCacheHits ||
+		x.Members[v] != `, checkout="`+x.Values[v]+`"` || names[x.Stats[v]] != wire.VariationMetric("checkout", v) ||
+		names[plan.Evaluated] != wire.MetricEvaluated || names[plan.Hits] != wire.MetricCacheHits ||
 		x.FirstSlot != -1 || plan.HasUnrecorded || !plan.PerExperiment || !plan.Exposure || plan.Version != "v1" || plan.VersionHeader != "x-experiments-version" {
 		t.Errorf("plan %+v", plan)
 	}
