@@ -14,7 +14,7 @@ import (
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -27,7 +27,7 @@ import (
 // unit's id and Allot's output headers for it (for tests).
 func floorWrites(cfg []byte) (sc *floor.Script, id string, out [][2]string, err error) {
 	host := fakehost.New()
-	p := plugin.New(host)
+	p := proxywasm.New(host)
 	root, ok := host.StartPlugin(p, cfg)
 	if !ok {
 		return nil, "", nil, fmt.Errorf("floor: configuration refused: %v", host.Logs)

@@ -11,7 +11,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -75,7 +75,7 @@ func TestStickyRowsPairLikeWithLike(t *testing.T) {
 // exchangeRaw sends the load generator's request number i of v to Allot
 // on the fake host and returns the unit's x-experiment-bench and the
 // response's Set-Cookie values.
-func exchangeRaw(t *testing.T, h *fakehost.Host, p *plugin.Plugin, root uint32, req func([]byte, uint64) []byte, i uint64) (id, got string, setCookie []string) {
+func exchangeRaw(t *testing.T, h *fakehost.Host, p *proxywasm.Handler, root uint32, req func([]byte, uint64) []byte, i uint64) (id, got string, setCookie []string) {
 	t.Helper()
 	r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(req(nil, i))))
 	if err != nil {
@@ -137,7 +137,7 @@ func TestStickyTraffic(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := fakehost.New()
-			p := plugin.New(h)
+			p := proxywasm.New(h)
 			root, ok := h.StartPlugin(p, js)
 			if !ok {
 				t.Fatalf("refused: %v", h.Logs)

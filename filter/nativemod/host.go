@@ -5,8 +5,8 @@ package nativemod
 import (
 	"errors"
 	"strconv"
+	"unsafe"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/filter/wire"
@@ -97,9 +97,9 @@ func (h *envoyHost) RequestHeaders() ([][2]string, error) {
 	off := 0
 	for i := range h.hdrs {
 		k, v := dynmod.HeaderAt(h.hdrs, i)
-		ks := abi.StringView(h.data[off : off+len(k)])
+		ks := stringView(h.data[off : off+len(k)])
 		off += len(k)
-		vs := abi.StringView(h.data[off : off+len(v)])
+		vs := stringView(h.data[off : off+len(v)])
 		off += len(v)
 		h.pairs = append(h.pairs, [2]string{ks, vs})
 	}
@@ -289,3 +289,6 @@ func (h *envoyHost) IncrementMetric(id uint32, delta int64) error {
 // StartTicks implements plugin.Host: the module flushes every worker's
 // counters from its own tick (module.tick).
 func (h *envoyHost) StartTicks(uint32) error { return nil }
+
+// stringView is b as a string without a copy: valid while b is unchanged.
+func stringView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

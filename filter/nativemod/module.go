@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/filter/wire"
@@ -103,8 +102,9 @@ type module struct {
 	workers atomic.Pointer[[]*worker]
 	next    uint32
 	// newHost makes a worker's host; tests set it to make a proxy-wasm
-	// fake (abi/fakehost), which the plugin talks to as under Wasm.
-	newHost func(*worker) abi.Host
+	// fake (abi/fakehost through proxywasm.NewHost), which the plugin
+	// talks to as under Wasm.
+	newHost func(*worker) plugin.Host
 	flusher sync.Once
 	// release returns freed heap to the OS after configuration changes
 	// (releaseSoonLocked); guarded by mu.
@@ -174,7 +174,7 @@ type worker struct {
 	mu     sync.Mutex
 	plugin *plugin.Plugin
 	host   envoyHost
-	fake   abi.Host // set by tests: used instead of host
+	fake   plugin.Host // set by tests: used instead of host
 	// roots are the configurations installed in plugin.
 	roots map[uint32]*entry
 	// ids is the request hook's scratch for the observed stat ids.
@@ -237,7 +237,7 @@ func (m *module) flush() {
 		w.mu.Lock()
 		for id, e := range w.roots {
 			w.host.entry = e
-			w.plugin.OnTick(id)
+			w.plugin.Tick(id)
 		}
 		w.host.entry = nil
 		w.mu.Unlock()
@@ -277,7 +277,7 @@ func (m *module) growLocked(n int) []*worker {
 			w.fake = m.newHost(w)
 			w.plugin = plugin.New(w.fake)
 		} else {
-			w.plugin = plugin.NewWith(wrapHost(&w.host))
+			w.plugin = plugin.New(wrapHost(&w.host))
 		}
 		if m.warm {
 			w.plugin.KeepWarmResults()
@@ -529,7 +529,7 @@ func (m *module) ConfigDestroy(h uintptr) {
 		w.mu.Lock()
 		if _, ok := w.roots[e.id]; ok {
 			w.host.entry = e
-			w.plugin.OnDelete(e.id)
+			w.plugin.Delete(e.id)
 			w.host.entry = nil
 			delete(w.roots, e.id)
 		}

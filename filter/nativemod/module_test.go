@@ -22,6 +22,7 @@ import (
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -38,12 +39,12 @@ type fakeModule struct {
 
 func newFakeModule(workers int) *fakeModule {
 	f := &fakeModule{module: newModule(), hosts: map[*worker]*fakehost.Host{}}
-	f.newHost = func(w *worker) abi.Host {
+	f.newHost = func(w *worker) plugin.Host {
 		b := fakehost.NewBatcher() // the native host batches its adds
 		f.mu.Lock()
 		f.hosts[w] = b.Host
 		f.mu.Unlock()
-		return b
+		return proxywasm.NewHost(b)
 	}
 	f.observeStream = func(_ dynmod.Stream, _ dynmod.Config, ids []uint64) bool {
 		f.mu.Lock()

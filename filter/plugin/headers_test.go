@@ -1,8 +1,9 @@
-package plugin
+package plugin_test
 
 import (
 	"testing"
 
+	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -28,7 +29,7 @@ func TestMaxHeaderBytesIsWhatTheFilterAdds(t *testing.T) {
 			for _, kv := range out[len(in):] {
 				added += len(kv[0]) + len(kv[1])
 			}
-			cfg, err := ParseConfig([]byte(cfgJSON))
+			cfg, err := plugin.ParseConfig([]byte(cfgJSON))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +44,7 @@ func TestMaxHeaderBytesIsWhatTheFilterAdds(t *testing.T) {
 // header gets the names wire declares, which the control plane and the
 // shipped guards are held to.
 func TestDefaultHeaderNamesAreTheWires(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`{}`))
+	cfg, err := plugin.ParseConfig([]byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,10 @@ package plugin
 
 // Host is the proxy as the filter needs it: its request headers, the
 // properties attributes read, the exposure record, counters, a log and a
-// tick. Two adapters implement it: the proxy-wasm one (New, over abi.Host)
-// and the Envoy dynamic module's (filter/nativemod, over filter/dynmod),
-// each mapping a method onto the call of its ABI that does it.
+// tick. Two adapters implement it: the proxy-wasm one (filter/proxywasm,
+// over abi.Host) and the Envoy dynamic module's (filter/nativemod, over
+// filter/dynmod), each mapping a method onto the call of its ABI that does
+// it.
 //
 // A method that fails returns an error: the plugin fails the request open
 // (or loses only the record or the attribute, where the README says so).

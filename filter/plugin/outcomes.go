@@ -49,11 +49,12 @@ func (c *Config) Outcomes() []OutcomeStats {
 	return out
 }
 
-// observation is what a stream of an observed request waits with for its
-// response (proxy-wasm: the plugin keeps it; the native module keeps the
-// same in C).
-type observation struct {
-	r   *root
+// Observation is what a stream of an observed request waits with for
+// its response, when the host keeps streams (proxy-wasm: the adapter keeps
+// it per stream; the native module keeps the same in C). Observe fills
+// one, ObserveResponse counts it; a host reuses it after that.
+type Observation struct {
+	r   *Root
 	cfg *Config
 	// outIDs and latIDs are the root's stat ids when the request was
 	// assigned: a response after the root was reconfigured counts in
@@ -65,43 +66,36 @@ type observation struct {
 	slots  []int32
 }
 
-// observeRequest keeps the outcome slots the request just assigned
-// (p.observed) for stream id's response. A failure to read the clock
-// costs the request its latency sample only.
+// Observe keeps, in ob (nil: a new one), the outcome slots the last
+// request, of root r, assigned (Observed) for its stream's response, and
+// returns it; nil when the host records outcomes itself
+// (OutcomeRecorder). A failure to read the clock costs the request its
+// latency sample only.
 //
 //go:noinline
-func (p *Plugin) observeRequest(id uint32, r *root) {
-	var ob *observation
-	if n := len(p.obsFree); n > 0 {
-		ob, p.obsFree = p.obsFree[n-1], p.obsFree[:n-1]
-	} else {
-		ob = &observation{}
+func (p *Plugin) Observe(r *Root, ob *Observation) *Observation {
+	if p.hostOutcomes {
+		return nil
+	}
+	if ob == nil {
+		ob = &Observation{}
 	}
 	ob.r, ob.cfg, ob.outIDs, ob.latIDs = r, r.cfg, r.stats.outIDs, r.stats.latIDs
 	ob.slots = append(ob.slots[:0], p.observed...)
 	ob.timed = guard(func() (err error) { ob.start, err = p.host.Now(); return err }) == nil
-	if p.observing == nil {
-		p.observing = map[uint32]*observation{}
-	}
-	p.observing[id] = ob
+	return ob
 }
 
-// observeResponse counts stream id's response in the class of its :status
+// ObserveResponse counts ob's response in the class of its :status
 // for each slot its request assigned, and records its latency; aborted
-// (no response headers: from OnDelete) counts wire.ClassAborted and records no
+// (the stream ended without response headers) counts wire.ClassAborted and records no
 // latency. Counts go to the root's stats, flushed on tick; each latency
 // is one host call. A response to a request assigned before the root was
 // reconfigured counts at once in the stats of the configuration that
 // assigned it. A host failure costs only its sample.
 //
 //go:noinline
-func (p *Plugin) observeResponse(id uint32, aborted bool) {
-	ob, ok := p.observing[id]
-	if !ok {
-		return
-	}
-	delete(p.observing, id)
-	defer func() { p.obsFree = append(p.obsFree, ob) }()
+func (p *Plugin) ObserveResponse(ob *Observation, aborted bool) {
 	s := &ob.r.stats
 	current := ob.r.cfg == ob.cfg && len(s.outcomes) == ob.cfg.nslots
 	if !current && len(ob.outIDs) != ob.cfg.nslots {

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"slices"
@@ -62,8 +62,8 @@ func TestOutcomesPerVariation(t *testing.T) {
 			t.Errorf("%s defined for an experiment that does not observe", name)
 		}
 	}
-	if len(p.observing) != 0 {
-		t.Errorf("%d streams still observed after they ended", len(p.observing))
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("%d streams still observed after they ended", n)
 	}
 }
 

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -37,12 +39,12 @@ const targeted = `{
   ]
 }`
 
-func startTargeted(t *testing.T, config string) (*fakehost.Host, *Plugin, uint32) {
+func startTargeted(t *testing.T, config string) (*fakehost.Host, *proxywasm.Handler, uint32) {
 	t.Helper()
 	h := fakehost.New()
 	h.Properties[abi.JoinPath([]string{"source", "address"})] = []byte("10.1.2.3:5555")
 	h.Properties[abi.JoinPath([]string{"node", "metadata", "zone"})] = []byte("eu-1")
-	p := New(h)
+	p := proxywasm.New(h)
 	root, ok := h.StartPlugin(p, []byte(config))
 	if !ok {
 		t.Fatalf("configuration refused: %v", h.Logs)
@@ -204,8 +206,8 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 	if got := h.Counter(wire.MetricEvaluated); got != 300 {
 		t.Errorf("evaluated = %d, want 300", got)
 	}
-	if h.TickMs != TickMillis {
-		t.Errorf("tick period %d, want %d", h.TickMs, TickMillis)
+	if h.TickMs != plugin.TickMillis {
+		t.Errorf("tick period %d, want %d", h.TickMs, plugin.TickMillis)
 	}
 }
 
@@ -215,13 +217,13 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
 	for _, c := range []struct {
 		name, failCall string
-		start          func(t *testing.T) (*fakehost.Host, *Plugin, uint32)
+		start          func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32)
 	}{
-		{"single calls", "proxy_add_header_map_value", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
+		{"single calls", "proxy_add_header_map_value", func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32) {
 			return startTargeted(t, targeted)
 		}},
-		{"rebuild", "proxy_set_header_map_pairs", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
-			return start(t, experimentsEveryUnitIsIn(maxSingleWrites))
+		{"rebuild", "proxy_set_header_map_pairs", func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32) {
+			return start(t, experimentsEveryUnitIsIn(plugin.MaxSingleWrites))
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -271,7 +273,7 @@ func TestRejectsBadAttributes(t *testing.T) {
 		"bad cache":   `{"cacheSize":"big"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := ParseConfig([]byte(cfg)); err == nil {
+			if _, err := plugin.ParseConfig([]byte(cfg)); err == nil {
 				t.Fatal("accepted")
 			}
 		})
@@ -325,11 +327,11 @@ func TestFewChangesUseSingleCalls(t *testing.T) {
 		experiments, forged    int
 		removes, adds, rebuild int
 	}{
-		{"no forged headers", maxSingleWrites - 2, 0, 0, maxSingleWrites, 0},
-		{"forged and added at the limit", maxSingleWrites - 2, maxSingleWrites, maxSingleWrites, maxSingleWrites, 0},
-		{"one forged name too many", maxSingleWrites - 2, maxSingleWrites + 1, 0, maxSingleWrites, 1},
-		{"one header too many", maxSingleWrites - 1, 1, 1, 0, 1},
-		{"both too many", maxSingleWrites - 1, maxSingleWrites + 1, 0, 0, 2},
+		{"no forged headers", plugin.MaxSingleWrites - 2, 0, 0, plugin.MaxSingleWrites, 0},
+		{"forged and added at the limit", plugin.MaxSingleWrites - 2, plugin.MaxSingleWrites, plugin.MaxSingleWrites, plugin.MaxSingleWrites, 0},
+		{"one forged name too many", plugin.MaxSingleWrites - 2, plugin.MaxSingleWrites + 1, 0, plugin.MaxSingleWrites, 1},
+		{"one header too many", plugin.MaxSingleWrites - 1, 1, 1, 0, 1},
+		{"both too many", plugin.MaxSingleWrites - 1, plugin.MaxSingleWrites + 1, 0, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -400,7 +402,7 @@ func TestBatchingHostAddsInOneCall(t *testing.T) {
 	cfg := experimentsEveryUnitIsIn(50)
 	plain, pp, proot := start(t, cfg)
 	b := fakehost.NewBatcher()
-	bp := New(b)
+	bp := proxywasm.New(b)
 	broot, ok := b.StartPlugin(bp, []byte(cfg))
 	if !ok {
 		t.Fatalf("configuration refused: %v", b.Logs)
@@ -434,7 +436,7 @@ func TestBatchingHostAddsInOneCall(t *testing.T) {
 	if owned := ownedHeaders(got); len(owned) != 0 {
 		t.Fatalf("after a refused batch the request carries %q", owned)
 	}
-	if bp.FailOpen(broot) != 1 {
-		t.Fatalf("FailOpen = %d, want 1", bp.FailOpen(broot))
+	if bp.Plugin().FailOpen(broot) != 1 {
+		t.Fatalf("FailOpen = %d, want 1", bp.Plugin().FailOpen(broot))
 	}
 }

@@ -113,7 +113,7 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 }
 
 // flush adds the accumulated counts to Envoy's stats and resets them.
-func (r *root) flush(h Host) {
+func (r *Root) flush(h Host) {
 	s := &r.stats
 	if r.cfg == nil || s.defineFail {
 		clear(s.outcomes)

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 	"github.com/allotmesh/allot/filter/wire"
 )
 
@@ -29,7 +31,7 @@ func stickyConfig(weights string, bucketVersion, minBucketVersion int) string {
 // exchange runs one request for unit id carrying cookies (a Cookie header
 // when not empty) and returns the checkout assignment ("" if none) and the
 // response's Set-Cookie values.
-func exchange(t *testing.T, h *fakehost.Host, p *Plugin, root uint32, id, cookies string) (string, []string) {
+func exchange(t *testing.T, h *fakehost.Host, p *proxywasm.Handler, root uint32, id, cookies string) (string, []string) {
 	t.Helper()
 	req := [][2]string{{":path", "/"}, {"x-user-id", id}}
 	if cookies != "" {
@@ -264,8 +266,8 @@ func TestStickyFailOpenSetsNoCookie(t *testing.T) {
 	if v == "" || len(sc) != 0 || h.Fired != 1 {
 		t.Errorf("Set-Cookie add panicked: assignment %q, Set-Cookie %q, fired %d", v, sc, h.Fired)
 	}
-	if len(p.pending) != 0 {
-		t.Errorf("%d cookies left pending", len(p.pending))
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("%d cookies left pending", n)
 	}
 }
 
@@ -317,7 +319,7 @@ func TestStickyConfigErrors(t *testing.T) {
 		"unknown key": {`{"stickyCookie":{"name":"sb","secure":true,"keys":[{"id":"k","secret":"` + stickySecret + `"}]}}`, `stickyCookie.secure: unknown field`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(tc.cfg))
+			_, err := plugin.ParseConfig([]byte(tc.cfg))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}

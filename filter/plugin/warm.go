@@ -130,7 +130,7 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 type warmResult struct {
 	ok   bool // the request was assigned and its result may be cached
 	seen bool // the result came from the plugin's own cache: a unit seen before
-	r    *root
+	r    *Root
 	e    entry
 }
 
