@@ -64,7 +64,7 @@ var errNoProperty = errors.New("property not available to a dynamic module")
 var errUnsupported = errors.New("not supported by the native module")
 
 // Log implements plugin.Host; the levels are numbered as Envoy's.
-func (h *envoyHost) Log(level plugin.LogLevel, msg string) { dynmod.Log(dynmod.LogLevel(level), msg) }
+func (h *envoyHost) Log(level wire.LogLevel, msg string) { dynmod.Log(level, msg) }
 
 // Configuration implements plugin.Host. The native module receives its
 // configuration in ConfigNew and installs it compiled (plugin.Install):

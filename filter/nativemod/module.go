@@ -192,7 +192,7 @@ func newModule() *module {
 // not know, makes the workers and starts the flush tick.
 func (m *module) ProgramInit(concurrency uint32) {
 	if m.warning != "" {
-		dynmod.Log(dynmod.LogWarn, m.warning)
+		dynmod.Log(wire.LogWarn, m.warning)
 	}
 	m.mu.Lock()
 	m.growLocked(int(concurrency))
@@ -305,12 +305,12 @@ func (m *module) worker(i uint32) *worker {
 // keeps the previous one.
 func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if name != FilterName {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: filter_name "+strconv.Quote(name)+", want "+strconv.Quote(FilterName))
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: filter_name "+strconv.Quote(name)+", want "+strconv.Quote(FilterName))
 		return 0
 	}
 	cfg, err := plugin.ParseConfig(data)
 	if err != nil {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 0
 	}
 	names := cfg.MetricNames()
@@ -320,7 +320,7 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		if c != 0 {
 			id, ok := c.DefineCounter(n)
 			if !ok {
-				dynmod.Log(dynmod.LogWarn, "allot: counter "+n+" could not be defined; its counts are dropped")
+				dynmod.Log(wire.LogWarn, "allot: counter "+n+" could not be defined; its counts are dropped")
 				id = noCounter
 			}
 			e.counters[i] = id
@@ -365,20 +365,20 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 // no memory.
 func (m *module) newSide(e *entry) *dynmod.WarmConfig {
 	if m.warm {
-		level := dynmod.LogInfo // a configuration the warm path does not serve
+		level := wire.LogInfo // a configuration the warm path does not serve
 		w, err := e.cfg.WarmPlan()
 		if err == nil {
 			var side *dynmod.WarmConfig
 			if side, err = newWarmSide(w, e, len(*m.workers.Load())); err == nil {
 				return side
 			}
-			level = dynmod.LogWarn // one it should serve
+			level = wire.LogWarn // one it should serve
 		}
 		dynmod.Log(level, "allot: warm path off for this configuration: "+err.Error())
 	}
 	side, err := dynmod.NewColdConfig()
 	if err != nil {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+err.Error())
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+err.Error())
 		return nil
 	}
 	return side
@@ -459,7 +459,7 @@ func defineOutcomes(c dynmod.Config, out []plugin.OutcomeStats) []uint64 {
 				if v, ok := c.DefineCounter(name); ok {
 					id = v
 				} else {
-					dynmod.Log(dynmod.LogWarn, "allot: counter "+name+" could not be defined; its counts are dropped")
+					dynmod.Log(wire.LogWarn, "allot: counter "+name+" could not be defined; its counts are dropped")
 				}
 			}
 			ids = append(ids, id)
@@ -471,7 +471,7 @@ func defineOutcomes(c dynmod.Config, out []plugin.OutcomeStats) []uint64 {
 			if v, ok := c.DefineHistogram(o.Latency); ok {
 				id = v
 			} else {
-				dynmod.Log(dynmod.LogWarn, "allot: histogram "+o.Latency+" could not be defined; its samples are dropped")
+				dynmod.Log(wire.LogWarn, "allot: histogram "+o.Latency+" could not be defined; its samples are dropped")
 			}
 		}
 		ids = append(ids, id)

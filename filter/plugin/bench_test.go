@@ -9,6 +9,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/plugin"
 	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // benchHost is the cheapest possible abi.Host: it serves one fixed header
@@ -17,7 +18,7 @@ type benchHost struct {
 	pairs [][2]string
 }
 
-func (*benchHost) Log(abi.LogLevel, string)                           {}
+func (*benchHost) Log(wire.LogLevel, string)                          {}
 func (*benchHost) GetBuffer(abi.BufferType, int, int) ([]byte, error) { return nil, nil }
 func (h *benchHost) GetHeaderMapPairs(abi.MapType) ([][2]string, error) {
 	return h.pairs, nil

@@ -1,5 +1,7 @@
 package plugin
 
+import "github.com/allotmesh/allot/filter/wire"
+
 // Host is the proxy as the filter needs it: its request headers, the
 // properties attributes read, the exposure record, counters, a log and a
 // tick. Two adapters implement it: the proxy-wasm one (filter/proxywasm,
@@ -11,7 +13,7 @@ package plugin
 // (or loses only the record or the attribute, where the README says so).
 type Host interface {
 	// Log writes msg to the proxy's log at level.
-	Log(level LogLevel, msg string)
+	Log(level wire.LogLevel, msg string)
 	// Configuration returns the plugin configuration, size bytes, that the
 	// proxy is delivering (OnConfigure). A host that hands the plugin its
 	// configuration compiled (Install) has none to read.
@@ -89,18 +91,6 @@ type HeaderBatcher interface {
 	// every name, even after one failed, and returns the first failure.
 	RemoveRequestHeaders(names []string) error
 }
-
-// LogLevel is a log level, numbered as Envoy numbers them: both ABIs
-// (abi.LogLevel, dynmod.LogLevel) pass the number through.
-type LogLevel uint32
-
-// The levels the plugin logs at: per request only LogDebug.
-const (
-	LogDebug    LogLevel = 1
-	LogInfo     LogLevel = 2
-	LogWarn     LogLevel = 3
-	LogCritical LogLevel = 5
-)
 
 // MetricKind is what a metric counts.
 type MetricKind uint8

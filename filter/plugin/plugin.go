@@ -137,7 +137,7 @@ func (p *Plugin) Root(id uint32) *Root { return p.roots[id] }
 func (p *Plugin) Configure(rootID uint32, size int) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.host.Log(LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
+			p.host.Log(wire.LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
 			ok = false
 		}
 	}()
@@ -145,14 +145,14 @@ func (p *Plugin) Configure(rootID uint32, size int) (ok bool) {
 	if size > 0 {
 		b, err := p.host.Configuration(size)
 		if err != nil {
-			p.host.Log(LogCritical, "allot: read plugin configuration: "+err.Error())
+			p.host.Log(wire.LogCritical, "allot: read plugin configuration: "+err.Error())
 			return false
 		}
 		data = b
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
-		p.host.Log(LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		p.host.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return false
 	}
 	p.Install(rootID, cfg)
@@ -186,9 +186,9 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 	}
 	r.stats.define(p.host, cfg, !p.hostOutcomes)
 	if err := p.host.StartTicks(TickMillis); err != nil {
-		p.host.Log(LogWarn, "allot: metrics tick unavailable: "+err.Error())
+		p.host.Log(wire.LogWarn, "allot: metrics tick unavailable: "+err.Error())
 	}
-	p.host.Log(LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
+	p.host.Log(wire.LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
 }
 
 // SetResponseCookie adds v, a Set-Cookie value a request left
@@ -198,7 +198,7 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 func (p *Plugin) SetResponseCookie(v string) {
 	if err := guard(func() error { return p.host.AddResponseHeader(wire.SetCookieHeader, v) }); err != nil {
 		defer func() { recover() }()
-		p.host.Log(LogDebug, "allot: sticky cookie not set: "+err.Error())
+		p.host.Log(wire.LogDebug, "allot: sticky cookie not set: "+err.Error())
 	}
 }
 
@@ -318,7 +318,7 @@ func (p *Plugin) assign(r *Root) error {
 		// The exposure record for the access log; losing it must not cost
 		// the request its assignment.
 		if err := p.host.SetExposure(bytesView(dict)); err != nil {
-			p.host.Log(LogDebug, "allot: exposure not recorded: "+err.Error())
+			p.host.Log(wire.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
 	for j := range e.assignments() {
@@ -519,7 +519,7 @@ func (p *Plugin) failOpen(r *Root, err error, v any) {
 	if err != nil {
 		msg = err.Error()
 	}
-	p.host.Log(LogDebug, "allot: request passed through unassigned: "+msg)
+	p.host.Log(wire.LogDebug, "allot: request passed through unassigned: "+msg)
 }
 
 // scrub leaves the request with no header the filter owns, whatever step

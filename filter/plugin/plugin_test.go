@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 const twoArm = `{"version":"v1","experiments":[{"key":"checkout","variations":["control","treatment"],"weights":[0.5,0.5]}]}`
@@ -150,7 +150,7 @@ func TestRejectsBadConfiguration(t *testing.T) {
 			if _, ok := h.StartPlugin(p, []byte(cfg)); ok {
 				t.Fatal("on_configure accepted an invalid configuration")
 			}
-			if len(h.Logs) == 0 || h.Logs[len(h.Logs)-1].Level != abi.LogCritical {
+			if len(h.Logs) == 0 || h.Logs[len(h.Logs)-1].Level != wire.LogCritical {
 				t.Fatalf("want a critical log, got %v", h.Logs)
 			}
 		})

@@ -108,7 +108,7 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 		}
 	}
 	if s.defineFail {
-		h.Log(LogWarn, "allot: some metrics could not be defined; their counts are dropped")
+		h.Log(wire.LogWarn, "allot: some metrics could not be defined; their counts are dropped")
 	}
 }
 

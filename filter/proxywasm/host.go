@@ -29,7 +29,7 @@ var (
 func NewHost(h abi.Host) plugin.Host { return newHost(h) }
 
 // Log implements plugin.Host with proxy_log.
-func (w *proxyWasm) Log(level plugin.LogLevel, msg string) { w.h.Log(abi.LogLevel(level), msg) }
+func (w *proxyWasm) Log(level wire.LogLevel, msg string) { w.h.Log(level, msg) }
 
 // Configuration implements plugin.Host with proxy_get_buffer_bytes.
 func (w *proxyWasm) Configuration(size int) ([]byte, error) {

@@ -49,7 +49,7 @@ func (m *vmMetrics) define(h plugin.Host) {
 	} {
 		id, err := h.DefineMetric(d.t, d.name)
 		if err != nil {
-			h.Log(plugin.LogWarn, "allot: VM metrics unavailable: "+err.Error())
+			h.Log(wire.LogWarn, "allot: VM metrics unavailable: "+err.Error())
 			return
 		}
 		m.ids[i] = id

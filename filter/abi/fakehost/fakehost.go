@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // Host is an in-memory abi.Host. The zero value is not ready; use New.
@@ -87,7 +88,7 @@ func (h *Host) Inject(f Fault) {
 
 // Log is one proxy_log call.
 type Log struct {
-	Level abi.LogLevel
+	Level wire.LogLevel
 	Msg   string
 }
 
@@ -123,7 +124,7 @@ func (h *Host) fail(call string) error {
 }
 
 // Log implements abi.Host.
-func (h *Host) Log(level abi.LogLevel, msg string) {
+func (h *Host) Log(level wire.LogLevel, msg string) {
 	h.fail("proxy_log") // only a panic can break it
 	h.mu.Lock()
 	defer h.mu.Unlock()
