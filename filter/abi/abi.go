@@ -11,8 +11,9 @@
 //
 // Spec: https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1
 //
-// This package imports only the standard library; it must never import gRPC
-// or net/http.
+// This package imports only the standard library and filter/wire (its log
+// levels, wire.LogLevel); it must never import the filter's core
+// (filter/plugin), gRPC or net/http.
 package abi
 
 import (

@@ -33,8 +33,9 @@
 // them, are C (hooks.c), so that a request crosses from Envoy into Go at
 // most once.
 //
-// This package imports only the standard library; it must never import
-// gRPC or net/http.
+// This package imports only the standard library, filter/internal/panics
+// and filter/wire (its log levels, wire.LogLevel); it must never import the
+// filter's core (filter/plugin), gRPC or net/http.
 package dynmod
 
 import (

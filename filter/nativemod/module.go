@@ -9,8 +9,11 @@
 // main, only installs it (dynmod.SetHandler(nativemod.New())); see
 // filter/README.md, "The native module".
 //
-// This package imports only the standard library and the filter's own
-// packages; it must never import gRPC, net/http or the control plane.
+// It drives the core (filter/plugin) directly: a stream is Envoy's, so it
+// keeps no stream contexts, and it imports neither the proxy-wasm layer
+// (filter/abi) nor its adapter (filter/proxywasm). This package imports
+// only the standard library and the filter's own packages; it must never
+// import gRPC, net/http or the control plane.
 package nativemod
 
 import (
@@ -563,7 +566,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
-	w.plugin.RequestHeaders(e.id)
+	w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
 	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)

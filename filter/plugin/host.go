@@ -15,7 +15,7 @@ type Host interface {
 	// Log writes msg to the proxy's log at level.
 	Log(level wire.LogLevel, msg string)
 	// Configuration returns the plugin configuration, size bytes, that the
-	// proxy is delivering (OnConfigure). A host that hands the plugin its
+	// proxy is delivering (Plugin.Configure). A host that hands the plugin its
 	// configuration compiled (Install) has none to read.
 	Configuration(size int) ([]byte, error)
 	// RequestHeaders returns every request header, in order. The slice and
@@ -26,7 +26,7 @@ type Host interface {
 	// RemoveRequestHeader removes every copy of a request header.
 	RemoveRequestHeader(name string) error
 	// AddResponseHeader appends a response header (the sticky cookie's
-	// Set-Cookie) from OnResponseHeaders.
+	// Set-Cookie) from the response headers (Plugin.SetResponseCookie).
 	AddResponseHeader(name, value string) error
 	// Property reads a request property (per request) or a node property
 	// (once per configuration). An error means the attribute is missing.
@@ -38,10 +38,10 @@ type Host interface {
 	DefineMetric(kind MetricKind, name string) (uint32, error)
 	// IncrementMetric adds delta to a metric.
 	IncrementMetric(id uint32, delta int64) error
-	// StartTicks asks for OnTick every ms milliseconds, for the counters'
+	// StartTicks asks for a tick (Plugin.Tick) every ms milliseconds, for the counters'
 	// flush.
 	StartTicks(ms uint32) error
-	// ResponseStatus reads the response's :status, from OnResponseHeaders
+	// ResponseStatus reads the response's :status, from the response headers
 	// (outcomes of observed experiments).
 	ResponseStatus() (string, error)
 	// Now is the proxy's clock in nanoseconds (latencies of observed

@@ -1,6 +1,6 @@
 // Package plugin is the Allot filter's core, the same in both artifacts:
 // it decodes and installs a configuration (Configure, Install), serves a
-// request (Request, RequestHeaders: attribute extraction, the per-worker
+// request (Request: attribute extraction, the per-worker
 // cache of computed assignments, the assignment headers written and forged
 // ones removed, sticky cookies, fail-open) and keeps the counters and
 // outcome stats a host flushes on its tick. It holds no business rules:
@@ -207,18 +207,6 @@ func (p *Plugin) SetResponseCookie(v string) {
 // (the native module) or keeps it for the stream's response
 // (SetResponseCookie). It is valid until the next request.
 func (p *Plugin) SetCookie() string { return stringView(p.setCookie) }
-
-// RequestHeaders runs the request path (Request) for a stream of root
-// rootID, for a host that keeps no stream contexts (the native module: a
-// stream there is Envoy's, and the worker's plugin serves one request hook
-// at a time).
-func (p *Plugin) RequestHeaders(rootID uint32) { p.Request(p.roots[rootID]) }
-
-// Configured reports whether root rootID has a configuration installed.
-func (p *Plugin) Configured(rootID uint32) bool {
-	r := p.roots[rootID]
-	return r != nil && r.cfg != nil
-}
 
 // Request is the request path for a stream of root r (nil: none). The
 // stream always continues: on any internal error or panic the request

@@ -6,7 +6,8 @@
 // experiment, assignment revision, variation and response class, with the
 // one function that builds an outcome stat's name and the one that parses
 // it back), the latency histogram's bounds, the stats namespace Envoy
-// prefixes them with and the filter state the access log reads.
+// prefixes them with and the filter state the access log reads; and the
+// filter's one log-level type, as Envoy numbers levels for both ABIs.
 //
 // Both sides import it: the filter (filter/plugin, filter/nativemod)
 // writes these names, and the control plane (translate's header budget,

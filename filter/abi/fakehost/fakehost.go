@@ -4,8 +4,9 @@
 // sequence Envoy uses (create root, vm start, configure, then one stream per
 // request). Any host call can be made to fail or panic (Inject, Fail) and
 // every call can be recorded (Trace), so a test can enumerate the calls a
-// request makes and break each in turn. The plugin talks to it through its
-// proxy-wasm adapter (plugin.New), as it talks to Envoy in the Wasm module.
+// request makes and break each in turn. The plugin talks to it through the
+// proxy-wasm adapter (filter/proxywasm), as it talks to Envoy in the Wasm
+// module.
 package fakehost
 
 import (
