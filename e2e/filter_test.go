@@ -14,7 +14,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -122,11 +122,11 @@ func testFilterProduction(t *testing.T, a artifact) {
 		harness.MustEventually(t, 5*time.Second, func() error {
 			after := p.MustStats(t)
 			got := map[string]int64{
-				"hits":      delta(after, "wasmcustom."+plugin.MetricCacheHits),
-				"misses":    delta(after, "wasmcustom."+plugin.MetricCacheMisses),
-				"evaluated": delta(after, "wasmcustom."+plugin.MetricEvaluated),
-				"control":   delta(after, "wasmcustom."+plugin.VariationMetric("split", 0)),
-				"treatment": delta(after, "wasmcustom."+plugin.VariationMetric("split", 1)),
+				"hits":      delta(after, "wasmcustom."+wire.MetricCacheHits),
+				"misses":    delta(after, "wasmcustom."+wire.MetricCacheMisses),
+				"evaluated": delta(after, "wasmcustom."+wire.MetricEvaluated),
+				"control":   delta(after, "wasmcustom."+wire.VariationMetric("split", 0)),
+				"treatment": delta(after, "wasmcustom."+wire.VariationMetric("split", 1)),
 			}
 			want := map[string]int64{"hits": 200, "misses": 100, "evaluated": 300, "control": sent["control"], "treatment": sent["treatment"]}
 			for k := range want {
@@ -252,12 +252,12 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 		last, since := int64(-1), time.Now()
 		harness.MustEventually(t, 15*time.Second, func() error {
 			stats = p.MustStats(t)
-			got := stats["wasmcustom."+plugin.MetricEvaluated]
+			got := stats["wasmcustom."+wire.MetricEvaluated]
 			if got != last {
 				last, since = got, time.Now()
 			}
 			if time.Since(since) < 1200*time.Millisecond {
-				return fmt.Errorf("%s = %d, still moving", plugin.MetricEvaluated, got)
+				return fmt.Errorf("%s = %d, still moving", wire.MetricEvaluated, got)
 			}
 			return nil
 		})
@@ -270,8 +270,8 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 		var stats map[string]int64
 		harness.MustEventually(t, 15*time.Second, func() error {
 			stats = p.MustStats(t)
-			if got := stats["wasmcustom."+plugin.MetricEvaluated] - before["wasmcustom."+plugin.MetricEvaluated]; got < n {
-				return fmt.Errorf("%s grew by %d, want %d (fail_open %d, failed requests %d)", plugin.MetricEvaluated, got, n, stats["wasmcustom."+plugin.MetricFailOpen], failures.Load())
+			if got := stats["wasmcustom."+wire.MetricEvaluated] - before["wasmcustom."+wire.MetricEvaluated]; got < n {
+				return fmt.Errorf("%s grew by %d, want %d (fail_open %d, failed requests %d)", wire.MetricEvaluated, got, n, stats["wasmcustom."+wire.MetricFailOpen], failures.Load())
 			}
 			return nil
 		})
@@ -283,11 +283,11 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 	from := next.Load() // each sender stops after taking one number too many
 	send(200_000)
 	final, after := p.MustRSS(t), flushed(before, 200_000-from)
-	allocs := after["wasmcustom."+plugin.MetricVMAllocations] - before["wasmcustom."+plugin.MetricVMAllocations]
+	allocs := after["wasmcustom."+wire.MetricVMAllocations] - before["wasmcustom."+wire.MetricVMAllocations]
 	t.Logf("200,000 distinct users in %v: RSS %.1f MiB after 10k, %.1f MiB after 200k (+%.1f MiB); "+
 		"Go heap allocations in the VMs during the last 190,000 requests: %d; VM memory %.1f MiB, %d collections in all",
 		time.Since(start).Round(time.Second), mib(base), mib(final), mib(final-base), allocs,
-		mib(after["wasmcustom."+plugin.MetricVMMemory]), after["wasmcustom."+plugin.MetricVMCollections])
+		mib(after["wasmcustom."+wire.MetricVMMemory]), after["wasmcustom."+wire.MetricVMCollections])
 	if failures.Load() > 0 {
 		t.Errorf("%d requests failed", failures.Load())
 	}
@@ -303,11 +303,11 @@ func testFilterMemoryFlat(t *testing.T, a artifact) {
 	// The bound leaves room for the ticks' own work.
 	// Every VM runs a full collection after its configuration (filter/main.go),
 	// inside the callback: in Envoy's V8 it completes and returns.
-	if n := after["wasmcustom."+plugin.MetricVMCollections]; n < 1 {
-		t.Errorf("%s = %d, want at least one collection after configuration", plugin.MetricVMCollections, n)
+	if n := after["wasmcustom."+wire.MetricVMCollections]; n < 1 {
+		t.Errorf("%s = %d, want at least one collection after configuration", wire.MetricVMCollections, n)
 	}
-	if _, ok := after["wasmcustom."+plugin.MetricVMAllocations]; !ok {
-		t.Errorf("no %s stat", plugin.MetricVMAllocations)
+	if _, ok := after["wasmcustom."+wire.MetricVMAllocations]; !ok {
+		t.Errorf("no %s stat", wire.MetricVMAllocations)
 	} else if allocs > 190 {
 		t.Errorf("%d Go heap allocations during 190,000 requests, want at most 1 per 1,000 requests", allocs)
 	}

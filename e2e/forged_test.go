@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -171,7 +171,7 @@ func testFilterForgedHeaders(t *testing.T, a artifact) {
 
 // counts is the evaluated and fail_open counters.
 func counts(stats map[string]int64) [2]int64 {
-	return [2]int64{stats["wasmcustom."+plugin.MetricEvaluated], stats["wasmcustom."+plugin.MetricFailOpen]}
+	return [2]int64{stats["wasmcustom."+wire.MetricEvaluated], stats["wasmcustom."+wire.MetricFailOpen]}
 }
 
 // settledCounts returns the evaluated and fail_open counters once they

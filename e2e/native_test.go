@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -117,10 +117,10 @@ func TestNativePanicRecovered(t *testing.T) {
 	}
 	harness.MustEventually(t, 5*time.Second, func() error {
 		s := p.MustStats(t)
-		if got, want := s["wasmcustom."+plugin.MetricFailOpen], int64(len(cases)); got != want {
+		if got, want := s["wasmcustom."+wire.MetricFailOpen], int64(len(cases)); got != want {
 			return fmt.Errorf("fail_open %d, want %d (one per injected panic)", got, want)
 		}
-		if got, want := s["wasmcustom."+plugin.MetricEvaluated], int64(len(cases)); got != want {
+		if got, want := s["wasmcustom."+wire.MetricEvaluated], int64(len(cases)); got != want {
 			return fmt.Errorf("requests_evaluated %d, want %d", got, want)
 		}
 		return nil

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/filter/dynmod"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -259,8 +259,8 @@ func TestNativeWarmPathEqualsGo(t *testing.T) {
 					t.Errorf("%s: %d with the warm path off, %d with it on", name, n, ws[name])
 				}
 			}
-			evaluated, failOpen := "wasmcustom."+plugin.MetricEvaluated, "wasmcustom."+plugin.MetricFailOpen
-			hits, misses := "wasmcustom."+plugin.MetricCacheHits, "wasmcustom."+plugin.MetricCacheMisses
+			evaluated, failOpen := "wasmcustom."+wire.MetricEvaluated, "wasmcustom."+wire.MetricFailOpen
+			hits, misses := "wasmcustom."+wire.MetricCacheHits, "wasmcustom."+wire.MetricCacheMisses
 			for path, s := range map[string]map[string]int64{"off": cs, "on": ws} {
 				if s[hits]+s[misses] != s[evaluated] || s[evaluated] == 0 {
 					t.Errorf("the warm path %s: %d cache hits + %d misses, %d requests evaluated; want as many", path, s[hits], s[misses], s[evaluated])
@@ -324,7 +324,7 @@ func TestNativeWarmPathEqualsGo(t *testing.T) {
 // request does with the warm path off (TestNativePanicRecovered).
 func TestNativeWarmPathSkipsGo(t *testing.T) {
 	p := startStaticNative(t, nativeArtifact, warmConfig, "allotfault")
-	failOpen := "wasmcustom." + plugin.MetricFailOpen
+	failOpen := "wasmcustom." + wire.MetricFailOpen
 	settled := func() map[string]int64 { return p.settledStats(t) }
 	unit := map[string][]string{"x-user-id": {"warm-unit"}, "x-country": {"fr"}}
 	want, err := p.get(unit)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/e2e/echo"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -54,7 +54,7 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 		if sent[v] == nil {
 			t.Fatalf("unit %s: x-experiment-watched %q", unit, v)
 		}
-		sent[v][plugin.Class2xx]++
+		sent[v][wire.Class2xx]++
 		units[v] = append(units[v], unit)
 	}
 	if len(units["a"]) < 4 || len(units["b"]) < 4 {
@@ -69,11 +69,11 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 	}
 	for _, unit := range units["b"] {
 		fault(unit, 503)
-		sent["b"][plugin.Class5xx]++
+		sent["b"][wire.Class5xx]++
 	}
 	for _, unit := range units["a"][:3] {
 		fault(unit, 404)
-		sent["a"][plugin.Class4xx]++
+		sent["a"][wire.Class4xx]++
 	}
 	// Aborted: the upstream holds the request, the client gives up.
 	impatient := &http.Client{Timeout: 300 * time.Millisecond}
@@ -85,16 +85,16 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 			resp.Body.Close()
 			t.Fatalf("a held request was answered %d", resp.StatusCode)
 		}
-		sent["b"][plugin.ClassAborted]++
+		sent["b"][wire.ClassAborted]++
 	}
 
 	stat := func(v string, class int) string {
-		return "wasmcustom." + plugin.OutcomeMetric("watched", 1, variationIndex(v), class)
+		return "wasmcustom." + wire.OutcomeMetric("watched", 1, variationIndex(v), class)
 	}
 	harness.MustEventually(t, 15*time.Second, func() error {
 		stats := p.MustStats(t)
 		for v, byClass := range sent {
-			for class := range plugin.NumClasses {
+			for class := range wire.NumClasses {
 				got, ok := stats[stat(v, class)]
 				if !ok {
 					return fmt.Errorf("%s: no such stat", stat(v, class))
@@ -110,10 +110,10 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 	harness.MustEventually(t, 20*time.Second, func() error {
 		counts := promValues(p.MustAdmin(t, http.MethodGet, "/stats/prometheus"))
 		for v, byClass := range sent {
-			responses := byClass[plugin.Class2xx] + byClass[plugin.Class4xx] + byClass[plugin.Class5xx]
+			responses := byClass[wire.Class2xx] + byClass[wire.Class4xx] + byClass[wire.Class5xx]
 			// Envoy strips the custom-stats namespace of Wasm stats from
 			// Prometheus names, not of a dynamic module's.
-			name := promName(plugin.LatencyMetric("watched", 1, variationIndex(v)), a)
+			name := promName(wire.OutcomeMetric("watched", 1, variationIndex(v), wire.Latency), a)
 			got, ok := counts[name+"_count"]
 			if !ok {
 				var seen []string
@@ -127,8 +127,8 @@ func testOutcomesPerVariation(t *testing.T, a artifact) {
 			if got != responses {
 				return fmt.Errorf("%s_count = %d, want %d (the responses)", name, got, responses)
 			}
-			for class := range plugin.NumClasses { // the counters, as Prometheus scrapes them
-				c := promName(plugin.OutcomeMetric("watched", 1, variationIndex(v), class), a)
+			for class := range wire.NumClasses { // the counters, as Prometheus scrapes them
+				c := promName(wire.OutcomeMetric("watched", 1, variationIndex(v), class), a)
 				if counts[c] != byClass[class] {
 					return fmt.Errorf("%s = %d, want %d", c, counts[c], byClass[class])
 				}

@@ -24,7 +24,7 @@ import (
 	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
 	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
@@ -42,17 +42,17 @@ const (
 func churnFlush(key string, rev int64, errors ...uint64) []*metricsv1.Metric {
 	var ms []*metricsv1.Metric
 	sum := func(name string, n uint64) *metricsv1.Metric {
-		return &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + name, Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
+		return &metricsv1.Metric{Name: wire.StatName(name), Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
 			AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 			DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}}
 	}
 	for v, bad := range errors {
-		buckets := make([]uint64, len(plugin.LatencyBounds)+1)
+		buckets := make([]uint64, len(wire.LatencyBounds)+1)
 		buckets[0] = 10
-		ms = append(ms, sum(plugin.OutcomeMetric(key, rev, v, plugin.Class2xx), 10-bad), sum(plugin.OutcomeMetric(key, rev, v, plugin.Class5xx), bad),
-			&metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, rev, v), Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
+		ms = append(ms, sum(wire.OutcomeMetric(key, rev, v, wire.Class2xx), 10-bad), sum(wire.OutcomeMetric(key, rev, v, wire.Class5xx), bad),
+			&metricsv1.Metric{Name: wire.StatName(wire.OutcomeMetric(key, rev, v, wire.Latency)), Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
-				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: 10, ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
+				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: 10, ExplicitBounds: wire.LatencyBounds, BucketCounts: buckets}}}}})
 	}
 	return ms
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -268,7 +268,7 @@ func testRoutingFailOpen(t *testing.T, a artifact) {
 		}
 	}
 	harness.MustEventually(t, 5*time.Second, func() error {
-		if got, want := g.MustStats(t)["wasmcustom."+plugin.MetricFailOpen], int64(len(cases)); got != want {
+		if got, want := g.MustStats(t)["wasmcustom."+wire.MetricFailOpen], int64(len(cases)); got != want {
 			return fmt.Errorf("fail_open %d, want %d (one per injected panic)", got, want)
 		}
 		return nil

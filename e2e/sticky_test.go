@@ -16,7 +16,7 @@ import (
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -150,7 +150,7 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	invalid := func() int64 {
 		var n int64
 		harness.MustEventually(t, 5*time.Second, func() error {
-			n = g.MustStats(t)["wasmcustom."+plugin.MetricStickyInvalid]
+			n = g.MustStats(t)["wasmcustom."+wire.MetricStickyInvalid]
 			return nil
 		})
 		return n
@@ -172,8 +172,8 @@ func testStickyBucketing(t *testing.T, a artifact) {
 		t.Fatalf("dave's cookie, made from alice's: %v (payload %q), want dave's one document", d, p)
 	}
 	harness.MustEventually(t, 5*time.Second, func() error {
-		if got := g.MustStats(t)["wasmcustom."+plugin.MetricStickyInvalid]; got != before+2 {
-			return fmt.Errorf("%s = %d, want %d", plugin.MetricStickyInvalid, got, before+2)
+		if got := g.MustStats(t)["wasmcustom."+wire.MetricStickyInvalid]; got != before+2 {
+			return fmt.Errorf("%s = %d, want %d", wire.MetricStickyInvalid, got, before+2)
 		}
 		return nil
 	})
@@ -184,8 +184,8 @@ func testStickyBucketing(t *testing.T, a artifact) {
 		t.Fatalf("%s with an old-format cookie: %q, Set-Cookie %q; want green (by hash) and a fresh cookie of format 2", alice, v, set)
 	}
 	harness.MustEventually(t, 5*time.Second, func() error {
-		if got := g.MustStats(t)["wasmcustom."+plugin.MetricStickyStale]; got != 1 {
-			return fmt.Errorf("%s = %d, want 1", plugin.MetricStickyStale, got)
+		if got := g.MustStats(t)["wasmcustom."+wire.MetricStickyStale]; got != 1 {
+			return fmt.Errorf("%s = %d, want 1", wire.MetricStickyStale, got)
 		}
 		return nil
 	})
@@ -210,7 +210,7 @@ func testStickyBucketing(t *testing.T, a artifact) {
 	if v, _ := send("carol", ""); v != "green" {
 		t.Fatalf("minBucketVersion 2, a new unit: %q, want green", v)
 	}
-	if n := g.MustStats(t)["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
+	if n := g.MustStats(t)["wasmcustom."+wire.MetricFailOpen]; n != 0 {
 		t.Errorf("fail_open = %d", n)
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/nativemod"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -292,7 +292,7 @@ func (p *proxy) settledStats(t *testing.T) map[string]int64 {
 	var stats map[string]int64
 	harness.MustEventually(t, 5*time.Second, func() error {
 		stats = p.MustStats(t)
-		evaluated, failOpen := stats["wasmcustom."+plugin.MetricEvaluated], stats["wasmcustom."+plugin.MetricFailOpen]
+		evaluated, failOpen := stats["wasmcustom."+wire.MetricEvaluated], stats["wasmcustom."+wire.MetricFailOpen]
 		if got, want := evaluated+failOpen, p.sent.Load(); got != want {
 			return fmt.Errorf("envoy counted %d evaluated and %d failed-open requests, %d were sent", evaluated, failOpen, want)
 		}

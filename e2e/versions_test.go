@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -225,8 +225,8 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 	}
 	// Every request counted as evaluated, none failed open, and the
 	// exposure record (filter state) in the access log.
-	if n := p.settledStats(t)["wasmcustom."+plugin.MetricFailOpen]; n != 0 {
-		t.Errorf("%s = %d, want 0", plugin.MetricFailOpen, n)
+	if n := p.settledStats(t)["wasmcustom."+wire.MetricFailOpen]; n != 0 {
+		t.Errorf("%s = %d, want 0", wire.MetricFailOpen, n)
 	}
 	first, err := p.get(map[string][]string{"x-user-id": {"user-0000"}})
 	if err != nil {
@@ -240,7 +240,7 @@ func versionContract(t *testing.T, m matrixEnvoy, a artifact) {
 	harness.MustEventually(t, 10*time.Second, func() error {
 		st := p.MustStats(t)
 		for i, v := range []string{"control", "treatment"} {
-			name := "wasmcustom." + plugin.OutcomeMetric("checkout", 1, i, plugin.Class2xx)
+			name := "wasmcustom." + wire.OutcomeMetric("checkout", 1, i, wire.Class2xx)
 			if st[name] != responses[v] {
 				return fmt.Errorf("%s = %d, want %d", name, st[name], responses[v])
 			}

@@ -3,7 +3,8 @@
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o allot.wasm ./filter
 //
-// main only wires the ABI layer to the plugin and tunes the Go runtime; see
+// main only wires the ABI layer to the proxy-wasm adapter (filter/proxywasm,
+// over the core filter/plugin) and tunes the Go runtime; see
 // filter/README.md.
 package main
 
@@ -12,7 +13,7 @@ import (
 	_ "unsafe" // for go:linkname
 
 	"github.com/allotmesh/allot/filter/abi"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // Runtime tuning for one worker VM. Wasm linear memory only grows, so the
@@ -60,14 +61,14 @@ func setMemoryLimit(int64) int64
 func init() {
 	setGCPercent(-1)
 	setMemoryLimit(memoryLimit)
-	p := plugin.New(abi.NewHost())
+	p := proxywasm.New(abi.NewHost())
 	p.ReadVMStats(readVMStats)
-	abi.SetHandler(&vm{Plugin: p})
+	abi.SetHandler(&vm{Handler: p})
 }
 
-// vm is the plugin with the VM's collections placed off the request path.
+// vm is the proxy-wasm handler with the VM's collections placed off the request path.
 type vm struct {
-	*plugin.Plugin
+	*proxywasm.Handler
 	gc collector
 }
 
@@ -77,7 +78,7 @@ type vm struct {
 // decoding's garbage before the first request.
 func (v *vm) OnConfigure(rootID uint32, size int) bool {
 	setGCPercent(gcPercent)
-	ok := v.Plugin.OnConfigure(rootID, size)
+	ok := v.Handler.OnConfigure(rootID, size)
 	v.gc.collect()
 	setGCPercent(-1)
 	return ok
@@ -85,7 +86,7 @@ func (v *vm) OnConfigure(rootID uint32, size int) bool {
 
 // OnTick implements abi.Handler.
 func (v *vm) OnTick(rootID uint32) {
-	v.Plugin.OnTick(rootID)
+	v.Handler.OnTick(rootID)
 	v.gc.tick()
 }
 
@@ -123,10 +124,10 @@ var memStats runtime.MemStats
 
 // readVMStats reads the runtime's figures once per tick. ReadMemStats
 // stops the world, which in a single-threaded VM costs only its own work.
-func readVMStats(s *plugin.VMStats) {
+func readVMStats(s *proxywasm.VMStats) {
 	m := &memStats
 	runtime.ReadMemStats(m)
-	*s = plugin.VMStats{MemoryBytes: m.Sys, HeapBytes: m.HeapAlloc, Allocations: m.Mallocs, Collections: uint64(m.NumGC)}
+	*s = proxywasm.VMStats{MemoryBytes: m.Sys, HeapBytes: m.HeapAlloc, Allocations: m.Mallocs, Collections: uint64(m.NumGC)}
 }
 
 func main() {}

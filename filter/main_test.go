@@ -7,7 +7,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // init reaches the runtime's GC settings without importing runtime/debug,
@@ -60,7 +60,7 @@ func TestConfigureCollectsAndLeavesCollectionOff(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := &percentHost{Host: fakehost.New(), during: -2}
-			v := &vm{Plugin: plugin.New(h)}
+			v := &vm{Handler: proxywasm.New(h)}
 			before := collections()
 			if _, ok := h.StartPlugin(v, []byte(c.config)); ok != c.ok {
 				t.Fatalf("on_configure = %v, want %v", ok, c.ok)
@@ -85,7 +85,7 @@ var sink []byte
 // collection, and not before.
 func TestTickCollectsOnceTheHeapGrew(t *testing.T) {
 	h := fakehost.New()
-	v := &vm{Plugin: plugin.New(h)}
+	v := &vm{Handler: proxywasm.New(h)}
 	root, ok := h.StartPlugin(v, []byte(`{"experiments":[{"key":"k","variations":["a","b"]}]}`))
 	if !ok {
 		t.Fatal("configuration refused")

@@ -27,6 +27,7 @@ import (
 	"github.com/allotmesh/allot/bench/minimal"
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 func init() { dynmod.SetHandler(&handler{}) }
@@ -69,7 +70,7 @@ func (h *handler) ConfigNew(_ dynmod.Config, _ string, config []byte) uintptr {
 	if len(config) > 0 {
 		sc, err := floor.Parse(string(config))
 		if err != nil {
-			dynmod.Log(dynmod.LogCritical, "mindynmod: "+err.Error())
+			dynmod.Log(wire.LogCritical, "mindynmod: "+err.Error())
 			return 0
 		}
 		r = &replay{Replay: sc.Compile()}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 func init() { abi.SetHandler(&handler{host: abi.NewHost()}) }
@@ -61,7 +62,7 @@ func (h *handler) OnConfigure(_ uint32, size int) bool {
 	}
 	sc, err := floor.Parse(string(b))
 	if err != nil {
-		h.host.Log(abi.LogCritical, "minwasm: "+err.Error())
+		h.host.Log(wire.LogCritical, "minwasm: "+err.Error())
 		return false
 	}
 	h.script = sc.Compile()

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/allotmesh/allot/bench/floor"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -111,7 +111,7 @@ func TestCModuleReplaysScript(t *testing.T) {
 	if cfg.Type != "type.googleapis.com/google.protobuf.StringValue" || cfg.Value != sc.String() {
 		t.Fatalf("variant o's filter_config %+v, want U's write script as a StringValue", cfg)
 	}
-	if len(sc.Headers) < 10 || len(sc.Props) != 1 || sc.Props[0].Name != plugin.ExposureProperty {
+	if len(sc.Headers) < 10 || len(sc.Props) != 1 || sc.Props[0].Name != wire.ExposureProperty {
 		t.Fatalf("the script has %d headers and properties %+v, want Q's (about 17 and the exposure record)", len(sc.Headers), sc.Props)
 	}
 

@@ -10,7 +10,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // hashExpect is GrowthBook's hash v1 of id with seed "bench", split 50/50:
@@ -130,7 +130,7 @@ func profileAllot(n int, lean bool) (hostProfile, error) {
 	host := fakehost.New()
 	counts := map[string]int{}
 	host.Fail = func(call string) error { counts[call]++; return nil }
-	p := plugin.New(host)
+	p := proxywasm.New(host)
 	cfg := filterConfigJSON(n)
 	if lean {
 		cfg = leanConfigJSON(n)

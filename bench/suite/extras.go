@@ -22,6 +22,7 @@ import (
 	"github.com/allotmesh/allot/bench/load"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -344,12 +345,12 @@ func measureMemory(ctx context.Context, o Options, p *paths) (*memory, error) {
 			m.Misses = e.stat("wasmcustom.allot.cache_misses")
 		case "mem-native-1000":
 			m.NativeIdle, m.NativeRSS, m.NativeFill, m.NativeErrors = idle, rss, fill.Seconds(), r.Errors
-			m.NativeMisses = e.stat(metricsNamespace + "." + plugin.MetricCacheMisses)
-			m.NativeHits = e.stat(metricsNamespace + "." + plugin.MetricCacheHits)
+			m.NativeMisses = e.stat(metricsNamespace + "." + wire.MetricCacheMisses)
+			m.NativeHits = e.stat(metricsNamespace + "." + wire.MetricCacheHits)
 			m.NativePassCPU = passCPU
 		case "mem-native-go-1000":
 			m.NativeGoIdle, m.NativeGoRSS = idle, rss
-			m.NativeGoHits = e.stat(metricsNamespace + "." + plugin.MetricCacheHits)
+			m.NativeGoHits = e.stat(metricsNamespace + "." + wire.MetricCacheHits)
 			m.NativeGoPassCPU = passCPU
 		default:
 			m.BaseRSS = rss
@@ -392,7 +393,7 @@ func countServedInC(ctx context.Context, o Options, p *paths, m *memory) (string
 	// Every request is counted evaluated or failed open, on the counters'
 	// one-second flush.
 	sent := int64(memoryFill + 2*secondPass)
-	evaluated, failOpen := metricsNamespace+"."+plugin.MetricEvaluated, metricsNamespace+"."+plugin.MetricFailOpen
+	evaluated, failOpen := metricsNamespace+"."+wire.MetricEvaluated, metricsNamespace+"."+wire.MetricFailOpen
 	deadline := time.Now().Add(5 * time.Second)
 	for e.stat(evaluated)+e.stat(failOpen) != sent {
 		if time.Now().After(deadline) {

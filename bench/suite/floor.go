@@ -14,7 +14,8 @@ import (
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // floorWrites runs Allot natively on the fake host with the configuration
@@ -26,7 +27,7 @@ import (
 // unit's id and Allot's output headers for it (for tests).
 func floorWrites(cfg []byte) (sc *floor.Script, id string, out [][2]string, err error) {
 	host := fakehost.New()
-	p := plugin.New(host)
+	p := proxywasm.New(host)
 	root, ok := host.StartPlugin(p, cfg)
 	if !ok {
 		return nil, "", nil, fmt.Errorf("floor: configuration refused: %v", host.Logs)
@@ -75,12 +76,12 @@ func floorWrites(cfg []byte) (sc *floor.Script, id string, out [][2]string, err 
 		}
 		sc.Headers = append(sc.Headers, floor.Write{Name: h[0], Value: val})
 	}
-	if st, ok := host.Properties[plugin.ExposureProperty]; ok {
+	if st, ok := host.Properties[wire.ExposureProperty]; ok {
 		val, err := benchMemberVar(string(st), v)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("exposure property: %w", err)
 		}
-		sc.Props = append(sc.Props, floor.Write{Name: plugin.ExposureProperty, Value: val})
+		sc.Props = append(sc.Props, floor.Write{Name: wire.ExposureProperty, Value: val})
 	}
 	return sc, id, out, nil
 }

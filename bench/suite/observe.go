@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
@@ -54,20 +54,15 @@ func observe(cfg *filterv1.FilterConfig) error {
 // outcomeStat reports whether name (as Envoy lists it) is an outcome
 // counter of an observed variation, and of which experiment.
 func outcomeStat(name string) (key string, class string, ok bool) {
-	rest, ok := strings.CutPrefix(name, statPrefix+"allot.experiment.")
+	metric, ok := strings.CutPrefix(name, statPrefix)
 	if !ok {
 		return "", "", false
 	}
-	head, class, ok := strings.Cut(rest, ".response.")
-	if !ok {
+	key, _, _, c, ok := wire.ParseOutcomeMetric(metric)
+	if !ok || c == wire.Latency {
 		return "", "", false
 	}
-	head, _, ok = strings.Cut(head, ".variation.")
-	if !ok {
-		return "", "", false
-	}
-	key, _, ok = strings.Cut(head, ".rev.") // the revision slot: plugin.OutcomeMetric
-	return key, class, ok
+	return key, wire.ClassName(c), true
 }
 
 // observedStats are what an Allot variant's Envoy lists of outcomes:
@@ -96,7 +91,7 @@ func readObserved(e *envoy, sent int64) (observedStats, error) {
 		return observedStats{}, err
 	}
 	o := observedStats{Sent: sent, Responses: map[string]int64{}}
-	o.Unrecorded, o.HasUnrecorded = all[statPrefix+plugin.MetricOutcomesUnrecorded]
+	o.Unrecorded, o.HasUnrecorded = all[statPrefix+wire.MetricOutcomesUnrecorded]
 	for name, n := range all {
 		key, class, ok := outcomeStat(name)
 		if !ok {
@@ -104,7 +99,7 @@ func readObserved(e *envoy, sent int64) (observedStats, error) {
 		}
 		o.Stats++
 		o.Responses[key] += n
-		if class == plugin.ClassName(plugin.Class2xx) {
+		if class == wire.ClassName(wire.Class2xx) {
 			o.OK += n
 		}
 	}
@@ -131,14 +126,14 @@ func checkOutcomes(e *envoy, v variant, sent int64) error {
 		if !v.observe {
 			if o.Stats > 0 || o.HasUnrecorded {
 				return fmt.Errorf("outcome stats: %d listed (%v), %s listed %v, want none: no experiment of %s observes",
-					o.Stats, o.Responses, plugin.MetricOutcomesUnrecorded, o.HasUnrecorded, v.ID)
+					o.Stats, o.Responses, wire.MetricOutcomesUnrecorded, o.HasUnrecorded, v.ID)
 			}
 			return nil
 		}
 		keys := slices.Sorted(maps.Keys(o.Responses))
 		if !slices.Equal(keys, slices.Sorted(slices.Values(observedKeys))) || !o.HasUnrecorded {
 			return fmt.Errorf("outcome stats of experiments %q, want %q; %s listed %v, want true", keys, observedKeys,
-				plugin.MetricOutcomesUnrecorded, o.HasUnrecorded)
+				wire.MetricOutcomesUnrecorded, o.HasUnrecorded)
 		}
 		got := o.Responses[observedKey]
 		if got >= sent {

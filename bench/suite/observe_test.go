@@ -7,7 +7,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // TestObservedKeysAssigned: the observe variants' configuration marks
@@ -66,12 +66,12 @@ func TestOutcomeStat(t *testing.T) {
 		name, key, class string
 		ok               bool
 	}{
-		{statPrefix + plugin.OutcomeMetric("exp-0004", 0, 2, plugin.Class5xx), "exp-0004", "5xx", true},
-		{statPrefix + plugin.OutcomeMetric("bench", 40, 0, plugin.ClassAborted), "bench", "aborted", true},
-		{statPrefix + plugin.VariationMetric("bench", 1), "", "", false},
-		{statPrefix + plugin.LatencyMetric("bench", 0, 1), "", "", false},
-		{statPrefix + plugin.MetricOutcomesUnrecorded, "", "", false},
-		{plugin.OutcomeMetric("bench", 0, 0, plugin.Class2xx), "", "", false}, // without Envoy's prefix
+		{statPrefix + wire.OutcomeMetric("exp-0004", 0, 2, wire.Class5xx), "exp-0004", "5xx", true},
+		{statPrefix + wire.OutcomeMetric("bench", 40, 0, wire.ClassAborted), "bench", "aborted", true},
+		{statPrefix + wire.VariationMetric("bench", 1), "", "", false},
+		{statPrefix + wire.OutcomeMetric("bench", 0, 1, wire.Latency), "", "", false},
+		{statPrefix + wire.MetricOutcomesUnrecorded, "", "", false},
+		{wire.OutcomeMetric("bench", 0, 0, wire.Class2xx), "", "", false}, // without Envoy's prefix
 	} {
 		key, class, ok := outcomeStat(tc.name)
 		if key != tc.key || class != tc.class || ok != tc.ok {

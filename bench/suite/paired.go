@@ -10,7 +10,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/load"
 	"github.com/allotmesh/allot/bench/stats"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -65,7 +65,7 @@ type paired struct {
 // allotCounters are Allot's counters the interleaved section reads at its
 // end (a native worker flushes on a request a second after its last flush,
 // so its last second's counts may be missing: the report uses shares).
-var allotCounters = []string{plugin.MetricCacheHits, plugin.MetricCacheMisses, plugin.MetricStickyWritten, plugin.MetricStickyInvalid}
+var allotCounters = []string{wire.MetricCacheHits, wire.MetricCacheMisses, wire.MetricStickyWritten, wire.MetricStickyInvalid}
 
 // add is variant id's CPU addition over A: the median of per-round
 // differences.

@@ -11,7 +11,7 @@ import (
 	"github.com/allotmesh/allot/bench/floor"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/nativemod"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // BenchmarkPluginRequest runs Allot's plugin natively on the fake host, one
@@ -29,7 +29,7 @@ func BenchmarkPluginRequest(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				host := fakehost.New()
-				p := plugin.New(host)
+				p := proxywasm.New(host)
 				root, ok := host.StartPlugin(p, filterConfigJSON(n))
 				if !ok {
 					b.Fatalf("configuration refused: %v", host.Logs)

@@ -23,7 +23,8 @@ import (
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -87,7 +88,7 @@ func (v variant) request(seq uint64) (load.RequestFunc, error) {
 type cookieJar struct {
 	mu   sync.Mutex
 	host *fakehost.Host
-	p    *plugin.Plugin
+	p    *proxywasm.Handler
 	root uint32
 }
 
@@ -102,7 +103,7 @@ var jar = sync.OnceValues(func() (*cookieJar, error) {
 		return nil, fmt.Errorf("sticky configuration: %w", err)
 	}
 	j := &cookieJar{host: fakehost.New()}
-	j.p = plugin.New(j.host)
+	j.p = proxywasm.New(j.host)
 	root, ok := j.host.StartPlugin(j.p, js)
 	if !ok {
 		return nil, fmt.Errorf("sticky configuration refused on the fake host: %v", j.host.Logs)
@@ -122,7 +123,7 @@ func (j *cookieJar) setCookie(id string) (string, error) {
 	}
 	var sc []string
 	for _, h := range resp {
-		if h[0] == plugin.SetCookieHeader {
+		if h[0] == wire.SetCookieHeader {
 			sc = append(sc, h[1])
 		}
 	}

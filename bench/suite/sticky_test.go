@@ -11,7 +11,8 @@ import (
 	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/config"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 func variantByID(t *testing.T, id string) variant {
@@ -74,7 +75,7 @@ func TestStickyRowsPairLikeWithLike(t *testing.T) {
 // exchangeRaw sends the load generator's request number i of v to Allot
 // on the fake host and returns the unit's x-experiment-bench and the
 // response's Set-Cookie values.
-func exchangeRaw(t *testing.T, h *fakehost.Host, p *plugin.Plugin, root uint32, req func([]byte, uint64) []byte, i uint64) (id, got string, setCookie []string) {
+func exchangeRaw(t *testing.T, h *fakehost.Host, p *proxywasm.Handler, root uint32, req func([]byte, uint64) []byte, i uint64) (id, got string, setCookie []string) {
 	t.Helper()
 	r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(req(nil, i))))
 	if err != nil {
@@ -96,7 +97,7 @@ func exchangeRaw(t *testing.T, h *fakehost.Host, p *plugin.Plugin, root uint32, 
 		}
 	}
 	for _, kv := range down {
-		if kv[0] == plugin.SetCookieHeader {
+		if kv[0] == wire.SetCookieHeader {
 			setCookie = append(setCookie, kv[1])
 		}
 	}
@@ -136,7 +137,7 @@ func TestStickyTraffic(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := fakehost.New()
-			p := plugin.New(h)
+			p := proxywasm.New(h)
 			root, ok := h.StartPlugin(p, js)
 			if !ok {
 				t.Fatalf("refused: %v", h.Logs)
@@ -145,7 +146,7 @@ func TestStickyTraffic(t *testing.T) {
 			for i := range c.requests {
 				if i == c.requests-warmIDs {
 					p.OnTick(root)
-					hits = h.Counter(plugin.MetricCacheHits)
+					hits = h.Counter(wire.MetricCacheHits)
 				}
 				id, got, sc := exchangeRaw(t, h, p, root, req, i)
 				want, _ := v.expect(id)
@@ -154,10 +155,10 @@ func TestStickyTraffic(t *testing.T) {
 				}
 			}
 			p.OnTick(root)
-			if got := h.Counter(plugin.MetricCacheHits) - hits; got != c.hits {
+			if got := h.Counter(wire.MetricCacheHits) - hits; got != c.hits {
 				t.Errorf("cache hits over the last %d requests: %d, want %d", warmIDs, got, c.hits)
 			}
-			if n := h.Counter(plugin.MetricStickyInvalid); n != 0 {
+			if n := h.Counter(wire.MetricStickyInvalid); n != 0 {
 				t.Errorf("%d invalid cookies", n)
 			}
 		})

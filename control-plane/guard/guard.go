@@ -81,7 +81,7 @@ type Counts struct {
 	// request was timed.
 	Buckets []uint64
 	// Bounds are the buckets' upper bounds in milliseconds, increasing
-	// (allotd's plugin.LatencyBounds; the filter records whole
+	// (allotd's wire.LatencyBounds; the filter records whole
 	// milliseconds, truncated, so below 1 ms every latency reads 0).
 	Bounds []float64
 }

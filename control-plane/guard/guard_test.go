@@ -6,19 +6,21 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
-// hist is a histogram over plugin.LatencyBounds with the given counts
+// hist is a histogram over wire.LatencyBounds with the given counts
 // in the buckets whose upper bound is the key (0: the overflow bucket).
 func hist(requests, errors uint64, counts map[float64]uint64) Counts {
-	c := Counts{Requests: requests, Errors: errors, Bounds: plugin.LatencyBounds}
+	c := Counts{Requests: requests, Errors: errors, Bounds: wire.LatencyBounds}
 	if counts == nil {
 		return c
 	}
-	c.Buckets = make([]uint64, len(plugin.LatencyBounds)+1)
+	c.Buckets = make([]uint64, len(wire.LatencyBounds)+1)
 	for bound, n := range counts {
-		i := len(plugin.LatencyBounds)
-		for j, b := range plugin.LatencyBounds {
+		i := len(wire.LatencyBounds)
+		for j, b := range wire.LatencyBounds {
 			if b == bound {
 				i = j
 			}
@@ -183,7 +185,7 @@ func p95Of(t *testing.T, shares []float64) float64 {
 	for i, p := range shares {
 		b[i] = uint64(math.Round(p * 1e9))
 	}
-	e, why := estimateQuantile(plugin.LatencyBounds, b, 0.95)
+	e, why := estimateQuantile(wire.LatencyBounds, b, 0.95)
 	if why != "" {
 		t.Fatal(why)
 	}

@@ -1,11 +1,12 @@
 package guard
 
 import (
-	"github.com/allotmesh/allot/filter/plugin"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // The simulations monitor each experiment as allotd does: every interval
@@ -20,7 +21,7 @@ const (
 // variation is how a simulated variation's requests turn out.
 type variation struct {
 	errorRate float64   // ErrorRate
-	buckets   []float64 // LatencyP95: the probability of each bucket of plugin.LatencyBounds
+	buckets   []float64 // LatencyP95: the probability of each bucket of wire.LatencyBounds
 }
 
 // simulate runs simRuns experiments of simIntervals intervals checked by
@@ -37,11 +38,11 @@ func monitor(t *testing.T, seed, per uint64, metric Metric, check func(control, 
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var stops []uint64
-	c := Counts{Bounds: plugin.LatencyBounds}
-	tr := Counts{Bounds: plugin.LatencyBounds}
+	c := Counts{Bounds: wire.LatencyBounds}
+	tr := Counts{Bounds: wire.LatencyBounds}
 	if metric == LatencyP95 {
-		c.Buckets = make([]uint64, len(plugin.LatencyBounds)+1)
-		tr.Buckets = make([]uint64, len(plugin.LatencyBounds)+1)
+		c.Buckets = make([]uint64, len(wire.LatencyBounds)+1)
+		tr.Buckets = make([]uint64, len(wire.LatencyBounds)+1)
 	}
 	for range simRuns {
 		c.Requests, c.Errors, tr.Requests, tr.Errors = 0, 0, 0, 0
@@ -112,15 +113,15 @@ func binomial(r *rand.Rand, n uint64, p float64) uint64 {
 	return k
 }
 
-// lognormal returns the bucket probabilities of plugin.LatencyBounds for
+// lognormal returns the bucket probabilities of wire.LatencyBounds for
 // latencies whose logarithm is normal with the given median (ms) and
 // standard deviation, recorded as the filter records them: in whole
 // milliseconds, truncated, so a sample in the bucket up to b is a latency
 // below ⌊b⌋+1 ms.
 func lognormal(median, sigma float64) []float64 {
-	p := make([]float64, len(plugin.LatencyBounds)+1)
+	p := make([]float64, len(wire.LatencyBounds)+1)
 	prev := 0.0
-	for i, b := range plugin.LatencyBounds {
+	for i, b := range wire.LatencyBounds {
 		cdf := 0.5 * math.Erfc(-(math.Log(math.Floor(b)+1)-math.Log(median))/(sigma*math.Sqrt2))
 		p[i] = cdf - prev
 		prev = cdf

@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"context"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	"path/filepath"
 	"sync"
@@ -17,8 +18,6 @@ import (
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
-	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/plugin"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -89,22 +88,22 @@ func (f *fixture) report(t *testing.T, key string, perVariation [][3]uint64) {
 	var ms []*metricsv1.Metric
 	for v, c := range perVariation {
 		requests, errors, at := c[0], c[1], float64(c[2])
-		for class, n := range map[int]uint64{plugin.Class2xx: requests - errors, plugin.Class5xx: errors} {
-			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, rev, v, class),
+		for class, n := range map[int]uint64{wire.Class2xx: requests - errors, wire.Class5xx: errors} {
+			ms = append(ms, &metricsv1.Metric{Name: wire.StatName(wire.OutcomeMetric(key, rev, v, class)),
 				Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
 		}
-		buckets := make([]uint64, len(plugin.LatencyBounds)+1)
+		buckets := make([]uint64, len(wire.LatencyBounds)+1)
 		i := 0
-		for i < len(plugin.LatencyBounds) && plugin.LatencyBounds[i] < at {
+		for i < len(wire.LatencyBounds) && wire.LatencyBounds[i] < at {
 			i++
 		}
 		buckets[i] = requests
-		ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, rev, v),
+		ms = append(ms, &metricsv1.Metric{Name: wire.StatName(wire.OutcomeMetric(key, rev, v, wire.Latency)),
 			Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 				AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
-				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
+				DataPoints:             []*metricsv1.HistogramDataPoint{{Count: requests, ExplicitBounds: wire.LatencyBounds, BucketCounts: buckets}}}}})
 	}
 	f.agg.Add(context.Background(), "p1", "", ms)
 }

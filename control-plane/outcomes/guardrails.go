@@ -3,7 +3,7 @@ package outcomes
 import (
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/guard"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
@@ -20,7 +20,7 @@ func Guardrail(g *experimentv1.Guardrail) (guard.Guardrail, int) {
 // client went first) is no evidence either way, so that no client can
 // make a variation look worse, or better, by abandoning its requests.
 func (t tally) guardCounts() guard.Counts {
-	c := guard.Counts{Requests: t.responses(), Errors: t.counts[plugin.Class5xx], Bounds: plugin.LatencyBounds}
+	c := guard.Counts{Requests: t.responses(), Errors: t.counts[wire.Class5xx], Bounds: wire.LatencyBounds}
 	if len(t.buckets) > 0 {
 		c.Buckets = t.buckets
 	}

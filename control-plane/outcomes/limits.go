@@ -1,6 +1,8 @@
 package outcomes
 
-import "time"
+import (
+	"time"
+)
 
 // Bounds of what proxies send (the OpenTelemetry stat sink is a trust
 // boundary): input over a bound is dropped where it enters and counted in
@@ -67,7 +69,7 @@ const (
 	// MaxRevisions-1 earlier ones (Outcomes.earlier), each for
 	// RevisionGrace after it was replaced. A flush counting in an older
 	// one is dropped (reason "other_stat"). It is below
-	// plugin.RevisionSlots, the revisions a proxy's stat names tell apart,
+	// wire.RevisionSlots, the revisions a proxy's stat names tell apart,
 	// so that kept revisions never share names unless RevisionSlots
 	// revisions came between them (then the newer keeps them, and a late
 	// flush of the older counts in the newer).
@@ -86,7 +88,7 @@ const (
 	reasonRate     = "rate"       // an export over MaxExportsPerSecond on its connection (refused)
 	reasonName     = "name"       // a family name over MaxNameBytes
 	reasonOther    = "other_stat" // not an outcome stat of a kept revision of an observed experiment (Envoy's own stats, a revision no longer kept)
-	reasonValue    = "value"      // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than plugin.LatencyBounds, or a series repeated within one export
+	reasonValue    = "value"      // not a monotonic delta sum or delta histogram, a value out of range, a histogram with other bounds than wire.LatencyBounds, or a series repeated within one export
 	reasonCluster  = "cluster"    // an experiment that does not apply to the reporting proxy's cluster
 )
 

@@ -3,18 +3,18 @@
 // served on the xDS listener) and aggregates them mesh-wide, per experiment,
 // per assignment revision and per variation: responses by class and
 // latency buckets, since the revision and per minute. Each stat carries
-// the revision that assigned its requests (plugin.OutcomeMetric), so a
+// the revision that assigned its requests (wire.OutcomeMetric), so a
 // response counts in that revision however late its proxy flushes it. With
 // several allotd replicas, each publishes its figures to records shared
 // through the store's cluster (Shared, shared.go; on etcd,
 // control-plane/outcomes/etcd) and its reports sum every replica's.
 //
 // It reads experiments through store.Store and imports, of the control
-// plane, experiment, guard and store, and translate for the stats
-// namespace alone; of the filter, its stat names (filter/plugin, both
-// moving to filter/wire). It never imports the admin API or the xDS
-// server: allotd's wiring gives it what it needs of them as functions and
-// interfaces (Decoder, IdentifyFunc, Shared).
+// plane, experiment, guard and store; of the filter, its wire contract
+// (filter/wire: the stat names, classes, latency bounds and namespace). It
+// never imports the admin API or the xDS server: allotd's wiring gives it
+// what it needs of them as functions and interfaces (Decoder,
+// IdentifyFunc, Shared).
 package outcomes
 
 import (
@@ -34,14 +34,13 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/store"
-	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
 // numClasses is the number of outcome classes (2xx, 3xx, 4xx, 5xx, other,
 // aborted), in the filter's order.
-const numClasses = plugin.NumClasses
+const numClasses = wire.NumClasses
 
 // latencyClass marks a stat name as a variation's latency histogram.
 const latencyClass = -1
@@ -145,7 +144,7 @@ type minute struct {
 // tally is one variation's responses by class and latency histogram.
 type tally struct {
 	counts  [numClasses]uint64
-	buckets []uint64 // samples per bucket of plugin.LatencyBounds (not cumulative); none or len(plugin.LatencyBounds)+1, the last above every bound
+	buckets []uint64 // samples per bucket of wire.LatencyBounds (not cumulative); none or len(wire.LatencyBounds)+1, the last above every bound
 }
 
 // New returns an Aggregator reading experiments from st with decode (and
@@ -255,7 +254,7 @@ func (a *Aggregator) Collect(ch chan<- prometheus.Metric) {
 		for v, t := range e.total {
 			for c := range numClasses {
 				ch <- prometheus.MustNewConstMetric(a.reqDesc, prometheus.CounterValue, float64(t.counts[c]),
-					e.key, e.revision, strconv.Itoa(v), plugin.ClassName(c))
+					e.key, e.revision, strconv.Itoa(v), wire.ClassName(c))
 			}
 		}
 	}
@@ -427,9 +426,9 @@ func statNames(key string, rev int64, variations int) []string {
 	names := make([]string, 0, variations*(numClasses+1))
 	for v := range variations {
 		for c := range numClasses {
-			names = append(names, statName(plugin.OutcomeMetric(key, rev, v, c)))
+			names = append(names, statName(wire.OutcomeMetric(key, rev, v, c)))
 		}
-		names = append(names, statName(plugin.LatencyMetric(key, rev, v)))
+		names = append(names, statName(wire.OutcomeMetric(key, rev, v, wire.Latency)))
 	}
 	return names
 }
@@ -466,11 +465,7 @@ func (a *Aggregator) state(s series) *expState {
 }
 
 // statName is the full Envoy name of a filter stat, as the sink sends it.
-//
-// TODO(#44): translate.NativeMetricsNamespace ("wasmcustom") is a wire name
-// of the filter (the stats namespace both artifacts emit under); it moves to
-// filter/wire, and then outcomes no longer imports translate.
-func statName(metric string) string { return translate.NativeMetricsNamespace + "." + metric }
+func statName(metric string) string { return wire.StatName(metric) }
 
 // weights are e's variation weights, equal when omitted.
 func weights(e *experimentv1.Experiment) []float64 {
@@ -603,17 +598,17 @@ func count(v float64) (uint64, bool) {
 }
 
 // addHistogram adds one flush's latency histogram (the samples since the
-// previous flush, in disjoint buckets over plugin.LatencyBounds and one above
+// previous flush, in disjoint buckets over wire.LatencyBounds and one above
 // them) to variation v; false when it is none, not a delta, malformed, or
-// its bounds are not plugin.LatencyBounds.
+// its bounds are not wire.LatencyBounds.
 func addHistogram(e *expState, v int, h *metricsv1.Histogram, now time.Time) bool {
 	if h == nil || h.GetAggregationTemporality() != metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
 		return false
 	}
-	sum := make([]uint64, len(plugin.LatencyBounds)+1)
+	sum := make([]uint64, len(wire.LatencyBounds)+1)
 	var total uint64
 	for _, p := range h.GetDataPoints() {
-		if !slices.Equal(p.GetExplicitBounds(), plugin.LatencyBounds) || len(p.GetBucketCounts()) != len(sum) {
+		if !slices.Equal(p.GetExplicitBounds(), wire.LatencyBounds) || len(p.GetBucketCounts()) != len(sum) {
 			return false
 		}
 		var n uint64

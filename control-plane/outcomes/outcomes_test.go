@@ -3,7 +3,7 @@ package outcomes
 import (
 	"context"
 	"fmt"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	"path/filepath"
 	"slices"
@@ -72,11 +72,11 @@ func counter(name string, v float64) *metricsv1.Metric {
 }
 
 // histogram is one flush's latency histogram as the sink exports it: the
-// samples since the previous flush in disjoint buckets over plugin.LatencyBounds
+// samples since the previous flush in disjoint buckets over wire.LatencyBounds
 // (and one above), with the counts in the buckets of 10, 100 and 250 ms.
 func histogram(name string, perBucket ...uint64) *metricsv1.Metric {
-	p := &metricsv1.HistogramDataPoint{ExplicitBounds: slices.Clone(plugin.LatencyBounds), BucketCounts: make([]uint64, len(plugin.LatencyBounds)+1)}
-	for i, b := range plugin.LatencyBounds {
+	p := &metricsv1.HistogramDataPoint{ExplicitBounds: slices.Clone(wire.LatencyBounds), BucketCounts: make([]uint64, len(wire.LatencyBounds)+1)}
+	for i, b := range wire.LatencyBounds {
 		switch b {
 		case 10:
 			p.BucketCounts[i] = perBucket[0]
@@ -98,8 +98,8 @@ func name(v int, class string) string { return nameAt(1, v, class) }
 
 func nameAt(rev int64, v int, class string) string {
 	for c := range numClasses {
-		if plugin.ClassName(c) == class {
-			return "wasmcustom." + plugin.OutcomeMetric("checkout", rev, v, c)
+		if wire.ClassName(c) == class {
+			return "wasmcustom." + wire.OutcomeMetric("checkout", rev, v, c)
 		}
 	}
 	panic("no class " + class)
@@ -110,7 +110,7 @@ func nameAt(rev int64, v int, class string) string {
 func latency(v int) string { return latencyAt(1, v) }
 
 func latencyAt(rev int64, v int) string {
-	return "wasmcustom." + plugin.LatencyMetric("checkout", rev, v)
+	return "wasmcustom." + wire.OutcomeMetric("checkout", rev, v, wire.Latency)
 }
 
 // updateSpec stores spec as the checkout experiment's new definition.
@@ -208,12 +208,12 @@ func TestOverBoundsDropped(t *testing.T) {
 	f.add(t, "p1",
 		counter(strings.Repeat("x", MaxNameBytes+1), 1),
 		counter("cluster.upstream_rq_total", 1),
-		counter("wasmcustom."+plugin.OutcomeMetric("other", 1, 0, plugin.Class2xx), 1), // not observed
-		counter(nameAt(2, 0, "2xx"), 1),                                                // a revision not (yet) stored
+		counter("wasmcustom."+wire.OutcomeMetric("other", 1, 0, wire.Class2xx), 1), // not observed
+		counter(nameAt(2, 0, "2xx"), 1),                                            // a revision not (yet) stored
 		counter(name(0, "2xx"), -1),
 		counter(name(0, "4xx"), 1.5),
 		counter(name(0, "3xx"), 2))
-	// Histograms: bounds other than plugin.LatencyBounds, a count other than the
+	// Histograms: bounds other than wire.LatencyBounds, a count other than the
 	// buckets' sum, too many buckets or a cumulative one are refused.
 	other := histogram(latency(0), 1, 0, 0)
 	other.GetHistogram().DataPoints[0].ExplicitBounds[0] = 5
@@ -313,14 +313,14 @@ func TestEarlierRevisionsBounded(t *testing.T) {
 	// Revision 1+RevisionSlots shares revision 1's stat names: it takes them.
 	f.clock.Add(RevisionGrace + time.Second)
 	updateSpec(t, f.st, spec(MaxRevisions+4))
-	updateSpec(t, f.st, spec(1+plugin.RevisionSlots))
-	if nameAt(1+plugin.RevisionSlots, 0, "2xx") != name(0, "2xx") {
+	updateSpec(t, f.st, spec(1+wire.RevisionSlots))
+	if nameAt(1+wire.RevisionSlots, 0, "2xx") != name(0, "2xx") {
 		t.Fatal("revisions RevisionSlots apart have different stat names")
 	}
 	f.report(t, "checkout", 0)
 	f.add(t, "p1", counter(name(0, "2xx"), 5))
-	if r := f.report(t, "checkout", 0); r.Revision != strconv.Itoa(1+plugin.RevisionSlots) || r.Total[0].Requests != 5 {
-		t.Errorf("revision %s, requests %d, want %d, 5", r.Revision, r.Total[0].Requests, 1+plugin.RevisionSlots)
+	if r := f.report(t, "checkout", 0); r.Revision != strconv.Itoa(1+wire.RevisionSlots) || r.Total[0].Requests != 5 {
+		t.Errorf("revision %s, requests %d, want %d, 5", r.Revision, r.Total[0].Requests, 1+wire.RevisionSlots)
 	}
 }
 
@@ -476,7 +476,7 @@ func TestSlowStoreBlocksNothing(t *testing.T) {
 }
 
 // TestOtherBucketsDropped: a proxy whose histograms have other buckets
-// than plugin.LatencyBounds is dropped, whoever reports first; the others count.
+// than wire.LatencyBounds is dropped, whoever reports first; the others count.
 func TestOtherBucketsDropped(t *testing.T) {
 	f := newFixture(t, checkout)
 	custom := histogram(latency(0), 1, 2, 0)

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
@@ -82,7 +82,7 @@ func (a *Aggregator) Report(ctx context.Context, key string, minutes int) (*admi
 	}
 	return &adminv1.Outcomes{Experiment: key, Revision: e.revision, Since: timestamppb.New(e.since), Minutes: int32(minutes),
 		Window: variations(window, e.weights), Total: variations(e.total, e.weights), Series: series,
-		LatencyBoundsMs: slices.Clone(plugin.LatencyBounds), Guardrails: e.check(), Earlier: a.earlierOutcomes(key)}, nil
+		LatencyBoundsMs: slices.Clone(wire.LatencyBounds), Guardrails: e.check(), Earlier: a.earlierOutcomes(key)}, nil
 }
 
 // earlierOutcomes are the totals of key's earlier revisions this replica
@@ -122,18 +122,18 @@ func variations(ts []tally, weights []float64) []*adminv1.VariationOutcomes {
 		r := t.requests()
 		o := &adminv1.VariationOutcomes{Variation: int32(v), Weight: weights[v], Requests: int64(r), Responses: map[string]int64{}}
 		for c, n := range t.counts {
-			o.Responses[plugin.ClassName(c)] = int64(n)
+			o.Responses[wire.ClassName(c)] = int64(n)
 		}
 		if all > 0 {
 			o.Share = float64(r) / float64(all)
 		}
 		o.ErrorRate = t.errorRate()
-		o.Aborted = int64(t.counts[plugin.ClassAborted])
+		o.Aborted = int64(t.counts[wire.ClassAborted])
 		for _, n := range t.buckets {
 			o.Timed += int64(n)
 		}
 		if o.Timed > 0 {
-			o.LatencyBuckets = make([]int64, len(plugin.LatencyBounds)+1)
+			o.LatencyBuckets = make([]int64, len(wire.LatencyBounds)+1)
 			for i, n := range t.buckets {
 				o.LatencyBuckets[i] = int64(n)
 			}
@@ -153,7 +153,7 @@ func (t tally) requests() uint64 {
 }
 
 // responses counts t's requests that got a response: all but the aborted.
-func (t tally) responses() uint64 { return t.requests() - t.counts[plugin.ClassAborted] }
+func (t tally) responses() uint64 { return t.requests() - t.counts[wire.ClassAborted] }
 
 // errorRate is t's 5xx / responses; 0 without responses.
 func (t tally) errorRate() float64 {
@@ -161,7 +161,7 @@ func (t tally) errorRate() float64 {
 	if r == 0 {
 		return 0
 	}
-	return float64(t.counts[plugin.Class5xx]) / float64(r)
+	return float64(t.counts[wire.Class5xx]) / float64(r)
 }
 
 // quantiles are the latency quantiles of t's buckets; nil when empty.
@@ -183,14 +183,14 @@ func (t tally) quantile(q float64, n uint64) float64 {
 	var below uint64
 	for i, b := range t.buckets {
 		if b > 0 && float64(below+b) >= rank {
-			if i >= len(plugin.LatencyBounds) {
-				return plugin.LatencyBounds[len(plugin.LatencyBounds)-1]
+			if i >= len(wire.LatencyBounds) {
+				return wire.LatencyBounds[len(wire.LatencyBounds)-1]
 			}
 			lo := 0.0
 			if i > 0 {
-				lo = plugin.LatencyBounds[i-1]
+				lo = wire.LatencyBounds[i-1]
 			}
-			return lo + (plugin.LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
+			return lo + (wire.LatencyBounds[i]-lo)*(rank-float64(below))/float64(b)
 		}
 		below += b
 	}

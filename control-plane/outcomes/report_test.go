@@ -6,7 +6,7 @@ import (
 
 	metricsv1 "go.opentelemetry.io/proto/otlp/metrics/v1"
 
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // TestSeries: a report's series has one entry per minute of the window
@@ -90,7 +90,7 @@ var many = func() string {
 // the current one last, and no minute of the ring's previous turn.
 func TestSeriesBounded(t *testing.T) {
 	f := newFixture(t, many)
-	f.add(t, "p1", counter("wasmcustom."+plugin.OutcomeMetric("many", 1, 3, plugin.Class2xx), 7)) // at 00:00, the slot of 01:01
+	f.add(t, "p1", counter("wasmcustom."+wire.OutcomeMetric("many", 1, 3, wire.Class2xx), 7)) // at 00:00, the slot of 01:01
 	f.clock.Add(61 * time.Minute)
 	r := f.report(t, "many", MaxWindowMinutes)
 	if len(r.Series) != MaxWindowMinutes {
@@ -121,8 +121,8 @@ func BenchmarkReportSeries(b *testing.B) {
 	for range MaxWindowMinutes {
 		for v := range 64 {
 			f.a.Add(b.Context(), "p1", "", []*metricsv1.Metric{
-				counter("wasmcustom."+plugin.OutcomeMetric("many", 1, v, plugin.Class2xx), 10),
-				histogram("wasmcustom."+plugin.LatencyMetric("many", 1, v), 5, 4, 1)})
+				counter("wasmcustom."+wire.OutcomeMetric("many", 1, v, wire.Class2xx), 10),
+				histogram("wasmcustom."+wire.OutcomeMetric("many", 1, v, wire.Latency), 5, 4, 1)})
 		}
 		f.clock.Add(time.Minute)
 	}

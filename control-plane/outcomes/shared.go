@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/allotmesh/allot/filter/plugin"
 	"time"
 
 	"github.com/allotmesh/allot/control-plane/store"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // Shared is where the replicas of a mesh share their outcome records
@@ -128,14 +128,14 @@ func encodeRecord(e *expState, since, at time.Time, ts []tally) []byte {
 
 // decodeRecord decodes a record of experiment e; ok is false for a
 // record of another revision, or one that does not fit e's variations
-// and plugin.LatencyBounds.
+// and wire.LatencyBounds.
 func decodeRecord(b []byte, e *expState) (r record, ts []tally, ok bool) {
 	if err := json.Unmarshal(b, &r); err != nil || r.Revision != e.revision || len(r.Vars) != len(e.total) {
 		return r, nil, false
 	}
 	ts = make([]tally, len(r.Vars))
 	for i, v := range r.Vars {
-		if len(v.C) != numClasses || len(v.B) > len(plugin.LatencyBounds)+1 {
+		if len(v.C) != numClasses || len(v.B) > len(wire.LatencyBounds)+1 {
 			return r, nil, false
 		}
 		copy(ts[i].counts[:], v.C)

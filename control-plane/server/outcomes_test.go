@@ -23,8 +23,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/mtls/mtlstest"
 	"github.com/allotmesh/allot/control-plane/outcomes"
-	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	"github.com/allotmesh/allot/proto/allot/admin/v1/adminv1grpc"
 )
@@ -280,9 +279,9 @@ func TestOutcomesSinkMutualTLS(t *testing.T) {
 // outcomeStat is the full Envoy name of the counter of class of variation v
 // of revision rev of experiment key, as the sink exports it.
 func outcomeStat(key string, rev int64, v int, class string) string {
-	for c := range plugin.NumClasses {
-		if plugin.ClassName(c) == class {
-			return translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, rev, v, c)
+	for c := range wire.NumClasses {
+		if wire.ClassName(c) == class {
+			return wire.StatName(wire.OutcomeMetric(key, rev, v, c))
 		}
 	}
 	panic("no outcome class " + class)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/filter/config"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
@@ -41,7 +41,7 @@ func MeshHeaders(mesh Mesh) (Headers, error) {
 }
 
 // Cost is the most bytes of request headers e's assignment adds: its
-// longest variation's (plugin.AssignmentHeaderBytes).
+// longest variation's (wire.AssignmentHeaderBytes).
 func (h Headers) Cost(e *experimentv1.Experiment) int {
 	most := 0
 	for _, v := range e.GetVariations() {
@@ -49,14 +49,14 @@ func (h Headers) Cost(e *experimentv1.Experiment) int {
 		if err != nil {
 			continue // not a valid header value: Validate refuses it
 		}
-		most = max(most, plugin.AssignmentHeaderBytes(h.prefix, e.GetKey(), value, h.perExperiment))
+		most = max(most, wire.AssignmentHeaderBytes(h.prefix, e.GetKey(), value, h.perExperiment))
 	}
 	return most
 }
 
 // Bytes is the most bytes of request headers the filter adds to one
 // request when the assignments' Costs sum to assigned: those, the
-// dictionary header and the version header (plugin.HeaderBytes).
+// dictionary header and the version header (wire.HeaderBytes).
 func (h Headers) Bytes(assigned int) int {
-	return plugin.HeaderBytes(assigned, h.dictionary, h.versionHeader, h.version)
+	return wire.HeaderBytes(assigned, h.dictionary, h.versionHeader, h.version)
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/wire"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -53,11 +54,10 @@ const (
 	VMID = "allot"
 	// WasmRuntime is the Wasm runtime Envoy runs the filter in.
 	WasmRuntime = "envoy.wasm.runtime.v8"
-	// NativeMetricsNamespace is the native module's metrics namespace. It is
-	// the namespace Envoy gives a Wasm plugin's metrics, so both artifacts
-	// emit the same stat names (wasmcustom.allot.requests_evaluated) and
-	// dashboards, alerts and tests do not depend on the artifact.
-	NativeMetricsNamespace = "wasmcustom"
+	// NativeMetricsNamespace is the native module's metrics namespace
+	// (wire.NativeNamespace): the namespace Envoy gives a Wasm plugin's
+	// metrics, so both artifacts emit the same stat names.
+	NativeMetricsNamespace = wire.NativeNamespace
 )
 
 // Mesh holds the mesh admin's settings that shape what each proxy receives.

@@ -20,7 +20,6 @@ import (
 
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/engine"
-	"github.com/allotmesh/allot/filter/plugin"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
@@ -246,11 +245,11 @@ func TestFilterDecodesContract(t *testing.T) {
 	}
 	for name, data := range map[string][]byte{"struct wire bytes": w.Config.Configuration.Value, "json": js, "native struct as json": njs} {
 		t.Run(name, func(t *testing.T) {
-			got, err := plugin.ParseConfig(data)
+			got, set, err := config.Parse(data)
 			if err != nil {
 				t.Fatalf("filter rejected the control plane's configuration: %v\n%s", err, js)
 			}
-			if got.Version != cfg.Version || got.UnitHeader != "x-device-id" || got.HeaderPrefix != "x-ab-" || got.Len() != len(cfg.Experiments) {
+			if got.Version != cfg.Version || got.UnitHeader != "x-device-id" || got.HeaderPrefix != "x-ab-" || set.Len() != len(cfg.Experiments) {
 				t.Fatalf("filter decoded %+v from %s", got, js)
 			}
 		})

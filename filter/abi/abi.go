@@ -11,8 +11,9 @@
 //
 // Spec: https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1
 //
-// This package imports only the standard library; it must never import gRPC
-// or net/http.
+// This package imports only the standard library and filter/wire (its log
+// levels, wire.LogLevel); it must never import the filter's core
+// (filter/plugin), gRPC or net/http.
 package abi
 
 import (
@@ -20,6 +21,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // Status is a proxy_status_t returned by every host function.
@@ -63,19 +66,6 @@ func statusErr(call string, s Status) error {
 	}
 	return &Error{Call: call, Status: s}
 }
-
-// LogLevel is a proxy_log_level_t.
-type LogLevel uint32
-
-// Log levels.
-const (
-	LogTrace    LogLevel = 0
-	LogDebug    LogLevel = 1
-	LogInfo     LogLevel = 2
-	LogWarn     LogLevel = 3
-	LogError    LogLevel = 4
-	LogCritical LogLevel = 5
-)
 
 // MapType is a proxy_map_type_t.
 type MapType uint32
@@ -122,7 +112,7 @@ const (
 // fake.
 type Host interface {
 	// Log writes msg to the proxy's log at level.
-	Log(level LogLevel, msg string)
+	Log(level wire.LogLevel, msg string)
 	// GetBuffer returns up to max bytes from start of a buffer.
 	GetBuffer(t BufferType, start, max int) ([]byte, error)
 	// GetHeaderMapPairs returns every header of a map, in order. The slice

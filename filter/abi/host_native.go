@@ -2,6 +2,8 @@
 
 package abi
 
+import "github.com/allotmesh/allot/filter/wire"
+
 // NewHost returns the native twin's host: there is no proxy outside Wasm, so
 // every call reports StatusUnimplemented and logs are dropped. Tests use a
 // fake Host (package fakehost) instead.
@@ -11,7 +13,7 @@ type nativeHost struct{}
 
 func unimplemented(call string) error { return &Error{Call: call, Status: StatusUnimplemented} }
 
-func (nativeHost) Log(LogLevel, string) {}
+func (nativeHost) Log(wire.LogLevel, string) {}
 func (nativeHost) GetBuffer(BufferType, int, int) ([]byte, error) {
 	return nil, unimplemented("proxy_get_buffer_bytes")
 }

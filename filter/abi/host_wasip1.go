@@ -2,7 +2,11 @@
 
 package abi
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/allotmesh/allot/filter/wire"
+)
 
 // The host functions, imported from module "env" with the spec's names and
 // signatures. Pointers are addresses in this module's linear memory; the
@@ -81,7 +85,7 @@ func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s
 
 func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-func (WasmHost) Log(level LogLevel, msg string) {
+func (WasmHost) Log(level wire.LogLevel, msg string) {
 	proxyLog(uint32(level), strPtr(msg), uint32(len(msg)))
 }
 

@@ -33,14 +33,16 @@
 // them, are C (hooks.c), so that a request crosses from Envoy into Go at
 // most once.
 //
-// This package imports only the standard library; it must never import
-// gRPC or net/http.
+// This package imports only the standard library, filter/internal/panics
+// and filter/wire (its log levels, wire.LogLevel); it must never import the
+// filter's core (filter/plugin), gRPC or net/http.
 package dynmod
 
 import (
 	"sync/atomic"
 
 	"github.com/allotmesh/allot/filter/internal/panics"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // ABIVersion is the version string Envoy 1.40 expects from
@@ -117,21 +119,8 @@ func Panics() uint64 { return recoveries.Load() }
 func recovered(hook string, v any) {
 	recoveries.Add(1)
 	defer func() { recover() }() // the log must not panic out of the hook either
-	Log(LogError, "allot: panic recovered in "+hook+": "+panics.Message(v))
+	Log(wire.LogError, "allot: panic recovered in "+hook+": "+panics.Message(v))
 }
-
-// LogLevel is envoy_dynamic_module_type_log_level.
-type LogLevel int32
-
-// Log levels, as numbered by the ABI.
-const (
-	LogTrace    LogLevel = 0
-	LogDebug    LogLevel = 1
-	LogInfo     LogLevel = 2
-	LogWarn     LogLevel = 3
-	LogError    LogLevel = 4
-	LogCritical LogLevel = 5
-)
 
 // Attribute is envoy_dynamic_module_type_attribute_id: a request attribute
 // (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/advanced/attributes)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // The hooks that need Go, of those Envoy 1.40 resolves when it loads an
@@ -106,7 +108,7 @@ func refuse(missing []string) {
 	msg := "allot: configuration rejected: this Envoy lacks callbacks the module calls: " + strings.Join(missing, ", ") +
 		" (the module is built for Envoy's dynamic-modules ABI " + ABIVersion + ", Envoy 1.40; this Envoy: " + envoyRelease() + ")"
 	if inEnvoy() {
-		Log(LogCritical, msg)
+		Log(wire.LogCritical, msg)
 		return
 	}
 	os.Stderr.WriteString(msg + "\n")

@@ -69,6 +69,8 @@ import "C"
 
 import (
 	"unsafe"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // abiVersion is the C string on_program_init returns: Envoy reads it after
@@ -113,7 +115,7 @@ func bufBytes(b []byte) C.allot_buffer {
 }
 
 // Log writes msg to Envoy's log under the dynamic_modules logger.
-func Log(level LogLevel, msg string) {
+func Log(level wire.LogLevel, msg string) {
 	if !inEnvoy() {
 		return
 	}
@@ -122,7 +124,7 @@ func Log(level LogLevel, msg string) {
 
 // LogEnabled reports whether Envoy logs at level, so a caller can skip
 // building a message nobody reads.
-func LogEnabled(level LogLevel) bool {
+func LogEnabled(level wire.LogLevel) bool {
 	return inEnvoy() && bool(C.envoy_dynamic_module_callback_log_enabled(C.int32_t(level)))
 }
 
@@ -291,7 +293,7 @@ func (s Stream) SetResponseHeader(name, value string) bool {
 }
 
 // OutcomeIDs is the number of stat ids of one observed variation in
-// Stream.Observe: a counter per outcome class (plugin.NumClasses, in its
+// Stream.Observe: a counter per outcome class (wire.NumClasses, in its
 // order), then the latency histogram.
 const OutcomeIDs = C.ALLOT_OUTCOME_IDS
 

@@ -5,10 +5,11 @@ package nativemod
 import (
 	"errors"
 	"strconv"
+	"unsafe"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // envoyHost is plugin.Host over Envoy's dynamic-module callbacks
@@ -63,7 +64,7 @@ var errNoProperty = errors.New("property not available to a dynamic module")
 var errUnsupported = errors.New("not supported by the native module")
 
 // Log implements plugin.Host; the levels are numbered as Envoy's.
-func (h *envoyHost) Log(level plugin.LogLevel, msg string) { dynmod.Log(dynmod.LogLevel(level), msg) }
+func (h *envoyHost) Log(level wire.LogLevel, msg string) { dynmod.Log(level, msg) }
 
 // Configuration implements plugin.Host. The native module receives its
 // configuration in ConfigNew and installs it compiled (plugin.Install):
@@ -96,9 +97,9 @@ func (h *envoyHost) RequestHeaders() ([][2]string, error) {
 	off := 0
 	for i := range h.hdrs {
 		k, v := dynmod.HeaderAt(h.hdrs, i)
-		ks := abi.StringView(h.data[off : off+len(k)])
+		ks := stringView(h.data[off : off+len(k)])
 		off += len(k)
-		vs := abi.StringView(h.data[off : off+len(v)])
+		vs := stringView(h.data[off : off+len(v)])
 		off += len(v)
 		h.pairs = append(h.pairs, [2]string{ks, vs})
 	}
@@ -244,10 +245,10 @@ func (h *envoyHost) Property(p *plugin.Property) ([]byte, error) {
 }
 
 // exposureState is the filter state key of the exposure record: the name
-// Envoy's Wasm host gives the Wasm module's (plugin.ExposureProperty under
+// Envoy's Wasm host gives the Wasm module's (wire.ExposureProperty under
 // its "wasm." prefix), so one access-log format
 // (%FILTER_STATE(wasm.allot:PLAIN)%) serves both artifacts.
-const exposureState = "wasm." + plugin.ExposureProperty
+const exposureState = "wasm." + wire.ExposureProperty
 
 // SetExposure implements plugin.Host as the filter state exposureState.
 func (h *envoyHost) SetExposure(value []byte) error {
@@ -288,3 +289,6 @@ func (h *envoyHost) IncrementMetric(id uint32, delta int64) error {
 // StartTicks implements plugin.Host: the module flushes every worker's
 // counters from its own tick (module.tick).
 func (h *envoyHost) StartTicks(uint32) error { return nil }
+
+// stringView is b as a string without a copy: valid while b is unchanged.
+func stringView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -9,8 +9,11 @@
 // main, only installs it (dynmod.SetHandler(nativemod.New())); see
 // filter/README.md, "The native module".
 //
-// This package imports only the standard library and the filter's own
-// packages; it must never import gRPC, net/http or the control plane.
+// It drives the core (filter/plugin) directly: a stream is Envoy's, so it
+// keeps no stream contexts, and it imports neither the proxy-wasm layer
+// (filter/abi) nor its adapter (filter/proxywasm). This package imports
+// only the standard library and the filter's own packages; it must never
+// import gRPC, net/http or the control plane.
 package nativemod
 
 import (
@@ -23,9 +26,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // FilterName is the filter_name the module serves (DynamicModuleFilter's
@@ -102,8 +105,9 @@ type module struct {
 	workers atomic.Pointer[[]*worker]
 	next    uint32
 	// newHost makes a worker's host; tests set it to make a proxy-wasm
-	// fake (abi/fakehost), which the plugin talks to as under Wasm.
-	newHost func(*worker) abi.Host
+	// fake (abi/fakehost through proxywasm.NewHost), which the plugin
+	// talks to as under Wasm.
+	newHost func(*worker) plugin.Host
 	flusher sync.Once
 	// release returns freed heap to the OS after configuration changes
 	// (releaseSoonLocked); guarded by mu.
@@ -173,7 +177,7 @@ type worker struct {
 	mu     sync.Mutex
 	plugin *plugin.Plugin
 	host   envoyHost
-	fake   abi.Host // set by tests: used instead of host
+	fake   plugin.Host // set by tests: used instead of host
 	// roots are the configurations installed in plugin.
 	roots map[uint32]*entry
 	// ids is the request hook's scratch for the observed stat ids.
@@ -191,7 +195,7 @@ func newModule() *module {
 // not know, makes the workers and starts the flush tick.
 func (m *module) ProgramInit(concurrency uint32) {
 	if m.warning != "" {
-		dynmod.Log(dynmod.LogWarn, m.warning)
+		dynmod.Log(wire.LogWarn, m.warning)
 	}
 	m.mu.Lock()
 	m.growLocked(int(concurrency))
@@ -236,7 +240,7 @@ func (m *module) flush() {
 		w.mu.Lock()
 		for id, e := range w.roots {
 			w.host.entry = e
-			w.plugin.OnTick(id)
+			w.plugin.Tick(id)
 		}
 		w.host.entry = nil
 		w.mu.Unlock()
@@ -276,7 +280,7 @@ func (m *module) growLocked(n int) []*worker {
 			w.fake = m.newHost(w)
 			w.plugin = plugin.New(w.fake)
 		} else {
-			w.plugin = plugin.NewWith(wrapHost(&w.host))
+			w.plugin = plugin.New(wrapHost(&w.host))
 		}
 		if m.warm {
 			w.plugin.KeepWarmResults()
@@ -304,12 +308,12 @@ func (m *module) worker(i uint32) *worker {
 // keeps the previous one.
 func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if name != FilterName {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: filter_name "+strconv.Quote(name)+", want "+strconv.Quote(FilterName))
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: filter_name "+strconv.Quote(name)+", want "+strconv.Quote(FilterName))
 		return 0
 	}
 	cfg, err := plugin.ParseConfig(data)
 	if err != nil {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 0
 	}
 	names := cfg.MetricNames()
@@ -319,7 +323,7 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		if c != 0 {
 			id, ok := c.DefineCounter(n)
 			if !ok {
-				dynmod.Log(dynmod.LogWarn, "allot: counter "+n+" could not be defined; its counts are dropped")
+				dynmod.Log(wire.LogWarn, "allot: counter "+n+" could not be defined; its counts are dropped")
 				id = noCounter
 			}
 			e.counters[i] = id
@@ -364,20 +368,20 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 // no memory.
 func (m *module) newSide(e *entry) *dynmod.WarmConfig {
 	if m.warm {
-		level := dynmod.LogInfo // a configuration the warm path does not serve
+		level := wire.LogInfo // a configuration the warm path does not serve
 		w, err := e.cfg.WarmPlan()
 		if err == nil {
 			var side *dynmod.WarmConfig
 			if side, err = newWarmSide(w, e, len(*m.workers.Load())); err == nil {
 				return side
 			}
-			level = dynmod.LogWarn // one it should serve
+			level = wire.LogWarn // one it should serve
 		}
 		dynmod.Log(level, "allot: warm path off for this configuration: "+err.Error())
 	}
 	side, err := dynmod.NewColdConfig()
 	if err != nil {
-		dynmod.Log(dynmod.LogCritical, "allot: configuration rejected: "+err.Error())
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+err.Error())
 		return nil
 	}
 	return side
@@ -458,7 +462,7 @@ func defineOutcomes(c dynmod.Config, out []plugin.OutcomeStats) []uint64 {
 				if v, ok := c.DefineCounter(name); ok {
 					id = v
 				} else {
-					dynmod.Log(dynmod.LogWarn, "allot: counter "+name+" could not be defined; its counts are dropped")
+					dynmod.Log(wire.LogWarn, "allot: counter "+name+" could not be defined; its counts are dropped")
 				}
 			}
 			ids = append(ids, id)
@@ -470,7 +474,7 @@ func defineOutcomes(c dynmod.Config, out []plugin.OutcomeStats) []uint64 {
 			if v, ok := c.DefineHistogram(o.Latency); ok {
 				id = v
 			} else {
-				dynmod.Log(dynmod.LogWarn, "allot: histogram "+o.Latency+" could not be defined; its samples are dropped")
+				dynmod.Log(wire.LogWarn, "allot: histogram "+o.Latency+" could not be defined; its samples are dropped")
 			}
 		}
 		ids = append(ids, id)
@@ -528,7 +532,7 @@ func (m *module) ConfigDestroy(h uintptr) {
 		w.mu.Lock()
 		if _, ok := w.roots[e.id]; ok {
 			w.host.entry = e
-			w.plugin.OnDelete(e.id)
+			w.plugin.Delete(e.id)
 			w.host.entry = nil
 			delete(w.roots, e.id)
 		}
@@ -562,7 +566,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
-	w.plugin.RequestHeaders(e.id)
+	w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
 	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
@@ -591,7 +595,7 @@ func (m *module) handOff(w *worker, e *entry, idx uint32) {
 // stream's C state, whose hooks count their outcomes. The ids go through
 // the worker's scratch slice: nothing is allocated per request in Go. If
 // the stream has no C state or its copy cannot be allocated (malloc), the
-// request is served as usual and counted in plugin.MetricOutcomesUnrecorded
+// request is served as usual and counted in wire.MetricOutcomesUnrecorded
 // instead of its outcome.
 func (m *module) observe(w *worker, e *entry, s dynmod.Stream, slots []int32) {
 	w.ids = w.ids[:0]
@@ -612,7 +616,7 @@ func (m *module) respond(s dynmod.Stream, setCookie string) {
 		m.mu.Unlock()
 		return
 	}
-	s.SetResponseHeader(plugin.SetCookieHeader, setCookie)
+	s.SetResponseHeader(wire.SetCookieHeader, setCookie)
 }
 
 // workerIndex asks Envoy for the stream's worker; tests, whose filter

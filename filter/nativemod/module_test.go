@@ -22,6 +22,8 @@ import (
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // fakeModule is a module whose workers talk to fake hosts, one per worker,
@@ -37,12 +39,12 @@ type fakeModule struct {
 
 func newFakeModule(workers int) *fakeModule {
 	f := &fakeModule{module: newModule(), hosts: map[*worker]*fakehost.Host{}}
-	f.newHost = func(w *worker) abi.Host {
+	f.newHost = func(w *worker) plugin.Host {
 		b := fakehost.NewBatcher() // the native host batches its adds
 		f.mu.Lock()
 		f.hosts[w] = b.Host
 		f.mu.Unlock()
-		return b
+		return proxywasm.NewHost(b)
 	}
 	f.observeStream = func(_ dynmod.Stream, _ dynmod.Config, ids []uint64) bool {
 		f.mu.Lock()
@@ -189,8 +191,8 @@ func TestWorkersShareOneConfiguration(t *testing.T) {
 	var evaluated, failOpen int64
 	for w := range workers {
 		h := m.host(w)
-		evaluated += h.Counter(plugin.MetricEvaluated)
-		failOpen += h.Counter(plugin.MetricFailOpen)
+		evaluated += h.Counter(wire.MetricEvaluated)
+		failOpen += h.Counter(wire.MetricFailOpen)
 	}
 	if evaluated != served.Load() || failOpen != 0 {
 		t.Errorf("counted %d evaluated and %d failed open, want %d and 0", evaluated, failOpen, served.Load())
@@ -254,7 +256,7 @@ func TestHostFaultFailsOpenOnWorker(t *testing.T) {
 		t.Errorf("next request: x-experiments %q, want %q", got, expected(t, cfg, "u1"))
 	}
 	m.flush()
-	if n := m.host(1).Counter(plugin.MetricFailOpen); n != 1 {
+	if n := m.host(1).Counter(wire.MetricFailOpen); n != 1 {
 		t.Errorf("fail_open %d, want 1", n)
 	}
 }
@@ -347,19 +349,19 @@ func TestObservedHandles(t *testing.T) {
 // (the Wasm module's), for every status and malformed ones, and a stream's
 // ids are one counter per class and the histogram.
 func TestOutcomeClassesAgree(t *testing.T) {
-	if dynmod.OutcomeIDs != plugin.NumClasses+1 {
-		t.Fatalf("dynmod.OutcomeIDs = %d, want plugin.NumClasses+1 = %d", dynmod.OutcomeIDs, plugin.NumClasses+1)
+	if dynmod.OutcomeIDs != wire.NumClasses+1 {
+		t.Fatalf("dynmod.OutcomeIDs = %d, want wire.NumClasses+1 = %d", dynmod.OutcomeIDs, wire.NumClasses+1)
 	}
 	statuses := []string{"", "2", "20", "2000", "2x0", "20x", ":00", "a00", "-1", "\x00\x00\x00"}
 	for s := range 1000 {
 		statuses = append(statuses, strconv.Itoa(s), fmt.Sprintf("%03d", s))
 	}
 	for _, s := range statuses {
-		if c, g := dynmod.StatusClass(s), plugin.StatusClass(s); c != g {
+		if c, g := dynmod.StatusClass(s), wire.StatusClass(s); c != g {
 			t.Errorf("status %q: C class %d, Go class %d", s, c, g)
 		}
 	}
-	if dynmod.StatusClass("503") != plugin.Class5xx || dynmod.StatusClass("101") != plugin.ClassOther {
+	if dynmod.StatusClass("503") != wire.Class5xx || dynmod.StatusClass("101") != wire.ClassOther {
 		t.Errorf("503 → %d, 101 → %d", dynmod.StatusClass("503"), dynmod.StatusClass("101"))
 	}
 }
@@ -396,19 +398,19 @@ func TestObserveFailureCounted(t *testing.T) {
 			}
 			m.flush()
 			host := m.host(0)
-			dropped, ok := host.Metrics[plugin.MetricOutcomesUnrecorded]
+			dropped, ok := host.Metrics[wire.MetricOutcomesUnrecorded]
 			if !ok {
-				t.Fatalf("%s not defined; metrics %v", plugin.MetricOutcomesUnrecorded, slices.Sorted(maps.Keys(host.Metrics)))
+				t.Fatalf("%s not defined; metrics %v", wire.MetricOutcomesUnrecorded, slices.Sorted(maps.Keys(host.Metrics)))
 			}
 			if dropped.Value != tc.want {
-				t.Errorf("%s = %d, want %d", plugin.MetricOutcomesUnrecorded, dropped.Value, tc.want)
+				t.Errorf("%s = %d, want %d", wire.MetricOutcomesUnrecorded, dropped.Value, tc.want)
 			}
 			c, err := plugin.ParseConfig([]byte(experimentsConfig("v1", 1)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if slices.Contains(c.MetricNames(), plugin.MetricOutcomesUnrecorded) {
-				t.Errorf("a configuration without an observed experiment defines %s", plugin.MetricOutcomesUnrecorded)
+			if slices.Contains(c.MetricNames(), wire.MetricOutcomesUnrecorded) {
+				t.Errorf("a configuration without an observed experiment defines %s", wire.MetricOutcomesUnrecorded)
 			}
 		})
 	}
@@ -429,10 +431,10 @@ func TestRetainedOutcomeStats(t *testing.T) {
 	m.ConfigDestroy(old)
 	for _, rev := range []int64{1} { // live when revision 2's configuration was made
 		for v := range 2 {
-			if _, ok := m.retained[plugin.OutcomeMetric("k", rev, v, plugin.Class5xx)]; !ok {
+			if _, ok := m.retained[wire.OutcomeMetric("k", rev, v, wire.Class5xx)]; !ok {
 				t.Errorf("revision %d variation %d: outcome stats not retained", rev, v)
 			}
-			if r, ok := m.retained[plugin.LatencyMetric("k", rev, v)]; !ok || !r.histogram {
+			if r, ok := m.retained[wire.OutcomeMetric("k", rev, v, wire.Latency)]; !ok || !r.histogram {
 				t.Errorf("revision %d variation %d: latency histogram not retained as one (%+v)", rev, v, r)
 			}
 		}
@@ -440,10 +442,10 @@ func TestRetainedOutcomeStats(t *testing.T) {
 	m.mu.Lock()
 	m.retainLocked(0, &entry{}, time.Now().Add(retainOutcomes+time.Second))
 	m.mu.Unlock()
-	if _, ok := m.retained[plugin.OutcomeMetric("k", 1, 0, plugin.Class2xx)]; ok {
+	if _, ok := m.retained[wire.OutcomeMetric("k", 1, 0, wire.Class2xx)]; ok {
 		t.Error("revision 1's stats retained after retainOutcomes, its configuration gone")
 	}
-	if _, ok := m.retained[plugin.OutcomeMetric("k", 2, 0, plugin.Class2xx)]; !ok {
+	if _, ok := m.retained[wire.OutcomeMetric("k", 2, 0, wire.Class2xx)]; !ok {
 		t.Error("revision 2's stats dropped while its configuration is live")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/dynmod"
 	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // FuzzWarmKeyAgainstPlugin: for arbitrary request headers, the key C's
@@ -55,6 +56,7 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 		mu   sync.Mutex
 		c    *dynmod.WarmCache
 		host *fakehost.Batcher
+		a    *proxywasm.Handler
 		p    *plugin.Plugin
 		cfg  *plugin.Config
 		root uint32
@@ -71,16 +73,17 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 			}
 			c, cfg = e.side.Worker(0), e.cfg
 			host = fakehost.NewBatcher()
-			p = plugin.New(host)
+			a = proxywasm.New(host)
+			p = a.Plugin()
 			p.KeepWarmResults()
 			var ok bool
-			if root, ok = host.StartPlugin(p, []byte(warmFuzzConfig)); !ok {
+			if root, ok = host.StartPlugin(a, []byte(warmFuzzConfig)); !ok {
 				c = nil
 				return
 			}
 			// A cache builds keys only once it holds an entry (before, every
 			// lookup is a miss): give it one, as Go does after a first miss.
-			if _, err := host.Request(p, root, [][2]string{{"x-user-id", "first"}}); err != nil {
+			if _, err := host.Request(a, root, [][2]string{{"x-user-id", "first"}}); err != nil {
 				c = nil
 				return
 			}
@@ -101,7 +104,7 @@ func FuzzWarmKeyAgainstPlugin(f *testing.F) {
 			}
 		}
 		verdict, key := c.Probe(pairs)
-		if _, err := host.Request(p, root, pairs); err != nil {
+		if _, err := host.Request(a, root, pairs); err != nil {
 			t.Fatal(err)
 		}
 		goKey, items, _, ok := p.WarmResult()

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"fmt"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // benchHost is the cheapest possible abi.Host: it serves one fixed header
@@ -15,7 +18,7 @@ type benchHost struct {
 	pairs [][2]string
 }
 
-func (*benchHost) Log(abi.LogLevel, string)                           {}
+func (*benchHost) Log(wire.LogLevel, string)                          {}
 func (*benchHost) GetBuffer(abi.BufferType, int, int) ([]byte, error) { return nil, nil }
 func (h *benchHost) GetHeaderMapPairs(abi.MapType) ([][2]string, error) {
 	return h.pairs, nil
@@ -60,17 +63,16 @@ func benchConfig(n int, extra string) string {
 // a new id on every request, so every request misses the cache).
 func benchmarkRequest(b *testing.B, n, ids int, extra string) {
 	h := &benchHost{}
-	p := New(h)
+	p := proxywasm.New(h)
 	p.OnContextCreate(1, 0)
 	if !p.OnConfigure(1, 0) { // size 0: empty configuration first
 		b.Fatal("empty configuration refused")
 	}
-	cfg, err := ParseConfig([]byte(benchConfig(n, extra)))
+	cfg, err := plugin.ParseConfig([]byte(benchConfig(n, extra)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.roots[1].cfg = cfg
-	p.roots[1].stats.define(p.host, cfg, true)
+	p.Plugin().SetConfig(1, cfg, false)
 	users := make([]string, max(ids, 1))
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
@@ -111,18 +113,16 @@ func BenchmarkRequestCold50(b *testing.B) { benchmarkRequest(b, 50, -1, "") }
 // is VM memory for good (linear memory never shrinks).
 func TestRequestPathAllocatesNothing(t *testing.T) {
 	h := &benchHost{}
-	p := New(h)
+	p := proxywasm.New(h)
 	p.OnContextCreate(1, 0)
 	if !p.OnConfigure(1, 0) {
 		t.Fatal("empty configuration refused")
 	}
-	cfg, err := ParseConfig([]byte(benchConfig(50, `"cacheMaxBytes":65536,`)))
+	cfg, err := plugin.ParseConfig([]byte(benchConfig(50, `"cacheMaxBytes":65536,`)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.roots[1].cfg = cfg
-	p.roots[1].cache = newCache(cfg.CacheSize, cfg.CacheMaxBytes)
-	p.roots[1].stats.define(p.host, cfg, true)
+	p.Plugin().SetConfig(1, cfg, true)
 	ids := make([]string, 20000)
 	for i := range ids {
 		ids[i] = "user-" + strconv.Itoa(i)
@@ -148,11 +148,11 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 		for range 200 { // warm up: buffers grown, the arena made
 			request()
 		}
-		misses := p.roots[1].stats.misses
+		misses := p.Plugin().Misses(1)
 		if allocs := testing.AllocsPerRun(5000, request); allocs != 0 {
 			t.Errorf("%s: %v allocations per request", c.name, allocs)
 		}
-		if got := p.roots[1].stats.misses - misses; (c.ids == len(ids)) != (got > 4000) {
+		if got := p.Plugin().Misses(1) - misses; (c.ids == len(ids)) != (got > 4000) {
 			t.Errorf("%s: %d cache misses in 5001 requests", c.name, got)
 		}
 	}

@@ -2,8 +2,6 @@ package plugin
 
 import (
 	"encoding/binary"
-
-	"github.com/allotmesh/allot/filter/abi"
 )
 
 // cache is a VM's cache of computed assignments, built so that the request
@@ -93,7 +91,7 @@ func (e entry) key() string { return e.data[4*e.n : 4*e.n+e.keyLen] }
 
 func (c *cache) entry(s *slot) entry {
 	d := c.arena[s.off+recordHeader:][:s.size]
-	return entry{data: abi.StringView(d), n: int(s.n), keyLen: int(s.keyLen)}
+	return entry{data: stringView(d), n: int(s.n), keyLen: int(s.keyLen)}
 }
 
 // get returns the entry for key (whose hash is h), marking it used.

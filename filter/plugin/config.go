@@ -7,12 +7,8 @@ import (
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/wire"
 )
-
-// ExposureProperty is the filter state the filter writes each request's
-// assignments to; Envoy's access log prints it with
-// %FILTER_STATE(wasm.allot:PLAIN)%.
-const ExposureProperty = "allot"
 
 // source says where an attribute's value is read on each request.
 type source uint8
@@ -49,7 +45,7 @@ type Config struct {
 	// header each); 0: no byte bound.
 	CacheMaxBytes int
 	// ExposureState is whether each request's assignments are recorded as
-	// filter state (ExposureProperty) for the access log.
+	// filter state (wire.ExposureProperty) for the access log.
 	ExposureState bool
 	// PerExperimentHeaders is whether each assignment is also added as its
 	// own header (HeaderPrefix + key), besides the dictionary.
@@ -62,7 +58,7 @@ type Config struct {
 	keys        []string
 	values      [][]string
 	// revs[i] is experiment i's assignment revision, which its outcome
-	// stats carry (OutcomeMetric).
+	// stats carry (wire.OutcomeMetric).
 	revs []int64
 	// dictValues[i][v] is variation v of experiment i as an RFC 9651
 	// dictionary member, key and separator included: `, key="value"`.
@@ -134,7 +130,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.values[i] = set.Variations(i)
 		c.dictValues[i] = make([]string, len(c.values[i]))
 		for v, value := range c.values[i] {
-			c.dictValues[i][v] = DictionaryMember(key, value)
+			c.dictValues[i][v] = wire.DictionaryMember(key, value)
 		}
 	}
 	// Keys are unique (Compile checks). Sorting the keys themselves reuses
@@ -272,27 +268,9 @@ func (c *Config) Sticky() bool { return c.jar != nil }
 func (c *Config) Len() int { return len(c.headerNames) }
 
 // isAssignmentHeader reports whether an inbound header name is one the
-// filter owns (and therefore strips): the prefix, the dictionary and the
-// version header, in any casing.
+// filter owns (and therefore strips): wire.OwnsHeader under c's names.
 func (c *Config) isAssignmentHeader(name string) bool {
-	// Most request headers differ from all three in their first byte.
-	if name == "" {
-		return false
-	}
-	if b := lowerByte(name[0]); b != c.HeaderPrefix[0] && b != c.DictionaryHeader[0] && b != c.VersionHeader[0] {
-		return false
-	}
-	return hasPrefixFold(name, c.HeaderPrefix) ||
-		len(name) == len(c.DictionaryHeader) && strings.EqualFold(name, c.DictionaryHeader) ||
-		len(name) == len(c.VersionHeader) && strings.EqualFold(name, c.VersionHeader)
-}
-
-// lowerByte lowercases an ASCII letter and leaves any other byte alone.
-func lowerByte(b byte) byte {
-	if 'A' <= b && b <= 'Z' {
-		return b + 'a' - 'A'
-	}
-	return b
+	return wire.OwnsHeader(name, c.HeaderPrefix, c.DictionaryHeader, c.VersionHeader)
 }
 
 // prune drops from a unit's sticky documents the assignments of

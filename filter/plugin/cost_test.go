@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"fmt"
@@ -7,8 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allotmesh/allot/filter/abi"
-	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/plugin"
 )
 
 // fiveArms is five experiments every unit is in.
@@ -53,7 +52,7 @@ func TestDictionaryOnlyMode(t *testing.T) {
 }
 
 func TestRejectsUnknownAssignmentHeadersMode(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"assignmentHeaders":"SOME"}`))
+	_, err := plugin.ParseConfig([]byte(`{"assignmentHeaders":"SOME"}`))
 	if err == nil || !strings.Contains(err.Error(), "assignmentHeaders") {
 		t.Fatalf("err = %v, want one naming assignmentHeaders", err)
 	}
@@ -63,24 +62,23 @@ func TestRejectsUnknownAssignmentHeadersMode(t *testing.T) {
 // beyond it (the oldest first), and its byte count stays exact.
 func TestCacheByteBound(t *testing.T) {
 	h, p, root := start(t, fmt.Sprintf(fiveArms, `"cacheMaxBytes":4000,`))
-	r := p.roots[root]
+	n := 0
 	for i := range 200 {
 		h.Request(p, root, [][2]string{{"x-user-id", "user-" + strconv.Itoa(i)}})
-		checkCache(t, r.cache)
-		if r.cache.bytes() > 4000 {
-			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, r.cache.bytes())
+		var bytes int
+		if bytes, n = p.Plugin().CheckCache(t, root); bytes > 4000 {
+			t.Fatalf("after %d requests: %d bytes cached, bound 4000", i+1, bytes)
 		}
 	}
-	n := r.cache.n
 	if n < 5 || n >= 200 {
 		t.Fatalf("%d entries cached under a 4000-byte bound", n)
 	}
 	// The most recent ids hit, the first ones were evicted.
-	hits := r.stats.hits
+	hits := p.Plugin().Hits(root)
 	h.Request(p, root, [][2]string{{"x-user-id", "user-199"}})
 	h.Request(p, root, [][2]string{{"x-user-id", "user-0"}})
-	if r.stats.hits != hits+1 {
-		t.Fatalf("hits %d → %d, want exactly one hit (user-199) and one miss (user-0)", hits, r.stats.hits)
+	if got := p.Plugin().Hits(root); got != hits+1 {
+		t.Fatalf("hits %d → %d, want exactly one hit (user-199) and one miss (user-0)", hits, got)
 	}
 }
 
@@ -89,61 +87,13 @@ func TestCacheByteBoundDefaultAndOff(t *testing.T) {
 		extra string
 		want  int
 	}{{"", config.DefaultCacheMaxBytes}, {`"cacheMaxBytes":-1,`, 0}, {`"cacheMaxBytes":123456,`, 123456}} {
-		cfg, err := ParseConfig([]byte(fmt.Sprintf(fiveArms, c.extra)))
+		cfg, err := plugin.ParseConfig([]byte(fmt.Sprintf(fiveArms, c.extra)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if cfg.CacheMaxBytes != c.want {
 			t.Errorf("%q: CacheMaxBytes %d, want %d", c.extra, cfg.CacheMaxBytes, c.want)
 		}
-	}
-}
-
-// TestManyOpenStreamsKeepTheirRoot opens more streams than the slot table
-// holds, under two roots, before any of them sends headers; each must be
-// evaluated under its own root and none may be left tracked.
-func TestManyOpenStreamsKeepTheirRoot(t *testing.T) {
-	h := fakehost.New()
-	p := New(h)
-	roots := map[uint32]string{}
-	for _, v := range []string{"one", "two"} {
-		root, ok := h.StartPlugin(p, []byte(`{"version":"`+v+`","experiments":[{"key":"k","variations":["`+v+`","x"],"weights":[1,0]}]}`))
-		if !ok {
-			t.Fatal(h.Logs)
-		}
-		roots[root] = v
-	}
-	rootIDs := make([]uint32, 0, 2)
-	for r := range roots {
-		rootIDs = append(rootIDs, r)
-	}
-	type stream struct{ id, root uint32 }
-	var open []stream
-	for i := range 3 * len(p.slots) {
-		// Ids with gaps, as when other filters' contexts interleave.
-		id := uint32(1000 + i*3)
-		if i%7 == 0 {
-			id = uint32(1000 + i*3 + len(p.slots)) // collides with a later slot
-		}
-		r := rootIDs[i%2]
-		p.OnContextCreate(id, r)
-		open = append(open, stream{id, r})
-	}
-	for _, s := range open {
-		h.Headers[abi.RequestHeaders] = [][2]string{{"x-user-id", "u"}}
-		p.OnRequestHeaders(s.id, 1, true)
-		if v := values(h.Headers[abi.RequestHeaders], "x-experiment-k"); len(v) != 1 || v[0] != roots[s.root] {
-			t.Fatalf("stream %d of root %d: got %q, want [%s]", s.id, s.root, v, roots[s.root])
-		}
-		p.OnDelete(s.id)
-	}
-	for i, s := range p.slots {
-		if s.id != 0 {
-			t.Fatalf("slot %d still holds stream %d", i, s.id)
-		}
-	}
-	if len(p.streams) != 0 {
-		t.Fatalf("%d streams leaked", len(p.streams))
 	}
 }
 
@@ -155,19 +105,19 @@ func TestOwnedHeaderPrefilter(t *testing.T) {
 		{"_exp-", "9dict", "-ver"},
 		{"ab.", "zz", "q"},
 	} {
-		cfg, err := ParseConfig([]byte(`{"headerPrefix":"` + names[0] + `","dictionaryHeader":"` + names[1] + `","versionHeader":"` + names[2] + `"}`))
+		cfg, err := plugin.ParseConfig([]byte(`{"headerPrefix":"` + names[0] + `","dictionaryHeader":"` + names[1] + `","versionHeader":"` + names[2] + `"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []string{names[0] + "k", names[1], names[2]} {
 			for _, variant := range []string{n, strings.ToUpper(n), strings.ToUpper(n[:1]) + n[1:]} {
-				if !cfg.isAssignmentHeader(variant) {
+				if !cfg.OwnsHeader(variant) {
 					t.Errorf("prefix %q: %q not recognised as owned", names[0], variant)
 				}
 			}
 		}
 		for _, n := range []string{"", ":path", "cookie", "x-user-id", names[0][:len(names[0])-1]} {
-			if cfg.isAssignmentHeader(n) && n != names[1] && n != names[2] {
+			if cfg.OwnsHeader(n) && n != names[1] && n != names[2] {
 				t.Errorf("prefix %q: %q taken for owned", names[0], n)
 			}
 		}

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
 )
 
 // The fault-injection matrix: every request of faultRequests, under every
@@ -32,8 +34,8 @@ const faultFew = `{"version":"v","attributes":[{"name":"addr","property":"source
 // experiments (two headers added).
 var faultConfigs = []struct{ name, config string }{
 	{"few experiments", faultFew},
-	{"many experiments", experimentsEveryUnitIsIn(maxSingleWrites + 5)},
-	{"dictionary only", strings.Replace(experimentsEveryUnitIsIn(maxSingleWrites+5), `"version":"v",`, `"version":"v","assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY",`, 1)},
+	{"many experiments", experimentsEveryUnitIsIn(plugin.MaxSingleWrites + 5)},
+	{"dictionary only", strings.Replace(experimentsEveryUnitIsIn(plugin.MaxSingleWrites+5), `"version":"v",`, `"version":"v","assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY",`, 1)},
 }
 
 // forgedNames is n distinct forged prefix headers, each in two casings.
@@ -57,20 +59,20 @@ var faultRequests = []struct {
 	{"unconfigured keys", [][2]string{{"x-user-id", "u1"}, {"x-experiment-nope", "forged"}, {"X-EXPERIMENT-OTHER", "forged"}, {"x-experiment-other", "forged"}}},
 	{"dictionary and version", [][2]string{{"x-user-id", "u1"}, {"X-Experiments", `e01="forged"`}, {"x-experiments", `e00="forged"`}, {"X-EXPERIMENTS-VERSION", "forged"}}},
 	{"no unit id", [][2]string{{":path", "/"}, {"x-experiment-e00", "forged"}, {"x-experiments", `e00="forged"`}, {"x-experiments-version", "forged"}}},
-	{"forged names at the limit", append([][2]string{{"x-user-id", "u1"}}, forgedNames(maxSingleWrites)...)},
-	{"forged names beyond the limit", append([][2]string{{"x-user-id", "u1"}, {"X-Experiment-E00", "forged"}}, forgedNames(maxSingleWrites+4)...)},
+	{"forged names at the limit", append([][2]string{{"x-user-id", "u1"}}, forgedNames(plugin.MaxSingleWrites)...)},
+	{"forged names beyond the limit", append([][2]string{{"x-user-id", "u1"}, {"X-Experiment-E00", "forged"}}, forgedNames(plugin.MaxSingleWrites+4)...)},
 }
 
 // faultHost starts a plugin on a fresh fake host with source.address set
 // (unless noProperty) and, when warm, sends headers once so the next
 // request is a cache hit.
-func faultHost(t *testing.T, config string, headers [][2]string, warm, noProperty bool) (*fakehost.Host, *Plugin, uint32) {
+func faultHost(t *testing.T, config string, headers [][2]string, warm, noProperty bool) (*fakehost.Host, *proxywasm.Handler, uint32) {
 	t.Helper()
 	h := fakehost.New()
 	if !noProperty {
 		h.Properties[abi.JoinPath([]string{"source", "address"})] = []byte("10.1.2.3:5555")
 	}
-	p := New(h)
+	p := proxywasm.New(h)
 	root, ok := h.StartPlugin(p, []byte(config))
 	if !ok {
 		t.Fatalf("configuration refused: %v", h.Logs)
@@ -94,8 +96,8 @@ func TestFaultInjectionMatrix(t *testing.T) {
 				h, p, root := faultHost(t, c.config, rq.headers, warm, false)
 				h.Trace = true
 				want, err := h.Request(p, root, rq.headers)
-				if err != nil || p.FailOpen(root) != 0 {
-					t.Fatalf("%s: clean run: %v, fail_open %d", name, err, p.FailOpen(root))
+				if err != nil || p.Plugin().FailOpen(root) != 0 {
+					t.Fatalf("%s: clean run: %v, fail_open %d", name, err, p.Plugin().FailOpen(root))
 				}
 				checkNoForged(t, name+"/clean", want)
 				trace := h.Calls
@@ -143,9 +145,9 @@ func TestFaultInjectionMatrix(t *testing.T) {
 					case !f.Panic && in.call == "proxy_set_property":
 						// The exposure record is lost; the request keeps its
 						// assignment.
-						checkOutcome(t, what, rq.headers, got, want, p.FailOpen(root), false)
+						checkOutcome(t, what, rq.headers, got, want, p.Plugin().FailOpen(root), false)
 					case !f.Panic && in.call == "proxy_get_property":
-						checkOutcome(t, what, rq.headers, got, wantNoProperty, p.FailOpen(root), false)
+						checkOutcome(t, what, rq.headers, got, wantNoProperty, p.Plugin().FailOpen(root), false)
 					case f.Nth == 0 && f.Call == "proxy_get_header_map_pairs":
 						// The map can never be read: the configured names are
 						// removed blind, other forged names cannot be known.
@@ -153,7 +155,7 @@ func TestFaultInjectionMatrix(t *testing.T) {
 						checkBlindScrub(t, what, p, root, rq.headers, got)
 					default:
 						failed++
-						checkOutcome(t, what, rq.headers, got, want, p.FailOpen(root), true)
+						checkOutcome(t, what, rq.headers, got, want, p.Plugin().FailOpen(root), true)
 					}
 				}
 			}
@@ -173,8 +175,8 @@ func TestEveryHostCallBroken(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s (panic %v): stream not continued: %v", rq.name, panics, err)
 			}
-			if !slices.Equal(sortedPairs(got), sortedPairs(rq.headers)) || p.FailOpen(root) != 1 {
-				t.Fatalf("%s (panic %v): headers %q, fail_open %d; want them unchanged, 1", rq.name, panics, got, p.FailOpen(root))
+			if !slices.Equal(sortedPairs(got), sortedPairs(rq.headers)) || p.Plugin().FailOpen(root) != 1 {
+				t.Fatalf("%s (panic %v): headers %q, fail_open %d; want them unchanged, 1", rq.name, panics, got, p.Plugin().FailOpen(root))
 			}
 		}
 	}
@@ -185,40 +187,22 @@ func TestEveryHostCallBroken(t *testing.T) {
 // the dictionary, the writes, the counters — and sends every fault
 // request through it.
 func TestPanicInEveryStage(t *testing.T) {
-	stages := []struct {
-		name     string
-		sabotage func(r *root)
-	}{
-		{"attribute extraction", func(r *root) {
-			for i := range r.cfg.headers {
-				r.cfg.headers[i].idx = []int{1 << 20}
-			}
-		}},
-		{"engine", func(r *root) { r.cfg.set, r.cache = nil, nil }},
-		{"dictionary", func(r *root) { r.cfg.dictValues = r.cfg.dictValues[:1] }},
-		{"header values", func(r *root) { r.cfg.values = r.cfg.values[:1] }},
-		{"counters", func(r *root) { r.stats.variations = r.stats.variations[:1] }},
-	}
-	for _, st := range stages {
-		t.Run(st.name, func(t *testing.T) {
+	for _, stage := range plugin.Stages {
+		t.Run(stage, func(t *testing.T) {
 			failed := 0
 			for _, c := range faultConfigs {
 				for _, rq := range faultRequests {
 					h, p, root := faultHost(t, c.config, rq.headers, false, false)
 					want, _ := h.Request(p, root, rq.headers)
 					h, p, root = faultHost(t, c.config, rq.headers, false, false)
-					r := p.roots[root]
-					cfg := *r.cfg
-					cfg.headers = slices.Clone(cfg.headers)
-					r.cfg = &cfg
-					st.sabotage(r)
+					p.Plugin().Sabotage(root, stage)
 					before := counted(p, root)
 					got, err := h.Request(p, root, rq.headers)
 					what := c.name + "/" + rq.name
 					if err != nil {
 						t.Fatalf("%s: stream not continued: %v", what, err)
 					}
-					n := p.FailOpen(root)
+					n := p.Plugin().FailOpen(root)
 					failed += int(n)
 					if n := counted(p, root) - before; n != 1 {
 						t.Fatalf("%s: the request was counted %d times (evaluated plus fail_open), want once", what, n)
@@ -235,10 +219,7 @@ func TestPanicInEveryStage(t *testing.T) {
 
 // counted is how many requests root counted as evaluated or failed open:
 // each request must add exactly one.
-func counted(p *Plugin, root uint32) int64 {
-	s := &p.roots[root].stats
-	return s.evaluated + s.failOpen
-}
+func counted(p *proxywasm.Handler, root uint32) int64 { return p.Plugin().Counted(root) }
 
 // checkNoForged fails if any header value is forged.
 func checkNoForged(t *testing.T, what string, got [][2]string) {
@@ -273,17 +254,16 @@ func checkOutcome(t *testing.T, what string, in, got, want [][2]string, failOpen
 // checkBlindScrub: when the header map can never be read, the dictionary,
 // the version and every configured experiment's header are gone; forged
 // names the configuration does not know may stay.
-func checkBlindScrub(t *testing.T, what string, p *Plugin, root uint32, in, got [][2]string) {
+func checkBlindScrub(t *testing.T, what string, p *proxywasm.Handler, root uint32, in, got [][2]string) {
 	t.Helper()
-	cfg := p.roots[root].cfg
-	known := append([]string{cfg.DictionaryHeader, cfg.VersionHeader}, cfg.headerNames...)
+	known := p.Plugin().KnownHeaders(root)
 	for _, kv := range got {
 		if slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(n, kv[0]) }) {
 			t.Fatalf("%s: configured header %q left", what, kv)
 		}
 	}
-	if p.FailOpen(root) != 1 {
-		t.Fatalf("%s: fail_open %d, want 1", what, p.FailOpen(root))
+	if p.Plugin().FailOpen(root) != 1 {
+		t.Fatalf("%s: fail_open %d, want 1", what, p.Plugin().FailOpen(root))
 	}
 }
 

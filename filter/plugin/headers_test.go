@@ -1,7 +1,10 @@
-package plugin
+package plugin_test
 
 import (
 	"testing"
+
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // TestMaxHeaderBytesIsWhatTheFilterAdds: with every experiment forced to
@@ -26,7 +29,7 @@ func TestMaxHeaderBytesIsWhatTheFilterAdds(t *testing.T) {
 			for _, kv := range out[len(in):] {
 				added += len(kv[0]) + len(kv[1])
 			}
-			cfg, err := ParseConfig([]byte(cfgJSON))
+			cfg, err := plugin.ParseConfig([]byte(cfgJSON))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,5 +37,19 @@ func TestMaxHeaderBytesIsWhatTheFilterAdds(t *testing.T) {
 				t.Errorf("MaxHeaderBytes = %d, the filter added %d bytes: %q", got, added, out[len(in):])
 			}
 		})
+	}
+}
+
+// TestDefaultHeaderNamesAreTheWires: a configuration that names no
+// header gets the names wire declares, which the control plane and the
+// shipped guards are held to.
+func TestDefaultHeaderNamesAreTheWires(t *testing.T) {
+	cfg, err := plugin.ParseConfig([]byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HeaderPrefix != wire.DefaultHeaderPrefix || cfg.DictionaryHeader != wire.DefaultDictionaryHeader || cfg.VersionHeader != wire.DefaultVersionHeader {
+		t.Errorf("defaults %q %q %q, wire's %q %q %q", cfg.HeaderPrefix, cfg.DictionaryHeader, cfg.VersionHeader,
+			wire.DefaultHeaderPrefix, wire.DefaultDictionaryHeader, wire.DefaultVersionHeader)
 	}
 }

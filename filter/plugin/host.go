@@ -1,18 +1,21 @@
 package plugin
 
+import "github.com/allotmesh/allot/filter/wire"
+
 // Host is the proxy as the filter needs it: its request headers, the
 // properties attributes read, the exposure record, counters, a log and a
-// tick. Two adapters implement it: the proxy-wasm one (New, over abi.Host)
-// and the Envoy dynamic module's (filter/nativemod, over filter/dynmod),
-// each mapping a method onto the call of its ABI that does it.
+// tick. Two adapters implement it: the proxy-wasm one (filter/proxywasm,
+// over abi.Host) and the Envoy dynamic module's (filter/nativemod, over
+// filter/dynmod), each mapping a method onto the call of its ABI that does
+// it.
 //
 // A method that fails returns an error: the plugin fails the request open
 // (or loses only the record or the attribute, where the README says so).
 type Host interface {
 	// Log writes msg to the proxy's log at level.
-	Log(level LogLevel, msg string)
+	Log(level wire.LogLevel, msg string)
 	// Configuration returns the plugin configuration, size bytes, that the
-	// proxy is delivering (OnConfigure). A host that hands the plugin its
+	// proxy is delivering (Plugin.Configure). A host that hands the plugin its
 	// configuration compiled (Install) has none to read.
 	Configuration(size int) ([]byte, error)
 	// RequestHeaders returns every request header, in order. The slice and
@@ -23,22 +26,22 @@ type Host interface {
 	// RemoveRequestHeader removes every copy of a request header.
 	RemoveRequestHeader(name string) error
 	// AddResponseHeader appends a response header (the sticky cookie's
-	// Set-Cookie) from OnResponseHeaders.
+	// Set-Cookie) from the response headers (Plugin.SetResponseCookie).
 	AddResponseHeader(name, value string) error
 	// Property reads a request property (per request) or a node property
 	// (once per configuration). An error means the attribute is missing.
 	Property(p *Property) ([]byte, error)
 	// SetExposure records a request's assignments (the dictionary value)
-	// as filter state the access log reads (ExposureProperty).
+	// as filter state the access log reads (wire.ExposureProperty).
 	SetExposure(value []byte) error
 	// DefineMetric defines a metric and returns its id.
 	DefineMetric(kind MetricKind, name string) (uint32, error)
 	// IncrementMetric adds delta to a metric.
 	IncrementMetric(id uint32, delta int64) error
-	// StartTicks asks for OnTick every ms milliseconds, for the counters'
+	// StartTicks asks for a tick (Plugin.Tick) every ms milliseconds, for the counters'
 	// flush.
 	StartTicks(ms uint32) error
-	// ResponseStatus reads the response's :status, from OnResponseHeaders
+	// ResponseStatus reads the response's :status, from the response headers
 	// (outcomes of observed experiments).
 	ResponseStatus() (string, error)
 	// Now is the proxy's clock in nanoseconds (latencies of observed
@@ -88,18 +91,6 @@ type HeaderBatcher interface {
 	// every name, even after one failed, and returns the first failure.
 	RemoveRequestHeaders(names []string) error
 }
-
-// LogLevel is a log level, numbered as Envoy numbers them: both ABIs
-// (abi.LogLevel, dynmod.LogLevel) pass the number through.
-type LogLevel uint32
-
-// The levels the plugin logs at: per request only LogDebug.
-const (
-	LogDebug    LogLevel = 1
-	LogInfo     LogLevel = 2
-	LogWarn     LogLevel = 3
-	LogCritical LogLevel = 5
-)
 
 // MetricKind is what a metric counts.
 type MetricKind uint8

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"slices"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // observedConfig has an observed experiment that serves every unit
@@ -36,22 +37,22 @@ func TestOutcomesPerVariation(t *testing.T) {
 	p.OnTick(root)
 
 	want := map[string]int64{"2xx": 2, "3xx": 1, "4xx": 1, "5xx": 2, "other": 1, "aborted": 1}
-	for class := range NumClasses {
-		name := OutcomeMetric("watched", 3, 1, class)
+	for class := range wire.NumClasses {
+		name := wire.OutcomeMetric("watched", 3, 1, class)
 		m, ok := h.Metrics[name]
 		if !ok || m.Type != abi.MetricCounter {
 			t.Fatalf("%s: not defined as a counter (%+v)", name, m)
 		}
-		if m.Value != want[classNames[class]] {
-			t.Errorf("%s = %d, want %d", name, m.Value, want[classNames[class]])
+		if m.Value != want[wire.ClassName(class)] {
+			t.Errorf("%s = %d, want %d", name, m.Value, want[wire.ClassName(class)])
 		}
-		if v := h.Counter(OutcomeMetric("watched", 3, 0, class)); v != 0 {
-			t.Errorf("%s = %d, want 0 (no unit in variation 0)", OutcomeMetric("watched", 3, 0, class), v)
+		if v := h.Counter(wire.OutcomeMetric("watched", 3, 0, class)); v != 0 {
+			t.Errorf("%s = %d, want 0 (no unit in variation 0)", wire.OutcomeMetric("watched", 3, 0, class), v)
 		}
 	}
-	lat := h.Metrics[LatencyMetric("watched", 3, 1)]
+	lat := h.Metrics[wire.OutcomeMetric("watched", 3, 1, wire.Latency)]
 	if lat == nil || lat.Type != abi.MetricHistogram {
-		t.Fatalf("%s: not defined as a histogram (%+v)", LatencyMetric("watched", 3, 1), lat)
+		t.Fatalf("%s: not defined as a histogram (%+v)", wire.OutcomeMetric("watched", 3, 1, wire.Latency), lat)
 	}
 	if wantSamples := slices.Repeat([]uint64{7}, len(statuses)); !slices.Equal(lat.Samples, wantSamples) {
 		t.Errorf("latency samples %v, want %v (one per response, none for the aborted request)", lat.Samples, wantSamples)
@@ -61,8 +62,8 @@ func TestOutcomesPerVariation(t *testing.T) {
 			t.Errorf("%s defined for an experiment that does not observe", name)
 		}
 	}
-	if len(p.observing) != 0 {
-		t.Errorf("%d streams still observed after they ended", len(p.observing))
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("%d streams still observed after they ended", n)
 	}
 }
 
@@ -102,27 +103,27 @@ func TestOutcomesHostFailures(t *testing.T) {
 	h.Exchange(p, root, req, [][2]string{{":status", "200"}})
 	h.Fail = nil
 	p.OnTick(root)
-	if got := h.Counter(OutcomeMetric("watched", 3, 1, ClassOther)); got != 1 {
+	if got := h.Counter(wire.OutcomeMetric("watched", 3, 1, wire.ClassOther)); got != 1 {
 		t.Errorf("other = %d, want 1 (the status read failed)", got)
 	}
-	if got := h.Counter(OutcomeMetric("watched", 3, 1, Class2xx)); got != 1 {
+	if got := h.Counter(wire.OutcomeMetric("watched", 3, 1, wire.Class2xx)); got != 1 {
 		t.Errorf("2xx = %d, want 1 (the clock failed, the class did not; the failed-open request is not observed)", got)
 	}
-	if n := len(h.Metrics[LatencyMetric("watched", 3, 1)].Samples); n != 1 {
+	if n := len(h.Metrics[wire.OutcomeMetric("watched", 3, 1, wire.Latency)].Samples); n != 1 {
 		t.Errorf("%d latency samples, want 1 (only the response whose clock reads succeeded)", n)
 	}
 }
 
 // TestOutcomesCountInTheirRevision: outcome stats carry the assignment
-// revision (modulo RevisionSlots), and a response to a request assigned
+// revision (modulo wire.RevisionSlots), and a response to a request assigned
 // before its root was reconfigured to another revision counts in the
 // stats of the revision that assigned it, at once.
 func TestOutcomesCountInTheirRevision(t *testing.T) {
-	if got, want := OutcomeMetric("k", 35, 1, Class5xx), "allot.experiment.k.rev.3.variation.1.response.5xx"; got != want {
-		t.Errorf("OutcomeMetric(rev 35) = %q, want %q", got, want)
+	if got, want := wire.OutcomeMetric("k", 35, 1, wire.Class5xx), "allot.experiment.k.rev.3.variation.1.response.5xx"; got != want {
+		t.Errorf("wire.OutcomeMetric(rev 35) = %q, want %q", got, want)
 	}
-	if got, want := LatencyMetric("k", 2, 0), "allot.experiment.k.rev.2.variation.0.response_time_ms"; got != want {
-		t.Errorf("LatencyMetric = %q, want %q", got, want)
+	if got, want := wire.OutcomeMetric("k", 2, 0, wire.Latency), "allot.experiment.k.rev.2.variation.0.response_time_ms"; got != want {
+		t.Errorf("latency stat = %q, want %q", got, want)
 	}
 	h, p, root := start(t, observedConfig)
 	next := strings.Replace(observedConfig, `"assignmentRevision": 3`, `"assignmentRevision": 4`, 1)
@@ -146,12 +147,12 @@ func TestOutcomesCountInTheirRevision(t *testing.T) {
 		rev   int64
 		class int
 		want  int64
-	}{{3, Class5xx, 1}, {3, Class2xx, 0}, {4, Class5xx, 0}, {4, Class2xx, 1}} {
-		if got := h.Counter(OutcomeMetric("watched", c.rev, 1, c.class)); got != c.want {
-			t.Errorf("revision %d %s = %d, want %d", c.rev, ClassName(c.class), got, c.want)
+	}{{3, wire.Class5xx, 1}, {3, wire.Class2xx, 0}, {4, wire.Class5xx, 0}, {4, wire.Class2xx, 1}} {
+		if got := h.Counter(wire.OutcomeMetric("watched", c.rev, 1, c.class)); got != c.want {
+			t.Errorf("revision %d %s = %d, want %d", c.rev, wire.ClassName(c.class), got, c.want)
 		}
 	}
-	if lat := h.Metrics[LatencyMetric("watched", 3, 1)]; lat == nil || !slices.Equal(lat.Samples, []uint64{9}) {
+	if lat := h.Metrics[wire.OutcomeMetric("watched", 3, 1, wire.Latency)]; lat == nil || !slices.Equal(lat.Samples, []uint64{9}) {
 		t.Errorf("revision 3 latency %+v, want the one 9 ms sample of the request it assigned", lat)
 	}
 }

@@ -1,16 +1,21 @@
-// Package plugin is the Allot filter's logic, the same in both artifacts:
-// contexts (proxy-wasm's: Plugin is abi's Handler), configuration decoding,
-// attribute extraction, header reads and writes, the per-VM (per-worker)
-// cache of computed assignments, metrics and fail-open. It holds no
-// business rules: assignment is the engine's.
+// Package plugin is the Allot filter's core, the same in both artifacts:
+// it decodes and installs a configuration (Configure, Install), serves a
+// request (Request: attribute extraction, the per-worker
+// cache of computed assignments, the assignment headers written and forged
+// ones removed, sticky cookies, fail-open) and keeps the counters and
+// outcome stats a host flushes on its tick. It holds no business rules:
+// assignment is the engine's.
 //
 // It talks to the proxy only through Host (host.go), which names what the
-// filter needs. Two adapters implement it: the proxy-wasm one here
-// (proxywasm.go; New wraps an abi.Host in it) and the dynamic module's in
-// filter/nativemod (NewWith takes it). Every behaviour is tested natively
-// through the proxy-wasm adapter against the fake host abi/fakehost, whose
-// failure hook breaks each host call. It must never import gRPC, net/http
-// or the control plane.
+// filter needs, and knows no ABI: it keeps root (configuration) ids but no
+// stream ids. Two adapters implement Host and drive it: filter/proxywasm
+// (the proxy-wasm ABI, whose Handler maps stream contexts to roots and
+// keeps a stream's cookie and observation for its response) and
+// filter/nativemod (Envoy's dynamic modules). Every behaviour is tested
+// natively through the proxy-wasm adapter against the fake host
+// abi/fakehost, whose failure hook breaks each host call. It imports
+// neither ABI (filter/abi, filter/dynmod), gRPC, net/http nor the control
+// plane; wire names come from filter/wire.
 package plugin
 
 import (
@@ -19,10 +24,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/internal/panics"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // maxSingleWrites is the most header changes (forged assignment headers
@@ -41,8 +46,8 @@ const maxSingleWrites = 40
 // experiment per request.
 const TickMillis = 1000
 
-// Plugin implements abi.Handler. One Plugin serves one Wasm VM or one
-// native worker (one Envoy worker thread), so it needs no locks.
+// Plugin is the filter's core for one Wasm VM or one native worker (one
+// Envoy worker thread), so it needs no locks.
 type Plugin struct {
 	host Host
 	// batcher is host, when it adds several headers with one call: the
@@ -52,13 +57,9 @@ type Plugin struct {
 	rewriter HeaderRewriter
 	// roots are the plugin instances in this VM. Envoy keeps the old root
 	// serving its in-flight streams while a new configuration starts in a
-	// new root, so each stream remembers the root it was created under.
-	roots map[uint32]*root
-	// slots and streams map a stream context to its root. Envoy numbers
-	// contexts consecutively, so a stream almost always finds a free slot
-	// at id % len(slots), which costs no hashing; the map takes the rest.
-	slots   [256]streamSlot
-	streams map[uint32]*root
+	// new root, so each stream remembers the root it was created under
+	// (the adapter does: Root, Request).
+	roots map[uint32]*Root
 
 	// Per-request scratch space, reused across requests.
 	vals    []string
@@ -74,16 +75,10 @@ type Plugin struct {
 	// setCookie is the request's Set-Cookie for its response, empty if
 	// none: the unit's new sticky cookie.
 	setCookie []byte
-	// pending holds the Set-Cookie of each stream whose response has not
-	// begun yet (proxy-wasm: a stream's callbacks come one at a time).
-	pending map[uint32]string
 	// observed are the outcome slots the request assigned (observed
-	// experiments' variations); observing holds them, per stream, for the
-	// response (unless the host records outcomes: hostOutcomes), and
-	// obsFree the records to reuse.
+	// experiments' variations), which the host keeps for the response
+	// (Observe, or itself when it records outcomes: hostOutcomes).
 	observed     []int32
-	observing    map[uint32]*observation
-	obsFree      []*observation
 	hostOutcomes bool
 	// keepWarm is whether the host asked for warm results
 	// (KeepWarmResults); warm is the last request's result for the native
@@ -95,18 +90,10 @@ type Plugin struct {
 	warmKeep  bool
 	warmSeen  bool
 	warmItems []uint32
-
-	vm vmMetrics
 }
 
-// streamSlot is one entry of Plugin.slots; id 0 is free.
-type streamSlot struct {
-	id uint32
-	r  *root
-}
-
-// root is one plugin instance: its configuration, cache and counters.
-type root struct {
+// Root is one plugin instance: its configuration, cache and counters.
+type Root struct {
 	cfg   *Config
 	cache *cache
 	// targeting holds the condition outcomes for each combination of the
@@ -117,21 +104,10 @@ type root struct {
 	stats     stats
 }
 
-var _ abi.Handler = (*Plugin)(nil)
-
-// New returns a Plugin that talks to a proxy-wasm host (the Wasm module's,
-// or a fake), each Host method one of its host calls. A host that is also
-// a HeaderBatcher (a fake of the native module's) batches.
-func New(host abi.Host) *Plugin {
-	p := NewWith(&proxyWasm{h: toABIHost(host)})
-	if b, ok := host.(HeaderBatcher); ok {
-		p.batcher = b
-	}
-	return p
-}
-
-// NewWith returns a Plugin that talks to host.
-func NewWith(host Host) *Plugin {
+// New returns a Plugin that talks to host: one that is also a
+// HeaderBatcher batches its header writes, a HeaderRewriter rewrites the
+// map beyond maxSingleWrites changes, an OutcomeRecorder keeps outcomes.
+func New(host Host) *Plugin {
 	b, _ := host.(HeaderBatcher)
 	rw, _ := host.(HeaderRewriter)
 	o, _ := host.(OutcomeRecorder)
@@ -139,47 +115,29 @@ func NewWith(host Host) *Plugin {
 		host:         host,
 		batcher:      b,
 		rewriter:     rw,
-		roots:        map[uint32]*root{},
-		streams:      map[uint32]*root{},
+		roots:        map[uint32]*Root{},
 		attrs:        engine.Attributes{},
 		hostOutcomes: o != nil && o.RecordsOutcomes(),
 	}
 }
 
-// OnContextCreate implements abi.Handler.
-func (p *Plugin) OnContextCreate(id, parent uint32) {
-	if parent == 0 {
-		p.roots[id] = &root{}
-		return
-	}
-	r := p.roots[parent]
-	if s := &p.slots[id%uint32(len(p.slots))]; s.id == 0 {
-		s.id, s.r = id, r
-		return
-	}
-	p.streams[id] = r
-}
+// NewRoot starts root id, unconfigured (proxy-wasm's root context). A
+// root the host never starts is started by Install.
+func (p *Plugin) NewRoot(id uint32) { p.roots[id] = &Root{} }
 
-// stream returns the root stream context id was created under.
-func (p *Plugin) stream(id uint32) *root {
-	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
-		return s.r
-	}
-	return p.streams[id]
-}
+// Root is root id (nil if none): what a host that keeps stream contexts
+// (proxy-wasm) remembers for each stream and passes to Request.
+func (p *Plugin) Root(id uint32) *Root { return p.roots[id] }
 
-// OnVMStart implements abi.Handler.
-func (p *Plugin) OnVMStart(uint32, int) bool { return true }
-
-// OnConfigure implements abi.Handler: it decodes and compiles the plugin
-// configuration once, resolves per-configuration attributes, defines the
+// Configure reads root rootID's configuration (size bytes: Host.Configuration),
+// decodes and compiles it once, resolves per-configuration attributes, defines the
 // metrics and starts the flush tick. A configuration it cannot accept is
 // logged at critical level and refused, so Envoy rejects it and keeps the
 // previous one.
-func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
+func (p *Plugin) Configure(rootID uint32, size int) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.host.Log(LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
+			p.host.Log(wire.LogCritical, "allot: configuration rejected: panic: "+panics.Message(v))
 			ok = false
 		}
 	}()
@@ -187,14 +145,14 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 	if size > 0 {
 		b, err := p.host.Configuration(size)
 		if err != nil {
-			p.host.Log(LogCritical, "allot: read plugin configuration: "+err.Error())
+			p.host.Log(wire.LogCritical, "allot: read plugin configuration: "+err.Error())
 			return false
 		}
 		data = b
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
-		p.host.Log(LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		p.host.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return false
 	}
 	p.Install(rootID, cfg)
@@ -203,14 +161,14 @@ func (p *Plugin) OnConfigure(rootID uint32, size int) (ok bool) {
 
 // Install makes cfg, compiled already, root rootID's configuration: it
 // resolves the per-configuration attributes, defines the metrics and
-// starts the flush tick. OnConfigure calls it once it has parsed its own
+// starts the flush tick. Configure calls it once it has parsed its own
 // configuration; a host that parses a configuration once for many plugins
 // (the native module, which serves every worker from one process) calls
 // it on each, sharing cfg: nothing on the request path writes to a Config.
 func (p *Plugin) Install(rootID uint32, cfg *Config) {
 	r := p.roots[rootID]
 	if r == nil {
-		r = &root{}
+		r = &Root{}
 		p.roots[rootID] = r
 	}
 	r.flush(p.host)       // counts of a previous configuration go to its own metrics
@@ -227,91 +185,44 @@ func (p *Plugin) Install(rootID uint32, cfg *Config) {
 		}
 	}
 	r.stats.define(p.host, cfg, !p.hostOutcomes)
-	p.vm.define(p.host)
 	if err := p.host.StartTicks(TickMillis); err != nil {
-		p.host.Log(LogWarn, "allot: metrics tick unavailable: "+err.Error())
+		p.host.Log(wire.LogWarn, "allot: metrics tick unavailable: "+err.Error())
 	}
-	p.host.Log(LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
+	p.host.Log(wire.LogInfo, "allot: configured version "+strconv.Quote(cfg.Version)+" with "+strconv.Itoa(cfg.Len())+" experiments")
 }
 
-// OnRequestHeaders implements abi.Handler. It always continues the stream:
-// on any internal error or panic the request passes through without
-// assignment headers, forged ones removed (failOpen), and is counted once.
-// A request that changed its unit's sticky assignments leaves their
-// cookie for the stream's response.
-func (p *Plugin) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
-	r := p.stream(id)
-	a := p.request(r)
-	if len(p.setCookie) > 0 {
-		if p.pending == nil {
-			p.pending = map[uint32]string{}
-		}
-		p.pending[id] = string(p.setCookie)
-	}
-	if len(p.observed) > 0 && !p.hostOutcomes {
-		p.observeRequest(id, r)
-	}
-	return a
-}
-
-// SetCookieHeader is the header that carries the sticky cookie.
-const SetCookieHeader = "set-cookie"
-
-// OnResponseHeaders implements abi.Handler: a stream whose request left a
-// sticky cookie gets it as a Set-Cookie header; any other returns at once
-// (a mesh without sticky bucketing pays only the call). It always
-// continues the stream, and a failure to add the header costs the unit
-// only its cookie.
-func (p *Plugin) OnResponseHeaders(id uint32, _ int, _ bool) abi.Action {
-	if len(p.pending) == 0 && len(p.observing) == 0 {
-		return abi.ActionContinue
-	}
-	if len(p.observing) > 0 {
-		p.observeResponse(id, false)
-	}
-	if len(p.pending) == 0 {
-		return abi.ActionContinue
-	}
-	v, ok := p.pending[id]
-	if !ok {
-		return abi.ActionContinue
-	}
-	delete(p.pending, id)
-	if err := guard(func() error { return p.host.AddResponseHeader(SetCookieHeader, v) }); err != nil {
+// SetResponseCookie adds v, a Set-Cookie value a request left
+// (SetCookie), to the response: for a host that keeps it with the stream
+// until the response headers (proxy-wasm). A failure to add the header
+// costs the unit only its cookie.
+func (p *Plugin) SetResponseCookie(v string) {
+	if err := guard(func() error { return p.host.AddResponseHeader(wire.SetCookieHeader, v) }); err != nil {
 		defer func() { recover() }()
-		p.host.Log(LogDebug, "allot: sticky cookie not set: "+err.Error())
+		p.host.Log(wire.LogDebug, "allot: sticky cookie not set: "+err.Error())
 	}
-	return abi.ActionContinue
 }
 
 // SetCookie is the Set-Cookie value the last request left for its
 // response ("" if none), for a host that keeps it with the stream itself
-// (the native module). It is valid until the next request.
-func (p *Plugin) SetCookie() string { return abi.StringView(p.setCookie) }
+// (the native module) or keeps it for the stream's response
+// (SetResponseCookie). It is valid until the next request.
+func (p *Plugin) SetCookie() string { return stringView(p.setCookie) }
 
-// RequestHeaders runs the request path of OnRequestHeaders for a stream of
-// root rootID, for a host that keeps no stream contexts (the native
-// module: a stream there is Envoy's, and the worker's plugin serves one
-// request hook at a time).
-func (p *Plugin) RequestHeaders(rootID uint32) abi.Action {
-	return p.request(p.roots[rootID])
-}
-
-// Configured reports whether root rootID has a configuration installed.
-func (p *Plugin) Configured(rootID uint32) bool {
-	r := p.roots[rootID]
-	return r != nil && r.cfg != nil
-}
-
-// request is the request path for a stream of root r (nil: none).
-func (p *Plugin) request(r *root) abi.Action {
+// Request is the request path for a stream of root r (nil: none). The
+// stream always continues: on any internal error or panic the request
+// passes through without assignment headers, forged ones removed
+// (failOpen), and is counted once. A request that changed its unit's
+// sticky assignments leaves their cookie (SetCookie) for the stream's
+// response, one an observed experiment assigned its outcome slots
+// (Observed).
+func (p *Plugin) Request(r *Root) {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]
 	if p.keepWarm {
 		p.warm = warmResult{}
 	}
 	if r == nil || r.cfg == nil {
-		return abi.ActionContinue
+		return
 	}
 	defer func() {
 		if v := recover(); v != nil {
@@ -321,7 +232,6 @@ func (p *Plugin) request(r *root) abi.Action {
 	if err := p.assign(r); err != nil {
 		p.failOpen(r, err, nil)
 	}
-	return abi.ActionContinue
 }
 
 // assign reads the request's headers once, removes forged assignment
@@ -334,7 +244,7 @@ func (p *Plugin) request(r *root) abi.Action {
 // headers (the common case) makes no call for them. Over a host that
 // batches (HeaderBatcher: the native module's) the headers are added with
 // one call, however many.
-func (p *Plugin) assign(r *root) error {
+func (p *Plugin) assign(r *Root) error {
 	cfg := r.cfg
 	p.strip = p.strip[:0] // before the read: failOpen must not see a previous request's names
 	pairs, err := p.host.RequestHeaders()
@@ -395,8 +305,8 @@ func (p *Plugin) assign(r *root) error {
 	if len(dict) > 0 && cfg.ExposureState {
 		// The exposure record for the access log; losing it must not cost
 		// the request its assignment.
-		if err := p.host.SetExposure(abi.Bytes(dict)); err != nil {
-			p.host.Log(LogDebug, "allot: exposure not recorded: "+err.Error())
+		if err := p.host.SetExposure(bytesView(dict)); err != nil {
+			p.host.Log(wire.LogDebug, "allot: exposure not recorded: "+err.Error())
 		}
 	}
 	for j := range e.assignments() {
@@ -436,7 +346,7 @@ func (p *Plugin) parsedAttrs(cfg *Config, pairs [][2]string, vals []string) {
 // small: its compiled code is fetched afresh on every request.
 //
 //go:noinline
-func (p *Plugin) otherAttrs(r *root, vals []string) {
+func (p *Plugin) otherAttrs(r *Root, vals []string) {
 	cfg := r.cfg
 	for _, i := range cfg.props {
 		if v, err := p.host.Property(&cfg.attrs[i].prop); err == nil {
@@ -584,7 +494,7 @@ var errPanic = errors.New("panic in a host call")
 // the VM.
 //
 //go:noinline
-func (p *Plugin) failOpen(r *root, err error, v any) {
+func (p *Plugin) failOpen(r *Root, err error, v any) {
 	r.stats.failOpen++
 	if p.keepWarm {
 		p.warm = warmResult{}
@@ -597,7 +507,7 @@ func (p *Plugin) failOpen(r *root, err error, v any) {
 	if err != nil {
 		msg = err.Error()
 	}
-	p.host.Log(LogDebug, "allot: request passed through unassigned: "+msg)
+	p.host.Log(wire.LogDebug, "allot: request passed through unassigned: "+msg)
 }
 
 // scrub leaves the request with no header the filter owns, whatever step
@@ -657,7 +567,7 @@ func (p *Plugin) values(n int) []string {
 // caching it on a miss. The cache is keyed by a hash of the values; the
 // entry keeps the values themselves, so a hash collision is a miss, never a
 // wrong answer.
-func (p *Plugin) lookup(r *root, vals []string) entry {
+func (p *Plugin) lookup(r *Root, vals []string) entry {
 	p.key = p.key[:0]
 	for _, v := range vals {
 		p.key = binary.AppendUvarint(p.key, uint64(len(v)))
@@ -691,7 +601,7 @@ const maxTargeting = 1024
 // the cache may keep it: not when it left a sticky cookie to set, or
 // ignored a bad one, so that every such request is evaluated (and
 // counted) again.
-func (p *Plugin) compute(r *root, vals []string) (e entry, keep bool) {
+func (p *Plugin) compute(r *Root, vals []string) (e entry, keep bool) {
 	cfg := r.cfg
 	keep = true
 	if cfg.jar == nil {
@@ -708,7 +618,7 @@ func (p *Plugin) compute(r *root, vals []string) (e entry, keep bool) {
 		}
 	}
 	p.data = append(p.data, p.key...)
-	return entry{data: abi.StringView(p.data), n: n, keyLen: len(p.key)}, keep
+	return entry{data: stringView(p.data), n: n, keyLen: len(p.key)}, keep
 }
 
 // sticky is compute's evaluation with sticky bucketing: it opens the
@@ -719,7 +629,7 @@ func (p *Plugin) compute(r *root, vals []string) (e entry, keep bool) {
 // cookie was valid or absent and nothing changed.
 //
 //go:noinline
-func (p *Plugin) sticky(r *root, vals []string) bool {
+func (p *Plugin) sticky(r *Root, vals []string) bool {
 	cfg := r.cfg
 	n := len(cfg.attrs)
 	docs, st := cfg.jar.Open(vals[n], cfg.names, vals[:n])
@@ -762,12 +672,12 @@ func (p *Plugin) dictionary(cfg *Config, e entry) string {
 	if len(p.dict) == 0 {
 		return ""
 	}
-	return abi.StringView(p.dict[len(", "):])
+	return stringView(p.dict[len(wire.DictionarySeparator):])
 }
 
 // outcomes returns the condition outcomes for vals, from the root's
 // targeting cache or computed and cached.
-func (p *Plugin) outcomes(r *root, vals []string) engine.Outcomes {
+func (p *Plugin) outcomes(r *Root, vals []string) engine.Outcomes {
 	cfg := r.cfg
 	p.tkey = p.tkey[:0]
 	for _, i := range cfg.condAttrs {
@@ -801,41 +711,27 @@ func hashBytes(b []byte) uint64 {
 	return h
 }
 
-// OnDelete implements abi.Handler. A root flushes its counters before it
-// goes (there is no proxy_on_done: the wasip1 build does not export it, to
-// save a VM crossing per stream).
-func (p *Plugin) OnDelete(id uint32) {
-	if len(p.pending) > 0 {
-		delete(p.pending, id) // a stream reset before its response
+// Delete ends root id, if there is one, flushing its counters first;
+// false if there is none (an id the host uses for a stream).
+func (p *Plugin) Delete(id uint32) bool {
+	r, ok := p.roots[id]
+	if !ok {
+		return false
 	}
-	if len(p.observing) > 0 {
-		p.observeResponse(id, true) // no response headers came: a reset
-	}
-	if s := &p.slots[id%uint32(len(p.slots))]; s.id == id {
-		*s = streamSlot{}
-		return
-	}
-	if _, ok := p.streams[id]; ok {
-		delete(p.streams, id)
-		return
-	}
-	if r, ok := p.roots[id]; ok {
-		r.flush(p.host)
-		p.warm = warmResult{} // keeps nothing of the root
-		delete(p.roots, id)
-		if len(p.roots) == 0 {
-			p.vm.withdraw(p.host)
-		}
-	}
+	r.flush(p.host)
+	p.warm = warmResult{} // keeps nothing of the root
+	delete(p.roots, id)
+	return true
 }
 
-// OnTick implements abi.Handler: it flushes the root's counters and the
-// VM's figures.
-func (p *Plugin) OnTick(rootID uint32) {
+// Roots is how many roots there are.
+func (p *Plugin) Roots() int { return len(p.roots) }
+
+// Tick flushes root rootID's counters to the host's metrics.
+func (p *Plugin) Tick(rootID uint32) {
 	if r, ok := p.roots[rootID]; ok {
 		r.flush(p.host)
 	}
-	p.vm.flush(p.host)
 }
 
 // FailOpen returns how many requests root rootID passed through unassigned
@@ -845,10 +741,6 @@ func (p *Plugin) FailOpen(rootID uint32) int64 {
 		return r.stats.failOpen
 	}
 	return 0
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func appendOnce(list []string, s string) []string {

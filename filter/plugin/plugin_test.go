@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"errors"
@@ -7,17 +7,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 const twoArm = `{"version":"v1","experiments":[{"key":"checkout","variations":["control","treatment"],"weights":[0.5,0.5]}]}`
 
-func start(t *testing.T, config string) (*fakehost.Host, *Plugin, uint32) {
+func start(t *testing.T, config string) (*fakehost.Host, *proxywasm.Handler, uint32) {
 	t.Helper()
 	h := fakehost.New()
-	p := New(h)
+	p := proxywasm.New(h)
 	root, ok := h.StartPlugin(p, []byte(config))
 	if !ok {
 		t.Fatalf("configuration refused: %v", h.Logs)
@@ -145,11 +146,11 @@ func TestRejectsBadConfiguration(t *testing.T) {
 	for name, cfg := range tests {
 		t.Run(name, func(t *testing.T) {
 			h := fakehost.New()
-			p := New(h)
+			p := proxywasm.New(h)
 			if _, ok := h.StartPlugin(p, []byte(cfg)); ok {
 				t.Fatal("on_configure accepted an invalid configuration")
 			}
-			if len(h.Logs) == 0 || h.Logs[len(h.Logs)-1].Level != abi.LogCritical {
+			if len(h.Logs) == 0 || h.Logs[len(h.Logs)-1].Level != wire.LogCritical {
 				t.Fatalf("want a critical log, got %v", h.Logs)
 			}
 		})
@@ -164,26 +165,6 @@ func TestRejectedReconfigurationKeepsServing(t *testing.T) {
 	got, _ := h.Request(p, root, [][2]string{{"x-user-id", "alice"}})
 	if v := values(got, "x-experiment-checkout"); len(v) != 1 {
 		t.Fatalf("after a rejected configuration the previous one must keep serving, got %q", v)
-	}
-}
-
-func TestStreamsKeepTheirRoot(t *testing.T) {
-	h := fakehost.New()
-	p := New(h)
-	oldRoot, _ := h.StartPlugin(p, []byte(`{"experiments":[{"key":"k","variations":["old","x"],"weights":[1,0]}]}`))
-	newRoot, _ := h.StartPlugin(p, []byte(`{"experiments":[{"key":"k","variations":["new","x"],"weights":[1,0]}]}`))
-	for root, want := range map[uint32]string{oldRoot: "old", newRoot: "new"} {
-		got, _ := h.Request(p, root, [][2]string{{"x-user-id", "u"}})
-		if v := values(got, "x-experiment-k"); len(v) != 1 || v[0] != want {
-			t.Fatalf("root %d: got %q, want [%s]", root, v, want)
-		}
-	}
-	p.OnDelete(oldRoot)
-	if _, ok := p.roots[oldRoot]; ok {
-		t.Fatal("deleted root still tracked")
-	}
-	if len(p.streams) != 0 {
-		t.Fatalf("streams leaked: %d", len(p.streams))
 	}
 }
 
@@ -219,8 +200,8 @@ func TestFailOpen(t *testing.T) {
 			if owned := ownedHeaders(got); len(owned) != 0 {
 				t.Fatalf("after a failed evaluation the request carries %q", owned)
 			}
-			if p.FailOpen(root) != 1 {
-				t.Fatalf("FailOpen = %d, want 1", p.FailOpen(root))
+			if p.Plugin().FailOpen(root) != 1 {
+				t.Fatalf("FailOpen = %d, want 1", p.Plugin().FailOpen(root))
 			}
 		})
 	}
@@ -241,59 +222,17 @@ func TestPanicInRequestPathIsRecovered(t *testing.T) {
 	if owned := ownedHeaders(got); len(owned) != 0 {
 		t.Fatalf("after a panic the request carries %q", owned)
 	}
-	if p.FailOpen(root) != 1 {
-		t.Fatalf("FailOpen = %d, want 1", p.FailOpen(root))
+	if p.Plugin().FailOpen(root) != 1 {
+		t.Fatalf("FailOpen = %d, want 1", p.Plugin().FailOpen(root))
 	}
 }
 
 func TestUnconfiguredRootPassesThrough(t *testing.T) {
 	h := fakehost.New()
-	p := New(h)
+	p := proxywasm.New(h)
 	p.OnContextCreate(1, 0)
 	got, err := h.Request(p, 1, [][2]string{{"x-user-id", "alice"}})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("unconfigured root changed the request: %q, %v", got, err)
 	}
-}
-
-// TestVMMetrics checks the allot.vm.* stats: gauges move by the VM's
-// change since the last tick, counters by the increase, and a VM whose
-// last root goes takes its share out of the gauges, so that the stats two
-// VMs share add up.
-func TestVMMetrics(t *testing.T) {
-	h := fakehost.New()
-	vms := [2]*Plugin{New(h), New(h)}
-	figures := [2]VMStats{
-		{MemoryBytes: 10 << 20, HeapBytes: 3 << 20, Allocations: 1000, Collections: 4},
-		{MemoryBytes: 12 << 20, HeapBytes: 5 << 20, Allocations: 2000, Collections: 6},
-	}
-	roots := [2]uint32{}
-	for i, p := range vms {
-		p.ReadVMStats(func(s *VMStats) { *s = figures[i] })
-		root, ok := h.StartPlugin(p, []byte(twoArm))
-		if !ok {
-			t.Fatalf("configuration refused: %v", h.Logs)
-		}
-		roots[i] = root
-		p.OnTick(root)
-	}
-	want := func(step string, memory, heap, allocs, gcs int64) {
-		t.Helper()
-		for name, w := range map[string]int64{MetricVMMemory: memory, MetricVMHeap: heap, MetricVMAllocations: allocs, MetricVMCollections: gcs} {
-			if got := h.Counter(name); got != w {
-				t.Errorf("%s: %s = %d, want %d", step, name, got, w)
-			}
-		}
-	}
-	want("first tick", 22<<20, 8<<20, 3000, 10)
-
-	figures[0] = VMStats{MemoryBytes: 11 << 20, HeapBytes: 1 << 20, Allocations: 1500, Collections: 5}
-	vms[0].OnTick(roots[0])
-	want("second tick", 23<<20, 6<<20, 3500, 11)
-
-	vms[0].OnTick(roots[0]) // nothing changed
-	want("unchanged tick", 23<<20, 6<<20, 3500, 11)
-
-	vms[0].OnDelete(roots[0])
-	want("VM 0 gone", 12<<20, 5<<20, 3500, 11)
 }

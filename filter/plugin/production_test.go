@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"fmt"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/allotmesh/allot/filter/abi"
 	"github.com/allotmesh/allot/filter/abi/fakehost"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // targeted maps attributes from every kind of source and targets on them.
@@ -36,12 +39,12 @@ const targeted = `{
   ]
 }`
 
-func startTargeted(t *testing.T, config string) (*fakehost.Host, *Plugin, uint32) {
+func startTargeted(t *testing.T, config string) (*fakehost.Host, *proxywasm.Handler, uint32) {
 	t.Helper()
 	h := fakehost.New()
 	h.Properties[abi.JoinPath([]string{"source", "address"})] = []byte("10.1.2.3:5555")
 	h.Properties[abi.JoinPath([]string{"node", "metadata", "zone"})] = []byte("eu-1")
-	p := New(h)
+	p := proxywasm.New(h)
 	root, ok := h.StartPlugin(p, []byte(config))
 	if !ok {
 		t.Fatalf("configuration refused: %v", h.Logs)
@@ -109,7 +112,7 @@ func TestDictionaryAndVersionHeaders(t *testing.T) {
 	if v := values(got, "x-experiments-version"); len(v) != 1 || v[0] != "v7" {
 		t.Fatalf("x-experiments-version = %q, want [v7]", v)
 	}
-	if exp := string(h.Properties[ExposureProperty]); exp != dict[0] {
+	if exp := string(h.Properties[wire.ExposureProperty]); exp != dict[0] {
 		t.Fatalf("exposure filter state = %q, want the dictionary %q", exp, dict[0])
 	}
 }
@@ -154,11 +157,11 @@ func TestCacheEquivalence(t *testing.T) {
 	}
 	pc.OnTick(rc)
 	pu.OnTick(ru)
-	if hits := hc.Counter(MetricCacheHits); hits == 0 || hits+hc.Counter(MetricCacheMisses) != 500 {
-		t.Fatalf("cached plugin: %d hits, %d misses", hits, hc.Counter(MetricCacheMisses))
+	if hits := hc.Counter(wire.MetricCacheHits); hits == 0 || hits+hc.Counter(wire.MetricCacheMisses) != 500 {
+		t.Fatalf("cached plugin: %d hits, %d misses", hits, hc.Counter(wire.MetricCacheMisses))
 	}
-	if hu.Counter(MetricCacheHits) != 0 || hu.Counter(MetricCacheMisses) != 500 {
-		t.Fatalf("uncached plugin counted hits: %d", hu.Counter(MetricCacheHits))
+	if hu.Counter(wire.MetricCacheHits) != 0 || hu.Counter(wire.MetricCacheMisses) != 500 {
+		t.Fatalf("uncached plugin counted hits: %d", hu.Counter(wire.MetricCacheHits))
 	}
 }
 
@@ -168,7 +171,7 @@ func TestCacheKeyedOnReferencedAttributesOnly(t *testing.T) {
 		h.Request(p, root, [][2]string{{"x-user-id", "same"}, {"x-request-id", fmt.Sprint(i)}, {"x-other", fmt.Sprint(i)}})
 	}
 	p.OnTick(root)
-	if hits, misses := h.Counter(MetricCacheHits), h.Counter(MetricCacheMisses); hits != 9 || misses != 1 {
+	if hits, misses := h.Counter(wire.MetricCacheHits), h.Counter(wire.MetricCacheMisses); hits != 9 || misses != 1 {
 		t.Fatalf("hits %d misses %d: unreferenced headers must not affect the cache key", hits, misses)
 	}
 }
@@ -190,21 +193,21 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 		got, _ := h.Request(p, root, [][2]string{{"x-user-id", fmt.Sprintf("user-%d", i%120)}})
 		want[values(got, "x-experiment-checkout")[0]]++
 	}
-	if h.Counter(VariationMetric("checkout", 0)) != 0 {
+	if h.Counter(wire.VariationMetric("checkout", 0)) != 0 {
 		t.Fatal("counters were flushed before the tick")
 	}
 	p.OnTick(root)
-	if got := h.Counter(VariationMetric("checkout", 0)); got != want["control"] {
+	if got := h.Counter(wire.VariationMetric("checkout", 0)); got != want["control"] {
 		t.Errorf("control counter %d, headers %d", got, want["control"])
 	}
-	if got := h.Counter(VariationMetric("checkout", 1)); got != want["treatment"] {
+	if got := h.Counter(wire.VariationMetric("checkout", 1)); got != want["treatment"] {
 		t.Errorf("treatment counter %d, headers %d", got, want["treatment"])
 	}
-	if got := h.Counter(MetricEvaluated); got != 300 {
+	if got := h.Counter(wire.MetricEvaluated); got != 300 {
 		t.Errorf("evaluated = %d, want 300", got)
 	}
-	if h.TickMs != TickMillis {
-		t.Errorf("tick period %d, want %d", h.TickMs, TickMillis)
+	if h.TickMs != plugin.TickMillis {
+		t.Errorf("tick period %d, want %d", h.TickMs, plugin.TickMillis)
 	}
 }
 
@@ -214,13 +217,13 @@ func TestVariationCountersMatchHeaders(t *testing.T) {
 func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
 	for _, c := range []struct {
 		name, failCall string
-		start          func(t *testing.T) (*fakehost.Host, *Plugin, uint32)
+		start          func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32)
 	}{
-		{"single calls", "proxy_add_header_map_value", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
+		{"single calls", "proxy_add_header_map_value", func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32) {
 			return startTargeted(t, targeted)
 		}},
-		{"rebuild", "proxy_set_header_map_pairs", func(t *testing.T) (*fakehost.Host, *Plugin, uint32) {
-			return start(t, experimentsEveryUnitIsIn(maxSingleWrites))
+		{"rebuild", "proxy_set_header_map_pairs", func(t *testing.T) (*fakehost.Host, *proxywasm.Handler, uint32) {
+			return start(t, experimentsEveryUnitIsIn(plugin.MaxSingleWrites))
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -241,8 +244,8 @@ func TestFailedWriteStillRemovesForgedHeaders(t *testing.T) {
 				}
 			}
 			p.OnTick(root)
-			if h.Counter(MetricFailOpen) != 1 {
-				t.Fatalf("fail_open = %d, want 1", h.Counter(MetricFailOpen))
+			if h.Counter(wire.MetricFailOpen) != 1 {
+				t.Fatalf("fail_open = %d, want 1", h.Counter(wire.MetricFailOpen))
 			}
 		})
 	}
@@ -270,24 +273,10 @@ func TestRejectsBadAttributes(t *testing.T) {
 		"bad cache":   `{"cacheSize":"big"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := ParseConfig([]byte(cfg)); err == nil {
+			if _, err := plugin.ParseConfig([]byte(cfg)); err == nil {
 				t.Fatal("accepted")
 			}
 		})
-	}
-}
-
-func TestSFString(t *testing.T) {
-	for in, want := range map[string]string{
-		"green":   `"green"`,
-		`a"b\c`:   `"a\"b\\c"`,
-		"Zoë":     `%"Zo%c3%ab"`,
-		"100%\"ü": `%"100%25%22%c3%bc"`,
-		"":        `""`,
-	} {
-		if got := sfString(in); got != want {
-			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
-		}
 	}
 }
 
@@ -338,11 +327,11 @@ func TestFewChangesUseSingleCalls(t *testing.T) {
 		experiments, forged    int
 		removes, adds, rebuild int
 	}{
-		{"no forged headers", maxSingleWrites - 2, 0, 0, maxSingleWrites, 0},
-		{"forged and added at the limit", maxSingleWrites - 2, maxSingleWrites, maxSingleWrites, maxSingleWrites, 0},
-		{"one forged name too many", maxSingleWrites - 2, maxSingleWrites + 1, 0, maxSingleWrites, 1},
-		{"one header too many", maxSingleWrites - 1, 1, 1, 0, 1},
-		{"both too many", maxSingleWrites - 1, maxSingleWrites + 1, 0, 0, 2},
+		{"no forged headers", plugin.MaxSingleWrites - 2, 0, 0, plugin.MaxSingleWrites, 0},
+		{"forged and added at the limit", plugin.MaxSingleWrites - 2, plugin.MaxSingleWrites, plugin.MaxSingleWrites, plugin.MaxSingleWrites, 0},
+		{"one forged name too many", plugin.MaxSingleWrites - 2, plugin.MaxSingleWrites + 1, 0, plugin.MaxSingleWrites, 1},
+		{"one header too many", plugin.MaxSingleWrites - 1, 1, 1, 0, 1},
+		{"both too many", plugin.MaxSingleWrites - 1, plugin.MaxSingleWrites + 1, 0, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -369,7 +358,7 @@ func TestFewChangesUseSingleCalls(t *testing.T) {
 func TestExposureStateCanBeDisabled(t *testing.T) {
 	h, p, root := start(t, strings.Replace(twoArm, `"version":"v1",`, `"version":"v1","disableExposureState":true,`, 1))
 	h.Request(p, root, [][2]string{{"x-user-id", "u"}})
-	if _, ok := h.Properties[ExposureProperty]; ok {
+	if _, ok := h.Properties[wire.ExposureProperty]; ok {
 		t.Fatal("exposure recorded although disabled")
 	}
 }
@@ -413,7 +402,7 @@ func TestBatchingHostAddsInOneCall(t *testing.T) {
 	cfg := experimentsEveryUnitIsIn(50)
 	plain, pp, proot := start(t, cfg)
 	b := fakehost.NewBatcher()
-	bp := New(b)
+	bp := proxywasm.New(b)
 	broot, ok := b.StartPlugin(bp, []byte(cfg))
 	if !ok {
 		t.Fatalf("configuration refused: %v", b.Logs)
@@ -447,7 +436,7 @@ func TestBatchingHostAddsInOneCall(t *testing.T) {
 	if owned := ownedHeaders(got); len(owned) != 0 {
 		t.Fatalf("after a refused batch the request carries %q", owned)
 	}
-	if bp.FailOpen(broot) != 1 {
-		t.Fatalf("FailOpen = %d, want 1", bp.FailOpen(broot))
+	if bp.Plugin().FailOpen(broot) != 1 {
+		t.Fatalf("FailOpen = %d, want 1", bp.Plugin().FailOpen(broot))
 	}
 }

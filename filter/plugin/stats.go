@@ -1,50 +1,8 @@
 package plugin
 
 import (
-	"strconv"
+	"github.com/allotmesh/allot/filter/wire"
 )
-
-// Metric names. Envoy shows Wasm-defined metrics under the "wasmcustom."
-// prefix, e.g. wasmcustom.allot.requests_evaluated.
-const (
-	MetricEvaluated   = "allot.requests_evaluated"
-	MetricCacheHits   = "allot.cache_hits"
-	MetricCacheMisses = "allot.cache_misses"
-	MetricFailOpen    = "allot.fail_open"
-)
-
-// Metric names of sticky bucketing, defined only by configurations with a
-// sticky cookie.
-const (
-	// MetricStickyInvalid counts evaluations that ignored a sticky cookie
-	// which was malformed, signed by no configured key, or altered.
-	MetricStickyInvalid = "allot.sticky_cookie_invalid"
-	// MetricStickyOversized counts evaluations that ignored a sticky
-	// cookie longer than cookie.MaxValue.
-	MetricStickyOversized = "allot.sticky_cookie_oversized"
-	// MetricStickyStale counts evaluations that ignored a sticky cookie
-	// of the previous format (cookie.Stale: attribute values in clear).
-	MetricStickyStale = "allot.sticky_cookie_stale_format"
-	// MetricStickyWritten counts responses given a new sticky cookie (the
-	// unit's sticky assignments changed).
-	MetricStickyWritten = "allot.sticky_cookie_written"
-	// MetricStickyDropped counts sticky cookies not written because they
-	// would be longer than cookie.MaxValue even after pruning.
-	MetricStickyDropped = "allot.sticky_cookie_dropped"
-)
-
-// MetricOutcomesUnrecorded counts observed requests whose outcome is not
-// counted because the host could not keep what their response needs (the
-// native module: no memory for the stream's observe state; see
-// Plugin.CountUnrecorded). Defined only by configurations with an observed
-// experiment.
-const MetricOutcomesUnrecorded = "allot.outcomes_unrecorded"
-
-// VariationMetric names the counter of units assigned to variation v of
-// experiment key.
-func VariationMetric(key string, v int) string {
-	return "allot.experiment." + key + ".variation." + strconv.Itoa(v)
-}
 
 // stats are a root's counters, accumulated in memory and flushed on tick.
 type stats struct {
@@ -68,8 +26,8 @@ type stats struct {
 	// (Config.Outcomes' slots); outIDs are their counters, latIDs their
 	// latency histograms. Empty when nothing is observed or the host
 	// records outcomes itself.
-	outcomes [][NumClasses]int64
-	outIDs   [][NumClasses]uint32
+	outcomes [][wire.NumClasses]int64
+	outIDs   [][wire.NumClasses]uint32
 	latIDs   []uint32
 }
 
@@ -84,17 +42,17 @@ func (s *stats) fixed() [9]*int64 {
 // in the order it defines them: a host that must declare metrics ahead of
 // the plugin (the native module, at configuration time) declares these.
 func (c *Config) MetricNames() []string {
-	names := []string{MetricEvaluated, MetricCacheHits, MetricCacheMisses, MetricFailOpen}
+	names := []string{wire.MetricEvaluated, wire.MetricCacheHits, wire.MetricCacheMisses, wire.MetricFailOpen}
 	if c.jar != nil {
-		names = append(names, MetricStickyInvalid, MetricStickyOversized, MetricStickyStale, MetricStickyWritten, MetricStickyDropped)
+		names = append(names, wire.MetricStickyInvalid, wire.MetricStickyOversized, wire.MetricStickyStale, wire.MetricStickyWritten, wire.MetricStickyDropped)
 	}
 	for i, key := range c.keys {
 		for v := range c.values[i] {
-			names = append(names, VariationMetric(key, v))
+			names = append(names, wire.VariationMetric(key, v))
 		}
 	}
 	if c.Observed() {
-		names = append(names, MetricOutcomesUnrecorded)
+		names = append(names, wire.MetricOutcomesUnrecorded)
 	}
 	return names
 }
@@ -131,8 +89,8 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 	s.outcomes, s.outIDs, s.latIDs = nil, nil, nil
 	if outcomes && cfg.Observed() {
 		out := cfg.Outcomes()
-		s.outcomes = make([][NumClasses]int64, len(out))
-		s.outIDs = make([][NumClasses]uint32, len(out))
+		s.outcomes = make([][wire.NumClasses]int64, len(out))
+		s.outIDs = make([][wire.NumClasses]uint32, len(out))
 		s.latIDs = make([]uint32, len(out))
 		for slot, o := range out {
 			for class, name := range o.Counters {
@@ -150,12 +108,12 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 		}
 	}
 	if s.defineFail {
-		h.Log(LogWarn, "allot: some metrics could not be defined; their counts are dropped")
+		h.Log(wire.LogWarn, "allot: some metrics could not be defined; their counts are dropped")
 	}
 }
 
 // flush adds the accumulated counts to Envoy's stats and resets them.
-func (r *root) flush(h Host) {
+func (r *Root) flush(h Host) {
 	s := &r.stats
 	if r.cfg == nil || s.defineFail {
 		clear(s.outcomes)

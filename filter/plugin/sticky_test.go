@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/cookie"
 	"github.com/allotmesh/allot/filter/engine"
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/proxywasm"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 var stickySecret = base64.StdEncoding.EncodeToString([]byte(strings.Repeat("s", 32)))
@@ -28,7 +31,7 @@ func stickyConfig(weights string, bucketVersion, minBucketVersion int) string {
 // exchange runs one request for unit id carrying cookies (a Cookie header
 // when not empty) and returns the checkout assignment ("" if none) and the
 // response's Set-Cookie values.
-func exchange(t *testing.T, h *fakehost.Host, p *Plugin, root uint32, id, cookies string) (string, []string) {
+func exchange(t *testing.T, h *fakehost.Host, p *proxywasm.Handler, root uint32, id, cookies string) (string, []string) {
 	t.Helper()
 	req := [][2]string{{":path", "/"}, {"x-user-id", id}}
 	if cookies != "" {
@@ -165,11 +168,11 @@ func TestStickyBadCookies(t *testing.T) {
 	for _, tc := range []struct {
 		name, cookie, metric string
 	}{
-		{"forged", name + "=k1.AQEFAmlkBWFsaWNlAQtjaGVja291dF9fMAEw.AAAAAAAAAAAAAAAAAAAAAA", MetricStickyInvalid},
-		{"tampered", name + "=" + string(tampered), MetricStickyInvalid},
-		{"unknown key", name + "=k9." + val[3:], MetricStickyInvalid},
-		{"garbage", name + "=%%%", MetricStickyInvalid},
-		{"oversized", name + "=" + strings.Repeat("a", cookie.MaxValue+1), MetricStickyOversized},
+		{"forged", name + "=k1.AQEFAmlkBWFsaWNlAQtjaGVja291dF9fMAEw.AAAAAAAAAAAAAAAAAAAAAA", wire.MetricStickyInvalid},
+		{"tampered", name + "=" + string(tampered), wire.MetricStickyInvalid},
+		{"unknown key", name + "=k9." + val[3:], wire.MetricStickyInvalid},
+		{"garbage", name + "=%%%", wire.MetricStickyInvalid},
+		{"oversized", name + "=" + strings.Repeat("a", cookie.MaxValue+1), wire.MetricStickyOversized},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := h.Counter(tc.metric)
@@ -186,7 +189,7 @@ func TestStickyBadCookies(t *testing.T) {
 			}
 		})
 	}
-	if n := h.Counter(MetricFailOpen); n != 0 {
+	if n := h.Counter(wire.MetricFailOpen); n != 0 {
 		t.Errorf("fail_open = %d", n)
 	}
 }
@@ -201,18 +204,18 @@ func TestStickyCache(t *testing.T) {
 	}
 	jar := cookieOf(t, sc)
 	p.OnTick(root)
-	hits := h.Counter(MetricCacheHits)
+	hits := h.Counter(wire.MetricCacheHits)
 	for range 3 {
 		if _, sc := exchange(t, h, p, root, "carol", jar); len(sc) != 0 {
 			t.Fatalf("cookie returned: Set-Cookie %q", sc)
 		}
 	}
 	p.OnTick(root)
-	if got := h.Counter(MetricCacheHits) - hits; got != 2 {
+	if got := h.Counter(wire.MetricCacheHits) - hits; got != 2 {
 		t.Errorf("cache hits = %d, want 2 (the first of three computes)", got)
 	}
-	if got := h.Counter(MetricStickyWritten); got != 2 {
-		t.Errorf("%s = %d, want 2", MetricStickyWritten, got)
+	if got := h.Counter(wire.MetricStickyWritten); got != 2 {
+		t.Errorf("%s = %d, want 2", wire.MetricStickyWritten, got)
 	}
 }
 
@@ -227,7 +230,7 @@ func TestStickyOffSetsNothing(t *testing.T) {
 	if len(down) != 1 {
 		t.Errorf("response headers %q, want only :status", down)
 	}
-	for _, n := range []string{MetricStickyInvalid, MetricStickyWritten} {
+	for _, n := range []string{wire.MetricStickyInvalid, wire.MetricStickyWritten} {
 		if _, ok := h.Metrics[n]; ok {
 			t.Errorf("%s defined without a sticky cookie", n)
 		}
@@ -263,8 +266,8 @@ func TestStickyFailOpenSetsNoCookie(t *testing.T) {
 	if v == "" || len(sc) != 0 || h.Fired != 1 {
 		t.Errorf("Set-Cookie add panicked: assignment %q, Set-Cookie %q, fired %d", v, sc, h.Fired)
 	}
-	if len(p.pending) != 0 {
-		t.Errorf("%d cookies left pending", len(p.pending))
+	if n := p.Waiting(); n != 0 {
+		t.Errorf("%d cookies left pending", n)
 	}
 }
 
@@ -316,7 +319,7 @@ func TestStickyConfigErrors(t *testing.T) {
 		"unknown key": {`{"stickyCookie":{"name":"sb","secure":true,"keys":[{"id":"k","secret":"` + stickySecret + `"}]}}`, `stickyCookie.secure: unknown field`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(tc.cfg))
+			_, err := plugin.ParseConfig([]byte(tc.cfg))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}
@@ -448,7 +451,7 @@ func TestStickyOldFormat(t *testing.T) {
 		t.Errorf("fresh cookie's payload %q, want format 2", b)
 	}
 	p.OnTick(root)
-	for metric, want := range map[string]int64{MetricStickyStale: 1, MetricStickyInvalid: 0, MetricFailOpen: 0, MetricStickyWritten: 1} {
+	for metric, want := range map[string]int64{wire.MetricStickyStale: 1, wire.MetricStickyInvalid: 0, wire.MetricFailOpen: 0, wire.MetricStickyWritten: 1} {
 		if got := h.Counter(metric); got != want {
 			t.Errorf("%s = %d, want %d", metric, got, want)
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // The native module's warm path (docs/perf/native-warm-path.md) serves a
@@ -53,7 +55,7 @@ type WarmPlan struct {
 	PerExperiment, Exposure bool
 	Version                 string
 	Evaluated, Hits         uint32
-	// Unrecorded is the position of MetricOutcomesUnrecorded, when an
+	// Unrecorded is the position of wire.MetricOutcomesUnrecorded, when an
 	// experiment is observed (HasUnrecorded).
 	Unrecorded    uint32
 	HasUnrecorded bool
@@ -104,15 +106,15 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 		}
 		return v
 	}
-	w.Evaluated, w.Hits = at(MetricEvaluated), at(MetricCacheHits)
+	w.Evaluated, w.Hits = at(wire.MetricEvaluated), at(wire.MetricCacheHits)
 	if w.HasUnrecorded = c.Observed(); w.HasUnrecorded {
-		w.Unrecorded = at(MetricOutcomesUnrecorded)
+		w.Unrecorded = at(wire.MetricOutcomesUnrecorded)
 	}
 	w.Experiments = make([]WarmExperiment, c.Len())
 	for i, key := range c.keys {
 		x := WarmExperiment{Header: c.headerNames[i], Values: c.values[i], Members: c.dictValues[i], FirstSlot: c.outBase[i]}
 		for v := range c.values[i] {
-			x.Stats = append(x.Stats, at(VariationMetric(key, v)))
+			x.Stats = append(x.Stats, at(wire.VariationMetric(key, v)))
 		}
 		w.Experiments[i] = x
 	}
@@ -128,7 +130,7 @@ func (c *Config) warmPlan(names []string) (WarmPlan, error) {
 type warmResult struct {
 	ok   bool // the request was assigned and its result may be cached
 	seen bool // the result came from the plugin's own cache: a unit seen before
-	r    *root
+	r    *Root
 	e    entry
 }
 

@@ -32,8 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allotmesh/allot/control-plane/translate"
-	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // MaxStreamsPerConn is the most streams Connect opens on one connection:
@@ -92,26 +91,26 @@ func (r *Report) Request() *collectorv1.ExportMetricsServiceRequest {
 	fails := r.Requests * r.ErrorsPerMille / 1000
 	for _, key := range r.Experiments {
 		for v := range r.Variations {
-			for c := range plugin.NumClasses {
+			for c := range wire.NumClasses {
 				n := uint64(0)
 				switch c {
-				case plugin.Class2xx:
+				case wire.Class2xx:
 					n = r.Requests - fails
-				case plugin.Class5xx:
+				case wire.Class5xx:
 					n = fails
 				}
-				ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.OutcomeMetric(key, r.Revision, v, c),
+				ms = append(ms, &metricsv1.Metric{Name: wire.StatName(wire.OutcomeMetric(key, r.Revision, v, c)),
 					Data: &metricsv1.Metric_Sum{Sum: &metricsv1.Sum{IsMonotonic: true,
 						AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 						DataPoints:             []*metricsv1.NumberDataPoint{{Value: &metricsv1.NumberDataPoint_AsInt{AsInt: int64(n)}}}}}})
 			}
-			buckets := make([]uint64, len(plugin.LatencyBounds)+1)
-			buckets[slices.Index(plugin.LatencyBounds, 10)] = r.Requests
-			ms = append(ms, &metricsv1.Metric{Name: translate.NativeMetricsNamespace + "." + plugin.LatencyMetric(key, r.Revision, v),
+			buckets := make([]uint64, len(wire.LatencyBounds)+1)
+			buckets[slices.Index(wire.LatencyBounds, 10)] = r.Requests
+			ms = append(ms, &metricsv1.Metric{Name: wire.StatName(wire.OutcomeMetric(key, r.Revision, v, wire.Latency)),
 				Data: &metricsv1.Metric_Histogram{Histogram: &metricsv1.Histogram{
 					AggregationTemporality: metricsv1.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA,
 					DataPoints: []*metricsv1.HistogramDataPoint{{Count: r.Requests, Sum: ptr(float64(r.Requests) * 7),
-						ExplicitBounds: plugin.LatencyBounds, BucketCounts: buckets}}}}})
+						ExplicitBounds: wire.LatencyBounds, BucketCounts: buckets}}}}})
 		}
 	}
 	return &collectorv1.ExportMetricsServiceRequest{ResourceMetrics: []*metricsv1.ResourceMetrics{{

@@ -4,8 +4,9 @@
 // sequence Envoy uses (create root, vm start, configure, then one stream per
 // request). Any host call can be made to fail or panic (Inject, Fail) and
 // every call can be recorded (Trace), so a test can enumerate the calls a
-// request makes and break each in turn. The plugin talks to it through its
-// proxy-wasm adapter (plugin.New), as it talks to Envoy in the Wasm module.
+// request makes and break each in turn. The plugin talks to it through the
+// proxy-wasm adapter (filter/proxywasm), as it talks to Envoy in the Wasm
+// module.
 package fakehost
 
 import (
@@ -14,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // Host is an in-memory abi.Host. The zero value is not ready; use New.
@@ -87,7 +89,7 @@ func (h *Host) Inject(f Fault) {
 
 // Log is one proxy_log call.
 type Log struct {
-	Level abi.LogLevel
+	Level wire.LogLevel
 	Msg   string
 }
 
@@ -123,7 +125,7 @@ func (h *Host) fail(call string) error {
 }
 
 // Log implements abi.Host.
-func (h *Host) Log(level abi.LogLevel, msg string) {
+func (h *Host) Log(level wire.LogLevel, msg string) {
 	h.fail("proxy_log") // only a panic can break it
 	h.mu.Lock()
 	defer h.mu.Unlock()

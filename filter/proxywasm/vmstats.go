@@ -1,12 +1,8 @@
-package plugin
+package proxywasm
 
-// Metric names of the VM's own figures (see VMStats). Every worker VM adds
-// its share, so each stat is the sum over the proxy's VMs.
-const (
-	MetricVMMemory      = "allot.vm.memory_bytes"
-	MetricVMHeap        = "allot.vm.heap_bytes"
-	MetricVMAllocations = "allot.vm.allocations"
-	MetricVMCollections = "allot.vm.collections"
+import (
+	"github.com/allotmesh/allot/filter/plugin"
+	"github.com/allotmesh/allot/filter/wire"
 )
 
 // VMStats are the Go runtime's figures for one Wasm VM.
@@ -34,26 +30,26 @@ type vmMetrics struct {
 	cur     VMStats // read's buffer: a local passed to a func value would escape to the heap
 }
 
-// ReadVMStats makes the plugin report the VM's runtime figures, read by
+// ReadVMStats makes the handler report the VM's runtime figures, read by
 // read on every tick, as the allot.vm.* stats. Without it (as in native
 // tests) there are none.
-func (p *Plugin) ReadVMStats(read func(*VMStats)) { p.vm.read = read }
+func (h *Handler) ReadVMStats(read func(*VMStats)) { h.vm.read = read }
 
 // define defines the VM metrics once per VM.
-func (m *vmMetrics) define(h Host) {
+func (m *vmMetrics) define(h plugin.Host) {
 	if m.read == nil || m.defined {
 		return
 	}
 	for i, d := range [...]struct {
-		t    MetricKind
+		t    plugin.MetricKind
 		name string
 	}{
-		{Gauge, MetricVMMemory}, {Gauge, MetricVMHeap},
-		{Counter, MetricVMAllocations}, {Counter, MetricVMCollections},
+		{plugin.Gauge, wire.MetricVMMemory}, {plugin.Gauge, wire.MetricVMHeap},
+		{plugin.Counter, wire.MetricVMAllocations}, {plugin.Counter, wire.MetricVMCollections},
 	} {
 		id, err := h.DefineMetric(d.t, d.name)
 		if err != nil {
-			h.Log(LogWarn, "allot: VM metrics unavailable: "+err.Error())
+			h.Log(wire.LogWarn, "allot: VM metrics unavailable: "+err.Error())
 			return
 		}
 		m.ids[i] = id
@@ -62,7 +58,7 @@ func (m *vmMetrics) define(h Host) {
 }
 
 // flush reports the change since the last flush.
-func (m *vmMetrics) flush(h Host) {
+func (m *vmMetrics) flush(h plugin.Host) {
 	if !m.defined {
 		return
 	}
@@ -80,7 +76,7 @@ func (m *vmMetrics) flush(h Host) {
 
 // withdraw takes the VM's share out of the gauges: its last plugin
 // instance is gone, and the VM with it.
-func (m *vmMetrics) withdraw(h Host) {
+func (m *vmMetrics) withdraw(h plugin.Host) {
 	if !m.defined {
 		return
 	}

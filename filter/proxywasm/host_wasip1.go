@@ -1,0 +1,16 @@
+//go:build wasip1
+
+package proxywasm
+
+import (
+	"github.com/allotmesh/allot/filter/abi"
+	"github.com/allotmesh/allot/filter/plugin"
+)
+
+// abiHost is the proxy-wasm host the adapter calls: in the Wasm build,
+// Envoy's (abi.NewHost), held concretely.
+type abiHost = abi.WasmHost
+
+// newHost is NewHost. It panics unless h is Envoy's host: in the Wasm
+// module there is no other proxy-wasm host.
+func newHost(h abi.Host) plugin.Host { return &proxyWasm{h: h.(abi.WasmHost)} }
