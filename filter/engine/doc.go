@@ -19,7 +19,7 @@
 // testdata/vectors.mjs with JavaScript's own semantics. Where the reference
 // silently repairs invalid input, Compile rejects the definition instead
 // and names every problem with its field path. Every deliberate deviation
-// is listed, with its reason, in one place: filter/README.md, "Deliberate
+// is listed, with its reason, in one place: docs/services.md, "Deliberate
 // deviations from GrowthBook".
 //
 // Sticky bucketing is GrowthBook's too (sticky.go): AssignSticky and

@@ -9,7 +9,7 @@ var errRawNil = errors.New("engine.RawMessage: UnmarshalJSON on nil pointer")
 // exactly like encoding/json's RawMessage. The engine has its own type
 // because it must not import encoding/json: that package links fmt and os
 // into the Wasm module, about 400 KB, and every megabyte of module costs
-// Envoy some 16 MiB of RSS at --concurrency 2 (filter/README.md, Memory).
+// Envoy some 16 MiB of RSS at --concurrency 2 (docs/filter-internals.md, Memory).
 type RawMessage []byte
 
 // MarshalJSON returns m as the encoding of m, or null when m is nil.

@@ -7,7 +7,7 @@
 // plugin.Plugin per worker, counters flushed from one goroutine — and
 // plugin.Host over dynmod's callbacks (host.go). filter/native, package
 // main, only installs it (dynmod.SetHandler(nativemod.New())); see
-// filter/README.md, "The native module".
+// docs/filter-internals.md, "The native module".
 //
 // It drives the core (filter/plugin) directly: a stream is Envoy's, so it
 // keeps no stream contexts, and it imports neither the proxy-wasm layer

@@ -10,7 +10,8 @@ import "github.com/allotmesh/allot/filter/wire"
 // it.
 //
 // A method that fails returns an error: the plugin fails the request open
-// (or loses only the record or the attribute, where the README says so).
+// (or loses only the exposure record or the property attribute it was
+// writing or reading: docs/services.md, "Failure behaviour").
 type Host interface {
 	// Log writes msg to the proxy's log at level.
 	Log(level wire.LogLevel, msg string)

@@ -62,7 +62,7 @@ func NewEtcdCluster(bin, dir string, n int) (*EtcdCluster, error) {
 
 // Command is member i's command line; state is "new" when the cluster
 // forms and "existing" when a member of a running cluster restarts. The
-// history is compacted periodically, as control-plane/README.md advises
+// history is compacted periodically, as docs/operators.md advises
 // for the mesh registry (every minute: a test's or a benchmark's history
 // is short).
 func (c *EtcdCluster) Command(i int, state string) *exec.Cmd {
