@@ -2,7 +2,6 @@ package guard
 
 import (
 	"fmt"
-	"github.com/allotmesh/allot/filter/plugin"
 	"math"
 	"strings"
 	"testing"
