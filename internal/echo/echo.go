@@ -2,7 +2,9 @@
 // request with a JSON description of the request it received, so tests and
 // humans can see which headers (x-experiment-*) Envoy added on the way.
 //
-// It imports only the standard library; nothing outside e2e/ may import it.
+// It imports only the standard library. It is internal to the module: the
+// harness (internal/harness) starts it in-process for e2e and bench, and
+// internal/echo/cmd/allot-echo serves it as a binary for `make run`.
 package echo
 
 import (

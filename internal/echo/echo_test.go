@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/echo"
 )
 
 func TestHandler(t *testing.T) {

@@ -1,4 +1,4 @@
-// Command allot-echo serves the echo upstream (package e2e/echo): every
+// Command allot-echo serves the echo upstream (package internal/echo): every
 // request is answered with a JSON description of itself. It is the demo
 // upstream behind Envoy for `make run` and in the e2e tests.
 package main
@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/internal/command"
+	"github.com/allotmesh/allot/internal/echo"
 )
 
 func main() { command.Main("allot-echo", run) }
