@@ -84,7 +84,7 @@ func outcomeLoadRun(ctx context.Context, o Options, p *paths, bins map[string]st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cluster, members, err := startEtcd(o, dir, bins["etcd"])
+	cluster, members, err := harness.StartEtcd(bins["etcd"], dir, replicaCount, o.EnvoyCPU)
 	defer func() {
 		for _, m := range members {
 			m.Terminate()

@@ -77,8 +77,8 @@ func propagate(ctx context.Context, o Options, p *paths, logf func(string, ...an
 	os.Remove(db)
 	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 	xds := "127.0.0.1:" + strconv.Itoa(xdsPort)
-	allotd, err := startProc("allotd", filepath.Join(p.raw, "allotd.log"), -1, nil, bins["allotd"], harness.Allotd{
-		Admin: admin, XDS: xds, DB: db, Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
+	allotd, err := harness.LaunchAllotd("allotd", filepath.Join(p.raw, "allotd.log"), bins["allotd"], -1, harness.Allotd{
+		Admin: admin, XDS: xds, DB: db, Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"})
 	if err != nil {
 		return nil, nil, err
 	}

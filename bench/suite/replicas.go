@@ -149,7 +149,7 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	cluster, members, err := startEtcd(o, dir, bins["etcd"])
+	cluster, members, err := harness.StartEtcd(bins["etcd"], dir, replicaCount, o.EnvoyCPU)
 	defer func() {
 		for _, m := range members {
 			m.Terminate()
@@ -227,64 +227,30 @@ func replicaRun(ctx context.Context, o Options, p *paths, bins map[string]string
 	return s, nil
 }
 
-// startEtcd starts a fresh cluster of replicaCount etcd members in dir,
-// pinned to the server CPU, and waits until every member is healthy. The
-// caller stops the members it returns, even with an error.
-func startEtcd(o Options, dir, bin string) (*harness.EtcdCluster, []*harness.Process, error) {
-	cluster, err := harness.NewEtcdCluster(bin, dir, replicaCount)
-	if err != nil {
-		return nil, nil, err
-	}
-	var members []*harness.Process
-	for i, m := range cluster.Members {
-		cmd := cluster.Command(i, "new")
-		proc, err := startProc("etcd-"+m.Name, filepath.Join(dir, "etcd-"+m.Name+".log"), o.EnvoyCPU, nil, cmd.Path, cmd.Args[1:]...)
-		if err != nil {
-			return nil, members, err
-		}
-		members = append(members, proc)
-	}
-	return cluster, members, cluster.WaitHealthy(members, 30*time.Second)
-}
-
 // startReplicas starts replicaCount allotd replicas on cluster, pinned to
 // the server CPU, and waits until each is ready. The caller stops the
 // replicas it returns, even with an error.
 func startReplicas(o Options, p *paths, dir, bin string, cluster *harness.EtcdCluster) ([]replica, error) {
 	var reps []replica
+	var cmds []harness.Allotd
 	for i := range replicaCount {
-		r := replica{id: fmt.Sprintf("r%d", i+1)}
-		ports := [2]int{}
-		for j := range ports {
-			var err error
-			if ports[j], err = harness.FreePort(); err != nil {
-				return reps, err
-			}
-		}
-		r.admin, r.xds = "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1])
-		var err error
-		r.proc, err = startProc("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), o.EnvoyCPU, nil, bin, harness.Allotd{
-			Admin: r.admin, XDS: r.xds, Store: cluster.StoreURL(), ReplicaID: r.id, LeaseTTL: replicaLeaseTTL,
-			Tokens: devTokens(o), Wasm: p.allotWasm, LogLevel: "warn"}.Args()...)
+		a, err := cluster.Replica(i, replicaLeaseTTL)
 		if err != nil {
 			return reps, err
 		}
-		reps = append(reps, r)
+		a.Tokens, a.Wasm, a.LogLevel = devTokens(o), p.allotWasm, "warn"
+		r := replica{id: a.ReplicaID, admin: a.Admin, xds: a.XDS}
+		if r.proc, err = harness.LaunchAllotd("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), bin, o.EnvoyCPU, a); err != nil {
+			return reps, err
+		}
+		reps, cmds = append(reps, r), append(cmds, a)
 	}
-	for _, r := range reps {
-		if err := waitReady(r, 30*time.Second); err != nil {
+	for i, r := range reps {
+		if err := cmds[i].WaitReady(r.proc, 30*time.Second); err != nil {
 			return reps, err
 		}
 	}
 	return reps, nil
-}
-
-// waitReady waits until the replica's /readyz answers 200.
-func waitReady(r replica, timeout time.Duration) error {
-	if err := r.proc.WaitHTTP("http://"+r.admin+"/readyz", timeout); err != nil {
-		return fmt.Errorf("allotd %s not ready: %w", r.id, err)
-	}
-	return nil
 }
 
 // rolloutJSON is the part of the admin API's Rollout the section reads.
