@@ -161,7 +161,7 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	}
 	base += 1 << 32
 
-	if err := r.measure(ctx, o, e, authz, req, base); err != nil {
+	if err := measureRun(ctx, &r, o, e, authz, req, base); err != nil {
 		return r, err
 	}
 	r.RSS, _ = harness.ReadRSS(e.Pid())
@@ -173,10 +173,10 @@ func runVariant(ctx context.Context, o Options, p *paths, v variant, round int, 
 	return r, nil
 }
 
-// measure runs the timed part of a round on e (and the ext_authz service
+// measureRun runs the timed part of round r on e (and the ext_authz service
 // authz, when not nil): the closed-loop max-throughput run with the CPU
 // time of both, then the fixed-rate run with its latency quantiles.
-func (r *run) measure(ctx context.Context, o Options, e *envoy, authz *harness.Process, req load.RequestFunc, base uint64) error {
+func measureRun(ctx context.Context, r *run, o Options, e *envoy, authz *harness.Process, req load.RequestFunc, base uint64) error {
 	cpu0, _ := harness.CPUTicks(e.Pid())
 	var a0 int64
 	if authz != nil {
