@@ -1,0 +1,64 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+
+	"github.com/allotmesh/allot/bench/variant"
+	"github.com/allotmesh/allot/internal/harness"
+)
+
+func CheckTools(o variant.Options) error {
+	if _, err := os.Stat(o.Envoy); err != nil {
+		return fmt.Errorf("envoy not found at %s (%v): run `make envoy` or set ENVOY_BIN", o.Envoy, err)
+	}
+	if out, err := exec.Command(o.Envoy, "--version").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s --version: %w\n%s", o.Envoy, err, out)
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return errors.New("taskset not found (util-linux): it pins Envoy and the load generator to separate CPUs")
+	}
+	return nil
+}
+
+// buildFor builds what the variants vs load besides bin/allot.wasm and
+// the minimal Wasm filter: the dynamic modules (buildModules), the
+// proxied variants' upstream and Y's module (buildNoResponse). It returns the commands, for the report.
+func buildFor(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant) ([]string, error) {
+	var cmds []string
+	if slices.ContainsFunc(vs, func(v variant.Variant) bool { return v.Module != nil }) {
+		c, err := buildModules(ctx, o, p)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c...)
+	}
+	if slices.ContainsFunc(vs, func(v variant.Variant) bool { return v.Upstream }) {
+		cmd := "go build -trimpath -o bench/raw/bin/allot-upstream ./bench/cmd/allot-upstream"
+		if err := goBuild(ctx, o.Root, p.Upstream, "./bench/cmd/allot-upstream", false); err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	if slices.ContainsFunc(vs, func(v variant.Variant) bool { return v.NoResponse }) {
+		c, err := buildNoResponse(ctx, o, p)
+		if err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c)
+	}
+	return cmds, nil
+}
+
+// goBuild builds package pkg of the module in dir into out; with wasm, as
+// a proxy-wasm module (wasip1, c-shared), the way `make build-filter` does.
+func goBuild(ctx context.Context, dir, out, pkg string, wasm bool) error {
+	if wasm {
+		return harness.GoBuild(ctx, dir, out, pkg, []string{"-buildmode=c-shared", "-trimpath"}, "GOOS=wasip1", "GOARCH=wasm")
+	}
+	return harness.GoBuild(ctx, dir, out, pkg, []string{"-trimpath"})
+}
