@@ -10,25 +10,25 @@ import (
 	"github.com/allotmesh/allot/bench/variant"
 )
 
-// baseSuffix marks the base build's copy of a variant.
+// BaseSuffix marks the base build's copy of a variant.
 const BaseSuffix = "-base"
 
-// comparison is what a comparison measured; it is written to
+// Comparison is what a comparison measured; it is written to
 // bench/raw/compare.json and rendered as bench/raw/COMPARE.md.
 type Comparison struct {
-	Started  time.Time             `json:"started"`
-	Duration time.Duration         `json:"duration"`
-	Machine  Machine               `json:"machine"`
-	Base     string                `json:"base"`        // the revision as given
-	BaseRev  string                `json:"base_commit"` // its commit
-	Tree     string                `json:"tree"`        // git describe of the working tree
-	Modules  [2]variant.Module     `json:"modules"`     // this tree's, the base's
-	Variants []variant.VariantInfo `json:"variants"`
-	Paired   *Paired               `json:"paired"`
-	Commands []string              `json:"commands"`
+	Started  time.Time         `json:"started"`
+	Duration time.Duration     `json:"duration"`
+	Machine  Machine           `json:"machine"`
+	Base     string            `json:"base"`        // the revision as given
+	BaseRev  string            `json:"base_commit"` // its commit
+	Tree     string            `json:"tree"`        // git describe of the working tree
+	Modules  [2]variant.Module `json:"modules"`     // this tree's, the base's
+	Variants []variant.Info    `json:"variants"`
+	Paired   *Paired           `json:"paired"`
+	Commands []string          `json:"commands"`
 }
 
-// renderCompare is the comparison's report.
+// RenderCompare is the comparison's report.
 func RenderCompare(c *Comparison) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }

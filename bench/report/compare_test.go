@@ -14,7 +14,7 @@ func TestCompareReport(t *testing.T) {
 	rounds := func(vals ...float64) []float64 { return vals }
 	c := &Comparison{Base: "HEAD~1", BaseRev: "abc", Tree: "def-dirty",
 		Modules: [2]variant.Module{{Bytes: 10, SHA256: "aaaaaaaaaaaaaaaa"}, {Bytes: 11, SHA256: "bbbbbbbbbbbbbbbb"}},
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "G", Name: "g"}, {ID: "G-base"}, {ID: "H", Name: "h"}, {ID: "H-base"},
+		Variants: []variant.Info{{ID: "A"}, {ID: "G", Name: "g"}, {ID: "G-base"}, {ID: "H", Name: "h"}, {ID: "H-base"},
 			{ID: "J", Name: "j"}, {ID: "J-base"}},
 		Paired: &Paired{Rounds: 6, Requests: 100, CPU: map[string][]float64{
 			"A":      rounds(20, 20, 20, 20, 20, 20),

@@ -7,7 +7,14 @@ import (
 	"github.com/allotmesh/allot/bench/variant"
 )
 
-// observedStats are what an Allot variant's Envoy lists of outcomes:
+// The observe rows (#35): what `observe: true` costs per request, in each
+// artifact — G's 50 experiments with 5 of them observed (Z, z), each set
+// against G's configuration with none observed (G, Q) in the same
+// interleaved rounds. The baseline is the configuration of experiments
+// that do not ask, so the rows are also how a mesh reads "no cost for
+// experiments that do not ask" (bench/README.md).
+
+// ObservedStats are what an Allot variant's Envoy lists of outcomes:
 // the proof that an observe row measured its scenario and its baseline
 // none.
 type ObservedStats struct {
@@ -26,7 +33,7 @@ type ObservedStats struct {
 	HasUnrecorded bool  `json:"has_unrecorded"`
 }
 
-// total is every response counted, over the observed experiments.
+// Total is every response counted, over the observed experiments.
 func (o ObservedStats) Total() int64 {
 	var n int64
 	for _, v := range o.Responses {

@@ -15,7 +15,7 @@ import (
 // run did not measure its baseline.
 func TestObserveRows(t *testing.T) {
 	res := &Results{
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "G"}, {ID: "Q", WasmTwin: "G"}, {ID: "Z", Cost: true}, {ID: "z", Cost: true, WasmTwin: "Z"}},
+		Variants: []variant.Info{{ID: "A"}, {ID: "G"}, {ID: "Q", WasmTwin: "G"}, {ID: "Z", Cost: true}, {ID: "z", Cost: true, WasmTwin: "Z"}},
 		Paired: &Paired{Rounds: 10, CPU: map[string][]float64{"A": steady(20), "G": steady(40), "Q": steady(30), "Z": steady(42), "z": steady(31)},
 			RPS: map[string][]float64{"A": steady(40000), "G": steady(20000), "Q": steady(30000), "Z": steady(19000), "z": steady(30000)},
 			Observed: map[string]ObservedStats{
@@ -34,7 +34,7 @@ func TestObserveRows(t *testing.T) {
 		"(Z against G) | Z | G | +20.0 | +22.0 | +2.0 (+2.0 … +2.0) | 1.10 (1.10–1.10 ×) | 0.95 (0.95–0.95 ×) | 1.00 `bench` responses per request sent, 4.60 outcomes per request, 100.0% 2xx; 84 outcome counters (G: 0) |",
 		"(z against Q) | z | Q | +10.0 | +11.0 | +1.0 (+1.0 … +1.0) | 1.10 (1.10–1.10 ×) | 1.00 (1.00–1.00 ×) | 0.99 `bench` responses per request sent, 4.50 outcomes per request, 100.0% 2xx; 84 outcome counters (Q: 0), 3 unrecorded |",
 	)
-	res.Variants = slices.DeleteFunc(res.Variants, func(v variant.VariantInfo) bool { return v.ID == "Q" })
+	res.Variants = slices.DeleteFunc(res.Variants, func(v variant.Info) bool { return v.ID == "Q" })
 	out, err = RenderReport(res)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"github.com/allotmesh/allot/bench/stats"
 )
 
-// paired is the CPU cost per request measured with every variant's Envoy
+// Paired is the CPU cost per request measured with every variant's Envoy
 // running at once (all pinned to the Envoy CPU, idle when not loaded) and
 // load sent to them in turn, a short slice each, for many rounds. A drift
 // of the shared VM's speed then hits every variant alike, and each
@@ -55,7 +55,7 @@ type Paired struct {
 	Observed map[string]ObservedStats `json:"observed,omitempty"`
 }
 
-// add is variant id's CPU addition over A: the median of per-round
+// Add is variant id's CPU addition over A: the median of per-round
 // differences.
 func (p *Paired) Add(id string) (float64, bool) {
 	d, ok := p.diffs(id)

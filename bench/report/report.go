@@ -18,6 +18,9 @@ import (
 	"github.com/allotmesh/allot/bench/variant"
 )
 
+// The report's prose and layout live in report.md.tmpl; this file computes
+// the figures it shows (reportView) and nothing it says.
+
 //go:embed report.md.tmpl
 var reportTemplate string
 
@@ -54,17 +57,17 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"commas": variant.Thousands,
 }).Parse(reportTemplate))
 
-// renderReport is bench/REPORT.md.
+// RenderReport is bench/REPORT.md.
 func RenderReport(res *Results) (string, error) { return execute("report", newReportView(res)) }
 
-// renderReplicas is bench/raw/REPLICAS.md, the replicas section alone.
+// RenderReplicas is bench/raw/REPLICAS.md, the replicas section alone.
 func RenderReplicas(res *Results) (string, error) {
 	v := &reportView{Results: res}
 	v.Targets = replicaRows(res.Replicas)
 	return execute("replicas-report", v)
 }
 
-// renderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.
+// RenderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.
 func RenderFloors(res *Results) (string, error) {
 	v := newReportView(res)
 	v.Diagnostic = true
@@ -917,5 +920,5 @@ func (v *reportView) interleaved() {
 
 // Has says whether the run measured variant id.
 func (v *reportView) Has(id string) bool {
-	return slices.ContainsFunc(v.Variants, func(x variant.VariantInfo) bool { return x.ID == id })
+	return slices.ContainsFunc(v.Variants, func(x variant.Info) bool { return x.ID == id })
 }

@@ -23,7 +23,7 @@ func lat(p99 ...float64) []map[string]float64 {
 // targetResults is an interleaved run with every variant a target reads.
 func targetResults() *Results {
 	return &Results{
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "C"}, {ID: "D"}, {ID: "E"}, {ID: "G"}, {ID: "H"},
+		Variants: []variant.Info{{ID: "A"}, {ID: "C"}, {ID: "D"}, {ID: "E"}, {ID: "G"}, {ID: "H"},
 			{ID: "K", FloorOf: "GH"}, {ID: "Q", WasmTwin: "G"}, {ID: "R", WasmTwin: "H"}},
 		Paired: &Paired{Rounds: 10, Rate: 2000,
 			CPU: map[string][]float64{"A": steady(20), "C": steady(25), "E": steady(30), "G": steady(55), "H": steady(60),
@@ -68,7 +68,7 @@ func TestTargetRows(t *testing.T) {
 	// With N measured, each throughput row shows it; a missed limit N's
 	// whole interval misses too lies below the floor of any Go filter.
 	res := targetResults()
-	res.Variants = append(res.Variants, variant.VariantInfo{ID: "N", Probe: true})
+	res.Variants = append(res.Variants, variant.Info{ID: "N", Probe: true})
 	res.Paired.RPS["N"] = steady(27000)
 	out, err = RenderReport(res)
 	if err != nil {
@@ -99,9 +99,9 @@ func TestTargetRows(t *testing.T) {
 // tables: the warm path on (Q–T) and off (q–t), B widened (b), Lua (C)
 // and the proxied pair (a, p).
 func warmResults() *Results {
-	var vs []variant.VariantInfo
+	var vs []variant.Info
 	for _, id := range []string{"A", "C", "Q", "R", "S", "T", "q", "r", "s", "t", "b", "a", "p"} {
-		vs = append(vs, variant.VariantInfo{ID: id, Cost: strings.ContainsAny(id, "qrstap"), Probe: id == "b"})
+		vs = append(vs, variant.Info{ID: id, Cost: strings.ContainsAny(id, "qrstap"), Probe: id == "b"})
 	}
 	return &Results{Variants: vs, Paired: &Paired{Rounds: 10,
 		CPU: map[string][]float64{"A": steady(20), "C": steady(30), "Q": steady(29), "R": steady(32), "S": steady(24), "T": steady(31),
@@ -173,7 +173,7 @@ func TestWritesTargetABIFloor(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			res := warmResults()
-			res.Variants = append(res.Variants, variant.VariantInfo{ID: "o", Probe: true})
+			res.Variants = append(res.Variants, variant.Info{ID: "o", Probe: true})
 			res.Paired.CPU["Q"], res.Paired.CPU["o"] = c.q, c.o
 			out, err := RenderReport(res)
 			if err != nil {
@@ -207,7 +207,7 @@ func TestWarmPathSections(t *testing.T) {
 		"p's maximum throughput is 0.95 × a's (median of the per-round ratios; 95% interval 0.95–0.95 ×).",
 	)
 	// Without the pair or the path off, neither section.
-	res := &Results{Variants: []variant.VariantInfo{{ID: "A"}, {ID: "Q"}}, Paired: &Paired{Rounds: 3,
+	res := &Results{Variants: []variant.Info{{ID: "A"}, {ID: "Q"}}, Paired: &Paired{Rounds: 3,
 		CPU: map[string][]float64{"A": {1, 1, 1}, "Q": {2, 2, 2}}}}
 	out, err = RenderReport(res)
 	if err != nil {
@@ -226,7 +226,7 @@ func TestWarmPathSections(t *testing.T) {
 func TestFloorsSection(t *testing.T) {
 	round := func(add float64) []float64 { return []float64{20 + add, 21 + add, 22 + add} }
 	res := &Results{
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "E"}, {ID: "G"}, {ID: "H"}, {ID: "I"}, {ID: "J"},
+		Variants: []variant.Info{{ID: "A"}, {ID: "E"}, {ID: "G"}, {ID: "H"}, {ID: "I"}, {ID: "J"},
 			{ID: "K", FloorOf: "GH"}, {ID: "L", FloorOf: "IJ"}},
 		Paired: &Paired{Rounds: 3, CPU: map[string][]float64{
 			"A": round(0), "E": round(10), "G": round(40), "H": round(50), "I": round(20), "J": round(30),
@@ -243,7 +243,7 @@ func TestFloorsSection(t *testing.T) {
 	)
 
 	// A native floor is measured against N, and shows its throughput.
-	res.Variants = append(res.Variants, variant.VariantInfo{ID: "N"}, variant.VariantInfo{ID: "Q"}, variant.VariantInfo{ID: "U", FloorOf: "Q", FloorRef: "N"})
+	res.Variants = append(res.Variants, variant.Info{ID: "N"}, variant.Info{ID: "Q"}, variant.Info{ID: "U", FloorOf: "Q", FloorRef: "N"})
 	res.Paired.CPU["N"], res.Paired.CPU["Q"], res.Paired.CPU["U"] = round(5), round(20), round(15)
 	res.Paired.RPS = map[string][]float64{"A": {100, 100, 100}, "U": {60, 60, 60}}
 	out, err = RenderFloors(res)
@@ -260,7 +260,7 @@ func TestFloorsSection(t *testing.T) {
 
 	// The native counterpart: decided when every round's writes cost more
 	// from Wasm (K − E) than natively (M), undecided otherwise.
-	res.Variants = append(res.Variants, variant.VariantInfo{ID: "M", NativeOf: "K"})
+	res.Variants = append(res.Variants, variant.Info{ID: "M", NativeOf: "K"})
 	res.Paired.CPU = map[string][]float64{"A": steady(20), "E": steady(30), "G": steady(60), "H": steady(70),
 		"K": steady(50), "M": {22, 23, 22, 23, 22, 23, 22, 23, 22, 23}}
 	out, err = RenderFloors(res)
@@ -294,7 +294,7 @@ func TestFloorsSection(t *testing.T) {
 // (N − O per round).
 func TestNativeFloor(t *testing.T) {
 	res := &Results{
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "E"}, {ID: "N", Probe: true, WasmTwin: "E"}, {ID: "O", Probe: true}},
+		Variants: []variant.Info{{ID: "A"}, {ID: "E"}, {ID: "N", Probe: true, WasmTwin: "E"}, {ID: "O", Probe: true}},
 		Paired: &Paired{Rounds: 10, CPU: map[string][]float64{"A": steady(20), "E": steady(34), "N": steady(24), "O": steady(21)},
 			RPS: map[string][]float64{"A": steady(40000), "N": steady(36000), "O": steady(38000)}},
 	}
@@ -397,7 +397,7 @@ func TestStickyRows(t *testing.T) {
 		return map[string]int64{"cache_hits": hits, "cache_misses": misses, "sticky_cookie_written": written}
 	}
 	res := &Results{
-		Variants: []variant.VariantInfo{{ID: "A"}, {ID: "G"}, {ID: "H"}, {ID: "Q", WasmTwin: "G"}, {ID: "R", WasmTwin: "H"},
+		Variants: []variant.Info{{ID: "A"}, {ID: "G"}, {ID: "H"}, {ID: "Q", WasmTwin: "G"}, {ID: "R", WasmTwin: "H"},
 			{ID: "V", Cost: true}, {ID: "W", Cost: true}, {ID: "X", Cost: true}, {ID: "Y", Cost: true}, {ID: "v", Cost: true, WasmTwin: "V"}},
 		Paired: &Paired{Rounds: 10, CPU: map[string][]float64{"A": steady(20), "G": steady(40), "H": steady(50), "Q": steady(30),
 			"R": steady(34), "V": steady(44), "W": steady(60), "X": steady(65), "Y": steady(39), "v": steady(33)},

@@ -11,11 +11,11 @@ import (
 
 func variantByID(t *testing.T, id string) variant.Variant {
 	t.Helper()
-	i := slices.IndexFunc(variant.Variants(), func(v variant.Variant) bool { return v.ID == id })
+	i := slices.IndexFunc(variant.All(), func(v variant.Variant) bool { return v.ID == id })
 	if i < 0 {
 		t.Fatalf("no variant %s", id)
 	}
-	v, err := variant.WithExpect(variant.Variants()[i])
+	v, err := variant.WithExpect(variant.All()[i])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestStickyRowsPairLikeWithLike(t *testing.T) {
 			t.Errorf("row %s against %s: cost %v/%v, want exactly one, measured interleaved only", r.x, r.base, x.Cost, b.Cost)
 		}
 	}
-	for _, v := range variant.Variants() {
+	for _, v := range variant.All() {
 		if v.Returning && (!v.Sticky || v.Cold) {
 			t.Errorf("%s: returning units need a sticky cookie made ahead: sticky %v, cold %v", v.ID, v.Sticky, v.Cold)
 		}

@@ -27,7 +27,7 @@ const (
 	VmEvictRequests = 5000
 )
 
-// vmRun is one variant on one module in one round.
+// VmRun is one variant on one module in one round.
 type VmRun struct {
 	Variant string             `json:"variant"`
 	Module  int                `json:"module"` // 0 this tree's, 1 the base's
@@ -37,22 +37,22 @@ type VmRun struct {
 	Calls   map[string]float64 `json:"host_calls_per_request"`
 }
 
-// vmResults is the VM benchmark's raw data (bench/raw/vm.json).
+// VmResults is the VM benchmark's raw data (bench/raw/vm.json).
 type VmResults struct {
-	Started  time.Time             `json:"started"`
-	Duration time.Duration         `json:"duration"`
-	Machine  Machine               `json:"machine"`
-	Node     string                `json:"node"`
-	Tree     string                `json:"tree"`
-	Base     string                `json:"base,omitempty"`
-	BaseRev  string                `json:"base_commit,omitempty"`
-	Modules  []variant.Module      `json:"modules"`
-	Variants []variant.VariantInfo `json:"variants"`
-	Runs     []VmRun               `json:"runs"`
-	Commands []string              `json:"commands"`
+	Started  time.Time        `json:"started"`
+	Duration time.Duration    `json:"duration"`
+	Machine  Machine          `json:"machine"`
+	Node     string           `json:"node"`
+	Tree     string           `json:"tree"`
+	Base     string           `json:"base,omitempty"`
+	BaseRev  string           `json:"base_commit,omitempty"`
+	Modules  []variant.Module `json:"modules"`
+	Variants []variant.Info   `json:"variants"`
+	Runs     []VmRun          `json:"runs"`
+	Commands []string         `json:"commands"`
 }
 
-// renderVM writes the VM benchmark's report.
+// RenderVM writes the VM benchmark's report.
 func RenderVM(r *VmResults) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }

@@ -17,7 +17,7 @@ func TestVMReport(t *testing.T) {
 		return out
 	}
 	r := &VmResults{Tree: "def-dirty", Node: "v20", Modules: []variant.Module{{Bytes: 10, SHA256: "aaaa"}},
-		Variants: []variant.VariantInfo{{ID: "E", Name: "e"}, {ID: "G", Name: "g"}}}
+		Variants: []variant.Info{{ID: "E", Name: "e"}, {ID: "G", Name: "g"}}}
 	for _, rs := range [][]VmRun{runs("E", 0, 0, 1000, 1100, 900), runs("G", 0, 0, 5000, 5200, 4800),
 		runs("E", 0, VmEvictKiB, 3000, 3000, 3000), runs("G", 0, VmEvictKiB, 9000, 9500, 8500)} {
 		r.Runs = append(r.Runs, rs...)

@@ -79,7 +79,7 @@ func TestCModuleHash(t *testing.T) {
 // its path, then one route clear.
 func TestCModuleReplaysScript(t *testing.T) {
 	var o variant.Variant
-	for _, v := range variant.Variants() {
+	for _, v := range variant.All() {
 		if v.ID == "o" {
 			o = v
 		}

@@ -20,6 +20,17 @@ import (
 	"github.com/allotmesh/allot/bench/variant"
 )
 
+// A comparison (allot-bench -base REV, `make bench-compare`) measures
+// Allot's filter as built from the working tree (bin/allot.wasm) against
+// the same filter built from a git revision, side by side: every variant
+// twice, once per build, all Envoys up at once as in the interleaved
+// section, each build's slice next to the other's in every round and the
+// order reversed every other round. The difference of two builds is then
+// the median of their per-round differences, which no drift of the VM
+// between rounds can bias, with a 95% bootstrap interval: the way to tell
+// whether a change to the filter made it faster, which two separate
+// `make bench` runs on this VM cannot (their E alone moves by ±5 µs).
+
 // compareRounds is the rounds of a comparison: twice make bench's, as a
 // comparison runs fewer variants, no latency slices, and the differences it
 // looks for are smaller.
@@ -36,7 +47,7 @@ func compareVariants(only string) ([]variant.Variant, error) {
 		only = defaultCompare
 	}
 	var vs []variant.Variant
-	for _, v := range variant.Variants() {
+	for _, v := range variant.All() {
 		if v.ID == "A" {
 			vs = append(vs, v)
 			continue
@@ -59,7 +70,7 @@ func compareVariants(only string) ([]variant.Variant, error) {
 	return vs, nil
 }
 
-// runCompare builds the base revision's filter, measures every compared
+// RunCompare builds the base revision's filter, measures every compared
 // variant on both builds and writes the comparison.
 func RunCompare(ctx context.Context, o variant.Options, p *variant.Paths, logf func(string, ...any)) error {
 	start := time.Now()
@@ -84,7 +95,7 @@ func RunCompare(ctx context.Context, o variant.Options, p *variant.Paths, logf f
 		if vs[i], err = variant.WithExpect(vs[i]); err != nil {
 			return err
 		}
-		c.Variants = append(c.Variants, variant.VariantInfo{ID: vs[i].ID, Name: vs[i].Name})
+		c.Variants = append(c.Variants, variant.Info{ID: vs[i].ID, Name: vs[i].Name})
 	}
 	rounds := cmp.Or(o.PairedRounds, compareRounds)
 	logf("comparing this tree (%s) with %s (%s): %d rounds of %d requests per variant, every Envoy up at once",

@@ -255,7 +255,7 @@ func MeasureMemory(ctx context.Context, o variant.Options, p *variant.Paths) (*r
 	return m, nil
 }
 
-// countServedInC counts the requests Allot's native module serves in C
+// CountServedInC counts the requests Allot's native module serves in C
 // after the memory section's fill and second pass: on its allotfault build
 // (buildFaultModule), the same 1,000 experiments, fill and second pass,
 // then secondPass more requests over the same units, each marked with
@@ -325,7 +325,7 @@ func memorySecondPass(ctx context.Context, e *envoy, headers [][2]string) (float
 	return float64(c1-c0) / 1e3 / float64(r.Requests), nil
 }
 
-// loadavg is /proc/loadavg, the machine's load before and after a run.
+// Loadavg is /proc/loadavg, the machine's load before and after a run.
 func Loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))

@@ -15,7 +15,7 @@ import (
 // variants they explain.
 const floorsDefault = "EGHIJKLM"
 
-// runFloors is the floors diagnostic (`make bench-floors`, -floors): the
+// RunFloors is the floors diagnostic (`make bench-floors`, -floors): the
 // interleaved measurement alone, without latency slices, of the floor
 // variants and the variants they explain; it writes bench/raw/FLOORS.md.
 // make bench keeps K, which its targets use; L and M answered their

@@ -22,14 +22,8 @@ import (
 var allotCounters = []string{plugin.MetricCacheHits, plugin.MetricCacheMisses, plugin.MetricStickyWritten, plugin.MetricStickyInvalid}
 
 const (
-	pairedRounds = 10
-)
-
-const (
-	pairedRequests = 15000
-)
-
-const (
+	pairedRounds    = 10
+	pairedRequests  = 15000
 	pairedRateSlice = 1500 * time.Millisecond
 )
 
@@ -44,7 +38,7 @@ type pairedPlan struct {
 	latency bool
 }
 
-// measureInterleaved is make bench's interleaved section (measurePaired,
+// MeasureInterleaved is make bench's interleaved section (measurePaired,
 // every other round in reverse order, with latency slices), the targets'
 // figures.
 func MeasureInterleaved(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az authzService, res *report.Results, logf func(string, ...any)) error {

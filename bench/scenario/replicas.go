@@ -17,22 +17,22 @@ import (
 	"github.com/allotmesh/allot/internal/harness"
 )
 
+// The replicas section: write → all-ACK latency when allotd runs as
+// report.ReplicaCount replicas sharing as many etcd members, with N
+// simulated xDS clients spread evenly over the replicas. A waited write
+// returns when every live proxy of the whole mesh — read from the etcd
+// registry, whichever replica holds its stream — acknowledged it, so its
+// duration is write → last ACK across the mesh.
 const (
 	// replicaLeaseTTL is allotd's -lease-ttl (its default).
 	replicaLeaseTTL = 10 * time.Second
-)
-
-const (
 	// replicaConns is each fleet's gRPC connections, as propagation's.
 	replicaConns = 50
-)
-
-const (
 	// replicaWait bounds each waited write (?wait=).
 	replicaWait = 30 * time.Second
 )
 
-// measureReplicas runs the replicas section over fleets; a fleet that
+// MeasureReplicas runs the replicas section over fleets; a fleet that
 // fails ends the section with NotMeasured set and the fleets measured so
 // far kept.
 func MeasureReplicas(ctx context.Context, o variant.Options, p *variant.Paths, fleets []report.ReplicaFleet, logf func(string, ...any)) (report.ReplicasResult, []string) {
@@ -322,7 +322,7 @@ func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
-// replicaFleets are the fleets of sizes clients: ReplicaFleets' (with
+// ReplicaFleets are the fleets of sizes clients: ReplicaFleets' (with
 // their targets) where they list the size, else 20 writes and no target.
 // No sizes: every fleet of ReplicaFleets.
 func ReplicaFleets(clients []int) []report.ReplicaFleet {
@@ -342,7 +342,7 @@ func ReplicaFleets(clients []int) []report.ReplicaFleet {
 	return out
 }
 
-// runReplicas is the replicas section alone (`make bench-replicas`,
+// RunReplicas is the replicas section alone (`make bench-replicas`,
 // -replicas): bench/raw/REPLICAS.md and replicas.json.
 func RunReplicas(ctx context.Context, o variant.Options, p *variant.Paths, logf func(string, ...any)) error {
 	start := time.Now()

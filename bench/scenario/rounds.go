@@ -18,7 +18,7 @@ import (
 // it serves.
 type authzService struct{ bin, config string }
 
-// prepare builds what the variants need (the minimal Wasm filter, the
+// Prepare builds what the variants need (the minimal Wasm filter, the
 // ext_authz service, the dynamic modules), profiles Allot's host calls,
 // selects the variants -only names and writes the ext_authz service's
 // configuration, recording the commands in res.
@@ -68,7 +68,7 @@ func Prepare(ctx context.Context, o variant.Options, p *variant.Paths, res *repo
 	return vs, az, nil
 }
 
-// measureRounds runs o.Rounds rounds of every variant but those measured
+// MeasureRounds runs o.Rounds rounds of every variant but those measured
 // in the interleaved section only, each on a fresh Envoy (runVariant).
 func MeasureRounds(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az authzService, res *report.Results, logf func(string, ...any)) error {
 	seq := uint64(0)

@@ -23,7 +23,7 @@ type vmVariant struct {
 	config string // plugin configuration file, "-" for none
 }
 
-// runVM measures E and Allot's variants F–J in V8 without Envoy, and with
+// RunVM measures E and Allot's variants F–J in V8 without Envoy, and with
 // o.Base the base revision's filter beside this tree's, and writes
 // bench/raw/VM.md.
 func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(string, ...any)) error {
@@ -66,7 +66,7 @@ func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(s
 		return err
 	}
 	for _, v := range vs {
-		r.Variants = append(r.Variants, variant.VariantInfo{ID: v.ID, Name: v.Name})
+		r.Variants = append(r.Variants, variant.Info{ID: v.ID, Name: v.Name})
 	}
 	host := filepath.Join(o.Root, "bench", "vm", "host.mjs")
 	for _, c := range [][2]int{{report.VmRequests, 0}, {report.VmEvictRequests, report.VmEvictKiB}} {
@@ -121,7 +121,7 @@ func vmVariants(raw, only string) ([]vmVariant, error) {
 		}
 	}
 	var out []vmVariant
-	for _, v := range variant.Variants() {
+	for _, v := range variant.All() {
 		if !strings.Contains("EFGHIJ", v.ID) || (only != "" && v.ID != "E" && !strings.Contains(only, v.ID)) {
 			continue
 		}

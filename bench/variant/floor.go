@@ -14,7 +14,7 @@ import (
 	"github.com/allotmesh/allot/filter/plugin"
 )
 
-// floorWrites runs Allot natively on the fake host with the configuration
+// FloorWrites runs Allot natively on the fake host with the configuration
 // cfg over the warm user ids and returns the writes it makes for a typical
 // unit — the id whose number of added headers is the median — as a floor
 // script: the same headers and exposure property, written with the same
@@ -94,7 +94,7 @@ func benchMemberVar(dict, v string) (string, error) {
 	return strings.Join(members, ", "), nil
 }
 
-// benchRequest is the request the benchmark sends for id, as the filter
+// BenchRequest is the request the benchmark sends for id, as the filter
 // sees it (the native runs on the fake host use it).
 func BenchRequest(id string) [][2]string {
 	in := [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "bench"}, {"x-user-id", id}}

@@ -10,18 +10,16 @@ import (
 	"github.com/allotmesh/allot/filter/nativemod"
 )
 
+// The native variants load Envoy dynamic modules (ABI v0.2.0, Envoy 1.40):
+// Allot's (bin/liballot.so, `make build-native`), the minimal Go module N
+// (bench/mindynmod) and the C module O (bench/cdynmod), the last two built
+// by the suite into bench/raw/bin.
 const (
-	// moduleSearchPathEnv is where Envoy looks for lib<name>.so.
+	// ModuleSearchPathEnv is where Envoy looks for lib<name>.so.
 	ModuleSearchPathEnv = "ENVOY_DYNAMIC_MODULES_SEARCH_PATH"
-)
-
-const (
 	// allotFilterName is the filter_name Allot's module serves.
 	allotFilterName = "allot"
-)
-
-const (
-	// metricsNamespace gives the module's counters the Wasm filter's names
+	// MetricsNamespace gives the module's counters the Wasm filter's names
 	// (wasmcustom.allot.cache_hits, …).
 	MetricsNamespace = "wasmcustom"
 )
@@ -36,7 +34,7 @@ func moduleName(so string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(so), "lib"), ".so")
 }
 
-// moduleEnv is the environment Envoy needs for v: the directory of its
+// ModuleEnv is the environment Envoy needs for v: the directory of its
 // dynamic module, if it loads one, and for Allot's, the warm path's switch
 // (nativemod.WarmEnv) set either way — on, unless v.goPath — so that no
 // figure depends on the module's default.
@@ -52,11 +50,11 @@ func ModuleEnv(v Variant, p *Paths) []string {
 	return env
 }
 
-// allotFaultSO is Allot's dynamic module built with -tags allotfault
+// AllotFaultSO is Allot's dynamic module built with -tags allotfault
 // (buildFaultModule), which the memory section counts C's hits with.
 func AllotFaultSO(p *Paths) string { return p.AllotFaultSO }
 
-// faultHeader is nativemod.FaultHeader, defined in the allotfault build
+// FaultHeader is nativemod.FaultHeader, defined in the allotfault build
 // only: a request carrying it with the value "read" makes Go's header read
 // panic, so that a request entering Go fails open (counted) while one the
 // warm path serves in C never sees Go.
@@ -71,7 +69,7 @@ func warmSwitch(on bool) string {
 	return "0"
 }
 
-// moduleFilter renders an http_filters entry loading the dynamic module so
+// ModuleFilter renders an http_filters entry loading the dynamic module so
 // (found as lib<name>.so through moduleEnv) with filter_config cfg, a
 // google.protobuf.Any's JSON (nil: none). do_not_close is mandatory for Go
 // modules: a Go runtime cannot be unloaded.
@@ -93,12 +91,12 @@ func ModuleFilter(so func(*Paths) string, cfg map[string]any) func(*Paths) ([]an
 	}
 }
 
-// nativeAllot renders Allot's dynamic module with the FilterConfig of the
+// NativeAllot renders Allot's dynamic module with the FilterConfig of the
 // Wasm variants with n experiments in shape s, as the JSON the control
 // plane renders (translate.ConfigJSON) in the filter_config Struct.
 func NativeAllot(n int, s shape) func(*Paths) ([]any, error) { return NativeAllotOf(AllotSO, n, s) }
 
-// nativeAllotOf is nativeAllot with the build of Allot's module so.
+// NativeAllotOf is nativeAllot with the build of Allot's module so.
 func NativeAllotOf(so func(*Paths) string, n int, s shape) func(*Paths) ([]any, error) {
 	return func(p *Paths) ([]any, error) {
 		cfg, err := allotConfig(n, s)

@@ -7,7 +7,7 @@ import (
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
-// observedKeys are the experiments the observe variants (Z, z) observe:
+// ObservedKeys are the experiments the observe variants (Z, z) observe:
 // of G's 50, five every warm unit's requests match (US, iOS, 2.3.1 —
 // experimentsJSON: i%6 is 0 or 4), "bench" among them, so every request
 // takes the observe path (bench covers every unit) and most take it for
@@ -15,7 +15,7 @@ import (
 // holds the engine to it.
 var ObservedKeys = []string{"bench", "exp-0004", "exp-0006", "exp-0010", "exp-0012"}
 
-// observedKey is the observed experiment every request is in: its
+// ObservedKey is the observed experiment every request is in: its
 // responses, summed over its variations, are the requests the variant
 // served.
 const ObservedKey = "bench"

@@ -53,7 +53,7 @@ func BenchmarkPluginRequest(b *testing.B) {
 
 func TestBootstrapsRender(t *testing.T) {
 	p := &Paths{AllotWasm: "/x/allot.wasm", MinWasm: "/x/min.wasm", AuthzPort: 1}
-	for _, v := range Variants() {
+	for _, v := range All() {
 		f, err := v.Filters(p)
 		if err != nil {
 			t.Fatalf("%s: %v", v.ID, err)
@@ -112,7 +112,7 @@ func TestFloorWritesReplayAllot(t *testing.T) {
 // Envoy's own filters, and is measured in the interleaved section only.
 func TestNativeWritesMirrorFloor(t *testing.T) {
 	var m Variant
-	for _, v := range Variants() {
+	for _, v := range All() {
 		if v.ID == "M" {
 			m = v
 		}
@@ -183,7 +183,7 @@ func TestNativeWritesMirrorFloor(t *testing.T) {
 // variation — without the filter state: the floor of Q's header writes.
 func TestWidenedHeaderMutation(t *testing.T) {
 	byID := map[string]Variant{}
-	for _, v := range Variants() {
+	for _, v := range All() {
 		byID[v.ID] = v
 	}
 	b, m := byID["b"], byID["M"]
@@ -217,7 +217,7 @@ func TestWidenedHeaderMutation(t *testing.T) {
 func TestWarmSwitch(t *testing.T) {
 	p := NewPaths("/repo")
 	off := ""
-	for _, v := range Variants() {
+	for _, v := range All() {
 		var got []string
 		for _, kv := range ModuleEnv(v, p) {
 			if val, ok := strings.CutPrefix(kv, nativemod.WarmEnv+"="); ok {
@@ -265,7 +265,7 @@ func TestProxiedBootstrap(t *testing.T) {
 		t.Errorf("direct bootstrap:\n%s", s)
 	}
 	var proxied string
-	for _, v := range Variants() {
+	for _, v := range All() {
 		if v.Upstream {
 			proxied += v.ID
 		}

@@ -13,16 +13,18 @@ import (
 	filterv1 "github.com/allotmesh/allot/proto/allot/filter/v1"
 )
 
+// The stickiness rows (#23): what sticky bucketing costs each artifact —
+// reading a unit's cookie, verifying and decoding it, evaluating with it,
+// sealing a changed unit's new cookie and setting it on the response — and
+// what the Wasm module's proxy_on_response_headers export costs every
+// stream of a mesh that does not use stickiness. Variants V–Y and v–x
+// (variants.go), each set against a baseline measured in the same
+// interleaved rounds (report.go stickyRows).
+
 const (
 	stickyCookieName = "allot_sb"
-)
-
-const (
-	stickyKeyID = "bench"
-)
-
-const (
-	// stickyPool is how many units the cache-missing returning variants
+	stickyKeyID      = "bench"
+	// StickyPool is how many units the cache-missing returning variants
 	// (W, w) cycle through, each with its cookie: twice the cache's
 	// default bound on entries, so that taking them in order misses the
 	// LRU cache on every request.
@@ -39,7 +41,7 @@ func stickyCookie() *filterv1.StickyCookie {
 	return &filterv1.StickyCookie{Name: stickyCookieName, Keys: []*filterv1.SigningKey{{Id: stickyKeyID, Secret: stickySecret}}}
 }
 
-// units is how many user ids a warm variant cycles through.
+// Units is how many user ids a warm variant cycles through.
 func (v Variant) Units() int {
 	if v.Pool > 0 {
 		return v.Pool
@@ -47,7 +49,7 @@ func (v Variant) Units() int {
 	return WarmIDs
 }
 
-// request is the load generator's request for v in the run numbered seq:
+// Request is the load generator's request for v in the run numbered seq:
 // the attributes' headers, x-user-id and, for returning units, the unit's
 // cookie.
 func (v Variant) Request(seq uint64) (load.RequestFunc, error) {

@@ -15,11 +15,11 @@ import (
 
 func variantByID(t *testing.T, id string) Variant {
 	t.Helper()
-	i := slices.IndexFunc(Variants(), func(v Variant) bool { return v.ID == id })
+	i := slices.IndexFunc(All(), func(v Variant) bool { return v.ID == id })
 	if i < 0 {
 		t.Fatalf("no variant %s", id)
 	}
-	v, err := WithExpect(Variants()[i])
+	v, err := WithExpect(All()[i])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/allotmesh/allot/filter/engine"
 )
 
-// hashExpect is GrowthBook's hash v1 of id with seed "bench", split 50/50:
+// HashExpect is GrowthBook's hash v1 of id with seed "bench", split 50/50:
 // what the Lua and minimal Wasm filters must add.
 func HashExpect(id string) (string, error) {
 	n, _ := engine.Hash(benchSeed, id, 1)

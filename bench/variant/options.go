@@ -48,7 +48,7 @@ type Options struct {
 	Log     io.Writer `json:"-"`
 }
 
-type VariantInfo struct {
+type Info struct {
 	ID, Name string
 	// FloorOf lists the variants whose writes this floor variant replays.
 	FloorOf string `json:",omitempty"`
@@ -66,13 +66,13 @@ type VariantInfo struct {
 	Cost bool `json:",omitempty"`
 }
 
-// interleavedOnly says whether the variant was measured in the interleaved
+// InterleavedOnly says whether the variant was measured in the interleaved
 // section only (see variant.interleavedOnly).
-func (v VariantInfo) InterleavedOnly() bool {
+func (v Info) InterleavedOnly() bool {
 	return v.FloorOf != "" || v.NativeOf != "" || v.Probe || v.Cost
 }
 
-// newPaths are the files of a run under the repository root: the filter's
+// NewPaths are the files of a run under the repository root: the filter's
 // builds in bin/, the suite's own in bench/raw/bin/.
 func NewPaths(root string) *Paths {
 	raw := filepath.Join(root, "bench", "raw")
@@ -81,4 +81,9 @@ func NewPaths(root string) *Paths {
 		MinDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), CDynmod: filepath.Join(raw, "bin", "libcdynmod.so"),
 		NoRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm"), Upstream: filepath.Join(raw, "bin", "allot-upstream"),
 		AllotFaultSO: filepath.Join(raw, "bin", "allotfault", "liballot.so")}
+}
+
+type Module struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
 }

@@ -18,19 +18,19 @@ import (
 
 // Wire names every variant shares.
 const (
-	// benchHeader is the header each variant adds (Allot: experiment key
+	// BenchHeader is the header each variant adds (Allot: experiment key
 	// "bench"); the route echoes it back as x-seen for the pre-flight check.
 	BenchHeader = "x-experiment-bench"
 	SeenHeader  = "x-seen"
-	// dictHeader is Allot's dictionary header; the route echoes it as
+	// DictHeader is Allot's dictionary header; the route echoes it as
 	// seenDictHeader, which the lean variants are checked by.
 	DictHeader     = "x-experiments"
 	SeenDictHeader = "x-seen-dict"
-	// preflightHeader marks the pre-flight requests: only they take the
+	// PreflightHeader marks the pre-flight requests: only they take the
 	// route that echoes, so timed requests pay for no echo.
 	PreflightHeader = "x-preflight"
 	benchSeed       = "bench"
-	// warmIDs is how many distinct user ids every variant but H cycles
+	// WarmIDs is how many distinct user ids every variant but H cycles
 	// through.
 	WarmIDs = 1000
 	// upstreamCluster is the cluster of the upstream the proxied variants
@@ -38,11 +38,11 @@ const (
 	upstreamCluster = "upstream"
 )
 
-// requestHeaders are sent with every request (besides x-user-id): the
+// RequestHeaders are sent with every request (besides x-user-id): the
 // attributes the 50-experiment configuration targets.
 var RequestHeaders = [][2]string{{"x-country", "US"}, {"x-platform", "ios"}, {"x-app-version", "2.3.1"}}
 
-// variant is one benchmarked Envoy configuration.
+// Variant is one benchmarked Envoy configuration.
 type Variant struct {
 	// ID is the report's letter, Name its description.
 	ID, Name string
@@ -58,29 +58,29 @@ type Variant struct {
 	// Lean configures Allot with the dictionary header only and no
 	// exposure filter state; the pre-flight reads the dictionary.
 	Lean bool
-	// sticky configures Allot with the bench's sticky cookie (sticky.go).
+	// Sticky configures Allot with the bench's sticky cookie (sticky.go).
 	// Its requests carry no cookie (new units: every response sets one)
 	// unless returning is set: then each carries its unit's valid cookie,
 	// as a browser does after its first response.
 	Sticky, Returning bool
-	// pool is how many user ids a warm variant cycles through (0:
+	// Pool is how many user ids a warm variant cycles through (0:
 	// warmIDs).
 	Pool int
-	// noResponse runs Allot's Wasm module built with -tags
+	// NoResponse runs Allot's Wasm module built with -tags
 	// allot_noresponse (p.noRespWasm): without the proxy_on_response_headers
 	// export.
 	NoResponse bool
-	// observe configures Allot with observedKeys observed (observe.go);
+	// Observe configures Allot with observedKeys observed (observe.go);
 	// the pre-flight then checks their outcome stats too.
 	Observe bool
-	// cost marks a variant of the cost tables (report.go stickyRows,
+	// Cost marks a variant of the cost tables (report.go stickyRows,
 	// observe.go observeRows), set against a baseline measured in the same
 	// rounds: measured in the interleaved section only, for its CPU and
 	// throughput.
 	Cost bool
 	// Expect is the x-seen value wanted for a user id.
 	Expect func(id string) (string, error)
-	// cookie, when set, is the Cookie header the pre-flight sends for a
+	// Cookie, when set, is the Cookie header the pre-flight sends for a
 	// user id; setCookie the Set-Cookie its response must carry (nil:
 	// none). withCookies sets them for the sticky variants.
 	Cookie, SetCookie func(id string) (string, error)
@@ -102,57 +102,57 @@ type Variant struct {
 	// measures: its question is answered, and make bench's time goes to
 	// the targets.
 	diagnostic bool
-	// module is the Envoy dynamic module the variant loads (nil: none);
+	// Module is the Envoy dynamic module the variant loads (nil: none);
 	// Envoy finds it through moduleEnv.
 	Module func(*Paths) string
-	// wasmTwin names the Wasm variant a dynamic-module variant does the
+	// WasmTwin names the Wasm variant a dynamic-module variant does the
 	// work of.
 	WasmTwin string
-	// goPath runs Allot's dynamic module with its warm path off
+	// GoPath runs Allot's dynamic module with its warm path off
 	// (nativemod.WarmEnv=0: every request enters Go, as before #37); every
 	// other variant loading bin/liballot.so runs it on (=1). moduleEnv
 	// sets the variable either way, whatever Envoy's default.
 	GoPath bool
-	// upstream routes the variant's requests to a local upstream
+	// Upstream routes the variant's requests to a local upstream
 	// (bench/cmd/allot-upstream, startUpstream) instead of a
 	// direct_response.
 	Upstream bool
 }
 
-// interleavedOnly says whether v is measured in the interleaved section
+// InterleavedOnly says whether v is measured in the interleaved section
 // only (the floors, their native counterpart and the stickiness variants),
 // not in the rounds, and there for its CPU only (no latency slices).
 func (v Variant) InterleavedOnly() bool {
 	return v.floorOf != "" || v.nativeOf != "" || v.probe || v.Cost
 }
 
-// info is what the report keeps of v.
-func (v Variant) Info() VariantInfo {
-	return VariantInfo{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, FloorRef: v.floorRef, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.WasmTwin,
+// Info is what the report keeps of v.
+func (v Variant) Info() Info {
+	return Info{ID: v.ID, Name: v.Name, FloorOf: v.floorOf, FloorRef: v.floorRef, NativeOf: v.nativeOf, Probe: v.probe, WasmTwin: v.WasmTwin,
 		Cost: v.Cost}
 }
 
-// paths are the files and ports the filter configurations refer to.
+// Paths are the files and ports the filter configurations refer to.
 type Paths struct {
 	AllotWasm, MinWasm string
 	BaseWasm           string // a comparison's base build (compare.go)
-	// noRespWasm is Allot's module built with -tags allot_noresponse
+	// NoRespWasm is Allot's module built with -tags allot_noresponse
 	// (variant Y), built by the suite.
 	NoRespWasm string
-	// allotSO is Allot's dynamic module (make build-native); minDynmod
+	// AllotSO is Allot's dynamic module (make build-native); minDynmod
 	// and cDynmod are variants N's and O's, built by the suite.
 	AllotSO, MinDynmod, CDynmod string
-	// allotFaultSO is Allot's module built with -tags allotfault
+	// AllotFaultSO is Allot's module built with -tags allotfault
 	// (buildFaultModule), built by the suite for the memory section.
 	AllotFaultSO string
-	// upstream is the proxied variants' upstream
+	// Upstream is the proxied variants' upstream
 	// (bench/cmd/allot-upstream), built by the suite.
 	Upstream  string
 	AuthzPort int
 	Raw       string
 }
 
-func Variants() []Variant {
+func All() []Variant {
 	return []Variant{
 		{ID: "A", Name: "no filter (baseline)", Filters: func(*Paths) ([]any, error) { return nil, nil },
 			Expect: func(string) (string, error) { return "", nil }},
@@ -420,7 +420,7 @@ func MainWasm(p *Paths) string { return p.AllotWasm }
 
 func noRespWasm(p *Paths) string { return p.NoRespWasm }
 
-// wasmAllot renders Allot's Wasm module wasm(p) with the n-experiment
+// WasmAllot renders Allot's Wasm module wasm(p) with the n-experiment
 // FilterConfig in shape s.
 func WasmAllot(wasm func(*Paths) string, n int, s shape) func(*Paths) ([]any, error) {
 	return func(p *Paths) ([]any, error) {
@@ -436,7 +436,7 @@ func WasmAllot(wasm func(*Paths) string, n int, s shape) func(*Paths) ([]any, er
 type shape int
 
 const (
-	// typical is filterConfigJSON's configuration.
+	// Typical is filterConfigJSON's configuration.
 	Typical shape = iota
 	// lean switches off the two per-request costs a mesh admin can: one
 	// header per assignment (only the dictionary is added) and the
@@ -502,7 +502,7 @@ func experimentsJSON(n int) string {
 	return sb.String()
 }
 
-// filterConfigJSON is Allot's FilterConfig (proto3 JSON) with n experiments
+// FilterConfigJSON is Allot's FilterConfig (proto3 JSON) with n experiments
 // and the attributes mapped from headers.
 func FilterConfigJSON(n int) []byte {
 	return fmt.Appendf(nil, `{"version":"bench-%d","attributes":[
@@ -510,7 +510,7 @@ func FilterConfigJSON(n int) []byte {
 		{"name":"version","header":"x-app-version"}],"experiments":%s}`, n, experimentsJSON(n))
 }
 
-// leanConfigJSON is filterConfigJSON(n) in the lean shape.
+// LeanConfigJSON is filterConfigJSON(n) in the lean shape.
 func LeanConfigJSON(n int) []byte {
 	return append([]byte(`{"assignmentHeaders":"ASSIGNMENT_HEADERS_DICTIONARY","disableExposureState":true,`), FilterConfigJSON(n)[1:]...)
 }
@@ -523,7 +523,7 @@ func filterConfig(n int) (*filterv1.FilterConfig, error) {
 	return cfg, nil
 }
 
-// writeBootstrap renders the bootstrap of filters (with the ext_authz
+// WriteBootstrap renders the bootstrap of filters (with the ext_authz
 // cluster on authzPort and the upstream on upstreamPort, each when not 0)
 // into p.raw/name.json and returns its path.
 func WriteBootstrap(p *Paths, name string, filters func(*Paths) ([]any, error), authzPort, upstreamPort int) (string, error) {
@@ -626,12 +626,12 @@ func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 	return json.MarshalIndent(b, "", " ")
 }
 
-// selectVariants are A and the variants only names (all when empty), each
+// SelectVariants are A and the variants only names (all when empty), each
 // with its pre-flight expectation. The diagnostic variants (L, M) are left
 // out unless only names them or diagnostic is set.
 func SelectVariants(only string, diagnostic bool) ([]Variant, error) {
 	var vs []Variant
-	for _, v := range Variants() {
+	for _, v := range All() {
 		named := only != "" && strings.Contains(only, v.ID)
 		if v.ID != "A" && (only != "" && !named || v.diagnostic && !named && !diagnostic) {
 			continue
@@ -645,7 +645,7 @@ func SelectVariants(only string, diagnostic bool) ([]Variant, error) {
 	return vs, nil
 }
 
-// withExpect gives an Allot variant the pre-flight's expectation: the
+// WithExpect gives an Allot variant the pre-flight's expectation: the
 // engine's assignment of each id and, with a sticky cookie, the cookies
 // sent and set (withCookies).
 func WithExpect(v Variant) (Variant, error) {
@@ -682,7 +682,7 @@ func appendUnitID(dst []byte, n uint64) []byte {
 // unitID is warm unit n's id.
 func unitID(n uint64) string { return string(appendUnitID(nil, n)) }
 
-// checkIDs are the pre-flight's user ids: n of the warm ids (every
+// CheckIDs are the pre-flight's user ids: n of the warm ids (every
 // stride-th) and, for a cold variant, n fresh ones named prefix-seq-i.
 func CheckIDs(v Variant, n, stride int, prefix string, seq uint64) []string {
 	var ids []string

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// thousands formats n with commas: 10000 → 10,000.
+// Thousands formats n with commas: 10000 → 10,000.
 func Thousands(n int) string {
 	s := strconv.Itoa(n)
 	for i := len(s) - 3; i > 0; i -= 3 {
