@@ -17,18 +17,18 @@ import (
 // it times is the module's own work per request, which in Envoy hides under
 // Envoy's far larger and noisier charge for the callbacks and the writes.
 const (
-	VmRounds   = 5
-	VmRequests = 100000
+	VMRounds   = 5
+	VMRequests = 100000
 	// In the evicting mode the host writes vmEvictKiB of memory between
 	// requests, as Envoy's own work does, so the module's data comes from
 	// memory rather than the CPU's caches: 2 MiB empties this CPU's L2.
 	// Each request then costs the host about 0.2 ms, hence fewer requests.
-	VmEvictKiB      = 2048
-	VmEvictRequests = 5000
+	VMEvictKiB      = 2048
+	VMEvictRequests = 5000
 )
 
-// VmRun is one variant on one module in one round.
-type VmRun struct {
+// VMRun is one variant on one module in one round.
+type VMRun struct {
 	Variant string             `json:"variant"`
 	Module  int                `json:"module"` // 0 this tree's, 1 the base's
 	Round   int                `json:"round"`
@@ -37,8 +37,8 @@ type VmRun struct {
 	Calls   map[string]float64 `json:"host_calls_per_request"`
 }
 
-// VmResults is the VM benchmark's raw data (bench/raw/vm.json).
-type VmResults struct {
+// VMResults is the VM benchmark's raw data (bench/raw/vm.json).
+type VMResults struct {
 	Started  time.Time        `json:"started"`
 	Duration time.Duration    `json:"duration"`
 	Machine  Machine          `json:"machine"`
@@ -48,12 +48,12 @@ type VmResults struct {
 	BaseRev  string           `json:"base_commit,omitempty"`
 	Modules  []variant.Module `json:"modules"`
 	Variants []variant.Info   `json:"variants"`
-	Runs     []VmRun          `json:"runs"`
+	Runs     []VMRun          `json:"runs"`
 	Commands []string         `json:"commands"`
 }
 
 // RenderVM writes the VM benchmark's report.
-func RenderVM(r *VmResults) string {
+func RenderVM(r *VMResults) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	title := "Allot's work inside V8, without Envoy"
@@ -76,15 +76,15 @@ func RenderVM(r *VmResults) string {
 		"in Envoy adds to Envoy's charge for the same callbacks and writes. %d rounds, every other in reverse order; a probe "+
 		"request's header is checked against the engine first. Medians over the rounds; a difference is the median of "+
 		"per-round differences, with a 95%% bootstrap interval.\n",
-		VmRounds)
-	for _, evict := range []int{0, VmEvictKiB} {
+		VMRounds)
+	for _, evict := range []int{0, VMEvictKiB} {
 		if evict == 0 {
 			p("\n## Caches warm\n\nEach slice is %d requests after 20,000 to warm up, timed as a whole: the module's data "+
-				"stays in the CPU's caches between requests, as it does not in Envoy.\n\n", VmRequests)
+				"stays in the CPU's caches between requests, as it does not in Envoy.\n\n", VMRequests)
 		} else {
 			p("\n## Caches evicted\n\nBefore each request the host writes to every cache line of %d KiB, as Envoy's own work on "+
 				"a request does, and only the callbacks are timed: the module's data comes from memory. Each slice is %d "+
-				"requests after 2,000 to warm up.\n\n", evict, VmEvictRequests)
+				"requests after 2,000 to warm up.\n\n", evict, VMEvictRequests)
 		}
 		renderVMTable(p, r, evict)
 	}
@@ -93,7 +93,7 @@ func RenderVM(r *VmResults) string {
 }
 
 // renderVMTable writes the table of one mode (evict KiB between requests).
-func renderVMTable(p func(string, ...any), r *VmResults, evict int) {
+func renderVMTable(p func(string, ...any), r *VMResults, evict int) {
 	ns := func(id string, mod int) []float64 {
 		var out []float64
 		for _, run := range r.Runs {
@@ -141,7 +141,7 @@ func renderVMTable(p func(string, ...any), r *VmResults, evict int) {
 }
 
 // callsText lists a variant's host calls per request (this tree's module).
-func callsText(runs []VmRun, id string, evict int) string {
+func callsText(runs []VMRun, id string, evict int) string {
 	for _, run := range runs {
 		if run.Variant == id && run.Module == 0 && run.Evict == evict {
 			names := make([]string, 0, len(run.Calls))

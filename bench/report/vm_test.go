@@ -8,18 +8,18 @@ import (
 )
 
 func TestVMReport(t *testing.T) {
-	runs := func(id string, mod, evict int, ns ...float64) []VmRun {
-		var out []VmRun
+	runs := func(id string, mod, evict int, ns ...float64) []VMRun {
+		var out []VMRun
 		for i, v := range ns {
-			out = append(out, VmRun{Variant: id, Module: mod, Evict: evict, Round: i + 1, NS: v,
+			out = append(out, VMRun{Variant: id, Module: mod, Evict: evict, Round: i + 1, NS: v,
 				Calls: map[string]float64{"proxy_get_header_map_pairs": 1}})
 		}
 		return out
 	}
-	r := &VmResults{Tree: "def-dirty", Node: "v20", Modules: []variant.Module{{Bytes: 10, SHA256: "aaaa"}},
+	r := &VMResults{Tree: "def-dirty", Node: "v20", Modules: []variant.Module{{Bytes: 10, SHA256: "aaaa"}},
 		Variants: []variant.Info{{ID: "E", Name: "e"}, {ID: "G", Name: "g"}}}
-	for _, rs := range [][]VmRun{runs("E", 0, 0, 1000, 1100, 900), runs("G", 0, 0, 5000, 5200, 4800),
-		runs("E", 0, VmEvictKiB, 3000, 3000, 3000), runs("G", 0, VmEvictKiB, 9000, 9500, 8500)} {
+	for _, rs := range [][]VMRun{runs("E", 0, 0, 1000, 1100, 900), runs("G", 0, 0, 5000, 5200, 4800),
+		runs("E", 0, VMEvictKiB, 3000, 3000, 3000), runs("G", 0, VMEvictKiB, 9000, 9500, 8500)} {
 		r.Runs = append(r.Runs, rs...)
 	}
 	out := RenderVM(r)
@@ -36,7 +36,7 @@ func TestVMReport(t *testing.T) {
 	r.Base, r.BaseRev = "HEAD", "abc"
 	r.Modules = append(r.Modules, variant.Module{Bytes: 11, SHA256: "bbbb"})
 	r.Runs = append(r.Runs, runs("G", 1, 0, 9000, 9100, 8900)...)
-	r.Runs = append(r.Runs, runs("G", 1, VmEvictKiB, 9000, 9500, 8500)...)
+	r.Runs = append(r.Runs, runs("G", 1, VMEvictKiB, 9000, 9500, 8500)...)
 	warm, evicted, _ = strings.Cut(RenderVM(r), "## Caches evicted")
 	contains(t, "comparison", warm,
 		"this tree against HEAD",

@@ -100,7 +100,7 @@ func RunCompare(ctx context.Context, o variant.Options, p *variant.Paths, logf f
 	rounds := cmp.Or(o.PairedRounds, compareRounds)
 	logf("comparing this tree (%s) with %s (%s): %d rounds of %d requests per variant, every Envoy up at once",
 		c.Tree, o.Base, rev, rounds, pairedRequests)
-	if c.Paired, err = measurePaired(ctx, o, p, vs, authzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
+	if c.Paired, err = measurePaired(ctx, o, p, vs, AuthzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
 	c.Duration = time.Since(start)

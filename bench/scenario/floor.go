@@ -42,7 +42,7 @@ func RunFloors(ctx context.Context, o variant.Options, p *variant.Paths, logf fu
 	res.Commands = append(res.Commands, cmds...)
 	rounds := cmp.Or(o.PairedRounds, pairedRounds)
 	logf("floors: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
-	if res.Paired, err = measurePaired(ctx, o, p, vs, authzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
+	if res.Paired, err = measurePaired(ctx, o, p, vs, AuthzService{}, pairedPlan{rounds: rounds, alternate: true}); err != nil {
 		return fmt.Errorf("floors: %w", err)
 	}
 	res.LoadAfter = Loadavg()

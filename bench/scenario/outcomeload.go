@@ -72,19 +72,59 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 	if err != nil {
 		return err
 	}
+	keys, err := createObserved(ctx, reps[0].admin)
+	if err != nil {
+		return err
+	}
+	fleets, err := startOutcomeFleets(ctx, o, dir, bins["allot-xdsload"], reps, keys)
+	defer func() {
+		for i := len(fleets) - 1; i >= 0; i-- {
+			fleets[i].Terminate()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	logf("outcomes: %d proxies connected and applied; %v idle", OutcomeClients, outcomeWindow)
+
+	var allotds []*harness.Process
+	for _, r := range reps {
+		allotds = append(allotds, r.proc)
+	}
+	if res.AllotdIdle, res.EtcdIdle, res.RSSIdle, err = cpuWindow(ctx, allotds, members); err != nil {
+		return err
+	}
+	if err := measureReporting(ctx, reps, fleets, allotds, members, res); err != nil {
+		return err
+	}
+	logf("outcomes: %.0f exports/s: allotd %.3f → %.3f cores, etcd %.3f → %.3f", res.Exports, res.AllotdIdle, res.AllotdReporting, res.EtcdIdle, res.EtcdReporting)
+	return countOutcomes(ctx, reps, fleets, keys[0], res)
+}
+
+// createObserved creates the outcomeExperiments observed experiments
+// (obs-0, obs-1, …) through the admin API at admin and returns their keys.
+func createObserved(ctx context.Context, admin string) ([]string, error) {
 	var keys []string
 	for i := range outcomeExperiments {
 		key := fmt.Sprintf("obs-%d", i)
 		keys = append(keys, key)
 		body := json.RawMessage(fmt.Sprintf(`{"key":%q,"variations":["a","b"],"weights":[0.5,0.5],"observe":true}`, key))
-		code, b, err := harness.AdminCall(ctx, slowClient, "http://"+reps[0].admin, adminToken, http.MethodPost, "/v1/experiments", body, nil)
+		code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodPost, "/v1/experiments", body, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if code != http.StatusCreated {
-			return fmt.Errorf("create %s: %d %.300s", key, code, b)
+			return nil, fmt.Errorf("create %s: %d %.300s", key, code, b)
 		}
 	}
+	return keys, nil
+}
+
+// startOutcomeFleets starts one allot-xdsload fleet per replica, together
+// OutcomeClients simulated proxies reporting keys' outcomes (once told to,
+// SIGUSR1), and waits until every replica lists the whole mesh as applied.
+// The caller stops the fleets it returns, even with an error.
+func startOutcomeFleets(ctx context.Context, o variant.Options, dir, bin string, reps []replica, keys []string) ([]*harness.Process, error) {
 	var perReplica []int
 	var fleets []*harness.Process
 	for i, r := range reps {
@@ -93,57 +133,57 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 			n++
 		}
 		perReplica = append(perReplica, n)
-		load, err := startProc("allot-xdsload-"+r.id, filepath.Join(dir, "xdsload-"+r.id+".log"), o.LoadCPU, nil, bins["allot-xdsload"],
+		load, err := startProc("allot-xdsload-"+r.id, filepath.Join(dir, "xdsload-"+r.id+".log"), o.LoadCPU, nil, bin,
 			"-addr", r.xds, "-clients", strconv.Itoa(n), "-conns", "0", "-cluster", "sim", "-node", r.id+"-sim",
 			"-report-interval", outcomeInterval.String(), "-report-experiments", strings.Join(keys, ","), "-report-variations", "2",
 			"-report-requests", strconv.Itoa(outcomeRequests), "-report-errors-permille", "100")
 		if err != nil {
-			return err
+			return fleets, err
 		}
-		defer load.Terminate()
 		fleets = append(fleets, load)
 	}
 	for i := range reps {
 		if err := waitMesh(ctx, reps[i], reps, perReplica, "", 180*time.Second); err != nil {
-			return fmt.Errorf("the fleet connecting: %w", err)
+			return fleets, fmt.Errorf("the fleet connecting: %w", err)
 		}
 	}
-	logf("outcomes: %d proxies connected and applied; %v idle", OutcomeClients, outcomeWindow)
+	return fleets, nil
+}
 
-	pids := func(ps []*harness.Process) []int {
-		var out []int
-		for _, q := range ps {
-			out = append(out, q.Pid())
-		}
-		return out
+// pidsOf are the process ids of ps.
+func pidsOf(ps []*harness.Process) []int {
+	var out []int
+	for _, q := range ps {
+		out = append(out, q.Pid())
 	}
-	var allotds []*harness.Process
-	for _, r := range reps {
-		allotds = append(allotds, r.proc)
-	}
-	window := func() (allotd, etcd float64, rss []float64, err error) {
-		a0, e0 := cpuSum(pids(allotds)), cpuSum(pids(members))
-		t0 := time.Now()
-		select {
-		case <-time.After(outcomeWindow):
-		case <-ctx.Done():
-			return 0, 0, nil, ctx.Err()
-		}
-		secs := time.Since(t0).Seconds()
-		allotd, etcd = float64(cpuSum(pids(allotds))-a0)/1e9/secs, float64(cpuSum(pids(members))-e0)/1e9/secs
-		for _, q := range allotds {
-			b, err := q.RSS()
-			if err != nil {
-				return 0, 0, nil, err
-			}
-			rss = append(rss, float64(b)/(1<<20))
-		}
-		return allotd, etcd, rss, nil
-	}
-	if res.AllotdIdle, res.EtcdIdle, res.RSSIdle, err = window(); err != nil {
-		return err
-	}
+	return out
+}
 
+// cpuWindow measures one outcomeWindow: the CPU cores the allotds and the
+// etcd members used over it, and each allotd's RSS (MiB) at its end.
+func cpuWindow(ctx context.Context, allotds, members []*harness.Process) (allotd, etcd float64, rss []float64, err error) {
+	a0, e0 := cpuSum(pidsOf(allotds)), cpuSum(pidsOf(members))
+	t0 := time.Now()
+	select {
+	case <-time.After(outcomeWindow):
+	case <-ctx.Done():
+		return 0, 0, nil, ctx.Err()
+	}
+	secs := time.Since(t0).Seconds()
+	allotd, etcd = float64(cpuSum(pidsOf(allotds))-a0)/1e9/secs, float64(cpuSum(pidsOf(members))-e0)/1e9/secs
+	for _, q := range allotds {
+		b, err := q.RSS()
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		rss = append(rss, float64(b)/(1<<20))
+	}
+	return allotd, etcd, rss, nil
+}
+
+// measureReporting tells the fleets to report (SIGUSR1) and measures a
+// window of the replicas exporting: CPU, RSS, exports and bytes a second.
+func measureReporting(ctx context.Context, reps []replica, fleets, allotds, members []*harness.Process, res *report.OutcomeLoad) error {
 	for _, f := range fleets {
 		if err := f.Signal(syscall.SIGUSR1); err != nil {
 			return err
@@ -156,7 +196,7 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 		return err
 	}
 	t0 := time.Now()
-	if res.AllotdReporting, res.EtcdReporting, res.RSSReporting, err = window(); err != nil {
+	if res.AllotdReporting, res.EtcdReporting, res.RSSReporting, err = cpuWindow(ctx, allotds, members); err != nil {
 		return err
 	}
 	m1, b1, err := received(ctx, reps)
@@ -168,8 +208,14 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 	if res.Exports > 0 {
 		res.PerExport = (res.AllotdReporting - res.AllotdIdle) * 1e6 / res.Exports
 	}
-	logf("outcomes: %.0f exports/s: allotd %.3f → %.3f cores, etcd %.3f → %.3f", res.Exports, res.AllotdIdle, res.AllotdReporting, res.EtcdIdle, res.EtcdReporting)
+	return nil
+}
 
+// countOutcomes stops the fleets' exports (SIGUSR2), adds up the exports
+// they had taken and refused, and waits for every replica's count of key's
+// variation 0 to stop changing: the mesh's total, or (one replica's
+// proxies each) a share of it.
+func countOutcomes(ctx context.Context, reps []replica, fleets []*harness.Process, key string, res *report.OutcomeLoad) error {
 	for _, f := range fleets {
 		if err := f.Signal(syscall.SIGUSR2); err != nil {
 			return err
@@ -184,15 +230,13 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 		res.Refused += refused
 	}
 	res.Expected = res.Taken * outcomeRequests
-	// Every replica's answer, once it stopped changing: the mesh's total,
-	// or (one replica's proxies each) a share of it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res.Counted = res.Counted[:0]
 		var sum int64
 		same := true
 		for _, r := range reps {
-			n, err := countedRequests(ctx, r.admin, keys[0])
+			n, err := countedRequests(ctx, r.admin, key)
 			if err != nil {
 				return err
 			}
@@ -202,17 +246,16 @@ func outcomeLoadRun(ctx context.Context, o variant.Options, p *variant.Paths, bi
 		}
 		if same {
 			res.Mesh = true
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			if sum != res.Expected {
-				return fmt.Errorf("the replicas counted %v requests of %s's variation 0 (sum %d); the fleets' taken exports make %d", res.Counted, keys[0], sum, res.Expected)
+				return fmt.Errorf("the replicas counted %v requests of %s's variation 0 (sum %d); the fleets' taken exports make %d", res.Counted, key, sum, res.Expected)
 			}
-			break
+			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return nil
 }
 
 // cpuSum is the CPU time of the processes pids, ns (0 for one that is gone).

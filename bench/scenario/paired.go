@@ -41,7 +41,7 @@ type pairedPlan struct {
 // MeasureInterleaved is make bench's interleaved section (measurePaired,
 // every other round in reverse order, with latency slices), the targets'
 // figures.
-func MeasureInterleaved(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az authzService, res *report.Results, logf func(string, ...any)) error {
+func MeasureInterleaved(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az AuthzService, res *report.Results, logf func(string, ...any)) error {
 	rounds := cmp.Or(o.PairedRounds, pairedRounds)
 	logf("interleaved CPU: %d rounds of %d requests per variant, every Envoy up at once", rounds, pairedRequests)
 	pr, err := measurePaired(ctx, o, p, vs, az, pairedPlan{rounds: rounds, alternate: true, latency: true})
@@ -71,7 +71,7 @@ type running struct {
 // measurePaired starts every variant's Envoy (and D's ext_authz service, on
 // the load generator's CPU as in the rounds), checks each again, and
 // measures them in turn as plan says.
-func measurePaired(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az authzService, plan pairedPlan) (*report.Paired, error) {
+func measurePaired(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az AuthzService, plan pairedPlan) (*report.Paired, error) {
 	res := &report.Paired{Rounds: plan.rounds, Alternate: plan.alternate, Requests: pairedRequests, CPU: map[string][]float64{}, RPS: map[string][]float64{},
 		UpstreamCPU: map[string][]float64{},
 		Rate:        o.Rate, RateSlice: pairedRateSlice, Latency: map[string]map[string]float64{},
@@ -124,7 +124,7 @@ func measurePaired(ctx context.Context, o variant.Options, p *variant.Paths, vs 
 // startRunning starts variant v's Envoy (with D's ext_authz service or a
 // proxied variant's upstream, which it returns for the caller to stop even
 // on error), runs the pre-flight with ids of run seq and warms it up.
-func startRunning(ctx context.Context, o variant.Options, p *variant.Paths, v variant.Variant, seq uint64, az authzService) (*running, []*harness.Process, error) {
+func startRunning(ctx context.Context, o variant.Options, p *variant.Paths, v variant.Variant, seq uint64, az AuthzService) (*running, []*harness.Process, error) {
 	name := "paired-" + v.ID
 	var procs []*harness.Process
 	authzPort, upstreamPort := 0, 0

@@ -14,16 +14,16 @@ import (
 	"github.com/allotmesh/allot/internal/harness"
 )
 
-// authzService is variant D's ext_authz service: its binary and the FilterConfig
+// AuthzService is variant D's ext_authz service: its binary and the FilterConfig
 // it serves.
-type authzService struct{ bin, config string }
+type AuthzService struct{ bin, config string }
 
 // Prepare builds what the variants need (the minimal Wasm filter, the
 // ext_authz service, the dynamic modules), profiles Allot's host calls,
 // selects the variants -only names and writes the ext_authz service's
 // configuration, recording the commands in res.
-func Prepare(ctx context.Context, o variant.Options, p *variant.Paths, res *report.Results) ([]variant.Variant, authzService, error) {
-	az := authzService{bin: filepath.Join(p.Raw, "bin", "allot-authz"), config: filepath.Join(p.Raw, "authz-config.json")}
+func Prepare(ctx context.Context, o variant.Options, p *variant.Paths, res *report.Results) ([]variant.Variant, AuthzService, error) {
+	az := AuthzService{bin: filepath.Join(p.Raw, "bin", "allot-authz"), config: filepath.Join(p.Raw, "authz-config.json")}
 	for _, b := range []struct {
 		wasm     bool
 		out, pkg string
@@ -70,7 +70,7 @@ func Prepare(ctx context.Context, o variant.Options, p *variant.Paths, res *repo
 
 // MeasureRounds runs o.Rounds rounds of every variant but those measured
 // in the interleaved section only, each on a fresh Envoy (runVariant).
-func MeasureRounds(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az authzService, res *report.Results, logf func(string, ...any)) error {
+func MeasureRounds(ctx context.Context, o variant.Options, p *variant.Paths, vs []variant.Variant, az AuthzService, res *report.Results, logf func(string, ...any)) error {
 	seq := uint64(0)
 	for round := 1; round <= o.Rounds; round++ {
 		for _, v := range vs {
@@ -95,7 +95,7 @@ func MeasureRounds(ctx context.Context, o variant.Options, p *variant.Paths, vs 
 
 // runVariant measures variant v on a fresh Envoy: the pre-flight, the
 // warm-up, the max-throughput run and the fixed-rate run.
-func runVariant(ctx context.Context, o variant.Options, p *variant.Paths, v variant.Variant, round int, seq uint64, az authzService) (r report.Run, err error) {
+func runVariant(ctx context.Context, o variant.Options, p *variant.Paths, v variant.Variant, round int, seq uint64, az AuthzService) (r report.Run, err error) {
 	r = report.Run{Variant: v.ID, Round: round, Rate: o.Rate}
 	var authz *harness.Process
 	if v.Authz {
@@ -188,7 +188,7 @@ func measureRun(ctx context.Context, r *report.Run, o variant.Options, e *envoy,
 
 // startAuthz starts variant D's ext_authz service on the load generator's
 // CPU and waits until it listens.
-func startAuthz(o variant.Options, p *variant.Paths, name string, az authzService) (*harness.Process, int, error) {
+func startAuthz(o variant.Options, p *variant.Paths, name string, az AuthzService) (*harness.Process, int, error) {
 	return startServer(o, p, name, az.bin, "-config", az.config)
 }
 

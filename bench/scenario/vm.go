@@ -36,7 +36,7 @@ func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(s
 	if err != nil {
 		return fmt.Errorf("node --version: %w", err)
 	}
-	r := &report.VmResults{Started: start, Machine: DescribeMachine(o), Node: strings.TrimSpace(string(version)),
+	r := &report.VMResults{Started: start, Machine: DescribeMachine(o), Node: strings.TrimSpace(string(version)),
 		Tree: describeTree(o.Root), Commands: []string{o.Command}}
 	cmd := "GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o bench/raw/bin/minwasm.wasm ./bench/minwasm"
 	if err := goBuild(ctx, o.Root, p.MinWasm, "./bench/minwasm", true); err != nil {
@@ -69,11 +69,11 @@ func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(s
 		r.Variants = append(r.Variants, variant.Info{ID: v.ID, Name: v.Name})
 	}
 	host := filepath.Join(o.Root, "bench", "vm", "host.mjs")
-	for _, c := range [][2]int{{report.VmRequests, 0}, {report.VmEvictRequests, report.VmEvictKiB}} {
+	for _, c := range [][2]int{{report.VMRequests, 0}, {report.VMEvictRequests, report.VMEvictKiB}} {
 		r.Commands = append(r.Commands, fmt.Sprintf("taskset -c %d node bench/vm/host.mjs <module> <bench/raw/vm-*.json> <warm|cold> %d %d", o.EnvoyCPU, c[0], c[1]))
 	}
-	logf("VM benchmark: %d variants × %d modules, caches warm and evicted, %d rounds in Node %s", len(vs), len(modules), report.VmRounds, r.Node)
-	for _, evict := range []int{0, report.VmEvictKiB} {
+	logf("VM benchmark: %d variants × %d modules, caches warm and evicted, %d rounds in Node %s", len(vs), len(modules), report.VMRounds, r.Node)
+	for _, evict := range []int{0, report.VMEvictKiB} {
 		if err := runVMRounds(ctx, o, r, node, host, p.MinWasm, modules, vs, evict); err != nil {
 			return err
 		}
@@ -84,8 +84,8 @@ func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(s
 
 // runVMRounds runs every variant on every module for vmRounds rounds, the
 // order reversed every other round.
-func runVMRounds(ctx context.Context, o variant.Options, r *report.VmResults, node, host, minWasm string, modules []string, vs []vmVariant, evict int) error {
-	for round := range report.VmRounds {
+func runVMRounds(ctx context.Context, o variant.Options, r *report.VMResults, node, host, minWasm string, modules []string, vs []vmVariant, evict int) error {
+	for round := range report.VMRounds {
 		order := slices.Clone(vs)
 		if round%2 == 1 {
 			slices.Reverse(order)
@@ -148,20 +148,20 @@ func vmVariants(raw, only string) ([]vmVariant, error) {
 
 // runHost runs one slice under Node, pinned where Envoy would be, and checks
 // the probe request's writes against the engine's assignment.
-func runHost(ctx context.Context, o variant.Options, node, host, wasm string, v vmVariant, evict int) (report.VmRun, error) {
-	mode, n := "warm", report.VmRequests
+func runHost(ctx context.Context, o variant.Options, node, host, wasm string, v vmVariant, evict int) (report.VMRun, error) {
+	mode, n := "warm", report.VMRequests
 	if v.Cold {
 		mode = "cold"
 	}
 	if evict > 0 {
-		n = report.VmEvictRequests
+		n = report.VMEvictRequests
 	}
 	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(o.EnvoyCPU), node, "--no-warnings", host, wasm, v.config, mode, strconv.Itoa(n), strconv.Itoa(evict))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return report.VmRun{}, fmt.Errorf("node %s: %w\n%s", filepath.Base(host), err, stderr.String())
+		return report.VMRun{}, fmt.Errorf("node %s: %w\n%s", filepath.Base(host), err, stderr.String())
 	}
 	var res struct {
 		NS    float64            `json:"ns"`
@@ -169,12 +169,12 @@ func runHost(ctx context.Context, o variant.Options, node, host, wasm string, v 
 		Probe [][2]string        `json:"probe"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
-		return report.VmRun{}, fmt.Errorf("host output %q: %w", out, err)
+		return report.VMRun{}, fmt.Errorf("host output %q: %w", out, err)
 	}
 	if err := checkProbe(v.Variant, res.Probe); err != nil {
-		return report.VmRun{}, fmt.Errorf("%s: %w", filepath.Base(wasm), err)
+		return report.VMRun{}, fmt.Errorf("%s: %w", filepath.Base(wasm), err)
 	}
-	return report.VmRun{Variant: v.ID, Evict: evict, NS: res.NS, Calls: res.Calls}, nil
+	return report.VMRun{Variant: v.ID, Evict: evict, NS: res.NS, Calls: res.Calls}, nil
 }
 
 // checkProbe compares the probe request's writes (x-user-id "user-0") with

@@ -1,3 +1,15 @@
+// Package variant is the benchmark's catalogue: the variants by letter (All:
+// A the baseline, B-D Envoy's native filters, E-M the Wasm and native
+// floors, the Allot artifacts and their cost variants), each with the Envoy
+// filters it configures, the header it must add (Expect) and what it
+// measures; the filter configurations and bootstraps they render; the
+// paths of the artifacts they load (Paths); the expected assignments
+// (HashExpect, WithExpect); the sticky cookies and observed outcomes some
+// variants send; and a run's Options.
+//
+// It is the bottom of the benchmark: it starts no process and imports no
+// other bench package but floor and load (the request shapes). scenario
+// runs the variants, report shows them.
 package variant
 
 import (
