@@ -49,7 +49,7 @@ type Paired struct {
 	// the "allot." prefix) after its last slice, its pre-flight and
 	// warm-up included: what its requests did (cache hits, cookies set).
 	Counters map[string]map[string]int64 `json:"counters,omitempty"`
-	// Observed[v] are Allot variant v's outcome stats (observe.go) after
+	// Observed[v] are Allot variant v's outcome stats (variant.Observe) after
 	// its last slice, with the requests it was sent: the observe rows'
 	// proof that Z and z observed and G and Q did not.
 	Observed map[string]ObservedStats `json:"observed,omitempty"`

@@ -266,7 +266,7 @@ type ReplicasResult struct {
 	ServerCPU int             `json:"server_cpu"`
 	ClientCPU int             `json:"client_cpu"`
 	Fleets    []ReplicaSpread `json:"fleets"`
-	// Outcomes is the outcomes load (outcomeload.go).
+	// Outcomes is the outcomes load (scenario.MeasureReplicas).
 	Outcomes *OutcomeLoad `json:"outcomes,omitempty"`
 }
 

@@ -85,8 +85,8 @@ type Variant struct {
 	// Observe configures Allot with observedKeys observed (observe.go);
 	// the pre-flight then checks their outcome stats too.
 	Observe bool
-	// Cost marks a variant of the cost tables (report.go stickyRows,
-	// observe.go observeRows), set against a baseline measured in the same
+	// Cost marks a variant of the cost tables (report.stickyRows,
+	// report.observeRows), set against a baseline measured in the same
 	// rounds: measured in the interleaved section only, for its CPU and
 	// throughput.
 	Cost bool
@@ -147,7 +147,7 @@ func (v Variant) Info() Info {
 // Paths are the files and ports the filter configurations refer to.
 type Paths struct {
 	AllotWasm, MinWasm string
-	BaseWasm           string // a comparison's base build (compare.go)
+	BaseWasm           string // a comparison's base build (scenario.RunCompare)
 	// NoRespWasm is Allot's module built with -tags allot_noresponse
 	// (variant Y), built by the suite.
 	NoRespWasm string
@@ -204,7 +204,7 @@ func All() []Variant {
 		{ID: "T", Name: "as R, lean: dictionary header only, no exposure filter state", Filters: NativeAllot(50, lean), Module: AllotSO,
 			Allot: 50, Lean: true, Cold: true, WasmTwin: "J"},
 		// The warm path's rows: Q–T with it off, each against its letter
-		// measured in the same rounds (report.go warmRows).
+		// measured in the same rounds (report.warmRows).
 		{ID: "q", Name: "Q with the warm path off: every request enters Go", Filters: NativeAllot(50, Typical), Module: AllotSO,
 			Allot: 50, GoPath: true, Cost: true},
 		{ID: "r", Name: "R with the warm path off", Filters: NativeAllot(50, Typical), Module: AllotSO,
@@ -214,7 +214,7 @@ func All() []Variant {
 		{ID: "t", Name: "T with the warm path off", Filters: NativeAllot(50, lean), Module: AllotSO,
 			Allot: 50, Lean: true, Cold: true, GoPath: true, Cost: true},
 		// The proxied pair: A and Q routed to a local upstream instead of
-		// a direct_response (report.go proxiedRows).
+		// a direct_response (report.proxiedRows).
 		{ID: "a", Name: "A routed to a local upstream (bench/cmd/allot-upstream, on the load generator's CPU) instead of a direct_response",
 			Filters: func(*Paths) ([]any, error) { return nil, nil }, Expect: func(string) (string, error) { return "", nil },
 			Upstream: true, Cost: true},
@@ -223,8 +223,8 @@ func All() []Variant {
 		{ID: "U", Name: "floor of Q: N's read and hash, then the writes Q makes for a typical unit, with the callbacks Allot native makes them with; none of Allot's work",
 			Filters: nativeFloorFilter(MinDynmod, func() []byte { return FilterConfigJSON(50) }), Module: MinDynmod, Expect: HashExpect,
 			floorOf: "QR", floorRef: "N"},
-		// The stickiness rows: each against the baseline report.go's
-		// stickyRows names, measured in the same interleaved rounds.
+		// The stickiness rows: each against the baseline report.stickyRows
+		// names, measured in the same interleaved rounds.
 		{ID: "V", Name: "as G with a sticky cookie, returning units: every request carries its unit's valid cookie (warm cache)",
 			Filters: WasmAllot(MainWasm, 50, sticky), Allot: 50, Sticky: true, Returning: true, Cost: true},
 		{ID: "W", Name: "as V, cache missing: " + Thousands(StickyPool) + " units each with its valid cookie, cycled (more than the cache holds): verify, decode and sticky evaluation on every request",
@@ -240,7 +240,7 @@ func All() []Variant {
 		{ID: "x", Name: "X on Allot native", Filters: NativeAllot(50, sticky), Module: AllotSO,
 			Allot: 50, Sticky: true, Cold: true, Cost: true, WasmTwin: "X"},
 		// The observe rows: each against G's configuration, where no
-		// experiment observes (observe.go observeRows).
+		// experiment observes (report.observeRows).
 		{ID: "Z", Name: "as G with 5 of its 50 experiments `observe: true` (" + strings.Join(ObservedKeys, ", ") + "), each matching every warm unit's requests",
 			Filters: WasmAllot(MainWasm, 50, observed), Allot: 50, Observe: true, Cost: true},
 		{ID: "z", Name: "Z on Allot native", Filters: NativeAllot(50, observed), Module: AllotSO,

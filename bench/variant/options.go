@@ -25,18 +25,18 @@ type Options struct {
 	// PairedRounds is the rounds of the interleaved CPU measurement: the
 	// targets' figures, or a comparison's (0: pairedRounds, compareRounds).
 	PairedRounds int
-	// Base, when set, makes the run a comparison instead (compare.go): the
+	// Base, when set, makes the run a comparison instead (scenario.RunCompare): the
 	// filter built from this git revision against bin/allot.wasm.
 	Base string
-	// VM, when set, makes the run the VM benchmark instead (vm.go): the
+	// VM, when set, makes the run the VM benchmark instead (scenario.RunVM): the
 	// modules in Node's V8 without Envoy, with Base beside this tree's.
 	VM bool
 	// Floors, when set, makes the run the floors diagnostic instead
-	// (floor.go, `make bench-floors`): the Wasm floors K and L and K's
+	// (scenario.RunFloors, `make bench-floors`): the Wasm floors K and L and K's
 	// native counterpart M against the variants they explain.
 	Floors bool
 	// Replicas, when set, makes the run the replicas section alone
-	// (replicas.go, `make bench-replicas`), written to bench/raw/REPLICAS.md.
+	// (scenario.RunReplicas, `make bench-replicas`), written to bench/raw/REPLICAS.md.
 	Replicas bool
 	// ReplicaClients are the fleet sizes of the replicas section (nil:
 	// every size of ReplicaFleets).

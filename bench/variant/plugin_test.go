@@ -19,7 +19,7 @@ import (
 // calls are nearly free, so what remains is the plugin's own work (warm: a
 // cache hit; cold: engine + cache insert + allocation).
 //
-//	go test -run '^$' -bench PluginRequest -benchmem ./bench/suite
+//	go test -run '^$' -bench PluginRequest -benchmem ./bench/variant
 func BenchmarkPluginRequest(b *testing.B) {
 	for _, n := range []int{1, 50} {
 		for _, cold := range []bool{false, true} {

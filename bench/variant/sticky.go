@@ -18,8 +18,8 @@ import (
 // sealing a changed unit's new cookie and setting it on the response — and
 // what the Wasm module's proxy_on_response_headers export costs every
 // stream of a mesh that does not use stickiness. Variants V–Y and v–x
-// (variants.go), each set against a baseline measured in the same
-// interleaved rounds (report.go stickyRows).
+// (catalogue.go), each set against a baseline measured in the same
+// interleaved rounds (report.stickyRows).
 
 const (
 	stickyCookieName = "allot_sb"
