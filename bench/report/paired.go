@@ -117,6 +117,6 @@ func (p *Paired) spread(id string) (lo, hi float64) {
 	return d[len(d)/4], d[(3*len(d))/4]
 }
 
-const (
-	PairedWarmup = 5000
-)
+// PairedWarmup is the requests each Envoy of the interleaved section
+// serves before its first timed slice.
+const PairedWarmup = 5000

@@ -88,6 +88,7 @@ type Micro struct {
 	ConfigPBBytes int          `json:"config_struct_bytes"`
 }
 
+// BenchLine is one line of `go test -bench` output.
 type BenchLine struct {
 	Name        string  `json:"name"`
 	NsPerOp     float64 `json:"ns_per_op"`
@@ -95,6 +96,7 @@ type BenchLine struct {
 	AllocsPerOp float64 `json:"allocs_per_op"`
 }
 
+// BenchSummary is one benchmark's cost per operation.
 type BenchSummary struct {
 	NsPerOp     float64 `json:"ns_per_op"`
 	AllocsPerOp int64   `json:"allocs_per_op"`

@@ -13,6 +13,7 @@ import (
 	"github.com/allotmesh/allot/internal/harness"
 )
 
+// CheckTools fails unless Envoy (o.Envoy) runs and taskset is installed.
 func CheckTools(o variant.Options) error {
 	if _, err := os.Stat(o.Envoy); err != nil {
 		return fmt.Errorf("envoy not found at %s (%v): run `make envoy` or set ENVOY_BIN", o.Envoy, err)

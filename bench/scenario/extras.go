@@ -27,6 +27,8 @@ import (
 	"github.com/allotmesh/allot/internal/harness"
 )
 
+// DescribeMachine describes where the run measures: CPUs, kernel, Envoy
+// and Go versions.
 func DescribeMachine(o variant.Options) report.Machine {
 	m := report.Machine{NProc: runtime.NumCPU()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -54,6 +56,8 @@ func DescribeMachine(o variant.Options) report.Machine {
 
 var benchRe = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
+// RunMicro runs the engine micro-benchmarks and ParseConfig's, and
+// measures the artifacts' and configurations' sizes.
 func RunMicro(ctx context.Context, o variant.Options, p *variant.Paths) (*report.Micro, error) {
 	m := &report.Micro{Command: "go test -run '^$' -bench 'Assign' -benchmem ./filter/engine"}
 	cmd := exec.CommandContext(ctx, o.Go, "test", "-run", "^$", "-bench", "Assign", "-benchmem", "./filter/engine")
@@ -124,6 +128,8 @@ func RunMicro(ctx context.Context, o variant.Options, p *variant.Paths) (*report
 	return m, nil
 }
 
+// MeasureLoadTime measures how long Envoy takes to be ready with Allot's
+// filter configured with 1 and with 1,000 experiments.
 func MeasureLoadTime(ctx context.Context, o variant.Options, p *variant.Paths) (*report.LoadTime, error) {
 	lt := &report.LoadTime{}
 	type boot struct {
@@ -170,6 +176,8 @@ const (
 // memID appends the memory section's user id i.
 func memID(dst []byte, i uint64) []byte { return strconv.AppendUint(append(dst, "mem-"...), i, 10) }
 
+// MeasureMemory measures Envoy's RSS at --concurrency 2 with 1,000
+// experiments, before and after every cache is full.
 func MeasureMemory(ctx context.Context, o variant.Options, p *variant.Paths) (*report.Memory, error) {
 	m := &report.Memory{Experiments: 1000, CacheSize: config.DefaultCacheSize, CacheBytes: config.DefaultCacheMaxBytes, Requests: memoryFill}
 	hp, err := profileAllot(1000, false)

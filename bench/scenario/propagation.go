@@ -17,6 +17,7 @@ import (
 
 const (
 	propWrites    = 20
+	// PropSimulated is the simulated xDS clients of the propagation section.
 	PropSimulated = 1000
 	adminToken    = "dev-admin-token-change-me" // envoy-configs/dev-tokens.json, loopback only
 )
@@ -26,6 +27,9 @@ func devTokens(o variant.Options) string {
 	return filepath.Join(o.Root, "envoy-configs", "dev-tokens.json")
 }
 
+// MeasurePropagation measures how long a waited write takes to reach
+// real Envoys and simulated xDS clients; a failure is reported in the
+// result, not returned.
 func MeasurePropagation(ctx context.Context, o variant.Options, p *variant.Paths, logf func(string, ...any)) report.Propagation {
 	var pr report.Propagation
 	real, sim, err := propagate(ctx, o, p, logf)

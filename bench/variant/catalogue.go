@@ -164,6 +164,7 @@ type Paths struct {
 	Raw       string
 }
 
+// All is the catalogue: every variant, in letter order.
 func All() []Variant {
 	return []Variant{
 		{ID: "A", Name: "no filter (baseline)", Filters: func(*Paths) ([]any, error) { return nil, nil },
@@ -426,8 +427,10 @@ func typedFilter(ext *corev3.TypedExtensionConfig) ([]any, error) {
 	return []any{map[string]any{"name": ext.GetName(), "typed_config": json.RawMessage(typed)}}, nil
 }
 
+// MinWasm is variant E's filter: the minimal Go Wasm module.
 func MinWasm(p *Paths) ([]any, error) { return wasmFilter(p.MinWasm, nil) }
 
+// MainWasm is Allot's Wasm module (bin/allot.wasm).
 func MainWasm(p *Paths) string { return p.AllotWasm }
 
 func noRespWasm(p *Paths) string { return p.NoRespWasm }

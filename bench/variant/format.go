@@ -14,6 +14,7 @@ func Thousands(n int) string {
 	return s
 }
 
+// JoinInts formats xs with Thousands, joined by sep.
 func JoinInts(xs []int, sep string) string {
 	var ss []string
 	for _, x := range xs {

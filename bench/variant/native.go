@@ -24,8 +24,10 @@ const (
 	MetricsNamespace = "wasmcustom"
 )
 
+// AllotSO is Allot's dynamic module (bin/liballot.so).
 func AllotSO(p *Paths) string { return p.AllotSO }
 
+// MinDynmod is variant N's module, the minimal Go dynamic module.
 func MinDynmod(p *Paths) string { return p.MinDynmod }
 
 func cDynmod(p *Paths) string { return p.CDynmod }

@@ -48,6 +48,7 @@ type Options struct {
 	Log     io.Writer `json:"-"`
 }
 
+// Info is what the report keeps of a variant (Variant.Info).
 type Info struct {
 	ID, Name string
 	// FloorOf lists the variants whose writes this floor variant replays.
@@ -83,6 +84,7 @@ func NewPaths(root string) *Paths {
 		AllotFaultSO: filepath.Join(raw, "bin", "allotfault", "liballot.so")}
 }
 
+// Module describes a build of the filter: its size and digest.
 type Module struct {
 	Bytes  int64  `json:"bytes"`
 	SHA256 string `json:"sha256"`
