@@ -16,7 +16,7 @@ import (
 )
 
 const (
-	propWrites    = 20
+	propWrites = 20
 	// PropSimulated is the simulated xDS clients of the propagation section.
 	PropSimulated = 1000
 	adminToken    = "dev-admin-token-change-me" // envoy-configs/dev-tokens.json, loopback only
