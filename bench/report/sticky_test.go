@@ -11,11 +11,7 @@ import (
 
 func variantByID(t *testing.T, id string) variant.Variant {
 	t.Helper()
-	i := slices.IndexFunc(variant.All(), func(v variant.Variant) bool { return v.ID == id })
-	if i < 0 {
-		t.Fatalf("no variant %s", id)
-	}
-	v, err := variant.WithExpect(variant.All()[i])
+	v, err := variant.ByID(id)
 	if err != nil {
 		t.Fatal(err)
 	}

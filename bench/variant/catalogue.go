@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -162,6 +163,16 @@ type Paths struct {
 	Upstream  string
 	AuthzPort int
 	Raw       string
+}
+
+// ByID is variant id of the catalogue with its expectations (WithExpect).
+func ByID(id string) (Variant, error) {
+	all := All()
+	i := slices.IndexFunc(all, func(v Variant) bool { return v.ID == id })
+	if i < 0 {
+		return Variant{}, fmt.Errorf("no variant %s", id)
+	}
+	return WithExpect(all[i])
 }
 
 // All is the catalogue: every variant, in letter order.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 
@@ -15,11 +14,7 @@ import (
 
 func variantByID(t *testing.T, id string) Variant {
 	t.Helper()
-	i := slices.IndexFunc(All(), func(v Variant) bool { return v.ID == id })
-	if i < 0 {
-		t.Fatalf("no variant %s", id)
-	}
-	v, err := WithExpect(All()[i])
+	v, err := ByID(id)
 	if err != nil {
 		t.Fatal(err)
 	}
