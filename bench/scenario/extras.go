@@ -170,7 +170,7 @@ func MeasureLoadTime(ctx context.Context, o variant.Options, p *variant.Paths) (
 }
 
 const (
-	memoryFill = 30000
+	memoryFill = 30000 // distinct ids: > 10,000 (the cache) per worker VM
 )
 
 // memID appends the memory section's user id i.

@@ -1,9 +1,11 @@
-// Package suite is `make bench`: it renders one Envoy bootstrap per variant,
-// runs Envoy pinned to one CPU against a load generator pinned to the other,
-// checks each variant's header before timing it, measures interleaved rounds
-// (A B C … A B C …), adds the engine micro-benchmarks, configuration and
-// memory measurements, and writes bench/REPORT.md with the raw data under
-// bench/raw/.
+// Package suite is `make bench`: Run either runs one section alone (the
+// replicas, the VM benchmark, a comparison of two builds, the floors; each
+// in package scenario) or the whole benchmark — the rounds of every
+// variant, each checked by its header before it is timed, the interleaved
+// rounds (A B C … A B C …), the engine micro-benchmarks, configuration,
+// memory, propagation and replicas measurements — and writes bench/REPORT.md
+// (package report) with the raw data under bench/raw/. It is the top of
+// the benchmark's packages: suite → scenario → report → variant.
 //
 // Every process it starts is stopped before Run returns (and killed by the
 // kernel if the suite dies first); all traffic stays on 127.0.0.1.
