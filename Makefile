@@ -69,7 +69,7 @@ deps: ## Download the Go modules.
 
 .PHONY: build
 build: build-filter ## Build allotd, allotctl, the demo upstream and the filter into bin/.
-	$(GO) build -o $(BIN)/ ./control-plane/cmd/allotd ./control-plane/cmd/allotctl ./e2e/cmd/allot-echo
+	$(GO) build -o $(BIN)/ ./control-plane/cmd/allotd ./control-plane/cmd/allotctl ./internal/echo/cmd/allot-echo
 
 .PHONY: build-filter
 build-filter: ## Build the Wasm filter (standard Go, wasip1, c-shared) into bin/allot.wasm.

@@ -23,7 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/echo"
 	"github.com/allotmesh/allot/internal/harness"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/echo"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -60,7 +60,7 @@ func demoBin(t *testing.T, native, etcd bool) string {
 	built := map[string]string{
 		"allotd":     harness.MustBuild(t, "./control-plane/cmd/allotd"),
 		"allotctl":   harness.MustBuild(t, "./control-plane/cmd/allotctl"),
-		"allot-echo": harness.MustBuild(t, "./e2e/cmd/allot-echo"),
+		"allot-echo": harness.MustBuild(t, "./internal/echo/cmd/allot-echo"),
 		"allot.wasm": harness.MustBuildWasm(t, "./filter"),
 	}
 	if native {

@@ -142,8 +142,8 @@ func TestEnvoyProxiesToEcho(t *testing.T) {
 }
 
 func TestProcessEchoBinary(t *testing.T) {
-	bin := harness.MustBuild(t, "./e2e/cmd/allot-echo")
-	if again := harness.MustBuild(t, "./e2e/cmd/allot-echo"); again != bin {
+	bin := harness.MustBuild(t, "./internal/echo/cmd/allot-echo")
+	if again := harness.MustBuild(t, "./internal/echo/cmd/allot-echo"); again != bin {
 		t.Errorf("second Build = %s, want cached %s", again, bin)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.MustFreePort(t))

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/filter/wire"
+	"github.com/allotmesh/allot/internal/echo"
 	"github.com/allotmesh/allot/internal/harness"
 )
 

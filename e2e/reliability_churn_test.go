@@ -23,7 +23,6 @@ import (
 	"github.com/allotmesh/allot/control-plane/rollout"
 	rolloutetcd "github.com/allotmesh/allot/control-plane/rollout/etcd"
 	"github.com/allotmesh/allot/control-plane/store/etcd"
-	"github.com/allotmesh/allot/control-plane/translate"
 	"github.com/allotmesh/allot/filter/wire"
 	"github.com/allotmesh/allot/internal/harness"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/echo"
 	"github.com/allotmesh/allot/internal/harness"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )

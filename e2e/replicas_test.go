@@ -43,25 +43,17 @@ type etcdCluster struct {
 
 func startEtcd(t *testing.T, n int) *etcdCluster {
 	t.Helper()
-	layout, err := harness.NewEtcdCluster(harness.MustBuild(t, harness.EtcdPackage), t.TempDir(), n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	layout, procs := harness.MustStartEtcd(t, harness.MustBuild(t, harness.EtcdPackage), n)
 	c := &etcdCluster{t: t, layout: layout}
-	for _, m := range layout.Members {
-		c.members = append(c.members, &etcdMember{EtcdMember: m})
-	}
-	for i := range c.members {
-		c.start(i, "new")
-	}
-	for _, m := range c.members {
-		m.proc.MustWaitHTTP(t, fmt.Sprintf("http://%s/health", m.endpoint()), 30*time.Second)
+	for i, m := range layout.Members {
+		c.members = append(c.members, &etcdMember{EtcdMember: m, proc: procs[i]})
 	}
 	return c
 }
 
+// start starts killed member i again on its data and ports.
 func (c *etcdCluster) start(i int, state string) {
-	c.members[i].proc = harness.MustLaunch(c.t, "etcd-"+c.members[i].Name, c.layout.Command(i, state))
+	c.members[i].proc = c.layout.MustLaunch(c.t, i, state)
 }
 
 // restart starts killed member i again on its data and ports, and waits
@@ -94,7 +86,7 @@ type replicated struct {
 }
 
 // replicaID is replica i's -replica-id.
-func replicaID(i int) string { return fmt.Sprintf("r%d", i+1) }
+func replicaID(i int) string { return harness.ReplicaID(i) }
 
 func startReplicated(t *testing.T, n int, allotdArgs ...string) *replicated {
 	t.Helper()

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allotmesh/allot/e2e/echo"
 	"github.com/allotmesh/allot/filter/engine"
 	"github.com/allotmesh/allot/filter/wire"
+	"github.com/allotmesh/allot/internal/echo"
 	"github.com/allotmesh/allot/internal/harness"
 )
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -162,8 +161,7 @@ func (s *system) startAllotd() {
 	if slices.Contains(extra, "-store") {
 		a.DB = "" // a replica on etcd, its -store among extra
 	}
-	args := a.Args()
-	s.allotd = harness.MustLaunch(s.t, "allotd", exec.Command(bin, args...))
+	s.allotd = harness.MustLaunchAllotd(s.t, "allotd", bin, a)
 	s.allotd.MustWaitHTTPWith(s.t, s.client(), s.adminURL+"/readyz", 15*time.Second)
 }
 

@@ -4,7 +4,7 @@
 // variants differ only in their host.
 package minimal
 
-// Wire names shared with the benchmark's expectations (bench/suite).
+// Wire names shared with the benchmark's expectations (bench/variant).
 const (
 	UnitHeader = "x-user-id"
 	Header     = "x-experiment-bench"

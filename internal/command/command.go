@@ -1,6 +1,6 @@
 // Package command is the main function of the repository's tools that run
 // until told to stop (bench/cmd/allot-bench, bench/cmd/allot-authz, bench/cmd/allot-upstream,
-// e2e/cmd/allot-echo): a thin main hands it its run function. It imports
+// internal/echo/cmd/allot-echo): a thin main hands it its run function. It imports
 // only the standard library.
 package command
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 )
 
 // AdminCall calls allotd's admin API at base ("http://127.0.0.1:port")
@@ -46,45 +45,4 @@ func AdminCall(ctx context.Context, c *http.Client, base, token, method, path st
 		}
 	}
 	return resp.StatusCode, b, nil
-}
-
-// Allotd is the command line of an allotd on loopback.
-type Allotd struct {
-	// Admin and XDS are the admin and xDS listeners' addresses, host:port.
-	Admin, XDS string
-	// DB is the bbolt file (-db); Store, when set, is -store instead
-	// (etcd://host:port,...), with ReplicaID and LeaseTTL when not zero.
-	DB, Store, ReplicaID string
-	LeaseTTL             time.Duration
-	// Tokens is the admin API's token file; Wasm and Native are the
-	// filter's artifacts (-wasm-path, -native-path; Native may be empty).
-	Tokens, Wasm, Native string
-	// LogLevel is -log-level.
-	LogLevel string
-	// Extra is appended to the command line.
-	Extra []string
-}
-
-// Args is allotd's command line for a.
-func (a Allotd) Args() []string {
-	args := []string{"-admin-addr", a.Admin, "-xds-addr", a.XDS}
-	if a.Store != "" {
-		args = append(args, "-store", a.Store)
-		if a.ReplicaID != "" {
-			args = append(args, "-replica-id", a.ReplicaID)
-		}
-		if a.LeaseTTL != 0 {
-			args = append(args, "-lease-ttl", a.LeaseTTL.String())
-		}
-	} else if a.DB != "" {
-		args = append(args, "-db", a.DB)
-	}
-	args = append(args, "-tokens", a.Tokens, "-wasm-path", a.Wasm)
-	if a.Native != "" {
-		args = append(args, "-native-path", a.Native)
-	}
-	if a.LogLevel != "" {
-		args = append(args, "-log-level", a.LogLevel)
-	}
-	return append(args, a.Extra...)
 }

@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/allotmesh/allot/e2e/echo"
+	"github.com/allotmesh/allot/internal/echo"
 )
 
-// StartEcho starts the echo upstream (package e2e/echo) in-process on a
+// StartEcho starts the echo upstream (package internal/echo) in-process on a
 // free 127.0.0.1 port; the caller closes it.
 func StartEcho() (*echo.Server, error) {
 	s, err := echo.Start("127.0.0.1:0")

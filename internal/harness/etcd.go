@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -14,10 +15,11 @@ import (
 const EtcdPackage = "go.etcd.io/etcd/server/v3"
 
 // EtcdCluster is the layout of a cluster of real etcd server processes on
-// loopback: each member's name, ports and data directory. It starts
-// nothing itself: Command is the command line of one member, which the
-// caller starts as it stops it (MustLaunch in a test, Launch in the
-// benchmark), so that a test can kill and restart members.
+// loopback: each member's name, ports and data directory. StartEtcd (the
+// benchmark) and MustStartEtcd (a test) lay one out and start every member;
+// Launch and MustLaunch start one member, so that a test can kill and
+// restart members on their data and ports. Replica is the command line of
+// an allotd replica on the cluster.
 type EtcdCluster struct {
 	// Bin is the etcd server binary.
 	Bin string
@@ -66,15 +68,74 @@ func NewEtcdCluster(bin, dir string, n int) (*EtcdCluster, error) {
 // for the mesh registry (every minute: a test's or a benchmark's history
 // is short).
 func (c *EtcdCluster) Command(i int, state string) *exec.Cmd {
+	return exec.Command(c.Bin, c.args(i, state)...)
+}
+
+func (c *EtcdCluster) args(i int, state string) []string {
 	m := c.Members[i]
-	return exec.Command(c.Bin, "--name", m.Name, "--data-dir", m.Dir,
-		"--listen-client-urls", "http://"+m.Endpoint(), "--advertise-client-urls", "http://"+m.Endpoint(),
+	return []string{"--name", m.Name, "--data-dir", m.Dir,
+		"--listen-client-urls", "http://" + m.Endpoint(), "--advertise-client-urls", "http://" + m.Endpoint(),
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.Peer),
 		"--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.Peer),
 		"--initial-cluster", c.initial, "--initial-cluster-state", state, "--initial-cluster-token", "allot-harness",
 		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m",
-		"--log-level", "warn")
+		"--log-level", "warn"}
 }
+
+// Launch starts member i (state as for Command) pinned to CPU cpu
+// (unpinned when negative), its output in logPath. The caller stops it.
+func (c *EtcdCluster) Launch(i int, state string, cpu int, logPath string) (*Process, error) {
+	return Launch("etcd-"+c.Members[i].Name, logPath, PinnedCommand(cpu, c.Bin, c.args(i, state)...))
+}
+
+// MustLaunch is Launch for a test, unpinned: the member's log goes to
+// t.TempDir() and the member is stopped at cleanup (MustLaunch).
+func (c *EtcdCluster) MustLaunch(t testing.TB, i int, state string) *Process {
+	t.Helper()
+	return MustLaunch(t, "etcd-"+c.Members[i].Name, c.Command(i, state))
+}
+
+// StartEtcd starts a fresh cluster of n members of binary bin, their data
+// and logs (etcd-<name>.log) under dir, each pinned to CPU cpu (unpinned
+// when negative), and waits until every member is healthy. The caller
+// stops the members it returns, in order, even with an error.
+func StartEtcd(bin, dir string, n, cpu int) (*EtcdCluster, []*Process, error) {
+	c, err := NewEtcdCluster(bin, dir, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	var procs []*Process
+	for i, m := range c.Members {
+		p, err := c.Launch(i, "new", cpu, filepath.Join(dir, "etcd-"+m.Name+".log"))
+		if err != nil {
+			return nil, procs, err
+		}
+		procs = append(procs, p)
+	}
+	return c, procs, c.WaitHealthy(procs, EtcdStartTimeout)
+}
+
+// MustStartEtcd is StartEtcd for a test: n unpinned members of bin under
+// t.TempDir(), stopped at cleanup; it fails the test if one does not
+// become healthy.
+func MustStartEtcd(t testing.TB, bin string, n int) (*EtcdCluster, []*Process) {
+	t.Helper()
+	c, err := NewEtcdCluster(bin, t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []*Process
+	for i := range c.Members {
+		procs = append(procs, c.MustLaunch(t, i, "new"))
+	}
+	if err := c.WaitHealthy(procs, EtcdStartTimeout); err != nil {
+		t.Fatal(err)
+	}
+	return c, procs
+}
+
+// EtcdStartTimeout bounds how long a member takes to become healthy.
+const EtcdStartTimeout = 30 * time.Second
 
 // HealthURL is member i's health endpoint: 2xx once the member has joined
 // a cluster with a leader.

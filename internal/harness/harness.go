@@ -18,7 +18,7 @@
 //
 // It is internal to the module: e2e and bench import it, and unit tests
 // that need its polling or its Clock. It imports
-// nothing from filter/ or control-plane/ (the echo upstream is e2e/echo).
+// nothing from filter/ or control-plane/ (the echo upstream is internal/echo).
 package harness
 
 import (

@@ -448,3 +448,22 @@ func TestConfigBootstrap(t *testing.T) {
 		t.Error("rendered a missing bootstrap")
 	}
 }
+
+// TestEtcdReplica: a replica on a laid-out cluster gets its id, the
+// cluster's -store, its lease and two distinct free ports.
+func TestEtcdReplica(t *testing.T) {
+	c, err := NewEtcdCluster("etcd", t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Replica(1, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ReplicaID != "r2" || a.Store != c.StoreURL() || a.LeaseTTL != 10*time.Second || a.Admin == a.XDS || !strings.HasPrefix(a.Admin, "127.0.0.1:") {
+		t.Errorf("Replica(1) = %+v", a)
+	}
+	if got := c.Command(0, "new").Args; !slices.Contains(got, "m0") || got[0] != "etcd" {
+		t.Errorf("Command(0) = %v", got)
+	}
+}
