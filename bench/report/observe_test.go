@@ -25,7 +25,7 @@ func TestObserveRows(t *testing.T) {
 				"z": {Sent: 2000, Stats: 84, OK: 9000, Unrecorded: 3, Responses: map[string]int64{"bench": 1990, "exp-0004": 1760, "exp-0006": 1760, "exp-0010": 1750, "exp-0012": 1740}},
 			}},
 	}
-	out, err := RenderReport(res)
+	out, err := renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestObserveRows(t *testing.T) {
 		"(z against Q) | z | Q | +10.0 | +11.0 | +1.0 (+1.0 … +1.0) | 1.10 (1.10–1.10 ×) | 1.00 (1.00–1.00 ×) | 0.99 `bench` responses per request sent, 4.50 outcomes per request, 100.0% 2xx; 84 outcome counters (Q: 0), 3 unrecorded |",
 	)
 	res.Variants = slices.DeleteFunc(res.Variants, func(v variant.Info) bool { return v.ID == "Q" })
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}

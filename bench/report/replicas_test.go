@@ -26,14 +26,14 @@ func TestReplicaRows(t *testing.T) {
 	}
 
 	res.Replicas.Fleets[0].P99 = 251
-	out, err := RenderReport(res)
+	out, err := renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	contains(t, "REPORT.md", out, "p99 251.0 ms, max 210.0 ms (limit 250 ms) | **missed** |")
 
 	res.Replicas = nil
-	if out, err = RenderReport(res); err != nil {
+	if out, err = renderReport(res); err != nil {
 		t.Fatal(err)
 	}
 	contains(t, "REPORT.md without the section", out, "p99 ≤ 1 s | not measured: run without -skip-extras (or `make bench-replicas`) | **not measured** |")

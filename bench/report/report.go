@@ -25,6 +25,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/stats"
 	"github.com/allotmesh/allot/bench/variant"
+	"github.com/allotmesh/allot/internal/markdown"
 )
 
 // The report's prose and layout live in report.md.tmpl; this file computes
@@ -67,20 +68,24 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 }).Parse(reportTemplate))
 
 // RenderReport is bench/REPORT.md.
-func RenderReport(res *Results) (string, error) { return execute("report", newReportView(res)) }
+func RenderReport(res *Results) (string, error) { return fit(renderReport(res)) }
+
+// renderReport is bench/REPORT.md before fit: its tables whole, for tests
+// to find a target's row in.
+func renderReport(res *Results) (string, error) { return execute("report", newReportView(res)) }
 
 // RenderReplicas is bench/raw/REPLICAS.md, the replicas section alone.
 func RenderReplicas(res *Results) (string, error) {
 	v := &reportView{Results: res}
 	v.Targets = replicaRows(res.Replicas)
-	return execute("replicas-report", v)
+	return fit(execute("replicas-report", v))
 }
 
 // RenderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.
 func RenderFloors(res *Results) (string, error) {
 	v := newReportView(res)
 	v.Diagnostic = true
-	return execute("floors-report", v)
+	return fit(execute("floors-report", v))
 }
 
 // blankLines are the runs of blank lines an optional section leaves behind.
@@ -93,6 +98,18 @@ func execute(name string, data any) (string, error) {
 	}
 	return blankLines.ReplaceAllString(b.String(), "\n\n"), nil
 }
+
+// fit is a rendered report as written: prose wrapped, wide tables as lists.
+func fit(md string, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return markdown.Fit(md, width, maxLine), nil
+}
+
+// A report's prose wraps at width; a table with a row over maxLine (make
+// lint's bound on a Markdown line) is rendered as a list.
+const width, maxLine = 118, 300
 
 // stat collects one figure of one variant across rounds, raw and against
 // the baseline (variant A) of the same round.

@@ -41,7 +41,7 @@ func targetResults() *Results {
 // TestTargetRows: each target is reported with its figures, its 95%
 // interval where it is a ratio, and met, missed or undecided.
 func TestTargetRows(t *testing.T) {
-	out, err := RenderReport(targetResults())
+	out, err := renderReport(targetResults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestTargetRows(t *testing.T) {
 	res := targetResults()
 	res.Variants = append(res.Variants, variant.Info{ID: "N", Probe: true})
 	res.Paired.RPS["N"] = steady(27000)
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTargetRows(t *testing.T) {
 		"(limit 0.70 ×). The floor of a Go filter on this host, N (the minimal Go dynamic module: one header, none of Allot's work): 0.68 × A, 95% interval 0.68–0.68 × | **met** |",
 		"(limit 1.00 ×). The floor of a Go filter on this host, N (the minimal Go dynamic module: one header, none of Allot's work): 0.84 × C, 95% interval 0.84–0.84 ×: the target lies below that floor | **missed** (below its floor) |")
 	res.Paired.RPS["N"] = steady(30000)
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestTargetRows(t *testing.T) {
 	// Without the extras, the memory targets say so.
 	res = targetResults()
 	res.Memory = nil
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func warmResults() *Results {
 // addition against the header_mutation writing its headers (b), R with
 // the warm path on no worse than off — each with its figures and verdict.
 func TestWarmPathTargets(t *testing.T) {
-	out, err := RenderReport(warmResults())
+	out, err := renderReport(warmResults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestWarmPathTargets(t *testing.T) {
 	res := warmResults()
 	res.Paired.CPU["Q"] = steady(30)
 	res.Paired.RPS["R"] = steady(39000)
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestWritesTargetABIFloor(t *testing.T) {
 			res := warmResults()
 			res.Variants = append(res.Variants, variant.Info{ID: "o", Probe: true})
 			res.Paired.CPU["Q"], res.Paired.CPU["o"] = c.q, c.o
-			out, err := RenderReport(res)
+			out, err := renderReport(res)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +191,7 @@ func TestWritesTargetABIFloor(t *testing.T) {
 // its letter with the path off, and the proxied pair's gives Allot's
 // addition and share of a proxied request.
 func TestWarmPathSections(t *testing.T) {
-	out, err := RenderReport(warmResults())
+	out, err := renderReport(warmResults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestWarmPathSections(t *testing.T) {
 	// Without the pair or the path off, neither section.
 	res := &Results{Variants: []variant.Info{{ID: "A"}, {ID: "Q"}}, Paired: &Paired{Rounds: 3,
 		CPU: map[string][]float64{"A": {1, 1, 1}, "Q": {2, 2, 2}}}}
-	out, err = RenderReport(res)
+	out, err = renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestFloorsSection(t *testing.T) {
 
 	// No interleaved measurement, no section.
 	res.Paired = nil
-	if out, err := RenderReport(res); err != nil || strings.Contains(out, "### Floors") {
+	if out, err := renderReport(res); err != nil || strings.Contains(out, "### Floors") {
 		t.Errorf("floors without an interleaved measurement (%v):\n%s", err, out)
 	}
 }
@@ -298,7 +298,7 @@ func TestNativeFloor(t *testing.T) {
 		Paired: &Paired{Rounds: 10, CPU: map[string][]float64{"A": steady(20), "E": steady(34), "N": steady(24), "O": steady(21)},
 			RPS: map[string][]float64{"A": steady(40000), "N": steady(36000), "O": steady(38000)}},
 	}
-	out, err := RenderReport(res)
+	out, err := renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,11 +377,14 @@ func TestRatioVerdict(t *testing.T) {
 	}
 }
 
-// contains fails t for each of wants that out (the rendered what) lacks.
+// contains fails t for each of wants that out (the rendered what) lacks,
+// line breaks and indentation read as one space (a report's prose is
+// wrapped).
 func contains(t *testing.T, what, out string, wants ...string) {
 	t.Helper()
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	for _, want := range wants {
-		if !strings.Contains(out, want) {
+		if !strings.Contains(flat(out), flat(want)) {
 			t.Errorf("%s lacks %q:\n%s", what, want, out)
 		}
 	}
@@ -405,7 +408,7 @@ func TestStickyRows(t *testing.T) {
 				"V": steady(18000), "W": steady(12000), "X": steady(12000), "Y": steady(20000), "v": steady(27000)},
 			Counters: map[string]map[string]int64{"V": counters(999, 1, 0), "X": counters(0, 500, 500)}},
 	}
-	out, err := RenderReport(res)
+	out, err := renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +427,7 @@ func TestStickyRows(t *testing.T) {
 		}
 	}
 	res.Variants = res.Variants[:5]
-	if out, err := RenderReport(res); err != nil || strings.Contains(out, "### Stickiness") {
+	if out, err := renderReport(res); err != nil || strings.Contains(out, "### Stickiness") {
 		t.Errorf("a stickiness section without the sticky variants (%v):\n%s", err, out)
 	}
 }
@@ -439,7 +442,7 @@ func TestNativeMemory(t *testing.T) {
 	m.NativeGoRSS, m.NativeGoHits, m.NativeGoPassCPU = 88<<20, 803, 63.4
 	m.CServed, m.CMarked = 998, 1000
 	m.MinimalRSS, m.OneRSS = 120<<20, 140<<20
-	out, err := RenderReport(res)
+	out, err := renderReport(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,4 +456,23 @@ func TestNativeMemory(t *testing.T) {
 		"| Allot native, 1,000 experiments, caches full (warm path on: C's and Go's) | 89.0 | +25.0 |",
 		"| Allot native, 1,000 experiments, caches full (warm path off: Go's only) | 88.0 | +24.0 |",
 	)
+}
+
+// TestReportFits: the report as written has no line over make lint's
+// bound outside fenced code, and a target reads as a list item.
+func TestReportFits(t *testing.T) {
+	out, err := RenderReport(targetResults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := false
+	for i, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		} else if !fenced && len(l) > maxLine {
+			t.Errorf("line %d is %d characters, at most %d: %.80q…", i+1, len(l), maxLine, l)
+		}
+	}
+	contains(t, "report", out,
+		"- Allot native, 50 experiments, warm cache (Q): max throughput ≥ 0.70 × no filter (A) — numbers: median over the interleaved rounds")
 }

@@ -36,6 +36,9 @@ func Run(ctx context.Context, o variant.Options) error {
 		return err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", args...) }
+	if o.Render {
+		return rerender(o, p, logf)
+	}
 	if o.Replicas { // allotd is only told the filter's path
 		return scenario.RunReplicas(ctx, o, p, logf)
 	}
@@ -79,6 +82,28 @@ func runReport(ctx context.Context, o variant.Options, p *variant.Paths, logf fu
 	res.LoadAfter = scenario.Loadavg()
 	res.Duration = time.Since(res.Started)
 	return writeReport(o, p, res, logf)
+}
+
+// rerender renders bench/REPORT.md from bench/raw/results.json as it is.
+func rerender(o variant.Options, p *variant.Paths, logf func(string, ...any)) error {
+	b, err := os.ReadFile(filepath.Join(p.Raw, "results.json"))
+	if err != nil {
+		return err
+	}
+	var res report.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(p.Raw, "results.json"), err)
+	}
+	md, err := report.RenderReport(&res)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(o.Root, "bench", "REPORT.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		return err
+	}
+	logf("rendered %s from %s", path, filepath.Join(p.Raw, "results.json"))
+	return nil
 }
 
 // writeReport writes res to bench/raw/results.json and renders

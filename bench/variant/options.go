@@ -38,6 +38,9 @@ type Options struct {
 	// Replicas, when set, makes the run the replicas section alone
 	// (scenario.RunReplicas, `make bench-replicas`), written to bench/raw/REPLICAS.md.
 	Replicas bool
+	// Render, when set, measures nothing: it renders bench/REPORT.md again
+	// from bench/raw/results.json (after a change to the report's format).
+	Render bool
 	// ReplicaClients are the fleet sizes of the replicas section (nil:
 	// every size of ReplicaFleets).
 	ReplicaClients []int

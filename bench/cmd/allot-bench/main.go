@@ -92,6 +92,7 @@ func parse(args []string) (suite.Options, error) {
 		}
 		return nil
 	})
+	fs.BoolVar(&o.Render, "render", false, "measure nothing: render bench/REPORT.md again from bench/raw/results.json (after a change to the report's format)")
 	fs.StringVar(&o.Allotd, "allotd", "", "with -replicas: run this allotd binary instead of one built from the tree (to compare builds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allotmesh/allot/internal/markdown"
 )
 
 type record struct {
@@ -107,58 +109,11 @@ func item(r record) string {
 		text += " — " + a
 	}
 	text += "; result: " + r.Result + "; lost: " + strconv.Itoa(r.Lost) + "; reproduce: `" + r.Command + "`"
-	return wrap("- ", "  ", text, width)
+	return markdown.Wrap("- ", "  ", text, width)
 }
 
 // width is the report's line width.
 const width = 118
-
-// wrap fills words onto lines of at most width characters, the first
-// prefixed by first and the rest by rest; a code span (`…`) is kept on one
-// line where it fits one.
-func wrap(first, rest, text string, width int) string {
-	var b strings.Builder
-	line := first
-	empty := true
-	for _, w := range tokens(text) {
-		if !empty && len(line)+1+len(w) > width {
-			b.WriteString(line + "\n")
-			line, empty = rest, true
-		}
-		if !empty {
-			line += " "
-		}
-		line += w
-		empty = false
-	}
-	b.WriteString(line + "\n")
-	return b.String()
-}
-
-// tokens splits text at spaces, but not inside a code span.
-func tokens(text string) []string {
-	var out []string
-	var cur strings.Builder
-	code := false
-	for _, c := range text {
-		switch {
-		case c == '`':
-			code = !code
-			cur.WriteRune(c)
-		case c == ' ' && !code:
-			if cur.Len() > 0 {
-				out = append(out, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteRune(c)
-		}
-	}
-	if cur.Len() > 0 {
-		out = append(out, cur.String())
-	}
-	return out
-}
 
 // artifactLabel names a record's filter build: Wasm, native, or nothing
 // for a record about the control plane or both builds alike.
