@@ -220,7 +220,7 @@ bench-replicas: ## Write → all-ACK latency: 3 allotd replicas on 3 etcd member
 BASE ?= HEAD
 
 .PHONY: bench-compare
-bench-compare: envoy build-filter ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min at the default 20 rounds; ROUNDS=N sets them); writes bench/raw/COMPARE.md.
+bench-compare: envoy build-filter build-native ## Compare the working tree's filter with BASE's (default HEAD) side by side in real Envoy (~4 min at the default 20 rounds; ROUNDS=N sets them; ONLY=QRST compares the native module's variants); writes bench/raw/COMPARE.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -base '$(BASE)' $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))

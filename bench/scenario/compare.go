@@ -18,18 +18,20 @@ import (
 
 	"github.com/allotmesh/allot/bench/report"
 	"github.com/allotmesh/allot/bench/variant"
+	"github.com/allotmesh/allot/internal/harness"
 )
 
 // A comparison (allot-bench -base REV, `make bench-compare`) measures
-// Allot's filter as built from the working tree (bin/allot.wasm) against
-// the same filter built from a git revision, side by side: every variant
-// twice, once per build, all Envoys up at once as in the interleaved
-// section, each build's slice next to the other's in every round and the
-// order reversed every other round. The difference of two builds is then
-// the median of their per-round differences, which no drift of the VM
-// between rounds can bias, with a 95% bootstrap interval: the way to tell
-// whether a change to the filter made it faster, which two separate
-// `make bench` runs on this VM cannot (their E alone moves by ±5 µs).
+// Allot's filter as built from the working tree (bin/allot.wasm, and
+// bin/liballot.so for the native variants) against the same filter built
+// from a git revision, side by side: every variant twice, once per build,
+// all Envoys up at once as in the interleaved section, each build's slice
+// next to the other's in every round and the order reversed every other
+// round. The difference of two builds is then the median of their
+// per-round differences, which no drift of the VM between rounds can bias,
+// with a 95% bootstrap interval: the way to tell whether a change to the
+// filter made it faster, which two separate `make bench` runs on this VM
+// cannot (their E alone moves by ±5 µs).
 
 // compareRounds is the rounds of a comparison: twice make bench's, as a
 // comparison runs fewer variants, no latency slices, and the differences it
@@ -41,46 +43,62 @@ const defaultCompare = "GHIJ"
 
 // compareVariants are A and, for each Allot variant named in only (all of
 // defaultCompare when empty), the variant followed by its copy on the base
-// build (p.baseWasm).
-func compareVariants(only string) ([]variant.Variant, error) {
+// build (p.BaseWasm, or p.BaseSO for a native variant); native reports
+// whether any compared variant is.
+func compareVariants(only string) (vs []variant.Variant, native bool, err error) {
 	if only == "" {
 		only = defaultCompare
 	}
-	var vs []variant.Variant
 	for _, v := range variant.All() {
 		if v.ID == "A" {
 			vs = append(vs, v)
 			continue
 		}
-		if v.Allot == 0 || v.Authz || v.Module != nil || v.NoResponse || !strings.Contains(only, v.ID) {
+		if v.Allot == 0 || v.Authz || v.NoResponse || !strings.Contains(only, v.ID) {
 			continue
 		}
 		b := v
 		b.ID, b.Name = v.ID+report.BaseSuffix, v.Name+", base build"
-		b.Filters = func(p *variant.Paths) ([]any, error) {
-			q := *p
-			q.AllotWasm = p.BaseWasm
-			return v.Filters(&q)
+		if v.Module != nil { // Allot's dynamic module: variants with Allot > 0 load no other
+			native = true
+			b.Module = func(p *variant.Paths) string { return p.BaseSO }
+			b.Filters = func(p *variant.Paths) ([]any, error) {
+				q := *p
+				q.AllotSO = p.BaseSO
+				return v.Filters(&q)
+			}
+		} else {
+			b.Filters = func(p *variant.Paths) ([]any, error) {
+				q := *p
+				q.AllotWasm = p.BaseWasm
+				return v.Filters(&q)
+			}
 		}
 		vs = append(vs, v, b)
 	}
 	if len(vs) == 1 {
-		return nil, fmt.Errorf("compare: -only %q names none of Allot's variants F, G, H, I, J", only)
+		return nil, false, fmt.Errorf("compare: -only %q names none of Allot's variants F–J (Wasm) or P–T (native)", only)
 	}
-	return vs, nil
+	return vs, native, nil
 }
 
 // RunCompare builds the base revision's filter, measures every compared
 // variant on both builds and writes the comparison.
 func RunCompare(ctx context.Context, o variant.Options, p *variant.Paths, logf func(string, ...any)) error {
 	start := time.Now()
-	vs, err := compareVariants(o.Only)
+	vs, native, err := compareVariants(o.Only)
 	if err != nil {
 		return err
 	}
 	c := &report.Comparison{Started: start, Machine: DescribeMachine(o), Base: o.Base, Commands: []string{o.Command}}
-	p.BaseWasm = filepath.Join(p.Raw, "bin", "allot-base.wasm")
-	rev, cmds, err := buildBase(ctx, o, p.Raw, o.Base, p.BaseWasm)
+	so := ""
+	if native {
+		if _, err := os.Stat(p.AllotSO); err != nil {
+			return fmt.Errorf("allot's native module not built (%v): run `make build-native`", err)
+		}
+		so = p.BaseSO
+	}
+	rev, cmds, err := buildBase(ctx, o, p.Raw, o.Base, p.BaseWasm, so)
 	if err != nil {
 		return err
 	}
@@ -129,7 +147,7 @@ func writeOutputs(o variant.Options, raw, dataName string, data any, reportName,
 // buildBase builds the filter of git revision rev into out from a copy of
 // the revision's tree (git archive) under raw, and returns the revision's
 // commit and the commands it ran.
-func buildBase(ctx context.Context, o variant.Options, raw, rev, out string) (string, []string, error) {
+func buildBase(ctx context.Context, o variant.Options, raw, rev, out, so string) (string, []string, error) {
 	commit, err := exec.CommandContext(ctx, "git", "-C", o.Root, "rev-parse", "--verify", "--end-of-options", rev+"^{commit}").Output()
 	if err != nil {
 		return "", nil, fmt.Errorf("compare: base %q is not a commit of %s: %w", rev, o.Root, err)
@@ -156,10 +174,17 @@ func buildBase(ctx context.Context, o variant.Options, raw, rev, out string) (st
 	if err := goBuild(ctx, src, out, "./filter", true); err != nil {
 		return "", nil, fmt.Errorf("compare: build the filter of %s: %w", rev, err)
 	}
-	return hash, []string{
+	cmds := []string{
 		"git archive --format=tar " + hash + " | tar -x -C bench/raw/base-src",
 		"cd bench/raw/base-src && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o ../bin/allot-base.wasm ./filter",
-	}, nil
+	}
+	if so != "" {
+		if err := harness.GoBuild(ctx, src, so, "./filter/native", []string{"-buildmode=c-shared", "-trimpath"}, "CGO_ENABLED=1"); err != nil {
+			return "", nil, fmt.Errorf("compare: build the native module of %s: %w", rev, err)
+		}
+		cmds = append(cmds, "cd bench/raw/base-src && CGO_ENABLED=1 go build -buildmode=c-shared -trimpath -o ../bin/base/liballot.so ./filter/native")
+	}
+	return hash, cmds, nil
 }
 
 // untar extracts a tar stream's directories, regular files and symbolic

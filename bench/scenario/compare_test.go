@@ -17,9 +17,9 @@ import (
 // twice, next to each other, the copy on the base build; variants that are
 // not Allot's are never compared.
 func TestCompareVariants(t *testing.T) {
-	vs, err := compareVariants("")
-	if err != nil {
-		t.Fatal(err)
+	vs, native, err := compareVariants("")
+	if err != nil || native {
+		t.Fatal(err, native)
 	}
 	var ids []string
 	for _, v := range vs {
@@ -49,11 +49,45 @@ func TestCompareVariants(t *testing.T) {
 	if p.AllotWasm != "/tree/allot.wasm" {
 		t.Errorf("the base variant changed the shared paths: %+v", p)
 	}
-	if vs, err := compareVariants("EJ"); err != nil || len(vs) != 3 || vs[1].ID != "J" || vs[2].ID != "J-base" {
+	if vs, _, err := compareVariants("EJ"); err != nil || len(vs) != 3 || vs[1].ID != "J" || vs[2].ID != "J-base" {
 		t.Errorf(`compareVariants("EJ") = %v, %v; want A J J-base`, vs, err)
 	}
-	if _, err := compareVariants("BDE"); err == nil || !strings.Contains(err.Error(), "names none of Allot's variants") {
-		t.Errorf(`compareVariants("BDE") error %v`, err)
+	if _, _, err := compareVariants("BDEN"); err == nil || !strings.Contains(err.Error(), "names none of Allot's variants") {
+		t.Errorf(`compareVariants("BDEN") error %v`, err)
+	}
+}
+
+// TestCompareNativeVariants: a native Allot variant's copy loads the base
+// build of the dynamic module, from its own directory, and the tree's
+// variant the tree's.
+func TestCompareNativeVariants(t *testing.T) {
+	vs, native, err := compareVariants("Q")
+	if err != nil || !native || len(vs) != 3 || vs[1].ID != "Q" || vs[2].ID != "Q-base" {
+		t.Fatalf(`compareVariants("Q") = %v, %v, %v; want A Q Q-base, native`, vs, native, err)
+	}
+	p := &variant.Paths{AllotSO: "/tree/liballot.so", BaseSO: "/raw/base/liballot.so"}
+	for _, v := range vs[1:] {
+		want, other := "/tree", "/raw/base"
+		if strings.HasSuffix(v.ID, report.BaseSuffix) {
+			want, other = other, want
+		}
+		if got := v.Module(p); got != want+"/liballot.so" {
+			t.Errorf("%s loads %s, want %s/liballot.so", v.ID, got, want)
+		}
+		env := strings.Join(variant.ModuleEnv(v, p), " ")
+		if !strings.Contains(env, "="+want+" ") && !strings.HasSuffix(env, "="+want) || strings.Contains(env, other) {
+			t.Errorf("%s's environment %q does not point at %s alone", v.ID, env, want)
+		}
+		f, err := v.Filters(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := json.Marshal(f); strings.Contains(string(b), other) {
+			t.Errorf("%s's filter names %s: %s", v.ID, other, b)
+		}
+	}
+	if p.AllotSO != "/tree/liballot.so" {
+		t.Errorf("the base variant changed the shared paths: %+v", p)
 	}
 }
 

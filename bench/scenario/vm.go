@@ -45,8 +45,7 @@ func RunVM(ctx context.Context, o variant.Options, p *variant.Paths, logf func(s
 	r.Commands = append(r.Commands, cmd)
 	modules := []string{p.AllotWasm}
 	if o.Base != "" {
-		p.BaseWasm = filepath.Join(p.Raw, "bin", "allot-base.wasm")
-		rev, cmds, err := buildBase(ctx, o, p.Raw, o.Base, p.BaseWasm)
+		rev, cmds, err := buildBase(ctx, o, p.Raw, o.Base, p.BaseWasm, "")
 		if err != nil {
 			return err
 		}

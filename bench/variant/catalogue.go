@@ -149,6 +149,9 @@ func (v Variant) Info() Info {
 type Paths struct {
 	AllotWasm, MinWasm string
 	BaseWasm           string // a comparison's base build (scenario.RunCompare)
+	// BaseSO is a comparison's base build of Allot's dynamic module, named
+	// liballot.so in a directory of its own (Envoy finds a module by name).
+	BaseSO string
 	// NoRespWasm is Allot's module built with -tags allot_noresponse
 	// (variant Y), built by the suite.
 	NoRespWasm string

@@ -84,7 +84,8 @@ func NewPaths(root string) *Paths {
 		MinWasm: filepath.Join(raw, "bin", "minwasm.wasm"), AllotSO: filepath.Join(root, "bin", "liballot.so"),
 		MinDynmod: filepath.Join(raw, "bin", "libmindynmod.so"), CDynmod: filepath.Join(raw, "bin", "libcdynmod.so"),
 		NoRespWasm: filepath.Join(raw, "bin", "allot-noresponse.wasm"), Upstream: filepath.Join(raw, "bin", "allot-upstream"),
-		AllotFaultSO: filepath.Join(raw, "bin", "allotfault", "liballot.so")}
+		AllotFaultSO: filepath.Join(raw, "bin", "allotfault", "liballot.so"),
+		BaseWasm:     filepath.Join(raw, "bin", "allot-base.wasm"), BaseSO: filepath.Join(raw, "bin", "base", "liballot.so")}
 }
 
 // Module describes a build of the filter: its size and digest.
