@@ -97,7 +97,7 @@ func run(in, out string) error {
 	if err := os.MkdirAll(dir(out), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(out, []byte(b.String()), 0o644)
+	return os.WriteFile(out, []byte(markdown.Fit(b.String(), width, 300)), 0o644)
 }
 
 // item renders a record as a list item wrapped at width columns, so that
