@@ -214,15 +214,16 @@ func (p *Plugin) SetCookie() string { return stringView(p.setCookie) }
 // (failOpen), and is counted once. A request that changed its unit's
 // sticky assignments leaves their cookie (SetCookie) for the stream's
 // response, one an observed experiment assigned its outcome slots
-// (Observed).
-func (p *Plugin) Request(r *Root) {
+// (Observed). It returns what the adapter does with the stream next
+// (Verdict): Continue for every request it assigns.
+func (p *Plugin) Request(r *Root) Verdict {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]
 	if p.keepWarm {
 		p.warm = warmResult{}
 	}
 	if r == nil || r.cfg == nil {
-		return
+		return Continue
 	}
 	defer func() {
 		if v := recover(); v != nil {
@@ -232,6 +233,7 @@ func (p *Plugin) Request(r *Root) {
 	if err := p.assign(r); err != nil {
 		p.failOpen(r, err, nil)
 	}
+	return Continue
 }
 
 // assign reads the request's headers once, removes forged assignment
