@@ -374,6 +374,19 @@ func NewWarmConfig(p *WarmPlan, r *WarmRender, workers, maxEntries, maxBytes, co
 	return w, nil
 }
 
+// SetAnswerPrefix gives the C side the path prefix of the requests the
+// configuration answers itself (plugin.Config.AnswerPrefix): the warm path
+// hands every request whose :path begins with it to Go, never serving it
+// from its cache. Call it before the handle reaches Envoy; "" (the
+// default) answers none, and costs the warm path nothing.
+func (w *WarmConfig) SetAnswerPrefix(prefix string) error {
+	if !C.allot_wconfig_set_answer_prefix(w.c, C.allot_buffer{ptr: (*C.char)(unsafe.Pointer(unsafe.StringData(prefix))),
+		length: C.size_t(len(prefix))}) {
+		return errors.New("answer prefix: no memory")
+	}
+	return nil
+}
+
 // Handle is the configuration's handle: the C side's address, whose low
 // bit is free (malloc aligns it) for Stateless.
 func (w *WarmConfig) Handle() uintptr { return uintptr(unsafe.Pointer(w.c)) }

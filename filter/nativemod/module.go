@@ -119,6 +119,12 @@ type module struct {
 	// C state (dynmod.Stream.Observe); tests, whose streams are not
 	// hooks.c's, record them instead.
 	observeStream func(dynmod.Stream, dynmod.Config, []uint64) bool
+	// awaitBody marks a stream whose body goes to RequestBody
+	// (dynmod.Stream.AwaitBody); tests record it instead.
+	awaitBody func(dynmod.Stream) bool
+	// replyUnsupported says why this Envoy cannot send a local reply
+	// (dynmod.LocalReplyUnsupported; "" when it can); tests replace it.
+	replyUnsupported func() string
 	// warm is whether configurations get a warm path (WarmEnv), warning
 	// what ProgramInit logs about its value; pending is flushWarmLocked's
 	// scratch, guarded by mu.
@@ -185,7 +191,8 @@ type worker struct {
 }
 
 func newModule() *module {
-	m := &module{observeStream: dynmod.Stream.Observe}
+	m := &module{observeStream: dynmod.Stream.Observe, awaitBody: dynmod.Stream.AwaitBody,
+		replyUnsupported: dynmod.LocalReplyUnsupported}
 	m.configs.Store(&map[uintptr]*entry{})
 	m.workers.Store(&[]*worker{})
 	return m
@@ -316,6 +323,12 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 0
 	}
+	if p := cfg.AnswerPrefix(); p != "" {
+		if why := m.replyUnsupported(); why != "" {
+			dynmod.Log(wire.LogCritical, "allot: configuration rejected: it answers the requests under "+strconv.Quote(p)+" itself, and "+why)
+			return 0
+		}
+	}
 	names := cfg.MetricNames()
 	e := &entry{cfg: cfg, envoy: c, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
 	for i, n := range names {
@@ -336,16 +349,23 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if e.side = m.newSide(e); e.side == nil {
 		return 0
 	}
+	// The warm path hands Go every request the configuration answers.
+	if err := e.side.SetAnswerPrefix(cfg.AnswerPrefix()); err != nil {
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+err.Error())
+		e.side.Free()
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.retainLocked(c, e, time.Now())
 	m.next++
 	e.id = m.next
-	// Only the streams of a sticky or observed configuration keep state:
-	// the cookie its request hook leaves for the response, the stat ids of
-	// its observed variations (dynmod's handles).
+	// Only the streams of a sticky, observed or answering configuration
+	// keep state: the cookie its request hook leaves for the response, the
+	// stat ids of its observed variations, the mark of a request awaiting
+	// its body (dynmod's handles).
 	h := e.side.Handle() | dynmod.Stateless
-	if cfg.Sticky() || cfg.Observed() {
+	if cfg.Sticky() || cfg.Observed() || cfg.AnswerPrefix() != "" {
 		h = e.side.Handle()
 	}
 	old := *m.configs.Load()
@@ -549,24 +569,47 @@ func (m *module) ConfigDestroy(h uintptr) {
 // scrubs the request and counts it); a panic here, outside it, reaches
 // dynmod, which recovers it too. A sticky cookie the request leaves goes
 // into the stream's state, for its response.
-func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ bool) {
+//
+// A request the plugin answers itself (plugin.Verdict, issue #45) stops at
+// its headers: answered there, or awaiting its body, which then reaches
+// RequestBody (headersStatus); a header request costs one branch more.
+func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, endOfStream bool) dynmod.HeadersStatus {
 	e := (*m.configs.Load())[h]
 	if e == nil {
-		return
+		return dynmod.HeadersContinue
 	}
 	idx := m.workerIndex(f)
+	w := m.begin(f, e, idx)
+	defer w.mu.Unlock()
+	defer w.host.endRequest()
+	v := w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
+	if v != plugin.Continue {
+		return m.answer(w, e, s, v, endOfStream)
+	}
+	m.finish(w, e, s, idx)
+	return dynmod.HeadersContinue
+}
+
+// begin starts a hook of stream f of configuration e on worker idx: the
+// worker locked (the caller unlocks it), its host pointed at the stream,
+// e's root installed.
+func (m *module) begin(f dynmod.Filter, e *entry, idx uint32) *worker {
 	w := m.worker(idx)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
 	w.host.requests++
 	w.host.batch.Reset() // plugin.HeaderBatcher: nothing queued survives a request
-	defer w.host.endRequest()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
-	w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
+	return w
+}
+
+// finish hands what a request Go served left to C: its assignment to the
+// worker's warm cache, its sticky cookie and its observed variations to
+// the stream's response hooks.
+func (m *module) finish(w *worker, e *entry, s dynmod.Stream, idx uint32) {
 	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
@@ -574,6 +617,78 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	if slots := w.plugin.Observed(); len(slots) > 0 {
 		m.observe(w, e, s, slots)
 	}
+}
+
+// answer is the request hook of a request the plugin answers itself
+// (verdict v, not Continue). Awaiting its body, the stream is marked so
+// that its body reaches RequestBody; a request without a body (its headers
+// end the stream) goes to the body path at once, with the body empty.
+func (m *module) answer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict, endOfStream bool) dynmod.HeadersStatus {
+	if v == plugin.AwaitBody && endOfStream {
+		v = w.plugin.RequestBody(w.plugin.Root(e.id), true)
+	}
+	m.finishAnswer(w, e, s, v)
+	if v == plugin.AwaitBody && !endOfStream && !m.awaitBody(s) {
+		return dynmod.HeadersContinue // no state to await the body with: the request passes, as on any failure
+	}
+	return headersStatus(v, endOfStream)
+}
+
+// finishAnswer is finish for a request the plugin answered: the cookie and
+// observed variations it left, once answered (no assignment to cache).
+func (m *module) finishAnswer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict) {
+	if v == plugin.AwaitBody {
+		return
+	}
+	if sc := w.plugin.SetCookie(); sc != "" {
+		m.respond(s, sc)
+	}
+	if slots := w.plugin.Observed(); len(slots) > 0 {
+		m.observe(w, e, s, slots)
+	}
+}
+
+// RequestBody implements dynmod.Handler: each part of the body of a
+// request the plugin awaits (answer), to the plugin's body path; the
+// plugin reads the body through the host (envoyHost.RequestBody) and
+// answers (envoyHost.SendLocalReply).
+func (m *module) RequestBody(f dynmod.Filter, s dynmod.Stream, h uintptr, endOfStream bool) dynmod.BodyStatus {
+	e := (*m.configs.Load())[h]
+	if e == nil {
+		return dynmod.BodyContinue
+	}
+	w := m.begin(f, e, m.workerIndex(f))
+	defer w.mu.Unlock()
+	defer w.host.endRequest()
+	v := w.plugin.RequestBody(w.plugin.Root(e.id), endOfStream)
+	m.finishAnswer(w, e, s, v)
+	return bodyStatus(v, endOfStream)
+}
+
+// headersStatus is the request-headers status of verdict v: a request
+// answered or awaiting its body stops (StopIteration: Envoy still calls
+// the body hook, and buffers the parts it is told to). AwaitBody with the
+// headers ending the stream would wait for a body that never comes: it
+// continues.
+func headersStatus(v plugin.Verdict, endOfStream bool) dynmod.HeadersStatus {
+	if v == plugin.Answered || (v == plugin.AwaitBody && !endOfStream) {
+		return dynmod.HeadersStop
+	}
+	return dynmod.HeadersContinue
+}
+
+// bodyStatus is the request-body status of verdict v: AwaitBody buffers
+// the part and waits for the next (but on the last part, which nothing
+// follows, it continues), Answered stops the stream without buffering
+// (its reply was sent), Continue passes the headers and body on.
+func bodyStatus(v plugin.Verdict, endOfStream bool) dynmod.BodyStatus {
+	switch {
+	case v == plugin.Answered:
+		return dynmod.BodyStopNoBuffer
+	case v == plugin.AwaitBody && !endOfStream:
+		return dynmod.BodyStopAndBuffer
+	}
+	return dynmod.BodyContinue
 }
 
 // handOff gives the stream's worker's C cache, if the configuration has a
