@@ -513,6 +513,24 @@ func (c *WarmCache) find(pairs [][2]string) (status int, key string, hit *warmEn
 	return int(r), C.GoStringN(c.c.key, C.int(c.c.key_length)), copyEntry(e), allocs
 }
 
+// answers runs the warm path's answer-prefix check (allot_answered) over
+// request headers pairs copied into C memory, with the configuration's
+// prefix; false, as the hook decides, when it has none.
+func (w *WarmConfig) answers(pairs [][2]string) bool {
+	if w.c.answer_prefix.length == 0 {
+		return false
+	}
+	var mem cArena
+	defer mem.free()
+	h := (*C.allot_header)(mem.alloc(len(pairs) * C.sizeof_allot_header))
+	hs := unsafe.Slice(h, len(pairs))
+	for i, kv := range pairs {
+		hs[i] = C.allot_header{key_ptr: mem.str(kv[0]), key_length: C.size_t(len(kv[0])),
+			value_ptr: mem.str(kv[1]), value_length: C.size_t(len(kv[1]))}
+	}
+	return bool(C.allot_answered(h, C.size_t(len(pairs)), w.c.answer_prefix))
+}
+
 // get looks key up directly.
 func (c *WarmCache) get(key []byte) *warmEntry {
 	var mem cArena

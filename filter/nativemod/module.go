@@ -323,11 +323,9 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 0
 	}
-	if p := cfg.AnswerPrefix(); p != "" {
-		if why := m.replyUnsupported(); why != "" {
-			dynmod.Log(wire.LogCritical, "allot: configuration rejected: it answers the requests under "+strconv.Quote(p)+" itself, and "+why)
-			return 0
-		}
+	if why := m.answerRefusal(cfg.AnswerPrefix()); why != "" {
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+why)
+		return 0
 	}
 	names := cfg.MetricNames()
 	e := &entry{cfg: cfg, envoy: c, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
@@ -617,78 +615,6 @@ func (m *module) finish(w *worker, e *entry, s dynmod.Stream, idx uint32) {
 	if slots := w.plugin.Observed(); len(slots) > 0 {
 		m.observe(w, e, s, slots)
 	}
-}
-
-// answer is the request hook of a request the plugin answers itself
-// (verdict v, not Continue). Awaiting its body, the stream is marked so
-// that its body reaches RequestBody; a request without a body (its headers
-// end the stream) goes to the body path at once, with the body empty.
-func (m *module) answer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict, endOfStream bool) dynmod.HeadersStatus {
-	if v == plugin.AwaitBody && endOfStream {
-		v = w.plugin.RequestBody(w.plugin.Root(e.id), true)
-	}
-	m.finishAnswer(w, e, s, v)
-	if v == plugin.AwaitBody && !endOfStream && !m.awaitBody(s) {
-		return dynmod.HeadersContinue // no state to await the body with: the request passes, as on any failure
-	}
-	return headersStatus(v, endOfStream)
-}
-
-// finishAnswer is finish for a request the plugin answered: the cookie and
-// observed variations it left, once answered (no assignment to cache).
-func (m *module) finishAnswer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict) {
-	if v == plugin.AwaitBody {
-		return
-	}
-	if sc := w.plugin.SetCookie(); sc != "" {
-		m.respond(s, sc)
-	}
-	if slots := w.plugin.Observed(); len(slots) > 0 {
-		m.observe(w, e, s, slots)
-	}
-}
-
-// RequestBody implements dynmod.Handler: each part of the body of a
-// request the plugin awaits (answer), to the plugin's body path; the
-// plugin reads the body through the host (envoyHost.RequestBody) and
-// answers (envoyHost.SendLocalReply).
-func (m *module) RequestBody(f dynmod.Filter, s dynmod.Stream, h uintptr, endOfStream bool) dynmod.BodyStatus {
-	e := (*m.configs.Load())[h]
-	if e == nil {
-		return dynmod.BodyContinue
-	}
-	w := m.begin(f, e, m.workerIndex(f))
-	defer w.mu.Unlock()
-	defer w.host.endRequest()
-	v := w.plugin.RequestBody(w.plugin.Root(e.id), endOfStream)
-	m.finishAnswer(w, e, s, v)
-	return bodyStatus(v, endOfStream)
-}
-
-// headersStatus is the request-headers status of verdict v: a request
-// answered or awaiting its body stops (StopIteration: Envoy still calls
-// the body hook, and buffers the parts it is told to). AwaitBody with the
-// headers ending the stream would wait for a body that never comes: it
-// continues.
-func headersStatus(v plugin.Verdict, endOfStream bool) dynmod.HeadersStatus {
-	if v == plugin.Answered || (v == plugin.AwaitBody && !endOfStream) {
-		return dynmod.HeadersStop
-	}
-	return dynmod.HeadersContinue
-}
-
-// bodyStatus is the request-body status of verdict v: AwaitBody buffers
-// the part and waits for the next (but on the last part, which nothing
-// follows, it continues), Answered stops the stream without buffering
-// (its reply was sent), Continue passes the headers and body on.
-func bodyStatus(v plugin.Verdict, endOfStream bool) dynmod.BodyStatus {
-	switch {
-	case v == plugin.Answered:
-		return dynmod.BodyStopNoBuffer
-	case v == plugin.AwaitBody && !endOfStream:
-		return dynmod.BodyStopAndBuffer
-	}
-	return dynmod.BodyContinue
 }
 
 // handOff gives the stream's worker's C cache, if the configuration has a
