@@ -577,37 +577,21 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, end
 		return dynmod.HeadersContinue
 	}
 	idx := m.workerIndex(f)
-	w := m.begin(f, e, idx)
-	defer w.mu.Unlock()
-	defer w.host.endRequest()
-	v := w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
-	if v != plugin.Continue {
-		return m.answer(w, e, s, v, endOfStream)
-	}
-	m.finish(w, e, s, idx)
-	return dynmod.HeadersContinue
-}
-
-// begin starts a hook of stream f of configuration e on worker idx: the
-// worker locked (the caller unlocks it), its host pointed at the stream,
-// e's root installed.
-func (m *module) begin(f dynmod.Filter, e *entry, idx uint32) *worker {
 	w := m.worker(idx)
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.host.filter, w.host.entry = f, e
 	w.host.requests++
 	w.host.batch.Reset() // plugin.HeaderBatcher: nothing queued survives a request
+	defer w.host.endRequest()
 	if w.roots[e.id] == nil {
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
-	return w
-}
-
-// finish hands what a request Go served left to C: its assignment to the
-// worker's warm cache, its sticky cookie and its observed variations to
-// the stream's response hooks.
-func (m *module) finish(w *worker, e *entry, s dynmod.Stream, idx uint32) {
+	v := w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
+	if v != plugin.Continue {
+		return m.answer(w, e, s, v, endOfStream)
+	}
 	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
@@ -615,6 +599,7 @@ func (m *module) finish(w *worker, e *entry, s dynmod.Stream, idx uint32) {
 	if slots := w.plugin.Observed(); len(slots) > 0 {
 		m.observe(w, e, s, slots)
 	}
+	return dynmod.HeadersContinue
 }
 
 // handOff gives the stream's worker's C cache, if the configuration has a

@@ -100,3 +100,20 @@ func bodyStatus(v plugin.Verdict, endOfStream bool) dynmod.BodyStatus {
 	}
 	return dynmod.BodyContinue
 }
+
+// begin starts a body hook of stream f of configuration e on worker idx,
+// as RequestHeaders starts its request hook (written out there, where a
+// call more is a cost on every request): the worker locked (the caller
+// unlocks it), its host pointed at the stream, e's root installed.
+func (m *module) begin(f dynmod.Filter, e *entry, idx uint32) *worker {
+	w := m.worker(idx)
+	w.mu.Lock()
+	w.host.filter, w.host.entry = f, e
+	w.host.requests++
+	w.host.batch.Reset() // plugin.HeaderBatcher: nothing queued survives a request
+	if w.roots[e.id] == nil {
+		w.roots[e.id] = e
+		w.plugin.Install(e.id, e.cfg)
+	}
+	return w
+}
