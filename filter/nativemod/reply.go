@@ -13,6 +13,14 @@ import (
 // stops at its headers and, when the plugin awaits its body, goes on in
 // the body hook, where the plugin reads the body and sends its local reply
 // through the host (envoyHost.RequestBody, envoyHost.SendLocalReply).
+//
+// A local reply carries every header it needs itself: Envoy runs none of
+// the sending filter's response hooks on it (Envoy 1.40.0: a response
+// header left in the stream's state, as the sticky cookie is, did not
+// reach the reply). So nothing the plugin leaves for the response
+// (SetCookie, Observed) is handed to C for an answered request: a cookie
+// belongs in the reply's headers, and a reply from the filter is no
+// upstream outcome to count.
 
 // answerRefusal says why a configuration that answers the requests under
 // prefix itself (a local reply) cannot run in this Envoy: the callbacks of
@@ -37,25 +45,10 @@ func (m *module) answer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict, 
 	if v == plugin.AwaitBody && endOfStream {
 		v = w.plugin.RequestBody(w.plugin.Root(e.id), true)
 	}
-	m.finishAnswer(w, e, s, v)
 	if v == plugin.AwaitBody && !endOfStream && !m.awaitBody(s) {
 		return dynmod.HeadersContinue // no state to await the body with: the request passes, as on any failure
 	}
 	return headersStatus(v, endOfStream)
-}
-
-// finishAnswer is finish for a request the plugin answered: the cookie and
-// observed variations it left, once answered (no assignment to cache).
-func (m *module) finishAnswer(w *worker, e *entry, s dynmod.Stream, v plugin.Verdict) {
-	if v == plugin.AwaitBody {
-		return
-	}
-	if sc := w.plugin.SetCookie(); sc != "" {
-		m.respond(s, sc)
-	}
-	if slots := w.plugin.Observed(); len(slots) > 0 {
-		m.observe(w, e, s, slots)
-	}
 }
 
 // RequestBody implements dynmod.Handler: each part of the body of a
@@ -70,9 +63,7 @@ func (m *module) RequestBody(f dynmod.Filter, s dynmod.Stream, h uintptr, endOfS
 	w := m.begin(f, e, m.workerIndex(f))
 	defer w.mu.Unlock()
 	defer w.host.endRequest()
-	v := w.plugin.RequestBody(w.plugin.Root(e.id), endOfStream)
-	m.finishAnswer(w, e, s, v)
-	return bodyStatus(v, endOfStream)
+	return bodyStatus(w.plugin.RequestBody(w.plugin.Root(e.id), endOfStream), endOfStream)
 }
 
 // headersStatus is the request-headers status of verdict v: a request
