@@ -46,6 +46,11 @@ type Host struct {
 	// request and its response (to move Clock, say).
 	BeforeResponse func()
 
+	// Replies are the local replies sent (proxy_send_local_response), in
+	// order; replied is whether the stream in hand has sent one.
+	Replies []*LocalReply
+	replied bool
+
 	nextID uint32
 }
 
@@ -345,6 +350,7 @@ func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]s
 func (h *Host) Exchange(hd abi.Handler, root uint32, request, response [][2]string) (req, resp [][2]string, err error) {
 	id := h.newID()
 	hd.OnContextCreate(id, root)
+	h.replied = false
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), request...)
 	action := hd.OnRequestHeaders(id, len(request), true)
 	req = h.Headers[abi.RequestHeaders]
