@@ -1,6 +1,8 @@
 package fakehost
 
 import (
+	"strings"
+
 	"github.com/allotmesh/allot/filter/abi"
 )
 
@@ -38,7 +40,7 @@ func (h *Host) SendLocalResponse(status uint32, details string, body, headers []
 	}
 	r := &LocalReply{Status: status, Details: details, Body: append([]byte(nil), body...)}
 	for _, kv := range pairs {
-		r.Headers = append(r.Headers, [2]string{kv[0], kv[1]})
+		r.Headers = append(r.Headers, [2]string{strings.Clone(kv[0]), strings.Clone(kv[1])}) // kv aliases the caller's buffer
 	}
 	h.Replies = append(h.Replies, r)
 	h.replied = true
