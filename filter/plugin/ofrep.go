@@ -373,6 +373,20 @@ func (p *Plugin) answerFailure(r *Root, lr LocalReplier, why string) Verdict {
 	return Answered
 }
 
+// ReleaseHeaders removes the assignment headers a request the plugin
+// holds for its body (AwaitBody) carries, for a host that lets its headers
+// go on before the body comes (proxy-wasm in Envoy, which delivers a body
+// only to a filter whose headers continued): the route's upstream may see
+// the request start, never with forged assignments. A failure is logged:
+// the request is answered anyway.
+func (p *Plugin) ReleaseHeaders(r *Root) {
+	if r == nil || r.cfg == nil {
+		return
+	}
+	defer func() { recover() }()
+	p.scrub(r.cfg)
+}
+
 // unanswerable passes on an OFREP request over a host that cannot answer
 // it, unassigned and counted as failed open.
 func (p *Plugin) unanswerable(r *Root) Verdict {

@@ -114,6 +114,13 @@ func (h *Handler) OnRequestHeaders(id uint32, _ int, endOfStream bool) abi.Actio
 // one without a body is answered now (plugin.RequestBody at its end),
 // one with a body waits for it.
 //
+// Waiting for the body, the headers continue: Envoy turns a paused
+// proxy_on_request_headers into StopAllIterationAndWatermark for a module
+// that exports a body callback, and then delivers it no body at all. So the
+// route's upstream may see the request's headers start before the body
+// callback answers it (never with forged assignment headers:
+// plugin.ReleaseHeaders), and the answer resets that upstream request.
+//
 //go:noinline
 func (h *Handler) answer(id uint32, r *plugin.Root, v plugin.Verdict, endOfStream bool) abi.Action {
 	if v == plugin.AwaitBody && endOfStream {
@@ -128,6 +135,8 @@ func (h *Handler) answer(id uint32, r *plugin.Root, v plugin.Verdict, endOfStrea
 			h.awaiting = map[uint32]*plugin.Root{}
 		}
 		h.awaiting[id] = r
+		h.p.ReleaseHeaders(r)
+		return abi.ActionContinue
 	}
 	return abi.ActionPause
 }

@@ -50,12 +50,20 @@ func (h *Host) SendLocalResponse(status uint32, details string, body, headers []
 // Stream is what one stream with a body came to (Send).
 type Stream struct {
 	// Upstream are the request headers the upstream received; nil when
-	// the request did not continue.
+	// the headers did not continue.
 	Upstream [][2]string
 	// Reply is the local reply, nil if none.
 	Reply *LocalReply
 	// BodyCalls counts the proxy_on_request_body callbacks made.
 	BodyCalls int
+	// HeadersOn is whether proxy_on_request_headers continued: the
+	// upstream saw the request start.
+	HeadersOn bool
+	// Stalled is whether the stream would hang in Envoy: its headers
+	// paused (which Envoy makes StopAllIterationAndWatermark for a module
+	// exporting a body callback, so no body callback comes) without a
+	// local reply.
+	Stalled bool
 }
 
 // Send runs one stream under root whose request has a body, sent in parts,
@@ -63,7 +71,9 @@ type Stream struct {
 // parts), then proxy_on_request_body for each part, the buffer holding
 // every part so far while the handler pauses (Envoy buffers the body of a
 // filter that returns StopIterationAndBuffer), the last with end of
-// stream; no callback after a local reply. A local reply goes through the
+// stream; no callback after a local reply, and none after paused headers
+// (Envoy's StopAllIterationAndWatermark: the stream stalls). A local
+// reply goes through the
 // filter's proxy_on_response_headers, as Envoy's does; then
 // proxy_on_delete.
 func (h *Host) Send(hd abi.Handler, root uint32, headers [][2]string, parts ...[]byte) Stream {
@@ -74,9 +84,16 @@ func (h *Host) Send(hd abi.Handler, root uint32, headers [][2]string, parts ...[
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), headers...)
 	action := hd.OnRequestHeaders(id, len(headers), len(parts) == 0)
 	var s Stream
+	if s.HeadersOn = action == abi.ActionContinue; s.HeadersOn {
+		s.Upstream = append([][2]string(nil), h.Headers[abi.RequestHeaders]...)
+	}
 	var buf []byte
 	for i, part := range parts {
 		if len(h.Replies) > start {
+			break
+		}
+		if i == 0 && !s.HeadersOn {
+			s.Stalled = true
 			break
 		}
 		if action != abi.ActionPause {
