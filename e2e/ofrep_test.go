@@ -81,7 +81,7 @@ func testOFREP(t *testing.T, a artifact) {
 	p := s.startSidecar("sidecar-ofrep", "shop")
 	button := map[string]any{"key": "button", "variations": []string{"blue", "green"}, "weights": []float64{0.5, 0.5}, "services": []string{"shop"}}
 	var w waitedWrite
-	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", button, &w)
+	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments?wait=10s", button, &w)
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{"key": "discount", "variations": []any{0, 10, 25},
 		"condition": map[string]any{"country": "CA"}}, nil)
 	s.mustAPI(http.StatusCreated, "POST", "/v1/experiments", map[string]any{"key": "ranking", "variations": []string{"a", "b"},

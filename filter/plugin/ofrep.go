@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/allotmesh/allot/filter/config"
 	"github.com/allotmesh/allot/filter/internal/jsonx"
@@ -95,6 +96,44 @@ type ofrepState struct {
 	headers   [][2]string
 	// pairs are the request headers assign read, for ofrepRequest.
 	pairs [][2]string
+	// held is the request Request just held for its body (HoldRequest);
+	// resume the one the next RequestBody answers (ResumeRequest).
+	held, resume *HeldRequest
+}
+
+// HeldRequest is what answering an OFREP request held for its body needs
+// of its headers: for a host that cannot read them in the body callback
+// (proxy-wasm in Envoy, once the headers went on), which keeps it with the
+// stream (HoldRequest) and hands it back before each RequestBody
+// (ResumeRequest).
+type HeldRequest struct {
+	kind  ofrep.Kind
+	key   string
+	pairs [][2]string // origin, if-none-match and cookie headers, copied
+}
+
+// HoldRequest returns the request the last Request held for its body (its
+// Verdict AwaitBody), nil if none.
+func (p *Plugin) HoldRequest() *HeldRequest {
+	h := p.of.held
+	p.of.held = nil
+	return h
+}
+
+// ResumeRequest makes the next RequestBody answer h (from HoldRequest)
+// without reading the request headers.
+func (p *Plugin) ResumeRequest(h *HeldRequest) { p.of.resume = h }
+
+// hold keeps what answering the request needs of its headers (pairs).
+func (p *Plugin) hold(pairs [][2]string) {
+	h := &HeldRequest{kind: p.of.kind, key: strings.Clone(p.of.key)}
+	for _, kv := range pairs {
+		switch kv[0] {
+		case ofrep.HeaderOrigin, ofrep.HeaderIfNoneMatch, "cookie":
+			h.pairs = append(h.pairs, [2]string{kv[0], strings.Clone(kv[1])})
+		}
+	}
+	p.of.held = h
 }
 
 // isOFREP reports whether the request (its headers, pairs) is one the
@@ -144,6 +183,7 @@ func (p *Plugin) ofrepRequest(r *Root, pairs [][2]string) Verdict {
 			return p.evaluate(r, lr, pairs, nil)
 		}
 	}
+	p.hold(pairs)
 	return AwaitBody
 }
 
@@ -174,23 +214,33 @@ func (p *Plugin) RequestBody(r *Root, endOfStream bool) (v Verdict) {
 		}
 	}()
 	o := r.cfg.ofrep
+	var pairs [][2]string
+	resumed := p.of.resume != nil // else the headers are read at the end
+	if h := p.of.resume; resumed {
+		p.of.resume = nil
+		p.of.kind, p.of.key, pairs = h.kind, h.key, h.pairs
+	}
 	body, err := lr.RequestBody()
 	if err != nil {
 		return p.answerFailure(r, lr, "read request body: "+err.Error())
 	}
 	if len(body) > o.maxBody {
-		return p.replyError(r, lr, nil, "", ofrep.TooLarge(len(body), o.maxBody))
+		if resumed && pairs == nil {
+			pairs = [][2]string{} // no CORS headers, and none to read
+		}
+		return p.replyError(r, lr, pairs, "", ofrep.TooLarge(len(body), o.maxBody))
 	}
 	if !endOfStream {
 		return AwaitBody
 	}
 	p.of.body = append(p.of.body[:0], body...) // RequestBody's slice is the host's until its next call
-	pairs, err := p.host.RequestHeaders()
-	if err != nil {
-		return p.answerFailure(r, lr, "read request headers: "+err.Error())
-	}
-	if !p.isOFREP(pairs) {
-		return p.answerFailure(r, lr, "body of a request that is not OFREP's")
+	if !resumed {
+		if pairs, err = p.host.RequestHeaders(); err != nil {
+			return p.answerFailure(r, lr, "read request headers: "+err.Error())
+		}
+		if !p.isOFREP(pairs) {
+			return p.answerFailure(r, lr, "body of a request that is not OFREP's")
+		}
 	}
 	return p.evaluate(r, lr, pairs, p.of.body)
 }

@@ -317,10 +317,10 @@ func TestOFREPFailures(t *testing.T) {
 	if e := single(t, s, 503); e.ErrorCode != ofrep.General {
 		t.Errorf("panic: %+v", e)
 	}
-	h.Inject(fakehost.Fault{Call: "proxy_get_header_map_pairs", Nth: 3}) // after Request's and ReleaseHeaders'
+	h.Inject(fakehost.Fault{Call: "proxy_set_property", Panic: true})
 	s = post(h, p, root, "/ofrep/v1/evaluate/flags", `{"context":{"targetingKey":"u"}}`, 0)
 	if e := single(t, s, 503); e.ErrorCode != ofrep.General {
-		t.Errorf("headers unreadable at the body's end: %+v", e)
+		t.Errorf("panic writing the exposure: %+v", e)
 	}
 	h.Fail = nil
 	p.OnTick(root)

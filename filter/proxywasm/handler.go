@@ -27,10 +27,18 @@ type Handler struct {
 	// awaiting holds the streams whose request the plugin answers once
 	// its body has come (OFREP), with their root; w is the host under
 	// host, which hands the plugin the body.
-	awaiting map[uint32]*plugin.Root
+	awaiting map[uint32]held
 	w        *proxyWasm
 
 	vm vmMetrics
+}
+
+// held is a stream the plugin holds for its body: its root and what the
+// plugin needs of its headers, which Envoy no longer gives in the body
+// callback.
+type held struct {
+	r   *plugin.Root
+	req *plugin.HeldRequest
 }
 
 // streamSlot is one entry of Handler.slots; id 0 is free.
@@ -132,9 +140,9 @@ func (h *Handler) answer(id uint32, r *plugin.Root, v plugin.Verdict, endOfStrea
 		return abi.ActionContinue
 	case plugin.AwaitBody:
 		if h.awaiting == nil {
-			h.awaiting = map[uint32]*plugin.Root{}
+			h.awaiting = map[uint32]held{}
 		}
-		h.awaiting[id] = r
+		h.awaiting[id] = held{r, h.p.HoldRequest()}
 		h.p.ReleaseHeaders(r)
 		return abi.ActionContinue
 	}
@@ -149,12 +157,13 @@ func (h *Handler) OnRequestBody(id uint32, bodySize int, endOfStream bool) abi.A
 	if len(h.awaiting) == 0 {
 		return abi.ActionContinue
 	}
-	r, ok := h.awaiting[id]
+	st, ok := h.awaiting[id]
 	if !ok {
 		return abi.ActionContinue
 	}
 	h.w.bodySize = bodySize
-	v := h.p.RequestBody(r, endOfStream)
+	h.p.ResumeRequest(st.req)
+	v := h.p.RequestBody(st.r, endOfStream)
 	h.w.bodySize = 0
 	if v == plugin.AwaitBody {
 		return abi.ActionPause

@@ -86,6 +86,8 @@ func (h *Host) Send(hd abi.Handler, root uint32, headers [][2]string, parts ...[
 	var s Stream
 	if s.HeadersOn = action == abi.ActionContinue; s.HeadersOn {
 		s.Upstream = append([][2]string(nil), h.Headers[abi.RequestHeaders]...)
+		h.headersGone = true // Envoy's body callback reads no request headers once they went on
+		defer func() { h.headersGone = false }()
 	}
 	var buf []byte
 	for i, part := range parts {

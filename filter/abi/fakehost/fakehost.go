@@ -50,6 +50,9 @@ type Host struct {
 	// order; replied is whether the stream in hand has sent one.
 	Replies []*LocalReply
 	replied bool
+	// headersGone: the request headers went on (Send), so reading them
+	// fails, as in Envoy's body callbacks.
+	headersGone bool
 
 	nextID uint32
 }
@@ -158,6 +161,9 @@ func (h *Host) GetBuffer(t abi.BufferType, start, max int) ([]byte, error) {
 func (h *Host) GetHeaderMapPairs(t abi.MapType) ([][2]string, error) {
 	if err := h.fail("proxy_get_header_map_pairs"); err != nil {
 		return nil, err
+	}
+	if h.headersGone && t == abi.RequestHeaders {
+		return nil, &abi.Error{Call: "proxy_get_header_map_pairs", Status: abi.StatusBadArgument}
 	}
 	return abi.ParsePairs(abi.SerializePairs(h.Headers[t]))
 }
