@@ -149,6 +149,9 @@ func (p *Plugin) isOFREP(pairs [][2]string) bool {
 		case ":path":
 			path = kv[1]
 		}
+		if method != "" && path != "" { // Envoy lists pseudo-headers first
+			break
+		}
 	}
 	p.of.kind, p.of.key = ofrep.Classify(method, path)
 	return p.of.kind != ofrep.None
