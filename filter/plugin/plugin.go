@@ -220,8 +220,9 @@ func (p *Plugin) SetCookie() string { return stringView(p.setCookie) }
 // (Observed). It returns what the adapter does with the stream next
 // (Verdict): Continue for every request it assigns. A request the
 // configuration answers itself (OFREP, ofrep.go) is recognized first and
-// answered (Answered) or held for its body (AwaitBody): nothing is removed
-// from it or assigned to it.
+// answered (Answered) or held for its body (AwaitBody): nothing is
+// assigned to it, and nothing removed (an adapter that lets its headers go
+// on before the body removes forged ones: ReleaseHeaders).
 func (p *Plugin) Request(r *Root) (verdict Verdict) {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]

@@ -99,8 +99,8 @@ func (h *Handler) OnConfigure(rootID uint32, size int) bool {
 // OnRequestHeaders implements abi.Handler with plugin.Request; it
 // continues every stream the plugin assigns. A sticky cookie or an
 // observation the request leaves waits with the stream for its response.
-// A request the plugin answers itself (OFREP) pauses: answered, or held
-// for its body (OnRequestBody).
+// A request the plugin answers itself (OFREP) pauses once answered; held
+// for its body (OnRequestBody), its headers go on (answer).
 func (h *Handler) OnRequestHeaders(id uint32, _ int, endOfStream bool) abi.Action {
 	r := h.stream(id)
 	if v := h.p.Request(r); v != plugin.Continue {
@@ -133,6 +133,7 @@ func (h *Handler) OnRequestHeaders(id uint32, _ int, endOfStream bool) abi.Actio
 func (h *Handler) answer(id uint32, r *plugin.Root, v plugin.Verdict, endOfStream bool) abi.Action {
 	if v == plugin.AwaitBody && endOfStream {
 		h.w.bodySize = 0
+		h.p.ResumeRequest(h.p.HoldRequest())
 		v = h.p.RequestBody(r, true)
 	}
 	switch v {
