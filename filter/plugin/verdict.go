@@ -31,14 +31,3 @@ type LocalReplier interface {
 	// the request reaches no upstream.
 	SendLocalReply(status uint32, headers [][2]string, body []byte) error
 }
-
-// RequestBody is the body path of a stream whose request callback returned
-// AwaitBody. endOfStream is set on the body's last part. It returns
-// AwaitBody while more is to come, then Answered; Continue when the root
-// has nothing to answer (its configuration changed meanwhile).
-func (p *Plugin) RequestBody(r *Root, endOfStream bool) Verdict { return Continue }
-
-// AnswerPrefix is the path prefix of the requests the configuration
-// answers itself ("" when it answers none): the native module's C warm
-// path hands a request under it to Go instead of serving it.
-func (c *Config) AnswerPrefix() string { return "" }
