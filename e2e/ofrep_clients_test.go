@@ -39,8 +39,8 @@ func ofrepSettings(origins ...string) string {
 // and out of a condition on an attribute (country, from a header on
 // requests, a context field in OFREP), each provider's variant and value
 // are the x-experiment-<key> header a request of the same unit and
-// attributes receives; a unit the header leaves out is not reported
-// assigned. An unknown flag and an experiment of another service are the
+// attributes receives (reason SPLIT); a unit the header leaves out gets
+// DEFAULT with the control's value. An unknown flag and an experiment of another service are the
 // provider's FLAG_NOT_FOUND.
 func TestOFREPServerProviders(t *testing.T) { forArtifacts(t, testOFREPServerProviders) }
 
@@ -65,6 +65,7 @@ func testOFREPServerProviders(t *testing.T, a artifact) {
 		}
 	}
 	assigned := []string{"button", "banner"}
+	control := map[string]string{"button": "blue", "banner": "off"}
 	flags := []string{"button", "banner", "no-such-flag", "elsewhere"}
 
 	for _, lang := range []string{harness.OFREPNode, harness.OFREPPython} {
@@ -82,7 +83,7 @@ func testOFREPServerProviders(t *testing.T, a artifact) {
 					t.Fatal(err)
 				}
 				for j, key := range assigned {
-					if err := sameAsHeader(got[j], r.Header("x-experiment-"+key)); err != nil {
+					if err := sameAsHeader(got[j], r.Header("x-experiment-"+key), control[key]); err != nil {
 						t.Errorf("%s, %s (%s): %v", unit, key, country, err)
 					}
 				}
@@ -99,20 +100,19 @@ func testOFREPServerProviders(t *testing.T, a artifact) {
 // sameAsHeader checks that e, a flag resolved over OFREP, agrees with
 // header, the flag's x-experiment-<key> values on a request of the same
 // unit and attributes: one value is the variant and the value (the tests'
-// variations are strings); none means the unit is not in the experiment,
-// so the provider reports no variant, no SPLIT or TARGETING_MATCH, and no
-// FLAG_NOT_FOUND. (How a provider takes OFREP's code-default answer, a
-// success without a value, differs: Node's 0.1.3 reports TYPE_MISMATCH, so
-// an error other than FLAG_NOT_FOUND is not held against it.)
-func sameAsHeader(e harness.OFREPEvaluation, header []string) error {
+// variations are strings), assigned by the hash (SPLIT); none means the
+// unit is not in the experiment, which OFREP answers as GrowthBook serves
+// such a unit: reason DEFAULT, the value and variant of variation 0
+// (control).
+func sameAsHeader(e harness.OFREPEvaluation, header []string, control string) error {
 	switch len(header) {
 	case 1:
-		if e.Variant != header[0] || e.Value != header[0] || e.ErrorCode != "" {
+		if e.Variant != header[0] || e.Value != header[0] || e.Reason != "SPLIT" || e.ErrorCode != "" {
 			return fmt.Errorf("OFREP gave %+v, the header %q", e, header[0])
 		}
 	case 0:
-		if e.Variant != "" || e.Reason == "SPLIT" || e.Reason == "TARGETING_MATCH" || e.ErrorCode == "FLAG_NOT_FOUND" {
-			return fmt.Errorf("OFREP gave %+v, the request no header", e)
+		if e.Variant != control || e.Value != control || e.Reason != "DEFAULT" || e.ErrorCode != "" {
+			return fmt.Errorf("OFREP gave %+v, the request no header: want DEFAULT, %q", e, control)
 		}
 	default:
 		return fmt.Errorf("header %q: want one value or none", header)
