@@ -61,6 +61,25 @@ chromium: ## Install Debian's chromium package (the web console's browser tests)
 	$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	command -v chromium >/dev/null || { echo "apt-get installed no chromium"; exit 1; }
 
+# The OpenFeature OFREP clients the e2e tests run (e2e/ofrep_clients_test.go):
+# the npm server and web providers from e2e/ofrep/package-lock.json with
+# `npm ci` into e2e/ofrep/node_modules, the PyPI provider pinned by
+# e2e/ofrep/requirements.txt into .venv. A failed install fails the target.
+OFREP_DIR := e2e/ofrep
+
+$(OFREP_DIR)/node_modules/.installed: $(OFREP_DIR)/package.json $(OFREP_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "ofrep-clients needs npm (Node.js 20 or later) on PATH to install e2e/ofrep's providers"; exit 1; }
+	cd $(OFREP_DIR) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(VENV)/.ofrep-clients: $(OFREP_DIR)/requirements.txt | $(VENV)/bin/python
+	$(VENV)/bin/pip install --disable-pip-version-check --quiet -r $(OFREP_DIR)/requirements.txt
+	$(VENV)/bin/python -c 'import openfeature.contrib.provider.ofrep'
+	touch $@
+
+.PHONY: ofrep-clients
+ofrep-clients: $(OFREP_DIR)/node_modules/.installed $(VENV)/.ofrep-clients ## Install the OpenFeature OFREP providers the e2e tests run: npm's server and web providers (e2e/ofrep/node_modules), PyPI's into .venv.
+
 .PHONY: deps
 deps: ## Download the Go modules.
 	$(GO) mod download
@@ -176,7 +195,7 @@ test-engine-builds: ## The engine's tests natively with GOAMD64=v3 (fused multip
 CHECK_NETNS = [ "$$(id -u)" = 0 ] && unshare -n true || { echo "the e2e tests need root and network namespaces (unshare -n): TestEnvoyGateway runs Envoy Gateway in one of its own"; exit 1; }
 
 .PHONY: test-e2e
-test-e2e: envoy envoy-matrix envoy-gateway chromium ## End-to-end tests against real Envoy $(ENVOY_VERSION) (and $(ENVOY_MATRIX_VERSIONS) for the version matrix), Envoy Gateway $(ENVOY_GATEWAY_VERSION) standalone (as root: a network namespace per mode), the web console's in headless Chromium (fail, never skip, without them).
+test-e2e: envoy envoy-matrix envoy-gateway chromium ofrep-clients ## End-to-end tests against real Envoy $(ENVOY_VERSION) (and $(ENVOY_MATRIX_VERSIONS) for the version matrix), Envoy Gateway $(ENVOY_GATEWAY_VERSION) standalone (as root: a network namespace per mode), the web console's in headless Chromium (fail, never skip, without them).
 	@mkdir -p $(BIN)
 	@$(CHECK_NETNS)
 	@# The whole -v output: a failing test's messages and the Envoy log it

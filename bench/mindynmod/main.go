@@ -91,7 +91,7 @@ func (h *handler) ConfigNew(_ dynmod.Config, _ string, config []byte) uintptr {
 
 // RequestHeaders reads the unit id, hashes it and adds one header, or
 // makes the script's writes.
-func (h *handler) RequestHeaders(f dynmod.Filter, _ dynmod.Stream, handle uintptr, _ bool) {
+func (h *handler) RequestHeaders(f dynmod.Filter, _ dynmod.Stream, handle uintptr, _ bool) dynmod.HeadersStatus {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
 	s.headers = f.RequestHeaders(s.headers)
@@ -103,7 +103,7 @@ func (h *handler) RequestHeaders(f dynmod.Filter, _ dynmod.Stream, handle uintpt
 		r := (*h.scripts.Load())[handle>>1-1]
 		if r == nil {
 			f.AddRequestHeader(minimal.Header, minimal.Variation(v))
-			return
+			return dynmod.HeadersContinue
 		}
 		variation := minimal.Variation(v)
 		s.batch.Reset()
@@ -116,6 +116,12 @@ func (h *handler) RequestHeaders(f dynmod.Filter, _ dynmod.Stream, handle uintpt
 			s.buf = r.Props[i].Append(s.buf[:0], variation)
 			f.SetFilterState(r.keys[i], s.buf)
 		}
-		return
+		return dynmod.HeadersContinue
 	}
+	return dynmod.HeadersContinue
+}
+
+// RequestBody implements dynmod.Handler: no stream awaits its body here.
+func (*handler) RequestBody(dynmod.Filter, dynmod.Stream, uintptr, bool) dynmod.BodyStatus {
+	return dynmod.BodyContinue
 }

@@ -47,6 +47,9 @@ func (*handler) OnTick(uint32)                  {}
 // OnResponseHeaders does nothing: the export is the ABI layer's.
 func (*handler) OnResponseHeaders(uint32, int, bool) abi.Action { return abi.ActionContinue }
 
+// OnRequestBody does nothing: the export is the ABI layer's (OFREP's).
+func (*handler) OnRequestBody(uint32, int, bool) abi.Action { return abi.ActionContinue }
+
 // OnConfigure reads an optional write script. Variant E's configuration is
 // an empty Struct: no script.
 func (h *handler) OnConfigure(_ uint32, size int) bool {

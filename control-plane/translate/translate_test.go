@@ -299,6 +299,9 @@ func TestParseMesh(t *testing.T) {
 			"attributes": [{"name": "a", "header": "x-a"}, {"name": "a", "cookie": "c"}, {"header": "x-b"}]}`,
 			[]string{"version: ", "experiments: ", "headerPrefix: ", "attributes[1].name: ", "attributes[2].name: "}},
 		{"not a FilterConfig", `{"unitHeader": 3}`, []string{"unitHeader"}},
+		{"ofrep", `{"ofrep": {"enabled": true, "maxBodyBytes": 4096, "corsAllowOrigins": ["http://127.0.0.1:8080"]}}`, nil},
+		{"ofrep bounds", `{"ofrep": {"enabled": true, "maxBodyBytes": 70000, "corsAllowOrigins": ["*"]}}`,
+			[]string{"ofrep.maxBodyBytes: ", "ofrep.corsAllowOrigins[0]: "}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,5 +428,25 @@ func TestObserveReachesFilter(t *testing.T) {
 	}
 	if !got["watched"] || got["plain"] {
 		t.Errorf("observe in the filter's configuration: %v, want watched only", got)
+	}
+}
+
+// TestOfrepReachesFilter: the mesh settings' ofrep reaches every proxy's
+// filter configuration, and the filter's decoder reads it.
+func TestOfrepReachesFilter(t *testing.T) {
+	settings, err := ParseMesh([]byte(`{"ofrep": {"enabled": true, "maxBodyBytes": 4096, "corsAllowOrigins": ["http://127.0.0.1:8080"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := FilterConfig(nil, "checkout", time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), Mesh{Filter: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := f.Ofrep; o == nil || !o.Enabled || o.MaxBodyBytes != 4096 || len(o.CorsAllowOrigins) != 1 || o.CorsAllowOrigins[0] != "http://127.0.0.1:8080" {
+		t.Errorf("ofrep in the filter's configuration: %+v", o)
 	}
 }

@@ -83,6 +83,9 @@ type BufferType uint32
 
 // Buffers.
 const (
+	// BufferHTTPRequestBody is the request body buffered so far, readable
+	// in proxy_on_request_body.
+	BufferHTTPRequestBody     BufferType = 0
 	BufferVMConfiguration     BufferType = 6
 	BufferPluginConfiguration BufferType = 7
 )
@@ -144,6 +147,11 @@ type Host interface {
 	CurrentTimeNanos() (int64, error)
 	// SetTickPeriod asks for OnTick every ms milliseconds (0 = off).
 	SetTickPeriod(ms uint32) error
+	// SendLocalResponse answers the stream's request itself (status,
+	// details for the access log's %RESPONSE_CODE_DETAILS%, body, headers
+	// serialized as PairsEncoder does; grpcStatus -1: none): the request
+	// reaches no upstream.
+	SendLocalResponse(status uint32, details string, body, headers []byte, grpcStatus int32) error
 }
 
 // Handler receives the host's callbacks: exactly those the wasip1 build
@@ -159,6 +167,10 @@ type Handler interface {
 	OnConfigure(rootID uint32, configSize int) bool
 	// OnRequestHeaders is called when a stream's request headers arrive.
 	OnRequestHeaders(id uint32, numHeaders int, endOfStream bool) Action
+	// OnRequestBody is called as a stream's request body arrives:
+	// bodySize is what the host holds of it (everything so far while the
+	// handler returns ActionPause: Envoy buffers it).
+	OnRequestBody(id uint32, bodySize int, endOfStream bool) Action
 	// OnResponseHeaders is called when a stream's response headers are
 	// about to go downstream.
 	OnResponseHeaders(id uint32, numHeaders int, endOfStream bool) Action

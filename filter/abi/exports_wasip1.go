@@ -6,7 +6,7 @@ import "unsafe"
 
 // The callbacks Envoy calls. Only those Allot needs are exported: every
 // export the host finds is a host→Go crossing it makes on every stream, so
-// body and trailer callbacks are deliberately absent, and so is
+// trailer callbacks and the response body's are deliberately absent, and so is
 // proxy_on_done (without it the host treats every context as done at once;
 // roots flush their counters in proxy_on_delete instead). Response headers
 // are exported for sticky bucketing's Set-Cookie (exports_response_wasip1.go).
@@ -83,6 +83,20 @@ func onRequestHeaders(id, numHeaders, endOfStream uint32) uint32 {
 		return uint32(ActionContinue)
 	}
 	return uint32(handler.OnRequestHeaders(id, int(numHeaders), endOfStream != 0))
+}
+
+// proxy_on_request_body carries an OFREP evaluation's body (the filter
+// answers it itself where the configuration enables OFREP). A module
+// cannot export a callback for some configurations only, so every request
+// body chunk of every mesh costs this crossing, which returns at once for
+// a stream the filter does not hold.
+//
+//go:wasmexport proxy_on_request_body
+func onRequestBody(id, bodySize, endOfStream uint32) uint32 {
+	if handler == nil {
+		return uint32(ActionContinue)
+	}
+	return uint32(handler.OnRequestBody(id, int(bodySize), endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_delete

@@ -51,3 +51,6 @@ func (nativeHost) CurrentTimeNanos() (int64, error) {
 func (nativeHost) SetTickPeriod(uint32) error {
 	return unimplemented("proxy_set_tick_period_milliseconds")
 }
+func (nativeHost) SendLocalResponse(uint32, string, []byte, []byte, int32) error {
+	return unimplemented("proxy_send_local_response")
+}

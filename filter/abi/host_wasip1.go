@@ -55,6 +55,9 @@ func proxyGetCurrentTimeNanoseconds(ret *uint64) uint32
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriodMilliseconds(ms uint32) uint32
 
+//go:wasmimport env proxy_send_local_response
+func proxySendLocalResponse(status uint32, details unsafe.Pointer, detailsSize uint32, body unsafe.Pointer, bodySize uint32, headers unsafe.Pointer, headersSize uint32, grpcStatus int32) uint32
+
 // WasmHost is the Host over the real imports: Envoy's. It exists only in
 // the wasip1 build; a caller that holds it concretely calls each import
 // without an interface call.
@@ -161,4 +164,9 @@ func (WasmHost) CurrentTimeNanos() (int64, error) {
 
 func (WasmHost) SetTickPeriod(ms uint32) error {
 	return statusErr("proxy_set_tick_period_milliseconds", Status(proxySetTickPeriodMilliseconds(ms)))
+}
+
+func (WasmHost) SendLocalResponse(status uint32, details string, body, headers []byte, grpcStatus int32) error {
+	return statusErr("proxy_send_local_response", Status(proxySendLocalResponse(status, strPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(headers), uint32(len(headers)), grpcStatus)))
 }

@@ -73,7 +73,35 @@ type Filter struct {
 	Attributes        []Attribute
 	// StickyCookie, when set, turns sticky bucketing on.
 	StickyCookie *StickyCookie
+	// Ofrep, when set and enabled, makes the filter answer OFREP.
+	Ofrep *Ofrep
 }
+
+// Ofrep is allot.filter.v1.Ofrep: the filter's OFREP endpoint. Defaults
+// fills MaxBodyBytes.
+type Ofrep struct {
+	Enabled          bool
+	MaxBodyBytes     int
+	CorsAllowOrigins []string
+}
+
+// OFREP bounds and defaults.
+const (
+	// DefaultOfrepMaxBodyBytes bounds an OFREP request's body when
+	// maxBodyBytes is unset: an evaluation context of a few hundred
+	// attributes.
+	DefaultOfrepMaxBodyBytes = 16 << 10
+	// MaxOfrepMaxBodyBytes is the largest maxBodyBytes: Envoy buffers the
+	// whole body before the filter answers.
+	MaxOfrepMaxBodyBytes = 64 << 10
+	// MaxOfrepOrigins bounds corsAllowOrigins.
+	MaxOfrepOrigins = 16
+	// MaxOfrepOriginLen bounds one origin.
+	MaxOfrepOriginLen = 256
+)
+
+// OfrepEnabled reports whether the configuration answers OFREP.
+func (f *Filter) OfrepEnabled() bool { return f.Ofrep != nil && f.Ofrep.Enabled }
 
 // StickyCookie is allot.filter.v1.StickyCookie: the cookie that carries a
 // unit's sticky assignments and the keys that sign it. Defaults fills its
@@ -176,6 +204,9 @@ func (f *Filter) Defaults() {
 	if f.AssignmentHeaders == "" || f.AssignmentHeaders == AssignmentHeadersUnspecified {
 		f.AssignmentHeaders = AssignmentHeadersAll
 	}
+	if o := f.Ofrep; o != nil && o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultOfrepMaxBodyBytes
+	}
 	if c := f.StickyCookie; c != nil {
 		c.Path = or(c.Path, DefaultStickyCookiePath)
 		c.SameSite = or(c.SameSite, DefaultStickySameSite)
@@ -256,7 +287,60 @@ func (f *Filter) Check() error {
 	if c := f.StickyCookie; c != nil {
 		errs = append(errs, c.check())
 	}
+	if o := f.Ofrep; o != nil {
+		errs = append(errs, o.check())
+	}
 	return errors.Join(errs...)
+}
+
+// check validates the OFREP settings: the body bound and the CORS origins,
+// each an exact origin (a wildcard would let any site read a unit's
+// assignments with its cookie).
+func (o *Ofrep) check() error {
+	var errs []error
+	fail := func(path, msg string) {
+		errs = append(errs, &engine.FieldError{Path: "ofrep." + path, Message: msg})
+	}
+	if o.MaxBodyBytes > MaxOfrepMaxBodyBytes {
+		fail("maxBodyBytes", strconv.Itoa(o.MaxBodyBytes)+", at most "+strconv.Itoa(MaxOfrepMaxBodyBytes))
+	}
+	if n := len(o.CorsAllowOrigins); n > MaxOfrepOrigins {
+		fail("corsAllowOrigins", strconv.Itoa(n)+" origins, at most "+strconv.Itoa(MaxOfrepOrigins))
+	}
+	for i, s := range o.CorsAllowOrigins {
+		p := "corsAllowOrigins[" + strconv.Itoa(i) + "]"
+		switch {
+		case len(s) > MaxOfrepOriginLen:
+			fail(p, strconv.Itoa(len(s))+" characters, at most "+strconv.Itoa(MaxOfrepOriginLen))
+		case s == "*":
+			fail(p, `"*" is not allowed: the browser sends the sticky cookie, so list exact origins`)
+		case !isOrigin(s):
+			fail(p, strconv.Quote(s)+` is not an origin ("http://host[:port]" or "https://host[:port]", no path)`)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isOrigin reports whether s is an origin as browsers send it in Origin:
+// http or https, a host of visible ASCII and an optional port, nothing
+// after.
+func isOrigin(s string) bool {
+	rest, ok := strings.CutPrefix(s, "https://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(s, "http://"); !ok {
+			return false
+		}
+	}
+	if rest == "" {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // check validates the sticky cookie's settings; unset ones are valid

@@ -30,6 +30,10 @@ func TestCheck(t *testing.T) {
 		{"attributes", `{"attributes":[{"name":"","header":"h"},{"name":"a"},{"name":"b","cookie":"c"},{"name":"b","query":"q"}]}`,
 			[]string{"attributes[0].name", "attributes[1]", "attributes[3].name"}},
 		{"enum number", `{"assignmentHeaders":7}`, []string{"assignmentHeaders"}},
+		{"ofrep", `{"ofrep":{"enabled":true,"maxBodyBytes":65536,"corsAllowOrigins":["http://127.0.0.1:8080","https://shop.example.com"]}}`, nil},
+		{"ofrep bounds", `{"ofrep":{"enabled":true,"maxBodyBytes":65537,"corsAllowOrigins":["*","shop.example.com","http://a/b","","https://` + strings.Repeat("a", 250) + `"]}}`,
+			[]string{"ofrep.maxBodyBytes", "ofrep.corsAllowOrigins[0]", "ofrep.corsAllowOrigins[1]", "ofrep.corsAllowOrigins[2]", "ofrep.corsAllowOrigins[3]", "ofrep.corsAllowOrigins[4]"}},
+		{"ofrep origins", `{"ofrep":{"corsAllowOrigins":[` + strings.Repeat(`"http://a",`, 16) + `"http://b"]}}`, []string{"ofrep.corsAllowOrigins"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +46,37 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Check() paths = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOfrepDefaults: an unset body bound is the default, a set one kept;
+// a negative or too large number is refused by the decoder, naming the
+// field.
+func TestOfrepDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  string
+		want int
+	}{
+		{`{"ofrep":{"enabled":true}}`, DefaultOfrepMaxBodyBytes},
+		{`{"ofrep":{"enabled":true,"maxBodyBytes":100}}`, 100},
+		{`{"ofrep":{"enabled":true,"max_body_bytes":"200"}}`, 200},
+	} {
+		f, _, err := Parse([]byte(tc.cfg))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", tc.cfg, err)
+		}
+		if !f.OfrepEnabled() || f.Ofrep.MaxBodyBytes != tc.want {
+			t.Errorf("Parse(%s): enabled %v, maxBodyBytes %d; want true, %d", tc.cfg, f.OfrepEnabled(), f.Ofrep.MaxBodyBytes, tc.want)
+		}
+	}
+	if f, _, err := Parse([]byte(`{}`)); err != nil || f.OfrepEnabled() {
+		t.Errorf("Parse({}): OfrepEnabled %v, %v; want false", f.OfrepEnabled(), err)
+	}
+	for _, cfg := range []string{`{"ofrep":{"maxBodyBytes":-1}}`, `{"ofrep":{"maxBodyBytes":4294967296}}`, `{"ofrep":{"corsAllowOrigins":[1]}}`} {
+		_, err := Decode([]byte(cfg))
+		if err == nil || !strings.Contains(err.Error(), "ofrep.") {
+			t.Errorf("Decode(%s) = %v, want an error naming ofrep's field", cfg, err)
+		}
 	}
 }
 
@@ -84,6 +119,10 @@ func fieldPaths(t *testing.T, err error) []string {
 	}
 	var out []string
 	for _, e := range errs {
+		if _, ok := e.(interface{ Unwrap() []error }); ok { // a message's own checks, joined
+			out = append(out, fieldPaths(t, e)...)
+			continue
+		}
 		var fe *engine.FieldError
 		if !errors.As(e, &fe) {
 			t.Fatalf("%v is not a *engine.FieldError", e)

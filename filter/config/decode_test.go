@@ -470,6 +470,8 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 			return kindBool
 		case protoreflect.Int32Kind:
 			return kindInt32
+		case protoreflect.Uint32Kind:
+			return kindUint32
 		case protoreflect.Int64Kind:
 			return kindInt64
 		case protoreflect.DoubleKind:
@@ -488,7 +490,7 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 				return kindList
 			case "google.protobuf.Timestamp":
 				return kindTimestamp
-			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute", "allot.filter.v1.StickyCookie", "allot.filter.v1.SigningKey",
+			case "allot.experiment.v1.Experiment", "allot.filter.v1.Attribute", "allot.filter.v1.StickyCookie", "allot.filter.v1.SigningKey", "allot.filter.v1.Ofrep",
 				"allot.experiment.v1.Guardrail", "allot.experiment.v1.Ramp", "allot.experiment.v1.RampState", "allot.experiment.v1.Rollback":
 				return kindMessage
 			}
@@ -505,6 +507,7 @@ func TestDecoderCoversDescriptors(t *testing.T) {
 		{(&experimentv1.Experiment{}).ProtoReflect().Descriptor(), infos(experimentFields, &engine.Experiment{})},
 		{(&filterv1.StickyCookie{}).ProtoReflect().Descriptor(), infos(stickyCookieFields, &StickyCookie{})},
 		{(&filterv1.SigningKey{}).ProtoReflect().Descriptor(), infos(signingKeyFields, &SigningKey{})},
+		{(&filterv1.Ofrep{}).ProtoReflect().Descriptor(), infos(ofrepFields, &Ofrep{})},
 	} {
 		fds := m.md.Fields()
 		for i := range fds.Len() {

@@ -27,6 +27,7 @@ const (
 	kindList      // google.protobuf.ListValue
 	kindTimestamp // google.protobuf.Timestamp
 	kindBytes     // bytes: base64 text
+	kindUint32
 )
 
 // field is one field of a message: its two names, its type and, when the
@@ -62,6 +63,14 @@ var filterFields = []field{
 	{json: "assignmentHeaders", proto: "assignment_headers", kind: kindEnum},
 	{json: "cacheMaxBytes", proto: "cache_max_bytes", kind: kindInt32},
 	{json: "stickyCookie", proto: "sticky_cookie", kind: kindMessage},
+	{json: "ofrep", proto: "ofrep", kind: kindMessage},
+}
+
+// ofrepFields are Ofrep's fields.
+var ofrepFields = []field{
+	{json: "enabled", proto: "enabled", kind: kindBool},
+	{json: "maxBodyBytes", proto: "max_body_bytes", kind: kindUint32},
+	{json: "corsAllowOrigins", proto: "cors_allow_origins", repeated: true},
 }
 
 // stickyCookieFields are StickyCookie's fields.
@@ -148,6 +157,8 @@ func (d *decoder) set(m any, name string, v any) bool {
 		return d.stickyCookieField(m, name, v)
 	case *SigningKey:
 		return d.signingKeyField(m, name, v)
+	case *Ofrep:
+		return d.ofrepField(m, name, v)
 	}
 	return false
 }
@@ -173,6 +184,24 @@ func (d *decoder) stickyCookieField(c *StickyCookie, name string, v any) bool {
 		c.Insecure = d.boolean(v)
 	case "scriptReadable":
 		c.ScriptReadable = d.boolean(v)
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *decoder) ofrepField(o *Ofrep, name string, v any) bool {
+	switch name {
+	case "enabled":
+		o.Enabled = d.boolean(v)
+	case "maxBodyBytes":
+		n := d.integer(v, 64)
+		if n < 0 || n > 1<<32-1 {
+			d.fail("out of the uint32 range")
+		}
+		o.MaxBodyBytes = int(n)
+	case "corsAllowOrigins":
+		d.list(v, func(_ int, x any) { o.CorsAllowOrigins = append(o.CorsAllowOrigins, d.str(x)) })
 	default:
 		return false
 	}
@@ -244,6 +273,9 @@ func (d *decoder) filterField(f *Filter, name string, v any) bool {
 	case "stickyCookie":
 		f.StickyCookie = &StickyCookie{}
 		d.message(v, stickyCookieFields, f.StickyCookie)
+	case "ofrep":
+		f.Ofrep = &Ofrep{}
+		d.message(v, ofrepFields, f.Ofrep)
 	default:
 		return false
 	}

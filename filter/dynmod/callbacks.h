@@ -8,6 +8,13 @@
 // some. A missing one is NULL, and calling it would jump to address 0, so
 // config-new refuses every configuration unless all resolved
 // (exports.go).
+//
+// A second list, ALLOT_REPLY_CALLBACKS, are the callbacks a local reply
+// needs (reply.c: the request body read, the response sent). Only a
+// configuration that answers requests itself calls them, so only such a
+// configuration is refused while one is missing (LocalReplyUnsupported);
+// every other configuration loads without them. Both lists make one table
+// (callbacks.c), which the check and TestCallbacksListed walk.
 
 #ifndef ALLOT_CALLBACKS_H
 #define ALLOT_CALLBACKS_H
@@ -55,12 +62,29 @@
   X(int32_t, envoy_dynamic_module_callback_http_filter_record_histogram_value,                                   \
     (uintptr_t filter, size_t id, allot_buffer * label_values, size_t label_values_length, uint64_t value))
 
+// ALLOT_REPLY_CALLBACKS(X) is the same for the callbacks of a local reply
+// (Envoy 1.39 and 1.40 export all of them, with these signatures): a body
+// type is envoy_dynamic_module_type_http_body_type (ALLOT_BODY_*, reply.h).
+#define ALLOT_REPLY_CALLBACKS(X)                                                                                  \
+  X(size_t, envoy_dynamic_module_callback_http_get_body_chunks_size, (uintptr_t filter, int32_t body_type))       \
+  X(bool, envoy_dynamic_module_callback_http_get_body_chunks,                                                     \
+    (uintptr_t filter, int32_t body_type, allot_buffer * result))                                                 \
+  X(bool, envoy_dynamic_module_callback_http_received_buffered_request_body, (uintptr_t filter))                  \
+  X(void, envoy_dynamic_module_callback_http_send_response,                                                       \
+    (uintptr_t filter, uint32_t status, allot_header * headers, size_t n, allot_buffer body, allot_buffer details))
+
 #define ALLOT_DECLARE_CALLBACK(ret, name, params) extern ret name params __attribute__((weak));
 ALLOT_CALLBACKS(ALLOT_DECLARE_CALLBACK)
+ALLOT_REPLY_CALLBACKS(ALLOT_DECLARE_CALLBACK)
 #undef ALLOT_DECLARE_CALLBACK
 
-// allot_callback_count is the number of callbacks in ALLOT_CALLBACKS.
+// allot_callback_count is the number of callbacks in ALLOT_CALLBACKS and
+// ALLOT_REPLY_CALLBACKS, in that order.
 size_t allot_callback_count(void);
+
+// allot_callback_reply reports whether callback i is a local reply's
+// (ALLOT_REPLY_CALLBACKS).
+bool allot_callback_reply(size_t i);
 
 // allot_callback_name is callback i's name, a static string.
 const char* allot_callback_name(size_t i);

@@ -24,6 +24,15 @@
 // module were absent (continue the stream; NULL from config-new, which makes
 // Envoy reject the configuration).
 //
+// A request the Handler answers itself (a local reply: issue #45's OFREP)
+// stops at its headers (HeadersStop) and, to read its body, marks its
+// stream (Stream.AwaitBody): that stream's body and trailers hooks then
+// call the Handler's RequestBody, which reads the body (Filter.RequestBody)
+// and sends the reply (Filter.SendResponse). The callbacks a local reply
+// needs are a list of their own (ALLOT_REPLY_CALLBACKS): a configuration
+// that answers requests is refused while one is missing
+// (LocalReplyUnsupported), any other loads without them.
+//
 // Envoy refuses the filter unless the module exports every HTTP-filter
 // hook. Three are Go (exports.go): program-init, config-new and
 // config-destroy. Request-headers is C (warm.c): it serves a request of a
@@ -37,6 +46,11 @@
 // and filter/wire (its log levels, wire.LogLevel); it must never import the
 // filter's core (filter/plugin), gRPC or net/http.
 package dynmod
+
+/*
+#include "reply.h"
+*/
+import "C"
 
 import (
 	"sync/atomic"
@@ -66,11 +80,47 @@ type Handler interface {
 	// RequestHeaders is called when a stream's request headers arrive and
 	// the warm path (warm.c) did not serve them, with the handle of the
 	// stream's configuration and, if the handle is even, the stream's state
-	// (else 0); the stream always continues. It is the only hook a request
-	// enters Go for: creating and destroying a stream and its response hooks
-	// are C (hooks.c).
-	RequestHeaders(f Filter, s Stream, handle uintptr, endOfStream bool)
+	// (else 0). It returns HeadersContinue, or HeadersStop for a request
+	// the Handler answers itself (a local reply sent, or its body awaited:
+	// Stream.AwaitBody). It is the only hook a header request enters Go
+	// for: creating and destroying a stream and its response hooks are C
+	// (hooks.c).
+	RequestHeaders(f Filter, s Stream, handle uintptr, endOfStream bool) HeadersStatus
+	// RequestBody is called with each part of the request body of a stream
+	// that awaits it (Stream.AwaitBody), endOfStream set on the last (or
+	// on the request's trailers, the body then all buffered), until it
+	// returns anything but BodyStopAndBuffer.
+	RequestBody(f Filter, s Stream, handle uintptr, endOfStream bool) BodyStatus
 }
+
+// HeadersStatus is the request-headers hook's answer to Envoy
+// (envoy_dynamic_module_type_on_http_filter_request_headers_status).
+type HeadersStatus int32
+
+// The request-headers statuses the module answers.
+const (
+	// HeadersContinue passes the headers on.
+	HeadersContinue HeadersStatus = C.ALLOT_HEADERS_CONTINUE
+	// HeadersStop holds them (StopIteration): the request goes no further
+	// while the body hook is still called, as a local reply needs.
+	HeadersStop HeadersStatus = C.ALLOT_HEADERS_STOP_ITERATION
+)
+
+// BodyStatus is the request-body hook's answer to Envoy
+// (envoy_dynamic_module_type_on_http_filter_request_body_status).
+type BodyStatus int32
+
+// The request-body statuses the module answers.
+const (
+	// BodyContinue passes the body (and the held headers) on.
+	BodyContinue BodyStatus = C.ALLOT_BODY_CONTINUE
+	// BodyStopAndBuffer holds the part in Envoy's buffer, bounded by
+	// Envoy's buffer limit (over it, Envoy answers 413 itself), and waits
+	// for the next.
+	BodyStopAndBuffer BodyStatus = C.ALLOT_BODY_STOP_AND_BUFFER
+	// BodyStopNoBuffer stops the request for good: its reply was sent.
+	BodyStopNoBuffer BodyStatus = C.ALLOT_BODY_STOP_NO_BUFFER
+)
 
 // WarmHandler is a Handler whose every handle is a WarmConfig's Handle
 // (Stateless aside): the C request hook (warm.c) reads a configuration's

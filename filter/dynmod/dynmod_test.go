@@ -15,10 +15,11 @@ import (
 // panicky panics in every hook.
 type panicky struct{}
 
-func (panicky) ProgramInit(uint32)                           { panic("program init") }
-func (panicky) ConfigNew(Config, string, []byte) uintptr     { panic("config new") }
-func (panicky) ConfigDestroy(uintptr)                        { panic(errString("config destroy")) }
-func (panicky) RequestHeaders(Filter, Stream, uintptr, bool) { panic(42) }
+func (panicky) ProgramInit(uint32)                                         { panic("program init") }
+func (panicky) ConfigNew(Config, string, []byte) uintptr                   { panic("config new") }
+func (panicky) ConfigDestroy(uintptr)                                      { panic(errString("config destroy")) }
+func (panicky) RequestHeaders(Filter, Stream, uintptr, bool) HeadersStatus { panic(42) }
+func (panicky) RequestBody(Filter, Stream, uintptr, bool) BodyStatus       { panic("body") }
 
 type errString string
 
@@ -41,11 +42,14 @@ func TestEveryHookRecovers(t *testing.T) {
 		t.Errorf("config_new returned %d after a panic, want 0 (reject)", h)
 	}
 	envoy_dynamic_module_on_http_filter_config_destroy(7)
-	if s := allot_go_request_headers(9, 7, true); s != 0 {
-		t.Errorf("request_headers returned %d after a panic, want 0 (continue)", s)
+	if s := allot_go_request_headers(9, 7, true); int32(s) != int32(HeadersContinue) {
+		t.Errorf("request_headers returned %d after a panic, want %d (continue)", s, HeadersContinue)
 	}
-	if n := Panics() - before; n != 4 {
-		t.Errorf("%d panics counted, want 4 (one per Go hook)", n)
+	if s := allot_go_request_body(9, 7, true); int32(s) != int32(BodyContinue) {
+		t.Errorf("request_body returned %d after a panic, want %d (continue)", s, BodyContinue)
+	}
+	if n := Panics() - before; n != 5 {
+		t.Errorf("%d panics counted, want 5 (one per Go hook)", n)
 	}
 }
 
@@ -58,6 +62,9 @@ func TestNoHandler(t *testing.T) {
 	}
 	if s := allot_go_request_headers(9, 7, false); s != 0 {
 		t.Errorf("request_headers returned %d, want 0", s)
+	}
+	if s := allot_go_request_body(9, 7, true); s != 0 {
+		t.Errorf("request_body returned %d, want 0", s)
 	}
 }
 
@@ -91,8 +98,13 @@ func (r *recording) ConfigNew(Config, string, []byte) uintptr {
 	return 7
 }
 func (r *recording) ConfigDestroy(uintptr) { r.calls = append(r.calls, "config_destroy") }
-func (r *recording) RequestHeaders(Filter, Stream, uintptr, bool) {
+func (r *recording) RequestHeaders(Filter, Stream, uintptr, bool) HeadersStatus {
 	r.calls = append(r.calls, "request_headers")
+	return HeadersContinue
+}
+func (r *recording) RequestBody(Filter, Stream, uintptr, bool) BodyStatus {
+	r.calls = append(r.calls, "request_body")
+	return BodyContinue
 }
 
 // TestUnresolvedCallbackRefused: while a callback into Envoy is missing,
@@ -126,10 +138,45 @@ func TestUnresolvedCallbackRefused(t *testing.T) {
 }
 
 // TestNothingResolvesInTestBinary: the check sees what is missing — in a
-// test binary, linked without Envoy, every callback.
+// test binary, linked without Envoy, every callback: those of every
+// configuration, and apart from them those of a local reply, which
+// LocalReplyUnsupported names.
 func TestNothingResolvesInTestBinary(t *testing.T) {
-	if got, want := unresolvedCallbacks(), callbackNames(); !slices.Equal(got, want) || len(want) == 0 {
-		t.Errorf("unresolved callbacks %q, want every listed one %q", got, want)
+	reply := LocalReplyCallbacks()
+	required := slices.DeleteFunc(callbackNames(), func(n string) bool { return slices.Contains(reply, n) })
+	if got := unresolvedCallbacks(); !slices.Equal(got, required) || len(required) == 0 {
+		t.Errorf("unresolved callbacks %q, want every one of ALLOT_CALLBACKS %q", got, required)
+	}
+	want := []string{"envoy_dynamic_module_callback_http_get_body_chunks_size", "envoy_dynamic_module_callback_http_get_body_chunks",
+		"envoy_dynamic_module_callback_http_received_buffered_request_body", "envoy_dynamic_module_callback_http_send_response"}
+	if !slices.Equal(reply, want) {
+		t.Errorf("LocalReplyCallbacks() = %q, want %q", reply, want)
+	}
+	why := LocalReplyUnsupported()
+	for _, name := range reply {
+		if !strings.Contains(why, name) {
+			t.Errorf("LocalReplyUnsupported() = %q: does not name %s", why, name)
+		}
+	}
+	if !strings.Contains(why, "ABI "+ABIVersion) {
+		t.Errorf("LocalReplyUnsupported() = %q: does not name the ABI", why)
+	}
+}
+
+// TestLocalReplySupported: with every callback of a local reply resolved,
+// LocalReplyUnsupported has nothing to say; with one missing, it names
+// that one only.
+func TestLocalReplySupported(t *testing.T) {
+	saved := replyUnresolved
+	t.Cleanup(func() { replyUnresolved = saved })
+	replyUnresolved = func() []string { return nil }
+	if why := LocalReplyUnsupported(); why != "" {
+		t.Errorf("every callback resolved: LocalReplyUnsupported() = %q, want \"\"", why)
+	}
+	send := "envoy_dynamic_module_callback_http_send_response"
+	replyUnresolved = func() []string { return []string{send} }
+	if why := LocalReplyUnsupported(); !strings.Contains(why, "lacks callbacks a local reply needs: "+send+" (") {
+		t.Errorf("send_response missing: LocalReplyUnsupported() = %q", why)
 	}
 }
 
@@ -188,6 +235,20 @@ func TestStreamHooksInC(t *testing.T) {
 // go to Go.
 func TestWarmServeInC(t *testing.T) {
 	runCTest(t, "warm_test.c", "-Wl,--wrap=malloc")
+}
+
+// TestReplyInC builds testdata/reply_test.c — a local reply's C half
+// (reply.c) and the body and trailers hooks (hooks.c) over fake callbacks —
+// with AddressSanitizer and UndefinedBehaviorSanitizer, and runs it: a body
+// in parts is read whole (the buffered parts, then the received one; once
+// when the received part is the buffered body; past the stack's chunk
+// vector), a buffer too small gets the length and nothing copied, refused
+// chunks are an error; a reply reaches Envoy with its status, headers and
+// body as sent, and one over the header bound is not sent; only a stream
+// that awaits its body hands it to Go, until Go stops buffering it, and
+// trailers end a body still awaited.
+func TestReplyInC(t *testing.T) {
+	runCTest(t, "reply_test.c")
 }
 
 // runCTest builds testdata/src with $CC (gcc by default) under

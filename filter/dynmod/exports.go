@@ -20,11 +20,12 @@ import (
 )
 
 // The hooks that need Go, of those Envoy 1.40 resolves when it loads an
-// HTTP filter module: three, and the Go half of the fourth, request
-// headers, whose C half (warm.c) serves warm requests itself (the others
-// are C: hooks.c). The ABI's pointer types
-// are passed as uintptr_t here: the same registers. Hooks that return a
-// status return 0, Continue.
+// HTTP filter module: three, the Go half of the fourth, request headers,
+// whose C half (warm.c) serves warm requests itself, and the Go half of
+// request body and trailers, for a stream awaiting its body (the others
+// are C: hooks.c). The ABI's pointer types are passed as uintptr_t here:
+// the same registers. Hooks that return a status return Continue unless
+// the Handler answers the request itself.
 
 //export envoy_dynamic_module_on_program_init
 func envoy_dynamic_module_on_program_init() (version *C.char) {
@@ -83,17 +84,37 @@ func envoy_dynamic_module_on_http_filter_config_destroy(h C.uintptr_t) {
 // hook (warm.c) calls it for every request the warm path does not serve.
 //
 //export allot_go_request_headers
-func allot_go_request_headers(f, m C.uintptr_t, endOfStream C.bool) C.int32_t {
+func allot_go_request_headers(f, m C.uintptr_t, endOfStream C.bool) (status C.int32_t) {
 	defer func() {
 		if v := recover(); v != nil {
 			recovered("http_filter_request_headers", v)
+			status = C.int32_t(HeadersContinue)
 		}
 	}()
 	if handler != nil {
 		s, h := streamOf(uintptr(m))
-		handler.RequestHeaders(Filter(f), s, h, bool(endOfStream))
+		return C.int32_t(handler.RequestHeaders(Filter(f), s, h, bool(endOfStream)))
 	}
-	return 0
+	return C.int32_t(HeadersContinue)
+}
+
+// allot_go_request_body is the Go half of the body and trailers hooks of a
+// stream that awaits its body (hooks.c); a panic passes the request on
+// (BodyContinue), as a module that did nothing would.
+//
+//export allot_go_request_body
+func allot_go_request_body(f, m C.uintptr_t, endOfStream C.bool) (status C.int32_t) {
+	defer func() {
+		if v := recover(); v != nil {
+			recovered("http_filter_request_body", v)
+			status = C.int32_t(BodyContinue)
+		}
+	}()
+	if handler != nil {
+		s, h := streamOf(uintptr(m))
+		return C.int32_t(handler.RequestBody(Filter(f), s, h, bool(endOfStream)))
+	}
+	return C.int32_t(BodyContinue)
 }
 
 // unresolved names the callbacks into Envoy that did not resolve when

@@ -13,6 +13,13 @@
 // Pointers the ABI types as pointers are uintptr_t here, as in the Go
 // hooks: the same registers. Status-returning hooks return 0, Continue.
 //
+// A request the plugin answers itself (issue #45) is the exception: its
+// request hook stops the stream (StopIteration) and, when it waits for the
+// body, marks the stream (allot_stream.await_body), whose body and
+// trailers hooks then enter Go (allot_go_request_body, exports.go) until
+// Go no longer buffers it. Only such a stream's body enters Go: any other
+// stream's body hook is one or two branches in C.
+//
 // A configuration whose handle is odd keeps no state per stream: a
 // stream's module value is the handle itself. A configuration whose handle
 // is even gives each stream an allot_stream (stream.h), where the request
@@ -27,7 +34,12 @@
 #include <stdlib.h>
 
 #include "callbacks.h"
+#include "reply.h"
 #include "wcache.h"
+
+// allot_go_request_body is the Go half of the body and trailers hooks of a
+// stream that awaits its body (exports.go): a body hook's status.
+extern int32_t allot_go_request_body(uintptr_t f, uintptr_t m, bool eos);
 
 // A stream's module value is its configuration's handle (never 0: 0 would
 // make Envoy close the stream, and a configuration Envoy accepted has a
@@ -84,9 +96,29 @@ uintptr_t envoy_dynamic_module_on_http_filter_per_route_config_new(allot_buffer 
 
 void envoy_dynamic_module_on_http_filter_per_route_config_destroy(uintptr_t config) {}
 
-int32_t envoy_dynamic_module_on_http_filter_request_body(uintptr_t f, uintptr_t m, bool eos) { return 0; }
+// A stream that awaits its body hands each part to Go, which answers
+// StopIterationAndBuffer while it wants more; any other answer ends the
+// wait. Any other stream's body continues.
+int32_t envoy_dynamic_module_on_http_filter_request_body(uintptr_t f, uintptr_t m, bool eos) {
+  if (m == 0 || (m & 1)) return ALLOT_BODY_CONTINUE;
+  allot_stream* s = (allot_stream*)m;
+  if (!s->await_body) return ALLOT_BODY_CONTINUE;
+  int32_t status = allot_go_request_body(f, m, eos);
+  if (status != ALLOT_BODY_STOP_AND_BUFFER) s->await_body = false;
+  return status;
+}
 
-int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintptr_t m) { return 0; }
+// Trailers end a request whose last body part did not: a stream still
+// awaiting its body gets its end here (the whole body is buffered by
+// then), and stops unless Go lets it continue.
+int32_t envoy_dynamic_module_on_http_filter_request_trailers(uintptr_t f, uintptr_t m) {
+  if (m == 0 || (m & 1)) return ALLOT_TRAILERS_CONTINUE;
+  allot_stream* s = (allot_stream*)m;
+  if (!s->await_body) return ALLOT_TRAILERS_CONTINUE;
+  s->await_body = false;
+  return allot_go_request_body(f, m, true) == ALLOT_BODY_CONTINUE ? ALLOT_TRAILERS_CONTINUE
+                                                                  : ALLOT_TRAILERS_STOP_ITERATION;
+}
 
 // The response header the request hook left, if any, goes downstream;
 // the outcomes of its observed variations are counted.

@@ -82,19 +82,26 @@ var abiVersion = C.CString(ABIVersion)
 // whether every other one did).
 func inEnvoy() bool { return bool(C.allot_envoy_present()) }
 
-// unresolvedCallbacks names the callbacks into Envoy (ALLOT_CALLBACKS in
-// callbacks.h) that did not resolve, in the list's order.
-func unresolvedCallbacks() []string {
-	var missing []string
+// unresolvedCallbacks names the callbacks into Envoy every configuration
+// needs (ALLOT_CALLBACKS in callbacks.h) that did not resolve, in the
+// list's order.
+func unresolvedCallbacks() []string { return callbacksWhere(false, false) }
+
+// callbacksWhere names the callbacks of ALLOT_REPLY_CALLBACKS (reply) or
+// ALLOT_CALLBACKS (!reply), in the list's order: every one (all), or
+// those that did not resolve.
+func callbacksWhere(reply, all bool) []string {
+	var names []string
 	for i := range C.allot_callback_count() {
-		if !C.allot_callback_resolved(i) {
-			missing = append(missing, C.GoString(C.allot_callback_name(i)))
+		if bool(C.allot_callback_reply(i)) == reply && (all || !bool(C.allot_callback_resolved(i))) {
+			names = append(names, C.GoString(C.allot_callback_name(i)))
 		}
 	}
-	return missing
+	return names
 }
 
-// callbackNames names every callback in ALLOT_CALLBACKS.
+// callbackNames names every callback in ALLOT_CALLBACKS and
+// ALLOT_REPLY_CALLBACKS.
 func callbackNames() []string {
 	names := make([]string, C.allot_callback_count())
 	for i := range names {

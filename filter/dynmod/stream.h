@@ -39,6 +39,10 @@ typedef struct {
   size_t n_outcomes;
   int64_t start_ns;
   uintptr_t envoy_config;
+  // await_body is set while the request's body goes to Go (its request
+  // hook answered AwaitBody: allot_stream_await_body), and cleared by the
+  // body hook (hooks.c) once Go no longer buffers it.
+  bool await_body;
   // room is how many variations' ids fit in ids, allocated with the stream:
   // its configuration's observed experiments (a request is assigned one
   // variation of each), so that observing copies and allocates nothing.
@@ -102,6 +106,14 @@ static inline bool allot_stream_observe(uintptr_t stream, uintptr_t envoy_config
   s->n_outcomes = n;
   s->envoy_config = envoy_config;
   s->start_ns = allot_now_ns();
+  return true;
+}
+
+// allot_stream_await_body sends the stream's request body, as it arrives,
+// to Go (the body hook, hooks.c); false if the stream has no state (0).
+static inline bool allot_stream_await_body(uintptr_t stream) {
+  if (stream == 0 || (stream & 1)) return false;
+  ((allot_stream*)stream)->await_body = true;
   return true;
 }
 

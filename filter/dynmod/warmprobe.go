@@ -34,3 +34,9 @@ func (c *WarmCache) Probe(pairs [][2]string) (WarmVerdict, string) {
 	}
 	return WarmVerdict(status), key
 }
+
+// Answers reports whether the warm path hands a request of headers pairs
+// to Go because the configuration answers it itself (its :path under the
+// answer prefix: SetAnswerPrefix), as the C request hook decides on a hit.
+// It is for tests of other packages, as Probe.
+func (w *WarmConfig) Answers(pairs [][2]string) bool { return w.answers(pairs) }

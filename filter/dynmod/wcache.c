@@ -463,7 +463,23 @@ void allot_wconfig_free(allot_wconfig* w) {
   allot_wplan_free(w->plan);
   allot_wrender_free(w->render);
   a.free((void*)w->exposure_key.ptr);
+  a.free((void*)w->answer_prefix.ptr);
   a.free(w);
+}
+
+bool allot_wconfig_set_answer_prefix(allot_wconfig* w, allot_buffer prefix) {
+  w->a.free((void*)w->answer_prefix.ptr);
+  w->answer_prefix = (allot_buffer){NULL, 0};
+  return allot_copy(&w->a, prefix, &w->answer_prefix);
+}
+
+bool allot_answered(const allot_header* h, size_t n, allot_buffer prefix) {
+  for (size_t i = 0; i < n; i++) {
+    if (h[i].key_length == 5 && memcmp(h[i].key_ptr, ":path", 5) == 0) {
+      return h[i].value_length >= prefix.length && memcmp(h[i].value_ptr, prefix.ptr, prefix.length) == 0;
+    }
+  }
+  return false;
 }
 
 allot_wconfig* allot_wconfig_new(allot_wplan* plan, allot_wrender* render, size_t n_workers, size_t max_entries,

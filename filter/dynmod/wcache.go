@@ -374,6 +374,19 @@ func NewWarmConfig(p *WarmPlan, r *WarmRender, workers, maxEntries, maxBytes, co
 	return w, nil
 }
 
+// SetAnswerPrefix gives the C side the path prefix of the requests the
+// configuration answers itself (plugin.Config.AnswerPrefix): the warm path
+// hands every request whose :path begins with it to Go, never serving it
+// from its cache. Call it before the handle reaches Envoy; "" (the
+// default) answers none, and costs the warm path nothing.
+func (w *WarmConfig) SetAnswerPrefix(prefix string) error {
+	if !C.allot_wconfig_set_answer_prefix(w.c, C.allot_buffer{ptr: (*C.char)(unsafe.Pointer(unsafe.StringData(prefix))),
+		length: C.size_t(len(prefix))}) {
+		return errors.New("answer prefix: no memory")
+	}
+	return nil
+}
+
 // Handle is the configuration's handle: the C side's address, whose low
 // bit is free (malloc aligns it) for Stateless.
 func (w *WarmConfig) Handle() uintptr { return uintptr(unsafe.Pointer(w.c)) }
@@ -498,6 +511,24 @@ func (c *WarmCache) find(pairs [][2]string) (status int, key string, hit *warmEn
 	r := C.allot_wcache_find(c.c, h, C.size_t(n), &e)
 	allocs = int(C.allot_counting_allocs() - before)
 	return int(r), C.GoStringN(c.c.key, C.int(c.c.key_length)), copyEntry(e), allocs
+}
+
+// answers runs the warm path's answer-prefix check (allot_answered) over
+// request headers pairs copied into C memory, with the configuration's
+// prefix; false, as the hook decides, when it has none.
+func (w *WarmConfig) answers(pairs [][2]string) bool {
+	if w.c.answer_prefix.length == 0 {
+		return false
+	}
+	var mem cArena
+	defer mem.free()
+	h := (*C.allot_header)(mem.alloc(len(pairs) * C.sizeof_allot_header))
+	hs := unsafe.Slice(h, len(pairs))
+	for i, kv := range pairs {
+		hs[i] = C.allot_header{key_ptr: mem.str(kv[0]), key_length: C.size_t(len(kv[0])),
+			value_ptr: mem.str(kv[1]), value_length: C.size_t(len(kv[1]))}
+	}
+	return bool(C.allot_answered(h, C.size_t(len(pairs)), w.c.answer_prefix))
 }
 
 // get looks key up directly.

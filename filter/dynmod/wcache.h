@@ -309,8 +309,22 @@ typedef struct {
   allot_wcache** workers;
   size_t n_workers;
   allot_buffer exposure_key;  // the exposure record's filter state
+  // answer_prefix is the path prefix of the requests the configuration
+  // answers itself (plugin.Config.AnswerPrefix; empty: none), which the
+  // warm path never serves: Go answers them.
+  allot_buffer answer_prefix;
   allot_allocator a;
 } allot_wconfig;
+
+// allot_wconfig_set_answer_prefix copies the path prefix of the requests
+// the configuration answers itself into its C side (at configuration
+// time, before any stream sees its handle), replacing any; false on no
+// memory (then it has none).
+bool allot_wconfig_set_answer_prefix(allot_wconfig* w, allot_buffer prefix);
+
+// allot_answered reports whether a request's headers h (n of them) have a
+// :path that begins with prefix (not empty).
+bool allot_answered(const allot_header* h, size_t n, allot_buffer prefix);
 
 // allot_wrender_new makes a render table of n_exps experiments, each set
 // with allot_wrender_set; NULL on no memory or n_exps over 0xffff.

@@ -1,6 +1,7 @@
 // The warm path's hit (docs/perf/native-warm-path.md): a request of a
 // configuration whose C side has a plan, whose headers build a key its
-// worker's cache holds, is served here — its assignment's headers rendered
+// worker's cache holds, and whose :path is not under the prefix of the
+// requests the configuration answers itself, is served here — its assignment's headers rendered
 // and added in Go's order, the exposure record, the counts, an observed
 // assignment's outcome stat ids left in the stream, the route cleared —
 // without entering Go. warm.c's request hook calls it and hands Go every
@@ -47,6 +48,10 @@ bool allot_warm_serve(uintptr_t f, uintptr_t m) {
   const bool hit = n <= ALLOT_WCACHE_MAX_HEADERS &&
                    (n == 0 || envoy_dynamic_module_callback_http_get_headers(f, 0, c->hdrs)) &&
                    allot_wcache_find(c, c->hdrs, n, &e) == ALLOT_WFIND_HIT;
+  // A request the configuration answers itself (its :path under the answer
+  // prefix) is Go's, whatever the cache holds; not a look either. A
+  // configuration that answers none pays one branch, on a hit.
+  if (hit && w->answer_prefix.length > 0 && allot_answered(c->hdrs, n, w->answer_prefix)) return false;
   allot_wcache_looked(c, hit);
   if (!hit) return false;
   const uint32_t* items = allot_wentry_items(e);

@@ -30,11 +30,16 @@ type envoyHost struct {
 	// changed is set once the request hook has asked Envoy to add or
 	// remove a request header (endRequest).
 	changed bool
+	// body is the request body's copy (plugin.LocalReplier), reply a local
+	// reply's headers.
+	body  []byte
+	reply dynmod.HeaderBatch
 }
 
 var (
 	_ plugin.Host          = (*envoyHost)(nil)
 	_ plugin.HeaderBatcher = (*envoyHost)(nil)
+	_ plugin.LocalReplier  = (*envoyHost)(nil)
 )
 
 // callError is a callback into Envoy that refused (or cannot be made:
@@ -51,6 +56,8 @@ const (
 	errFilterState callError = "http_set_filter_state_bytes"
 	errCounter     callError = "http_filter_config_define_counter"
 	errIncrement   callError = "http_filter_config_increment_counter"
+	errBody        callError = "http_get_body_chunks"
+	errReply       callError = "http_send_response"
 )
 
 // errNoProperty is Property's error for a property Envoy's dynamic modules
@@ -184,6 +191,46 @@ func (h *envoyHost) RecordMetric(uint32, uint64) error { return errUnsupported }
 // (module.observe), whose hooks count the outcomes without entering Go.
 func (h *envoyHost) RecordsOutcomes() bool { return true }
 
+// RequestBody implements plugin.LocalReplier: the request body so far,
+// copied out of Envoy's buffers (dynmod.Filter.RequestBody), the part the
+// current body hook received included. Envoy bounds it: a body over its
+// buffer limit is answered 413 by Envoy before it reaches the module.
+func (h *envoyHost) RequestBody() ([]byte, error) {
+	if h.filter == 0 {
+		return nil, errBody
+	}
+	b, ok := h.filter.RequestBody(h.body)
+	h.body = b
+	if !ok {
+		return nil, errBody
+	}
+	return b, nil
+}
+
+// SendLocalReply implements plugin.LocalReplier: Envoy answers the
+// request with status, headers and body (dynmod.Filter.SendResponse,
+// Envoy's send_response, which copies them), and the hook that sent it
+// stops the stream.
+func (h *envoyHost) SendLocalReply(status uint32, headers [][2]string, body []byte) error {
+	if h.filter == 0 {
+		return errReply
+	}
+	h.reply.Reset()
+	for _, kv := range headers {
+		h.reply.Add(kv[0], kv[1])
+	}
+	ok := h.filter.SendResponse(status, &h.reply, body)
+	h.reply.Reset()
+	if !ok {
+		return errReply
+	}
+	return nil
+}
+
+// maxKeptBody is the largest body copy a worker keeps for the next
+// request (a larger one is dropped when its hook ends).
+const maxKeptBody = 64 << 10
+
 // endRequest ends a request hook. If the plugin changed the request
 // headers (removed a client's assignment headers, added its own, scrubbed
 // them after a failure), Envoy is asked to choose the stream's route again:
@@ -197,6 +244,9 @@ func (h *envoyHost) endRequest() {
 	}
 	h.changed = false
 	h.filter, h.entry = 0, nil
+	if cap(h.body) > maxKeptBody {
+		h.body = nil
+	}
 }
 
 // attributes maps the properties the plugin knows by meaning to Envoy's

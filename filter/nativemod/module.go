@@ -119,6 +119,12 @@ type module struct {
 	// C state (dynmod.Stream.Observe); tests, whose streams are not
 	// hooks.c's, record them instead.
 	observeStream func(dynmod.Stream, dynmod.Config, []uint64) bool
+	// awaitBody marks a stream whose body goes to RequestBody
+	// (dynmod.Stream.AwaitBody); tests record it instead.
+	awaitBody func(dynmod.Stream) bool
+	// replyUnsupported says why this Envoy cannot send a local reply
+	// (dynmod.LocalReplyUnsupported; "" when it can); tests replace it.
+	replyUnsupported func() string
 	// warm is whether configurations get a warm path (WarmEnv), warning
 	// what ProgramInit logs about its value; pending is flushWarmLocked's
 	// scratch, guarded by mu.
@@ -185,7 +191,8 @@ type worker struct {
 }
 
 func newModule() *module {
-	m := &module{observeStream: dynmod.Stream.Observe}
+	m := &module{observeStream: dynmod.Stream.Observe, awaitBody: dynmod.Stream.AwaitBody,
+		replyUnsupported: dynmod.LocalReplyUnsupported}
 	m.configs.Store(&map[uintptr]*entry{})
 	m.workers.Store(&[]*worker{})
 	return m
@@ -316,6 +323,10 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 0
 	}
+	if why := m.answerRefusal(cfg.AnswerPrefix()); why != "" {
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+why)
+		return 0
+	}
 	names := cfg.MetricNames()
 	e := &entry{cfg: cfg, envoy: c, counters: make([]uint64, len(names)), names: make(map[string]int, len(names))}
 	for i, n := range names {
@@ -336,16 +347,23 @@ func (m *module) ConfigNew(c dynmod.Config, name string, data []byte) uintptr {
 	if e.side = m.newSide(e); e.side == nil {
 		return 0
 	}
+	// The warm path hands Go every request the configuration answers.
+	if err := e.side.SetAnswerPrefix(cfg.AnswerPrefix()); err != nil {
+		dynmod.Log(wire.LogCritical, "allot: configuration rejected: "+err.Error())
+		e.side.Free()
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.retainLocked(c, e, time.Now())
 	m.next++
 	e.id = m.next
-	// Only the streams of a sticky or observed configuration keep state:
-	// the cookie its request hook leaves for the response, the stat ids of
-	// its observed variations (dynmod's handles).
+	// Only the streams of a sticky, observed or answering configuration
+	// keep state: the cookie its request hook leaves for the response, the
+	// stat ids of its observed variations, the mark of a request awaiting
+	// its body (dynmod's handles).
 	h := e.side.Handle() | dynmod.Stateless
-	if cfg.Sticky() || cfg.Observed() {
+	if cfg.Sticky() || cfg.Observed() || cfg.AnswerPrefix() != "" {
 		h = e.side.Handle()
 	}
 	old := *m.configs.Load()
@@ -549,10 +567,14 @@ func (m *module) ConfigDestroy(h uintptr) {
 // scrubs the request and counts it); a panic here, outside it, reaches
 // dynmod, which recovers it too. A sticky cookie the request leaves goes
 // into the stream's state, for its response.
-func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ bool) {
+//
+// A request the plugin answers itself (plugin.Verdict, issue #45) stops at
+// its headers: answered there, or awaiting its body, which then reaches
+// RequestBody (headersStatus); a header request costs one branch more.
+func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, endOfStream bool) dynmod.HeadersStatus {
 	e := (*m.configs.Load())[h]
 	if e == nil {
-		return
+		return dynmod.HeadersContinue
 	}
 	idx := m.workerIndex(f)
 	w := m.worker(idx)
@@ -566,7 +588,10 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 		w.roots[e.id] = e
 		w.plugin.Install(e.id, e.cfg)
 	}
-	w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
+	v := w.plugin.Request(w.plugin.Root(e.id)) // a stream here is Envoy's: the module keeps no stream contexts
+	if v != plugin.Continue {
+		return m.answer(w, e, s, v, endOfStream)
+	}
 	m.handOff(w, e, idx)
 	if sc := w.plugin.SetCookie(); sc != "" {
 		m.respond(s, sc)
@@ -574,6 +599,7 @@ func (m *module) RequestHeaders(f dynmod.Filter, s dynmod.Stream, h uintptr, _ b
 	if slots := w.plugin.Observed(); len(slots) > 0 {
 		m.observe(w, e, s, slots)
 	}
+	return dynmod.HeadersContinue
 }
 
 // handOff gives the stream's worker's C cache, if the configuration has a

@@ -46,6 +46,7 @@ func newFakeModule(workers int) *fakeModule {
 		f.mu.Unlock()
 		return proxywasm.NewHost(b)
 	}
+	f.replyUnsupported = func() string { return "" } // a configuration that answers requests runs here
 	f.observeStream = func(_ dynmod.Stream, _ dynmod.Config, ids []uint64) bool {
 		f.mu.Lock()
 		f.observed = append(f.observed, slices.Clone(ids))

@@ -23,17 +23,18 @@ func (*benchHost) GetBuffer(abi.BufferType, int, int) ([]byte, error) { return n
 func (h *benchHost) GetHeaderMapPairs(abi.MapType) ([][2]string, error) {
 	return h.pairs, nil
 }
-func (*benchHost) AddHeaderMapValue(abi.MapType, string, string) error   { return nil }
-func (*benchHost) RemoveHeaderMapValue(abi.MapType, string) error        { return nil }
-func (*benchHost) SetHeaderMapPairs(abi.MapType, []byte) error           { return nil }
-func (*benchHost) GetProperty(...string) ([]byte, error)                 { return nil, abi.ErrNotFound }
-func (*benchHost) SetProperty(string, []byte) error                      { return nil }
-func (*benchHost) DefineMetric(abi.MetricType, string) (uint32, error)   { return 1, nil }
-func (*benchHost) IncrementMetric(uint32, int64) error                   { return nil }
-func (*benchHost) GetHeaderMapValue(abi.MapType, string) (string, error) { return "200", nil }
-func (*benchHost) RecordMetric(uint32, uint64) error                     { return nil }
-func (*benchHost) CurrentTimeNanos() (int64, error)                      { return 0, nil }
-func (*benchHost) SetTickPeriod(uint32) error                            { return nil }
+func (*benchHost) AddHeaderMapValue(abi.MapType, string, string) error           { return nil }
+func (*benchHost) RemoveHeaderMapValue(abi.MapType, string) error                { return nil }
+func (*benchHost) SetHeaderMapPairs(abi.MapType, []byte) error                   { return nil }
+func (*benchHost) GetProperty(...string) ([]byte, error)                         { return nil, abi.ErrNotFound }
+func (*benchHost) SetProperty(string, []byte) error                              { return nil }
+func (*benchHost) DefineMetric(abi.MetricType, string) (uint32, error)           { return 1, nil }
+func (*benchHost) IncrementMetric(uint32, int64) error                           { return nil }
+func (*benchHost) GetHeaderMapValue(abi.MapType, string) (string, error)         { return "200", nil }
+func (*benchHost) RecordMetric(uint32, uint64) error                             { return nil }
+func (*benchHost) CurrentTimeNanos() (int64, error)                              { return 0, nil }
+func (*benchHost) SetTickPeriod(uint32) error                                    { return nil }
+func (*benchHost) SendLocalResponse(uint32, string, []byte, []byte, int32) error { return nil }
 
 // benchConfig is n experiments targeting country, platform and version,
 // about a third of which match benchRequest: the shape of make bench's

@@ -99,6 +99,10 @@ type Config struct {
 	// slot is outBase[i]+v. nslots is the number of slots.
 	outBase []int32
 	nslots  int
+
+	// ofrep is the OFREP endpoint's settings, nil when the configuration
+	// does not answer OFREP.
+	ofrep *ofrepConfig
 }
 
 // ParseConfig decodes and compiles a plugin configuration with
@@ -161,6 +165,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.jar, c.names = cookie.New(f.StickyCookie), refs
 		c.cookies[c.jar.Name()] = append(c.cookies[c.jar.Name()], c.nvals)
 		c.nvals++
+	}
+	if f.OfrepEnabled() {
+		c.compileOfrep(f)
 	}
 	return c, nil
 }

@@ -90,6 +90,9 @@ type Plugin struct {
 	warmKeep  bool
 	warmSeen  bool
 	warmItems []uint32
+
+	// of is the scratch of the OFREP request in hand (ofrep.go).
+	of ofrepState
 }
 
 // Root is one plugin instance: its configuration, cache and counters.
@@ -214,24 +217,39 @@ func (p *Plugin) SetCookie() string { return stringView(p.setCookie) }
 // (failOpen), and is counted once. A request that changed its unit's
 // sticky assignments leaves their cookie (SetCookie) for the stream's
 // response, one an observed experiment assigned its outcome slots
-// (Observed).
-func (p *Plugin) Request(r *Root) {
+// (Observed). It returns what the adapter does with the stream next
+// (Verdict): Continue for every request it assigns. A request the
+// configuration answers itself (OFREP, ofrep.go) is recognized first and
+// answered (Answered) or held for its body (AwaitBody): nothing is
+// assigned to it, and nothing removed (an adapter that lets its headers go
+// on before the body removes forged ones: ReleaseHeaders).
+func (p *Plugin) Request(r *Root) (verdict Verdict) {
 	p.setCookie = p.setCookie[:0]
 	p.observed = p.observed[:0]
 	if p.keepWarm {
 		p.warm = warmResult{}
 	}
 	if r == nil || r.cfg == nil {
-		return
+		return Continue
 	}
 	defer func() {
 		if v := recover(); v != nil {
+			if p.of.answering {
+				verdict = p.answerPanic(r, v)
+				return
+			}
 			p.failOpen(r, nil, v)
 		}
 	}()
 	if err := p.assign(r); err != nil {
+		if err == errAnswer {
+			verdict = p.ofrepRequest(r, p.of.pairs)
+			p.of.answering = false
+			return verdict
+		}
 		p.failOpen(r, err, nil)
 	}
+	return Continue
 }
 
 // assign reads the request's headers once, removes forged assignment
@@ -250,6 +268,10 @@ func (p *Plugin) assign(r *Root) error {
 	pairs, err := p.host.RequestHeaders()
 	if err != nil {
 		return err
+	}
+	if cfg.ofrep != nil && p.isOFREP(pairs) {
+		p.of.pairs = pairs
+		return errAnswer
 	}
 	// One pass finds the forged names and copies the header attributes'
 	// values (a copy cannot fail); the forged headers are removed before

@@ -16,6 +16,11 @@ type stats struct {
 	outcomesUnrecorded int64
 	unrecordedID       uint32
 	hasUnrecorded      bool
+	// ofrep counts OFREP evaluations and errors (ofrepIDs), defined only
+	// when the configuration answers OFREP (hasOfrep).
+	ofrep    [2]int64
+	ofrepIDs [2]uint32
+	hasOfrep bool
 
 	ids        [9]uint32 // of the fixed counters, in fixed's order
 	nfixed     int       // fixed counters defined: 4, or 9 with a sticky cookie
@@ -54,6 +59,9 @@ func (c *Config) MetricNames() []string {
 	if c.Observed() {
 		names = append(names, wire.MetricOutcomesUnrecorded)
 	}
+	if c.ofrep != nil {
+		names = append(names, wire.MetricOfrepEvaluations, wire.MetricOfrepErrors)
+	}
 	return names
 }
 
@@ -84,7 +92,10 @@ func (s *stats) define(h Host, cfg *Config, outcomes bool) {
 	}
 	s.hasUnrecorded = cfg.Observed()
 	if s.hasUnrecorded {
-		s.unrecordedID = ids[0]
+		s.unrecordedID, ids = ids[0], ids[1:]
+	}
+	if s.hasOfrep = cfg.ofrep != nil; s.hasOfrep {
+		copy(s.ofrepIDs[:], ids)
 	}
 	s.outcomes, s.outIDs, s.latIDs = nil, nil, nil
 	if outcomes && cfg.Observed() {
@@ -118,7 +129,8 @@ func (r *Root) flush(h Host) {
 	if r.cfg == nil || s.defineFail {
 		clear(s.outcomes)
 		*s = stats{ids: s.ids, nfixed: s.nfixed, varIDs: s.varIDs, variations: zero(s.variations), defineFail: s.defineFail,
-			outcomes: s.outcomes, outIDs: s.outIDs, latIDs: s.latIDs, unrecordedID: s.unrecordedID, hasUnrecorded: s.hasUnrecorded}
+			outcomes: s.outcomes, outIDs: s.outIDs, latIDs: s.latIDs, unrecordedID: s.unrecordedID, hasUnrecorded: s.hasUnrecorded,
+			ofrepIDs: s.ofrepIDs, hasOfrep: s.hasOfrep}
 		return
 	}
 	for i, n := range s.fixed() {
@@ -141,6 +153,12 @@ func (r *Root) flush(h Host) {
 		h.IncrementMetric(s.unrecordedID, s.outcomesUnrecorded)
 	}
 	s.outcomesUnrecorded = 0
+	for i, n := range s.ofrep {
+		if s.hasOfrep && n != 0 {
+			h.IncrementMetric(s.ofrepIDs[i], n)
+		}
+		s.ofrep[i] = 0
+	}
 	for slot := range s.outcomes {
 		for class, n := range s.outcomes[slot] {
 			if n != 0 {

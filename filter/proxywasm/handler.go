@@ -24,8 +24,21 @@ type Handler struct {
 	// for its response; free the records to reuse.
 	observing map[uint32]*plugin.Observation
 	free      []*plugin.Observation
+	// awaiting holds the streams whose request the plugin answers once
+	// its body has come (OFREP), with their root; w is the host under
+	// host, which hands the plugin the body.
+	awaiting map[uint32]held
+	w        *proxyWasm
 
 	vm vmMetrics
+}
+
+// held is a stream the plugin holds for its body: its root and what the
+// plugin needs of its headers, which Envoy no longer gives in the body
+// callback.
+type held struct {
+	r   *plugin.Root
+	req *plugin.HeldRequest
 }
 
 // streamSlot is one entry of Handler.slots; id 0 is free.
@@ -39,8 +52,8 @@ var _ abi.Handler = (*Handler)(nil)
 // New returns a Handler whose plugin talks to a proxy-wasm host (the Wasm
 // module's, or a fake) through NewHost.
 func New(host abi.Host) *Handler {
-	h := NewHost(host)
-	return &Handler{p: plugin.New(h), host: h, streams: map[uint32]*plugin.Root{}}
+	h, w := newHost(host)
+	return &Handler{p: plugin.New(h), host: h, w: w, streams: map[uint32]*plugin.Root{}}
 }
 
 // Plugin is the core h drives.
@@ -83,12 +96,16 @@ func (h *Handler) OnConfigure(rootID uint32, size int) bool {
 	return true
 }
 
-// OnRequestHeaders implements abi.Handler with plugin.Request; it always
-// continues the stream. A sticky cookie or an observation the request
-// leaves waits with the stream for its response.
-func (h *Handler) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
+// OnRequestHeaders implements abi.Handler with plugin.Request; it
+// continues every stream the plugin assigns. A sticky cookie or an
+// observation the request leaves waits with the stream for its response.
+// A request the plugin answers itself (OFREP) pauses once answered; held
+// for its body (OnRequestBody), its headers go on (answer).
+func (h *Handler) OnRequestHeaders(id uint32, _ int, endOfStream bool) abi.Action {
 	r := h.stream(id)
-	h.p.Request(r)
+	if v := h.p.Request(r); v != plugin.Continue {
+		return h.answer(id, r, v, endOfStream)
+	}
 	if sc := h.p.SetCookie(); sc != "" {
 		if h.pending == nil {
 			h.pending = map[uint32]string{}
@@ -99,6 +116,64 @@ func (h *Handler) OnRequestHeaders(id uint32, _ int, _ bool) abi.Action {
 		h.observe(id, r)
 	}
 	return abi.ActionContinue
+}
+
+// answer is OnRequestHeaders for a request the plugin answers itself:
+// one without a body is answered now (plugin.RequestBody at its end),
+// one with a body waits for it.
+//
+// Waiting for the body, the headers continue: Envoy turns a paused
+// proxy_on_request_headers into StopAllIterationAndWatermark for a module
+// that exports a body callback, and then delivers it no body at all. So the
+// route's upstream may see the request's headers start before the body
+// callback answers it (never with forged assignment headers:
+// plugin.ReleaseHeaders), and the answer resets that upstream request.
+//
+//go:noinline
+func (h *Handler) answer(id uint32, r *plugin.Root, v plugin.Verdict, endOfStream bool) abi.Action {
+	if v == plugin.AwaitBody && endOfStream {
+		h.w.bodySize = 0
+		h.p.ResumeRequest(h.p.HoldRequest())
+		v = h.p.RequestBody(r, true)
+	}
+	switch v {
+	case plugin.Continue:
+		return abi.ActionContinue
+	case plugin.AwaitBody:
+		if h.awaiting == nil {
+			h.awaiting = map[uint32]held{}
+		}
+		h.awaiting[id] = held{r, h.p.HoldRequest()}
+		h.p.ReleaseHeaders(r)
+		return abi.ActionContinue
+	}
+	return abi.ActionPause
+}
+
+// OnRequestBody implements abi.Handler with plugin.RequestBody for a
+// stream the plugin holds (OFREP); any other continues at once. A held
+// stream pauses, so Envoy buffers its body, until the plugin has
+// answered it.
+func (h *Handler) OnRequestBody(id uint32, bodySize int, endOfStream bool) abi.Action {
+	if len(h.awaiting) == 0 {
+		return abi.ActionContinue
+	}
+	st, ok := h.awaiting[id]
+	if !ok {
+		return abi.ActionContinue
+	}
+	h.w.bodySize = bodySize
+	h.p.ResumeRequest(st.req)
+	v := h.p.RequestBody(st.r, endOfStream)
+	h.w.bodySize = 0
+	if v == plugin.AwaitBody {
+		return abi.ActionPause
+	}
+	delete(h.awaiting, id)
+	if v == plugin.Continue {
+		return abi.ActionContinue
+	}
+	return abi.ActionPause
 }
 
 // observe keeps the outcome slots the request just assigned for stream
@@ -169,6 +244,9 @@ func (h *Handler) OnDelete(id uint32) {
 	if len(h.observing) > 0 {
 		h.observed(id, true) // no response headers came: a reset
 	}
+	if len(h.awaiting) > 0 {
+		delete(h.awaiting, id) // a stream reset before its body ended
+	}
 	if s := &h.slots[id%uint32(len(h.slots))]; s.id == id {
 		*s = streamSlot{}
 		return
@@ -191,4 +269,4 @@ func (h *Handler) OnTick(rootID uint32) {
 
 // Waiting is how many streams wait with a sticky cookie or an outcome
 // observation for their response: none once every stream has ended.
-func (h *Handler) Waiting() int { return len(h.pending) + len(h.observing) }
+func (h *Handler) Waiting() int { return len(h.pending) + len(h.observing) + len(h.awaiting) }

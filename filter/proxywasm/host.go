@@ -14,19 +14,50 @@ import (
 // interface call, as it did before the adapter.
 type proxyWasm struct {
 	h   abiHost
-	enc abi.PairsEncoder // SetRequestHeaders' buffer, reused
+	enc abi.PairsEncoder // SetRequestHeaders' and SendLocalReply's buffer, reused
+	// bodySize is how much request body the host holds for the stream in
+	// hand (Handler.OnRequestBody sets it).
+	bodySize int
 }
 
 var (
 	_ plugin.Host           = (*proxyWasm)(nil)
 	_ plugin.HeaderRewriter = (*proxyWasm)(nil)
+	_ plugin.LocalReplier   = (*proxyWasm)(nil)
 )
 
 // NewHost returns the plugin.Host over h, each method one of its host
 // calls. A host that is also a plugin.HeaderBatcher (a fake of the native
 // module's) batches: the plugin finds its batching methods on the
 // returned Host.
-func NewHost(h abi.Host) plugin.Host { return newHost(h) }
+func NewHost(h abi.Host) plugin.Host {
+	ph, _ := newHost(h)
+	return ph
+}
+
+// RequestBody implements plugin.LocalReplier with proxy_get_buffer_bytes
+// of the request body: at most plugin.OFREPLimit bytes, enough to see a
+// body is over any bound without copying it whole.
+func (w *proxyWasm) RequestBody() ([]byte, error) {
+	n := min(w.bodySize, plugin.OFREPLimit)
+	if n == 0 {
+		return nil, nil
+	}
+	return w.h.GetBuffer(abi.BufferHTTPRequestBody, 0, n)
+}
+
+// localReplyDetails is the local replies' %RESPONSE_CODE_DETAILS%.
+const localReplyDetails = "allot_ofrep"
+
+// SendLocalReply implements plugin.LocalReplier with
+// proxy_send_local_response.
+func (w *proxyWasm) SendLocalReply(status uint32, headers [][2]string, body []byte) error {
+	w.enc.Reset()
+	for _, kv := range headers {
+		w.enc.Add(kv[0], kv[1])
+	}
+	return w.h.SendLocalResponse(status, localReplyDetails, body, w.enc.Bytes(), -1)
+}
 
 // Log implements plugin.Host with proxy_log.
 func (w *proxyWasm) Log(level wire.LogLevel, msg string) { w.h.Log(level, msg) }

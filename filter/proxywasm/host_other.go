@@ -11,14 +11,14 @@ import (
 // fakes of native tests).
 type abiHost = abi.Host
 
-// newHost is NewHost: over a fake that batches (fakehost.Batcher), a Host
-// that batches too.
-func newHost(h abi.Host) plugin.Host {
+// newHost is NewHost, with the proxyWasm under it: over a fake that
+// batches (fakehost.Batcher), a Host that batches too.
+func newHost(h abi.Host) (plugin.Host, *proxyWasm) {
 	w := &proxyWasm{h: h}
 	if b, ok := h.(plugin.HeaderBatcher); ok {
-		return &batching{proxyWasm: w, HeaderBatcher: b}
+		return &batching{proxyWasm: w, HeaderBatcher: b}, w
 	}
-	return w
+	return w, w
 }
 
 // batching is a proxyWasm whose host batches its header writes too. Only

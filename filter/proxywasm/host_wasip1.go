@@ -11,6 +11,9 @@ import (
 // Envoy's (abi.NewHost), held concretely.
 type abiHost = abi.WasmHost
 
-// newHost is NewHost. It panics unless h is Envoy's host: in the Wasm
-// module there is no other proxy-wasm host.
-func newHost(h abi.Host) plugin.Host { return &proxyWasm{h: h.(abi.WasmHost)} }
+// newHost is NewHost, with the proxyWasm under it. It panics unless h is
+// Envoy's host: in the Wasm module there is no other proxy-wasm host.
+func newHost(h abi.Host) (plugin.Host, *proxyWasm) {
+	w := &proxyWasm{h: h.(abi.WasmHost)}
+	return w, w
+}

@@ -50,6 +50,18 @@ const (
 // by configurations with an observed experiment.
 const MetricOutcomesUnrecorded = "allot.outcomes_unrecorded"
 
+// Metric names of the OFREP endpoint, defined only by configurations that
+// enable it (ofrep.enabled).
+const (
+	// MetricOfrepEvaluations counts OFREP evaluations answered 200 or 304.
+	MetricOfrepEvaluations = "allot.ofrep_evaluations"
+	// MetricOfrepErrors counts OFREP requests answered with an error: the
+	// spec's 400, 404 and 413, and 404 or 405 for a path or method the
+	// protocol does not have. An internal failure counts in
+	// MetricFailOpen instead.
+	MetricOfrepErrors = "allot.ofrep_errors"
+)
+
 // Metric names of the Wasm VM's own figures (the Go runtime's, read on
 // every tick). Every worker VM adds its share, so each stat is the sum
 // over the proxy's VMs.

@@ -46,6 +46,14 @@ type Host struct {
 	// request and its response (to move Clock, say).
 	BeforeResponse func()
 
+	// Replies are the local replies sent (proxy_send_local_response), in
+	// order; replied is whether the stream in hand has sent one.
+	Replies []*LocalReply
+	replied bool
+	// headersGone: the request headers went on (Send), so reading them
+	// fails, as in Envoy's body callbacks.
+	headersGone bool
+
 	nextID uint32
 }
 
@@ -153,6 +161,9 @@ func (h *Host) GetBuffer(t abi.BufferType, start, max int) ([]byte, error) {
 func (h *Host) GetHeaderMapPairs(t abi.MapType) ([][2]string, error) {
 	if err := h.fail("proxy_get_header_map_pairs"); err != nil {
 		return nil, err
+	}
+	if h.headersGone && t == abi.RequestHeaders {
+		return nil, &abi.Error{Call: "proxy_get_header_map_pairs", Status: abi.StatusBadArgument}
 	}
 	return abi.ParsePairs(abi.SerializePairs(h.Headers[t]))
 }
@@ -345,6 +356,7 @@ func (h *Host) Request(hd abi.Handler, root uint32, headers [][2]string) ([][2]s
 func (h *Host) Exchange(hd abi.Handler, root uint32, request, response [][2]string) (req, resp [][2]string, err error) {
 	id := h.newID()
 	hd.OnContextCreate(id, root)
+	h.replied = false
 	h.Headers[abi.RequestHeaders] = append([][2]string(nil), request...)
 	action := hd.OnRequestHeaders(id, len(request), true)
 	req = h.Headers[abi.RequestHeaders]

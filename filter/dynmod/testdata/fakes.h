@@ -1,11 +1,13 @@
 // The fakes the C tests of testdata share: a CHECK that prints each failed
 // check and counts it, and the stat callbacks into Envoy, recording each
 // counter incremented through a stream (counters) or its configuration
-// (config_counters, last_config) and each histogram's samples.
+// (config_counters, last_config) and each histogram's samples; and the Go
+// half of the body hooks.
 
 #ifndef ALLOT_TESTDATA_FAKES_H
 #define ALLOT_TESTDATA_FAKES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -45,6 +47,19 @@ int32_t envoy_dynamic_module_callback_http_filter_record_histogram_value(uintptr
   if (nsamples[id] < 8) samples[id][nsamples[id]] = v;
   nsamples[id]++;
   return 0;
+}
+
+// The Go half of the body and trailers hooks (exports.go), faked: it
+// answers go_body_status, counts its calls and keeps the last end-of-stream
+// flag.
+static int32_t go_body_status;
+static int go_body_calls;
+static bool go_body_eos;
+
+int32_t allot_go_request_body(uintptr_t f, uintptr_t m, bool eos) {
+  go_body_calls++;
+  go_body_eos = eos;
+  return go_body_status;
 }
 
 // reset_stats forgets every count and sample.

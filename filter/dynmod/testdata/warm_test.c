@@ -179,6 +179,44 @@ int main(void) {
     allot_wconfig_free(w);
   }
 
+  // A configuration that answers the requests under a path prefix itself
+  // (an OFREP evaluation): a request under it goes to Go even when its
+  // unit is cached, with nothing added, counted or looked; one outside it,
+  // or without a :path, is served; with the prefix gone, both are.
+  {
+    allot_wconfig* w = make_config(true, true, "7", false);
+    cache(w, "u1", a_on_b_x, 2);
+    CHECK(allot_wconfig_set_answer_prefix(w, B("/ofrep/v1/evaluate/flags")), "answer prefix refused");
+    const allot_header under[] = {{":path", 5, "/ofrep/v1/evaluate/flags/a", 26}, {"x-user-id", 9, "u1", 2}};
+    const allot_header bulk[] = {{":path", 5, "/ofrep/v1/evaluate/flags", 24}, {"x-user-id", 9, "u1", 2}};
+    const allot_header outside[] = {{":path", 5, "/ofrep/v1/evaluate", 18}, {"x-user-id", 9, "u1", 2}};
+    const struct {
+      const char* name;
+      const allot_header* h;
+      bool served;
+    } cases[] = {{"a flag under the prefix", under, false}, {"the prefix itself", bulk, false},
+                 {"a path shorter than the prefix", outside, true}, {"no :path", u1, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      reset_fake();
+      request = cases[i].h, n_request = 2;
+      uint32_t looks = w->workers[0]->looks;
+      CHECK(allot_warm_serve(f, (uintptr_t)w | 1) == cases[i].served, "answer prefix, %s: served %d, want %d",
+            cases[i].name, !cases[i].served, cases[i].served);
+      if (!cases[i].served) {
+        CHECK(adds[0] == 0 && states == 0 && route_clears == 0 && pending_sum(w) == 0 && w->workers[0]->looks == looks,
+              "answer prefix, %s: added\n%scounted %llu, looked %u", cases[i].name, adds,
+              (unsigned long long)pending_sum(w), w->workers[0]->looks - looks);
+      }
+      uint64_t taken[N_COUNTERS];
+      allot_wcache_take_all(w->workers[0], taken, N_COUNTERS);
+    }
+    CHECK(allot_wconfig_set_answer_prefix(w, B("")) && w->answer_prefix.ptr == NULL, "empty answer prefix kept");
+    reset_fake();
+    request = under, n_request = 2;
+    CHECK(allot_warm_serve(f, (uintptr_t)w | 1), "no answer prefix: a request under the old one not served");
+    allot_wconfig_free(w);
+  }
+
   // An entry with no assignment: no dictionary, no exposure record, the
   // version header alone; counted as evaluated and a hit.
   {

@@ -7,33 +7,20 @@
 // every callback the module uses but one, to show the module refuses
 // instead of calling the missing one.
 
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-  const char* ptr;
-  size_t length;
-} buffer;
+#include "load.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: envoyhost module.so config\n");
     return 2;
   }
-  void* h = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
-  if (h == NULL) {
-    printf("dlopen: %s\n", dlerror());
-    return 2;
-  }
-  const char* (*init)(void) = (const char* (*)(void))dlsym(h, "envoy_dynamic_module_on_program_init");
-  uintptr_t (*config_new)(uintptr_t, buffer, buffer) =
-      (uintptr_t(*)(uintptr_t, buffer, buffer))dlsym(h, "envoy_dynamic_module_on_http_filter_config_new");
-  if (init == NULL || config_new == NULL) {
-    printf("dlsym: a hook is missing\n");
-    return 2;
-  }
+  program_init_hook init;
+  config_new_hook config_new;
+  if (load(argv[1], &init, &config_new) == NULL) return 2;
   const char* v = init();
   printf("program_init: %s\n", v != NULL ? v : "NULL");
   fflush(stdout);

@@ -138,7 +138,11 @@ type FilterConfig struct {
 	// cookie it sets on the response, and reuses them instead of hashing, so
 	// that changing an experiment's weights does not move units already
 	// assigned. Unset: the filter neither reads nor writes sticky buckets.
-	StickyCookie  *StickyCookie `protobuf:"bytes,13,opt,name=sticky_cookie,json=stickyCookie,proto3" json:"sticky_cookie,omitempty"`
+	StickyCookie *StickyCookie `protobuf:"bytes,13,opt,name=sticky_cookie,json=stickyCookie,proto3" json:"sticky_cookie,omitempty"`
+	// ofrep makes the filter answer OpenFeature's remote evaluation protocol
+	// (OFREP) itself under /ofrep/v1/, from this configuration. Unset: it
+	// answers nothing and every request is assigned as usual.
+	Ofrep         *Ofrep `protobuf:"bytes,14,opt,name=ofrep,proto3" json:"ofrep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +268,82 @@ func (x *FilterConfig) GetStickyCookie() *StickyCookie {
 	return nil
 }
 
+func (x *FilterConfig) GetOfrep() *Ofrep {
+	if x != nil {
+		return x.Ofrep
+	}
+	return nil
+}
+
+// Ofrep is the filter's OFREP endpoint (docs/services.md, "Asking for
+// assignments over OFREP").
+type Ofrep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enabled turns the endpoint on: requests under /ofrep/v1/ are answered
+	// by the filter and reach no upstream.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// max_body_bytes bounds an evaluation request's body; 0 means the
+	// default (16384), at most 65536. A longer body is answered 413.
+	MaxBodyBytes uint32 `protobuf:"varint,2,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	// cors_allow_origins are the exact origins (scheme://host[:port]) whose
+	// browsers may read the answers: at most 16, each at most 256
+	// characters, no "*" (credentials, the sticky cookie, are allowed).
+	CorsAllowOrigins []string `protobuf:"bytes,3,rep,name=cors_allow_origins,json=corsAllowOrigins,proto3" json:"cors_allow_origins,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Ofrep) Reset() {
+	*x = Ofrep{}
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ofrep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ofrep) ProtoMessage() {}
+
+func (x *Ofrep) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ofrep.ProtoReflect.Descriptor instead.
+func (*Ofrep) Descriptor() ([]byte, []int) {
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Ofrep) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Ofrep) GetMaxBodyBytes() uint32 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
+}
+
+func (x *Ofrep) GetCorsAllowOrigins() []string {
+	if x != nil {
+		return x.CorsAllowOrigins
+	}
+	return nil
+}
+
 // StickyCookie is the cookie that carries a unit's sticky assignments, and
 // the keys that sign it (HMAC-SHA-256).
 type StickyCookie struct {
@@ -297,7 +377,7 @@ type StickyCookie struct {
 
 func (x *StickyCookie) Reset() {
 	*x = StickyCookie{}
-	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +389,7 @@ func (x *StickyCookie) String() string {
 func (*StickyCookie) ProtoMessage() {}
 
 func (x *StickyCookie) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_filter_v1_config_proto_msgTypes[1]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +402,7 @@ func (x *StickyCookie) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StickyCookie.ProtoReflect.Descriptor instead.
 func (*StickyCookie) Descriptor() ([]byte, []int) {
-	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StickyCookie) GetName() string {
@@ -395,7 +475,7 @@ type SigningKey struct {
 
 func (x *SigningKey) Reset() {
 	*x = SigningKey{}
-	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +487,7 @@ func (x *SigningKey) String() string {
 func (*SigningKey) ProtoMessage() {}
 
 func (x *SigningKey) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_filter_v1_config_proto_msgTypes[2]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +500,7 @@ func (x *SigningKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
 func (*SigningKey) Descriptor() ([]byte, []int) {
-	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SigningKey) GetId() string {
@@ -458,7 +538,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +550,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_filter_v1_config_proto_msgTypes[3]
+	mi := &file_allot_filter_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +563,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_allot_filter_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attribute) GetName() string {
@@ -575,7 +655,7 @@ var File_allot_filter_v1_config_proto protoreflect.FileDescriptor
 
 const file_allot_filter_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x84\x06\n" +
+	"\x1callot/filter/v1/config.proto\x12\x0fallot.filter.v1\x1a$allot/experiment/v1/experiment.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xb2\x06\n" +
 	"\fFilterConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1f\n" +
 	"\vunit_header\x18\x02 \x01(\tR\n" +
@@ -594,10 +674,15 @@ const file_allot_filter_v1_config_proto_rawDesc = "" +
 	" \x01(\bR\x14disableExposureState\x12Q\n" +
 	"\x12assignment_headers\x18\v \x01(\x0e2\".allot.filter.v1.AssignmentHeadersR\x11assignmentHeaders\x12&\n" +
 	"\x0fcache_max_bytes\x18\f \x01(\x05R\rcacheMaxBytes\x12B\n" +
-	"\rsticky_cookie\x18\r \x01(\v2\x1d.allot.filter.v1.StickyCookieR\fstickyCookie\x1aZ\n" +
+	"\rsticky_cookie\x18\r \x01(\v2\x1d.allot.filter.v1.StickyCookieR\fstickyCookie\x12,\n" +
+	"\x05ofrep\x18\x0e \x01(\v2\x16.allot.filter.v1.OfrepR\x05ofrep\x1aZ\n" +
 	"\x10SavedGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"\x89\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.google.protobuf.ListValueR\x05value:\x028\x01\"u\n" +
+	"\x05Ofrep\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12$\n" +
+	"\x0emax_body_bytes\x18\x02 \x01(\rR\fmaxBodyBytes\x12,\n" +
+	"\x12cors_allow_origins\x18\x03 \x03(\tR\x10corsAllowOrigins\"\x89\x02\n" +
 	"\fStickyCookie\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\x04keys\x18\x02 \x03(\v2\x1b.allot.filter.v1.SigningKeyR\x04keys\x12\x12\n" +
@@ -636,30 +721,32 @@ func file_allot_filter_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_allot_filter_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_allot_filter_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_allot_filter_v1_config_proto_goTypes = []any{
 	(AssignmentHeaders)(0),     // 0: allot.filter.v1.AssignmentHeaders
 	(*FilterConfig)(nil),       // 1: allot.filter.v1.FilterConfig
-	(*StickyCookie)(nil),       // 2: allot.filter.v1.StickyCookie
-	(*SigningKey)(nil),         // 3: allot.filter.v1.SigningKey
-	(*Attribute)(nil),          // 4: allot.filter.v1.Attribute
-	nil,                        // 5: allot.filter.v1.FilterConfig.SavedGroupsEntry
-	(*v1.Experiment)(nil),      // 6: allot.experiment.v1.Experiment
-	(*structpb.ListValue)(nil), // 7: google.protobuf.ListValue
+	(*Ofrep)(nil),              // 2: allot.filter.v1.Ofrep
+	(*StickyCookie)(nil),       // 3: allot.filter.v1.StickyCookie
+	(*SigningKey)(nil),         // 4: allot.filter.v1.SigningKey
+	(*Attribute)(nil),          // 5: allot.filter.v1.Attribute
+	nil,                        // 6: allot.filter.v1.FilterConfig.SavedGroupsEntry
+	(*v1.Experiment)(nil),      // 7: allot.experiment.v1.Experiment
+	(*structpb.ListValue)(nil), // 8: google.protobuf.ListValue
 }
 var file_allot_filter_v1_config_proto_depIdxs = []int32{
-	6, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
-	5, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
-	4, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
+	7, // 0: allot.filter.v1.FilterConfig.experiments:type_name -> allot.experiment.v1.Experiment
+	6, // 1: allot.filter.v1.FilterConfig.saved_groups:type_name -> allot.filter.v1.FilterConfig.SavedGroupsEntry
+	5, // 2: allot.filter.v1.FilterConfig.attributes:type_name -> allot.filter.v1.Attribute
 	0, // 3: allot.filter.v1.FilterConfig.assignment_headers:type_name -> allot.filter.v1.AssignmentHeaders
-	2, // 4: allot.filter.v1.FilterConfig.sticky_cookie:type_name -> allot.filter.v1.StickyCookie
-	3, // 5: allot.filter.v1.StickyCookie.keys:type_name -> allot.filter.v1.SigningKey
-	7, // 6: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	3, // 4: allot.filter.v1.FilterConfig.sticky_cookie:type_name -> allot.filter.v1.StickyCookie
+	2, // 5: allot.filter.v1.FilterConfig.ofrep:type_name -> allot.filter.v1.Ofrep
+	4, // 6: allot.filter.v1.StickyCookie.keys:type_name -> allot.filter.v1.SigningKey
+	8, // 7: allot.filter.v1.FilterConfig.SavedGroupsEntry.value:type_name -> google.protobuf.ListValue
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_allot_filter_v1_config_proto_init() }
@@ -667,7 +754,7 @@ func file_allot_filter_v1_config_proto_init() {
 	if File_allot_filter_v1_config_proto != nil {
 		return
 	}
-	file_allot_filter_v1_config_proto_msgTypes[3].OneofWrappers = []any{
+	file_allot_filter_v1_config_proto_msgTypes[4].OneofWrappers = []any{
 		(*Attribute_Header)(nil),
 		(*Attribute_Cookie)(nil),
 		(*Attribute_Query)(nil),
@@ -679,7 +766,7 @@ func file_allot_filter_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_filter_v1_config_proto_rawDesc), len(file_allot_filter_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
