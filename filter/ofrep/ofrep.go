@@ -22,7 +22,7 @@ import (
 // The protocol's paths.
 const (
 	// Prefix is the path prefix of every request the filter answers when
-	// OFREP is on: nothing under it reaches an upstream.
+	// OFREP is on: no service answers one.
 	Prefix = "/ofrep/v1/"
 	// FlagsPath is the bulk evaluation; FlagsPath + "/" + key a single
 	// flag's.

@@ -15,7 +15,9 @@ import (
 // The filter's OFREP endpoint (filter/ofrep: the protocol): where the
 // configuration enables it, a request under ofrep.Prefix is answered by
 // the filter itself, from the same compiled configuration, cache and
-// sticky cookie the headers are assigned with, and reaches no upstream.
+// sticky cookie the headers are assigned with; no service answers it (in
+// the Wasm module its headers go on to the router, whose upstream request
+// is reset by the reply: docs/mesh-admins.md, "Answering OFREP").
 
 // ofrepConfig is a configuration's compiled OFREP settings.
 type ofrepConfig struct {
