@@ -38,7 +38,7 @@ func TestOFREPBulkChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range CheckIDs(v, 8, 97, "pre", 1) {
-		if raw := string(req(nil, 0));  !strings.HasPrefix(raw, "POST "+OFREPBulkPath+" ") || !strings.Contains(raw, "content-type: application/json\r\n") {
+		if raw := string(req(nil, 0)); !strings.HasPrefix(raw, "POST "+OFREPBulkPath+" ") || !strings.Contains(raw, "content-type: application/json\r\n") {
 			t.Fatalf("request %q", raw)
 		}
 		s := h.Send(p, root, [][2]string{{":method", "POST"}, {":path", OFREPBulkPath}, {"content-type", "application/json"}},
