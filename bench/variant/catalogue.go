@@ -270,8 +270,12 @@ func All() []Variant {
 			Allot: 50, Observe: true, Cost: true, WasmTwin: "Z"},
 		// The OFREP rows: a bulk evaluation against a header request of
 		// the same configuration and units, G and Q (report.ofrepRows).
-		{ID: "e", Name: "as G with OFREP on, each request a bulk evaluation (POST " + OFREPBulkPath + ", the unit's id and attributes as its context; Envoy's buffer filter on for /ofrep/ alone)",
-			Filters: wasmOFREP, Allot: 50, OFREP: true, Cost: true},
+		// e routes to the local upstream, as envoy-configs/sidecar.yaml
+		// routes /ofrep/ to the service: the Wasm module gets the body only
+		// once the headers went on, so a direct_response route would
+		// answer before it (ofrep.go).
+		{ID: "e", Name: "as G with OFREP on, each request a bulk evaluation (POST " + OFREPBulkPath + ", the unit's id and attributes as its context); Envoy's buffer filter on for /ofrep/ alone, routed to a local upstream as the sidecar routes it to its service",
+			Filters: wasmOFREP, Allot: 50, OFREP: true, Cost: true, Upstream: true},
 		{ID: "f", Name: "e on Allot native (Q's configuration with OFREP on; no buffer filter)", Filters: NativeAllot(50, ofrepShape), Module: AllotSO,
 			Allot: 50, OFREP: true, Cost: true, WasmTwin: "e"},
 	}

@@ -59,7 +59,9 @@ func withOFREP(cfg *filterv1.FilterConfig) { cfg.Ofrep = &filterv1.Ofrep{Enabled
 // OFREP route (bootstrap), then Allot's Wasm module with G's configuration
 // and OFREP on. Envoy gives a proxy-wasm filter a body only once its
 // headers went on, so without the buffer the filter could not answer in
-// the headers' pass.
+// the headers' pass; and its route must be one to a cluster, as the
+// sidecar's is: a direct_response route answers as the headers reach the
+// router, before the body reaches the filter (variant e sets Upstream).
 func wasmOFREP(p *Paths) ([]any, error) {
 	f, err := WasmAllot(MainWasm, 50, ofrepShape)(p)
 	if err != nil {
