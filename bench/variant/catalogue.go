@@ -270,12 +270,12 @@ func All() []Variant {
 			Allot: 50, Observe: true, Cost: true, WasmTwin: "Z"},
 		// The OFREP rows: a bulk evaluation against a header request of
 		// the same configuration and units, G and Q (report.ofrepRows).
-		// e routes to the local upstream, as envoy-configs/sidecar.yaml
-		// routes /ofrep/ to the service: the Wasm module gets the body only
+		// e routes /ofrep/ as envoy-configs/sidecar.yaml does, to a
+		// cluster that never connects: the Wasm module gets the body only
 		// once the headers went on, so a direct_response route would
 		// answer before it (ofrep.go).
-		{ID: "e", Name: "as G with OFREP on, each request a bulk evaluation (POST " + OFREPBulkPath + ", the unit's id and attributes as its context); Envoy's buffer filter on for /ofrep/ alone, routed to a local upstream as the sidecar routes it to its service",
-			Filters: wasmOFREP, Allot: 50, OFREP: true, Cost: true, Upstream: true},
+		{ID: "e", Name: "as G with OFREP on, each request a bulk evaluation (POST " + OFREPBulkPath + ", the unit's id and attributes as its context); Envoy's buffer filter on for /ofrep/ alone, routed to a cluster that never connects, as the sidecar routes it",
+			Filters: wasmOFREP, Allot: 50, OFREP: true, Cost: true},
 		{ID: "f", Name: "e on Allot native (Q's configuration with OFREP on; no buffer filter)", Filters: NativeAllot(50, ofrepShape), Module: AllotSO,
 			Allot: 50, OFREP: true, Cost: true, WasmTwin: "e"},
 	}
@@ -598,7 +598,9 @@ func WriteBootstrap(p *Paths, name string, filters func(*Paths) ([]any, error), 
 // direct_response routes: pre-flight requests (x-preflight) get
 // x-experiment-bench and x-experiments echoed as x-seen and x-seen-dict,
 // timed requests take the plain one. With Envoy's buffer filter among
-// filters (variant e) a third route, first, turns it on for OFREP's paths. With upstreamPort not 0 both routes
+// filters (variant e) a third route, first, turns it on for OFREP's paths
+// and routes them to a cluster that never connects, as envoy-configs'
+// bootstraps do (ofrepRoute). With upstreamPort not 0 both routes
 // go to the upstream on that port instead (HTTP/1.1), the pre-flight's
 // still echoing the two headers.
 func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
@@ -629,8 +631,9 @@ func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 	}
 	route := map[string]any{"match": map[string]any{"prefix": "/"}, action: answer}
 	routes := []any{echo, route}
-	if r := ofrepRoute(filters, action, answer); r != nil {
-		routes = append([]any{r}, routes...)
+	ofrep := ofrepRoute(filters)
+	if ofrep != nil {
+		routes = append([]any{ofrep}, routes...)
 	}
 	hcm := map[string]any{
 		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
@@ -654,6 +657,9 @@ func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": local(authzPort)}}},
 			}}},
 		})
+	}
+	if ofrep != nil {
+		clusters = append(clusters, ofrepNoneCluster())
 	}
 	if upstreamPort > 0 {
 		clusters = append(clusters, map[string]any{

@@ -61,7 +61,7 @@ func withOFREP(cfg *filterv1.FilterConfig) { cfg.Ofrep = &filterv1.Ofrep{Enabled
 // headers went on, so without the buffer the filter could not answer in
 // the headers' pass; and its route must be one to a cluster, as the
 // sidecar's is: a direct_response route answers as the headers reach the
-// router, before the body reaches the filter (variant e sets Upstream).
+// router, before the body reaches the filter (ofrepRoute).
 func wasmOFREP(p *Paths) ([]any, error) {
 	f, err := WasmAllot(MainWasm, 50, ofrepShape)(p)
 	if err != nil {
@@ -75,14 +75,14 @@ func wasmOFREP(p *Paths) ([]any, error) {
 }
 
 // ofrepRoute is the route that turns the buffer filter on for OFREP's
-// paths, answering as the others do (the filter answers first), when
-// filters has the buffer filter; nil otherwise.
-func ofrepRoute(filters []any, action string, answer any) map[string]any {
+// paths and sends them to ofrepNone, when filters has the buffer filter;
+// nil otherwise.
+func ofrepRoute(filters []any) map[string]any {
 	for _, f := range filters {
 		if m, ok := f.(map[string]any); ok && m["name"] == bufferFilter {
 			return map[string]any{
 				"match": map[string]any{"prefix": ofrepPrefix},
-				action:  answer,
+				"route": map[string]any{"cluster": ofrepNone},
 				"typed_per_filter_config": map[string]any{bufferFilter: map[string]any{
 					"@type":  "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute",
 					"buffer": map[string]any{"max_request_bytes": ofrepMaxBody},
@@ -91,6 +91,22 @@ func ofrepRoute(filters []any, action string, answer any) map[string]any {
 		}
 	}
 	return nil
+}
+
+// ofrepNone is the OFREP route's cluster, as in envoy-configs' bootstraps:
+// a Unix socket under /dev/null, which nothing can listen on, so the
+// upstream request the router starts never connects and the filter's
+// reply resets it.
+const ofrepNone = "allot_ofrep_none"
+
+func ofrepNoneCluster() map[string]any {
+	return map[string]any{
+		"name": ofrepNone, "type": "STATIC", "connect_timeout": "1s",
+		"load_assignment": map[string]any{"cluster_name": ofrepNone, "endpoints": []any{map[string]any{
+			"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": map[string]any{
+				"pipe": map[string]any{"path": "/dev/null/allot-ofrep"}}}}},
+		}}},
+	}
 }
 
 // ofrepFlags returns, for a unit id under the n-experiment configuration
