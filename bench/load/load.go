@@ -1,6 +1,6 @@
 // Package load is the benchmark's HTTP/1.1 load generator: keep-alive
 // connections on raw TCP, a request that may vary per request (a new user id
-// each time), a closed-loop max-throughput mode and an open-loop fixed-rate
+// each time; a GET, or a POST with a body), a closed-loop max-throughput mode and an open-loop fixed-rate
 // mode whose latency is measured from each request's intended send time, so
 // a stalled server is charged for every request it delayed (no coordinated
 // omission).
@@ -52,6 +52,32 @@ func Request(path string, headers [][2]string, appendID func(dst []byte, i uint6
 			dst = append(dst, "\r\n"...)
 		}
 		return append(dst, "\r\n"...)
+	}
+}
+
+// Post returns a RequestFunc for POST path with the fixed headers, a
+// content-type and the body request number i gets from appendBody(dst, i)
+// (which must not allocate either), preceded by its content-length. The
+// body is appended in place and moved up past its content-length header,
+// so a request costs no allocation once dst has grown to one request.
+func Post(path string, headers [][2]string, contentType string, appendBody func(dst []byte, i uint64) []byte) RequestFunc {
+	var fixed []byte
+	fixed = fmt.Appendf(fixed, "POST %s HTTP/1.1\r\nhost: bench\r\n", path)
+	for _, h := range headers {
+		fixed = fmt.Appendf(fixed, "%s: %s\r\n", h[0], h[1])
+	}
+	fixed = fmt.Appendf(fixed, "content-type: %s\r\ncontent-length: ", contentType)
+	return func(dst []byte, i uint64) []byte {
+		dst = append(dst, fixed...)
+		start := len(dst)
+		dst = appendBody(dst, i)
+		n := len(dst) - start
+		var num [24]byte
+		length := append(strconv.AppendInt(num[:0], int64(n), 10), "\r\n\r\n"...)
+		dst = append(dst, length...) // room for the length before the body
+		copy(dst[start+len(length):], dst[start:start+n])
+		copy(dst[start:], length)
+		return dst
 	}
 }
 

@@ -189,6 +189,8 @@ type reportView struct {
 	Warm    []stickyRow
 	Proxied *proxiedRow
 	Observe []observeRow
+	// OFREP are ofrepRows measured.
+	OFREP []costRow
 	// ObservedKeys are the observe variants' observed experiments.
 	ObservedKeys string
 	// NativeFloor is N − O: Go's runtime and cgo over C for the same work.
@@ -307,6 +309,7 @@ func newReportView(res *Results) *reportView {
 	v.warm()
 	v.proxied()
 	v.observe()
+	v.ofrep()
 	v.rounds()
 	v.interleaved()
 	for _, hp := range res.Profiles {

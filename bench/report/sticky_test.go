@@ -19,7 +19,7 @@ func variantByID(t *testing.T, id string) variant.Variant {
 }
 
 // TestStickyRowsPairLikeWithLike: every row of the cost tables (the
-// stickiness rows and the observe rows) sets a variant
+// stickiness, observe and OFREP rows) sets a variant
 // against a baseline on the same artifact, with the same experiments and
 // the same state of the cache (a cold variant's or a pool larger than the
 // cache both miss it); exactly one of the two is a cost variant, measured
@@ -27,7 +27,7 @@ func variantByID(t *testing.T, id string) variant.Variant {
 // traffic of its Wasm twin.
 func TestStickyRowsPairLikeWithLike(t *testing.T) {
 	misses := func(v variant.Variant) bool { return v.Cold || v.Units() > config.DefaultCacheSize }
-	for _, r := range slices.Concat(stickyRows, observeRows) {
+	for _, r := range slices.Concat(stickyRows, observeRows, ofrepRows) {
 		x := variantByID(t, r.x)
 		if !strings.Contains(r.what, "("+r.x) {
 			t.Errorf("row %s: its text does not name it: %q", r.x, r.what)

@@ -1,7 +1,9 @@
 package scenario
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,6 +20,9 @@ import (
 // Set-Cookie with the one v must set (none but for new units with a sticky
 // cookie); a returning unit's request carries its cookie.
 func preflight(listener string, v variant.Variant, ids []string) error {
+	if v.OFREP {
+		return preflightOFREP(listener, v, ids)
+	}
 	for _, id := range ids {
 		req, err := http.NewRequest("GET", "http://"+listener+"/", nil)
 		if err != nil {
@@ -68,6 +73,32 @@ func preflight(listener string, v variant.Variant, ids []string) error {
 		}
 		if gotSC := resp.Header.Values("set-cookie"); !slices.Equal(gotSC, wantSC) {
 			return fmt.Errorf("pre-flight for x-user-id %q: Set-Cookie %q, want %q", id, gotSC, wantSC)
+		}
+	}
+	return nil
+}
+
+// preflightOFREP sends one bulk evaluation per id, as the load generator
+// does, and checks the answer: status 200, JSON with one flag per
+// experiment of the configuration, each with the variation the engine
+// assigns the unit (reason DEFAULT where it is not in the experiment).
+func preflightOFREP(listener string, v variant.Variant, ids []string) error {
+	for _, id := range ids {
+		resp, err := client.Post("http://"+listener+variant.OFREPBulkPath, "application/json",
+			bytes.NewReader(variant.AppendOFREPBody(nil, id)))
+		if err != nil {
+			return fmt.Errorf("pre-flight request: %w", err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("pre-flight answer: %w", err)
+		}
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("pre-flight bulk evaluation for %q: status %d: %.200s", id, resp.StatusCode, body)
+		}
+		if err := v.CheckBulk(id, body); err != nil {
+			return fmt.Errorf("pre-flight bulk evaluation for %q: %w", id, err)
 		}
 	}
 	return nil

@@ -126,6 +126,14 @@ type Variant struct {
 	// other variant loading bin/liballot.so runs it on (=1). moduleEnv
 	// sets the variable either way, whatever Envoy's default.
 	GoPath bool
+	// OFREP configures Allot with the OFREP endpoint on (ofrep.go) and
+	// makes every request a bulk evaluation (POST OFREPBulkPath) of the
+	// unit's context instead of a header request; the pre-flight checks
+	// the answer's flags against Flags.
+	OFREP bool
+	// Flags, for an OFREP variant, is every experiment's expected
+	// variation for a unit id ("" when not in it), from the engine.
+	Flags func(id string) (map[string]string, error)
 	// Upstream routes the variant's requests to a local upstream
 	// (bench/cmd/allot-upstream, startUpstream) instead of a
 	// direct_response.
@@ -260,6 +268,16 @@ func All() []Variant {
 			Filters: WasmAllot(MainWasm, 50, observed), Allot: 50, Observe: true, Cost: true},
 		{ID: "z", Name: "Z on Allot native", Filters: NativeAllot(50, observed), Module: AllotSO,
 			Allot: 50, Observe: true, Cost: true, WasmTwin: "Z"},
+		// The OFREP rows: a bulk evaluation against a header request of
+		// the same configuration and units, G and Q (report.ofrepRows).
+		// e routes /ofrep/ as envoy-configs/sidecar.yaml does, to a
+		// cluster that never connects: the Wasm module gets the body only
+		// once the headers went on, so a direct_response route would
+		// answer before it (ofrep.go).
+		{ID: "e", Name: "as G with OFREP on, each request a bulk evaluation (POST " + OFREPBulkPath + ", the unit's id and attributes as its context); Envoy's buffer filter on for /ofrep/ alone, routed to a cluster that never connects, as the sidecar routes it",
+			Filters: wasmOFREP, Allot: 50, OFREP: true, Cost: true},
+		{ID: "f", Name: "e on Allot native (Q's configuration with OFREP on; no buffer filter)", Filters: NativeAllot(50, ofrepShape), Module: AllotSO,
+			Allot: 50, OFREP: true, Cost: true, WasmTwin: "e"},
 	}
 }
 
@@ -475,6 +493,8 @@ const (
 	sticky
 	// observed marks observedKeys `observe: true` (observe.go).
 	observed
+	// ofrepShape turns the OFREP endpoint on (ofrep.go).
+	ofrepShape
 )
 
 // allotConfig is the n-experiment FilterConfig in shape s.
@@ -493,6 +513,8 @@ func allotConfig(n int, s shape) (*filterv1.FilterConfig, error) {
 		if err := observe(cfg); err != nil {
 			return nil, err
 		}
+	case ofrepShape:
+		withOFREP(cfg)
 	}
 	return cfg, nil
 }
@@ -575,7 +597,10 @@ func WriteBootstrap(p *Paths, name string, filters func(*Paths) ([]any, error), 
 // 127.0.0.1 (port chosen by the kernel), the variant's filters, and two
 // direct_response routes: pre-flight requests (x-preflight) get
 // x-experiment-bench and x-experiments echoed as x-seen and x-seen-dict,
-// timed requests take the plain one. With upstreamPort not 0 both routes
+// timed requests take the plain one. With Envoy's buffer filter among
+// filters (variant e) a third route, first, turns it on for OFREP's paths
+// and routes them to a cluster that never connects, as envoy-configs'
+// bootstraps do (ofrepRoute). With upstreamPort not 0 both routes
 // go to the upstream on that port instead (HTTP/1.1), the pre-flight's
 // still echoing the two headers.
 func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
@@ -605,11 +630,16 @@ func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 		}},
 	}
 	route := map[string]any{"match": map[string]any{"prefix": "/"}, action: answer}
+	routes := []any{echo, route}
+	ofrep := ofrepRoute(filters)
+	if ofrep != nil {
+		routes = append([]any{ofrep}, routes...)
+	}
 	hcm := map[string]any{
 		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 		"stat_prefix": "bench",
 		"route_config": map[string]any{"name": "bench", "virtual_hosts": []any{map[string]any{
-			"name": "bench", "domains": []any{"*"}, "routes": []any{echo, route},
+			"name": "bench", "domains": []any{"*"}, "routes": routes,
 		}}},
 		"http_filters": filters,
 	}
@@ -627,6 +657,9 @@ func bootstrap(filters []any, authzPort, upstreamPort int) ([]byte, error) {
 				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": local(authzPort)}}},
 			}}},
 		})
+	}
+	if ofrep != nil {
+		clusters = append(clusters, ofrepNoneCluster())
 	}
 	if upstreamPort > 0 {
 		clusters = append(clusters, map[string]any{
@@ -684,6 +717,13 @@ func WithExpect(v Variant) (Variant, error) {
 			return v, err
 		}
 		v.Expect = exp
+	}
+	if v.OFREP {
+		flags, err := ofrepFlags(v.Allot)
+		if err != nil {
+			return v, err
+		}
+		v.Flags = flags
 	}
 	return withCookies(v)
 }

@@ -274,3 +274,29 @@ func TestProxiedBootstrap(t *testing.T) {
 		t.Errorf("proxied variants %q, want ap", proxied)
 	}
 }
+
+// TestOFREPBootstrap: a bootstrap with the buffer filter (variant e)
+// routes OFREP's paths, first, to a cluster that can never connect, with
+// the buffer filter on for that route alone; one without has neither.
+func TestOFREPBootstrap(t *testing.T) {
+	f, err := wasmOFREP(&Paths{AllotWasm: "/x/allot.wasm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap(f, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for _, want := range []string{`"prefix": "/ofrep/"`, `"cluster": "` + ofrepNone + `"`, `"path": "/dev/null/allot-ofrep"`, `"disabled": true`, "BufferPerRoute"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the OFREP bootstrap lacks %s:\n%s", want, s)
+		}
+	}
+	if i, j := strings.Index(s, `"/ofrep/"`), strings.Index(s, `"prefix": "/"`); i < 0 || j < i {
+		t.Errorf("the /ofrep/ route is not first")
+	}
+	if b, err = bootstrap(nil, 0, 0); err != nil || strings.Contains(string(b), ofrepNone) || strings.Contains(string(b), "/ofrep/") {
+		t.Errorf("a bootstrap without the buffer filter routes OFREP (%v):\n%s", err, b)
+	}
+}

@@ -52,8 +52,11 @@ func (v Variant) Units() int {
 
 // Request is the load generator's request for v in the run numbered seq:
 // the attributes' headers, x-user-id and, for returning units, the unit's
-// cookie.
+// cookie; for an OFREP variant, a bulk evaluation of the unit's context.
 func (v Variant) Request(seq uint64) (load.RequestFunc, error) {
+	if v.OFREP {
+		return ofrepRequest(v, seq), nil
+	}
 	var more []load.Header
 	if v.Returning {
 		if v.Cold {
