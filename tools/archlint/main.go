@@ -29,11 +29,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/allotmesh/allot/tools/internal/tracked"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func run(root string, sizes bool) ([]string, error) {
 		sortProblems(problems)
 		return problems, nil
 	}
-	files, err := trackedFiles(root)
+	files, err := tracked.Files(root)
 	if err != nil {
 		return nil, err
 	}
@@ -112,19 +113,4 @@ func sortProblems(problems []string) {
 		}
 		return ri < rj
 	})
-}
-
-// trackedFiles lists the files git tracks below root, relative to it.
-func trackedFiles(root string) ([]string, error) {
-	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
-	if err != nil {
-		return nil, fmt.Errorf("git ls-files: %w", err)
-	}
-	var files []string
-	for _, f := range strings.Split(string(out), "\x00") {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
-	return files, nil
 }

@@ -12,18 +12,19 @@ import (
 	"fmt"
 	"iter"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/allotmesh/allot/tools/internal/tracked"
 )
 
 func main() {
 	root := flag.String("C", ".", "the repository to check")
 	flag.Parse()
-	files, err := trackedFiles(*root)
+	files, err := tracked.Files(*root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "treelint:", err)
 		os.Exit(2)
@@ -36,21 +37,6 @@ func main() {
 		fmt.Printf("treelint: %d problem(s)\n", len(problems))
 		os.Exit(1)
 	}
-}
-
-// trackedFiles lists the files git tracks below root, relative to it.
-func trackedFiles(root string) ([]string, error) {
-	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
-	if err != nil {
-		return nil, fmt.Errorf("git ls-files: %w", err)
-	}
-	var files []string
-	for _, f := range strings.Split(string(out), "\x00") {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
-	return files, nil
 }
 
 // check returns every problem in files (paths relative to root), sorted.
