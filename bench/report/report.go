@@ -65,6 +65,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 		return strings.Join(parts, " / ")
 	},
 	"commas": variant.Thousands,
+	// per10k is bytes per 10,000 of n, in MiB.
+	"per10k": func(b int64, n int) string { return fmt.Sprintf("%.0f", mib(b)*10000/float64(max(n, 1))) },
 }).Parse(reportTemplate))
 
 // RenderReport is bench/REPORT.md.
@@ -75,10 +77,13 @@ func RenderReport(res *Results) (string, error) { return fit(renderReport(res)) 
 func renderReport(res *Results) (string, error) { return execute("report", newReportView(res)) }
 
 // RenderReplicas is bench/raw/REPLICAS.md, the replicas section alone.
-func RenderReplicas(res *Results) (string, error) {
+func RenderReplicas(res *Results) (string, error) { return fit(renderReplicas(res)) }
+
+// renderReplicas is bench/raw/REPLICAS.md before fit.
+func renderReplicas(res *Results) (string, error) {
 	v := &reportView{Results: res}
 	v.Targets = replicaRows(res.Replicas)
-	return fit(execute("replicas-report", v))
+	return execute("replicas-report", v)
 }
 
 // RenderFloors is bench/raw/FLOORS.md, the floors diagnostic's report.

@@ -243,8 +243,9 @@ const ReplicaCount = 3
 // ReplicaFleets are the fleet sizes the replicas section measures, each
 // with its target on the write → all-ACK p99.
 var ReplicaFleets = []ReplicaFleet{
-	{Clients: 1000, Writes: 40, TargetP99: 250 * time.Millisecond},
-	{Clients: 10000, Writes: 20, TargetP99: time.Second},
+	{Clients: 1000, Writes: 40, TargetP99: 250 * time.Millisecond, TargetRatio: 1.25},
+	{Clients: 10000, Writes: 20, TargetP99: 500 * time.Millisecond, TargetRatio: 1.25},
+	{Clients: 30000, Writes: 20, TargetP99: 2 * time.Second, TargetRatio: 1.25},
 }
 
 // ReplicaFleet is one measurement of the replicas section.
@@ -255,6 +256,8 @@ type ReplicaFleet struct {
 	Writes int
 	// TargetP99 bounds the write → all-ACK p99.
 	TargetP99 time.Duration
+	// TargetRatio bounds the p99 as a multiple of the floor's (0: none).
+	TargetRatio float64
 }
 
 // ReplicasResult is the replicas section's figures.
@@ -285,4 +288,43 @@ type ReplicaSpread struct {
 	// Connect is how long the fleet took from the first client started
 	// to every proxy listed, by every replica, as applied.
 	Connect float64 `json:"connect_ms"`
+	// TargetRatio bounds P99 / Floor.P99 (0: none).
+	TargetRatio float64 `json:"target_ratio,omitempty"`
+	// Floor is the bare go-control-plane server's pushes of the same
+	// resources to a fleet of the same size, push i right after write i
+	// (scenario.floorPush).
+	Floor *Spread `json:"floor,omitempty"`
+	// RSS is the processes' memory once the writes are done.
+	RSS ReplicaRSS `json:"rss"`
+	// EtcdCommit is one etcd commit's round trip, timed after the writes
+	// (scenario.etcdCommits): a waited write needs two after each other
+	// beside the push.
+	EtcdCommit Spread `json:"etcd_commit"`
+	// CPU is the CPU time each kind of process used during each write
+	// (Allot's) or push (the floor's).
+	CPU ReplicaCPU `json:"cpu"`
+}
+
+// ReplicaCPU is CPU time per write or push, ms, one entry per write: the
+// allotd replicas, the etcd members and the simulated proxies (summed per
+// kind) during each waited write; the floor and its simulated proxies
+// during each push.
+type ReplicaCPU struct {
+	Allotd    []float64 `json:"allotd_ms"`
+	Etcd      []float64 `json:"etcd_ms"`
+	Load      []float64 `json:"load_ms"`
+	Floor     []float64 `json:"floor_ms"`
+	FloorLoad []float64 `json:"floor_load_ms"`
+}
+
+// ReplicaRSS is the memory of a fleet's servers after its writes, in
+// bytes: the sum over the allotd replicas, the sum over the etcd members,
+// and the floor; peak (VmHWM) and current (VmRSS).
+type ReplicaRSS struct {
+	AllotdPeak int64 `json:"allotd_peak"`
+	Allotd     int64 `json:"allotd"`
+	EtcdPeak   int64 `json:"etcd_peak"`
+	Etcd       int64 `json:"etcd"`
+	FloorPeak  int64 `json:"floor_peak"`
+	Floor      int64 `json:"floor"`
 }

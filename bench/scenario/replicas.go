@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/allotmesh/allot/bench/report"
+	"github.com/allotmesh/allot/bench/stats"
 	"github.com/allotmesh/allot/bench/variant"
 	"github.com/allotmesh/allot/internal/harness"
 )
@@ -30,6 +31,8 @@ const (
 	replicaConns = 50
 	// replicaWait bounds each waited write (?wait=).
 	replicaWait = 30 * time.Second
+	// etcdCommitsTimed is how many etcd puts time one commit (etcdCommits).
+	etcdCommitsTimed = 40
 )
 
 // MeasureReplicas runs the replicas section over fleets; a fleet that
@@ -37,6 +40,11 @@ const (
 // far kept.
 func MeasureReplicas(ctx context.Context, o variant.Options, p *variant.Paths, fleets []report.ReplicaFleet, logf func(string, ...any)) (report.ReplicasResult, []string) {
 	res := report.ReplicasResult{Replicas: report.ReplicaCount, EtcdMembers: report.ReplicaCount, ServerCPU: o.EnvoyCPU, ClientCPU: o.LoadCPU}
+	if o.ReplicaProfile > 0 {
+		// etcd reads its flags from the environment too: its members serve
+		// /debug/pprof/ on their client URLs.
+		os.Setenv("ETCD_ENABLE_PPROF", "true")
+	}
 	bins, cmds, err := buildReplicaBins(ctx, o, p)
 	if err != nil {
 		res.NotMeasured = err.Error()
@@ -49,7 +57,10 @@ func MeasureReplicas(ctx context.Context, o variant.Options, p *variant.Paths, f
 			res.NotMeasured = fmt.Sprintf("%d clients: %v", f.Clients, err)
 			break
 		}
-		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms", f.Clients, s.P50, s.P99, s.Max)
+		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms; floor p50 %.1f ms, p99 %.1f ms", f.Clients, s.P50, s.P99, s.Max, s.Floor.P50, s.Floor.P99)
+		logf("replicas: %d clients: CPU per write (median ms): allotd %.0f, etcd %.0f, clients %.0f; floor %.0f, its clients %.0f; RSS peak MiB: allotd %.0f, etcd %.0f, floor %.0f",
+			f.Clients, stats.Median(s.CPU.Allotd), stats.Median(s.CPU.Etcd), stats.Median(s.CPU.Load), stats.Median(s.CPU.Floor), stats.Median(s.CPU.FloorLoad),
+			float64(s.RSS.AllotdPeak)/(1<<20), float64(s.RSS.EtcdPeak)/(1<<20), float64(s.RSS.FloorPeak)/(1<<20))
 		res.Fleets = append(res.Fleets, *s)
 	}
 	logf("outcomes: %d etcd members, %d allotd replicas, %d simulated proxies reporting every %v", report.ReplicaCount, report.ReplicaCount, OutcomeClients, outcomeInterval)
@@ -71,6 +82,7 @@ func buildReplicaBins(ctx context.Context, o variant.Options, p *variant.Paths) 
 	var cmds []string
 	for name, pkg := range map[string]string{
 		"allotd": "./control-plane/cmd/allotd", "allot-xdsload": "./control-plane/cmd/allot-xdsload", "etcd": harness.EtcdPackage,
+		"allot-xdsfloor": "./bench/cmd/allot-xdsfloor",
 	} {
 		if name == "allotd" && o.Allotd != "" {
 			bins[name] = o.Allotd
@@ -90,6 +102,7 @@ func buildReplicaBins(ctx context.Context, o variant.Options, p *variant.Paths) 
 // replica is one running allotd replica.
 type replica struct {
 	id, admin, xds string
+	pprof          string // -pprof-addr, when profiling
 	proc           *harness.Process
 }
 
@@ -124,23 +137,17 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 		return nil, err
 	}
 
-	// The fleets: an even share of the clients on each replica, node ids
-	// prefixed with the replica's id.
-	s := &report.ReplicaSpread{TargetP99: ms(f.TargetP99)}
+	s := &report.ReplicaSpread{TargetP99: ms(f.TargetP99), TargetRatio: f.TargetRatio}
 	s.Proxies, s.Writes = f.Clients, f.Writes
 	t0 := time.Now()
-	for i, r := range reps {
-		n := f.Clients / report.ReplicaCount
-		if i < f.Clients%report.ReplicaCount {
-			n++
+	loads, err := startFleets(o, dir, bins, reps, s)
+	defer func() {
+		for _, l := range loads {
+			l.Terminate()
 		}
-		s.PerReplica = append(s.PerReplica, n)
-		load, err := startProc("allot-xdsload-"+r.id, filepath.Join(dir, "xdsload-"+r.id+".log"), o.LoadCPU, nil, bins["allot-xdsload"],
-			"-addr", r.xds, "-clients", strconv.Itoa(n), "-conns", strconv.Itoa(min(replicaConns, n)), "-cluster", "sim", "-node", r.id+"-sim")
-		if err != nil {
-			return nil, err
-		}
-		defer load.Terminate()
+	}()
+	if err != nil {
+		return nil, err
 	}
 	// Every replica must see the whole fleet, applied.
 	for i := range reps {
@@ -151,34 +158,133 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 	s.Connect = ms(time.Since(t0))
 	logf("replicas: %d clients connected and applied in %.1f s", f.Clients, s.Connect/1e3)
 
+	// The floor and its fleet, connected and on Allot's resource of now.
+	fl, floorProcs, err := startFloor(ctx, o, dir, bins, s.PerReplica)
+	defer func() {
+		for _, p := range floorProcs {
+			p.Terminate()
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("the floor: %w", err)
+	}
+	fl.resources = filepath.Join(dir, "resource.pb")
+	s.Floor = &report.Spread{Proxies: f.Clients, Writes: f.Writes}
+	if err := floorPush(ctx, fl, "", f.Clients, &report.Spread{}); err != nil {
+		return nil, fmt.Errorf("the floor's first push: %w", err)
+	}
+
+	if o.ReplicaProfile > 0 {
+		wait := profileRun(ctx, o, dir, reps, cluster, fl)
+		defer func() {
+			if err := wait(); err != nil {
+				logf("replicas: %v", err)
+			}
+		}()
+	}
+	procs := make([]*harness.Process, len(reps))
+	for i, r := range reps {
+		procs[i] = r.proc
+	}
+	cpu := newCPUCounter(map[string][]*harness.Process{
+		"allotd": procs, "etcd": members, "load": loads, "floor": floorProcs[:1], "floor-load": floorProcs[1:]})
 	s.Applied = f.Clients
 	for i := range f.Writes {
-		via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
-		d, ro, err := waitedWrite(ctx, via.admin, fmt.Sprintf("rep-%d-%d", f.Clients, i))
-		if err != nil {
-			return nil, fmt.Errorf("write %d through %s: %w", i, via.id, err)
+		if err := replicaRound(ctx, i, reps, fl, cpu, s); err != nil {
+			return nil, err
 		}
-		if ro.Targets["sim"] == "" {
-			return nil, fmt.Errorf("write %d through %s: the rollout waited for no new version of cluster sim: %v", i, via.id, ro.Targets)
-		}
-		// A waited write counts the proxies and lists those that did not
-		// apply: there must be none.
-		s.Applied = min(s.Applied, ro.Counts["applied"])
-		if ro.Result != "applied" || ro.Counts["applied"] != f.Clients || len(ro.Proxies) != 0 {
-			return nil, fmt.Errorf("write %d through %s: the waited write's rollout: %s (%s), applied by %d of %d, %d listed as not",
-				i, via.id, ro.Result, ro.Error, ro.Counts["applied"], f.Clients, len(ro.Proxies))
-		}
-		// Cross-check, untimed: another replica's status lists the whole
-		// fleet, each proxy on its replica, on the written version.
-		if err := waitMesh(ctx, check, reps, s.PerReplica, ro.Targets["sim"], 0); err != nil {
-			return nil, fmt.Errorf("write %d through %s: status through %s right after: %w", i, via.id, check.id, err)
-		}
-		s.AllAck = append(s.AllAck, ms(d))
 	}
 	s.Summarize()
+	s.Floor.Summarize()
+	if s.EtcdCommit, err = etcdCommits(ctx, cluster, etcdCommitsTimed); err != nil {
+		return nil, err
+	}
+	if s.RSS, err = memory(reps, members, fl); err != nil {
+		return nil, err
+	}
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		report.ReplicaCount, report.ReplicaCount, o.EnvoyCPU, variant.Thousands(f.Clients), variant.JoinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	return s, nil
+}
+
+// startFleets starts the simulated proxies: an even share of s.Proxies on
+// each replica (recorded in s.PerReplica), node ids prefixed with the
+// replica's id; the first fleet writes what it last received to
+// dir/resource.pb (the floor pushes it). The caller stops the processes
+// it returns, even with an error.
+func startFleets(o variant.Options, dir string, bins map[string]string, reps []replica, s *report.ReplicaSpread) ([]*harness.Process, error) {
+	var loads []*harness.Process
+	for i, r := range reps {
+		n := s.Proxies / report.ReplicaCount
+		if i < s.Proxies%report.ReplicaCount {
+			n++
+		}
+		s.PerReplica = append(s.PerReplica, n)
+		args := []string{"-addr", r.xds, "-clients", strconv.Itoa(n), "-conns", strconv.Itoa(min(replicaConns, n)), "-cluster", "sim", "-node", r.id + "-sim"}
+		if i == 0 {
+			args = append(args, "-resource-out", filepath.Join(dir, "resource.pb"))
+		}
+		load, err := startProc("allot-xdsload-"+r.id, filepath.Join(dir, "xdsload-"+r.id+".log"), o.LoadCPU, nil, bins["allot-xdsload"], args...)
+		if err != nil {
+			return loads, err
+		}
+		loads = append(loads, load)
+	}
+	return loads, nil
+}
+
+// profileRun starts CPU profiles of every replica, etcd member and the
+// floor (-replica-profile); the function it returns waits for them.
+func profileRun(ctx context.Context, o variant.Options, dir string, reps []replica, cluster *harness.EtcdCluster, fl *floorServer) func() error {
+	targets := map[string]string{"floor": "http://" + fl.ctl}
+	for i, r := range reps {
+		targets["allotd-"+r.id] = "http://" + r.pprof
+		targets["etcd-"+cluster.Members[i].Name] = "http://" + cluster.Members[i].Endpoint()
+	}
+	return profileServers(ctx, targets, filepath.Join(dir, "profiles"), o.ReplicaProfile)
+}
+
+// replicaRound is round i: a waited write through replica i mod 3, timed
+// and checked (its rollout counts every proxy applied; another replica's
+// status, untimed, lists every proxy on the written version), then the
+// floor's push of the resource it produced, timed; both rounds' CPU time
+// goes to s.CPU.
+func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, cpu *cpuCounter, s *report.ReplicaSpread) error {
+	via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
+	if err := cpu.start(); err != nil {
+		return err
+	}
+	d, ro, err := waitedWrite(ctx, via.admin, fmt.Sprintf("rep-%d-%d", s.Proxies, i))
+	if err != nil {
+		return fmt.Errorf("write %d through %s: %w", i, via.id, err)
+	}
+	if err := errors.Join(cpu.add(&s.CPU.Allotd, "allotd"), cpu.add(&s.CPU.Etcd, "etcd"), cpu.add(&s.CPU.Load, "load")); err != nil {
+		return err
+	}
+	if ro.Targets["sim"] == "" {
+		return fmt.Errorf("write %d through %s: the rollout waited for no new version of cluster sim: %v", i, via.id, ro.Targets)
+	}
+	// A waited write counts the proxies and lists those that did not
+	// apply: there must be none.
+	s.Applied = min(s.Applied, ro.Counts["applied"])
+	if ro.Result != "applied" || ro.Counts["applied"] != s.Proxies || len(ro.Proxies) != 0 {
+		return fmt.Errorf("write %d through %s: the waited write's rollout: %s (%s), applied by %d of %d, %d listed as not",
+			i, via.id, ro.Result, ro.Error, ro.Counts["applied"], s.Proxies, len(ro.Proxies))
+	}
+	// Cross-check, untimed: another replica's status lists the whole
+	// fleet, each proxy on its replica, on the written version.
+	if err := waitMesh(ctx, check, reps, s.PerReplica, ro.Targets["sim"], 0); err != nil {
+		return fmt.Errorf("write %d through %s: status through %s right after: %w", i, via.id, check.id, err)
+	}
+	s.AllAck = append(s.AllAck, ms(d))
+	// The floor pushes what this write produced, to as many proxies.
+	if err := cpu.start(); err != nil {
+		return err
+	}
+	if err := floorPush(ctx, fl, ro.Targets["sim"], s.Proxies, s.Floor); err != nil {
+		return fmt.Errorf("after write %d: %w", i, err)
+	}
+	return errors.Join(cpu.add(&s.CPU.Floor, "floor"), cpu.add(&s.CPU.FloorLoad, "floor-load"))
 }
 
 // startReplicas starts replicaCount allotd replicas on cluster, pinned to
@@ -194,6 +300,14 @@ func startReplicas(o variant.Options, p *variant.Paths, dir, bin string, cluster
 		}
 		a.Tokens, a.Wasm, a.LogLevel = devTokens(o), p.AllotWasm, "warn"
 		r := replica{id: a.ReplicaID, admin: a.Admin, xds: a.XDS}
+		if o.ReplicaProfile > 0 {
+			port, err := harness.FreePort()
+			if err != nil {
+				return reps, err
+			}
+			r.pprof = "127.0.0.1:" + strconv.Itoa(port)
+			a.Extra = append(a.Extra, "-pprof-addr", r.pprof)
+		}
 		if r.proc, err = harness.LaunchAllotd("allotd-"+r.id, filepath.Join(dir, "allotd-"+r.id+".log"), bin, o.EnvoyCPU, a); err != nil {
 			return reps, err
 		}

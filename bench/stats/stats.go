@@ -104,6 +104,24 @@ func BootstrapRatio(dx, dy []float64) (lo, hi float64) {
 	})
 }
 
+// BootstrapQuantileRatio is the 95% bootstrap interval of the q-quantile
+// of x over that of y, where x[i] and y[i] were measured in the same round:
+// the rounds are resampled together.
+func BootstrapQuantileRatio(x, y []float64, q float64) (lo, hi float64) {
+	rx, ry := make([]float64, len(x)), make([]float64, len(y))
+	return resample(len(x), func(idx []int) float64 {
+		for i, j := range idx {
+			rx[i], ry[i] = x[j], y[j]
+		}
+		slices.Sort(rx)
+		slices.Sort(ry)
+		if qy := Quantile(ry, q); qy > 0 {
+			return Quantile(rx, q) / qy
+		}
+		return math.Inf(1)
+	})
+}
+
 // BootstrapMedian is the 95% bootstrap interval of the median of d.
 func BootstrapMedian(d []float64) (lo, hi float64) {
 	r := make([]float64, len(d))

@@ -70,3 +70,23 @@ func TestBootstrap(t *testing.T) {
 		t.Error("Direction")
 	}
 }
+
+// TestBootstrapQuantileRatio: the interval holds the ratio of the
+// quantiles, and a constant ratio per round gives exactly that ratio.
+func TestBootstrapQuantileRatio(t *testing.T) {
+	x := []float64{12, 15, 11, 30, 14, 13, 16, 12, 18, 20}
+	y := make([]float64, len(x))
+	for i := range x {
+		y[i] = x[i] / 2
+	}
+	lo, hi := BootstrapQuantileRatio(x, y, 0.99)
+	if lo != 2 || hi != 2 {
+		t.Errorf("constant ratio 2: interval %v … %v, want 2 … 2", lo, hi)
+	}
+	y = []float64{10, 6, 9, 7, 8, 12, 5, 11, 6, 9}
+	lo, hi = BootstrapQuantileRatio(x, y, 0.5)
+	pt := Median(x) / Median(y)
+	if lo > pt || hi < pt || lo >= hi {
+		t.Errorf("interval %v … %v does not hold the point %v", lo, hi, pt)
+	}
+}

@@ -46,9 +46,12 @@ type Options struct {
 	ReplicaClients []int
 	// Allotd, when set, is the allotd binary the replicas section runs
 	// instead of building control-plane/cmd/allotd (to compare builds).
-	Allotd  string
-	Command string    // the command line, for the report
-	Log     io.Writer `json:"-"`
+	Allotd string
+	// ReplicaProfile, when positive, is how long the replicas section
+	// profiles each fleet's servers (-replica-profile).
+	ReplicaProfile time.Duration
+	Command        string    // the command line, for the report
+	Log            io.Writer `json:"-"`
 }
 
 // Info is what the report keeps of a variant (Variant.Info).

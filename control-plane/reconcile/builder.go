@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -41,6 +42,12 @@ type Builder struct {
 	mu   sync.Mutex
 	rev  int64
 	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
+
+	// syncing is the store revision the refresh under way (or the last
+	// one) builds from, as Sync read it from the store's watch: a build
+	// reads the store only when it holds older experiments (0: ask the
+	// store for its revision first).
+	syncing atomic.Int64
 
 	appliedMu  sync.Mutex
 	appliedRev int64         // every served snapshot is built from this store revision or a later one
@@ -157,7 +164,7 @@ func (b *Builder) Versions(clusters []string, atLeast int64) (map[string]string,
 // Build returns cluster's configuration in each artifact's resource: the
 // same filter configuration, hence one version, for Wasm and native proxies.
 func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
-	exps, err := b.experiments(0)
+	exps, err := b.experiments(b.syncing.Load())
 	if err != nil {
 		return "", nil, err
 	}

@@ -21,10 +21,23 @@ type Registry interface {
 	Lease() (id int64, alive bool)
 }
 
-// republishEvery re-publishes an unchanged state (a no-op write-wise), so
-// that a lease lost while nothing changed is granted again and the records
-// return without waiting for a change.
+// republishEvery is how often a replica checks its lease while nothing
+// changes: one lost is granted again by a publish, and the records return
+// without waiting for a change (with the lease held and nothing changed,
+// nothing is published).
 const republishEvery = time.Second
+
+// After a change, while some of its proxies have not yet applied (or
+// rejected) their cluster's version, a replica holds its publish for up to
+// progressEvery: each publish reads and summarizes every proxy, and the
+// ACKs of a rollout to thousands of proxies would otherwise make one
+// publish after another. The moment none is pending it publishes at once
+// (checked settleCheck after a change at the earliest), so a waited write
+// learns it without delay, from one publish per replica.
+const (
+	progressEvery = time.Second
+	settleCheck   = 2 * time.Millisecond
+)
 
 // A failed publish is tried again after publishRetryFirst, then after
 // twice as long each time up to publishRetryMax, whether or not anything
@@ -75,6 +88,7 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 				r.Targets[p.Cluster] = "" // its first build is under way
 			}
 		}
+		r.Settle(proxies)
 		mp = rollout.AppendRecords(mp[:0], proxies)
 		r.Proxies = rollout.Summarize(mp)
 		err := reg.Publish(ctx, r, mp)
@@ -96,21 +110,73 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 			retry = time.NewTimer(publishRetry(failures))
 			retried, changed, applied, ticks = retry.C, nil, nil, nil
 		}
-		select {
-		case <-ctx.Done():
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := reg.Withdraw(wctx); err != nil {
-				log.Warn("withdraw from the mesh registry", "error", err)
+		for idle := true; idle; {
+			select {
+			case <-ctx.Done():
+				withdraw(ctx, reg, log)
+				return
+			case <-changed:
+				idle = false
+			case <-applied:
+				idle = false
+			case <-ticks:
+				// The republish renews a lost lease; with the lease held
+				// and nothing changed it would write nothing, after
+				// reading every proxy.
+				_, alive := reg.Lease()
+				idle = alive && r.Revision == b.AppliedRevision() && !isClosed(changed)
+			case <-retried:
+				idle = false
 			}
-			cancel()
-			return
-		case <-changed:
-		case <-applied:
-		case <-ticks:
-		case <-retried:
 		}
 		if retry != nil {
 			retry.Stop()
+		}
+		if retried == nil && !pace(ctx, x, time.Now()) {
+			withdraw(ctx, reg, log)
+			return
+		}
+	}
+}
+
+// isClosed reports whether ch is closed (it is only ever closed).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// withdraw removes this replica's records (ctx ended).
+func withdraw(ctx context.Context, reg Registry, log *slog.Logger) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := reg.Withdraw(wctx); err != nil {
+		log.Warn("withdraw from the mesh registry", "error", err)
+	}
+}
+
+// pace returns once this replica's proxies are all settled (none pending),
+// or progressEvery after from, whichever comes first; false if ctx ended
+// first.
+func pace(ctx context.Context, x *xds.Server, from time.Time) bool {
+	for {
+		wait := time.Until(from.Add(progressEvery))
+		if wait <= 0 || x.Unsettled() == 0 {
+			return true
+		}
+		changed := x.Changes()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-changed:
+			t.Stop()
+			time.Sleep(settleCheck) // let ACKs arriving together count once
+		case <-t.C:
 		}
 	}
 }

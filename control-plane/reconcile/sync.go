@@ -30,17 +30,21 @@ func Sync(ctx context.Context, st store.Store, x *xds.Server, b *Builder, log *s
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		var rev int64
+		var err error
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-revs:
+		case r, ok := <-revs:
 			if !ok {
 				return
 			}
+			rev = r // the watch's revision: no read of the store's
 		case <-timer.C:
+			rev, err = st.Revision(ctx)
 		}
-		rev, err := st.Revision(ctx)
 		if err == nil {
+			b.syncing.Store(max(rev, b.syncing.Load()))
 			err = x.Refresh(ctx)
 		}
 		if err != nil {

@@ -9,9 +9,14 @@ func MeshOf(reg Registry) *Mesh { return &Mesh{reg: reg} }
 // Registry is m's registry.
 func (m *Mesh) Registry() Registry { return m.reg }
 
-// Settled is settled, for the external tests.
+// Settled is what Wait decides from the replicas' records alone (one read
+// of them, allApplied, settled), for the external tests.
 func (m *Mesh) Settled(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
-	return m.settled(ctx, waited, targets, rev)
+	rs, err := m.reg.Replicas(ctx)
+	if err != nil || !allApplied(rs, targets, rev) {
+		return 0, false
+	}
+	return settled(rs, waited, targets, rev)
 }
 
 // ReadRollout is rollout, for the external tests.

@@ -21,6 +21,9 @@ type Builder interface {
 	// AwaitApplied waits until every served snapshot is built from store
 	// revision rev or later, for at most d, and reports whether it is.
 	AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool
+	// AppliedRevision is the store revision every served snapshot is built
+	// from, at least.
+	AppliedRevision() int64
 }
 
 // Revisions is the store's current revision (store.Store).
@@ -66,10 +69,13 @@ func (m *Mesh) targets(clusters []string, atLeast int64) (Targets, error) {
 	return m.b.Versions(clusters, atLeast)
 }
 
-// Mark is the versions before a write; if they cannot be computed, every
-// cluster counts as changed by it (nil).
+// Mark is the versions before a write, computed from the experiments this
+// replica serves now (read at the revision it applied, without asking the
+// store for a newer one): a write made since that this replica has not
+// applied yet only makes more clusters count as changed, so waited for.
+// If they cannot be computed, every cluster counts as changed (nil).
 func (m *Mesh) Mark() map[string]string {
-	t, _ := m.targets(m.clusters(context.Background()), 0)
+	t, _ := m.targets(m.clusters(context.Background()), m.b.AppliedRevision())
 	return t
 }
 
@@ -86,8 +92,9 @@ func (m *Mesh) Mark() map[string]string {
 //
 // It follows the replicas' records, which summarize their proxies
 // (docs/perf/replicas.md): when they say every proxy concerned applied
-// the write, the node keys alone confirm it (settled), and no proxy's
-// record is read. It reads every proxy only when the summaries say the
+// the write and every replica the waited proxies were on is live, that
+// settles it (settled), and neither a node key nor a proxy's record is
+// read again. It reads every proxy only when the summaries say the
 // rollout may have settled otherwise (a rejection, a proxy gone with its
 // replica), and at least every fullReadEvery.
 func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
@@ -131,10 +138,19 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	defer full.Stop()
 	for force := false; ; {
 		read := force
+		// Every live replica settled on what it serves, built from the
+		// write on: it is applied, from the records the registry's watch
+		// delivered, without a read.
+		if applied, all := m.reg.Settled(rev); all && !read {
+			if n, ok := settledOn(applied, waited, targets); ok {
+				return &adminv1.Rollout{Result: ResultApplied, Targets: targets, Proxies: []*adminv1.ProxyStatus{},
+					Counts: map[string]int32{string(StateApplied): int32(n)}}
+			}
+		}
 		if !read {
 			rs, err := m.reg.Replicas(ctx)
 			if err == nil && allApplied(rs, targets, rev) {
-				if n, ok := m.settled(ctx, waited, targets, rev); ok {
+				if n, ok := settled(rs, waited, targets, rev); ok {
 					return &adminv1.Rollout{Result: ResultApplied, Targets: targets, Proxies: []*adminv1.ProxyStatus{},
 						Counts: map[string]int32{string(StateApplied): int32(n)}}
 				}
@@ -227,34 +243,59 @@ func allApplied(replicas map[string]Replica, targets Targets, rev int64) bool {
 }
 
 // settled reports whether every waited proxy of targets' clusters applied a
-// write committed at revision rev, from one read of the replicas' records
-// and the node keys (a Roster), and counts them. It cannot tell (false)
-// when a waited proxy's replica is gone and the proxy has not reappeared,
-// or when the summary of a waited proxy's replica does not say all its
-// proxies of that cluster applied; the caller then reads every proxy. A
-// waited proxy missing from a live replica disconnected: it drops out.
-func (m *Mesh) settled(ctx context.Context, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
-	ro, err := m.reg.Roster(ctx)
-	if err != nil {
-		return 0, false
-	}
-	n := 0
+// write committed at revision rev, from the replicas' records alone (rs,
+// every one of whose summaries says all its proxies of targets' clusters
+// applied: allApplied), and counts them. Each waited proxy is where the
+// write began on a replica that is still live, so it either is still
+// connected there, or reconnected to another live replica, and is counted
+// applied by that replica's summary either way, or it disconnected and
+// drops out. It cannot tell (false) when a replica that held waited proxies
+// is gone: those proxies are failing over, and the caller reads every
+// proxy. The count is each replica's applied proxies, at most as many as it
+// held waited ones: one that moved between replicas during the write may
+// be left out of it, never the verdict.
+func settled(rs map[string]Replica, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
+	held := map[Node]map[string]int{} // replica → cluster → waited proxies
 	for key, was := range waited {
-		target, affected := targets[key.Cluster]
-		now, ok := ro.Nodes[key]
-		if !ok {
-			if _, live := ro.Replicas[was.Replica]; live || !affected {
-				continue
-			}
-			return 0, false
-		}
-		if !affected {
+		if _, affected := targets[key.Cluster]; !affected {
 			continue
 		}
-		if _, all := ro.Replicas[now.Replica].Applied(key.Cluster, target, rev); !all {
+		if _, live := rs[was.Replica]; !live {
 			return 0, false
 		}
-		n++
+		if held[was] == nil {
+			held[was] = map[string]int{}
+		}
+		held[was][key.Cluster]++
+	}
+	n := 0
+	for r, clusters := range held {
+		for c, w := range clusters {
+			applied, _ := rs[r.Replica].Applied(c, targets[c], rev)
+			n += min(w, applied)
+		}
+	}
+	return n, true
+}
+
+// settledOn is settled when every live replica has Settled (applied: each
+// one's applied proxies): every waited proxy of targets' clusters was on one
+// of them, so it applied or disconnected. It cannot tell (false) when a
+// replica that held waited proxies is gone.
+func settledOn(applied map[string]int, waited map[NodeKey]Node, targets Targets) (int, bool) {
+	held := map[string]int{}
+	for key, was := range waited {
+		if _, affected := targets[key.Cluster]; !affected {
+			continue
+		}
+		if _, live := applied[was.Replica]; !live {
+			return 0, false
+		}
+		held[was.Replica]++
+	}
+	n := 0
+	for r, w := range held {
+		n += min(w, applied[r])
 	}
 	return n, true
 }

@@ -37,6 +37,25 @@ type Replica struct {
 	// the proxies' own records: what lets a reader wait for a rollout
 	// without reading every proxy after every change (MaySettle).
 	Proxies map[string]Summary `json:"proxies,omitempty"`
+	// Settled says that every one of its proxies, AppliedProxies of them, has
+	// acknowledged the version the replica serves its cluster, built from
+	// store revision Revision or later: none pending, rejected or unserved
+	// (Settle). A waited write needs no more than that of each replica.
+	Settled        bool `json:"settled,omitempty"`
+	AppliedProxies int  `json:"applied_proxies,omitempty"`
+}
+
+// Settle sets r.Settled and r.AppliedProxies from its proxies' states against
+// what r serves (r.Targets).
+func (r *Replica) Settle(proxies []ProxyStatus) {
+	r.Settled, r.AppliedProxies = true, 0
+	for _, p := range proxies {
+		if p.State != StateApplied || r.Targets[p.Cluster] == "" || p.Acked != r.Targets[p.Cluster] {
+			r.Settled, r.AppliedProxies = false, 0
+			return
+		}
+		r.AppliedProxies++
+	}
 }
 
 // Summary counts a replica's proxies of one cluster by what they last
@@ -247,6 +266,12 @@ type Registry interface {
 	// are connected (the proxies View lists, whatever their state),
 	// without the proxies' records.
 	Roster(ctx context.Context) (Roster, error)
+	// Settled reports, from the live replicas' records as the registry's
+	// watch last delivered them (no read), each replica's count of
+	// applied proxies, and whether every one has Settled with a
+	// configuration built from store revision rev or later; all is false
+	// when it cannot tell (no watch delivers the records).
+	Settled(rev int64) (applied map[string]int, all bool)
 	// Watch returns a channel that receives after every change of a
 	// replica's record (coalesced: one pending value at most) — which
 	// its replica rewrites, after its proxies' records, whenever their

@@ -129,6 +129,30 @@ func (s *Server) ConnProxy(addr string) (p rollout.ProxyStatus, ok bool) {
 	return st.status(s.clusters[st.cluster]), true
 }
 
+// Unsettled counts the proxies still pending their cluster's current
+// version (neither applied nor rejected it, and served), or returns a
+// positive lower bound of that count: a publisher asks it after every
+// wake-up in a rollout, and counting every proxy each time would cost the
+// fleet's size per ACK. Each change (notify) settles one proxy at most,
+// except a cluster's new or forgotten version (pendingStale), so the last
+// count minus the changes since is a lower bound; it counts again once
+// that reaches 0.
+func (s *Server) Unsettled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pendingFloor > 0 {
+		return s.pendingFloor
+	}
+	n := 0
+	for _, st := range s.streams {
+		if st.identified && st.state(s.clusters[st.cluster]) == rollout.StatePending {
+			n++
+		}
+	}
+	s.pendingFloor = n
+	return n
+}
+
 // Changes returns a channel that is closed at the next change of any
 // proxy's or cluster's state (a connect, disconnect, push, ACK, NACK or new
 // snapshot).
@@ -142,6 +166,9 @@ func (s *Server) Changes() <-chan struct{} {
 func (s *Server) notify() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+	if s.pendingFloor > 0 {
+		s.pendingFloor--
+	}
 }
 
 // onStreamOpen tracks a new stream. It is counted against the server's

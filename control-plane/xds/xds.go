@@ -85,6 +85,9 @@ type Server struct {
 	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
 	changed     chan struct{}        // closed and replaced on every tracked change
+	// pendingFloor is a lower bound of the proxies pending their cluster's
+	// version (Unsettled); 0 when it must be counted again.
+	pendingFloor int
 }
 
 // DefaultClusterGrace is how long a cluster no stream uses keeps its
@@ -366,6 +369,7 @@ func (s *Server) forgetLocked(c string) {
 	delete(s.clusters, c)
 	delete(s.since, c)
 	delete(s.idle, c)
+	s.pendingFloor = 0 // its proxies' versions changed at once
 }
 
 // evictLocked makes room for a new cluster at the limit: it forgets the
@@ -490,6 +494,7 @@ func (s *Server) setCluster(ctx context.Context, cluster string) error {
 	s.clusters[cluster] = version
 	s.since[cluster] = s.now()
 	s.notify()
+	s.pendingFloor = 0 // its proxies' versions changed at once
 	s.log.Info("snapshot updated", "cluster", cluster, "version", version)
 	return nil
 }

@@ -79,7 +79,14 @@ func (p *Process) MustRSS(t testing.TB) int64 {
 
 // ReadRSS returns the resident set size (VmRSS) of process pid in bytes,
 // from /proc/<pid>/status (Linux only).
-func ReadRSS(pid int) (int64, error) {
+func ReadRSS(pid int) (int64, error) { return readStatusKB(pid, "VmRSS") }
+
+// ReadPeakRSS returns the peak resident set size (VmHWM) of process pid in
+// bytes, from /proc/<pid>/status (Linux only).
+func ReadPeakRSS(pid int) (int64, error) { return readStatusKB(pid, "VmHWM") }
+
+// readStatusKB reads field (a size in kB) of /proc/<pid>/status, in bytes.
+func readStatusKB(pid int, field string) (int64, error) {
 	path := fmt.Sprintf("/proc/%d/status", pid)
 	f, err := os.Open(path)
 	if err != nil {
@@ -88,22 +95,22 @@ func ReadRSS(pid int) (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		fields := strings.Fields(rest)
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("%s: unexpected VmRSS line %q", path, sc.Text())
+			return 0, fmt.Errorf("%s: unexpected %s line %q", path, field, sc.Text())
 		}
 		kb, err := strconv.ParseInt(fields[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: parse VmRSS: %w", path, err)
+			return 0, fmt.Errorf("%s: parse %s: %w", path, field, err)
 		}
 		return kb * 1024, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	return 0, fmt.Errorf("%s: no VmRSS line (process exited?)", path)
+	return 0, fmt.Errorf("%s: no %s line (process exited?)", path, field)
 }

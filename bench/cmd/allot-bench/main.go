@@ -81,7 +81,7 @@ func parse(args []string) (suite.Options, error) {
 		"(with -base, beside that revision's filter; -only picks among F–J); writes bench/raw/VM.md")
 	fs.BoolVar(&o.Replicas, "replicas", false, "instead of the report, measure only write → all-ACK latency with 3 allotd replicas on a 3-member etcd cluster "+
 		"and simulated xDS clients spread over them (`make bench` runs it too); writes bench/raw/REPLICAS.md")
-	fs.Func("replica-clients", "comma-separated fleet sizes of the replicas section (default 1000,10000)", func(v string) error {
+	fs.Func("replica-clients", "comma-separated fleet sizes of the replicas section (default 1000,10000,30000)", func(v string) error {
 		o.ReplicaClients = nil
 		for f := range strings.SplitSeq(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -93,6 +93,7 @@ func parse(args []string) (suite.Options, error) {
 		return nil
 	})
 	fs.BoolVar(&o.Render, "render", false, "measure nothing: render bench/REPORT.md again from bench/raw/results.json (after a change to the report's format)")
+	fs.DurationVar(&o.ReplicaProfile, "replica-profile", 0, "with -replicas: take CPU profiles this long of every allotd replica, etcd member and the floor from each fleet's first write on, into bench/raw/replicas-<clients>/profiles/")
 	fs.StringVar(&o.Allotd, "allotd", "", "with -replicas: run this allotd binary instead of one built from the tree (to compare builds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/allotmesh/allot/control-plane/xds/loadgen"
 )
 
@@ -40,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Cluster, "cluster", "loadtest", "node cluster of every proxy")
 	fs.StringVar(&cfg.Node, "node", "", "node id prefix, <node>-<i> (default: -cluster); fleets on several replicas need one each")
 	fs.BoolVar(&cfg.ECDS, "ecds", false, "use the ECDS service instead of ADS")
+	resourceOut := fs.String("resource-out", "", "after every version reached every proxy, write the first proxy's last response (a binary DiscoveryResponse) to this file, replaced atomically")
 	versions := fs.Int("versions", 0, "exit after this many versions reached every proxy (0: run until interrupted)")
 	var r loadgen.Report
 	fs.DurationVar(&r.Interval, "report-interval", 0, "export outcome stats every interval from SIGUSR1 to SIGUSR2 (0: never); needs -conns 0")
@@ -80,9 +84,31 @@ func run(ctx context.Context, args []string) error {
 		select {
 		case r := <-f.Results():
 			fmt.Println(r)
+			if *resourceOut != "" {
+				if err := writeResponse(*resourceOut, f.Latest()); err != nil {
+					return err
+				}
+			}
 		case <-ctx.Done():
 			return nil
 		}
+	}
+	return nil
+}
+
+// writeResponse writes resp to path through a temporary file and a rename,
+// so that a reader never sees half of it.
+func writeResponse(path string, resp *discoveryv3.DiscoveryResponse) error {
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("-resource-out: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("-resource-out: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("-resource-out: %w", err)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ type flags struct {
 	keysFile  string
 	logLevel  slog.Level
 	logFormat string
+	pprofAddr string
 	tlsFiles  mtls.Files
 	tlsReload time.Duration
 	storeURL  string
@@ -84,6 +85,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer cancel()
 		go r.Run(ctx, f.tlsReload)
 	}
+	if f.pprofAddr != "" {
+		if err := servePprof(ctx, f.pprofAddr, cfg.Logger.With("component", "pprof")); err != nil {
+			return err
+		}
+	}
 	dbSet := false
 	fs.Visit(func(fl *flag.Flag) { dbSet = dbSet || fl.Name == "db" })
 	if f.storeURL != "" {
@@ -125,6 +131,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.tlsReload, "tls-reload", 5*time.Second, "how often the TLS files and the identity policy are checked for changes; changed ones are used for new connections and requests without a restart")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap and goroutine profiles (/debug/pprof/) on this loopback address (off when empty)")
 }
 
 // config reads the files the flags name (tokens, mesh settings, sticky

@@ -20,7 +20,7 @@ import (
 // replica has no record are left out.
 func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 	resp, err := g.kv.Read(ctx, etcdkv.Get{Key: g.replicasPrefix(), Prefix: true}, etcdkv.Get{Key: g.clustersPrefix(), Prefix: true},
-		etcdkv.Get{Key: g.proxiesPrefix(), Prefix: true})
+		etcdkv.Get{Key: g.proxiesPrefix(), Prefix: true}, etcdkv.Get{Key: g.acksPrefix(), Prefix: true})
 	if err != nil {
 		return rollout.View{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
@@ -32,6 +32,19 @@ func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 	g.viewMu.Lock()
 	defer g.viewMu.Unlock()
 	g.viewGen++
+	acks := map[string]map[int64]ack{}
+	for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
+		id, ok := g.acksReplica(string(kv.Key))
+		if _, live := v.Replicas[id]; !ok || !live {
+			continue
+		}
+		if acks[id] == nil {
+			acks[id] = map[int64]ack{}
+		}
+		if err := decodeAcks(kv.Value, acks[id]); err != nil {
+			return rollout.View{}, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
+		}
+	}
 	var ps []rollout.Proxy
 	for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 		d := g.decoded[string(kv.Key)]
@@ -49,6 +62,7 @@ func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 		d.gen = g.viewGen
 		for _, p := range d.proxies {
 			if _, ok := v.Replicas[p.Replica]; ok {
+				withAcks(&p, acks)
 				ps = append(ps, p)
 			}
 		}
@@ -152,59 +166,150 @@ func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (
 // Watch implements rollout.Registry. It follows the replicas' records alone:
 // in a rollout the proxies' records change by the thousand, and each
 // replica's record is rewritten after its proxies' and its clusters'
-// records whenever a summary changes.
+// records whenever a summary changes. Every Watch of a registry shares one
+// etcd watch, started by the first and kept for the registry's life: a
+// watch opened for each waited write starts behind the writes of the
+// rollout under way, and etcd catches such a watch up only every 100 ms.
+// The channel receives once at once (the registry may have changed
+// before), then after every change.
 func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	signal := func() {
+	ch <- struct{}{}
+	g.watchMu.Lock()
+	if g.watchers == nil {
+		g.watchers = map[chan struct{}]bool{}
+	}
+	if !g.following {
+		g.following = g.kv.Go(g.kv.Context(), g.followAll)
+	}
+	if !g.following || ctx.Err() != nil {
+		g.watchMu.Unlock()
+		close(ch)
+		return ch
+	}
+	g.watchers[ch] = true
+	g.watchMu.Unlock()
+	context.AfterFunc(ctx, func() { g.unwatch(ch) })
+	return ch
+}
+
+// unwatch closes ch and stops signalling it (once).
+func (g *Registry) unwatch(ch chan struct{}) {
+	g.watchMu.Lock()
+	defer g.watchMu.Unlock()
+	if g.watchers[ch] {
+		delete(g.watchers, ch)
+		close(ch)
+	}
+}
+
+// signalAll signals every watcher (coalesced: one pending value at most).
+func (g *Registry) signalAll() {
+	g.watchMu.Lock()
+	defer g.watchMu.Unlock()
+	for ch := range g.watchers {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	if !g.kv.Go(ctx, func(wctx context.Context) {
-		defer close(ch)
-		backoff := 50 * time.Millisecond
-		for wctx.Err() == nil {
-			err := g.follow(wctx, signal)
-			if wctx.Err() != nil {
-				return
-			}
-			select {
-			case <-wctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			if err == nil {
-				backoff = 50 * time.Millisecond
-			} else {
-				backoff = min(2*backoff, 2*time.Second)
-			}
-		}
-	}) {
-		close(ch)
-	}
-	return ch
 }
 
-// follow signals once the watch position is known (changes while no watch
-// ran are not replayed, so a reader must read the view again), then after
-// every change of a replica's record until the watch breaks.
+// followAll follows the replicas' records for every watcher until ctx
+// (the session) ends, watching again after a break; then it closes every
+// watcher's channel.
+func (g *Registry) followAll(ctx context.Context) {
+	defer func() {
+		g.watchMu.Lock()
+		defer g.watchMu.Unlock()
+		for ch := range g.watchers {
+			delete(g.watchers, ch)
+			close(ch)
+		}
+		g.following = false
+	}()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := g.follow(ctx, g.signalAll)
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if err == nil {
+			backoff = 50 * time.Millisecond
+		} else {
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+// follow reads the replicas' records, signals once the watch position is
+// known (changes while no watch ran are not replayed, so a reader must read
+// the view again), then keeps the records it saw (Settled) and signals
+// after every change of one until the watch breaks.
 func (g *Registry) follow(ctx context.Context, signal func()) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	defer g.see(nil, false)
 	replicas := g.replicasPrefix()
-	at, err := g.kv.Client().Get(wctx, replicas, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	at, err := g.kv.Client().Get(wctx, replicas, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
+	seen := map[string]replicaRecord{}
+	for _, kv := range at.Kvs {
+		var rec replicaRecord
+		if json.Unmarshal(kv.Value, &rec) == nil {
+			seen[string(kv.Key)] = rec
+		}
+	}
+	g.see(seen, true)
 	signal()
 	for wr := range g.kv.Client().Watch(wctx, replicas, clientv3.WithPrefix(), clientv3.WithRev(at.Header.Revision+1)) {
 		if err := wr.Err(); err != nil {
 			return err
 		}
-		if len(wr.Events) > 0 {
-			signal()
+		if len(wr.Events) == 0 {
+			continue
 		}
+		g.watchMu.Lock()
+		for _, ev := range wr.Events {
+			var rec replicaRecord
+			if ev.Type == clientv3.EventTypeDelete || json.Unmarshal(ev.Kv.Value, &rec) != nil {
+				delete(g.seen, string(ev.Kv.Key))
+				continue
+			}
+			g.seen[string(ev.Kv.Key)] = rec
+		}
+		g.watchMu.Unlock()
+		signal()
 	}
 	return ctx.Err()
+}
+
+// see replaces the records the watch delivered (ok false: none is known).
+func (g *Registry) see(seen map[string]replicaRecord, ok bool) {
+	g.watchMu.Lock()
+	defer g.watchMu.Unlock()
+	g.seen, g.seenOK = seen, ok
+}
+
+// Settled implements rollout.Registry.
+func (g *Registry) Settled(rev int64) (map[string]int, bool) {
+	g.watchMu.Lock()
+	defer g.watchMu.Unlock()
+	if !g.seenOK {
+		return nil, false
+	}
+	applied := make(map[string]int, len(g.seen))
+	all := true
+	for _, rec := range g.seen {
+		applied[rec.ID] = rec.Applied
+		all = all && rec.Settled && rec.Revision >= rev
+	}
+	return applied, all
 }

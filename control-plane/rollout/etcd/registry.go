@@ -61,6 +61,7 @@ type Registry struct {
 	clusters map[string]string
 	parts    map[int]shardParts
 	proxies  map[proxyID]*publishedProxy
+	acks     []string // the parts of the acknowledgements (acks.go), encoded
 	gen      uint64
 	// unknown is set while what etcd holds under the replica's prefixes
 	// may differ from what was written (before the first publish, after a
@@ -71,6 +72,16 @@ type Registry struct {
 	// txnHook, when set (tests), runs each transaction of a publish in
 	// place of commit(): its error is the transaction's.
 	txnHook func(ops []clientv3.Op, commit func() error) error
+
+	// watchers are the channels Watch handed out, signalled by the one
+	// watch of the replicas' records (followAll) while following.
+	watchMu   sync.Mutex
+	watchers  map[chan struct{}]bool
+	following bool
+	// seen are the replicas' records by key as the watch delivered them
+	// (Settled), while seenOK.
+	seen   map[string]replicaRecord
+	seenOK bool
 
 	// decoded holds the parts the last View decoded, by key, so that a
 	// View decodes only the parts that changed since.
@@ -87,13 +98,19 @@ type proxyID struct {
 
 // publishedProxy is a proxy record written under the lease, in shard,
 // encoded as raw, with its node key; gen is the last publish that listed
-// it.
+// it. The record leaves out the proxy's acknowledgement, which the parts of
+// the acknowledgements hold (acked, ackedAt).
 type publishedProxy struct {
 	shard   int
 	nodeKey string
 	p       rollout.Proxy
 	raw     []byte
 	gen     uint64
+	acked   string
+	ackedAt time.Time
+	// inRecord marks a proxy whose acknowledgement its record holds (its
+	// stream number is shared: sharedStreams), left out of the parts.
+	inRecord bool
 }
 
 // shardParts are the parts of a shard as written: each one's value and
@@ -119,6 +136,8 @@ type replicaRecord struct {
 	AdminAddr string `json:"admin_addr,omitempty"`
 	XDSAddr   string `json:"xds_addr,omitempty"`
 	Revision  int64  `json:"revision"`
+	Settled   bool   `json:"settled,omitempty"`
+	Applied   int    `json:"applied_proxies,omitempty"`
 }
 
 // clusterRecord is what mesh/clusters/<replica>/<cluster> holds: the
@@ -178,7 +197,8 @@ func (g *Registry) Publish(ctx context.Context, r rollout.Replica, proxies []rol
 	if err := g.kv.Check(ctx); err != nil {
 		return err
 	}
-	b, err := json.Marshal(replicaRecord{ID: g.id, AdminAddr: r.AdminAddr, XDSAddr: r.XDSAddr, Revision: r.Revision})
+	b, err := json.Marshal(replicaRecord{ID: g.id, AdminAddr: r.AdminAddr, XDSAddr: r.XDSAddr, Revision: r.Revision,
+		Settled: r.Settled, Applied: r.AppliedProxies})
 	if err != nil {
 		return fmt.Errorf("encode replica: %w", err)
 	}
@@ -244,7 +264,7 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 	// Every record is brought up to date at once: if the commit fails,
 	// all of them are forgotten and written again next time.
 	g.gen++
-	ops, dirty, err := g.proxyOpsLocked(proxies)
+	ops, dirty, acksChanged, err := g.proxyOpsLocked(proxies)
 	if err != nil {
 		return err
 	}
@@ -255,9 +275,10 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 	// parts deleted in its own group after the puts that take their
 	// proxies, so that no reader misses a proxy meanwhile.
 	var stale []clientv3.Op
+	heldAcks := 0
 	if g.unknown {
 		var held map[int]shardParts
-		if stale, held, err = g.reconcileLocked(ctx); err != nil {
+		if stale, held, heldAcks, err = g.reconcileLocked(ctx); err != nil {
 			g.forgetLocked()
 			return err
 		}
@@ -265,6 +286,15 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 		for shard := range held {
 			dirty[shard] = true
 		}
+		acksChanged = true
+	}
+	if acksChanged {
+		acksOps, err := g.acksOpsLocked(heldAcks)
+		if err != nil {
+			g.forgetLocked()
+			return err
+		}
+		ops = append(ops, acksOps...)
 	}
 	// A part's value is its proxies' encodings, each made when the proxy
 	// changed: after a rollout's first ACKs every shard is dirty, and each
@@ -318,20 +348,32 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 // publish g.gen: it returns the writes of the node keys of the proxies
 // that came, moved or left, and the shards whose parts changed. It
 // forgets what was written if a proxy cannot be encoded.
-func (g *Registry) proxyOpsLocked(proxies []rollout.Proxy) ([]clientv3.Op, map[int]bool, error) {
+func (g *Registry) proxyOpsLocked(proxies []rollout.Proxy) ([]clientv3.Op, map[int]bool, bool, error) {
 	var ops []clientv3.Op
 	dirty := map[int]bool{}
+	acks := false // an acknowledgement changed, or a proxy came or left
+	shared := sharedStreams(proxies)
 	for _, p := range proxies {
 		p.Replica = g.id
+		acked, ackedAt := p.Acked, p.AckedAt
+		if !shared[p.Stream] { // the parts hold it (acks.go)
+			p.Acked, p.AckedAt = "", time.Time{}
+		}
 		id := proxyID{p.NodeID, p.Stream}
 		e := g.proxies[id]
+		if e == nil || e.acked != acked || !e.ackedAt.Equal(ackedAt) {
+			acks = true
+		}
 		switch {
 		case e == nil:
 			e = &publishedProxy{shard: shardOf(p.NodeID), nodeKey: g.nodeKey(p)}
 			g.proxies[id] = e
 			ops = append(ops, clientv3.OpPut(e.nodeKey, "", clientv3.WithLease(g.lease)))
 		case sameProxy(e.p, p):
-			e.gen = g.gen
+			if e.inRecord != shared[p.Stream] {
+				acks = true
+			}
+			e.gen, e.acked, e.ackedAt, e.inRecord = g.gen, acked, ackedAt, shared[p.Stream]
 			continue
 		case e.p.Cluster != p.Cluster: // the stream's node moved to another cluster
 			ops = append(ops, clientv3.OpDelete(e.nodeKey))
@@ -341,9 +383,9 @@ func (g *Registry) proxyOpsLocked(proxies []rollout.Proxy) ([]clientv3.Op, map[i
 		b, err := json.Marshal(p)
 		if err != nil {
 			g.forgetLocked()
-			return nil, nil, fmt.Errorf("encode proxy %q: %w", p.NodeID, err)
+			return nil, nil, false, fmt.Errorf("encode proxy %q: %w", p.NodeID, err)
 		}
-		e.p, e.raw, e.gen = p, b, g.gen
+		e.p, e.raw, e.gen, e.acked, e.ackedAt, e.inRecord = p, b, g.gen, acked, ackedAt, shared[p.Stream]
 		dirty[e.shard] = true
 	}
 	for id, e := range g.proxies {
@@ -351,9 +393,39 @@ func (g *Registry) proxyOpsLocked(proxies []rollout.Proxy) ([]clientv3.Op, map[i
 			ops = append(ops, clientv3.OpDelete(e.nodeKey))
 			dirty[e.shard] = true
 			delete(g.proxies, id)
+			acks = true
 		}
 	}
-	return ops, dirty, nil
+	return ops, dirty, acks, nil
+}
+
+// acksOpsLocked returns the writes that bring the parts of the
+// acknowledgements up to date (held of them in etcd, if more than were
+// written): the parts whose value changed are put, those beyond the new
+// count deleted.
+func (g *Registry) acksOpsLocked(held int) ([]clientv3.Op, error) {
+	acks := make([]ack, 0, len(g.proxies))
+	for _, e := range g.proxies {
+		if !e.inRecord {
+			acks = append(acks, ack{stream: e.p.Stream, version: e.acked, at: e.ackedAt})
+		}
+	}
+	slices.SortFunc(acks, func(a, b ack) int { return cmp.Compare(a.stream, b.stream) })
+	parts, err := cutAcks(acks)
+	if err != nil {
+		return nil, err
+	}
+	var ops []clientv3.Op
+	for i, v := range parts {
+		if i >= len(g.acks) || g.acks[i] != v {
+			ops = append(ops, clientv3.OpPut(g.acksKey(i), v, clientv3.WithLease(g.lease)))
+		}
+	}
+	for i := len(parts); i < max(held, len(g.acks)); i++ {
+		ops = append(ops, clientv3.OpDelete(g.acksKey(i)))
+	}
+	g.acks = parts
+	return ops, nil
 }
 
 // clusterOpsLocked brings the cluster records up to date with clusters: it
@@ -487,6 +559,7 @@ func (g *Registry) forgetLocked() {
 	clear(g.clusters)
 	clear(g.parts)
 	clear(g.proxies)
+	g.acks = nil
 	g.unknown = true
 }
 
@@ -505,7 +578,7 @@ func (g *Registry) forgetLocked() {
 // records; as they were forgotten before, the publish puts every node key
 // and cluster record it keeps, and deletes none, so that no key is both
 // deleted and written.
-func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, map[int]shardParts, error) {
+func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, map[int]shardParts, int, error) {
 	// A linearizable read, never the serializable fallback of etcdkv.Conn.Read:
 	// a member behind the cluster would miss the keys to delete.
 	octx, cancel := g.kv.OpContext(ctx)
@@ -514,10 +587,11 @@ func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, map[int]
 		etcdkv.Get{Key: g.ownNodes(), Prefix: true, KeysOnly: true}.Op(false),
 		etcdkv.Get{Key: g.ownClusters(), Prefix: true, KeysOnly: true}.Op(false),
 		etcdkv.Get{Key: g.ownShards(), Prefix: true}.Op(false),
+		etcdkv.Get{Key: g.ownAcks(), Prefix: true, KeysOnly: true}.Op(false),
 	}
 	resp, err := g.kv.Client().Txn(octx).Then(reads...).Commit()
 	if err = g.kv.Wrap(octx, err); err != nil {
-		return nil, nil, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
+		return nil, nil, 0, fmt.Errorf("read the replica's keys to reconcile them: %w", err)
 	}
 	keep := make(map[string]bool, len(g.proxies)+len(g.clusters))
 	for _, e := range g.proxies {
@@ -590,7 +664,19 @@ func (g *Registry) reconcileLocked(ctx context.Context) ([]clientv3.Op, map[int]
 			parts[shard] = sp
 		}
 	}
-	return ops, parts, nil
+	// The parts of the acknowledgements are all written again; those past
+	// the publish's count are deleted (acksOpsLocked), and any other key
+	// under the replica's prefix now.
+	heldAcks := 0
+	for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
+		n, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), g.ownAcks()))
+		if err != nil || n < 0 || g.acksKey(n) != string(kv.Key) {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+			continue
+		}
+		heldAcks = max(heldAcks, n+1)
+	}
+	return ops, parts, heldAcks, nil
 }
 
 // parsePartKey returns the shard and part of one of the replica's part

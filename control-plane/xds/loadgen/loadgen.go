@@ -153,6 +153,8 @@ type Fleet struct {
 	// Exported and Refused count the exports allotd took and refused.
 	Exported, Refused atomic.Int64
 
+	latest atomic.Pointer[discoveryv3.DiscoveryResponse] // client 0's last response
+
 	mu      sync.Mutex
 	rounds  map[string]*round // version → its rollout in progress
 	current []string          // client → version acknowledged
@@ -292,6 +294,9 @@ func (f *Fleet) run(i int, send func(*discoveryv3.DiscoveryRequest) error, recv 
 			return
 		}
 		now := time.Now()
+		if i == 0 {
+			f.latest.Store(r)
+		}
 		f.mu.Lock()
 		if f.rounds[r.GetVersionInfo()] == nil {
 			f.rounds[r.GetVersionInfo()] = &round{first: now}
@@ -324,6 +329,10 @@ func (f *Fleet) acked(i int, version string, at time.Time) {
 		}
 	}
 }
+
+// Latest is the last response the first client received (nil before
+// one): what a proxy of the fleet was sent, resource and all.
+func (f *Fleet) Latest() *discoveryv3.DiscoveryResponse { return f.latest.Load() }
 
 // Results delivers a Result each time every client has acknowledged a new
 // version.

@@ -1,0 +1,60 @@
+package xds_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/allotmesh/allot/control-plane/rollout"
+	"github.com/allotmesh/allot/control-plane/xds"
+)
+
+// TestUnsettled: the count of proxies pending their cluster's version
+// follows pushes, ACKs, NACKs and disconnects — 0 exactly when none is
+// pending, however it bounds the count in between — and a revert that
+// settles every proxy at once is seen at once.
+func TestUnsettled(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
+	var cs []*client
+	for _, node := range []string{"shop-1", "shop-2", "shop-3"} {
+		c := connect(t, s.addr, xds.APIADS, node, "shop")
+		c.request("", "", "")
+		c.ack(c.expect("v1"))
+		wantState(t, s, node, rollout.StateApplied, "v1")
+		cs = append(cs, c)
+	}
+	settled := func(want bool) {
+		t.Helper()
+		eventually(t, func() error {
+			if n := s.Unsettled(); (n == 0) != want {
+				return fmt.Errorf("Unsettled() = %d, want settled %v", n, want)
+			}
+			return nil
+		})
+	}
+	settled(true)
+
+	s.change(t, "shop", "v2")
+	settled(false)
+	r1, r2, r3 := cs[0].expect("v2"), cs[1].expect("v2"), cs[2].expect("v2")
+	cs[0].ack(r1)
+	cs[1].nack(r2, "v1", "refused")
+	if n := s.Unsettled(); n == 0 {
+		t.Fatal("settled with one proxy still pending")
+	}
+	cs[2].ack(r3)
+	settled(true) // applied, applied, rejected
+
+	// A revert to v1 while one proxy still runs it (it rejected v2 and has
+	// not answered v3): that one settles with the revert itself.
+	s.change(t, "shop", "v3")
+	cs[0].ack(cs[0].expect("v3"))
+	cs[2].ack(cs[2].expect("v3"))
+	cs[1].expect("v3")
+	settled(false)
+	s.change(t, "shop", "v1")
+	wantState(t, s, "shop-2", rollout.StateApplied, "v1")
+	cs[0].ack(cs[0].expect("v1"))
+	settled(false)
+	cs[2].close() // disconnects: it drops out
+	settled(true)
+}
