@@ -97,6 +97,18 @@ func (b *Builder) AwaitApplied(ctx context.Context, rev int64, d time.Duration) 
 	}
 }
 
+// SyncTo has the next builds read the store as of revision rev or later
+// (rollout.Builder): Sync does the same with each revision its watch
+// delivers.
+func (b *Builder) SyncTo(rev int64) {
+	for {
+		cur := b.syncing.Load()
+		if rev <= cur || b.syncing.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
 // Applied returns a channel closed when the applied revision next grows.
 func (b *Builder) Applied() <-chan struct{} {
 	b.appliedMu.Lock()

@@ -33,7 +33,10 @@ const republishEvery = time.Second
 // ACKs of a rollout to thousands of proxies would otherwise make one
 // publish after another. The moment none is pending it publishes at once
 // (checked settleCheck after a change at the earliest), so a waited write
-// learns it without delay, from one publish per replica.
+// learns it without delay. A change after a publish that said the replica
+// settled is published at once, held or not: a waited write must not see
+// that record while a proxy is pending (a new version, a proxy that moved
+// here). A write thus costs each replica two publishes.
 const (
 	progressEvery = time.Second
 	settleCheck   = 2 * time.Millisecond
@@ -132,7 +135,9 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 		if retry != nil {
 			retry.Stop()
 		}
-		if retried == nil && !pace(ctx, x, time.Now()) {
+		// A record that says the replica settled is corrected at once: a
+		// waited write would take it for applied.
+		if retried == nil && !(err == nil && r.Settled) && !pace(ctx, x, time.Now()) {
 			withdraw(ctx, reg, log)
 			return
 		}

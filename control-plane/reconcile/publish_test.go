@@ -42,7 +42,7 @@ func (f *failingRegistry) View(context.Context) (rollout.View, error) { return r
 func (f *failingRegistry) Replicas(context.Context) (map[string]rollout.Replica, error) {
 	return nil, nil
 }
-func (f *failingRegistry) Settled(int64) (map[string]int, bool) { return nil, false }
+func (f *failingRegistry) Settled(int64) (map[string]rollout.Replica, bool) { return nil, false }
 
 func (f *failingRegistry) Roster(context.Context) (rollout.Roster, error) {
 	return rollout.Roster{}, nil

@@ -21,9 +21,10 @@ type Builder interface {
 	// AwaitApplied waits until every served snapshot is built from store
 	// revision rev or later, for at most d, and reports whether it is.
 	AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool
-	// AppliedRevision is the store revision every served snapshot is built
-	// from, at least.
-	AppliedRevision() int64
+	// SyncTo has the next builds read the store as of revision rev or
+	// later (Refresh after a waited write, when the replica's own push of
+	// it is late).
+	SyncTo(rev int64)
 }
 
 // Revisions is the store's current revision (store.Store).
@@ -69,13 +70,12 @@ func (m *Mesh) targets(clusters []string, atLeast int64) (Targets, error) {
 	return m.b.Versions(clusters, atLeast)
 }
 
-// Mark is the versions before a write, computed from the experiments this
-// replica serves now (read at the revision it applied, without asking the
-// store for a newer one): a write made since that this replica has not
-// applied yet only makes more clusters count as changed, so waited for.
-// If they cannot be computed, every cluster counts as changed (nil).
+// Mark is the versions before a write, as of the store's latest revision;
+// if they cannot be computed, every cluster counts as changed by it (nil).
+// (Versions at an older revision would miss a write that puts a cluster
+// back as it was: its version would equal that older one.)
 func (m *Mesh) Mark() map[string]string {
-	t, _ := m.targets(m.clusters(context.Background()), m.b.AppliedRevision())
+	t, _ := m.targets(m.clusters(context.Background()), 0)
 	return t
 }
 
@@ -110,6 +110,7 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	// it (reconcile.Sync); the write pushes it itself only if that is late (or
 	// fails, which Refresh then reports) rather than build it twice.
 	if !m.b.AwaitApplied(ctx, rev, refreshAfter) {
+		m.b.SyncTo(rev)
 		if err := m.x.Refresh(ctx); err != nil {
 			return Failed(err)
 		}
@@ -141,8 +142,8 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 		// Every live replica settled on what it serves, built from the
 		// write on: it is applied, from the records the registry's watch
 		// delivered, without a read.
-		if applied, all := m.reg.Settled(rev); all && !read {
-			if n, ok := settledOn(applied, waited, targets); ok {
+		if live, all := m.reg.Settled(rev); all && !read {
+			if n, ok := settledOn(live, waited, targets); ok {
 				return &adminv1.Rollout{Result: ResultApplied, Targets: targets, Proxies: []*adminv1.ProxyStatus{},
 					Counts: map[string]int32{string(StateApplied): int32(n)}}
 			}
@@ -255,47 +256,47 @@ func allApplied(replicas map[string]Replica, targets Targets, rev int64) bool {
 // held waited ones: one that moved between replicas during the write may
 // be left out of it, never the verdict.
 func settled(rs map[string]Replica, waited map[NodeKey]Node, targets Targets, rev int64) (int, bool) {
-	held := map[Node]map[string]int{} // replica → cluster → waited proxies
+	held := map[string]map[string]int{} // replica → cluster → waited proxies
 	for key, was := range waited {
 		if _, affected := targets[key.Cluster]; !affected {
 			continue
 		}
-		if _, live := rs[was.Replica]; !live {
+		if r, live := rs[was.Replica]; !live || !was.On(r) {
 			return 0, false
 		}
-		if held[was] == nil {
-			held[was] = map[string]int{}
+		if held[was.Replica] == nil {
+			held[was.Replica] = map[string]int{}
 		}
-		held[was][key.Cluster]++
+		held[was.Replica][key.Cluster]++
 	}
 	n := 0
-	for r, clusters := range held {
+	for id, clusters := range held {
 		for c, w := range clusters {
-			applied, _ := rs[r.Replica].Applied(c, targets[c], rev)
+			applied, _ := rs[id].Applied(c, targets[c], rev)
 			n += min(w, applied)
 		}
 	}
 	return n, true
 }
 
-// settledOn is settled when every live replica has Settled (applied: each
-// one's applied proxies): every waited proxy of targets' clusters was on one
-// of them, so it applied or disconnected. It cannot tell (false) when a
-// replica that held waited proxies is gone.
-func settledOn(applied map[string]int, waited map[NodeKey]Node, targets Targets) (int, bool) {
+// settledOn is settled when every live replica has Settled (live, by ID):
+// every waited proxy of targets' clusters was on one of them, so it applied
+// or disconnected. It cannot tell (false) when a replica that held waited
+// proxies is gone, or restarted (Node.On).
+func settledOn(live map[string]Replica, waited map[NodeKey]Node, targets Targets) (int, bool) {
 	held := map[string]int{}
 	for key, was := range waited {
 		if _, affected := targets[key.Cluster]; !affected {
 			continue
 		}
-		if _, live := applied[was.Replica]; !live {
+		if r, ok := live[was.Replica]; !ok || !was.On(r) {
 			return 0, false
 		}
 		held[was.Replica]++
 	}
 	n := 0
-	for r, w := range held {
-		n += min(w, applied[r])
+	for id, w := range held {
+		n += min(w, live[id].AppliedProxies)
 	}
 	return n, true
 }
@@ -319,7 +320,7 @@ func (m *Mesh) rollout(ctx context.Context, waited map[NodeKey]Node, targets Tar
 			continue
 		}
 		seen[key] = true
-		waited[key] = Node{Replica: p.Replica}
+		waited[key] = Node{Replica: p.Replica, Lease: v.Replicas[p.Replica].Lease}
 		if _, ok := targets[p.Cluster]; ok {
 			ro.Proxies = append(ro.Proxies, proxyStatus(p, targets[p.Cluster], v.Where(p, targets[p.Cluster], rev)))
 		}
@@ -328,7 +329,8 @@ func (m *Mesh) rollout(ctx context.Context, waited map[NodeKey]Node, targets Tar
 		if seen[key] {
 			continue
 		}
-		if _, live := v.Replicas[at.Replica]; live {
+		r, live := v.Replicas[at.Replica]
+		if live && at.On(r) {
 			delete(waited, key) // it disconnected from a live replica
 			continue
 		}
@@ -337,10 +339,19 @@ func (m *Mesh) rollout(ctx context.Context, waited map[NodeKey]Node, targets Tar
 		}
 		ro.Proxies = append(ro.Proxies, ProxyStatus{Replica: at.Replica, NodeID: key.NodeID, Cluster: key.Cluster,
 			Target: targets[key.Cluster], State: StatePending,
-			Error: fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", at.Replica)})
+			Error: goneError(at.Replica, live)})
 	}
 	SortProxies(ro.Proxies)
 	return ro, nil
+}
+
+// goneError says why a waited proxy missing from the mesh is pending: its
+// replica is gone, or restarted (live under a new lease).
+func goneError(replica string, restarted bool) string {
+	if restarted {
+		return fmt.Sprintf("its replica %s restarted; waiting for it to reconnect", replica)
+	}
+	return fmt.Sprintf("its replica %s is gone (lease expired); waiting for it to reconnect to another", replica)
 }
 
 // refreshAfter is how long a waited write waits for its replica's own

@@ -43,6 +43,10 @@ type Replica struct {
 	// (Settle). A waited write needs no more than that of each replica.
 	Settled        bool `json:"settled,omitempty"`
 	AppliedProxies int  `json:"applied_proxies,omitempty"`
+	// Lease is the registry lease its records live under (0: not known):
+	// a new one means the replica restarted under the same ID, and the
+	// proxies of its previous run are gone with it.
+	Lease int64 `json:"lease,omitempty"`
 }
 
 // Settle sets r.Settled and r.AppliedProxies from its proxies' states against
@@ -185,8 +189,17 @@ type NodeKey struct {
 
 // Node is where a node's proxy is connected, as the registry's keys say.
 type Node struct {
-	// Replica is the ID of its replica.
+	// Replica is the ID of its replica, Lease the lease of the replica's
+	// run its key was written under (0: not known).
 	Replica string
+	Lease   int64
+}
+
+// On reports whether the node is on the run of r its key was written in
+// (a replica restarted under the same ID is another run; a lease of 0 on
+// either side is not known, and matches).
+func (n Node) On(r Replica) bool {
+	return n.Lease == 0 || r.Lease == 0 || n.Lease == r.Lease
 }
 
 // Roster is the mesh without its proxies' records, read at one point in
@@ -267,11 +280,11 @@ type Registry interface {
 	// without the proxies' records.
 	Roster(ctx context.Context) (Roster, error)
 	// Settled reports, from the live replicas' records as the registry's
-	// watch last delivered them (no read), each replica's count of
-	// applied proxies, and whether every one has Settled with a
+	// watch last delivered them (no read), those records' fixed fields
+	// (no Targets or summaries), and whether every one has Settled with a
 	// configuration built from store revision rev or later; all is false
 	// when it cannot tell (no watch delivers the records).
-	Settled(rev int64) (applied map[string]int, all bool)
+	Settled(rev int64) (replicas map[string]Replica, all bool)
 	// Watch returns a channel that receives after every change of a
 	// replica's record (coalesced: one pending value at most) — which
 	// its replica rewrites, after its proxies' records, whenever their

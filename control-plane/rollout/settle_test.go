@@ -38,20 +38,44 @@ func TestSettle(t *testing.T) {
 
 // TestSettledOn: every live replica settled settles a write for its
 // waited proxies, counting each replica's at most as many as it held; a
-// waited proxy whose replica is gone leaves it undecided; proxies of
-// clusters the write did not change are not counted.
+// waited proxy whose replica is gone, or restarted (another lease), leaves
+// it undecided; proxies of clusters the write did not change are not
+// counted.
 func TestSettledOn(t *testing.T) {
 	waited := map[NodeKey]Node{
-		{"web", "a"}: {"r1"}, {"web", "b"}: {"r1"}, {"web", "c"}: {"r2"}, {"api", "d"}: {"r3"},
+		{"web", "a"}: {"r1", 7}, {"web", "b"}: {"r1", 7}, {"web", "c"}: {"r2", 0}, {"api", "d"}: {"r3", 9},
 	}
 	targets := Targets{"web": "w2"}
-	if n, ok := settledOn(map[string]int{"r1": 2, "r2": 5}, waited, targets); !ok || n != 3 {
+	live := func(r1, r2 int, r1Lease int64) map[string]Replica {
+		out := map[string]Replica{"r1": {ID: "r1", AppliedProxies: r1, Lease: r1Lease}}
+		if r2 >= 0 {
+			out["r2"] = Replica{ID: "r2", AppliedProxies: r2, Lease: 8}
+		}
+		return out
+	}
+	if n, ok := settledOn(live(2, 5, 7), waited, targets); !ok || n != 3 {
 		t.Errorf("all live: %d, %v; want 3, true", n, ok)
 	}
-	if n, ok := settledOn(map[string]int{"r1": 1, "r2": 1}, waited, targets); !ok || n != 2 {
+	if n, ok := settledOn(live(1, 1, 7), waited, targets); !ok || n != 2 {
 		t.Errorf("one of r1's disconnected: %d, %v; want 2, true", n, ok)
 	}
-	if _, ok := settledOn(map[string]int{"r1": 2}, waited, targets); ok {
+	if _, ok := settledOn(live(2, -1, 7), waited, targets); ok {
 		t.Error("r2 gone with a waited proxy: settled")
+	}
+	if _, ok := settledOn(live(0, 5, 11), waited, targets); ok {
+		t.Error("r1 restarted (another lease) while its proxies fail over: settled")
+	}
+}
+
+// TestNodeOn: a node is on its replica's run unless both leases are known
+// and differ.
+func TestNodeOn(t *testing.T) {
+	for _, c := range []struct {
+		node, replica int64
+		on            bool
+	}{{7, 7, true}, {7, 8, false}, {0, 8, true}, {7, 0, true}} {
+		if got := (Node{Replica: "r", Lease: c.node}).On(Replica{Lease: c.replica}); got != c.on {
+			t.Errorf("node lease %d, replica lease %d: on %v, want %v", c.node, c.replica, got, c.on)
+		}
 	}
 }

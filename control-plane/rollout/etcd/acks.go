@@ -40,11 +40,13 @@ type acksRecord struct {
 	Entries []int64 `json:"entries"`
 }
 
-// ack is a proxy's last acknowledgement, as a part holds it.
+// ack is a proxy's last acknowledgement, as a part holds it; mod is the
+// part's etcd revision when read.
 type ack struct {
 	stream  int64
 	version string
 	at      time.Time
+	mod     int64
 }
 
 // encodeAcks encodes acks (sorted by stream) as one part. It appends the
@@ -93,8 +95,10 @@ func encodeAcks(acks []ack) (string, error) {
 	return string(b), nil
 }
 
-// decodeAcks decodes a part into the acknowledgements it holds by stream.
-func decodeAcks(b []byte, into map[int64]ack) error {
+// decodeAcks decodes a part, written at etcd revision mod, into the
+// acknowledgements it holds by stream. A stream two parts list (while a
+// publish that moved it between parts commits) keeps the newer part's.
+func decodeAcks(b []byte, mod int64, into map[int64]ack) error {
 	var rec acksRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return err
@@ -107,11 +111,13 @@ func decodeAcks(b []byte, into map[int64]ack) error {
 		if v < 0 || v > int64(len(rec.Versions)) {
 			return fmt.Errorf("stream %d: version %d of %d", stream, v, len(rec.Versions))
 		}
-		a := ack{stream: stream}
+		a := ack{stream: stream, mod: mod}
 		if v > 0 {
 			a.version, a.at = rec.Versions[v-1], time.UnixMicro(rec.Base+off).UTC()
 		}
-		into[stream] = a
+		if was, ok := into[stream]; !ok || was.mod <= mod {
+			into[stream] = a
+		}
 	}
 	return nil
 }

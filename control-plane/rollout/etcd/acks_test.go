@@ -124,7 +124,14 @@ func TestRegistrySettled(t *testing.T) {
 		deadline := time.After(10 * time.Second)
 		got := ""
 		for {
-			applied, all := r1.Settled(rev)
+			live, all := r1.Settled(rev)
+			applied := map[string]int{}
+			for id, r := range live {
+				applied[id] = r.AppliedProxies
+				if r.Lease == 0 {
+					t.Fatalf("replica %s's record names no lease", id)
+				}
+			}
 			if got = fmt.Sprint(all, applied); got == want {
 				return
 			}
@@ -145,4 +152,64 @@ func TestRegistrySettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(5, "true map[r1:3]")
+}
+
+// TestRegistryRestartUnderSameID: while a replica's new run (same ID, a
+// new lease, its stream numbers from 1 again) has written its proxies but
+// not yet its replica record, readers see the previous run alone: its
+// proxies, with their own acknowledgements — never one of the new run's
+// joined to an old proxy of the same stream number.
+func TestRegistryRestartUnderSameID(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := t.Context()
+	old := etcd.New(c.Open(t).Conn(), "r1", 10*time.Second)
+	rep := rollout.Replica{Revision: 4, Targets: map[string]string{"web": "v2"}}
+	if err := old.Publish(ctx, rep, []rollout.Proxy{{NodeID: "x", Cluster: "web", Stream: 5, Acked: "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	next := etcd.New(c.Open(t).Conn(), "r1", 10*time.Second)
+	etcd.SetRegistryTxn(next, func(ops []clientv3.Op, commit func() error) error {
+		for _, op := range ops {
+			if strings.HasSuffix(string(op.KeyBytes()), "/mesh/replicas/r1") {
+				return fmt.Errorf("the replica record's transaction fails")
+			}
+		}
+		return commit()
+	})
+	// Enough proxies that the publish takes several transactions.
+	ps := []rollout.Proxy{{NodeID: "y", Cluster: "web", Stream: 5, Acked: "v2"}}
+	for i := range 3000 {
+		ps = append(ps, rollout.Proxy{NodeID: fmt.Sprintf("n-%04d", i), Cluster: "web", Stream: int64(i + 6), Acked: "v2",
+			Address: strings.Repeat("x", 600)})
+	}
+	if err := next.Publish(ctx, rep, ps); err == nil {
+		t.Fatal("the new run's publish did not fail")
+	}
+	s := c.Open(t)
+	resp, err := s.Client().Get(ctx, "", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := 0
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), "/mesh/acks/r1/") {
+			written++
+		}
+	}
+	if written == 0 {
+		t.Fatal("the new run wrote none of its records: the test shows nothing")
+	}
+	reader := etcd.New(s.Conn(), "reader", time.Second)
+	for _, p := range view(t, reader).Proxies {
+		if p.NodeID != "x" || p.Acked != "v1" {
+			t.Errorf("view lists %s acked %q; want the previous run's x alone, acked v1", p.NodeID, p.Acked)
+		}
+	}
+	ro, err := reader.Roster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := ro.Nodes[rollout.NodeKey{Cluster: "web", NodeID: "y"}]; ok && n.On(ro.Replicas["r1"]) {
+		t.Errorf("the new run's node y counts as on the replica's current run: %+v, replica %+v", n, ro.Replicas["r1"])
+	}
 }

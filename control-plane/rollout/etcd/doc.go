@@ -7,13 +7,17 @@
 // Layout under the store's prefix:
 //
 //	mesh/replicas/<replica>               the replica's fixed-size fields (rollout.Replica without
-//	                                      Targets and Proxies) as JSON
+//	                                      Targets and Proxies: its revision, and whether all its
+//	                                      proxies settled on what it serves, with their count) as JSON
 //	mesh/clusters/<replica>/<cluster>     one per cluster the replica lists (cluster escaped):
 //	                                      its target version and its proxies' rollout.Summary
 //	mesh/proxies/<replica>/<shard>/<part> the replica's proxies whose node id hashes to shard
 //	                                      (proxyShards of them), sorted by node id and stream,
 //	                                      cut into parts of at most maxPartBytes: a JSON
-//	                                      array of rollout.Proxy each
+//	                                      array of rollout.Proxy each, without its
+//	                                      acknowledgement
+//	mesh/acks/<replica>/<part>            the replica's proxies' acknowledgements (version and
+//	                                      time), by stream, maxAcksPerPart to a part (acks.go)
 //	mesh/nodes/<replica>/<node>/<stream>/<cluster>
 //	                                      empty, one per proxy (node and cluster escaped):
 //	                                      what Roster reads
@@ -40,7 +44,20 @@
 // docs) bounds the history of their changes.
 //
 // A shard's parts that do not fit one transaction commit in an order that
-// never hides a moved proxy from a reader (partOps).
+// never hides a moved proxy from a reader (partOps). A proxy's record
+// changes only when it connects, disconnects, is left unserved or rejects a
+// version; its acknowledgements, which a rollout changes for every proxy,
+// go to the few acks parts (a proxy whose stream number another of the
+// replica's proxies shares keeps its acknowledgement in its record), so a
+// rollout rewrites about 20 bytes a proxy rather than every shard. The acks
+// parts are written with the proxies' records, before the cluster and
+// replica records.
+//
+// Every Watch of a Registry shares one etcd watch of the replicas' records,
+// opened by the first and kept for the session's life (a watch opened per
+// waited write starts behind the rollout's writes, and etcd catches such a
+// watch up only every 100 ms); it keeps the records it delivers, from which
+// Settled answers without a read.
 //
 // Readers also take the layout without cluster records and parts
 // (clusters inline in the replica's record, a shard in one record); a

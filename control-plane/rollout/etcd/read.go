@@ -32,16 +32,23 @@ func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 	g.viewMu.Lock()
 	defer g.viewMu.Unlock()
 	g.viewGen++
+	// Records count only under their replica's current lease: those of a
+	// run before a restart under the same ID live on until its lease
+	// expires, and their stream numbers are another run's.
+	current := func(id string, lease int64) bool {
+		r, live := v.Replicas[id]
+		return live && (r.Lease == 0 || r.Lease == lease)
+	}
 	acks := map[string]map[int64]ack{}
 	for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
 		id, ok := g.acksReplica(string(kv.Key))
-		if _, live := v.Replicas[id]; !ok || !live {
+		if !ok || !current(id, kv.Lease) {
 			continue
 		}
 		if acks[id] == nil {
 			acks[id] = map[int64]ack{}
 		}
-		if err := decodeAcks(kv.Value, acks[id]); err != nil {
+		if err := decodeAcks(kv.Value, kv.ModRevision, acks[id]); err != nil {
 			return rollout.View{}, fmt.Errorf("read the mesh registry: decode %q: %w", kv.Key, err)
 		}
 	}
@@ -61,7 +68,7 @@ func (g *Registry) View(ctx context.Context) (rollout.View, error) {
 		}
 		d.gen = g.viewGen
 		for _, p := range d.proxies {
-			if _, ok := v.Replicas[p.Replica]; ok {
+			if current(p.Replica, kv.Lease) {
 				withAcks(&p, acks)
 				ps = append(ps, p)
 			}
@@ -90,7 +97,7 @@ func (g *Registry) Replicas(ctx context.Context) (map[string]rollout.Replica, er
 // clusters' records and of the node keys alone.
 func (g *Registry) Roster(ctx context.Context) (rollout.Roster, error) {
 	resp, err := g.kv.Read(ctx, etcdkv.Get{Key: g.replicasPrefix(), Prefix: true}, etcdkv.Get{Key: g.clustersPrefix(), Prefix: true},
-		etcdkv.Get{Key: g.nodesPrefix(), Prefix: true, KeysOnly: true})
+		etcdkv.Get{Key: g.nodesPrefix(), Prefix: true}) // values are empty; keys-only reads leave out the lease
 	if err != nil {
 		return rollout.Roster{}, fmt.Errorf("read the mesh registry: %w", err)
 	}
@@ -111,11 +118,29 @@ func (g *Registry) Roster(ctx context.Context) (rollout.Roster, error) {
 			return rollout.Roster{}, fmt.Errorf("read the mesh registry: key %q: %w", kv.Key, err)
 		}
 		key := rollout.NodeKey{Cluster: cluster, NodeID: node}
-		if _, live := ro.Replicas[r]; live && ro.Nodes[key].Replica < r { // a node on two replicas (it moved): either will do
-			ro.Nodes[key] = rollout.Node{Replica: r}
+		rep, live := ro.Replicas[r]
+		if !live {
+			continue
+		}
+		// A node on two replicas (it moved): either will do, one on its
+		// replica's current run first (a key of the run before a restart
+		// under the same ID lives on until that run's lease expires).
+		n := rollout.Node{Replica: r, Lease: kv.Lease}
+		if was, ok := ro.Nodes[key]; !ok || better(n, rep, was, ro.Replicas[was.Replica]) {
+			ro.Nodes[key] = n
 		}
 	}
 	return ro, nil
+}
+
+// better reports whether node n (on replica r) is to stand for a node key
+// rather than was (on replica wr): one on its replica's current run first,
+// then the larger replica ID.
+func better(n rollout.Node, r rollout.Replica, was rollout.Node, wr rollout.Replica) bool {
+	if on, wasOn := n.On(r), was.On(wr); on != wasOn {
+		return on
+	}
+	return was.Replica < n.Replica
 }
 
 // decodeReplicas decodes the replicas' records and adds to each its
@@ -299,17 +324,18 @@ func (g *Registry) see(seen map[string]replicaRecord, ok bool) {
 }
 
 // Settled implements rollout.Registry.
-func (g *Registry) Settled(rev int64) (map[string]int, bool) {
+func (g *Registry) Settled(rev int64) (map[string]rollout.Replica, bool) {
 	g.watchMu.Lock()
 	defer g.watchMu.Unlock()
 	if !g.seenOK {
 		return nil, false
 	}
-	applied := make(map[string]int, len(g.seen))
+	out := make(map[string]rollout.Replica, len(g.seen))
 	all := true
 	for _, rec := range g.seen {
-		applied[rec.ID] = rec.Applied
+		out[rec.ID] = rollout.Replica{ID: rec.ID, AdminAddr: rec.AdminAddr, XDSAddr: rec.XDSAddr, Revision: rec.Revision,
+			Settled: rec.Settled, AppliedProxies: rec.Applied, Lease: rec.Lease}
 		all = all && rec.Settled && rec.Revision >= rev
 	}
-	return applied, all
+	return out, all
 }

@@ -138,6 +138,7 @@ type replicaRecord struct {
 	Revision  int64  `json:"revision"`
 	Settled   bool   `json:"settled,omitempty"`
 	Applied   int    `json:"applied_proxies,omitempty"`
+	Lease     int64  `json:"lease,omitempty"`
 }
 
 // clusterRecord is what mesh/clusters/<replica>/<cluster> holds: the
@@ -197,21 +198,18 @@ func (g *Registry) Publish(ctx context.Context, r rollout.Replica, proxies []rol
 	if err := g.kv.Check(ctx); err != nil {
 		return err
 	}
-	b, err := json.Marshal(replicaRecord{ID: g.id, AdminAddr: r.AdminAddr, XDSAddr: r.XDSAddr, Revision: r.Revision,
-		Settled: r.Settled, Applied: r.AppliedProxies})
-	if err != nil {
-		return fmt.Errorf("encode replica: %w", err)
-	}
+	rec := replicaRecord{ID: g.id, AdminAddr: r.AdminAddr, XDSAddr: r.XDSAddr, Revision: r.Revision,
+		Settled: r.Settled, Applied: r.AppliedProxies}
 	clusters, err := encodeClusters(r)
 	if err != nil {
 		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	err = g.publishLocked(ctx, string(b), clusters, proxies)
+	err = g.publishLocked(ctx, rec, clusters, proxies)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err != nil && strings.Contains(err.Error(), rpctypes.ErrLeaseNotFound.Error())) {
 		g.dropLeaseLocked()
-		err = g.publishLocked(ctx, string(b), clusters, proxies)
+		err = g.publishLocked(ctx, rec, clusters, proxies)
 	}
 	if err != nil {
 		return fmt.Errorf("publish replica %q to the mesh registry: %w", g.id, err)
@@ -248,7 +246,7 @@ func encodeClusters(r rollout.Replica) (map[string]string, error) {
 // the proxies and clusters that left. A proxy is encoded only when it
 // differs from the record written for it, so that a publish after a few
 // ACKs costs those few, not the whole fleet.
-func (g *Registry) publishLocked(ctx context.Context, replica string, clusters map[string]string, proxies []rollout.Proxy) error {
+func (g *Registry) publishLocked(ctx context.Context, rec replicaRecord, clusters map[string]string, proxies []rollout.Proxy) error {
 	if g.lease != 0 {
 		select {
 		case <-g.lost:
@@ -261,6 +259,15 @@ func (g *Registry) publishLocked(ctx context.Context, replica string, clusters m
 			return err
 		}
 	}
+	// The replica's record names its lease: readers take only the records
+	// written under it (View), and a replica whose lease changed (it
+	// restarted under the same id) for gone (rollout.Node).
+	rec.Lease = int64(g.lease)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode replica: %w", err)
+	}
+	replica := string(b)
 	// Every record is brought up to date at once: if the commit fails,
 	// all of them are forgotten and written again next time.
 	g.gen++
@@ -379,6 +386,9 @@ func (g *Registry) proxyOpsLocked(proxies []rollout.Proxy) ([]clientv3.Op, map[i
 			ops = append(ops, clientv3.OpDelete(e.nodeKey))
 			e.nodeKey = g.nodeKey(p)
 			ops = append(ops, clientv3.OpPut(e.nodeKey, "", clientv3.WithLease(g.lease)))
+		}
+		if e.inRecord != shared[p.Stream] {
+			acks = true
 		}
 		b, err := json.Marshal(p)
 		if err != nil {
