@@ -247,27 +247,10 @@ func encodeClusters(r rollout.Replica) (map[string]string, error) {
 // differs from the record written for it, so that a publish after a few
 // ACKs costs those few, not the whole fleet.
 func (g *Registry) publishLocked(ctx context.Context, rec replicaRecord, clusters map[string]string, proxies []rollout.Proxy) error {
-	if g.lease != 0 {
-		select {
-		case <-g.lost:
-			g.dropLeaseLocked()
-		default:
-		}
-	}
-	if g.lease == 0 {
-		if err := g.grantLocked(ctx); err != nil {
-			return err
-		}
-	}
-	// The replica's record names its lease: readers take only the records
-	// written under it (View), and a replica whose lease changed (it
-	// restarted under the same id) for gone (rollout.Node).
-	rec.Lease = int64(g.lease)
-	b, err := json.Marshal(rec)
+	replica, err := g.leaseLocked(ctx, rec)
 	if err != nil {
-		return fmt.Errorf("encode replica: %w", err)
+		return err
 	}
-	replica := string(b)
 	// Every record is brought up to date at once: if the commit fails,
 	// all of them are forgotten and written again next time.
 	g.gen++
@@ -349,6 +332,31 @@ func (g *Registry) publishLocked(ctx context.Context, rec replicaRecord, cluster
 	g.replica = replica
 	g.unknown = false
 	return nil
+}
+
+// leaseLocked makes sure the replica holds a live lease (granting a new one
+// if it lost it) and returns its record encoded, naming that lease: readers
+// take only the records written under it (View), and count a replica whose
+// lease changed (it restarted under the same ID) as gone (rollout.Node).
+func (g *Registry) leaseLocked(ctx context.Context, rec replicaRecord) (string, error) {
+	if g.lease != 0 {
+		select {
+		case <-g.lost:
+			g.dropLeaseLocked()
+		default:
+		}
+	}
+	if g.lease == 0 {
+		if err := g.grantLocked(ctx); err != nil {
+			return "", err
+		}
+	}
+	rec.Lease = int64(g.lease)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "", fmt.Errorf("encode replica: %w", err)
+	}
+	return string(b), nil
 }
 
 // proxyOpsLocked brings the proxy records up to date with proxies for
