@@ -54,6 +54,13 @@ func TestReplicaRows(t *testing.T) {
 		t.Error("the floor row lacks its interval or limit")
 	}
 
+	res.Replicas.Fleets[0].TargetP99 = 150
+	if out, err = renderReport(res); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "REPORT.md, the floor above the limit", out,
+		"(limit 150 ms); the floor's own pushes to as many proxies had a p99 of 170.0 ms (p50 100.0 ms): the target lies below that floor | **missed** (below its floor) |")
+
 	res.Replicas.Fleets[0].Floor = nil
 	if out, err = renderReport(res); err != nil {
 		t.Fatal(err)

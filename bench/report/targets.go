@@ -287,7 +287,11 @@ func replicaRows(r *ReplicasResult) []targetRow {
 			switch {
 			case i >= 0 && k == 0:
 				s := &r.Fleets[i]
-				rows = append(rows, targetRow{Kind: "replicas", What: what, Fleet: s, Limit: s.TargetP99, Result: metMissed(s.P99 <= s.TargetP99)})
+				row := targetRow{Kind: "replicas", What: what, Fleet: s, Limit: s.TargetP99, Result: metMissed(s.P99 <= s.TargetP99)}
+				// The floor's own p99 above the limit: no server built on
+				// go-control-plane meets it on this machine.
+				row.BelowFloor = s.Floor != nil && s.P99 > s.TargetP99 && s.Floor.P99 > s.TargetP99
+				rows = append(rows, row)
 			case i >= 0 && r.Fleets[i].Floor == nil:
 				rows = append(rows, unmeasured(what, "this run has no floor figures"))
 			case i >= 0:
