@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,12 +41,6 @@ type Builder struct {
 	mu   sync.Mutex
 	rev  int64
 	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
-
-	// syncing is the store revision the refresh under way (or the last
-	// one) builds from, as Sync read it from the store's watch: a build
-	// reads the store only when it holds older experiments (0: ask the
-	// store for its revision first).
-	syncing atomic.Int64
 
 	appliedMu  sync.Mutex
 	appliedRev int64         // every served snapshot is built from this store revision or a later one
@@ -93,18 +86,6 @@ func (b *Builder) AwaitApplied(ctx context.Context, rev int64, d time.Duration) 
 			return false
 		case <-ctx.Done():
 			return false
-		}
-	}
-}
-
-// SyncTo has the next builds read the store as of revision rev or later
-// (rollout.Builder): Sync does the same with each revision its watch
-// delivers.
-func (b *Builder) SyncTo(rev int64) {
-	for {
-		cur := b.syncing.Load()
-		if rev <= cur || b.syncing.CompareAndSwap(cur, rev) {
-			return
 		}
 	}
 }
@@ -176,7 +157,7 @@ func (b *Builder) Versions(clusters []string, atLeast int64) (map[string]string,
 // Build returns cluster's configuration in each artifact's resource: the
 // same filter configuration, hence one version, for Wasm and native proxies.
 func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
-	exps, err := b.experiments(b.syncing.Load())
+	exps, err := b.experiments(0)
 	if err != nil {
 		return "", nil, err
 	}

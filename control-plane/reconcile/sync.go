@@ -44,7 +44,6 @@ func Sync(ctx context.Context, st store.Store, x *xds.Server, b *Builder, log *s
 			rev, err = st.Revision(ctx)
 		}
 		if err == nil {
-			b.SyncTo(rev)
 			err = x.Refresh(ctx)
 		}
 		if err != nil {

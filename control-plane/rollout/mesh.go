@@ -21,10 +21,6 @@ type Builder interface {
 	// AwaitApplied waits until every served snapshot is built from store
 	// revision rev or later, for at most d, and reports whether it is.
 	AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool
-	// SyncTo has the next builds read the store as of revision rev or
-	// later (Refresh after a waited write, when the replica's own push of
-	// it is late).
-	SyncTo(rev int64)
 }
 
 // Revisions is the store's current revision (store.Store).
@@ -110,7 +106,6 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	// it (reconcile.Sync); the write pushes it itself only if that is late (or
 	// fails, which Refresh then reports) rather than build it twice.
 	if !m.b.AwaitApplied(ctx, rev, refreshAfter) {
-		m.b.SyncTo(rev)
 		if err := m.x.Refresh(ctx); err != nil {
 			return Failed(err)
 		}
