@@ -53,6 +53,11 @@
 // parts are written with the proxies' records, before the cluster and
 // replica records.
 //
+// A replica of a build before the acks parts reads this layout's proxies as
+// acknowledging nothing: in a rolling upgrade its waited writes still settle
+// from the summaries and node keys, but its status and its read of every
+// proxy show the new replicas' proxies pending.
+//
 // Every Watch of a Registry shares one etcd watch of the replicas' records,
 // opened by the first and kept for the session's life (a watch opened per
 // waited write starts behind the rollout's writes, and etcd catches such a
