@@ -41,6 +41,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"utc":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"sec":   func(d time.Duration) time.Duration { return d.Round(time.Second) },
 	"med":   stats.Median,
+	"ops":   MedianOps,
 	"ms":    func(ns float64) float64 { return ns / 1e6 },
 	"add":   func(a, b float64) float64 { return a + b },
 	"sub":   func(a, b float64) float64 { return a - b },

@@ -294,12 +294,18 @@ type ReplicaSpread struct {
 	// resources to a fleet of the same size, push i right after write i
 	// (scenario.floorPush).
 	Floor *Spread `json:"floor,omitempty"`
+	// Replicated is the replicated floor's pushes of the same resources
+	// (as many go-control-plane servers as replicas, each with its share
+	// of a fleet of the same size, on the same etcd cluster: a commit,
+	// the pushes, each server's commit that its share applied it;
+	// xdsfloor.Follow), push i right after the floor's push i.
+	Replicated *Spread `json:"replicated,omitempty"`
 	// RSS is the processes' memory once the writes are done.
 	RSS ReplicaRSS `json:"rss"`
-	// EtcdCommit is one etcd commit's round trip, timed after the writes
-	// (scenario.etcdCommits): a waited write needs two after each other
-	// beside the push.
-	EtcdCommit Spread `json:"etcd_commit"`
+	// Ops and ReplicatedOps are what the etcd members did during each of
+	// Allot's writes and each of the replicated floor's pushes.
+	Ops           []EtcdOps `json:"etcd_ops"`
+	ReplicatedOps []EtcdOps `json:"replicated_etcd_ops"`
 	// CPU is the CPU time each kind of process used during each write
 	// (Allot's) or push (the floor's).
 	CPU ReplicaCPU `json:"cpu"`
@@ -308,23 +314,62 @@ type ReplicaSpread struct {
 // ReplicaCPU is CPU time per write or push, ms, one entry per write: the
 // allotd replicas, the etcd members and the simulated proxies (summed per
 // kind) during each waited write; the floor and its simulated proxies
-// during each push.
+// during each push; the replicated floor's servers, the etcd members and
+// its simulated proxies during each of its pushes.
 type ReplicaCPU struct {
-	Allotd    []float64 `json:"allotd_ms"`
-	Etcd      []float64 `json:"etcd_ms"`
-	Load      []float64 `json:"load_ms"`
-	Floor     []float64 `json:"floor_ms"`
-	FloorLoad []float64 `json:"floor_load_ms"`
+	Allotd         []float64 `json:"allotd_ms"`
+	Etcd           []float64 `json:"etcd_ms"`
+	Load           []float64 `json:"load_ms"`
+	Floor          []float64 `json:"floor_ms"`
+	FloorLoad      []float64 `json:"floor_load_ms"`
+	Replicated     []float64 `json:"replicated_ms"`
+	ReplicatedEtcd []float64 `json:"replicated_etcd_ms"`
+	ReplicatedLoad []float64 `json:"replicated_load_ms"`
+}
+
+// EtcdOps is what an etcd cluster did over a window: raft proposals
+// committed, and the Range, Txn and Put requests its members served and
+// the events their watches sent.
+type EtcdOps struct {
+	Proposals   float64 `json:"proposals"`
+	Ranges      float64 `json:"ranges"`
+	Txns        float64 `json:"txns"`
+	Puts        float64 `json:"puts"`
+	WatchEvents float64 `json:"watch_events"`
 }
 
 // ReplicaRSS is the memory of a fleet's servers after its writes, in
 // bytes: the sum over the allotd replicas, the sum over the etcd members,
-// and the floor; peak (VmHWM) and current (VmRSS).
+// the floor, and the sum over the replicated floor's servers; peak (VmHWM)
+// and current (VmRSS).
 type ReplicaRSS struct {
-	AllotdPeak int64 `json:"allotd_peak"`
-	Allotd     int64 `json:"allotd"`
-	EtcdPeak   int64 `json:"etcd_peak"`
-	Etcd       int64 `json:"etcd"`
-	FloorPeak  int64 `json:"floor_peak"`
-	Floor      int64 `json:"floor"`
+	AllotdPeak     int64 `json:"allotd_peak"`
+	Allotd         int64 `json:"allotd"`
+	EtcdPeak       int64 `json:"etcd_peak"`
+	Etcd           int64 `json:"etcd"`
+	FloorPeak      int64 `json:"floor_peak"`
+	Floor          int64 `json:"floor"`
+	ReplicatedPeak int64 `json:"replicated_peak"`
+	Replicated     int64 `json:"replicated"`
+}
+
+// MedianOps is the median of each count over ops (zero without any).
+func MedianOps(ops []EtcdOps) EtcdOps {
+	med := func(f func(EtcdOps) float64) float64 {
+		if len(ops) == 0 {
+			return 0
+		}
+		v := make([]float64, len(ops))
+		for i, o := range ops {
+			v[i] = f(o)
+		}
+		return stats.Median(v)
+	}
+	return EtcdOps{
+		Proposals:   med(func(o EtcdOps) float64 { return o.Proposals }),
+		Ranges:      med(func(o EtcdOps) float64 { return o.Ranges }),
+		Txns:        med(func(o EtcdOps) float64 { return o.Txns }),
+		Puts:        med(func(o EtcdOps) float64 { return o.Puts }),
+		WatchEvents: med(func(o EtcdOps) float64 { return o.WatchEvents }),
+	}
 }

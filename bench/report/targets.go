@@ -145,9 +145,13 @@ type targetRow struct {
 	Diff, DiffLo, DiffHi float64
 	// rss: the baseline and the variant in MiB.
 	Base, RSS float64
-	// replicas: the fleet's waited writes.
-	Fleet  *ReplicaSpread
-	Reason string
+	// replicas: the fleet's waited writes. replicas-floor: the replicated
+	// floor's p99 as a ratio to the floor's (FloorRatio) with its
+	// interval, and Allot's p99 as a ratio to the replicated floor's.
+	Fleet                            *ReplicaSpread
+	ReplLo, ReplHi                   float64
+	OverRepl, OverReplLo, OverReplHi float64
+	Reason                           string
 }
 
 func (v *reportView) targets() {
@@ -322,12 +326,15 @@ func replicaFloorRow(what string, s *ReplicaSpread, limit float64) targetRow {
 	row.Fresh = s.P50 / s.Floor.P50
 	row.FloorLo, row.FloorHi = stats.BootstrapQuantileRatio(s.AllAck, s.Floor.AllAck, 0.5)
 	row.Result = ratioVerdict(row.Ratio, row.Lo, row.Hi, limit)
-	// The least any design that persists the write and confirms it through
-	// etcd adds to the floor's push: two commits one after the other.
-	if c := s.EtcdCommit.P50; c > 0 {
-		row.ABIAdd = 2 * c
-		row.FloorRatio = (s.Floor.P99 + 2*c) / s.Floor.P99
-		row.BelowFloor = row.FloorRatio > limit
+	// The replicated floor does only what any control plane of replicas
+	// on etcd does for a waited write: when its own p99 is above the
+	// limit, decidedly, no such design meets it in this run.
+	if r := s.Replicated; r != nil && r.P99 > 0 && len(r.AllAck) == len(s.Floor.AllAck) {
+		row.FloorRatio = r.P99 / s.Floor.P99
+		row.ReplLo, row.ReplHi = stats.BootstrapQuantileRatio(r.AllAck, s.Floor.AllAck, 0.99)
+		row.OverRepl = s.P99 / r.P99
+		row.OverReplLo, row.OverReplHi = stats.BootstrapQuantileRatio(s.AllAck, r.AllAck, 0.99)
+		row.BelowFloor = row.ReplLo > limit
 	}
 	return row
 }

@@ -31,8 +31,6 @@ const (
 	replicaConns = 50
 	// replicaWait bounds each waited write (?wait=).
 	replicaWait = 30 * time.Second
-	// etcdCommitsTimed is how many etcd puts time one commit (etcdCommits).
-	etcdCommitsTimed = 40
 )
 
 // MeasureReplicas runs the replicas section over fleets; a fleet that
@@ -57,9 +55,11 @@ func MeasureReplicas(ctx context.Context, o variant.Options, p *variant.Paths, f
 			res.NotMeasured = fmt.Sprintf("%d clients: %v", f.Clients, err)
 			break
 		}
-		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms; floor p50 %.1f ms, p99 %.1f ms", f.Clients, s.P50, s.P99, s.Max, s.Floor.P50, s.Floor.P99)
-		logf("replicas: %d clients: CPU per write (median ms): allotd %.0f, etcd %.0f, clients %.0f; floor %.0f, its clients %.0f; RSS peak MiB: allotd %.0f, etcd %.0f, floor %.0f",
+		logf("replicas: %d clients: write → all ACKs p50 %.1f ms, p99 %.1f ms, max %.1f ms; floor p50 %.1f ms, p99 %.1f ms; replicated floor p50 %.1f ms, p99 %.1f ms",
+			f.Clients, s.P50, s.P99, s.Max, s.Floor.P50, s.Floor.P99, s.Replicated.P50, s.Replicated.P99)
+		logf("replicas: %d clients: CPU per write (median ms): allotd %.0f, etcd %.0f, clients %.0f; floor %.0f, its clients %.0f; replicated floor %.0f, etcd %.0f; RSS peak MiB: allotd %.0f, etcd %.0f, floor %.0f",
 			f.Clients, stats.Median(s.CPU.Allotd), stats.Median(s.CPU.Etcd), stats.Median(s.CPU.Load), stats.Median(s.CPU.Floor), stats.Median(s.CPU.FloorLoad),
+			stats.Median(s.CPU.Replicated), stats.Median(s.CPU.ReplicatedEtcd),
 			float64(s.RSS.AllotdPeak)/(1<<20), float64(s.RSS.EtcdPeak)/(1<<20), float64(s.RSS.FloorPeak)/(1<<20))
 		res.Fleets = append(res.Fleets, *s)
 	}
@@ -158,24 +158,16 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 	s.Connect = ms(time.Since(t0))
 	logf("replicas: %d clients connected and applied in %.1f s", f.Clients, s.Connect/1e3)
 
-	// The floor and its fleet, connected and on Allot's resource of now.
-	fl, floorProcs, err := startFloor(ctx, o, dir, bins, s.PerReplica)
-	defer func() {
-		for _, p := range floorProcs {
-			p.Terminate()
-		}
-	}()
+	// The floors and their fleets, connected and on Allot's resource of now.
+	fs, err := startFloors(ctx, o, dir, bins, cluster, s)
+	defer fs.stop()
 	if err != nil {
-		return nil, fmt.Errorf("the floor: %w", err)
+		return nil, err
 	}
-	fl.resources = filepath.Join(dir, "resource.pb")
-	s.Floor = &report.Spread{Proxies: f.Clients, Writes: f.Writes}
-	if err := floorPush(ctx, fl, "", f.Clients, &report.Spread{}); err != nil {
-		return nil, fmt.Errorf("the floor's first push: %w", err)
-	}
+	fl, rf := fs.fl, fs.rf
 
 	if o.ReplicaProfile > 0 {
-		wait := profileRun(ctx, o, dir, reps, cluster, fl)
+		wait := profileRun(ctx, o, dir, reps, cluster, fl, rf)
 		defer func() {
 			if err := wait(); err != nil {
 				logf("replicas: %v", err)
@@ -186,25 +178,80 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 	for i, r := range reps {
 		procs[i] = r.proc
 	}
-	cpu := newCPUCounter(map[string][]*harness.Process{
-		"allotd": procs, "etcd": members, "load": loads, "floor": floorProcs[:1], "floor-load": floorProcs[1:]})
+	fs.groups["allotd"], fs.groups["etcd"], fs.groups["load"] = procs, members, loads
+	cpu := newCPUCounter(fs.groups)
 	s.Applied = f.Clients
 	for i := range f.Writes {
-		if err := replicaRound(ctx, i, reps, fl, cpu, s); err != nil {
+		if err := replicaRound(ctx, i, reps, fl, rf, cluster, cpu, s); err != nil {
 			return nil, err
 		}
 	}
 	s.Summarize()
 	s.Floor.Summarize()
-	if s.EtcdCommit, err = etcdCommits(ctx, cluster, etcdCommitsTimed); err != nil {
-		return nil, err
-	}
-	if s.RSS, err = memory(reps, members, fl); err != nil {
+	s.Replicated.Summarize()
+	if s.RSS, err = memory(reps, members, fl, rf); err != nil {
 		return nil, err
 	}
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		report.ReplicaCount, report.ReplicaCount, o.EnvoyCPU, variant.Thousands(f.Clients), variant.JoinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	return s, nil
+}
+
+// floors are a fleet's floor and replicated floor, their processes (to
+// stop) and the groups of them whose CPU time the rounds count.
+type floors struct {
+	fl     *floorServer
+	rf     *replicatedFloor
+	procs  []*harness.Process
+	groups map[string][]*harness.Process
+}
+
+// stop stops the floors' processes.
+func (fs *floors) stop() {
+	for _, p := range fs.procs {
+		p.Terminate()
+	}
+	if fs.rf != nil {
+		fs.rf.close()
+	}
+}
+
+// startFloors starts the floor and the replicated floor, each with a
+// fleet of s.Proxies split as s.PerReplica, has each push the resource
+// Allot's fleet last received, and sets up s.Floor and s.Replicated. The
+// caller stops them, even with an error.
+func startFloors(ctx context.Context, o variant.Options, dir string, bins map[string]string, cluster *harness.EtcdCluster, s *report.ReplicaSpread) (*floors, error) {
+	fs := &floors{groups: map[string][]*harness.Process{}}
+	fl, procs, err := startFloor(ctx, o, dir, bins, "floor", s.PerReplica)
+	fs.fl, fs.procs = fl, append(fs.procs, procs...)
+	if err != nil {
+		return fs, fmt.Errorf("the floor: %w", err)
+	}
+	fs.groups["floor"], fs.groups["floor-load"] = procs[:1], procs[1:]
+	fl.resources = filepath.Join(dir, "resource.pb")
+	s.Floor = &report.Spread{Proxies: s.Proxies, Writes: s.Writes}
+	res, err := floorPush(ctx, fl, "", s.Proxies, &report.Spread{})
+	if err != nil {
+		return fs, fmt.Errorf("the floor's first push: %w", err)
+	}
+	// The replicated floor: as many servers as replicas, on the same etcd.
+	rf, procs, err := startReplicatedFloor(ctx, o, dir, bins, cluster, s.PerReplica)
+	fs.rf, fs.procs = rf, append(fs.procs, procs...)
+	if err != nil {
+		return fs, fmt.Errorf("the replicated floor: %w", err)
+	}
+	s.Replicated = &report.Spread{Proxies: s.Proxies, Writes: s.Writes}
+	if err := rf.push(ctx, res, s.Proxies, &report.Spread{}); err != nil {
+		return fs, fmt.Errorf("its first push: %w", err)
+	}
+	for _, p := range procs {
+		if strings.HasPrefix(p.Name(), "allot-xdsfloor-") {
+			fs.groups["replicated"] = append(fs.groups["replicated"], p)
+		} else {
+			fs.groups["replicated-load"] = append(fs.groups["replicated-load"], p)
+		}
+	}
+	return fs, nil
 }
 
 // startFleets starts the simulated proxies: an even share of s.Proxies on
@@ -233,10 +280,14 @@ func startFleets(o variant.Options, dir string, bins map[string]string, reps []r
 	return loads, nil
 }
 
-// profileRun starts CPU profiles of every replica, etcd member and the
-// floor (-replica-profile); the function it returns waits for them.
-func profileRun(ctx context.Context, o variant.Options, dir string, reps []replica, cluster *harness.EtcdCluster, fl *floorServer) func() error {
+// profileRun starts CPU profiles of every replica, etcd member, the floor
+// and the replicated floor's servers (-replica-profile); the function it
+// returns waits for them.
+func profileRun(ctx context.Context, o variant.Options, dir string, reps []replica, cluster *harness.EtcdCluster, fl *floorServer, rf *replicatedFloor) func() error {
 	targets := map[string]string{"floor": "http://" + fl.ctl}
+	for i, f := range rf.servers {
+		targets[rf.ids[i]] = "http://" + f.ctl
+	}
 	for i, r := range reps {
 		targets["allotd-"+r.id] = "http://" + r.pprof
 		targets["etcd-"+cluster.Members[i].Name] = "http://" + cluster.Members[i].Endpoint()
@@ -247,10 +298,14 @@ func profileRun(ctx context.Context, o variant.Options, dir string, reps []repli
 // replicaRound is round i: a waited write through replica i mod 3, timed
 // and checked (its rollout counts every proxy applied; another replica's
 // status, untimed, lists every proxy on the written version), then the
-// floor's push of the resource it produced, timed; both rounds' CPU time
-// goes to s.CPU.
-func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, cpu *cpuCounter, s *report.ReplicaSpread) error {
+// floor's push of the resource it produced, timed, then the replicated
+// floor's; each one's CPU time goes to s.CPU.
+func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, rf *replicatedFloor, cluster *harness.EtcdCluster, cpu *cpuCounter, s *report.ReplicaSpread) error {
 	via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
+	ops, err := readEtcdOps(ctx, cluster)
+	if err != nil {
+		return err
+	}
 	if err := cpu.start(); err != nil {
 		return err
 	}
@@ -261,6 +316,11 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, c
 	if err := errors.Join(cpu.add(&s.CPU.Allotd, "allotd"), cpu.add(&s.CPU.Etcd, "etcd"), cpu.add(&s.CPU.Load, "load")); err != nil {
 		return err
 	}
+	after, err := readEtcdOps(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	s.Ops = append(s.Ops, after.since(ops))
 	if ro.Targets["sim"] == "" {
 		return fmt.Errorf("write %d through %s: the rollout waited for no new version of cluster sim: %v", i, via.id, ro.Targets)
 	}
@@ -281,10 +341,31 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, c
 	if err := cpu.start(); err != nil {
 		return err
 	}
-	if err := floorPush(ctx, fl, ro.Targets["sim"], s.Proxies, s.Floor); err != nil {
+	res, err := floorPush(ctx, fl, ro.Targets["sim"], s.Proxies, s.Floor)
+	if err != nil {
 		return fmt.Errorf("after write %d: %w", i, err)
 	}
-	return errors.Join(cpu.add(&s.CPU.Floor, "floor"), cpu.add(&s.CPU.FloorLoad, "floor-load"))
+	if err := errors.Join(cpu.add(&s.CPU.Floor, "floor"), cpu.add(&s.CPU.FloorLoad, "floor-load")); err != nil {
+		return err
+	}
+	if ops, err = readEtcdOps(ctx, cluster); err != nil {
+		return err
+	}
+	if err := cpu.start(); err != nil {
+		return err
+	}
+	if err := rf.push(ctx, res, s.Proxies, s.Replicated); err != nil {
+		return fmt.Errorf("after write %d: %w", i, err)
+	}
+	if err := errors.Join(cpu.add(&s.CPU.Replicated, "replicated"), cpu.add(&s.CPU.ReplicatedEtcd, "etcd"),
+		cpu.add(&s.CPU.ReplicatedLoad, "replicated-load")); err != nil {
+		return err
+	}
+	if after, err = readEtcdOps(ctx, cluster); err != nil {
+		return err
+	}
+	s.ReplicatedOps = append(s.ReplicatedOps, after.since(ops))
+	return nil
 }
 
 // startReplicas starts replicaCount allotd replicas on cluster, pinned to

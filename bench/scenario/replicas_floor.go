@@ -20,6 +20,7 @@ import (
 
 	"github.com/allotmesh/allot/bench/report"
 	"github.com/allotmesh/allot/bench/variant"
+	"github.com/allotmesh/allot/bench/xdsfloor"
 	"github.com/allotmesh/allot/internal/harness"
 )
 
@@ -32,16 +33,18 @@ import (
 // and times it until every proxy of its fleet acknowledged it: the same
 // bytes to as many proxies, without a store, a registry or replicas.
 
-// floorServer is the running floor with its control address.
+// floorServer is a running floor server with its control address.
 type floorServer struct {
 	proc      *harness.Process
 	xds, ctl  string
 	resources string // the file Allot's first fleet writes its last response to
 }
 
-// startFloor starts the floor and, once it listens, its fleets, one per
-// share of perReplica, and waits until every stream is open.
-func startFloor(ctx context.Context, o variant.Options, dir string, bins map[string]string, perReplica []int) (*floorServer, []*harness.Process, error) {
+// startFloor starts a floor server named name (with extra arguments) and,
+// once it listens, its fleets, one per share of shares, and waits until
+// every stream is open. The caller stops the processes it returns (the
+// server first), even with an error.
+func startFloor(ctx context.Context, o variant.Options, dir string, bins map[string]string, name string, shares []int, extra ...string) (*floorServer, []*harness.Process, error) {
 	var procs []*harness.Process
 	var addrs [2]string
 	for i := range addrs {
@@ -53,8 +56,8 @@ func startFloor(ctx context.Context, o variant.Options, dir string, bins map[str
 	}
 	fl := &floorServer{xds: addrs[0], ctl: addrs[1]}
 	var err error
-	fl.proc, err = startProc("allot-xdsfloor", filepath.Join(dir, "xdsfloor.log"), o.EnvoyCPU, nil, bins["allot-xdsfloor"],
-		"-xds-addr", fl.xds, "-http-addr", fl.ctl)
+	fl.proc, err = startProc("allot-xdsfloor-"+name, filepath.Join(dir, "xds"+name+".log"), o.EnvoyCPU, nil, bins["allot-xdsfloor"],
+		append([]string{"-xds-addr", fl.xds, "-http-addr", fl.ctl}, extra...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -63,10 +66,10 @@ func startFloor(ctx context.Context, o variant.Options, dir string, bins map[str
 		return fl, procs, err
 	}
 	total := 0
-	for i, n := range perReplica {
-		load, err := startProc(fmt.Sprintf("allot-xdsload-floor%d", i), filepath.Join(dir, fmt.Sprintf("xdsload-floor%d.log", i)), o.LoadCPU, nil,
+	for i, n := range shares {
+		load, err := startProc(fmt.Sprintf("allot-xdsload-%s-%d", name, i), filepath.Join(dir, fmt.Sprintf("xdsload-%s-%d.log", name, i)), o.LoadCPU, nil,
 			bins["allot-xdsload"], "-addr", fl.xds, "-clients", strconv.Itoa(n), "-conns", strconv.Itoa(min(replicaConns, n)),
-			"-cluster", "sim", "-node", fmt.Sprintf("f%d-sim", i))
+			"-cluster", "sim", "-node", fmt.Sprintf("%s-%d-sim", name, i))
 		if err != nil {
 			return fl, procs, err
 		}
@@ -80,10 +83,80 @@ func startFloor(ctx context.Context, o variant.Options, dir string, bins map[str
 			return fl, procs, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fl, procs, fmt.Errorf("the floor's fleet connecting: %d of %d streams open (%v)", n, total, err)
+			return fl, procs, fmt.Errorf("%s's fleet connecting: %d of %d streams open (%v)", name, n, total, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// The replicated floor: report.ReplicaCount floor servers following the
+// fleet's etcd cluster (xdsfloor.Follow), each with a fleet of one
+// replica's share, written to by this process (xdsfloor.Writer). A push is
+// a commit of the resource, each server's push to its fleet, each one's
+// commit that its fleet applied it, and the writer's watch delivering the
+// last: what any replicated control plane on etcd does for a waited write,
+// and nothing else.
+type replicatedFloor struct {
+	servers []*floorServer
+	ids     []string
+	etcd    *clientv3.Client
+	w       *xdsfloor.Writer
+}
+
+// replicatedPrefix is the replicated floor's keys in the fleet's etcd.
+const replicatedPrefix = "/bench/floor-replicated/"
+
+// startReplicatedFloor starts the replicated floor on cluster, one server
+// and fleet per share of shares, and its writer. The caller stops the
+// processes it returns and closes the floor, even with an error.
+func startReplicatedFloor(ctx context.Context, o variant.Options, dir string, bins map[string]string, cluster *harness.EtcdCluster, shares []int) (*replicatedFloor, []*harness.Process, error) {
+	var eps []string
+	for _, m := range cluster.Members {
+		eps = append(eps, "http://"+m.Endpoint())
+	}
+	rf := &replicatedFloor{}
+	var procs []*harness.Process
+	for i, n := range shares {
+		id := fmt.Sprintf("fr%d", i+1)
+		fl, ps, err := startFloor(ctx, o, dir, bins, id, []int{n}, "-etcd", strings.Join(eps, ","), "-id", id, "-prefix", replicatedPrefix)
+		procs = append(procs, ps...)
+		if err != nil {
+			return rf, procs, err
+		}
+		rf.servers = append(rf.servers, fl)
+		rf.ids = append(rf.ids, id)
+	}
+	var err error
+	rf.etcd, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return rf, procs, err
+	}
+	rf.w, err = xdsfloor.NewWriter(ctx, rf.etcd, replicatedPrefix)
+	return rf, procs, err
+}
+
+// close closes the floor's etcd client.
+func (rf *replicatedFloor) close() {
+	if rf.etcd != nil {
+		rf.etcd.Close()
+	}
+}
+
+// push has the replicated floor apply resource and adds its time to s.
+func (rf *replicatedFloor) push(ctx context.Context, resource []byte, clients int, s *report.Spread) error {
+	ctx, cancel := context.WithTimeout(ctx, replicaWait)
+	defer cancel()
+	t0 := time.Now()
+	n, err := rf.w.Write(ctx, resource, rf.ids)
+	d := time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("the replicated floor: %w", err)
+	}
+	if n != clients {
+		return fmt.Errorf("the replicated floor: %d of %d streams acknowledged", n, clients)
+	}
+	s.AllAck = append(s.AllAck, ms(d))
+	return nil
 }
 
 // streams is the floor's count of open streams.
@@ -164,26 +237,26 @@ func allotResource(path, version string) ([]byte, error) {
 }
 
 // floorPush pushes the resource Allot's write of version produced to the
-// floor's fleet of clients, and adds its time to s.
-func floorPush(ctx context.Context, fl *floorServer, version string, clients int, s *report.Spread) error {
+// floor's fleet of clients, adds its time to s, and returns the resource.
+func floorPush(ctx context.Context, fl *floorServer, version string, clients int, s *report.Spread) ([]byte, error) {
 	res, err := allotResource(fl.resources, version)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d, n, err := fl.push(ctx, res)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n != clients {
-		return fmt.Errorf("floor push: %d of %d streams acknowledged", n, clients)
+		return nil, fmt.Errorf("floor push: %d of %d streams acknowledged", n, clients)
 	}
 	s.AllAck = append(s.AllAck, ms(d))
-	return nil
+	return res, nil
 }
 
 // memory reads the peak and current RSS of every allotd replica, etcd
-// member and the floor, summed per kind.
-func memory(reps []replica, members []*harness.Process, fl *floorServer) (report.ReplicaRSS, error) {
+// member, the floor and the replicated floor's servers, summed per kind.
+func memory(reps []replica, members []*harness.Process, fl *floorServer, rf *replicatedFloor) (report.ReplicaRSS, error) {
 	var m report.ReplicaRSS
 	add := func(p *harness.Process, peak, now *int64) error {
 		hwm, err := harness.ReadPeakRSS(p.Pid())
@@ -205,6 +278,11 @@ func memory(reps []replica, members []*harness.Process, fl *floorServer) (report
 	}
 	for _, p := range members {
 		if err := add(p, &m.EtcdPeak, &m.Etcd); err != nil {
+			return m, err
+		}
+	}
+	for _, f := range rf.servers {
+		if err := add(f.proc, &m.ReplicatedPeak, &m.Replicated); err != nil {
 			return m, err
 		}
 	}
@@ -304,34 +382,62 @@ func (c *cpuCounter) add(dst *[]float64, name string) error {
 	return nil
 }
 
-// etcdCommits times n puts of one small key, one after the other, on the
-// fleet's etcd cluster from this process: what one durable write through
-// etcd costs at that moment, with the fleets connected and idle. A waited
-// write needs at least two, one after the other — its own, then a
-// replica's record saying its proxies applied it, which the waiting
-// replica's watch then delivers — beside the push the floor measures.
-func etcdCommits(ctx context.Context, cluster *harness.EtcdCluster, n int) (report.Spread, error) {
-	var eps []string
-	for _, m := range cluster.Members {
-		eps = append(eps, m.Endpoint())
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return report.Spread{}, err
-	}
-	defer c.Close()
-	s := report.Spread{Writes: n}
-	for i := range n {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		t0 := time.Now()
-		_, err := c.Put(cctx, "/bench/commit", strconv.Itoa(i))
-		d := time.Since(t0)
-		cancel()
+// etcdOps counts what the etcd members did: raft proposals committed (the
+// writes, each applied by every member), and, summed over the members,
+// the Range, Txn and Put requests they served and the events their
+// watches sent.
+type etcdOps struct {
+	Proposals, Ranges, Txns, Puts, WatchEvents float64
+}
+
+// readEtcdOps reads the members' counters from their /metrics.
+func readEtcdOps(ctx context.Context, cluster *harness.EtcdCluster) (etcdOps, error) {
+	var o etcdOps
+	for i, m := range cluster.Members {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.Endpoint()+"/metrics", nil)
 		if err != nil {
-			return s, fmt.Errorf("etcd put %d: %w", i, err)
+			return o, err
 		}
-		s.AllAck = append(s.AllAck, ms(d))
+		resp, err := client.Do(req)
+		if err != nil {
+			return o, fmt.Errorf("etcd %s metrics: %w", m.Name, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return o, fmt.Errorf("etcd %s metrics: %w", m.Name, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			name, value, ok := strings.Cut(line, " ")
+			if !ok || strings.HasPrefix(line, "#") {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case name == "etcd_server_proposals_committed_total" && i == 0:
+				o.Proposals = v
+			case name == "etcd_debugging_mvcc_events_total":
+				o.WatchEvents += v
+			case strings.HasPrefix(name, "grpc_server_handled_total{") && strings.Contains(name, `grpc_service="etcdserverpb.KV"`):
+				switch {
+				case strings.Contains(name, `grpc_method="Range"`):
+					o.Ranges += v
+				case strings.Contains(name, `grpc_method="Txn"`):
+					o.Txns += v
+				case strings.Contains(name, `grpc_method="Put"`):
+					o.Puts += v
+				}
+			}
+		}
 	}
-	s.Summarize()
-	return s, nil
+	return o, nil
+}
+
+// since is o minus an earlier reading.
+func (o etcdOps) since(was etcdOps) report.EtcdOps {
+	return report.EtcdOps{Proposals: o.Proposals - was.Proposals, Ranges: o.Ranges - was.Ranges, Txns: o.Txns - was.Txns,
+		Puts: o.Puts - was.Puts, WatchEvents: o.WatchEvents - was.WatchEvents}
 }

@@ -21,32 +21,8 @@ import (
 func TestPushWaitsForEveryStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s := xdsfloor.New(ctx)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	s.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-
-	var fleets []*loadgen.Fleet
-	for _, ecds := range []bool{false, true} {
-		f, err := loadgen.Connect(ctx, loadgen.Config{Addr: lis.Addr().String(), Clients: 30, Conns: 2, Cluster: "sim", ECDS: ecds})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(f.Close)
-		fleets = append(fleets, f)
-	}
-	for s.Streams() != 60 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of 60 streams open", s.Streams())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	s, addr := serve(ctx, t)
+	fleets := []*loadgen.Fleet{connect(ctx, t, s, addr, 30, false), connect(ctx, t, s, addr, 30, true)}
 	for i, want := range []string{"v1", "v2"} {
 		cfg, err := anypb.New(wrapperspb.String(want))
 		if err != nil {
@@ -65,4 +41,37 @@ func TestPushWaitsForEveryStream(t *testing.T) {
 			}
 		}
 	}
+}
+
+// serve serves a floor on a loopback port until the test ends.
+func serve(ctx context.Context, t *testing.T) (*xdsfloor.Server, string) {
+	s := xdsfloor.New(ctx)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return s, lis.Addr().String()
+}
+
+// connect connects n simulated proxies (ECDS or ADS streams) to s at addr
+// and waits until s counts them with those it had.
+func connect(ctx context.Context, t *testing.T, s *xdsfloor.Server, addr string, n int, ecds bool) *loadgen.Fleet {
+	want := s.Streams() + n
+	f, err := loadgen.Connect(ctx, loadgen.Config{Addr: addr, Clients: n, Conns: 2, Cluster: "sim", ECDS: ecds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	for s.Streams() != want {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d streams open", s.Streams(), want)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return f
 }

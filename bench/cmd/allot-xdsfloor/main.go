@@ -8,8 +8,13 @@
 //	                         acknowledged it (504 after wait, default 30s)
 //	GET  /debug/pprof/profile a CPU profile (net/http/pprof)
 //
-// allot-bench starts it; it stops on SIGTERM or SIGINT. Both addresses must
-// be loopback.
+// With -etcd it is also one server of the replicated floor
+// (xdsfloor.Follow): it pushes every resource committed under -prefix's
+// config key and commits, under its settled key for -id, that its fleet
+// applied it.
+//
+// allot-bench starts it; it stops on SIGTERM or SIGINT. Both addresses, and
+// every etcd endpoint, must be loopback.
 package main
 
 import (
@@ -22,9 +27,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -38,12 +48,18 @@ const maxResourceBytes = 16 << 20
 func main() { command.Main("allot-xdsfloor", run) }
 
 func run(ctx context.Context, args []string) error {
-	var xdsAddr, httpAddr string
+	var xdsAddr, httpAddr, etcd, id, prefix string
 	fs := flag.NewFlagSet("allot-xdsfloor", flag.ContinueOnError)
 	fs.StringVar(&xdsAddr, "xds-addr", "127.0.0.1:0", "xDS listen address (loopback only)")
 	fs.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "control listen address (loopback only)")
+	fs.StringVar(&etcd, "etcd", "", "comma-separated etcd endpoints (http://127.0.0.1:port): serve as one server of the replicated floor")
+	fs.StringVar(&id, "id", "", "with -etcd: this server's id")
+	fs.StringVar(&prefix, "prefix", "/bench/floor-replicated/", "with -etcd: the keys' prefix")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if etcd != "" && id == "" {
+		return errors.New("-etcd needs -id")
 	}
 	xl, err := listenLoopback("-xds-addr", xdsAddr)
 	if err != nil {
@@ -64,6 +80,19 @@ func run(ctx context.Context, args []string) error {
 		h.Close()
 	}()
 	go func() { _ = g.Serve(xl) }()
+	if etcd != "" {
+		c, err := dialEtcd(etcd)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		go func() {
+			if err := xdsfloor.Follow(ctx, c, s, prefix, id); err != nil && ctx.Err() == nil {
+				fmt.Fprintln(os.Stderr, "allot-xdsfloor:", err)
+				h.Close() // the run ends with the error
+			}
+		}()
+	}
 	if err := h.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -76,6 +105,18 @@ func listenLoopback(flag, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s %q: want a loopback host:port", flag, addr)
 	}
 	return net.Listen("tcp", addr)
+}
+
+// dialEtcd connects to the comma-separated loopback endpoints.
+func dialEtcd(endpoints string) (*clientv3.Client, error) {
+	eps := strings.Split(endpoints, ",")
+	for _, ep := range eps {
+		u, err := url.Parse(ep)
+		if err != nil || u.Hostname() == "" || !net.ParseIP(u.Hostname()).IsLoopback() {
+			return nil, fmt.Errorf("-etcd %q: want http://<loopback ip>:<port>, comma-separated", ep)
+		}
+	}
+	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
 
 func handler(s *xdsfloor.Server) http.Handler {
