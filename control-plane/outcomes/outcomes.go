@@ -57,12 +57,17 @@ func WithLogger(l *slog.Logger) Option { return func(a *Aggregator) { a.log = l 
 // WithClock sets the clock (default time.Now).
 func WithClock(now func() time.Time) Option { return func(a *Aggregator) { a.now = now } }
 
+// WithLists reads the experiments through l, which others following the
+// same store share (default: its own).
+func WithLists(l *store.Lists) Option { return func(a *Aggregator) { a.lists = l } }
+
 // Aggregator holds the outcomes of the observed experiments that the
 // proxies of one allotd report; with a shared store (WithShared) it
 // publishes them there and its reports sum every replica's. Its methods
 // are safe for concurrent use.
 type Aggregator struct {
 	st      store.Store
+	lists   *store.Lists
 	decode  Decoder
 	log     *slog.Logger
 	now     func() time.Time
@@ -84,6 +89,7 @@ type Aggregator struct {
 	readMu   sync.Mutex    // guards readDone
 	readDone chan struct{} // closed when the read under way ends; nil when none is
 	stale    atomic.Bool   // the store changed since the experiments were read
+	watched  atomic.Int64  // the latest store revision a watch reported
 	storeRev int64
 	retryAt  time.Time // after a failed read, the next read waits until then
 
@@ -166,6 +172,9 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 	for _, o := range opts {
 		o(a)
 	}
+	if a.lists == nil {
+		a.lists = store.NewLists(st)
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -203,8 +212,8 @@ func New(ctx context.Context, st store.Store, decode Decoder, reg prometheus.Reg
 // read (a failed read is retried at the next write, export or report,
 // after refreshBackoff).
 func (a *Aggregator) follow(ctx context.Context, changes <-chan int64) {
-	for range changes {
-		a.stale.Store(true)
+	for rev := range changes {
+		a.see(rev)
 		for a.stale.Load() && ctx.Err() == nil {
 			if err := a.maybeRefresh(ctx, false); err != nil {
 				a.log.Warn("outcomes: experiments not re-read", "error", err)
@@ -280,9 +289,9 @@ const refreshBackoff = 5 * time.Second
 // a.mu must not be held.
 func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 	select {
-	case _, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
+	case rev, ok := <-a.changes: // not at every flush: with 10,000 proxies flushing every 5 s, 2,000 store reads a second
 		if ok {
-			a.stale.Store(true)
+			a.see(rev)
 		}
 	default:
 	}
@@ -313,7 +322,7 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 		return nil
 	}
 	stale := a.stale.Swap(false) // a change during the read marks it again
-	if err := a.refresh(ctx); err != nil {
+	if err := a.refresh(ctx, stale); err != nil {
 		if stale {
 			a.stale.Store(true)
 		}
@@ -342,21 +351,42 @@ func (a *Aggregator) awaitRead(ctx context.Context, done <-chan struct{}) {
 	}
 }
 
+// see records that a watch of the store reported revision rev: the
+// experiments are stale until read as of rev or later.
+func (a *Aggregator) see(rev int64) {
+	for {
+		was := a.watched.Load()
+		if rev <= was || a.watched.CompareAndSwap(was, rev) {
+			break
+		}
+	}
+	a.stale.Store(true)
+}
+
 // refresh re-reads the observed experiments when the store's revision
-// moved; a.reading must be held and a.mu not: the store is read and the
+// moved: as of the revision the store's watch reported when it did
+// (stale), through a.lists, which one read after a write serves for every
+// follower of the store; after asking the store's revision otherwise.
+// a.reading must be held and a.mu not: the store is read and the
 // experiments decoded outside a.mu, which is held only to swap the maps.
 // An experiment whose assignment revision changed starts over.
-func (a *Aggregator) refresh(ctx context.Context) error {
-	rev, err := a.st.Revision(ctx)
-	if err != nil {
-		return fmt.Errorf("read store revision: %w", err)
+func (a *Aggregator) refresh(ctx context.Context, stale bool) error {
+	rev := a.watched.Load()
+	if !stale || rev <= 0 {
+		var err error
+		if rev, err = a.st.Revision(ctx); err != nil {
+			return fmt.Errorf("read store revision: %w", err)
+		}
 	}
 	if rev == a.storeRev {
 		return nil
 	}
-	list, rev, err := a.st.List(ctx)
+	list, rev, err := a.lists.List(ctx, rev)
 	if err != nil {
 		return fmt.Errorf("list experiments: %w", err)
+	}
+	if rev == a.storeRev {
+		return nil
 	}
 	type observed struct {
 		e      *experimentv1.Experiment

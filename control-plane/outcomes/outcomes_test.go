@@ -346,7 +346,8 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// flakyStore is a store whose reads fail while fail is set.
+// flakyStore is a store whose reads (its revision, the list) fail while
+// fail is set.
 type flakyStore struct {
 	store.Store
 	fail atomic.Bool
@@ -357,6 +358,13 @@ func (s *flakyStore) Revision(ctx context.Context) (int64, error) {
 		return 0, store.ErrUnavailable
 	}
 	return s.Store.Revision(ctx)
+}
+
+func (s *flakyStore) List(ctx context.Context) ([]*store.Experiment, int64, error) {
+	if s.fail.Load() {
+		return nil, 0, store.ErrUnavailable
+	}
+	return s.Store.List(ctx)
 }
 
 // TestStoreDownKeepsCounting: a flush that finds the store unreadable

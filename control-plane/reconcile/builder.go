@@ -21,12 +21,16 @@ import (
 var _ rollout.Builder = (*Builder)(nil)
 
 // NewBuilder builds from st the configuration mesh shapes, at the time
-// now tells (nil: time.Now).
-func NewBuilder(st store.Store, mesh translate.Mesh, now func() time.Time) *Builder {
+// now tells (nil: time.Now), reading the experiments through lists (nil:
+// its own), which other followers of st may share.
+func NewBuilder(st store.Store, lists *store.Lists, mesh translate.Mesh, now func() time.Time) *Builder {
 	if now == nil {
 		now = time.Now
 	}
-	return &Builder{store: st, mesh: mesh, now: now}
+	if lists == nil {
+		lists = store.NewLists(st)
+	}
+	return &Builder{store: st, lists: lists, mesh: mesh, now: now}
 }
 
 // Builder builds each cluster's ECDS resource from the store. It decodes
@@ -35,6 +39,7 @@ func NewBuilder(st store.Store, mesh translate.Mesh, now func() time.Time) *Buil
 // revision the served configuration is built from (Sync records it).
 type Builder struct {
 	store store.Store
+	lists *store.Lists
 	mesh  translate.Mesh
 	now   func() time.Time // time.Now if nil
 
@@ -119,7 +124,7 @@ func (b *Builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error)
 	if b.exps != nil && b.rev >= rev {
 		return b.exps, nil
 	}
-	items, rev, err := b.store.List(ctx)
+	items, rev, err := b.lists.List(ctx, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -180,11 +185,18 @@ func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensi
 	return cfg.Version, map[string]*corev3.TypedExtensionConfig{xds.ArtifactWasm: wasm, xds.ArtifactNative: native}, nil
 }
 
-// nextBoundary is the earliest start or end time after now (zero if none).
+// nextBoundary is the earliest start or end time after now (zero if none)
+// of the experiments last read — those the refresh just built from, for
+// Sync, which calls it after one; it reads the store only if none was.
 func (b *Builder) nextBoundary() time.Time {
-	exps, err := b.experiments(0)
-	if err != nil {
-		return b.now().Add(time.Second) // retry soon
+	b.mu.Lock()
+	exps := b.exps
+	b.mu.Unlock()
+	if exps == nil {
+		var err error
+		if exps, err = b.experiments(0); err != nil {
+			return b.now().Add(time.Second) // retry soon
+		}
 	}
 	now := b.now()
 	var next time.Time

@@ -33,10 +33,13 @@ const republishEvery = time.Second
 // ACKs of a rollout to thousands of proxies would otherwise make one
 // publish after another. The moment none is pending it publishes at once
 // (checked settleCheck after a change at the earliest), so a waited write
-// learns it without delay. A change after a publish that said the replica
-// settled is published at once, held or not: a waited write must not see
-// that record while a proxy is pending (a new version, a proxy that moved
-// here). A write thus costs each replica two publishes.
+// learns it without delay. A record that said the replica settled, built
+// from revision R, stays true of every write up to R through a new
+// version (its proxies applied R, and keep it until they apply more) and
+// through disconnects, so it is held too; but a proxy that joins (a new
+// stream: one connecting, or moving here from another replica) did not
+// apply anything here, and the record is taken back at once
+// (xds.Server.Joins). A write thus costs each replica one publish.
 const (
 	progressEvery = time.Second
 	settleCheck   = 2 * time.Millisecond
@@ -82,6 +85,7 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 	var mp []rollout.Proxy
 	for {
 		changed := x.Changes()
+		joins := x.Joins() // before the proxies are read: a join after, or during, is seen
 		r := self
 		r.Revision = b.AppliedRevision()
 		proxies = x.AppendProxies(proxies[:0])
@@ -135,9 +139,12 @@ func Publish(ctx context.Context, reg Registry, x *xds.Server, b *Builder, self 
 		if retry != nil {
 			retry.Stop()
 		}
-		// A record that says the replica settled is corrected at once: a
-		// waited write would take it for applied.
-		if retried == nil && !(err == nil && r.Settled) && !pace(ctx, x, time.Now()) {
+		// A record that says the replica settled is corrected at once when
+		// a proxy joined: a waited write would take the newcomer for
+		// applied.
+		settled := err == nil && r.Settled
+		joined := func() bool { return settled && x.Joins() != joins }
+		if retried == nil && !joined() && !pace(ctx, x, time.Now(), joined) {
 			withdraw(ctx, reg, log)
 			return
 		}
@@ -164,12 +171,12 @@ func withdraw(ctx context.Context, reg Registry, log *slog.Logger) {
 }
 
 // pace returns once this replica's proxies are all settled (none pending),
-// or progressEvery after from, whichever comes first; false if ctx ended
-// first.
-func pace(ctx context.Context, x *xds.Server, from time.Time) bool {
+// or joined reports true, or progressEvery after from, whichever comes
+// first; false if ctx ended first.
+func pace(ctx context.Context, x *xds.Server, from time.Time, joined func() bool) bool {
 	for {
 		wait := time.Until(from.Add(progressEvery))
-		if wait <= 0 || x.Unsettled() == 0 {
+		if wait <= 0 || x.Unsettled() == 0 || joined() {
 			return true
 		}
 		changed := x.Changes()

@@ -130,6 +130,7 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 		}
 		return ro
 	}
+	holders := holding(waited, targets)
 	full := time.NewTicker(fullReadEvery)
 	defer full.Stop()
 	for force := false; ; {
@@ -137,13 +138,18 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 		// Every live replica settled on what it serves, built from the
 		// write on: it is applied, from the records the registry's watch
 		// delivered, without a read.
-		if live, all := m.reg.Settled(rev); all && !read {
+		live, all := m.reg.Settled(rev)
+		if all && !read {
 			if n, ok := settledOn(live, waited, targets); ok {
 				return &adminv1.Rollout{Result: ResultApplied, Targets: targets, Proxies: []*adminv1.ProxyStatus{},
 					Counts: map[string]int32{string(StateApplied): int32(n)}}
 			}
 		}
-		if !read {
+		// While a replica holding waited proxies has a record, as the
+		// watch delivered it, built from before the write, its summary
+		// cannot count them applied nor rejected: nothing is read until it
+		// publishes (the watch signals it) or the next full read.
+		if !read && !behind(live, holders, rev) {
 			rs, err := m.reg.Replicas(ctx)
 			if err == nil && allApplied(rs, targets, rev) {
 				if n, ok := settled(rs, waited, targets, rev); ok {
@@ -181,6 +187,30 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 			force = true
 		}
 	}
+}
+
+// holding is the replicas that held waited proxies of targets' clusters
+// when the write began.
+func holding(waited map[NodeKey]Node, targets Targets) map[string]bool {
+	held := map[string]bool{}
+	for key, was := range waited {
+		if _, affected := targets[key.Cluster]; affected {
+			held[was.Replica] = true
+		}
+	}
+	return held
+}
+
+// behind reports whether the record of a live replica of holders, as the
+// registry's watch delivered it (live; nil: the watch knows none), is
+// built from a revision before rev.
+func behind(live map[string]Replica, holders map[string]bool, rev int64) bool {
+	for id := range holders {
+		if r, ok := live[id]; ok && r.Revision < rev {
+			return true
+		}
+	}
+	return false
 }
 
 // live is what Wait reads of the registry while the write is pushed: the

@@ -197,7 +197,8 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 			return nil, fmt.Errorf("register collector: %w", err)
 		}
 	}
-	s := &servers{db: db, b: reconcile.NewBuilder(db, cfg.Mesh, now), publishFailures: reconcile.NewPublishFailures()}
+	lists := store.NewLists(db) // one read of the experiments after a write, for the builder and the outcomes
+	s := &servers{db: db, b: reconcile.NewBuilder(db, lists, cfg.Mesh, now), publishFailures: reconcile.NewPublishFailures()}
 	s.xds = xds.NewArtifacts(ctx, s.b.Build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
 		xds.WithMaxStreams(cfg.XDSMaxStreams))
 	for _, c := range s.xds.Collectors() {
@@ -206,7 +207,7 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 		}
 	}
 	s.xdsGRPC = newXDSGRPC(cfg, s.xds)
-	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, s.xds, reg, cfg.Outcomes, log.With("component", "outcomes"))
+	oc, err := serveOutcomes(ctx, s.xdsGRPC, db, lists, s.xds, reg, cfg.Outcomes, log.With("component", "outcomes"))
 	if err != nil {
 		return nil, err
 	}

@@ -153,6 +153,18 @@ func (s *Server) Unsettled() int {
 	return n
 }
 
+// Joins counts the streams that identified themselves (sent a first
+// request that was admitted) since the server started: a proxy that
+// connects, or reconnects on a new stream, adds one. A replica whose
+// record said every proxy of its had applied what it serves must take it
+// back at once when this moves (reconcile.Publish); a new version alone
+// leaves that record true of the writes before it.
+func (s *Server) Joins() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joins
+}
+
 // Changes returns a channel that is closed at the next change of any
 // proxy's or cluster's state (a connect, disconnect, push, ACK, NACK or new
 // snapshot).
@@ -259,7 +271,8 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 	if !ok {
 		return nil
 	}
-	if st.identified {
+	joined := !st.identified
+	if !joined {
 		if err := s.sameNode(st.node, st.cluster, req.GetNode()); err != nil {
 			return err
 		}
@@ -268,6 +281,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 			return err
 		}
 		s.admitted++
+		s.joins++
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
 		if st.addr != "" {
@@ -285,6 +299,9 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 	}
 	st.lastSeen = now
 	if req.GetTypeUrl() != resource.ExtensionConfigType {
+		if joined {
+			s.notify() // a publisher learns of it (Joins)
+		}
 		return nil
 	}
 	switch {
@@ -295,8 +312,11 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 			st.acked, st.ackedAt = v, now
 		}
 	case req.GetResponseNonce() != st.sentNonce:
-		// Answers an older response; the server ignores it too.
-		return nil
+		// Answers an older response (of another stream, if it joined):
+		// the server ignores it too.
+		if !joined {
+			return nil
+		}
 	case req.GetErrorDetail() != nil:
 		st.rejected = &rollout.Rejection{Version: st.sent, Error: s.rejection(req.GetErrorDetail().GetMessage()), At: now}
 		s.metrics.nacks.Inc()
@@ -311,9 +331,11 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 		s.log.LogAttrs(context.Background(), slog.LevelDebug, "proxy applied configuration",
 			slog.String("node_id", st.node), slog.String("cluster", st.cluster), slog.String("version", st.sent))
 	default:
-		return nil
+		if !joined {
+			return nil
+		}
 	}
-	s.notify()
+	s.notify() // an ACK, a NACK, or a stream that joined (Joins)
 	return nil
 }
 

@@ -3,6 +3,10 @@ package xds_test
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/xds"
@@ -57,4 +61,49 @@ func TestUnsettled(t *testing.T) {
 	settled(false)
 	cs[2].close() // disconnects: it drops out
 	settled(true)
+}
+
+// TestJoins: every stream that identifies itself counts as a join and
+// wakes Changes — one whose first request is for another type on ADS, and
+// one reconnecting with the nonce of its previous stream — while a
+// stream's later requests do not count again.
+func TestJoins(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
+	join := func(what string, send func(c *client)) *client {
+		t.Helper()
+		before, changed := s.Joins(), s.Changes()
+		c := connect(t, s.addr, xds.APIADS, what, "shop")
+		send(c)
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change", what)
+		}
+		eventually(t, func() error {
+			if got := s.Joins(); got != before+1 {
+				return fmt.Errorf("%s: Joins() = %d, want %d", what, got, before+1)
+			}
+			return nil
+		})
+		return c
+	}
+	c := join("ecds-first", func(c *client) { c.request("", "", "") })
+	c.ack(c.expect("v1"))
+	wantState(t, s, "ecds-first", rollout.StateApplied, "v1") // its change is over
+	join("listener-first", func(c *client) {
+		if err := c.send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: resource.ListenerType}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	join("old-nonce", func(c *client) {
+		if err := c.send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: resource.ExtensionConfigType,
+			ResourceNames: []string{resourceName}, VersionInfo: "v1", ResponseNonce: "from-its-last-stream"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	before := s.Joins()
+	c.request("v1", "", "") // a later request of a joined stream
+	if got := s.Joins(); got != before {
+		t.Errorf("a later request counted as a join: %d, want %d", got, before)
+	}
 }

@@ -88,6 +88,8 @@ type Server struct {
 	// pendingFloor is a lower bound of the proxies pending their cluster's
 	// version (Unsettled); 0 when it must be counted again.
 	pendingFloor int
+	// joins counts the streams identified so far (Joins).
+	joins uint64
 }
 
 // DefaultClusterGrace is how long a cluster no stream uses keeps its
