@@ -322,7 +322,9 @@ func (a *Aggregator) maybeRefresh(ctx context.Context, force bool) error {
 		return nil
 	}
 	stale := a.stale.Swap(false) // a change during the read marks it again
-	if err := a.refresh(ctx, stale); err != nil {
+	// A forced read (a report, a sweep) asks the store's revision: it must
+	// not wait for the watch to report a write just made.
+	if err := a.refresh(ctx, stale && !force); err != nil {
 		if stale {
 			a.stale.Store(true)
 		}
@@ -381,11 +383,14 @@ func (a *Aggregator) refresh(ctx context.Context, stale bool) error {
 	if rev == a.storeRev {
 		return nil
 	}
-	list, rev, err := a.lists.List(ctx, rev)
+	list, got, err := a.lists.List(ctx, rev)
 	if err != nil {
 		return fmt.Errorf("list experiments: %w", err)
 	}
-	if rev == a.storeRev {
+	if got < rev { // a member's last state, without a quorum
+		return fmt.Errorf("list experiments: %w: the store served revision %d, before %d", store.ErrUnavailable, got, rev)
+	}
+	if rev = got; rev == a.storeRev {
 		return nil
 	}
 	type observed struct {

@@ -588,3 +588,33 @@ func TestEarlierRevisionKeepsItsServices(t *testing.T) {
 		t.Errorf("revision 1 counted %v, revision 2 %d; want 7 from cluster b in revision 1, none in 2 (b does not run it)", r.Earlier, r.Total[0].Requests)
 	}
 }
+
+// deafStore is a store whose watches never report a write.
+type deafStore struct{ store.Store }
+
+func (deafStore) Watch(context.Context) <-chan int64 { return make(chan int64) }
+
+// TestReportReadsAWriteItsWatchHasNotReported: a report asks the store's
+// revision itself, even when a revision its watch reported earlier marks
+// the experiments stale: an experiment just written is reported, not
+// refused as unobserved.
+func TestReportReadsAWriteItsWatchHasNotReported(t *testing.T) {
+	f := newFixture(t, checkout)
+	a, err := New(t.Context(), deafStore{f.st}, experiment.FromStore, nil, WithClock(f.clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	was, err := f.st.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const other = `{"key":"other","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"assignmentRevision":1}`
+	if _, err := f.st.Create(ctx, &store.Experiment{Key: "other", Spec: []byte(other)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	a.see(was) // the watch's last report: the revision already read
+	if _, err := a.Report(ctx, "other", 0); err != nil {
+		t.Errorf("a report right after the write: %v", err)
+	}
+}

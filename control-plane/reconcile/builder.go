@@ -186,17 +186,13 @@ func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensi
 }
 
 // nextBoundary is the earliest start or end time after now (zero if none)
-// of the experiments last read — those the refresh just built from, for
-// Sync, which calls it after one; it reads the store only if none was.
+// of the experiments as of the revision Sync just applied, or later: those
+// the refresh built from, without a read of the store, unless it built no
+// cluster (a replica without proxies) and they are older.
 func (b *Builder) nextBoundary() time.Time {
-	b.mu.Lock()
-	exps := b.exps
-	b.mu.Unlock()
-	if exps == nil {
-		var err error
-		if exps, err = b.experiments(0); err != nil {
-			return b.now().Add(time.Second) // retry soon
-		}
+	exps, err := b.experiments(max(b.AppliedRevision(), 1))
+	if err != nil {
+		return b.now().Add(time.Second) // retry soon
 	}
 	now := b.now()
 	var next time.Time

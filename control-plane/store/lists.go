@@ -28,7 +28,10 @@ func NewLists(st Store) *Lists { return &Lists{st: st} }
 // of, atLeast or later: those read last if that recent, or those of a
 // read that begins after the call (or that a caller waiting for the same
 // revision began). Nothing is read while another read is under way; the
-// caller waits for it, and reads again if it is not recent enough.
+// caller waits for it, and reads again if it is not recent enough. A store
+// that can serve only an older state (etcd without a quorum answers from a
+// member's last one) returns that, with its revision, which the caller
+// compares with atLeast; it is not kept over a more recent one.
 func (l *Lists) List(ctx context.Context, atLeast int64) ([]*Experiment, int64, error) {
 	for {
 		l.mu.Lock()

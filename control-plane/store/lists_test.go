@@ -34,9 +34,10 @@ func (s *countingStore) List(ctx context.Context) ([]*store.Experiment, int64, e
 	return s.Store.List(ctx)
 }
 
-// TestLists: callers asking while one read is under way share it; what
-// was read serves a revision it covers without a read, and a newer
-// revision is read; a failed read serves no one after it.
+// TestLists: five callers asking at once, while the first one's read is
+// held, make one read between them; what was read serves a revision it
+// covers without a read, and a newer revision is read; a failed read
+// serves no one after it.
 func TestLists(t *testing.T) {
 	ctx := t.Context()
 	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))

@@ -101,8 +101,13 @@ func TestJoins(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	before := s.Joins()
-	c.request("v1", "", "") // a later request of a joined stream
+	before, changed := s.Joins(), s.Changes()
+	c.request("v1", "", "") // a later request of a joined stream, processed once it changes the state
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a later request: no change")
+	}
 	if got := s.Joins(); got != before {
 		t.Errorf("a later request counted as a join: %d, want %d", got, before)
 	}
