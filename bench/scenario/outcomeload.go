@@ -258,6 +258,34 @@ func countOutcomes(ctx context.Context, reps []replica, fleets []*harness.Proces
 	}
 }
 
+// sample is one series of a Prometheus text exposition (/metrics): its
+// name with its labels as written, and its value.
+type sample struct {
+	series string
+	value  float64
+}
+
+// samples reads the series of a /metrics body, skipping comments and any
+// line it cannot read.
+func samples(b []byte) []sample {
+	var out []sample
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i <= 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, sample{series: line[:i], value: v})
+	}
+	return out
+}
+
 // cpuSum is the CPU time of the processes pids, ns (0 for one that is gone).
 func cpuSum(pids []int) int64 {
 	var n int64
@@ -267,8 +295,6 @@ func cpuSum(pids []int) int64 {
 	}
 	return n
 }
-
-var sampleLine = regexp.MustCompile(`(?m)^(allot_outcomes_messages_total|allot_outcomes_received_bytes_total) ([0-9.e+]+)$`)
 
 // received sums allot_outcomes_messages_total and …_received_bytes_total
 // over the replicas' /metrics.
@@ -281,12 +307,12 @@ func received(ctx context.Context, reps []replica) (msgs, bytes float64, err err
 		if code != http.StatusOK {
 			return 0, 0, fmt.Errorf("%s /metrics: %d", r.id, code)
 		}
-		for _, m := range sampleLine.FindAllStringSubmatch(string(b), -1) {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			if m[1] == "allot_outcomes_messages_total" {
-				msgs += v
-			} else {
-				bytes += v
+		for _, m := range samples(b) {
+			switch m.series {
+			case "allot_outcomes_messages_total":
+				msgs += m.value
+			case "allot_outcomes_received_bytes_total":
+				bytes += m.value
 			}
 		}
 	}

@@ -244,13 +244,10 @@ func startFloors(ctx context.Context, o variant.Options, dir string, bins map[st
 	if err := rf.push(ctx, res, s.Proxies, &report.Spread{}); err != nil {
 		return fs, fmt.Errorf("its first push: %w", err)
 	}
-	for _, p := range procs {
-		if strings.HasPrefix(p.Name(), "allot-xdsfloor-") {
-			fs.groups["replicated"] = append(fs.groups["replicated"], p)
-		} else {
-			fs.groups["replicated-load"] = append(fs.groups["replicated-load"], p)
-		}
+	for _, f := range rf.servers {
+		fs.groups["replicated"] = append(fs.groups["replicated"], f.proc)
 	}
+	fs.groups["replicated-load"] = rf.loads
 	return fs, nil
 }
 

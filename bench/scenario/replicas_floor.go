@@ -99,6 +99,7 @@ func startFloor(ctx context.Context, o variant.Options, dir string, bins map[str
 type replicatedFloor struct {
 	servers []*floorServer
 	ids     []string
+	loads   []*harness.Process // the servers' fleets
 	etcd    *clientv3.Client
 	w       *xdsfloor.Writer
 }
@@ -125,6 +126,7 @@ func startReplicatedFloor(ctx context.Context, o variant.Options, dir string, bi
 		}
 		rf.servers = append(rf.servers, fl)
 		rf.ids = append(rf.ids, id)
+		rf.loads = append(rf.loads, ps[1:]...) // startFloor starts the server first
 	}
 	var err error
 	rf.etcd, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -407,28 +409,20 @@ func readEtcdOps(ctx context.Context, cluster *harness.EtcdCluster) (etcdOps, er
 		if err != nil {
 			return o, fmt.Errorf("etcd %s metrics: %w", m.Name, err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			name, value, ok := strings.Cut(line, " ")
-			if !ok || strings.HasPrefix(line, "#") {
-				continue
-			}
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if err != nil {
-				continue
-			}
-			switch {
+		for _, m := range samples(b) {
+			switch name := m.series; {
 			case name == "etcd_server_proposals_committed_total" && i == 0:
-				o.Proposals = v
+				o.Proposals = m.value
 			case name == "etcd_debugging_mvcc_events_total":
-				o.WatchEvents += v
+				o.WatchEvents += m.value
 			case strings.HasPrefix(name, "grpc_server_handled_total{") && strings.Contains(name, `grpc_service="etcdserverpb.KV"`):
 				switch {
 				case strings.Contains(name, `grpc_method="Range"`):
-					o.Ranges += v
+					o.Ranges += m.value
 				case strings.Contains(name, `grpc_method="Txn"`):
-					o.Txns += v
+					o.Txns += m.value
 				case strings.Contains(name, `grpc_method="Put"`):
-					o.Puts += v
+					o.Puts += m.value
 				}
 			}
 		}
