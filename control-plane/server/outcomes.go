@@ -18,8 +18,9 @@ import (
 
 // serveOutcomes registers the outcomes sink (Envoy's OpenTelemetry stat
 // sink) on the xDS listener's gRPC server g, aggregating over db's observed
-// experiments (read through lists) what the proxies x identifies by their connections send, and
-// sharing it with the other replicas through shared (nil: one allotd).
+// experiments (read through lists) what the proxies x identifies by their
+// connections send, and sharing it with the other replicas through shared
+// (nil: one allotd).
 func serveOutcomes(ctx context.Context, g *grpc.Server, db store.Store, lists *store.Lists, x *xds.Server, reg prometheus.Registerer,
 	shared outcomes.Shared, log *slog.Logger) (*outcomes.Aggregator, error) {
 	opts := []outcomes.Option{outcomes.WithLogger(log), outcomes.WithLists(lists)}
