@@ -43,9 +43,10 @@ type Builder struct {
 	mesh  translate.Mesh
 	now   func() time.Time // time.Now if nil
 
-	mu   sync.Mutex
-	rev  int64
-	exps []*experimentv1.Experiment // read-only: translate clones what it keeps
+	mu      sync.Mutex
+	rev     int64
+	exps    []*experimentv1.Experiment // read-only: translate clones what it keeps
+	decoded map[string]decoded         // exps by key: a list after a write decodes only what it changed
 
 	appliedMu  sync.Mutex
 	appliedRev int64         // every served snapshot is built from this store revision or a later one
@@ -129,15 +130,28 @@ func (b *Builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error)
 		return nil, err
 	}
 	out := make([]*experimentv1.Experiment, 0, len(items))
+	dec := make(map[string]decoded, len(items))
 	for _, se := range items {
-		e, err := experiment.FromStore(se)
-		if err != nil {
-			return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
+		d, ok := b.decoded[se.Key]
+		if !ok || d.rev != se.Revision {
+			e, err := experiment.FromStore(se)
+			if err != nil {
+				return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
+			}
+			d = decoded{rev: se.Revision, e: e}
 		}
-		out = append(out, e)
+		dec[se.Key] = d
+		out = append(out, d.e)
 	}
-	b.rev, b.exps = rev, out
+	b.rev, b.exps, b.decoded = rev, out, dec
 	return out, nil
+}
+
+// decoded is a stored experiment as decoded, with the store revision of its
+// last change: the same key at the same revision is the same document.
+type decoded struct {
+	rev int64
+	e   *experimentv1.Experiment
 }
 
 // Versions returns the configuration version of each cluster now (as of
@@ -149,6 +163,26 @@ func (b *Builder) Versions(clusters []string, atLeast int64) (map[string]string,
 	if err != nil {
 		return nil, err
 	}
+	return b.versions(exps, clusters), nil
+}
+
+// Known returns the configuration version of each cluster as of the
+// experiments read last, without a read of the store, and the store
+// revision they are as of; ok is false if none were read yet
+// (rollout.Builder).
+func (b *Builder) Known(clusters []string) (map[string]string, int64, bool) {
+	b.mu.Lock()
+	exps, rev := b.exps, b.rev
+	b.mu.Unlock()
+	if exps == nil {
+		return nil, 0, false
+	}
+	return b.versions(exps, clusters), rev, true
+}
+
+// versions are the clusters' configuration versions from exps now; a
+// cluster whose configuration fails is left out.
+func (b *Builder) versions(exps []*experimentv1.Experiment, clusters []string) map[string]string {
 	now := b.now()
 	out := make(map[string]string, len(clusters))
 	for _, c := range clusters {
@@ -156,13 +190,15 @@ func (b *Builder) Versions(clusters []string, atLeast int64) (map[string]string,
 			out[c] = cfg.Version
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Build returns cluster's configuration in each artifact's resource: the
-// same filter configuration, hence one version, for Wasm and native proxies.
-func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
-	exps, err := b.experiments(0)
+// same filter configuration, hence one version, for Wasm and native proxies;
+// as of store revision atLeast or later if positive (see experiments), as
+// of the store's latest otherwise (xds.ArtifactBuilder).
+func (b *Builder) Build(cluster string, atLeast int64) (string, map[string]*corev3.TypedExtensionConfig, error) {
+	exps, err := b.experiments(atLeast)
 	if err != nil {
 		return "", nil, err
 	}
@@ -170,7 +206,7 @@ func (b *Builder) Build(cluster string) (string, map[string]*corev3.TypedExtensi
 	if err != nil {
 		return "", nil, err
 	}
-	st, err := translate.ConfigStruct(cfg)
+	st, err := translate.ConfigAny(cfg) // encoded once for both artifacts
 	if err != nil {
 		return "", nil, err
 	}

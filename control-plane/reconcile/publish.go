@@ -32,7 +32,8 @@ const republishEvery = time.Second
 // progressEvery: each publish reads and summarizes every proxy, and the
 // ACKs of a rollout to thousands of proxies would otherwise make one
 // publish after another. The moment none is pending it publishes at once
-// (checked settleCheck after a change at the earliest), so a waited write
+// (xds.Server.Recount wakes it when the count may have reached zero, a few
+// times a rollout rather than at every push and ACK), so a waited write
 // learns it without delay. A record that said the replica settled, built
 // from revision R, stays true of every write up to R through a new
 // version (its proxies applied R, and keep it until they apply more) and
@@ -40,10 +41,7 @@ const republishEvery = time.Second
 // stream: one connecting, or moving here from another replica) did not
 // apply anything here, and the record is taken back at once
 // (xds.Server.Joins). A write thus costs each replica one publish.
-const (
-	progressEvery = time.Second
-	settleCheck   = 2 * time.Millisecond
-)
+const progressEvery = time.Second
 
 // A failed publish is tried again after publishRetryFirst, then after
 // twice as long each time up to publishRetryMax, whether or not anything
@@ -175,19 +173,18 @@ func withdraw(ctx context.Context, reg Registry, log *slog.Logger) {
 // first; false if ctx ended first.
 func pace(ctx context.Context, x *xds.Server, from time.Time, joined func() bool) bool {
 	for {
+		recount := x.Recount() // before the count: a change after it wakes the wait below
 		wait := time.Until(from.Add(progressEvery))
 		if wait <= 0 || x.Unsettled() == 0 || joined() {
 			return true
 		}
-		changed := x.Changes()
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
-		case <-changed:
+		case <-recount:
 			t.Stop()
-			time.Sleep(settleCheck) // let ACKs arriving together count once
 		case <-t.C:
 		}
 	}

@@ -44,7 +44,7 @@ func Sync(ctx context.Context, st store.Store, x *xds.Server, b *Builder, log *s
 			rev, err = st.Revision(ctx)
 		}
 		if err == nil {
-			err = x.Refresh(ctx)
+			err = x.RefreshFrom(ctx, rev) // no read of the store's revision again
 		}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -257,9 +257,9 @@ func ConfigStruct(cfg *filterv1.FilterConfig) (*structpb.Struct, error) {
 
 // WasmExtension builds the Wasm artifact's ECDS resource around an
 // arbitrary plugin configuration (the default_config in the Wasm bootstraps
-// has the same shape).
+// has the same shape), packed in an Any unless it is one (ConfigAny).
 func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
-	conf, err := anypb.New(configuration)
+	conf, err := pack(configuration)
 	if err != nil {
 		return nil, fmt.Errorf("pack plugin configuration: %w", err)
 	}
@@ -290,13 +290,14 @@ func WasmExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensi
 // carrying an envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter
 // that loads mesh.NativePath (module.local.filename), with filter_name
 // FilterName and configuration as its filter_config (the default_config in
-// the native bootstraps has the same shape).
+// the native bootstraps has the same shape), packed in an Any unless it is
+// one (ConfigAny).
 //
 // do_not_close is always set: the module carries a Go runtime, which cannot
 // be unloaded (dlclose) once started. The metrics namespace is
 // NativeMetricsNamespace, so the stats keep the Wasm artifact's names.
 func NativeExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExtensionConfig, error) {
-	conf, err := anypb.New(configuration)
+	conf, err := pack(configuration)
 	if err != nil {
 		return nil, fmt.Errorf("pack filter configuration: %w", err)
 	}
@@ -316,4 +317,13 @@ func NativeExtension(configuration proto.Message, mesh Mesh) (*corev3.TypedExten
 		return nil, fmt.Errorf("pack dynamic module filter: %w", err)
 	}
 	return &corev3.TypedExtensionConfig{Name: FilterName, TypedConfig: typed}, nil
+}
+
+// pack is m in an Any, or m if it is one already (ConfigAny packs once
+// for both artifacts).
+func pack(m proto.Message) (*anypb.Any, error) {
+	if a, ok := m.(*anypb.Any); ok {
+		return a, nil
+	}
+	return anypb.New(m)
 }

@@ -16,6 +16,7 @@ import (
 	dynmodv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/dynamic_modules/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allotmesh/allot/filter/config"
@@ -57,7 +58,9 @@ func load(t *testing.T, path string) (input, []*experimentv1.Experiment) {
 
 // TestGolden translates testdata/in/*.json and compares each artifact's ECDS
 // resource (as indented proto JSON) with its golden file: the Wasm one with
-// testdata/out/*.json, the native one with testdata/out/native/*.json.
+// testdata/out/*.json, the native one with testdata/out/native/*.json; with
+// the configuration as a Struct (ConfigStruct) and as allotd packs it
+// (ConfigAny) alike.
 func TestGolden(t *testing.T) {
 	files, _ := filepath.Glob("testdata/in/*.json")
 	if len(files) == 0 {
@@ -65,29 +68,75 @@ func TestGolden(t *testing.T) {
 	}
 	artifacts := []struct {
 		name, dir string
-		wrap      func(*structpb.Struct, Mesh) (*corev3.TypedExtensionConfig, error)
+		wrap      func(proto.Message, Mesh) (*corev3.TypedExtensionConfig, error)
 	}{
-		{"wasm", "testdata/out", func(st *structpb.Struct, m Mesh) (*corev3.TypedExtensionConfig, error) { return WasmExtension(st, m) }},
-		{"native", "testdata/out/native", func(st *structpb.Struct, m Mesh) (*corev3.TypedExtensionConfig, error) { return NativeExtension(st, m) }},
+		{"wasm", "testdata/out", WasmExtension},
+		{"native", "testdata/out/native", NativeExtension},
+	}
+	packs := []struct {
+		name string
+		pack func(*filterv1.FilterConfig) (proto.Message, error)
+	}{
+		{"struct", func(cfg *filterv1.FilterConfig) (proto.Message, error) { return ConfigStruct(cfg) }},
+		{"any", func(cfg *filterv1.FilterConfig) (proto.Message, error) { return ConfigAny(cfg) }},
 	}
 	for _, path := range files {
 		for _, a := range artifacts {
-			t.Run(a.name+"/"+filepath.Base(path), func(t *testing.T) {
-				in, exps := load(t, path)
-				cfg, err := FilterConfig(exps, in.Cluster, in.Now, testMesh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, err := ConfigStruct(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ext, err := a.wrap(st, testMesh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				golden(t, ext, filepath.Join(a.dir, filepath.Base(path)))
-			})
+			for _, p := range packs {
+				t.Run(a.name+"/"+p.name+"/"+filepath.Base(path), func(t *testing.T) {
+					in, exps := load(t, path)
+					cfg, err := FilterConfig(exps, in.Cluster, in.Now, testMesh)
+					if err != nil {
+						t.Fatal(err)
+					}
+					conf, err := p.pack(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ext, err := a.wrap(conf, testMesh)
+					if err != nil {
+						t.Fatal(err)
+					}
+					golden(t, ext, filepath.Join(a.dir, filepath.Base(path)))
+				})
+			}
+		}
+	}
+}
+
+// TestConfigAnyIsTheStruct: the Struct encoding written from JSON decodes
+// to the Struct protojson makes of the same JSON, for every kind of value,
+// nesting, escapes and numbers; and the same JSON gives the same bytes.
+func TestConfigAnyIsTheStruct(t *testing.T) {
+	for _, js := range []string{
+		`{}`,
+		`{"a":null,"b":true,"c":false,"d":0,"e":-0,"f":1.5e300,"g":0.1,"h":-12345678901234567890,"i":5e-324}`,
+		`{"s":"","t":"a\"b\\c\/d\b\f\n\r\t","u":"\u00e9\u2028\ud83d\ude00","v":"日本"}`,
+		`{"l":[],"m":[null,1,"x",true,{"k":[[]]},[{"z":{}}]],"o":{"p":{"q":{"r":[1,2,3]}}}}`,
+		` { "sp" : [ 1 , { } ] } `,
+	} {
+		want := &structpb.Struct{}
+		if err := protojson.Unmarshal([]byte(js), want); err != nil {
+			t.Fatalf("%s: protojson: %v", js, err)
+		}
+		b, err := jsonToStruct([]byte(js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		got := &structpb.Struct{}
+		if err := proto.Unmarshal(b, got); err != nil {
+			t.Fatalf("%s: the encoding does not decode: %v", js, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%s: decodes to %v, want %v", js, got, want)
+		}
+		if again, _ := jsonToStruct([]byte(js)); !bytes.Equal(again, b) {
+			t.Errorf("%s: two encodings differ", js)
+		}
+	}
+	for _, bad := range []string{`[]`, `{"a":1} {}`, `{"a":}`, `{"a":[1,}`, `"x"`} {
+		if _, err := jsonToStruct([]byte(bad)); err == nil {
+			t.Errorf("%s: encoded, want an error", bad)
 		}
 	}
 }

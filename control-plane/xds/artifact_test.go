@@ -34,7 +34,7 @@ type artifactVersions struct {
 	omit string // an artifact to leave out of the map
 }
 
-func (b *artifactVersions) build(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
+func (b *artifactVersions) build(cluster string, _ int64) (string, map[string]*corev3.TypedExtensionConfig, error) {
 	v, ext, err := b.versions.build(cluster)
 	if err != nil {
 		return "", nil, err

@@ -52,6 +52,11 @@ func newHoldCache(inner cachev3.SnapshotCache, hash cachev3.NodeHash) *holdCache
 
 // CreateWatch implements cachev3.ConfigWatcher.
 func (c *holdCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
+	if req.GetErrorDetail() == nil && req.GetResponseNonce() != "" {
+		// An ACK (the request after every response): never held, and the
+		// snapshot need not be looked up (holdVersion).
+		return c.SnapshotCache.CreateWatch(req, sub, out)
+	}
 	node := c.hash.ID(req.GetNode())
 	hold, ok := c.holdVersion(node, req, sub)
 	if !ok {

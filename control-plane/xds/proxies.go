@@ -134,7 +134,7 @@ func (s *Server) ConnProxy(addr string) (p rollout.ProxyStatus, ok bool) {
 // positive lower bound of that count: a publisher asks it after every
 // wake-up in a rollout, and counting every proxy each time would cost the
 // fleet's size per ACK. Each change (notify) settles one proxy at most,
-// except a cluster's new or forgotten version (pendingStale), so the last
+// except a cluster's new or forgotten version (resetPending), so the last
 // count minus the changes since is a lower bound; it counts again once
 // that reaches 0.
 func (s *Server) Unsettled() int {
@@ -174,13 +174,39 @@ func (s *Server) Changes() <-chan struct{} {
 	return s.changed
 }
 
+// Recount returns a channel closed when Unsettled may count fewer than
+// the lower bound it returned last (that bound ran out: it counts again),
+// or when a stream joins (Joins): a publisher waiting for its proxies to
+// settle wakes a few times in a rollout rather than at every push and ACK.
+func (s *Server) Recount() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recount
+}
+
 // notify wakes every WaitFor; s.mu must be held.
 func (s *Server) notify() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	if s.pendingFloor > 0 {
 		s.pendingFloor--
+		if s.pendingFloor == 0 {
+			s.wakeRecount()
+		}
 	}
+}
+
+// resetPending makes Unsettled count again (a cluster's version changed,
+// or a stream joined); s.mu must be held.
+func (s *Server) resetPending() {
+	s.pendingFloor = 0
+	s.wakeRecount()
+}
+
+// wakeRecount closes the channel Recount returned; s.mu must be held.
+func (s *Server) wakeRecount() {
+	close(s.recount)
+	s.recount = make(chan struct{})
 }
 
 // onStreamOpen tracks a new stream. It is counted against the server's
@@ -282,6 +308,7 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 		}
 		s.admitted++
 		s.joins++
+		s.resetPending()
 		st.identified = true
 		st.node, st.cluster = req.GetNode().GetId(), req.GetNode().GetCluster()
 		if st.addr != "" {

@@ -112,3 +112,52 @@ func TestJoins(t *testing.T) {
 		t.Errorf("a later request counted as a join: %d, want %d", got, before)
 	}
 }
+
+// TestRecount: a waiter that counts the pending proxies and then waits for
+// Recount (as a replica's publisher does) sees a rollout to 20 proxies
+// settle, woken a few times rather than at each of its 40 pushes and
+// ACKs; a stream that joins wakes it too.
+func TestRecount(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
+	var cs []*client
+	for i := range 20 {
+		c := connect(t, s.addr, xds.APIADS, fmt.Sprintf("shop-%d", i), "shop")
+		c.request("", "", "")
+		c.ack(c.expect("v1"))
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		wantState(t, s, c.node.GetId(), rollout.StateApplied, "v1")
+	}
+	s.change(t, "shop", "v2")
+	go func() {
+		for _, c := range cs {
+			c.ack(c.expect("v2"))
+		}
+	}()
+	wakes := 0
+	for {
+		recount := s.Recount()
+		if s.Unsettled() == 0 {
+			break
+		}
+		select {
+		case <-recount:
+			wakes++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no wake-up with %d proxies pending", s.Unsettled())
+		}
+	}
+	t.Logf("woken %d times", wakes)
+	if wakes == 0 || wakes > 12 {
+		t.Errorf("woken %d times for 40 pushes and ACKs, want a few", wakes)
+	}
+	recount := s.Recount()
+	c := connect(t, s.addr, xds.APIADS, "late", "shop")
+	c.request("", "", "")
+	select {
+	case <-recount:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a join did not wake Recount")
+	}
+}

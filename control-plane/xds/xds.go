@@ -50,8 +50,10 @@ type Builder func(cluster string) (version string, ext *corev3.TypedExtensionCon
 // artifact's name. The resources carry the same filter configuration in
 // each artifact's wrapping, so one version covers them all: a cluster has
 // one target version whatever its proxies run. The same inputs must give
-// the same version.
-type ArtifactBuilder func(cluster string) (version string, exts map[string]*corev3.TypedExtensionConfig, err error)
+// the same version. atLeast is the store revision the configuration is to
+// be built from, or a later one, when the caller knows it (RefreshFrom);
+// zero asks for the store's latest.
+type ArtifactBuilder func(cluster string, atLeast int64) (version string, exts map[string]*corev3.TypedExtensionConfig, err error)
 
 // Server is the xDS server. Create it with New (Wasm proxies only) or
 // NewArtifacts (every artifact), register it on a gRPC server with
@@ -85,6 +87,7 @@ type Server struct {
 	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
 	changed     chan struct{}        // closed and replaced on every tracked change
+	recount     chan struct{}        // closed and replaced when Unsettled is to count again (Recount)
 	// pendingFloor is a lower bound of the proxies pending their cluster's
 	// version (Unsettled); 0 when it must be counted again.
 	pendingFloor int
@@ -152,7 +155,7 @@ func WithClusterGrace(d time.Duration) Option {
 // goes to proxies running ArtifactWasm, and a proxy naming any other
 // artifact is unserved.
 func New(ctx context.Context, build Builder, opts ...Option) *Server {
-	wasm := func(cluster string) (string, map[string]*corev3.TypedExtensionConfig, error) {
+	wasm := func(cluster string, _ int64) (string, map[string]*corev3.TypedExtensionConfig, error) {
 		v, ext, err := build(cluster)
 		return v, map[string]*corev3.TypedExtensionConfig{ArtifactWasm: ext}, err
 	}
@@ -182,6 +185,7 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		conns:    map[string][]*stream{},
 		deltas:   map[int64]string{},
 		changed:  make(chan struct{}),
+		recount:  make(chan struct{}),
 	}
 	s.maxClusters, s.maxStreams = MaxClusters, DefaultMaxStreams
 	for _, a := range served {
@@ -371,7 +375,7 @@ func (s *Server) forgetLocked(c string) {
 	delete(s.clusters, c)
 	delete(s.since, c)
 	delete(s.idle, c)
-	s.pendingFloor = 0 // its proxies' versions changed at once
+	s.resetPending() // its proxies' versions changed at once
 }
 
 // evictLocked makes room for a new cluster at the limit: it forgets the
@@ -429,13 +433,18 @@ func (s *Server) ensureCluster(cluster string) error {
 	if full {
 		return s.refuseCluster(cluster, n)
 	}
-	return s.refreshLocked(context.Background(), cluster)
+	return s.refreshLocked(context.Background(), cluster, 0)
 }
 
 // Refresh rebuilds the snapshot of every cluster known (connected
-// proxies', and those of the grace period) and pushes those whose version
-// changed.
-func (s *Server) Refresh(ctx context.Context) error {
+// proxies', and those of the grace period) from the store's latest state
+// and pushes those whose version changed.
+func (s *Server) Refresh(ctx context.Context) error { return s.RefreshFrom(ctx, 0) }
+
+// RefreshFrom is Refresh from store revision atLeast or a later one: the
+// revision a watch of the store delivered, which the builder need not ask
+// the store for again (ArtifactBuilder).
+func (s *Server) RefreshFrom(ctx context.Context, atLeast int64) error {
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
 	s.mu.Lock()
@@ -447,7 +456,7 @@ func (s *Server) Refresh(ctx context.Context) error {
 	slices.Sort(clusters)
 	var errs []error
 	for _, c := range clusters {
-		if err := s.refreshLocked(ctx, c); err != nil {
+		if err := s.refreshLocked(ctx, c, atLeast); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -455,16 +464,16 @@ func (s *Server) Refresh(ctx context.Context) error {
 }
 
 // refreshLocked rebuilds one cluster; s.refreshMu must be held.
-func (s *Server) refreshLocked(ctx context.Context, cluster string) error {
-	err := s.setCluster(ctx, cluster)
+func (s *Server) refreshLocked(ctx context.Context, cluster string, atLeast int64) error {
+	err := s.setCluster(ctx, cluster, atLeast)
 	if err != nil {
 		s.metrics.pushErrors.Inc()
 	}
 	return err
 }
 
-func (s *Server) setCluster(ctx context.Context, cluster string) error {
-	version, exts, err := s.build(cluster)
+func (s *Server) setCluster(ctx context.Context, cluster string, atLeast int64) error {
+	version, exts, err := s.build(cluster, atLeast)
 	if err != nil {
 		return fmt.Errorf("build snapshot for cluster %q: %w", cluster, err)
 	}
@@ -496,7 +505,7 @@ func (s *Server) setCluster(ctx context.Context, cluster string) error {
 	s.clusters[cluster] = version
 	s.since[cluster] = s.now()
 	s.notify()
-	s.pendingFloor = 0 // its proxies' versions changed at once
+	s.resetPending() // its proxies' versions changed at once
 	s.log.Info("snapshot updated", "cluster", cluster, "version", version)
 	return nil
 }
