@@ -91,6 +91,8 @@ type Store struct {
 	now     func() time.Time
 	observe func(op string, d time.Duration, err error)
 
+	w watchers // every Watch, fed by one etcd watch
+
 	unfinished *Unfinished       // the marker of an unfinished Import Open found (only with ForImport)
 	importStep func(written int) // tests: called after each transaction of Import writing data
 }
@@ -615,83 +617,6 @@ func (s *Store) retrier(octx context.Context) func(err error) error {
 		backoff = min(2*backoff, 500*time.Millisecond)
 		return nil
 	}
-}
-
-// Watch implements store.Store. The first value is the store revision when
-// the watch starts; each later write delivers its revision. Over a broken
-// connection, a lost leader or a compacted history the watch reads the
-// current revision again and resumes from there.
-func (s *Store) Watch(ctx context.Context) <-chan int64 {
-	ch := make(chan int64, 1)
-	if !s.kv.Go(ctx, func(wctx context.Context) {
-		defer close(ch)
-		s.watch(wctx, ch)
-	}) {
-		close(ch)
-	}
-	return ch
-}
-
-func (s *Store) watch(ctx context.Context, ch chan int64) {
-	last := int64(-1)
-	send := func(rev int64) {
-		if rev <= last {
-			return
-		}
-		last = rev
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- rev
-	}
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
-		if err == nil {
-			var rev int64
-			if rev, err = parseRevision(resp.Responses[0].GetResponseRange().GetKvs()); err == nil {
-				send(rev)
-				err = s.follow(ctx, resp.Header.Revision+1, send)
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			backoff = 50 * time.Millisecond
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// follow delivers every change of meta/revision from etcd revision from on,
-// until the watch breaks.
-func (s *Store) follow(ctx context.Context, from int64, send func(int64)) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range s.cli.Watch(wctx, s.revKey(), clientv3.WithRev(from)) {
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		for _, ev := range wr.Events {
-			rev, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-			if err != nil {
-				return fmt.Errorf("meta/revision %q: %w", ev.Kv.Value, err)
-			}
-			send(rev)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return errors.New("watch closed")
 }
 
 // Close implements store.Store: it ends every watch (closing its channel)

@@ -3,6 +3,9 @@ package etcd_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,5 +190,61 @@ func TestTooLargeIsInvalid(t *testing.T) {
 		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "too large") {
 			t.Errorf("%d-byte spec: %v, want store.ErrInvalid (too large)", n, err)
 		}
+	}
+}
+
+// TestWatchesShareOneEtcdWatch: every Watch of a store (a replica's builder
+// and its outcomes aggregator) is fed by one etcd watch, which etcd counts
+// once however many follow the store, and each receives every write.
+func TestWatchesShareOneEtcdWatch(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	watchers := func() int {
+		t.Helper()
+		resp, err := http.Get(c.Endpoints()[0] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return int(n)
+			}
+		}
+		t.Fatal("etcd's /metrics has no etcd_debugging_mvcc_watcher_total")
+		return 0
+	}
+	s := c.Open(t)
+	before := watchers()
+	var chs []<-chan int64
+	for range 3 {
+		ch := s.Watch(t.Context())
+		if rev := <-ch; rev != 0 {
+			t.Fatalf("first value %d, want 0", rev)
+		}
+		chs = append(chs, ch)
+	}
+	if _, err := s.Create(t.Context(), &store.Experiment{Key: "a", Owner: "o", Spec: []byte(`{}`)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range chs {
+		select {
+		case rev := <-ch:
+			if rev != 1 {
+				t.Fatalf("watch %d: %d, want 1", i, rev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("watch %d: no value for the write", i)
+		}
+	}
+	if n := watchers() - before; n != 1 {
+		t.Fatalf("3 watches of the store opened %d etcd watches, want 1", n)
 	}
 }
