@@ -100,9 +100,9 @@ func (g *GRPC) CreateExperiment(ctx context.Context, req *adminv1.CreateExperime
 		return nil, toStatus(g.log, "CreateExperiment", required("experiment"))
 	}
 	var e *experimentv1.Experiment
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (_ int64, err error) {
 		e, err = g.svc.Create(ctx, principalFrom(ctx), req.GetExperiment())
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "CreateExperiment", err)
@@ -135,9 +135,9 @@ func (g *GRPC) UpdateExperiment(ctx context.Context, req *adminv1.UpdateExperime
 		return nil, toStatus(g.log, "UpdateExperiment", required("experiment"))
 	}
 	var e *experimentv1.Experiment
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (_ int64, err error) {
 		e, err = g.svc.Update(ctx, principalFrom(ctx), req.GetExperiment())
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "UpdateExperiment", err)
@@ -148,8 +148,8 @@ func (g *GRPC) UpdateExperiment(ctx context.Context, req *adminv1.UpdateExperime
 
 // DeleteExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperimentRequest) (*adminv1.DeleteExperimentResponse, error) {
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() error {
-		return g.svc.Delete(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (int64, error) {
+		return 0, g.svc.Delete(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision()) // the revision of a delete is not returned: Wait reads it
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "DeleteExperiment", err)
@@ -161,13 +161,13 @@ func (g *GRPC) DeleteExperiment(ctx context.Context, req *adminv1.DeleteExperime
 // StartExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (_ int64, err error) {
 		start := g.svc.Start
 		if req.GetAcknowledgeRollback() {
 			start = g.svc.StartAcknowledgingRollback
 		}
 		e, err = start(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "StartExperiment", err)
@@ -179,9 +179,9 @@ func (g *GRPC) StartExperiment(ctx context.Context, req *adminv1.StartExperiment
 // PauseExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) PauseExperiment(ctx context.Context, req *adminv1.PauseExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (_ int64, err error) {
 		e, err = g.svc.Pause(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "PauseExperiment", err)
@@ -193,9 +193,9 @@ func (g *GRPC) PauseExperiment(ctx context.Context, req *adminv1.PauseExperiment
 // StopExperiment implements adminv1grpc.AdminServiceServer.
 func (g *GRPC) StopExperiment(ctx context.Context, req *adminv1.StopExperimentRequest) (*experimentv1.Experiment, error) {
 	var e *experimentv1.Experiment
-	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (err error) {
+	ro, err := g.svc.Await(ctx, waitOf(req.GetWait()), func() (_ int64, err error) {
 		e, err = g.svc.Stop(ctx, principalFrom(ctx), req.GetKey(), req.GetRevision())
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return nil, toStatus(g.log, "StopExperiment", err)

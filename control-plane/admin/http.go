@@ -207,9 +207,9 @@ func (h *HTTP) create(r *http.Request, p *Principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+	ro, err := h.svc.Await(r.Context(), wait, func() (_ int64, err error) {
 		e, err = h.svc.Create(r.Context(), p, e)
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return 0, nil, err
@@ -271,9 +271,9 @@ func (h *HTTP) update(r *http.Request, p *Principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+	ro, err := h.svc.Await(r.Context(), wait, func() (_ int64, err error) {
 		e, err = h.svc.Update(r.Context(), p, e)
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return 0, nil, err
@@ -291,8 +291,8 @@ func (h *HTTP) delete(r *http.Request, p *Principal) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ro, err := h.svc.Await(r.Context(), wait, func() error {
-		return h.svc.Delete(r.Context(), p, r.PathValue("key"), rev)
+	ro, err := h.svc.Await(r.Context(), wait, func() (int64, error) {
+		return 0, h.svc.Delete(r.Context(), p, r.PathValue("key"), rev) // the revision of a delete is not returned: Wait reads it
 	})
 	if err != nil || ro == nil {
 		return http.StatusNoContent, nil, err
@@ -351,9 +351,9 @@ func (h *HTTP) transition(r *http.Request, p *Principal) (int, any, error) {
 		}
 	}
 	var e *experimentv1.Experiment
-	ro, err := h.svc.Await(r.Context(), wait, func() (err error) {
+	ro, err := h.svc.Await(r.Context(), wait, func() (_ int64, err error) {
 		e, err = op(r.Context(), p, key, rev)
-		return err
+		return e.GetRevision(), err
 	})
 	if err != nil {
 		return 0, nil, err

@@ -48,11 +48,15 @@ type load struct{ experiments, assigned, observed int }
 // another experiment in between makes the write store.ErrStale rather than
 // pass a bound (retryStale runs it again). Nothing is checked when e does
 // not run.
+//
+// The first attempt checks against the experiments as this allotd last
+// read them (WithLists), without a read of every experiment: if the store
+// moved on since, the write is stale, and the next attempt reads them.
 func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment, base int64) (context.Context, error) {
 	if experiment.Status(e) != experiment.StatusRunning {
 		return ctx, nil
 	}
-	items, rev, err := s.store.List(ctx)
+	items, rev, err := s.checkList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -159,15 +163,30 @@ const staleRetries = 8
 // retryStale runs write, a write decided on the whole store (checkServices),
 // again while it fails because another write committed between its read
 // and its write (store.ErrStale), at most staleRetries times in all; then
-// the error stands (a conflict).
-func retryStale[T any](write func() (T, error)) (T, error) {
+// the error stands (a conflict). Each attempt after the first runs under a
+// ctx that tells checkServices to read the store.
+func retryStale[T any](ctx context.Context, write func(ctx context.Context) (T, error)) (T, error) {
 	for i := 1; ; i++ {
-		v, err := write()
+		v, err := write(ctx)
 		if !errors.Is(err, store.ErrStale) || i == staleRetries {
 			return v, err
 		}
+		ctx = context.WithValue(ctx, staleKey{}, true)
 	}
 }
+
+// checkList is the experiments checkServices checks against: as this
+// allotd last read them on a write's first attempt, the store's on a later
+// one (staleKey).
+func (s *Service) checkList(ctx context.Context) ([]*store.Experiment, int64, error) {
+	if _, retry := ctx.Value(staleKey{}).(bool); retry || s.lists == nil {
+		return s.store.List(ctx)
+	}
+	return s.lists.List(ctx, 0) // as last read, or read now if never
+}
+
+// staleKey marks the ctx of a write's attempt after a stale one.
+type staleKey struct{}
 
 // applies reports whether e reaches the proxies of service ("": a service
 // no experiment names, which only experiments for every service reach).

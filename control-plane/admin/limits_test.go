@@ -279,20 +279,8 @@ func TestServiceHeaderBudget(t *testing.T) {
 func TestExperimentsPerService(t *testing.T) {
 	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
 	ctx := context.Background()
-	for i := range admin.MaxExperimentsPerService {
-		e := exp(fmt.Sprintf("e%d", i), "team-a", 0)
-		e.Services = []string{"checkout"}
-		e.Variations = []*structpb.Value{structpb.NewStringValue("a"), structpb.NewStringValue("b")}
-		spec, err := protojson.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Create(ctx, &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: spec}, "seed"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mesh := translate.Mesh{WasmPath: "/allot.wasm", Filter: &filterv1.FilterConfig{AssignmentHeaders: filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY}}
-	s := admin.NewService(db, nil, admin.WithMesh(mesh))
+	seedService(t, db, "checkout", admin.MaxExperimentsPerService)
+	s := admin.NewService(db, nil, admin.WithMesh(dictionaryMesh))
 	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
 	one := func(key, status string, services ...string) *experimentv1.Experiment {
 		e := exp(key, "team-a", 0)
@@ -309,6 +297,57 @@ func TestExperimentsPerService(t *testing.T) {
 	}
 	if _, err := s.Create(ctx, root, one("other", "", "search")); err != nil {
 		t.Errorf("another service: %v", err)
+	}
+}
+
+// dictionaryMesh sends the assignments in one dictionary header, so that a
+// service's header budget holds more experiments than its count bound.
+var dictionaryMesh = translate.Mesh{WasmPath: "/allot.wasm",
+	Filter: &filterv1.FilterConfig{AssignmentHeaders: filterv1.AssignmentHeaders_ASSIGNMENT_HEADERS_DICTIONARY}}
+
+// seedService stores n running experiments of service straight into db,
+// as another writer would, past the admin API.
+func seedService(t *testing.T, db store.Store, service string, n int) {
+	t.Helper()
+	for i := range n {
+		e := exp(fmt.Sprintf("e%d", i), "team-a", 0)
+		e.Services = []string{service}
+		e.Variations = []*structpb.Value{structpb.NewStringValue("a"), structpb.NewStringValue("b")}
+		spec, err := protojson.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Create(context.Background(), &store.Experiment{Key: e.Key, Owner: e.Owner, Spec: spec}, "seed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestExperimentsPerServiceStaleList: a write checks its services against
+// the experiments as the builder last read them (WithLists), and when the
+// store moved on since (another replica's writes), against the store: the
+// bound holds either way, and a write under it is not refused.
+func TestExperimentsPerServiceStaleList(t *testing.T) {
+	db := bolttest.Open(t, filepath.Join(t.TempDir(), "allot.db"))
+	ctx := context.Background()
+	lists := store.NewLists(db)
+	if _, _, err := lists.List(ctx, 0); err != nil { // read while the store is empty
+		t.Fatal(err)
+	}
+	seedService(t, db, "checkout", admin.MaxExperimentsPerService) // by another replica: the shared list is stale
+	s := admin.NewService(db, nil, admin.WithMesh(dictionaryMesh), admin.WithLists(lists))
+	root := &admin.Principal{Name: "root", Role: admin.RoleAdmin}
+	one := exp("more", "team-a", 0)
+	one.Services = []string{"checkout"}
+	_, err := s.Create(ctx, root, one)
+	want := fmt.Sprintf(`services[0]: service "checkout": %d running experiments, limit %d`, admin.MaxExperimentsPerService+1, admin.MaxExperimentsPerService)
+	if got := admin.ErrorOf(err); err == nil || !slices.Equal(got.Details, []string{want}) {
+		t.Fatalf("one experiment too many, the shared list empty: %v, want only %q", err, want)
+	}
+	other := exp("other", "team-a", 0)
+	other.Services = []string{"search"}
+	if _, err := s.Create(ctx, root, other); err != nil {
+		t.Fatalf("another service, the shared list stale: %v", err)
 	}
 }
 

@@ -24,11 +24,12 @@ import (
 type Rollouts interface {
 	// Mark returns the version each cluster's proxies should run now; call
 	// it before a write.
-	Mark() map[string]string
+	Mark() rollout.Mark
 	// Wait pushes the current configuration and waits until every
 	// connected proxy of a cluster whose version changed since mark has
-	// applied or rejected it, or ctx ends.
-	Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout
+	// applied or rejected it, or ctx ends; rev is the store revision the
+	// write committed (0: unknown, Wait reads the store's).
+	Wait(ctx context.Context, mark rollout.Mark, rev int64) *adminv1.Rollout
 	// Status reports every connected proxy against its cluster's current
 	// version.
 	Status() *adminv1.Rollout
@@ -47,24 +48,27 @@ const (
 func WithRollouts(r Rollouts) ServiceOption { return func(s *Service) { s.rollouts = r } }
 
 // Await runs write and, when wait is positive, waits for the proxies whose
-// configuration it changed, returning where they stand. The write stands
+// configuration it changed, returning where they stand. write returns the
+// store revision it committed (0 if it cannot tell). The write stands
 // whatever the proxies do; only its own error is returned as an error.
-func (s *Service) Await(ctx context.Context, wait time.Duration, write func() error) (*adminv1.Rollout, error) {
+func (s *Service) Await(ctx context.Context, wait time.Duration, write func() (int64, error)) (*adminv1.Rollout, error) {
 	switch {
 	case wait <= 0:
-		return nil, write()
+		_, err := write()
+		return nil, err
 	case wait > MaxWait:
 		return nil, &Error{Code: CodeInvalid, Message: "invalid wait", Details: []string{"wait: at most " + MaxWait.String()}}
 	case s.rollouts == nil:
 		return nil, &Error{Code: CodeFailedPrecond, Message: "this server does not track proxies; write without wait"}
 	}
 	mark := s.rollouts.Mark()
-	if err := write(); err != nil {
+	rev, err := write()
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	ro := s.rollouts.Wait(ctx, mark)
+	ro := s.rollouts.Wait(ctx, mark, rev)
 	s.log.InfoContext(ctx, "write rollout", "result", ro.GetResult(), rollout.ResultApplied, ro.GetCounts()[string(rollout.StateApplied)], "not_applied", len(ro.GetProxies()))
 	return ro, nil
 }

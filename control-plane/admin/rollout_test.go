@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allotmesh/allot/control-plane/admin"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 )
 
@@ -24,21 +26,23 @@ type fakeRollouts struct {
 	mu     sync.Mutex
 	marks  int
 	waits  []time.Duration // the deadline left when Wait was called
+	revs   []int64         // the write's revision Wait was given
 	result string
 }
 
-func (f *fakeRollouts) Mark() map[string]string {
+func (f *fakeRollouts) Mark() rollout.Mark {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.marks++
-	return map[string]string{"svc": "v1"}
+	return rollout.Mark{Targets: rollout.Targets{"svc": "v1"}}
 }
 
-func (f *fakeRollouts) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+func (f *fakeRollouts) Wait(ctx context.Context, mark rollout.Mark, rev int64) *adminv1.Rollout {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	d, _ := ctx.Deadline()
 	f.waits = append(f.waits, time.Until(d))
+	f.revs = append(f.revs, rev)
 	return &adminv1.Rollout{Result: f.result, Targets: map[string]string{"svc": "v2"},
 		Proxies: []*adminv1.ProxyStatus{{NodeId: "p1", Cluster: "svc", State: "applied", TargetVersion: "v2", AckedVersion: "v2"}}}
 }
@@ -66,6 +70,9 @@ func TestWriteWaitsOverHTTP(t *testing.T) {
 	if f.marks != 1 || len(f.waits) != 1 || f.waits[0] > 5*time.Second || f.waits[0] < 4*time.Second {
 		t.Fatalf("marks %d waits %v: want one mark before the write and a 5 s wait", f.marks, f.waits)
 	}
+	if rev := revisionOf(out.Experiment); len(f.revs) != 1 || strconv.FormatInt(f.revs[0], 10) != rev {
+		t.Fatalf("Wait was given revisions %v, want the write's, %s", f.revs, rev)
+	}
 	// Without wait the body is the experiment alone and nothing waits.
 	var plain map[string]any
 	e.mustDo(http.StatusOK, adminToken, "PUT", "/v1/experiments/w", `{"key":"w","variations":["a","b"],"weights":[0,1],"revision":"`+revisionOf(out.Experiment)+`"}`, &plain)
@@ -76,6 +83,9 @@ func TestWriteWaitsOverHTTP(t *testing.T) {
 	e.mustDo(http.StatusOK, adminToken, "DELETE", "/v1/experiments/w?wait=2", "", &del)
 	if len(del["rollout"]) == 0 {
 		t.Fatalf("a waited delete answers {rollout}, got %v", del)
+	}
+	if len(f.revs) != 2 || f.revs[1] != 0 {
+		t.Fatalf("Wait after a delete was given revisions %v, want 0 (a delete does not return its revision)", f.revs)
 	}
 	var st map[string]any
 	e.mustDo(http.StatusOK, readerToken, "GET", "/v1/rollout", "", &st)

@@ -48,6 +48,7 @@ type Service struct {
 	now      func() time.Time
 	rollouts Rollouts
 	outcomes Outcomes
+	lists    *store.Lists // the experiments as last read, shared with the builder; nil: none
 }
 
 // ServiceOption configures a Service.
@@ -56,6 +57,12 @@ type ServiceOption func(*Service)
 // WithMesh sets the mesh settings EvaluateExperiments builds proxy
 // configurations with (the same allotd pushes).
 func WithMesh(m translate.Mesh) ServiceOption { return func(s *Service) { s.mesh = m } }
+
+// WithLists shares the experiments as the builder of the proxies'
+// configuration last read them (reconcile.NewBuilder's lists): a write's
+// check of its services starts from them rather than from a read of every
+// experiment (checkServices).
+func WithLists(l *store.Lists) ServiceOption { return func(s *Service) { s.lists = l } }
 
 // WithClock sets the clock schedules are evaluated with (default time.Now).
 func WithClock(now func() time.Time) ServiceOption { return func(s *Service) { s.now = now } }
@@ -111,7 +118,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, e *experimentv1.Expe
 	if err != nil {
 		return nil, err
 	}
-	se, err := retryStale(func() (*store.Experiment, error) {
+	se, err := retryStale(ctx, func(ctx context.Context) (*store.Experiment, error) {
 		wctx, err := s.checkServices(ctx, e, 0)
 		if err != nil {
 			return nil, err
@@ -209,7 +216,7 @@ func (s *Service) list(ctx context.Context, f Filter) ([]*experimentv1.Experimen
 // a concurrent change (an owner transfer) makes it a conflict.
 func (s *Service) Update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
 	ctx = store.WithWrite(ctx)
-	return retryStale(func() (*experimentv1.Experiment, error) { return s.update(ctx, p, e) })
+	return retryStale(ctx, func(ctx context.Context) (*experimentv1.Experiment, error) { return s.update(ctx, p, e) })
 }
 
 func (s *Service) update(ctx context.Context, p *Principal, e *experimentv1.Experiment) (*experimentv1.Experiment, error) {
@@ -329,7 +336,9 @@ func (s *Service) Stop(ctx context.Context, p *Principal, key string, revision i
 // pending rollback is acknowledged in the same write.
 func (s *Service) transition(ctx context.Context, p *Principal, op, key string, revision int64, to string, ack bool) (*experimentv1.Experiment, error) {
 	ctx = store.WithWrite(ctx)
-	return retryStale(func() (*experimentv1.Experiment, error) { return s.transitionOnce(ctx, p, op, key, revision, to, ack) })
+	return retryStale(ctx, func(ctx context.Context) (*experimentv1.Experiment, error) {
+		return s.transitionOnce(ctx, p, op, key, revision, to, ack)
+	})
 }
 
 func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key string, revision int64, to string, ack bool) (*experimentv1.Experiment, error) {
@@ -401,7 +410,7 @@ func (s *Service) transitionOnce(ctx context.Context, p *Principal, op, key stri
 // validation, like a pause.
 func (s *Service) WriteState(ctx context.Context, key string, revision int64, actor string, set func(e *experimentv1.Experiment)) (*experimentv1.Experiment, error) {
 	ctx = store.WithWrite(ctx)
-	return retryStale(func() (*experimentv1.Experiment, error) {
+	return retryStale(ctx, func(ctx context.Context) (*experimentv1.Experiment, error) {
 		cur, err := s.store.Get(ctx, key)
 		if err != nil {
 			return nil, err

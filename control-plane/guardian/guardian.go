@@ -69,10 +69,11 @@ type Experiments interface {
 // (admin.Rollouts: allotd passes rollout.Local or rollout.Mesh).
 type Rollouts interface {
 	// Mark returns the version each cluster's proxies should run now.
-	Mark() map[string]string
+	Mark() rollout.Mark
 	// Wait waits until every connected proxy of a cluster whose version
-	// changed since mark has applied or rejected it, or ctx ends.
-	Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout
+	// changed since mark has applied or rejected it, or ctx ends; rev is
+	// the store revision of the write.
+	Wait(ctx context.Context, mark rollout.Mark, rev int64) *adminv1.Rollout
 	// Status reports every connected proxy against its cluster's current
 	// version.
 	Status() *adminv1.Rollout
@@ -256,7 +257,7 @@ func (g *Guardian) one(ctx context.Context, e *experimentv1.Experiment, now time
 // records how many applied the pause. Another writer first (a replica that
 // rolled it back, an owner's change) makes it do nothing.
 func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep *adminv1.Outcomes, st *adminv1.GuardrailStatus, now time.Time) error {
-	var mark map[string]string
+	var mark rollout.Mark
 	if g.rollouts != nil {
 		mark = g.rollouts.Mark()
 	}
@@ -298,10 +299,10 @@ func (g *Guardian) rollback(ctx context.Context, e *experimentv1.Experiment, rep
 // (at most the guardian's wait) and records how many did on that write,
 // unless it was changed since (an owner acknowledged it and started again:
 // the record is theirs).
-func (g *Guardian) record(ctx context.Context, key string, rb *experimentv1.Rollback, mark map[string]string) {
+func (g *Guardian) record(ctx context.Context, key string, rb *experimentv1.Rollback, mark rollout.Mark) {
 	if g.rollouts != nil {
 		wctx, cancel := context.WithTimeout(ctx, g.wait)
-		ro := g.rollouts.Wait(wctx, mark)
+		ro := g.rollouts.Wait(wctx, mark, rb.GetRevision())
 		cancel()
 		rb.Applied, rb.Proxies = applied(ro)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/admin"
 	"github.com/allotmesh/allot/control-plane/experiment"
 	"github.com/allotmesh/allot/control-plane/outcomes"
+	"github.com/allotmesh/allot/control-plane/rollout"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
 	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
@@ -307,8 +308,8 @@ func (f *fixture) rampOfShop(t *testing.T, g *Guardian) int32 {
 // in state, and a waited write finds both proxies applied.
 type proxies struct{ state string }
 
-func (p *proxies) Mark() map[string]string { return nil }
-func (p *proxies) Wait(context.Context, map[string]string) *adminv1.Rollout {
+func (p *proxies) Mark() rollout.Mark { return rollout.Mark{} }
+func (p *proxies) Wait(context.Context, rollout.Mark, int64) *adminv1.Rollout {
 	return &adminv1.Rollout{Result: "applied", Counts: map[string]int32{"applied": 2}}
 }
 func (p *proxies) Status() *adminv1.Rollout {

@@ -19,8 +19,8 @@ import (
 // anything: Wait lasts until its context ends.
 type laggard struct{}
 
-func (laggard) Mark() map[string]string { return map[string]string{"shop": "v1"} }
-func (laggard) Wait(ctx context.Context, _ map[string]string) *adminv1.Rollout {
+func (laggard) Mark() rollout.Mark { return rollout.Mark{Targets: rollout.Targets{"shop": "v1"}} }
+func (laggard) Wait(ctx context.Context, _ rollout.Mark, _ int64) *adminv1.Rollout {
 	<-ctx.Done()
 	return &adminv1.Rollout{Counts: map[string]int32{"pending": 1}}
 }
@@ -98,8 +98,8 @@ func TestRollbackNeedsTheCurrentRevision(t *testing.T) {
 // with an error and no proxy listed).
 type unknownRollout struct{}
 
-func (unknownRollout) Mark() map[string]string { return nil }
-func (unknownRollout) Wait(context.Context, map[string]string) *adminv1.Rollout {
+func (unknownRollout) Mark() rollout.Mark { return rollout.Mark{} }
+func (unknownRollout) Wait(context.Context, rollout.Mark, int64) *adminv1.Rollout {
 	return rollout.Failed(errors.New("read the mesh registry: context deadline exceeded"))
 }
 func (unknownRollout) Status() *adminv1.Rollout {

@@ -31,16 +31,16 @@ type Local struct{ x Server }
 func NewLocal(x Server) *Local { return &Local{x: x} }
 
 // Mark is the version each cluster's proxies should run now.
-func (l *Local) Mark() map[string]string { return l.x.Targets() }
+func (l *Local) Mark() Mark { return Mark{Targets: l.x.Targets()} }
 
 // Wait pushes the current configuration and waits until every proxy of a
 // cluster whose version changed since mark applied or rejected it, or ctx
-// ends.
-func (l *Local) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+// ends. The write's revision is not needed: the push is this one's.
+func (l *Local) Wait(ctx context.Context, mark Mark, _ int64) *adminv1.Rollout {
 	if err := l.x.Refresh(ctx); err != nil {
 		return Failed(err)
 	}
-	return Waited(l.x.WaitFor(ctx, l.x.Targets().Changed(mark)))
+	return Waited(l.x.WaitFor(ctx, l.x.Targets().Changed(mark.Targets)))
 }
 
 // Status reports every connected proxy against its cluster's current

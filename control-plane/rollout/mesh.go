@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
@@ -21,6 +22,10 @@ type Builder interface {
 	// AwaitApplied waits until every served snapshot is built from store
 	// revision rev or later, for at most d, and reports whether it is.
 	AwaitApplied(ctx context.Context, rev int64, d time.Duration) bool
+	// Known returns the clusters' versions as of the experiments the
+	// builder read last, without a read of the store, and the store
+	// revision they are as of; ok is false when it has read none.
+	Known(clusters []string) (versions map[string]string, rev int64, ok bool)
 }
 
 // Revisions is the store's current revision (store.Store).
@@ -36,6 +41,8 @@ type Mesh struct {
 	reg Registry
 	b   Builder
 	st  Revisions
+
+	seen atomic.Pointer[[]string] // the mesh's clusters as last read (the replicas' records)
 }
 
 // NewMesh is the rollout of the whole mesh seen from the replica of x and b.
@@ -46,14 +53,23 @@ func NewMesh(x Server, reg Registry, b Builder, st Revisions) *Mesh {
 // clusters are the clusters of this replica's and the whole mesh's
 // proxies: those in every live replica's record (which lists the
 // clusters of all the proxies it publishes), not from a read of every
-// proxy.
-func (m *Mesh) clusters(ctx context.Context) []string {
+// proxy. Without a read (rs nil), those of the last read.
+func (m *Mesh) clusters(rs map[string]Replica) []string {
 	set := maps.Clone(m.x.Targets())
-	if rs, err := m.reg.Replicas(ctx); err == nil {
+	if rs != nil {
+		var seen []string
 		for _, r := range rs {
 			for c := range r.Targets {
-				set[c] = ""
+				seen = append(seen, c)
 			}
+		}
+		slices.Sort(seen)
+		seen = slices.Compact(seen)
+		m.seen.Store(&seen)
+	}
+	if seen := m.seen.Load(); seen != nil {
+		for _, c := range *seen {
+			set[c] = ""
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
@@ -66,13 +82,24 @@ func (m *Mesh) targets(clusters []string, atLeast int64) (Targets, error) {
 	return m.b.Versions(clusters, atLeast)
 }
 
-// Mark is the versions before a write, as of the store's latest revision;
-// if they cannot be computed, every cluster counts as changed by it (nil).
-// (Versions at an older revision would miss a write that puts a cluster
-// back as it was: its version would equal that older one.)
-func (m *Mesh) Mark() map[string]string {
-	t, _ := m.targets(m.clusters(context.Background()), 0)
-	return t
+// Mark is the versions before a write, of the mesh's clusters as last read,
+// as of the experiments this replica read last, with their revision: no
+// read of the store nor of the registry on the write's path. Wait keeps
+// them only if the write is the next revision (Mark.Before). Before any
+// read, they are read, as of the store's latest revision; if they cannot
+// be computed, every cluster counts as changed by the write (no Targets).
+func (m *Mesh) Mark() Mark {
+	if m.seen.Load() != nil {
+		if t, rev, ok := m.b.Known(m.clusters(nil)); ok {
+			return Mark{Targets: t, Revision: rev}
+		}
+	}
+	var rs map[string]Replica
+	if r, err := m.reg.Replicas(context.Background()); err == nil {
+		rs = r
+	}
+	t, _ := m.targets(m.clusters(rs), 0)
+	return Mark{Targets: t}
 }
 
 // Wait waits until every proxy of the mesh whose cluster's version the
@@ -93,15 +120,18 @@ func (m *Mesh) Mark() map[string]string {
 // read again. It reads every proxy only when the summaries say the
 // rollout may have settled otherwise (a rejection, a proxy gone with its
 // replica), and at least every fullReadEvery.
-func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollout {
+func (m *Mesh) Wait(ctx context.Context, mark Mark, rev int64) *adminv1.Rollout {
 	// The proxies waited for are those live now, from the registry's keys
 	// alone, read while this replica pushes the write: a read waits
 	// behind the registry writes of the rollout under way.
-	lc := m.readLive(ctx, mark)
-	rev, err := m.st.Revision(ctx)
-	if err != nil {
-		return Failed(err)
+	lc := m.readLive(ctx)
+	if rev <= 0 { // the write's revision is not known: the store's, at least as late
+		var err error
+		if rev, err = m.st.Revision(ctx); err != nil {
+			return Failed(err)
+		}
 	}
+	before := mark.Before(rev) // (with the store's revision, a write after this one clears it too)
 	// This replica pushes the write when its watch of the store delivers
 	// it (reconcile.Sync); the write pushes it itself only if that is late (or
 	// fails, which Refresh then reports) rather than build it twice.
@@ -115,11 +145,11 @@ func (m *Mesh) Wait(ctx context.Context, mark map[string]string) *adminv1.Rollou
 	if l.err != nil && ctx.Err() == nil {
 		return Failed(l.err)
 	}
-	after, err := m.targets(m.meshClusters(l.clusters, mark), rev)
+	after, err := m.targets(m.meshClusters(l.clusters, before), rev)
 	if err != nil {
 		return Failed(err)
 	}
-	targets := after.Changed(mark)
+	targets := after.Changed(before)
 	waited := l.nodes
 	var ro *Rollout // from the last read of every proxy
 	report := func() *Rollout {
@@ -214,23 +244,24 @@ func behind(live map[string]Replica, holders map[string]bool, rev int64) bool {
 }
 
 // live is what Wait reads of the registry while the write is pushed: the
-// live proxies, and the mesh's clusters when Mark could not list them.
+// live proxies, and the mesh's clusters.
 type live struct {
 	nodes    map[NodeKey]Node
 	clusters []string
 	err      error
 }
 
-// readLive reads the live proxies (and, without a mark, the clusters) in a
-// goroutine, delivering them on the channel it returns.
-func (m *Mesh) readLive(ctx context.Context, mark map[string]string) <-chan live {
+// readLive reads the live proxies and the replicas' records (the mesh's
+// clusters, which the next Mark starts from) in a goroutine, delivering
+// them on the channel it returns.
+func (m *Mesh) readLive(ctx context.Context) <-chan live {
 	lc := make(chan live, 1)
 	go func() {
 		var l live
 		ro, err := m.reg.Roster(ctx)
 		l.nodes, l.err = ro.Nodes, err
-		if l.err == nil && mark == nil {
-			l.clusters = m.clusters(ctx) // Mark could not list them
+		if l.err == nil {
+			l.clusters = m.clusters(ro.Replicas)
 		}
 		lc <- l
 	}()

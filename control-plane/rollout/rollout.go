@@ -78,6 +78,27 @@ var ErrUnserved = errors.New("filter artifact not served")
 // should run.
 type Targets map[string]string
 
+// Mark is where the configuration stood just before a write: the version
+// each cluster's proxies should run then, and the store revision those
+// versions are as of, when known (0: the store's latest when they were
+// computed). A cluster missing from Targets counts as changed by the write.
+type Mark struct {
+	Targets  Targets
+	Revision int64
+}
+
+// Before is the versions just before the write committed at store revision
+// rev: the mark's, unless its revision says another write came between it
+// and rev; then nil, and every cluster counts as changed (versions at an
+// older revision would miss a write that puts a cluster back as it was:
+// its version would equal that older one).
+func (m Mark) Before(rev int64) Targets {
+	if m.Revision > 0 && rev != m.Revision+1 {
+		return nil
+	}
+	return m.Targets
+}
+
 // Changed returns the entries of t that are new or differ from before: the
 // clusters a write between the two moments reconfigures.
 func (t Targets) Changed(before Targets) Targets {

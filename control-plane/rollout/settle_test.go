@@ -79,3 +79,29 @@ func TestNodeOn(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkBefore: a mark of the versions as of revision R stands for what
+// came before the write committed at R+1; before a write at any other
+// revision (another write came between), nothing does, and every cluster
+// counts as changed; a mark that does not say its revision always stands.
+func TestMarkBefore(t *testing.T) {
+	v := Targets{"web": "v1"}
+	for _, c := range []struct {
+		mark Mark
+		rev  int64
+		want Targets
+	}{
+		{Mark{Targets: v, Revision: 4}, 5, v},
+		{Mark{Targets: v, Revision: 4}, 6, nil},
+		{Mark{Targets: v, Revision: 4}, 4, nil},
+		{Mark{Targets: v}, 9, v},
+	} {
+		got := c.mark.Before(c.rev)
+		if (got == nil) != (c.want == nil) || got["web"] != c.want["web"] {
+			t.Errorf("%+v before %d: %v, want %v", c.mark, c.rev, got, c.want)
+		}
+		if changed := (Targets{"web": "v1", "api": "a1"}).Changed(got); c.want == nil && len(changed) != 2 {
+			t.Errorf("%+v before %d: changed %v, want every cluster", c.mark, c.rev, changed)
+		}
+	}
+}

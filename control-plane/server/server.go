@@ -197,7 +197,7 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 			return nil, fmt.Errorf("register collector: %w", err)
 		}
 	}
-	lists := store.NewLists(db) // one read of the experiments after a write, for the builder and the outcomes
+	lists := store.NewLists(db) // one read of the experiments after a write, for the builder, the outcomes and the admin API
 	s := &servers{db: db, b: reconcile.NewBuilder(db, lists, cfg.Mesh, now), publishFailures: reconcile.NewPublishFailures()}
 	s.xds = xds.NewArtifacts(ctx, s.b.Build, xds.WithLogger(log.With("component", "xds")), xds.WithClusterGrace(cfg.XDSClusterGrace),
 		xds.WithMaxStreams(cfg.XDSMaxStreams))
@@ -221,7 +221,8 @@ func assemble(ctx context.Context, db store.Store, cfg Config, log *slog.Logger,
 			return nil, fmt.Errorf("register replica collector: %w", err)
 		}
 	}
-	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro), admin.WithOutcomes(outcomeReports{oc}))
+	svc := admin.NewService(db, adminLog, admin.WithMesh(cfg.Mesh), admin.WithClock(now), admin.WithRollouts(ro), admin.WithOutcomes(outcomeReports{oc}),
+		admin.WithLists(lists))
 	s.adminGRPC = newAdminGRPC(cfg, svc, adminLog, metrics)
 	s.guardian, err = guardian.New(svc, oc, ro, reg, guardian.WithLogger(log.With("component", "guardian")),
 		guardian.WithClock(now), guardian.WithInterval(cmp.Or(cfg.GuardianInterval, guardian.DefaultInterval)))
