@@ -40,26 +40,42 @@ type load struct{ experiments, assigned, observed int }
 
 // checkServices checks the bounds of every service e applies to
 // (MaxServiceHeaderBytes, MaxExperimentsPerService) if e is written as it
-// is, against the experiments stored now; base is the revision of e's key
-// the write replaces (0: e is new), and any other stored revision is a
-// conflict. A service already over a bound may still take a write that
-// does not add to it. It returns the context to write with: based on the
-// revision of the store it checked (store.WithBase), so that a write to
-// another experiment in between makes the write store.ErrStale rather than
-// pass a bound (retryStale runs it again). Nothing is checked when e does
-// not run.
+// is, against the stored experiments (checkAgainst). It returns the context
+// to write with, based on the revision of the store it checked. Nothing is
+// checked when e does not run.
 //
-// The first attempt checks against the experiments as this allotd last
-// read them (WithLists), without a read of every experiment: if the store
-// moved on since, the write is stale, and the next attempt reads them.
+// A write's first attempt checks against the experiments as this allotd
+// last read them (WithLists), without a read of every experiment: if the
+// store moved on since, the write is stale (retryStale reads them on the
+// next attempt). A refusal from them is not trusted: they may miss a
+// change that allows the write (its key's newer revision, an experiment
+// stopped), so the store's decide.
 func (s *Service) checkServices(ctx context.Context, e *experimentv1.Experiment, base int64) (context.Context, error) {
 	if experiment.Status(e) != experiment.StatusRunning {
 		return ctx, nil
 	}
-	items, rev, err := s.checkList(ctx)
+	if _, retry := ctx.Value(staleKey{}).(bool); !retry && s.lists != nil {
+		if items, rev, err := s.lists.List(ctx, 0); err == nil { // as last read, or read now if never
+			if wctx, err := s.checkAgainst(ctx, e, base, items, rev); err == nil {
+				return wctx, nil
+			}
+		}
+	}
+	items, rev, err := s.store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return s.checkAgainst(ctx, e, base, items, rev)
+}
+
+// checkAgainst is checkServices against items, the stored experiments as
+// of store revision rev; base is the revision of e's key the write
+// replaces (0: e is new), and any other stored revision is a conflict. A
+// service already over a bound may still take a write that does not add
+// to it. The context it returns bases the write on rev (store.WithBase),
+// so that a write to another experiment in between makes the write
+// store.ErrStale rather than pass a bound (retryStale runs it again).
+func (s *Service) checkAgainst(ctx context.Context, e *experimentv1.Experiment, base int64, items []*store.Experiment, rev int64) (context.Context, error) {
 	h, err := translate.MeshHeaders(s.mesh)
 	if err != nil {
 		return nil, err
@@ -173,16 +189,6 @@ func retryStale[T any](ctx context.Context, write func(ctx context.Context) (T, 
 		}
 		ctx = context.WithValue(ctx, staleKey{}, true)
 	}
-}
-
-// checkList is the experiments checkServices checks against: as this
-// allotd last read them on a write's first attempt, the store's on a later
-// one (staleKey).
-func (s *Service) checkList(ctx context.Context) ([]*store.Experiment, int64, error) {
-	if _, retry := ctx.Value(staleKey{}).(bool); retry || s.lists == nil {
-		return s.store.List(ctx)
-	}
-	return s.lists.List(ctx, 0) // as last read, or read now if never
 }
 
 // staleKey marks the ctx of a write's attempt after a stale one.

@@ -349,6 +349,51 @@ func TestExperimentsPerServiceStaleList(t *testing.T) {
 	if _, err := s.Create(ctx, root, other); err != nil {
 		t.Fatalf("another service, the shared list stale: %v", err)
 	}
+	// The shared list read now, then e0 updated by another replica: an
+	// update of e0 at its new revision is not a conflict; and a create is
+	// not refused for an experiment another replica deleted since.
+	if _, _, err := lists.List(ctx, lastRevision(t, db)); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := db.Get(ctx, "e0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := db.Update(ctx, &store.Experiment{Key: "e0", Owner: cur.Owner, Spec: cur.Spec}, cur.Revision, "other-replica")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := exp("e0", "team-a", moved.Revision)
+	again.Services = []string{"checkout"}
+	again.Variations = []*structpb.Value{structpb.NewStringValue("a"), structpb.NewStringValue("b")}
+	if _, err := s.Update(ctx, root, again); err != nil {
+		t.Fatalf("an update at the revision another replica wrote, the shared list older: %v", err)
+	}
+	if _, _, err := lists.List(ctx, lastRevision(t, db)); err != nil {
+		t.Fatal(err)
+	}
+	cur, err = db.Get(ctx, "e2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Delete(ctx, "e2", cur.Revision, "other-replica"); err != nil {
+		t.Fatal(err)
+	}
+	again = exp("more", "team-a", 0)
+	again.Services = []string{"checkout"}
+	if _, err := s.Create(ctx, root, again); err != nil {
+		t.Fatalf("a create under the bound since another replica deleted one, the shared list older: %v", err)
+	}
+}
+
+// lastRevision is db's revision now.
+func lastRevision(t *testing.T, db store.Store) int64 {
+	t.Helper()
+	rev, err := db.Revision(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
 }
 
 // TestServiceHeaderBudgetConcurrentWrite: another experiment written to the

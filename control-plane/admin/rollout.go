@@ -22,8 +22,9 @@ import (
 // proxies) or rollout.Mesh (every replica's); the admin package never
 // imports xds. Without one, waiting is unavailable.
 type Rollouts interface {
-	// Mark returns the version each cluster's proxies should run now; call
-	// it before a write.
+	// Mark returns the version each cluster's proxies should run before a
+	// write, as this allotd knows them, with the store revision they are as
+	// of (rollout.Mark); call it before the write.
 	Mark() rollout.Mark
 	// Wait pushes the current configuration and waits until every
 	// connected proxy of a cluster whose version changed since mark has

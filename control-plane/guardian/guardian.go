@@ -68,7 +68,8 @@ type Experiments interface {
 // Rollouts is what a guardian needs of where the proxies stand
 // (admin.Rollouts: allotd passes rollout.Local or rollout.Mesh).
 type Rollouts interface {
-	// Mark returns the version each cluster's proxies should run now.
+	// Mark returns the version each cluster's proxies should run before a
+	// write, with the store revision they are as of (rollout.Mark).
 	Mark() rollout.Mark
 	// Wait waits until every connected proxy of a cluster whose version
 	// changed since mark has applied or rejected it, or ctx ends; rev is

@@ -168,13 +168,14 @@ func (b *Builder) Versions(clusters []string, atLeast int64) (map[string]string,
 
 // Known returns the configuration version of each cluster as of the
 // experiments read last, without a read of the store, and the store
-// revision they are as of; ok is false if none were read yet
-// (rollout.Builder).
+// revision they are as of; ok is false if none were read yet, or only
+// those of an empty store (revision 0 would say nothing of the write after
+// them: rollout.Mark.Before).
 func (b *Builder) Known(clusters []string) (map[string]string, int64, bool) {
 	b.mu.Lock()
 	exps, rev := b.exps, b.rev
 	b.mu.Unlock()
-	if exps == nil {
+	if exps == nil || rev <= 0 {
 		return nil, 0, false
 	}
 	return b.versions(exps, clusters), rev, true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 
@@ -53,7 +54,7 @@ func jsonToStruct(js []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.Token(); err == nil {
+	if _, err := d.Token(); err != io.EOF {
 		return nil, errors.New("text after the JSON object")
 	}
 	return b, nil

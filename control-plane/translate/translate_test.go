@@ -134,7 +134,7 @@ func TestConfigAnyIsTheStruct(t *testing.T) {
 			t.Errorf("%s: two encodings differ", js)
 		}
 	}
-	for _, bad := range []string{`[]`, `{"a":1} {}`, `{"a":}`, `{"a":[1,}`, `"x"`} {
+	for _, bad := range []string{`[]`, `{"a":1} {}`, `{} x`, `{"a":}`, `{"a":[1,}`, `"x"`} {
 		if _, err := jsonToStruct([]byte(bad)); err == nil {
 			t.Errorf("%s: encoded, want an error", bad)
 		}

@@ -186,7 +186,7 @@ func newStore(ctx context.Context, cli *clientv3.Client, owned bool, opts []Opti
 		return nil, fmt.Errorf("open etcd store: prefix %q does not end in /: %w", cfg.prefix, store.ErrInvalid)
 	}
 	kv := etcdkv.New(cli, cfg.prefix, cfg.timeout)
-	s := &Store{kv: kv, cli: cli, owned: owned, prefix: cfg.prefix, now: cfg.now, observe: cfg.observe, name: kv.Name()}
+	s := &Store{kv: kv, cli: cli, owned: owned, prefix: cfg.prefix, now: cfg.now, observe: cfg.observe, name: kv.Name(), w: watchers{last: -1}}
 	if err := s.initSchema(ctx, cfg.forImport); err != nil {
 		kv.Close()
 		return nil, fmt.Errorf("open %s prefix %q: %w", s.name, s.prefix, err)

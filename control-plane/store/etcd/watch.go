@@ -14,9 +14,9 @@ import (
 )
 
 // Watch implements store.Store. The first value is the store revision when
-// the watch starts (read then; the revision the shared etcd watch delivered
-// last comes first if that read is slower); each later write delivers its
-// revision. Every Watch of
+// the watch starts (read then; if that read fails, the revision the shared
+// etcd watch delivered last); each later write delivers its revision.
+// Every Watch of
 // the store shares one etcd watch of meta/revision (a replica's builder
 // and its outcomes aggregator each follow the store: one watch event per
 // write for all of them), started by the first and kept for the session's
@@ -32,9 +32,11 @@ func (s *Store) Watch(ctx context.Context) <-chan int64 {
 		})
 		// The current revision, which the shared watch may not have
 		// delivered yet (it delivered every earlier one).
-		if rev, err := s.revision(wctx); err == nil {
-			s.w.sendTo(ch, rev)
+		rev, err := s.revision(wctx)
+		if err != nil {
+			rev = s.w.latest()
 		}
+		s.w.sendTo(ch, rev)
 		<-wctx.Done()
 	}) {
 		close(ch)
@@ -47,12 +49,12 @@ func (s *Store) Watch(ctx context.Context) <-chan int64 {
 type watchers struct {
 	mu      sync.Mutex
 	subs    map[chan int64]int64 // each channel's last value sent
-	last    int64                // the revision the etcd watch delivered last (0: none yet)
+	last    int64                // the revision the etcd watch delivered last (-1: none yet)
 	started bool
 }
 
-// add registers ch, sending it the revision the etcd watch delivered last,
-// if any.
+// add registers ch: it receives every revision the etcd watch delivers
+// from now on.
 func (w *watchers) add(ch chan int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -60,9 +62,13 @@ func (w *watchers) add(ch chan int64) {
 		w.subs = map[chan int64]int64{}
 	}
 	w.subs[ch] = -1
-	if w.started && w.last > 0 {
-		w.sendLocked(ch, w.last)
-	}
+}
+
+// latest is the revision the etcd watch delivered last (-1: none yet).
+func (w *watchers) latest() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 // remove unregisters ch and closes it.
@@ -97,7 +103,7 @@ func (w *watchers) send(rev int64) {
 func (w *watchers) sendTo(ch chan int64, rev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.subs[ch]; ok {
+	if _, ok := w.subs[ch]; ok && rev >= 0 {
 		w.sendLocked(ch, rev)
 	}
 }
