@@ -40,8 +40,8 @@ func ClusterState(s *Server) int {
 // ForgetIdle runs one pass of the forgetting of idle clusters now.
 func ForgetIdle(s *Server) { s.forgetIdle() }
 
-// Held counts the watches the cache holds and the node hashes it keeps
-// for them.
+// Held counts the watches the cache holds although the snapshot cache
+// would have answered them, and the node hashes it keeps.
 func Held(s *Server) (watches, nodes int) { return s.cache.heldCount(), s.cache.heldNodes() }
 
 // ServerOptionsWithin is ServerOptions with a first-request timeout of d.
