@@ -171,6 +171,14 @@ func (s *Server) Joins() uint64 {
 func (s *Server) Changes() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.changesLocked()
+}
+
+// changesLocked is Changes with s.mu held.
+func (s *Server) changesLocked() <-chan struct{} {
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
 	return s.changed
 }
 
@@ -184,10 +192,13 @@ func (s *Server) Recount() <-chan struct{} {
 	return s.recount
 }
 
-// notify wakes every WaitFor; s.mu must be held.
+// notify closes the channel Changes returned, if any: a push or ACK
+// nobody waits for makes none. s.mu must be held.
 func (s *Server) notify() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	if s.pendingFloor > 0 {
 		s.pendingFloor--
 		if s.pendingFloor == 0 {

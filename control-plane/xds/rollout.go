@@ -84,7 +84,7 @@ func (s *Server) WaitFor(ctx context.Context, targets rollout.Targets) (rollout.
 			}
 		}
 		pending = kept
-		changed := s.changed
+		changed := s.changesLocked()
 		if len(pending) == 0 {
 			r := s.rolloutLocked(targets, ids)
 			s.mu.Unlock()

@@ -86,7 +86,7 @@ type Server struct {
 	deltas      map[int64]string     // delta xDS streams with an admitted request → their cluster
 	admitted    int                  // identified streams and delta streams with a request: what maxStreams bounds
 	streamsFull bool                 // a stream was refused since the count was last under maxStreams
-	changed     chan struct{}        // closed and replaced on every tracked change
+	changed     chan struct{}        // closed at the next tracked change; made when asked for (Changes)
 	recount     chan struct{}        // closed and replaced when Unsettled is to count again (Recount)
 	// pendingFloor is a lower bound of the proxies pending their cluster's
 	// version (Unsettled); 0 when it must be counted again.
@@ -184,7 +184,6 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		streams:  map[int64]*stream{},
 		conns:    map[string][]*stream{},
 		deltas:   map[int64]string{},
-		changed:  make(chan struct{}),
 		recount:  make(chan struct{}),
 	}
 	s.maxClusters, s.maxStreams = MaxClusters, DefaultMaxStreams
