@@ -278,16 +278,19 @@ func startFleets(o variant.Options, dir string, bins map[string]string, reps []r
 }
 
 // profileRun starts CPU profiles of every replica, etcd member, the floor
-// and the replicated floor's servers (-replica-profile); the function it
-// returns waits for them.
+// and the replicated floor's servers, and allocation profiles of the
+// replicas (-replica-profile); the function it returns waits for them.
 func profileRun(ctx context.Context, o variant.Options, dir string, reps []replica, cluster *harness.EtcdCluster, fl *floorServer, rf *replicatedFloor) func() error {
-	targets := map[string]string{"floor": "http://" + fl.ctl}
+	secs := int(o.ReplicaProfile.Seconds())
+	cpu := func(base string) string { return fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", base, secs) }
+	targets := map[string]string{"floor": cpu(fl.ctl)}
 	for i, f := range rf.servers {
-		targets[rf.ids[i]] = "http://" + f.ctl
+		targets[rf.ids[i]] = cpu(f.ctl)
 	}
 	for i, r := range reps {
-		targets["allotd-"+r.id] = "http://" + r.pprof
-		targets["etcd-"+cluster.Members[i].Name] = "http://" + cluster.Members[i].Endpoint()
+		targets["allotd-"+r.id] = cpu(r.pprof)
+		targets["allotd-"+r.id+".allocs"] = fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", r.pprof, secs)
+		targets["etcd-"+cluster.Members[i].Name] = cpu(cluster.Members[i].Endpoint())
 	}
 	return profileServers(ctx, targets, filepath.Join(dir, "profiles"), o.ReplicaProfile)
 }

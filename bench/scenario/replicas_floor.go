@@ -291,18 +291,18 @@ func memory(reps []replica, members []*harness.Process, fl *floorServer, rf *rep
 	return m, add(fl.proc, &m.FloorPeak, &m.Floor)
 }
 
-// profileServers takes a CPU profile of d from each of targets (name →
-// base URL of a /debug/pprof/ endpoint) at once, into dir/<name>.pprof; the
-// function it returns waits for them and reports the first failure.
+// profileServers takes the profiles of d from each of targets (name → URL
+// of a /debug/pprof/ profile, with its seconds) at once, into
+// dir/<name>.pprof; the function it returns waits for them and reports the
+// first failure.
 func profileServers(ctx context.Context, targets map[string]string, dir string, d time.Duration) func() error {
 	errs := make(chan error, len(targets))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return func() error { return err }
 	}
 	c := &http.Client{Timeout: d + 30*time.Second}
-	for name, base := range targets {
+	for name, url := range targets {
 		go func() {
-			url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds()))
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {
 				errs <- err

@@ -93,7 +93,7 @@ func parse(args []string) (suite.Options, error) {
 		return nil
 	})
 	fs.BoolVar(&o.Render, "render", false, "measure nothing: render bench/REPORT.md again from bench/raw/results.json (after a change to the report's format)")
-	fs.DurationVar(&o.ReplicaProfile, "replica-profile", 0, "with -replicas: take CPU profiles this long of every allotd replica, etcd member and the floor from each fleet's first write on, into bench/raw/replicas-<clients>/profiles/")
+	fs.DurationVar(&o.ReplicaProfile, "replica-profile", 0, "with -replicas: take CPU profiles this long of every allotd replica, etcd member and the floor, and allocation profiles of the replicas, from each fleet's first write on, into bench/raw/replicas-<clients>/profiles/")
 	fs.StringVar(&o.Allotd, "allotd", "", "with -replicas: run this allotd binary instead of one built from the tree (to compare builds)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
