@@ -221,6 +221,7 @@ func (c *holdCache) SetSnapshot(ctx context.Context, node string, snap cachev3.R
 		set.names = append(set.names, name)
 		set.resources = append(set.resources, &anypb.Any{TypeUrl: resource.ExtensionConfigType, Value: b})
 	}
+	set.resources = slices.Clip(set.resources) // shared: an append must copy
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.SnapshotCache.SetSnapshot(ctx, node, snap); err != nil {
@@ -304,7 +305,8 @@ type ecdsResponse struct {
 var _ cachev3.Response = (*ecdsResponse)(nil)
 
 // GetDiscoveryResponse implements cachev3.Response: a message of its own
-// (the server sets its nonce) around the shared resources.
+// (the server sets its nonce) around the shared resources. Only the
+// stream's goroutine calls it, so r.out needs no lock.
 func (r *ecdsResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
 	if r.out == nil {
 		r.out = &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: r.resources, TypeUrl: r.req.GetTypeUrl()}

@@ -2,6 +2,8 @@ package xds
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -182,5 +184,100 @@ func TestECDSHeldNACKReleasedToOwnVersion(t *testing.T) {
 	set("v3")
 	if d := answered(t, &sub, out); d.GetVersionInfo() != "v3" {
 		t.Fatalf("after v3: sent %q", d.GetVersionInfo())
+	}
+}
+
+// ecdsStream is one proxy's ECDS stream against a cache, driven as the
+// state-of-the-world server drives it: each request cancels the stream's
+// open watch, and a response sets the stream's returned resources.
+type ecdsStream struct {
+	c       cachev3.SnapshotCache
+	sub     streamv3.Subscription
+	out     chan cachev3.Response
+	cancel  func()
+	version string // last version the proxy was sent
+	nonce   string
+}
+
+// step applies one step of a script ("set V names…", "clear", "req
+// names…") and reports what the stream received since: "V: names…" or
+// "-".
+func (s *ecdsStream) step(t *testing.T, step string) string {
+	t.Helper()
+	f := strings.Fields(step)
+	switch f[0] {
+	case "set":
+		if err := s.c.SetSnapshot(context.Background(), "n", ecdsSnapshot(t, f[1], f[2:]...)); err != nil {
+			t.Fatal(err)
+		}
+	case "clear":
+		s.c.ClearSnapshot("n")
+	case "req":
+		if s.cancel != nil {
+			s.cancel()
+		}
+		names := f[1:]
+		req := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n"}, TypeUrl: resource.ExtensionConfigType,
+			VersionInfo: s.version, ResponseNonce: s.nonce, ResourceNames: names}
+		s.sub.SetResourceSubscription(names)
+		s.out = make(chan cachev3.Response, 1)
+		var err error
+		if s.cancel, err = s.c.CreateWatch(req, s.sub, s.out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case r := <-s.out:
+		s.sub.SetReturnedResources(r.GetReturnedResources())
+		d, err := r.GetDiscoveryResponse()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.version, s.nonce = d.GetVersionInfo(), s.nonce+"x"
+		var got []string
+		for _, a := range d.GetResources() {
+			var tec corev3.TypedExtensionConfig
+			if err := a.UnmarshalTo(&tec); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, tec.GetName())
+		}
+		slices.Sort(got)
+		return d.GetVersionInfo() + ": " + strings.Join(got, " ")
+	default:
+		return "-"
+	}
+}
+
+// TestECDSAnswersAsTheSnapshotCache: on requests that are neither a NACK
+// nor a reconnect, holdCache answers exactly when, and with what, the
+// snapshot cache answers (a script run against both, step by step).
+func TestECDSAnswersAsTheSnapshotCache(t *testing.T) {
+	scripts := map[string][]string{
+		"wildcard before a snapshot": {"req", "set v1 a b", "req", "set v2 a b", "req", "set v2 a b", "set v3 a"},
+		"named subset":               {"set v1 a b", "req a", "req a", "set v2 a b", "req a b", "req a b", "set v3 b"},
+		"a name the snapshot lacks":  {"set v1 a", "req a z", "req a z", "set v2 a z", "req a z"},
+		"explicit wildcard":          {"set v1 a b", "req *", "req *", "set v2 a b c", "req *"},
+		"wildcard, then named":       {"set v1 a b", "req", "req a", "set v2 a b", "req a"},
+		"cleared without a watch":    {"set v1 a", "req a", "clear", "req a", "set v2 a", "req a"},
+		"newly named resource":       {"set v1 a b", "req a", "req a", "req a b", "req a b"},
+	}
+	for name, script := range scripts {
+		bare := &ecdsStream{c: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), sub: streamv3.NewSotwSubscription(nil, true)}
+		hold := &ecdsStream{c: newHoldCache(cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), cachev3.IDHash{}),
+			sub: streamv3.NewSotwSubscription(nil, true)}
+		answers := 0
+		for i, step := range script {
+			want, got := bare.step(t, step), hold.step(t, step)
+			if got != want {
+				t.Errorf("%s: step %d (%s): holdCache sent %q, the snapshot cache %q", name, i, step, got, want)
+			}
+			if want != "-" {
+				answers++
+			}
+		}
+		if answers == 0 {
+			t.Errorf("%s: the snapshot cache answered nothing: the script tests nothing", name)
+		}
 	}
 }
