@@ -91,9 +91,8 @@ func (c *holdCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, 
 	w := &ecdsWatch{req: req, sub: sub, out: out, hold: req.GetVersionInfo()}
 	if v, ok := n.heldVersion(req, sub); ok {
 		w.hold, w.held = v, true
-	} else if n.answers(req, sub) {
+	} else if n.answers(req, sub) { // so n has a snapshot, and is kept
 		n.respond(req, out)
-		c.forgetLocked(node)
 		return func() {}, nil
 	}
 	c.nextID++
