@@ -94,15 +94,11 @@ func TestRegistryAcksApart(t *testing.T) {
 
 // TestRegistrySettled: Settled answers from the replicas' records the
 // shared watch delivered — every live replica settled on a configuration
-// built from a revision, with its count of applied proxies — and tells
-// nothing before the watch delivered them.
+// built from a revision, with its count of applied proxies.
 func TestRegistrySettled(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx := t.Context()
 	r1, r2 := etcd.New(c.Open(t).Conn(), "r1", 5*time.Second), etcd.New(c.Open(t).Conn(), "r2", 5*time.Second)
-	if _, all := r1.Settled(1); all {
-		t.Fatal("settled before any watch ran")
-	}
 	watch := r1.Watch(ctx)
 	publish := func(r *etcd.Registry, id string, rev int64, settled bool, n int) {
 		t.Helper()
@@ -152,6 +148,29 @@ func TestRegistrySettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(5, "true map[r1:3]")
+}
+
+// TestRegistryFollowsFromNew: the shared watch of the replicas' records
+// runs from New on, before anything calls Watch, so that a replica's
+// first waited write finds it caught up (one it opened would start behind
+// that write's rollout, and etcd catches such a watch up only every
+// 100 ms): Settled answers from it without a Watch.
+func TestRegistryFollowsFromNew(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	r1, r2 := etcd.New(c.Open(t).Conn(), "r1", 5*time.Second), etcd.New(c.Open(t).Conn(), "r2", 5*time.Second)
+	rep := rollout.Replica{Revision: 7, Targets: map[string]string{"web": "v1"}, Settled: true, AppliedProxies: 1}
+	if err := r2.Publish(t.Context(), rep, []rollout.Proxy{{NodeID: "n", Cluster: "web", Stream: 1, Acked: "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		live, all := r1.Settled(7)
+		if all && live["r2"].AppliedProxies == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Settled(7) = %v, %v with no Watch called: want r2 settled, from the watch New started", live, all)
+		}
+	}
 }
 
 // TestRegistryRestartUnderSameID: while a replica's new run (same ID, a

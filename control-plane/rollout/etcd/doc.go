@@ -59,10 +59,10 @@
 // proxy show the new replicas' proxies pending.
 //
 // Every Watch of a Registry shares one etcd watch of the replicas' records,
-// opened by the first and kept for the session's life (a watch opened per
-// waited write starts behind the rollout's writes, and etcd catches such a
-// watch up only every 100 ms); it keeps the records it delivers, from which
-// Settled answers without a read.
+// opened by New and kept for the session's life (a watch opened by a
+// waited write, even a replica's first, starts behind the rollout's
+// writes, and etcd catches such a watch up only every 100 ms); it keeps
+// the records it delivers, from which Settled answers without a read.
 //
 // Readers also take the layout without cluster records and parts
 // (clusters inline in the replica's record, a shard in one record); a

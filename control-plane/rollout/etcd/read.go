@@ -192,9 +192,10 @@ func (g *Registry) decodeReplicas(replicas, clusters *etcdserverpb.ResponseOp) (
 // in a rollout the proxies' records change by the thousand, and each
 // replica's record is rewritten after its proxies' and its clusters'
 // records whenever a summary changes. Every Watch of a registry shares one
-// etcd watch, started by the first and kept for the registry's life: a
-// watch opened for each waited write starts behind the writes of the
-// rollout under way, and etcd catches such a watch up only every 100 ms.
+// etcd watch, which New starts and which is kept for the session's life:
+// a watch opened when a waited write begins, even a replica's first,
+// starts behind the writes of the rollout under way, and etcd catches such
+// a watch up only every 100 ms.
 // The channel receives once at once (the registry may have changed
 // before), then after every change.
 func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
@@ -204,9 +205,7 @@ func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	if g.watchers == nil {
 		g.watchers = map[chan struct{}]bool{}
 	}
-	if !g.following {
-		g.following = g.kv.Go(g.kv.Context(), g.followAll)
-	}
+	g.followLocked()
 	if !g.following || ctx.Err() != nil {
 		g.watchMu.Unlock()
 		close(ch)
@@ -216,6 +215,14 @@ func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	g.watchMu.Unlock()
 	context.AfterFunc(ctx, func() { g.unwatch(ch) })
 	return ch
+}
+
+// followLocked starts the one watch of the replicas' records unless it
+// runs (or the session closed).
+func (g *Registry) followLocked() {
+	if !g.following {
+		g.following = g.kv.Go(g.kv.Context(), g.followAll)
+	}
 }
 
 // unwatch closes ch and stops signalling it (once).

@@ -156,8 +156,12 @@ func New(kv *etcdkv.Conn, id string, ttl time.Duration) *Registry {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
-	return &Registry{kv: kv, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int]shardParts{},
+	g := &Registry{kv: kv, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int]shardParts{},
 		proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{}, unknown: true}
+	g.watchMu.Lock()
+	defer g.watchMu.Unlock()
+	g.followLocked()
+	return g
 }
 
 func (g *Registry) replicasPrefix() string { return g.kv.Key(etcdkv.ReplicasPrefix) }
