@@ -194,6 +194,8 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 	}
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		report.ReplicaCount, report.ReplicaCount, o.EnvoyCPU, variant.Thousands(f.Clients), variant.JoinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
+	s.Note += fmt.Sprintf(" Each timed push started once every process of the section was idle (under %.0f%% of a CPU over %v), at most %v after the step before it; %d of %d did not get there.",
+		settleIdle*100, settleWindow, settleWait, cpu.busy, 3*f.Writes)
 	return s, nil
 }
 
@@ -306,7 +308,7 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, r
 	if err != nil {
 		return err
 	}
-	if err := cpu.start(); err != nil {
+	if err := cpu.start(ctx); err != nil {
 		return err
 	}
 	d, ro, err := waitedWrite(ctx, via.admin, fmt.Sprintf("rep-%d-%d", s.Proxies, i))
@@ -338,7 +340,7 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, r
 	}
 	s.AllAck = append(s.AllAck, ms(d))
 	// The floor pushes what this write produced, to as many proxies.
-	if err := cpu.start(); err != nil {
+	if err := cpu.start(ctx); err != nil {
 		return err
 	}
 	res, err := floorPush(ctx, fl, ro.Targets["sim"], s.Proxies, s.Floor)
@@ -351,7 +353,7 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, r
 	if ops, err = readEtcdOps(ctx, cluster); err != nil {
 		return err
 	}
-	if err := cpu.start(); err != nil {
+	if err := cpu.start(ctx); err != nil {
 		return err
 	}
 	if err := rf.push(ctx, res, s.Proxies, s.Replicated); err != nil {

@@ -352,18 +352,66 @@ func cpuNanos(procs ...*harness.Process) (int64, error) {
 }
 
 // cpuCounter measures the CPU time groups of processes use over a window:
-// start reads every group, add appends one group's use since
-// start, in ms.
+// start waits until they are idle and reads every group, add appends one
+// group's use since start, in ms.
 type cpuCounter struct {
 	groups map[string][]*harness.Process
 	at     map[string]int64
+	busy   int // windows that started before the processes were idle (settleWait passed)
 }
 
 func newCPUCounter(groups map[string][]*harness.Process) *cpuCounter {
 	return &cpuCounter{groups: groups, at: map[string]int64{}}
 }
 
-func (c *cpuCounter) start() error {
+// A window starts once every process of the section, together, used less
+// than settleIdle of a CPU over settleWindow, or after settleWait.
+const (
+	settleWindow = 25 * time.Millisecond
+	settleIdle   = 0.1
+	settleWait   = 2 * time.Second
+)
+
+// settle waits until every process of the groups is idle (see
+// settleWindow), so that a timed push pays for neither the work the one
+// before it left (its last publishes, its garbage collection) nor the
+// bench's own reads between them (etcd's metrics, the status check), all
+// on the same CPUs. It counts a wait that ran out in c.busy.
+func (c *cpuCounter) settle(ctx context.Context) error {
+	var all []*harness.Process
+	for _, procs := range c.groups {
+		all = append(all, procs...)
+	}
+	deadline := time.Now().Add(settleWait)
+	last, err := cpuNanos(all...)
+	for err == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(settleWindow):
+		}
+		var n int64
+		if n, err = cpuNanos(all...); err != nil {
+			break
+		}
+		if float64(n-last) < settleIdle*float64(settleWindow) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			c.busy++
+			return nil
+		}
+		last = n
+	}
+	return err
+}
+
+// start begins a window: once the processes are idle (settle), it reads
+// every group's CPU time.
+func (c *cpuCounter) start(ctx context.Context) error {
+	if err := c.settle(ctx); err != nil {
+		return err
+	}
 	for name, procs := range c.groups {
 		n, err := cpuNanos(procs...)
 		if err != nil {

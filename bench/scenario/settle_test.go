@@ -1,0 +1,39 @@
+package scenario
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/allotmesh/allot/internal/harness"
+)
+
+// TestSettle: a window starts at once over idle processes, and over a busy
+// one only when settleWait ran out, which it counts.
+func TestSettle(t *testing.T) {
+	launch := func(name string, args ...string) *harness.Process {
+		t.Helper()
+		p, err := harness.Launch(name, filepath.Join(t.TempDir(), name+".log"), exec.Command(args[0], args[1:]...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Terminate() })
+		return p
+	}
+	idle := launch("idle", "sleep", "60")
+	c := newCPUCounter(map[string][]*harness.Process{"idle": {idle}})
+	if err := c.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if c.busy != 0 {
+		t.Fatalf("an idle process: %d windows counted as started busy, want 0", c.busy)
+	}
+	busy := launch("busy", "sh", "-c", "while :; do :; done")
+	c.groups["busy"] = []*harness.Process{busy}
+	if err := c.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if c.busy != 1 {
+		t.Fatalf("a process spinning: %d windows counted as started busy, want 1", c.busy)
+	}
+}
