@@ -3,6 +3,7 @@ package scenario
 import (
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/allotmesh/allot/internal/harness"
@@ -11,6 +12,9 @@ import (
 // TestSettle: a window starts at once over idle processes, and over a busy
 // one only when settleWait ran out, which it counts.
 func TestSettle(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU time is read from /proc")
+	}
 	launch := func(name string, args ...string) *harness.Process {
 		t.Helper()
 		p, err := harness.Launch(name, filepath.Join(t.TempDir(), name+".log"), exec.Command(args[0], args[1:]...))

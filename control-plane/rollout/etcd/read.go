@@ -205,8 +205,7 @@ func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	if g.watchers == nil {
 		g.watchers = map[chan struct{}]bool{}
 	}
-	g.followLocked()
-	if !g.following || ctx.Err() != nil {
+	if !g.following || ctx.Err() != nil { // New started the watch; it stops only with the session
 		g.watchMu.Unlock()
 		close(ch)
 		return ch
@@ -215,14 +214,6 @@ func (g *Registry) Watch(ctx context.Context) <-chan struct{} {
 	g.watchMu.Unlock()
 	context.AfterFunc(ctx, func() { g.unwatch(ch) })
 	return ch
-}
-
-// followLocked starts the one watch of the replicas' records unless it
-// runs (or the session closed).
-func (g *Registry) followLocked() {
-	if !g.following {
-		g.following = g.kv.Go(g.kv.Context(), g.followAll)
-	}
 }
 
 // unwatch closes ch and stops signalling it (once).

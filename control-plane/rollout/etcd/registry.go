@@ -158,9 +158,9 @@ func New(kv *etcdkv.Conn, id string, ttl time.Duration) *Registry {
 	}
 	g := &Registry{kv: kv, id: id, ttl: ttl, clusters: map[string]string{}, parts: map[int]shardParts{},
 		proxies: map[proxyID]*publishedProxy{}, decoded: map[string]*decodedShard{}, unknown: true}
-	g.watchMu.Lock()
+	g.watchMu.Lock() // followAll's end, if the session is closed already, waits for this
 	defer g.watchMu.Unlock()
-	g.followLocked()
+	g.following = kv.Go(kv.Context(), g.followAll) // the one watch of the replicas' records (Watch)
 	return g
 }
 
