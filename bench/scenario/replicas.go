@@ -195,7 +195,7 @@ func replicaRun(ctx context.Context, o variant.Options, p *variant.Paths, bins m
 	s.Note = fmt.Sprintf("%d replicas on a %d-member etcd cluster (pinned to CPU %d); %s clients simulated by allot-xdsload, one fleet per replica (%s streams over %d gRPC connections each, pinned to CPU %d); write i goes to replica i mod 3.",
 		report.ReplicaCount, report.ReplicaCount, o.EnvoyCPU, variant.Thousands(f.Clients), variant.JoinInts(s.PerReplica, "/"), replicaConns, o.LoadCPU)
 	s.Note += fmt.Sprintf(" Each timed window started once every process of the section was idle (under %.0f%% of a CPU over %v), at most %v after the step before it; %d of %d did not get there.",
-		settleIdle*100, settleWindow, settleWait, cpu.busy, 3*f.Writes)
+		settleIdle*100, settleWindow, settleWait, cpu.busy, cpu.starts)
 	return s, nil
 }
 

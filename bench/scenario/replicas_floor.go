@@ -357,7 +357,8 @@ func cpuNanos(procs ...*harness.Process) (int64, error) {
 type cpuCounter struct {
 	groups map[string][]*harness.Process
 	at     map[string]int64
-	busy   int // windows that started before the processes were idle (settleWait passed)
+	starts int // windows started
+	busy   int // of them, those that started before the processes were idle (settleWait passed)
 }
 
 func newCPUCounter(groups map[string][]*harness.Process) *cpuCounter {
@@ -384,26 +385,27 @@ func (c *cpuCounter) settle(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(settleWait)
 	last, err := cpuNanos(all...)
-	for err == nil {
+	if err != nil {
+		return err
+	}
+	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(settleWindow):
 		}
-		var n int64
-		if n, err = cpuNanos(all...); err != nil {
-			break
-		}
-		if float64(n-last) < settleIdle*float64(settleWindow) {
+		n, err := cpuNanos(all...)
+		switch {
+		case err != nil:
+			return err
+		case float64(n-last) < settleIdle*float64(settleWindow):
 			return nil
-		}
-		if time.Now().After(deadline) {
+		case time.Now().After(deadline):
 			c.busy++
 			return nil
 		}
 		last = n
 	}
-	return err
 }
 
 // start begins a window: once the processes are idle (settle), it reads
@@ -412,6 +414,7 @@ func (c *cpuCounter) start(ctx context.Context) error {
 	if err := c.settle(ctx); err != nil {
 		return err
 	}
+	c.starts++
 	for name, procs := range c.groups {
 		n, err := cpuNanos(procs...)
 		if err != nil {

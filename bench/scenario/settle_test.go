@@ -40,4 +40,7 @@ func TestSettle(t *testing.T) {
 	if c.busy != 1 {
 		t.Fatalf("a process spinning: %d windows counted as started busy, want 1", c.busy)
 	}
+	if c.starts != 2 {
+		t.Fatalf("%d windows counted as started, want 2", c.starts)
+	}
 }
