@@ -21,6 +21,17 @@ type Lists struct {
 	reading chan struct{} // closed when the read under way ends; nil if none
 }
 
+// Follower is a store that keeps the experiments as its Watch delivers
+// them (store/etcd, whose reads are round trips to a cluster).
+type Follower interface {
+	// Followed returns the experiments as of the revision the store's
+	// Watch delivered last, and that revision, if it is atLeast, without
+	// a read; ok is false when it cannot (no Watch runs, or it has not
+	// delivered that revision). The experiments may be newer than the
+	// revision, never older, and are shared: callers must not modify them.
+	Followed(ctx context.Context, atLeast int64) (items []*Experiment, rev int64, ok bool)
+}
+
 // NewLists shares st's List among its callers.
 func NewLists(st Store) *Lists { return &Lists{st: st} }
 
@@ -31,7 +42,9 @@ func NewLists(st Store) *Lists { return &Lists{st: st} }
 // caller waits for it, and reads again if it is not recent enough. A store
 // that can serve only an older state (etcd without a quorum answers from a
 // member's last one) returns that, with its revision, which the caller
-// compares with atLeast; it is not kept over a more recent one.
+// compares with atLeast; it is not kept over a more recent one. A store
+// that is a Follower answers from what its Watch delivered, when that is
+// as recent, without a read.
 func (l *Lists) List(ctx context.Context, atLeast int64) ([]*Experiment, int64, error) {
 	for {
 		l.mu.Lock()
@@ -39,6 +52,23 @@ func (l *Lists) List(ctx context.Context, atLeast int64) ([]*Experiment, int64, 
 			items, rev := l.items, l.rev
 			l.mu.Unlock()
 			return items, rev, nil
+		}
+		if f, ok := l.st.(Follower); ok && l.reading == nil {
+			l.mu.Unlock()
+			if items, rev, ok := f.Followed(ctx, atLeast); ok {
+				l.mu.Lock()
+				if l.items == nil || rev > l.rev {
+					l.items, l.rev = items, rev
+				}
+				l.mu.Unlock()
+				return items, rev, nil
+			}
+			l.mu.Lock()
+			if l.items != nil && l.rev >= atLeast {
+				items, rev := l.items, l.rev
+				l.mu.Unlock()
+				return items, rev, nil
+			}
 		}
 		if ch := l.reading; ch != nil {
 			l.mu.Unlock()

@@ -35,6 +35,11 @@
 // reachable member's last committed state (a serializable read) so that
 // the experiments stay readable.
 //
+// Watch follows meta/revision and, beside it, the experiments themselves
+// (Followed): after a write, a replica's builder and outcomes aggregator
+// (store.Lists) take the experiments of the revision Watch delivered from
+// that second watch, rather than reading every experiment again.
+//
 // Import fills an empty prefix with another store's complete history, its
 // revisions unchanged (allotd migrate copies a bbolt file this way); see
 // Import for how a copy interrupted midway is kept from being served and
@@ -92,6 +97,7 @@ type Store struct {
 	observe func(op string, d time.Duration, err error)
 
 	w watchers // every Watch, fed by one etcd watch
+	f followed // the experiments, as another etcd watch delivers them (Followed)
 
 	unfinished *Unfinished       // the marker of an unfinished Import Open found (only with ForImport)
 	importStep func(written int) // tests: called after each transaction of Import writing data

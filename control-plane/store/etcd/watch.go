@@ -20,15 +20,21 @@ import (
 // the store shares one etcd watch of meta/revision (a replica's builder
 // and its outcomes aggregator each follow the store: one watch event per
 // write for all of them), started by the first and kept for the session's
-// life. Over a broken connection, a lost leader or a compacted history
-// that watch reads the current revision again and resumes from there.
+// life, along with one of the experiments (Followed), from which they
+// take the experiments of the revision delivered. Over a broken
+// connection, a lost leader or a compacted history each of those watches
+// reads the current state again and resumes from there.
 func (s *Store) Watch(ctx context.Context) <-chan int64 {
 	ch := make(chan int64, 1)
 	if !s.kv.Go(ctx, func(wctx context.Context) {
 		s.w.add(ch)
 		defer s.w.remove(ch)
 		s.w.start(func() bool {
-			return s.kv.Go(context.Background(), func(fctx context.Context) { s.watch(fctx, s.w.send) })
+			if !s.kv.Go(context.Background(), func(fctx context.Context) { s.watch(fctx, s.w.send) }) {
+				return false
+			}
+			s.kv.Go(context.Background(), s.followExperiments) // Followed
+			return true
 		})
 		// The current revision, which the shared watch may not have
 		// delivered yet (it delivered every earlier one).
@@ -50,6 +56,7 @@ type watchers struct {
 	mu      sync.Mutex
 	subs    map[chan int64]int64 // each channel's last value sent
 	last    int64                // the revision the etcd watch delivered last (-1: none yet)
+	lastAt  int64                // the etcd revision it was read or changed at
 	started bool
 }
 
@@ -71,6 +78,14 @@ func (w *watchers) latest() int64 {
 	return w.last
 }
 
+// mark is the revision the etcd watch delivered last (-1: none yet), and
+// the etcd revision it was read or changed at.
+func (w *watchers) mark() (rev, at int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last, w.lastAt
+}
+
 // remove unregisters ch and closes it.
 func (w *watchers) remove(ch chan int64) {
 	w.mu.Lock()
@@ -89,11 +104,14 @@ func (w *watchers) start(run func() bool) {
 	}
 }
 
-// send delivers rev to every channel.
-func (w *watchers) send(rev int64) {
+// send delivers rev, which meta/revision held at etcd revision at, to
+// every channel.
+func (w *watchers) send(rev, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.last = max(w.last, rev)
+	if rev > w.last {
+		w.last, w.lastAt = rev, at
+	}
 	for ch := range w.subs {
 		w.sendLocked(ch, rev)
 	}
@@ -123,19 +141,32 @@ func (w *watchers) sendLocked(ch chan int64, rev int64) {
 	ch <- rev
 }
 
-// watch delivers the current revision, then every later one, to send,
-// until ctx ends.
-func (s *Store) watch(ctx context.Context, send func(int64)) {
+// watch delivers the current revision, then every later one, to send
+// (with the etcd revision it was read or changed at), until ctx ends.
+func (s *Store) watch(ctx context.Context, send func(rev, at int64)) {
+	rewatch(ctx, func(ctx context.Context) error {
+		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
+		if err != nil {
+			return err
+		}
+		rev, err := parseRevision(resp.Responses[0].GetResponseRange().GetKvs())
+		if err != nil {
+			return err
+		}
+		send(rev, resp.Header.Revision)
+		return s.follow(ctx, resp.Header.Revision+1, send)
+	})
+}
+
+// rewatch runs once — a read, then a watch from there — again and again
+// until ctx ends: at once after a watch that ended, after a backoff
+// (50 ms, doubling up to 2 s) after a failure. Over a broken connection, a
+// lost leader or a compacted history a watch thus reads the current state
+// again and resumes from there.
+func rewatch(ctx context.Context, once func(context.Context) error) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
-		if err == nil {
-			var rev int64
-			if rev, err = parseRevision(resp.Responses[0].GetResponseRange().GetKvs()); err == nil {
-				send(rev)
-				err = s.follow(ctx, resp.Header.Revision+1, send)
-			}
-		}
+		err := once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -154,7 +185,7 @@ func (s *Store) watch(ctx context.Context, send func(int64)) {
 
 // follow delivers every change of meta/revision from etcd revision from on,
 // until the watch breaks.
-func (s *Store) follow(ctx context.Context, from int64, send func(int64)) error {
+func (s *Store) follow(ctx context.Context, from int64, send func(rev, at int64)) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range s.cli.Watch(wctx, s.revKey(), clientv3.WithRev(from)) {
@@ -166,7 +197,7 @@ func (s *Store) follow(ctx context.Context, from int64, send func(int64)) error 
 			if err != nil {
 				return fmt.Errorf("meta/revision %q: %w", ev.Kv.Value, err)
 			}
-			send(rev)
+			send(rev, ev.Kv.ModRevision)
 		}
 	}
 	if err := ctx.Err(); err != nil {
