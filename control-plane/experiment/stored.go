@@ -21,3 +21,12 @@ func FromStore(se *store.Experiment) (*experimentv1.Experiment, error) {
 	e.CreatedBy, e.UpdatedBy = se.CreatedBy, se.UpdatedBy
 	return e, nil
 }
+
+// Decoded is a stored experiment as FromStore decoded it, with the store
+// revision of its document: the same key at the same revision is the same
+// document, so a cache of them by key (the builder's, the outcome
+// aggregator's) decodes only what a write changed.
+type Decoded struct {
+	Revision   int64
+	Experiment *experimentv1.Experiment
+}

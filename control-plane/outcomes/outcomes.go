@@ -92,6 +92,10 @@ type Aggregator struct {
 	watched  atomic.Int64  // the latest store revision a watch reported
 	storeRev int64
 	retryAt  time.Time // after a failed read, the next read waits until then
+	// decoded are the experiments as last decoded, by key, with the
+	// store revision of their document (guarded by reading): a read
+	// decodes only those that changed since.
+	decoded map[string]experiment.Decoded
 
 	mu   sync.Mutex
 	exps map[string]*expState // observed experiments under their current revision, by key
@@ -370,8 +374,9 @@ func (a *Aggregator) see(rev int64) {
 // (stale), through a.lists, which one read after a write serves for every
 // follower of the store; after asking the store's revision otherwise.
 // a.reading must be held and a.mu not: the store is read and the
-// experiments decoded outside a.mu, which is held only to swap the maps.
-// An experiment whose assignment revision changed starts over.
+// experiments decoded outside a.mu, which is held only to swap the maps;
+// only those whose document changed since the last read are decoded
+// (a.decoded). An experiment whose assignment revision changed starts over.
 func (a *Aggregator) refresh(ctx context.Context, stale bool) error {
 	rev := a.watched.Load()
 	if !stale || rev <= 0 {
@@ -398,16 +403,23 @@ func (a *Aggregator) refresh(ctx context.Context, stale bool) error {
 		stored int64 // the store revision of its document
 	}
 	var read []observed
+	decoded := make(map[string]experiment.Decoded, len(list))
 	for _, se := range list {
-		e, err := a.decode(se)
-		if err != nil {
-			a.log.Warn("outcomes: stored experiment not decoded", "key", se.Key, "error", err)
-			continue
+		d, ok := a.decoded[se.Key]
+		if !ok || d.Revision != se.Revision {
+			e, err := a.decode(se)
+			if err != nil {
+				a.log.Warn("outcomes: stored experiment not decoded", "key", se.Key, "error", err)
+				continue
+			}
+			d = experiment.Decoded{Revision: se.Revision, Experiment: e}
 		}
-		if e.GetObserve() {
-			read = append(read, observed{e, se.Revision})
+		decoded[se.Key] = d
+		if d.Experiment.GetObserve() {
+			read = append(read, observed{d.Experiment, se.Revision})
 		}
 	}
+	a.decoded = decoded
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()

@@ -22,6 +22,7 @@ import (
 	"github.com/allotmesh/allot/control-plane/store"
 	"github.com/allotmesh/allot/control-plane/store/bolt"
 	adminv1 "github.com/allotmesh/allot/proto/allot/admin/v1"
+	experimentv1 "github.com/allotmesh/allot/proto/allot/experiment/v1"
 )
 
 // fixture is an Aggregator over a real bbolt store.
@@ -616,5 +617,42 @@ func TestReportReadsAWriteItsWatchHasNotReported(t *testing.T) {
 	a.see(was) // the watch's last report: the revision already read
 	if _, err := a.Report(ctx, "other", 0); err != nil {
 		t.Errorf("a report right after the write: %v", err)
+	}
+}
+
+// TestReadDecodesOnlyWhatChanged: after a write, the aggregator decodes
+// the experiments whose document changed, not every one again.
+func TestReadDecodesOnlyWhatChanged(t *testing.T) {
+	f := newFixture(t, checkout)
+	var decoded []string
+	count := func(se *store.Experiment) (*experimentv1.Experiment, error) {
+		decoded = append(decoded, se.Key)
+		return experiment.FromStore(se)
+	}
+	a, err := New(t.Context(), deafStore{f.st}, count, nil, WithClock(f.clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := a.Report(ctx, "checkout", 0); err != nil {
+		t.Fatal(err)
+	}
+	const other = `{"key":"other","variations":["a","b"],"weights":[0.5,0.5],"observe":true,"assignmentRevision":1}`
+	if _, err := f.st.Create(ctx, &store.Experiment{Key: "other", Spec: []byte(other)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Report(ctx, "other", 0); err != nil {
+		t.Fatal(err)
+	}
+	updateSpec(t, f.st, strings.Replace(checkout, `"weights":[0.5,0.5]`, `"weights":[0.4,0.6]`, 1))
+	r, err := a.Report(ctx, "checkout", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(decoded, ","), "checkout,other,checkout"; got != want {
+		t.Fatalf("decoded %s, want %s: each experiment once per change of its document", got, want)
+	}
+	if r.GetExperiment() != "checkout" {
+		t.Fatalf("report after the update is of %q", r.GetExperiment())
 	}
 }

@@ -45,8 +45,8 @@ type Builder struct {
 
 	mu      sync.Mutex
 	rev     int64
-	exps    []*experimentv1.Experiment // read-only: translate clones what it keeps
-	decoded map[string]decoded         // exps by key: a list after a write decodes only what it changed
+	exps    []*experimentv1.Experiment    // read-only: translate clones what it keeps
+	decoded map[string]experiment.Decoded // exps by key: a list after a write decodes only what it changed
 
 	appliedMu  sync.Mutex
 	appliedRev int64         // every served snapshot is built from this store revision or a later one
@@ -130,28 +130,21 @@ func (b *Builder) experiments(atLeast int64) ([]*experimentv1.Experiment, error)
 		return nil, err
 	}
 	out := make([]*experimentv1.Experiment, 0, len(items))
-	dec := make(map[string]decoded, len(items))
+	dec := make(map[string]experiment.Decoded, len(items))
 	for _, se := range items {
 		d, ok := b.decoded[se.Key]
-		if !ok || d.rev != se.Revision {
+		if !ok || d.Revision != se.Revision {
 			e, err := experiment.FromStore(se)
 			if err != nil {
 				return nil, fmt.Errorf("stored experiment %q: %w", se.Key, err)
 			}
-			d = decoded{rev: se.Revision, e: e}
+			d = experiment.Decoded{Revision: se.Revision, Experiment: e}
 		}
 		dec[se.Key] = d
-		out = append(out, d.e)
+		out = append(out, d.Experiment)
 	}
 	b.rev, b.exps, b.decoded = rev, out, dec
 	return out, nil
-}
-
-// decoded is a stored experiment as decoded, with the store revision of its
-// last change: the same key at the same revision is the same document.
-type decoded struct {
-	rev int64
-	e   *experimentv1.Experiment
 }
 
 // Versions returns the configuration version of each cluster now (as of
