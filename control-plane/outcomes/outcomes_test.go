@@ -655,4 +655,13 @@ func TestReadDecodesOnlyWhatChanged(t *testing.T) {
 	if r.GetExperiment() != "checkout" {
 		t.Fatalf("report after the update is of %q", r.GetExperiment())
 	}
+	if err := f.st.Delete(ctx, "other", 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Report(ctx, "checkout", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := a.decoded["other"]; kept || len(decoded) != 3 {
+		t.Fatalf("after a delete: the deleted experiment kept %v, decoded %s", kept, strings.Join(decoded, ","))
+	}
 }

@@ -44,7 +44,8 @@ func NewLists(st Store) *Lists { return &Lists{st: st} }
 // member's last one) returns that, with its revision, which the caller
 // compares with atLeast; it is not kept over a more recent one. A store
 // that is a Follower answers from what its Watch delivered, when that is
-// as recent, without a read.
+// as recent, without a read; those experiments may include writes after
+// the revision returned (never miss one before it).
 func (l *Lists) List(ctx context.Context, atLeast int64) ([]*Experiment, int64, error) {
 	for {
 		l.mu.Lock()

@@ -53,7 +53,10 @@ func (f *followed) reset(kvs []*mvccpb.KeyValue, at int64) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.items, f.sorted, f.failed = items, nil, false
+	// The read may be older than what the watch had applied (it broke,
+	// and the read came from another member): the items are as of at,
+	// no later, until the new watch brings them further.
+	f.items, f.sorted, f.failed, f.applied = items, nil, false, 0
 	f.advanceLocked(at)
 	return nil
 }
@@ -115,11 +118,16 @@ func (f *followed) advanceLocked(at int64) {
 	}
 }
 
-// invalidate forgets the experiments until the next reset.
+// invalidate forgets the experiments until the next reset, and wakes the
+// callers waiting (they decline).
 func (f *followed) invalidate() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.items, f.sorted, f.applied, f.failed = nil, nil, 0, true
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
 }
 
 // asOf returns the experiments, sorted by key, if they are complete as of
@@ -152,9 +160,9 @@ func (f *followed) asOf(at int64) ([]*store.Experiment, <-chan struct{}, bool) {
 // watch of the experiments that every Watch starts along with that of
 // meta/revision — no read. It waits (at most followWait) for that watch
 // to deliver the write, and is not ok if it did not, or if no Watch runs.
-// The experiments may include a write the Watch has not delivered yet
-// (never the other way round): the revision returned is then one behind
-// them, and a caller asking for the next one gets them again.
+// The experiments may include writes the Watch has not delivered yet
+// (never the other way round): the revision returned is then behind
+// them, and a caller asking for a later one gets them again.
 func (s *Store) Followed(ctx context.Context, atLeast int64) ([]*store.Experiment, int64, bool) {
 	rev, at := s.w.mark()
 	if rev < 0 || rev < atLeast {
@@ -187,11 +195,16 @@ func (s *Store) Followed(ctx context.Context, atLeast int64) ([]*store.Experimen
 }
 
 // followExperiments keeps s.f up to date: it reads every experiment, then
-// follows their changes from there, until ctx ends (rewatch).
+// follows their changes from there, until ctx ends (rewatch). The read is
+// linearizable, never a member's last state: the watch needs a leader
+// anyway, and Lists reads itself meanwhile.
 func (s *Store) followExperiments(ctx context.Context) {
 	prefix := s.key("experiments/")
 	rewatch(ctx, func(ctx context.Context) error {
-		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: prefix, Prefix: true})
+		octx, cancel := s.kv.OpContext(ctx)
+		resp, err := s.cli.Txn(octx).Then(etcdkv.Get{Key: prefix, Prefix: true}.Op(false)).Commit()
+		err = s.kv.Wrap(octx, err)
+		cancel()
 		if err != nil {
 			return err
 		}

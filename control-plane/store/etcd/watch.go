@@ -23,7 +23,7 @@ import (
 // life, along with one of the experiments (Followed), from which they
 // take the experiments of the revision delivered. Over a broken
 // connection, a lost leader or a compacted history each of those watches
-// reads the current state again and resumes from there.
+// reads again and resumes from there.
 func (s *Store) Watch(ctx context.Context) <-chan int64 {
 	ch := make(chan int64, 1)
 	if !s.kv.Go(ctx, func(wctx context.Context) {
@@ -56,7 +56,7 @@ type watchers struct {
 	mu      sync.Mutex
 	subs    map[chan int64]int64 // each channel's last value sent
 	last    int64                // the revision the etcd watch delivered last (-1: none yet)
-	lastAt  int64                // the etcd revision it was read or changed at
+	lastAt  int64                // the etcd revision meta/revision took it at
 	started bool
 }
 
@@ -79,7 +79,7 @@ func (w *watchers) latest() int64 {
 }
 
 // mark is the revision the etcd watch delivered last (-1: none yet), and
-// the etcd revision it was read or changed at.
+// the etcd revision meta/revision took it at.
 func (w *watchers) mark() (rev, at int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -104,7 +104,7 @@ func (w *watchers) start(run func() bool) {
 	}
 }
 
-// send delivers rev, which meta/revision held at etcd revision at, to
+// send delivers rev, which meta/revision took at etcd revision at, to
 // every channel.
 func (w *watchers) send(rev, at int64) {
 	w.mu.Lock()
@@ -142,18 +142,23 @@ func (w *watchers) sendLocked(ch chan int64, rev int64) {
 }
 
 // watch delivers the current revision, then every later one, to send
-// (with the etcd revision it was read or changed at), until ctx ends.
+// (with the etcd revision meta/revision took it at), until ctx ends.
 func (s *Store) watch(ctx context.Context, send func(rev, at int64)) {
 	rewatch(ctx, func(ctx context.Context) error {
 		resp, err := s.kv.Read(ctx, etcdkv.Get{Key: s.revKey()})
 		if err != nil {
 			return err
 		}
-		rev, err := parseRevision(resp.Responses[0].GetResponseRange().GetKvs())
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		rev, err := parseRevision(kvs)
 		if err != nil {
 			return err
 		}
-		send(rev, resp.Header.Revision)
+		var at int64 // when meta/revision took its value (0: never)
+		if len(kvs) > 0 {
+			at = kvs[0].ModRevision
+		}
+		send(rev, at)
 		return s.follow(ctx, resp.Header.Revision+1, send)
 	})
 }
