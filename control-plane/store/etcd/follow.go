@@ -88,9 +88,6 @@ func (f *followed) apply(wr clientv3.WatchResponse) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.items == nil {
-		return nil // after a failed decode: the next reset starts over
-	}
 	if len(changes) > 0 {
 		f.sorted = nil
 	}
@@ -168,27 +165,24 @@ func (s *Store) Followed(ctx context.Context, atLeast int64) ([]*store.Experimen
 	if rev < 0 || rev < atLeast {
 		return nil, 0, false
 	}
-	items, changed, ok := s.f.asOf(at)
-	if ok {
-		return items, rev, true
-	}
-	if changed == nil {
-		return nil, 0, false
-	}
-	t := time.NewTimer(followWait)
-	defer t.Stop()
+	var timeout <-chan time.Time
 	for {
+		items, changed, ok := s.f.asOf(at)
+		switch {
+		case ok:
+			return items, rev, true
+		case changed == nil: // a value did not decode
+			return nil, 0, false
+		case timeout == nil:
+			t := time.NewTimer(followWait)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-changed:
-		case <-t.C:
+		case <-timeout:
 			return nil, 0, false
 		case <-ctx.Done():
-			return nil, 0, false
-		}
-		if items, changed, ok = s.f.asOf(at); ok {
-			return items, rev, true
-		}
-		if changed == nil {
 			return nil, 0, false
 		}
 	}
