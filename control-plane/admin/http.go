@@ -409,12 +409,12 @@ func (h *HTTP) write(w http.ResponseWriter, r *http.Request, status int, body an
 		return
 	}
 	if m, ok := body.(proto.Message); ok {
-		b, err := jsonOut.Marshal(m)
+		b, err := appendJSON(nil, m)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
 		}
-		body = json.RawMessage(compactJSON(b))
+		body = json.RawMessage(b)
 	}
 	if b, ok := body.(json.RawMessage); ok { // compact already: as writeJSON would write it
 		w.Header().Set("Content-Type", "application/json")
@@ -423,6 +423,26 @@ func (h *HTTP) write(w http.ResponseWriter, r *http.Request, status int, body an
 		return
 	}
 	writeJSON(w, status, body)
+}
+
+// appendJSON appends m as the HTTP API writes a message: protojson's
+// encoding (jsonOut), compacted. A rollout, which lists every proxy, is
+// encoded without protojson's reflection (appendRolloutJSON).
+func appendJSON(b []byte, m proto.Message) ([]byte, error) {
+	if ro, ok := m.(*adminv1.Rollout); ok {
+		if b == nil {
+			b = make([]byte, 0, 64+400*len(ro.GetProxies())) // about 400 bytes a proxy
+		}
+		if out, ok := appendRolloutJSON(b, ro); ok {
+			return out, nil
+		}
+	}
+	n := len(b)
+	b, err := jsonOut.MarshalAppend(b, m)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n+len(compactJSON(b[n:]))], nil
 }
 
 // compactJSON is json.Compact for JSON known to be valid (protojson's,

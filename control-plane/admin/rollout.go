@@ -110,16 +110,11 @@ func withRollout(result proto.Message, ro *adminv1.Rollout) (any, error) {
 	if ro == nil {
 		return result, nil
 	}
-	// Rendered in one buffer of about 300 bytes a proxy, compacted in place.
-	body := append(make([]byte, 0, 1024+300*len(ro.GetProxies())), '{')
+	// Rendered in one buffer of about 400 bytes a proxy.
+	body := append(make([]byte, 0, 1024+400*len(ro.GetProxies())), '{')
 	field := func(name string, m proto.Message) (err error) {
-		body = append(body, `"`+name+`":`...)
-		n := len(body)
-		if body, err = jsonOut.MarshalAppend(body, m); err != nil {
-			return err
-		}
-		body = body[:n+len(compactJSON(body[n:]))]
-		return nil
+		body, err = appendJSON(append(body, `"`+name+`":`...), m)
+		return err
 	}
 	if result != nil {
 		if err := field("experiment", result); err != nil {
