@@ -8,7 +8,7 @@ import (
 // TestReplicaRows: each fleet of ReplicaFleets is a target row on its p99,
 // and one on its p99 against the floor's, met or missed, or not measured
 // with the reason; the section lists the fleets measured, with the floor's
-// figures, CPU and memory.
+// figures, CPU, status checks and memory.
 func TestReplicaRows(t *testing.T) {
 	fleet := ReplicaSpread{TargetP99: 250, TargetRatio: 1.25, PerReplica: []int{334, 333, 333}, Applied: 1000, Connect: 700}
 	fleet.Spread = Spread{Proxies: 1000, Writes: 4, AllAck: []float64{100, 120, 110, 200}}
@@ -18,7 +18,8 @@ func TestReplicaRows(t *testing.T) {
 	fleet.Replicated = &Spread{Proxies: 1000, Writes: 4, AllAck: []float64{95, 105, 105, 180}}
 	fleet.Replicated.Summarize()
 	fleet.CPU = ReplicaCPU{Allotd: []float64{60}, Etcd: []float64{40}, Load: []float64{30}, Floor: []float64{35}, FloorLoad: []float64{29},
-		Replicated: []float64{45}, ReplicatedEtcd: []float64{12}, ReplicatedLoad: []float64{31}}
+		Replicated: []float64{45}, ReplicatedEtcd: []float64{12}, ReplicatedLoad: []float64{31}, Status: []float64{8, 9.5, 7}}
+	fleet.Status = []float64{12, 14.25, 13}
 	fleet.RSS = ReplicaRSS{AllotdPeak: 150 << 20, EtcdPeak: 200 << 20, FloorPeak: 70 << 20, ReplicatedPeak: 90 << 20}
 	fleet.Ops = []EtcdOps{{Proposals: 8, Ranges: 20, Txns: 9, WatchEvents: 30}, {Proposals: 10, Ranges: 24, Txns: 11, WatchEvents: 34}}
 	fleet.ReplicatedOps = []EtcdOps{{Proposals: 4, Puts: 4, WatchEvents: 6}}
@@ -39,6 +40,7 @@ func TestReplicaRows(t *testing.T) {
 			"| 3 allotd replicas on 3 etcd members, 30,000 simulated xDS clients spread over them: write → all-ACK p99 ≤ 1.25 × the bare go-control-plane push's (the floor) | not measured: 10000 clients:",
 			"| 1,000 | 334 / 333 / 333 | 4 | 0.7 s | 110.0 | 200.0 | 200.0 | 100.0 | 170.0 | 105.0 | 180.0 | 1000 | 250 ms, 1.25 × the floor's |",
 			"| 1,000 | 60 | 40 | 30 | 35 | 29 | 45 | 12 | 31 |",
+			"| 1,000 | 13.0 ms | 8.0 ms |",
 			"| 1,000 | 9 | 22 | 10 | 0 | 32 | 4 | 0 | 0 | 4 | 6 |",
 			"| 1,000 | 150 MiB | 200 MiB | 70 MiB | 90 MiB | 1500 · 2000 · 700 · 900 MiB |",
 		)

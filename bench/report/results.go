@@ -309,13 +309,18 @@ type ReplicaSpread struct {
 	// CPU is the CPU time each kind of process used during each write
 	// (Allot's) or push (the floor's).
 	CPU ReplicaCPU `json:"cpu"`
+	// Status is, after each write, how long GET /v1/rollout through the
+	// next replica (the check that it lists every proxy applied) took
+	// until its whole response was read, ms.
+	Status []float64 `json:"status_ms,omitempty"`
 }
 
 // ReplicaCPU is CPU time per write or push, ms, one entry per write: the
 // allotd replicas, the etcd members and the simulated proxies (summed per
 // kind) during each waited write; the floor and its simulated proxies
 // during each push; the replicated floor's servers, the etcd members and
-// its simulated proxies during each of its pushes.
+// its simulated proxies during each of its pushes; the allotd replicas
+// during each status check after a write (ReplicaSpread.Status).
 type ReplicaCPU struct {
 	Allotd         []float64 `json:"allotd_ms"`
 	Etcd           []float64 `json:"etcd_ms"`
@@ -325,6 +330,7 @@ type ReplicaCPU struct {
 	Replicated     []float64 `json:"replicated_ms"`
 	ReplicatedEtcd []float64 `json:"replicated_etcd_ms"`
 	ReplicatedLoad []float64 `json:"replicated_load_ms"`
+	Status         []float64 `json:"status_allotd_ms,omitempty"`
 }
 
 // EtcdOps is what an etcd cluster did over a window: raft proposals

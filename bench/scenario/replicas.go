@@ -333,11 +333,24 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, r
 		return fmt.Errorf("write %d through %s: the waited write's rollout: %s (%s), applied by %d of %d, %d listed as not",
 			i, via.id, ro.Result, ro.Error, ro.Counts["applied"], s.Proxies, len(ro.Proxies))
 	}
-	// Cross-check, untimed: another replica's status lists the whole
-	// fleet, each proxy on its replica, on the written version.
-	if err := waitMesh(ctx, check, reps, s.PerReplica, ro.Targets["sim"], 0); err != nil {
+	// Cross-check, outside the write's window: another replica's status
+	// lists the whole fleet, each proxy on its replica, on the written
+	// version. It is timed on its own, with the replicas' CPU: what
+	// listing every proxy of the mesh costs.
+	if err := cpu.start(ctx); err != nil {
+		return err
+	}
+	st, took, err := rolloutStatus(ctx, check.admin)
+	if err == nil {
+		err = cpu.add(&s.CPU.Status, "allotd")
+	}
+	if err == nil {
+		_, err = checkRollout(st, reps, s.PerReplica, ro.Targets["sim"])
+	}
+	if err != nil {
 		return fmt.Errorf("write %d through %s: status through %s right after: %w", i, via.id, check.id, err)
 	}
+	s.Status = append(s.Status, ms(took))
 	s.AllAck = append(s.AllAck, ms(d))
 	// The floor pushes what this write produced, to as many proxies.
 	if err := cpu.start(ctx); err != nil {
@@ -493,7 +506,7 @@ func checkRollout(ro *rolloutJSON, reps []replica, perReplica []int, target stri
 func waitMesh(ctx context.Context, r replica, reps []replica, perReplica []int, target string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		ro, err := rolloutStatus(ctx, r.admin)
+		ro, _, err := rolloutStatus(ctx, r.admin)
 		if err == nil {
 			_, err = checkRollout(ro, reps, perReplica, target)
 		}
@@ -504,17 +517,23 @@ func waitMesh(ctx context.Context, r replica, reps []replica, perReplica []int, 
 	}
 }
 
-// rolloutStatus is GET /v1/rollout through admin.
-func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, error) {
-	var ro rolloutJSON
-	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, &ro)
+// rolloutStatus is GET /v1/rollout through admin, and how long it took
+// until the whole response was read (not decoded).
+func rolloutStatus(ctx context.Context, admin string) (*rolloutJSON, time.Duration, error) {
+	start := time.Now()
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodGet, "/v1/rollout", nil, nil)
+	took := time.Since(start)
 	if err != nil {
-		return nil, err
+		return nil, took, err
 	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET /v1/rollout: %d %s: %.300s", code, http.StatusText(code), b)
+		return nil, took, fmt.Errorf("GET /v1/rollout: %d %s: %.300s", code, http.StatusText(code), b)
 	}
-	return &ro, nil
+	var ro rolloutJSON
+	if err := json.Unmarshal(b, &ro); err != nil {
+		return nil, took, fmt.Errorf("GET /v1/rollout: decode %.300s: %w", b, err)
+	}
+	return &ro, took, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
