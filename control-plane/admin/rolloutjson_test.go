@@ -22,7 +22,7 @@ func TestRolloutJSON(t *testing.T) {
 	declined := 0
 	for i := range 3000 {
 		ro := &adminv1.Rollout{}
-		fill(rng, ro.ProtoReflect(), 0)
+		fill(rng, ro.ProtoReflect())
 		if rng.IntN(10) == 0 { // a nil element: protojson writes {}
 			ro.Proxies = append(ro.Proxies, nil)
 			ro.Replicas = append([]*adminv1.ReplicaStatus{nil}, ro.Replicas...)
@@ -65,7 +65,7 @@ func TestRolloutJSON(t *testing.T) {
 // numbers often zero, times at whole seconds, milli-, micro- and
 // nanoseconds (and now and then out of protojson's range), lists and maps
 // of zero to three elements.
-func fill(rng *rand.Rand, m protoreflect.Message, depth int) {
+func fill(rng *rand.Rand, m protoreflect.Message) {
 	if m.Descriptor().FullName() == "google.protobuf.Timestamp" {
 		fillTime(rng, m.Interface().(*timestamppb.Timestamp))
 		return
@@ -86,11 +86,11 @@ func fill(rng *rand.Rand, m protoreflect.Message, depth int) {
 			l := m.Mutable(fd).List()
 			for range rng.IntN(4) {
 				e := l.NewElement()
-				fill(rng, e.Message(), depth+1)
+				fill(rng, e.Message())
 				l.Append(e)
 			}
 		case fd.Kind() == protoreflect.MessageKind:
-			fill(rng, m.Mutable(fd).Message(), depth+1)
+			fill(rng, m.Mutable(fd).Message())
 		default:
 			m.Set(fd, scalar(rng, fd))
 		}
