@@ -425,13 +425,17 @@ func (h *HTTP) write(w http.ResponseWriter, r *http.Request, status int, body an
 	writeJSON(w, status, body)
 }
 
+// rolloutBytesPerProxy is about what a rollout's JSON takes per proxy
+// listed: the size its buffers start at.
+const rolloutBytesPerProxy = 400
+
 // appendJSON appends m as the HTTP API writes a message: protojson's
 // encoding (jsonOut), compacted. A rollout, which lists every proxy, is
 // encoded without protojson's reflection (appendRolloutJSON).
 func appendJSON(b []byte, m proto.Message) ([]byte, error) {
 	if ro, ok := m.(*adminv1.Rollout); ok {
 		if b == nil {
-			b = make([]byte, 0, 64+400*len(ro.GetProxies())) // about 400 bytes a proxy
+			b = make([]byte, 0, 64+rolloutBytesPerProxy*len(ro.GetProxies()))
 		}
 		if out, ok := appendRolloutJSON(b, ro); ok {
 			return out, nil

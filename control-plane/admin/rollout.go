@@ -110,8 +110,8 @@ func withRollout(result proto.Message, ro *adminv1.Rollout) (any, error) {
 	if ro == nil {
 		return result, nil
 	}
-	// Rendered in one buffer of about 400 bytes a proxy.
-	body := append(make([]byte, 0, 1024+400*len(ro.GetProxies())), '{')
+	// Rendered in one buffer.
+	body := append(make([]byte, 0, 1024+rolloutBytesPerProxy*len(ro.GetProxies())), '{')
 	field := func(name string, m proto.Message) (err error) {
 		body, err = appendJSON(append(body, `"`+name+`":`...), m)
 		return err
