@@ -227,7 +227,7 @@ func (s *Server) wakeRecount() {
 func (s *Server) onStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	st := &stream{id: id, api: APIECDS, connectedAt: s.now()}
 	st.lastSeen = st.connectedAt
-	if typeURL == resource.AnyType {
+	if typeURL == resource.AnyType && ctx.Value(ecdsStreamKey{}) == nil {
 		st.api = APIADS
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {

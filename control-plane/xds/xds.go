@@ -34,6 +34,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	cplog "github.com/envoyproxy/go-control-plane/pkg/log"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -212,7 +213,7 @@ func newServer(ctx context.Context, build ArtifactBuilder, served []string, opts
 		StreamResponseFunc:     s.onStreamResponse,
 		StreamDeltaRequestFunc: s.onDeltaRequest,
 		DeltaStreamClosedFunc:  s.onDeltaClosed,
-	})
+	}, sotw.WithOrderedADS()) // ADS and ECDS streams alike (ecdsStreams)
 	go s.forgetLoop(ctx)
 	return s
 }
@@ -230,8 +231,32 @@ func (s *Server) Register(g *grpc.Server) {
 // ecdsStreams is the ECDS service with its streams only.
 type ecdsStreams struct{ xds serverv3.Server }
 
+// StreamExtensionConfigs serves an ECDS stream with go-control-plane's
+// ordered ADS loop, as ADS streams are (newServer): one select on one
+// channel, where its loop for other streams calls reflect.Select on every
+// message. typedECDSStream gives each request without a type URL ECDS's, which
+// the stream implies and the ADS loop requires, and marks the stream as
+// ECDS for onStreamOpen.
 func (e ecdsStreams) StreamExtensionConfigs(st extensionv3.ExtensionConfigDiscoveryService_StreamExtensionConfigsServer) error {
-	return e.xds.StreamExtensionConfigs(st)
+	return e.xds.StreamHandler(typedECDSStream{st, context.WithValue(st.Context(), ecdsStreamKey{}, true)}, resource.AnyType)
+}
+
+// ecdsStreamKey marks the context of a dedicated ECDS stream (typedECDSStream).
+type ecdsStreamKey struct{}
+
+type typedECDSStream struct {
+	extensionv3.ExtensionConfigDiscoveryService_StreamExtensionConfigsServer
+	ctx context.Context
+}
+
+func (s typedECDSStream) Context() context.Context { return s.ctx }
+
+func (s typedECDSStream) Recv() (*discoveryv3.DiscoveryRequest, error) {
+	req, err := s.ExtensionConfigDiscoveryService_StreamExtensionConfigsServer.Recv()
+	if req != nil && req.GetTypeUrl() == "" {
+		req.TypeUrl = resource.ExtensionConfigType
+	}
+	return req, err
 }
 
 func (e ecdsStreams) DeltaExtensionConfigs(st extensionv3.ExtensionConfigDiscoveryService_DeltaExtensionConfigsServer) error {

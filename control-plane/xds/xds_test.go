@@ -144,6 +144,8 @@ type client struct {
 	resps chan *discoveryv3.DiscoveryResponse
 	close func()
 	first bool
+	// untyped: requests carry no type URL, which an ECDS stream implies.
+	untyped bool
 }
 
 func connect(t *testing.T, addr, api, node, cluster string) *client {
@@ -198,6 +200,9 @@ func (c *client) request(version, nonce, errDetail string) {
 	}
 	if c.first {
 		req.Node, c.first = c.node, false
+	}
+	if c.untyped {
+		req.TypeUrl = ""
 	}
 	if errDetail != "" {
 		req.ErrorDetail = &status.Status{Code: 3, Message: errDetail}
@@ -319,6 +324,7 @@ func TestApplyAndReject(t *testing.T) {
 		t.Run(api, func(t *testing.T) {
 			s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
 			c := connect(t, s.addr, api, "shop-1", "shop")
+			c.untyped = api == xds.APIECDS // its type is ECDS's
 
 			c.request("", "", "")
 			r := c.expect("v1")
