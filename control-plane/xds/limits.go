@@ -98,7 +98,8 @@ const (
 	actionEvicted   = "evicted"
 )
 
-// ServerOptions are the gRPC server options an xDS listener needs: the
+// ServerOptions are the gRPC server options an xDS listener needs: its
+// codec (codec: responses sent without copying their resources), the
 // per-message bound (MaxRequestBytes), the streams per connection
 // (MaxStreamsPerConnection), the end of streams that send no request
 // (FirstRequestTimeout), and keepalives that find dead proxies and refuse
@@ -109,6 +110,7 @@ func ServerOptions() []grpc.ServerOption { return serverOptions(FirstRequestTime
 
 func serverOptions(within time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
 		grpc.ChainStreamInterceptor(firstRequestWithin(within)),
