@@ -58,11 +58,8 @@ func marshalResponse(m *discoveryv3.DiscoveryResponse) (mem.BufferSlice, bool) {
 		if r == nil || len(r.ProtoReflect().GetUnknown()) > 0 {
 			return nil, false
 		}
-		head := stringFieldSize(anyTypeURL, r.GetTypeUrl())
-		if len(r.GetValue()) > 0 {
-			head += protowire.SizeTag(anyValue) + protowire.SizeVarint(uint64(len(r.GetValue())))
-		}
-		small += protowire.SizeTag(responseResources) + protowire.SizeVarint(uint64(anySize(r))) + head
+		n := anySize(r)
+		small += protowire.SizeTag(responseResources) + protowire.SizeVarint(uint64(n)) + n - len(r.GetValue())
 	}
 	// One array holds every small part; the buffers are slices of it.
 	b := make([]byte, 0, small)

@@ -234,9 +234,9 @@ type ecdsStreams struct{ xds serverv3.Server }
 // StreamExtensionConfigs serves an ECDS stream with go-control-plane's
 // ordered ADS loop, as ADS streams are (newServer): one select on one
 // channel, where its loop for other streams calls reflect.Select on every
-// message. typedECDSStream gives each request without a type URL ECDS's, which
-// the stream implies and the ADS loop requires, and marks the stream as
-// ECDS for onStreamOpen.
+// message. typedECDSStream gives each request without a type URL ECDS's,
+// which the stream implies and the ADS loop requires, and marks the
+// stream as ECDS for onStreamOpen.
 func (e ecdsStreams) StreamExtensionConfigs(st extensionv3.ExtensionConfigDiscoveryService_StreamExtensionConfigsServer) error {
 	return e.xds.StreamHandler(typedECDSStream{st, context.WithValue(st.Context(), ecdsStreamKey{}, true)}, resource.AnyType)
 }
