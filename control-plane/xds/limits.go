@@ -7,6 +7,9 @@ import (
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -92,6 +95,7 @@ const (
 	fieldRejection  = "error_detail.message"
 	fieldClusters   = "clusters"
 	fieldStreams    = "streams"
+	fieldTypeURL    = "type_url"
 	actionRefused   = "refused"
 	actionTruncated = "truncated"
 	actionIgnored   = "ignored"
@@ -241,6 +245,34 @@ func (s *Server) admitStream(n int) error {
 	return status.Errorf(codes.ResourceExhausted, "xds: %s: this server serves %d streams, the limit; connect to another replica or retry later",
 		fieldStreams, n)
 }
+
+// servedType refuses a request whose type URL the stream cannot serve: on
+// a dedicated ECDS stream anything but ECDS's, on an ADS stream anything
+// but one of go-control-plane's xDS resource types (only ECDS resources
+// are ever in allotd's snapshots; another type is answered with none).
+// It bounds what one stream can make the server hold: go-control-plane's
+// ordered ADS loop buffers one response per type, and its channel holds
+// one of each xDS type; the cache sends to it while holding its lock, so
+// pending responses to more types than that could block every stream's
+// watch behind one stream.
+func (s *Server) servedType(api, node, typeURL string) error {
+	why := ""
+	switch {
+	case api == APIECDS && typeURL != resource.ExtensionConfigType:
+		why = fmt.Sprintf("%q on an ECDS stream, which serves %s only", clip(typeURL, maxTypeURLShown), resource.ExtensionConfigType)
+	case cachev3.GetResponseType(typeURL) == types.UnknownType:
+		why = fmt.Sprintf("%q is not an xDS resource type", clip(typeURL, maxTypeURLShown))
+	default:
+		return nil
+	}
+	s.metrics.overLimit.WithLabelValues(fieldTypeURL, actionRefused).Inc()
+	s.log.Warn("proxy refused: a resource type its stream does not serve", "field", fieldTypeURL, "why", why,
+		"node_id", clip(node, MaxNodeIDBytes), "api", api)
+	return status.Errorf(codes.InvalidArgument, "xds: %s: %s", fieldTypeURL, why)
+}
+
+// maxTypeURLShown bounds the type URL an error or log line repeats.
+const maxTypeURLShown = 128
 
 // version is v if it may be a version allotd made (MaxVersionBytes), else
 // "" (counted).

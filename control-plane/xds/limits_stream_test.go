@@ -256,17 +256,7 @@ func TestClusterLimitEvictsIdle(t *testing.T) {
 // cluster is refused with INVALID_ARGUMENT naming node.cluster.
 func TestDeltaClusterChangeRefused(t *testing.T) {
 	s := startServer(t, &versions{v: map[string]string{}})
-	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := deltaStream(t, s.addr)
 	send := func(node *corev3.Node) {
 		t.Helper()
 		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ExtensionConfigType,

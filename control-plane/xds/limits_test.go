@@ -66,6 +66,91 @@ func refusedStream(t *testing.T, addr string, node *corev3.Node, delta bool) *st
 	return status.Convert(err)
 }
 
+// ended returns the status the stream ended with, failing if it sends a
+// response instead or is still open after 5 s.
+func (c *client) ended() *status.Status {
+	c.t.Helper()
+	select {
+	case r, ok := <-c.resps:
+		if ok {
+			c.t.Fatalf("%s: response %q, want the stream ended", c.node.Id, r.GetVersionInfo())
+		}
+		return status.Convert(c.err)
+	case <-time.After(5 * time.Second):
+		c.t.Fatalf("%s: stream still open after 5s", c.node.Id)
+	}
+	return nil
+}
+
+// TestResourceTypesBounded: a request for a type its stream cannot serve
+// ends the stream with INVALID_ARGUMENT naming type_url, and is counted:
+// on an ADS stream (either kind) a type URL that is no xDS type, on an
+// ECDS stream any but ECDS's. A proxy that pipelines requests for 200
+// types, each of which the cache would answer at once, has its stream
+// ended at the first, and the other proxies still get the next write.
+func TestResourceTypesBounded(t *testing.T) {
+	s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
+	other := connect(t, s.addr, xds.APIADS, "shop-0", "shop")
+	other.request("", "", "")
+	other.ack(other.expect("v1"))
+
+	const notAType = "type.googleapis.com/allot.NotAType"
+	for i, tc := range []struct{ api, typeURL, want string }{
+		{xds.APIADS, notAType, `xds: type_url: "` + notAType + `" is not an xDS resource type`},
+		{xds.APIECDS, resource.ListenerType, `xds: type_url: "` + resource.ListenerType + `" on an ECDS stream, which serves ` +
+			resource.ExtensionConfigType + " only"},
+	} {
+		c := connect(t, s.addr, tc.api, fmt.Sprintf("shop-%d", i+1), "shop")
+		if err := c.send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: tc.typeURL, VersionInfo: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.ended(); st.Code() != codes.InvalidArgument || st.Message() != tc.want {
+			t.Errorf("%s stream asking for %s: %v, want INVALID_ARGUMENT %q", tc.api, tc.typeURL, st, tc.want)
+		}
+	}
+	delta := deltaStream(t, s.addr)
+	_ = delta.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "shop-delta", Cluster: "shop"}, TypeUrl: notAType})
+	if _, err := delta.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "xds: type_url:") {
+		t.Errorf("delta stream asking for %s: %v, want INVALID_ARGUMENT naming type_url", notAType, err)
+	}
+	if n := s.overLimit(t, "type_url", "refused"); n != 3 {
+		t.Errorf("over_limit_total{field=type_url,action=refused} = %v, want 3", n)
+	}
+
+	flood := connect(t, s.addr, xds.APIADS, "shop-flood", "shop")
+	flood.request("", "", "")
+	flood.ack(flood.expect("v1"))
+	for i := range 200 {
+		// Once the stream is refused, a send fails (io.EOF).
+		if flood.send(&discoveryv3.DiscoveryRequest{TypeUrl: fmt.Sprintf("%s%d", notAType, i), VersionInfo: "x"}) != nil {
+			break
+		}
+	}
+	if st := flood.ended(); st.Code() != codes.InvalidArgument {
+		t.Errorf("a stream asking for 200 types: %v, want INVALID_ARGUMENT", st)
+	}
+	s.change(t, "shop", "v2")
+	other.ack(other.expect("v2"))
+	wantState(t, s, "shop-0", rollout.StateApplied, "v2")
+}
+
+// deltaStream opens a delta ADS stream to addr, for at most 5 s.
+func deltaStream(t *testing.T, addr string) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // overLimit is allot_xds_over_limit_total{field, action}.
 func (s *testServer) overLimit(t *testing.T, field, action string) float64 {
 	t.Helper()

@@ -306,7 +306,14 @@ func (s *Server) track(id int64, req *discoveryv3.DiscoveryRequest) error {
 	defer s.mu.Unlock()
 	st, ok := s.streams[id]
 	if !ok {
-		return nil
+		return s.servedType("", req.GetNode().GetId(), req.GetTypeUrl())
+	}
+	node := st.node
+	if !st.identified {
+		node = req.GetNode().GetId()
+	}
+	if err := s.servedType(st.api, node, req.GetTypeUrl()); err != nil {
+		return err
 	}
 	joined := !st.identified
 	if !joined {

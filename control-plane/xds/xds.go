@@ -268,7 +268,8 @@ func (ecdsStreams) FetchExtensionConfigs(context.Context, *discoveryv3.Discovery
 }
 
 // onStreamRequest refuses a proxy over a limit (admit), or whose node
-// changed within the stream, or one stream too many (track), tracks it
+// changed within the stream, or one stream too many, or a resource type
+// its stream does not serve (track, servedType), tracks it
 // and makes sure its cluster has snapshots before the cache answers its
 // request. A proxy whose cluster is refused (one too many) or cannot be
 // built is untracked at once: its stream ends, and it is never listed.
@@ -299,6 +300,13 @@ func (s *Server) onStreamRequest(id int64, req *discoveryv3.DiscoveryRequest) er
 func (s *Server) onDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err := s.admit(req.GetNode()); err != nil {
 		return err
+	}
+	// No type URL: go-control-plane refuses it on ADS and gives it ECDS's
+	// on an ECDS stream. Any other must be an xDS type (servedType).
+	if t := req.GetTypeUrl(); t != "" {
+		if err := s.servedType("", req.GetNode().GetId(), t); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	cluster, ok := s.deltas[id]

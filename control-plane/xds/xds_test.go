@@ -146,6 +146,8 @@ type client struct {
 	first bool
 	// untyped: requests carry no type URL, which an ECDS stream implies.
 	untyped bool
+	// err is why the stream ended, once resps is closed.
+	err error
 }
 
 func connect(t *testing.T, addr, api, node, cluster string) *client {
@@ -178,6 +180,7 @@ func connect(t *testing.T, addr, api, node, cluster string) *client {
 		for {
 			r, err := recv()
 			if err != nil {
+				c.err = err
 				return
 			}
 			c.resps <- r
