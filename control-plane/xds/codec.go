@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"unicode/utf8"
+
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
@@ -47,15 +49,17 @@ const (
 // marshalResponse encodes m as protobuf does, its fields in number order,
 // with each resource's value as a buffer of its own that is not copied.
 // It declines (ok false) a response with a field it does not write (the
-// canary flag, a control plane, resource errors, unknown fields) or a nil
-// resource.
+// canary flag, a control plane, resource errors, unknown fields), a nil
+// resource, or a string that is not UTF-8, which protobuf refuses to
+// encode.
 func marshalResponse(m *discoveryv3.DiscoveryResponse) (mem.BufferSlice, bool) {
-	if m.GetCanary() || m.GetControlPlane() != nil || len(m.GetResourceErrors()) > 0 || len(m.ProtoReflect().GetUnknown()) > 0 {
+	if m.GetCanary() || m.GetControlPlane() != nil || len(m.GetResourceErrors()) > 0 || len(m.ProtoReflect().GetUnknown()) > 0 ||
+		!utf8.ValidString(m.GetVersionInfo()) || !utf8.ValidString(m.GetTypeUrl()) || !utf8.ValidString(m.GetNonce()) {
 		return nil, false
 	}
 	small := stringFieldSize(responseVersionInfo, m.GetVersionInfo()) + stringFieldSize(responseTypeURL, m.GetTypeUrl()) + stringFieldSize(responseNonce, m.GetNonce())
 	for _, r := range m.GetResources() {
-		if r == nil || len(r.ProtoReflect().GetUnknown()) > 0 {
+		if r == nil || len(r.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(r.GetTypeUrl()) {
 			return nil, false
 		}
 		n := anySize(r)

@@ -108,7 +108,8 @@ func TestCodecMatchesProto(t *testing.T) {
 }
 
 // TestCodecDelegates: anything but a response, and a response with a nil
-// resource, is what gRPC's proto codec makes of it.
+// resource or a string that is not UTF-8, is what gRPC's proto codec makes
+// of it (for the latter, protobuf's error).
 func TestCodecDelegates(t *testing.T) {
 	c := newCodec()
 	req := &discoveryv3.DiscoveryRequest{VersionInfo: "v1", TypeUrl: "t", ResponseNonce: "3", Node: &corev3.Node{Id: "n"}}
@@ -126,6 +127,13 @@ func TestCodecDelegates(t *testing.T) {
 	}
 	if _, ok := marshalResponse(&discoveryv3.DiscoveryResponse{Resources: []*anypb.Any{nil}}); ok {
 		t.Error("a nil resource was not declined")
+	}
+	for _, bad := range []*discoveryv3.DiscoveryResponse{
+		{VersionInfo: "v\xff"}, {TypeUrl: "t\xff"}, {Nonce: "\xff"}, {Resources: []*anypb.Any{{TypeUrl: "t\xff", Value: []byte{1}}}},
+	} {
+		if _, err := c.Marshal(bad); err == nil {
+			t.Errorf("%v: encoded, want protobuf's error for a string that is not UTF-8", bad)
+		}
 	}
 	if c.Name() != "proto" {
 		t.Errorf("Name %q", c.Name())
