@@ -87,7 +87,8 @@ func (c *client) ended() *status.Status {
 // on an ADS stream (either kind) a type URL that is no xDS type, on an
 // ECDS stream any but ECDS's. A proxy that pipelines requests for 200
 // types, each of which the cache would answer at once, has its stream
-// ended at the first, and the other proxies still get the next write.
+// ended at the first; one that asks for every xDS type again and again
+// is served; the other proxies still get the next write.
 func TestResourceTypesBounded(t *testing.T) {
 	s := startServer(t, &versions{v: map[string]string{"shop": "v1"}})
 	other := connect(t, s.addr, xds.APIADS, "shop-0", "shop")
@@ -129,9 +130,33 @@ func TestResourceTypesBounded(t *testing.T) {
 	if st := flood.ended(); st.Code() != codes.InvalidArgument {
 		t.Errorf("a stream asking for 200 types: %v, want INVALID_ARGUMENT", st)
 	}
+	if n := s.overLimit(t, "type_url", "refused"); n != 4 {
+		t.Errorf("over_limit_total{field=type_url,action=refused} = %v after the 200 requests, want 4: refused at the first", n)
+	}
+
+	// Every xDS type, five times over, pipelined: served, at most one
+	// response buffered per type.
+	known := connect(t, s.addr, xds.APIADS, "shop-known", "shop")
+	known.request("", "", "")
+	known.ack(known.expect("v1"))
+	for range 5 {
+		for _, typeURL := range []string{resource.EndpointType, resource.ClusterType, resource.RouteType, resource.ScopedRouteType,
+			resource.VirtualHostType, resource.ListenerType, resource.SecretType, resource.RuntimeType,
+			resource.ExtensionConfigType, resource.RateLimitConfigType} {
+			if err := known.send(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	s.change(t, "shop", "v2")
 	other.ack(other.expect("v2"))
 	wantState(t, s, "shop-0", rollout.StateApplied, "v2")
+	if _, ok := find(s, "shop-known"); !ok {
+		t.Error("the stream asking for every xDS type was dropped")
+	}
+	if n := s.overLimit(t, "type_url", "refused"); n != 4 {
+		t.Errorf("over_limit_total{field=type_url,action=refused} = %v after every xDS type, want 4", n)
+	}
 }
 
 // deltaStream opens a delta ADS stream to addr, for at most 5 s.
