@@ -247,9 +247,10 @@ func (s *Server) admitStream(n int) error {
 }
 
 // servedType refuses a request whose type URL the stream cannot serve: on
-// a dedicated ECDS stream anything but ECDS's, on an ADS stream anything
-// but one of go-control-plane's xDS resource types (only ECDS resources
-// are ever in allotd's snapshots; another type is answered with none).
+// a dedicated state-of-the-world ECDS stream anything but ECDS's, on an
+// ADS or delta stream anything but one of go-control-plane's xDS
+// resource types (only ECDS resources are ever in allotd's snapshots;
+// another type gets none).
 // It bounds what one stream can make the server hold: go-control-plane's
 // ordered ADS loop buffers one response per type, and its channel holds
 // one of each xDS type; the cache sends to it while holding its lock, so

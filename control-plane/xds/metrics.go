@@ -41,8 +41,8 @@ func newMetrics(s *Server) *metrics {
 		overLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_xds_over_limit_total",
 			Help: "Inputs from proxies over their limit, a node changed within a stream, or a resource type its stream " +
-				"does not serve (docs/reference.md, What " +
-				"proxies send), by field and what was done: refused (the stream ends), truncated (kept cut, with a marker), " +
+				"does not serve (docs/reference.md, What proxies send), by field and what was done: refused (the stream " +
+				"ends), truncated (kept cut, with a marker), " +
 				"ignored, or evicted (clusters: the longest-idle cluster forgotten for a new one).",
 		}, []string{"field", "action"}),
 		proxies: &proxyCollector{
