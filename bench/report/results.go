@@ -243,10 +243,17 @@ const ReplicaCount = 3
 // ReplicaFleets are the fleet sizes the replicas section measures, each
 // with its target on the write → all-ACK p99.
 var ReplicaFleets = []ReplicaFleet{
-	{Clients: 1000, Writes: 40, TargetP99: 250 * time.Millisecond, TargetRatio: 1.25},
+	{Clients: 1000, Writes: 200, TargetP99: 250 * time.Millisecond, TargetRatio: 1.25},
 	{Clients: 10000, Writes: 20, TargetP99: 500 * time.Millisecond, TargetRatio: 1.25},
 	{Clients: 30000, Writes: 20, TargetP99: 2 * time.Second, TargetRatio: 1.25},
 }
+
+// ReplicaExperiments bounds the experiments a fleet's writes keep: from
+// write ReplicaExperiments on, each round first deletes the oldest (a
+// waited delete, outside every timed window), so every write and push
+// carries a resource of the same size however many rounds there are. A
+// push's cost grows with the resource.
+const ReplicaExperiments = 40
 
 // ReplicaFleet is one measurement of the replicas section.
 type ReplicaFleet struct {
@@ -268,9 +275,12 @@ type ReplicasResult struct {
 	EtcdMembers int    `json:"etcd_members"`
 	// ServerCPU and ClientCPU are the CPUs etcd and allotd, and the
 	// simulated clients, are pinned to.
-	ServerCPU int             `json:"server_cpu"`
-	ClientCPU int             `json:"client_cpu"`
-	Fleets    []ReplicaSpread `json:"fleets"`
+	ServerCPU int `json:"server_cpu"`
+	ClientCPU int `json:"client_cpu"`
+	// Experiments is the most experiments a fleet's writes keep
+	// (ReplicaExperiments); 0 in results from before it was bounded.
+	Experiments int             `json:"experiments,omitempty"`
+	Fleets      []ReplicaSpread `json:"fleets"`
 	// Outcomes is the outcomes load (scenario.MeasureReplicas).
 	Outcomes *OutcomeLoad `json:"outcomes,omitempty"`
 }

@@ -37,7 +37,7 @@ const (
 // fails ends the section with NotMeasured set and the fleets measured so
 // far kept.
 func MeasureReplicas(ctx context.Context, o variant.Options, p *variant.Paths, fleets []report.ReplicaFleet, logf func(string, ...any)) (report.ReplicasResult, []string) {
-	res := report.ReplicasResult{Replicas: report.ReplicaCount, EtcdMembers: report.ReplicaCount, ServerCPU: o.EnvoyCPU, ClientCPU: o.LoadCPU}
+	res := report.ReplicasResult{Replicas: report.ReplicaCount, EtcdMembers: report.ReplicaCount, ServerCPU: o.EnvoyCPU, ClientCPU: o.LoadCPU, Experiments: report.ReplicaExperiments}
 	if o.ReplicaProfile > 0 {
 		// etcd reads its flags from the environment too: its members serve
 		// /debug/pprof/ on their client URLs.
@@ -304,6 +304,11 @@ func profileRun(ctx context.Context, o variant.Options, dir string, reps []repli
 // floor's; each one's CPU time goes to s.CPU.
 func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, rf *replicatedFloor, cluster *harness.EtcdCluster, cpu *cpuCounter, s *report.ReplicaSpread) error {
 	via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
+	if old := i - report.ReplicaExperiments; old >= 0 {
+		if err := waitedDelete(ctx, check.admin, replicaKey(s.Proxies, old)); err != nil {
+			return fmt.Errorf("before write %d: delete through %s: %w", i, check.id, err)
+		}
+	}
 	ops, err := readEtcdOps(ctx, cluster)
 	if err != nil {
 		return err
@@ -311,7 +316,7 @@ func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, r
 	if err := cpu.start(ctx); err != nil {
 		return err
 	}
-	d, ro, err := waitedWrite(ctx, via.admin, fmt.Sprintf("rep-%d-%d", s.Proxies, i))
+	d, ro, err := waitedWrite(ctx, via.admin, replicaKey(s.Proxies, i))
 	if err != nil {
 		return fmt.Errorf("write %d through %s: %w", i, via.id, err)
 	}
@@ -455,6 +460,33 @@ func waitedWrite(ctx context.Context, admin, key string) (time.Duration, *rollou
 		return 0, nil, err
 	}
 	return d, &out.Rollout, nil
+}
+
+// replicaKey is the key of the experiment write i of a fleet of n creates.
+func replicaKey(n, i int) string { return fmt.Sprintf("rep-%d-%d", n, i) }
+
+// waitedDelete deletes the experiment key through the admin API at admin,
+// waiting until every proxy applied the deletion.
+func waitedDelete(ctx context.Context, admin, key string) error {
+	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodDelete, "/v1/experiments/"+key+"?wait="+replicaWait.String(), nil, nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK && code != http.StatusNoContent {
+		return fmt.Errorf("%d %s: %.300s", code, http.StatusText(code), b)
+	}
+	var out struct {
+		Rollout *rolloutJSON `json:"rollout"`
+	}
+	if code == http.StatusOK {
+		if err := json.Unmarshal(b, &out); err != nil {
+			return err
+		}
+	}
+	if ro := out.Rollout; ro == nil || ro.Result != "applied" {
+		return fmt.Errorf("%s: the waited delete did not settle: %.300s", key, b)
+	}
+	return nil
 }
 
 // slowClient is client with room for a waited write.
