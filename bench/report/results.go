@@ -248,11 +248,11 @@ var ReplicaFleets = []ReplicaFleet{
 	{Clients: 30000, Writes: 20, TargetP99: 2 * time.Second, TargetRatio: 1.25},
 }
 
-// ReplicaExperiments bounds the experiments a fleet's writes keep: from
-// write ReplicaExperiments on, each round first deletes the oldest (a
-// waited delete, outside every timed window), so every write and push
-// carries a resource of the same size however many rounds there are. A
-// push's cost grows with the resource.
+// ReplicaExperiments bounds the experiments a fleet's writes keep: once a
+// fleet holds that many, each round first deletes the oldest (a waited
+// delete, outside every timed window), so that from then on every write
+// and push carries a resource of ReplicaExperiments experiments however
+// many rounds there are. A push's cost grows with the resource.
 const ReplicaExperiments = 40
 
 // ReplicaFleet is one measurement of the replicas section.

@@ -305,8 +305,13 @@ func profileRun(ctx context.Context, o variant.Options, dir string, reps []repli
 func replicaRound(ctx context.Context, i int, reps []replica, fl *floorServer, rf *replicatedFloor, cluster *harness.EtcdCluster, cpu *cpuCounter, s *report.ReplicaSpread) error {
 	via, check := reps[i%len(reps)], reps[(i+1)%len(reps)]
 	if old := i - report.ReplicaExperiments; old >= 0 {
-		if err := waitedDelete(ctx, check.admin, replicaKey(s.Proxies, old)); err != nil {
+		if err := waitedDelete(ctx, check.admin, replicaKey(s.Proxies, old), s.Proxies); err != nil {
 			return fmt.Errorf("before write %d: delete through %s: %w", i, check.id, err)
+		}
+		// What the delete left (its publishes) stays out of the write's
+		// etcd requests, read next.
+		if err := cpu.settle(ctx); err != nil {
+			return err
 		}
 	}
 	ops, err := readEtcdOps(ctx, cluster)
@@ -466,8 +471,8 @@ func waitedWrite(ctx context.Context, admin, key string) (time.Duration, *rollou
 func replicaKey(n, i int) string { return fmt.Sprintf("rep-%d-%d", n, i) }
 
 // waitedDelete deletes the experiment key through the admin API at admin,
-// waiting until every proxy applied the deletion.
-func waitedDelete(ctx context.Context, admin, key string) error {
+// waiting until every one of the fleet's n proxies applied the deletion.
+func waitedDelete(ctx context.Context, admin, key string, n int) error {
 	code, b, err := harness.AdminCall(ctx, slowClient, "http://"+admin, adminToken, http.MethodDelete, "/v1/experiments/"+key+"?wait="+replicaWait.String(), nil, nil)
 	if err != nil {
 		return err
@@ -483,8 +488,8 @@ func waitedDelete(ctx context.Context, admin, key string) error {
 			return err
 		}
 	}
-	if ro := out.Rollout; ro == nil || ro.Result != "applied" {
-		return fmt.Errorf("%s: the waited delete did not settle: %.300s", key, b)
+	if ro := out.Rollout; ro == nil || ro.Result != "applied" || ro.Targets["sim"] == "" || ro.Counts["applied"] != n {
+		return fmt.Errorf("%s: the waited delete's rollout did not count all %d proxies applied on a new version of cluster sim: %.300s", key, n, b)
 	}
 	return nil
 }
