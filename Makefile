@@ -229,7 +229,7 @@ bench-floors: envoy build-filter build-native ## Diagnostic: the Wasm floors K, 
 	$(BIN)/allot-bench -envoy $(ENVOY_BIN) -floors $(if $(ONLY),-only $(ONLY)) $(if $(ROUNDS),-paired-rounds $(ROUNDS))
 
 .PHONY: bench-replicas
-bench-replicas: ## Write → all-ACK latency: 3 allotd replicas on 3 etcd members, 1,000, 10,000 and 30,000 simulated xDS clients, each beside the bare go-control-plane floor (~10 min; CLIENTS=1000 picks the fleets); writes bench/raw/REPLICAS.md.
+bench-replicas: ## Write → all-ACK latency: 3 allotd replicas on 3 etcd members, 1,000, 10,000 and 30,000 simulated xDS clients, each beside the bare go-control-plane floor (CLIENTS=1000 picks the fleets; 1,000 alone about 3.5 min); writes bench/raw/REPLICAS.md.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/allot-bench ./bench/cmd/allot-bench
 	$(BIN)/allot-bench -replicas $(if $(CLIENTS),-replica-clients $(CLIENTS))
